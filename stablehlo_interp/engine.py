@@ -1,0 +1,172 @@
+"""Run time: execute the plans built by plan.py.
+
+The run loop reads operands from a list of value slots, calls each step's
+runner, stores its results and releases the slots whose last use it was. It
+never touches MLIR objects. When listeners are attached (trace, probes, NaN
+search, breakpoints, backend diff) the same loop runs in its observed form,
+which reports each op before and after it runs and lets a listener replace the
+results or stop the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InterpreterError, OpError, OpExecutionError, StopExecution
+from .plan import Region, Step
+
+
+@dataclass(frozen=True)
+class RegionFrame:
+    """An active region: the op that owns it, which of its regions, which call.
+
+    ``call`` counts from 0: for ``stablehlo.while`` the body's call number is the
+    loop iteration.
+    """
+
+    step: Step
+    region_index: int
+    call: int
+    process: int = 0
+
+
+class Listener:
+    """Base class for tools that observe a run. Override what you need.
+
+    ``stack`` is a tuple of :class:`RegionFrame`, outermost first (empty for ops
+    of the entry function).
+    """
+
+    def before_op(self, step: Step, operands: list, stack: tuple) -> None:
+        """Called before an op runs. Raise StopExecution to stop the run."""
+
+    def after_op(self, step: Step, operands: list, results: list, stack: tuple):
+        """Called after an op ran. Return a list to replace its results, or None."""
+        return None
+
+
+class BoundRegion:
+    """A region bound to the values it captures, callable by its op's runner."""
+
+    __slots__ = ("region", "captures", "execution", "step", "index", "calls")
+
+    def __init__(self, region: Region, captures: list, execution: "Execution", step: Step, index: int):
+        self.region = region
+        self.captures = captures
+        self.execution = execution
+        self.step = step
+        self.index = index
+        self.calls = 0
+
+    def __call__(self, *args) -> list:
+        call = self.calls
+        self.calls = call + 1
+        try:
+            return self.execution.run_region(self.region, args, self.captures, self, call)
+        except OpError as error:
+            error.add_enclosing(self.step.info.name, self.step.info.location,
+                                f"{self.region.description.split(' of ')[0]}, call {call}")
+            raise
+
+    @property
+    def arg_types(self):
+        return self.region.arg_types
+
+    @property
+    def output_types(self):
+        return self.region.output_types
+
+
+class Execution:
+    """One run of a program: its listeners and, while observed, the stack of regions.
+
+    ``process`` identifies the simulated process (replica/partition) for
+    collectives; ``context`` carries per-run state such as infeed queues.
+    """
+
+    def __init__(self, listeners=(), process: int = 0, context=None):
+        self.listeners = tuple(listeners)
+        self.process = process
+        self.context = context
+        self._stack: list[RegionFrame] = []
+
+    def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
+                   call: int = 0) -> list:
+        env = [None] * region.n_slots
+        n = region.n_captures
+        env[:n] = captures
+        if len(args) != region.n_args:
+            raise InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
+        env[n:n + region.n_args] = args
+        if not self.listeners:
+            _run_steps(region.steps, env, self)
+        else:
+            frame = bound and RegionFrame(bound.step, bound.index, call, self.process)
+            if frame:
+                self._stack.append(frame)
+            try:
+                _run_steps_observed(region.steps, env, self, tuple(self._stack))
+            finally:
+                if frame:
+                    self._stack.pop()
+        return [env[slot] for slot in region.outputs]
+
+    def bind(self, step: Step, env: list) -> tuple:
+        return tuple(BoundRegion(region, [env[s] for s in slots], self, step, index)
+                     for index, (region, slots) in enumerate(zip(step.regions, step.captures)))
+
+
+def _run_steps(steps, env, execution) -> None:
+    step = None
+    try:
+        for step in steps:
+            if step.regions:
+                out = step.run(execution.bind(step, env), *[env[i] for i in step.operands])
+            else:
+                out = step.run(*[env[i] for i in step.operands])
+            results = step.results
+            if len(results) == 1:
+                env[results[0]] = out
+            elif results:
+                for slot, value in zip(results, out):
+                    env[slot] = value
+            for slot in step.release:
+                env[slot] = None
+    except (OpError, StopExecution):
+        raise
+    except Exception as error:
+        raise _op_failure(step, error) from error
+
+
+def _run_steps_observed(steps, env, execution, stack) -> None:
+    listeners = execution.listeners
+    step = None
+    try:
+        for step in steps:
+            operands = [env[i] for i in step.operands]
+            for listener in listeners:
+                listener.before_op(step, operands, stack)
+            if step.regions:
+                out = step.run(execution.bind(step, env), *operands)
+            else:
+                out = step.run(*operands)
+            results = [out] if len(step.results) == 1 else list(out) if step.results else []
+            for listener in listeners:
+                replaced = listener.after_op(step, operands, results, stack)
+                if replaced is not None:
+                    results = list(replaced)
+            for slot, value in zip(step.results, results):
+                env[slot] = value
+            for slot in step.release:
+                env[slot] = None
+    except (OpError, StopExecution):
+        raise
+    except Exception as error:
+        raise _op_failure(step, error) from error
+
+
+def _op_failure(step: Step | None, error: Exception) -> Exception:
+    if step is None:
+        return error
+    return OpExecutionError(step.info.name, step.info.location, f"{type(error).__name__}: {error}")
+

@@ -1,0 +1,94 @@
+"""Control flow and calls (spec: while, if, case, map, optimization_barrier,
+composite; func.call).
+
+Runners of ops with regions receive their bound regions first; a region call
+returns the list of values its ``stablehlo.return`` yields.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import ELEMENTWISE_OPS, op
+
+
+def _results(values: list, count: int):
+    """A region's returned values as an op result (single value or tuple)."""
+    return values[0] if count == 1 else tuple(values)  # count 0: () is ignored
+
+
+@op("stablehlo.while")
+def while_(info):
+    """Run ``body`` while ``cond`` returns true; the loop-carried values are the results."""
+    count = len(info.result_types)
+
+    def run(regions, *values):
+        cond, body = regions
+        while cond(*values)[0]:
+            values = body(*values)
+        return _results(list(values), count)
+
+    return run
+
+
+@op("stablehlo.if")
+def if_(info):
+    count = len(info.result_types)
+
+    def run(regions, pred):
+        true_branch, false_branch = regions
+        return _results((true_branch if pred else false_branch)(), count)
+
+    return run
+
+
+@op("stablehlo.case")
+def case(info):
+    """An index outside [0, number of branches) selects the last branch."""
+    count = len(info.result_types)
+
+    def run(branches, index):
+        index = int(index)
+        branch = branches[index] if 0 <= index < len(branches) else branches[-1]
+        return _results(branch(), count)
+
+    return run
+
+
+@op("stablehlo.map")
+def map_(info):
+    """Apply ``computation`` element-wise. A computation made only of element-wise
+    ops runs once on whole tensors; any other runs once per element."""
+    region = info.regions[0]
+    vectorized = all(step.info.name in ELEMENTWISE_OPS for step in region.steps)
+    ttype = info.result_type
+
+    def run(regions, *inputs):
+        (computation,) = regions
+        if vectorized:
+            return np.broadcast_to(computation(*inputs)[0], ttype.shape).astype(ttype.dtype)
+        result = np.empty(ttype.shape, ttype.dtype)
+        for index in np.ndindex(*ttype.shape):
+            scalars = [np.asarray(x[index]) for x in inputs]
+            result[index] = computation(*scalars)[0]
+        return result
+
+    return run
+
+
+@op("stablehlo.optimization_barrier")
+def optimization_barrier(info):
+    count = len(info.result_types)
+    return lambda *operands: operands[0] if count == 1 else operands
+
+
+@op("func.call", "stablehlo.composite")
+def call(info):
+    """Call the function named by ``callee`` (func.call) or ``decomposition``
+    (composite: running its decomposition is its semantics)."""
+    count = len(info.result_types)
+
+    def run(regions, *operands):
+        return _results(regions[-1](*operands), count)
+
+    return run

@@ -1,0 +1,144 @@
+"""Shape and data movement (spec: constant, iota, broadcast_in_dim, broadcast,
+reshape, transpose, reverse, slice, dynamic_slice, dynamic_update_slice,
+concatenate, pad, get_dimension_size)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import op
+from .support import static_shape
+
+
+@op("stablehlo.constant")
+def constant(info):
+    value = info.attr("value")
+    if not isinstance(value, np.ndarray):
+        raise info.unsupported(f"constant value {str(value)[:80]}")
+    return lambda: value
+
+
+@op("stablehlo.iota")
+def iota(info):
+    ttype = info.result_type
+    shape = static_shape(ttype, info)
+    dimension = info.attr("iota_dimension")
+    counts = np.arange(shape[dimension]).astype(ttype.dtype)
+    view = [1] * len(shape)
+    view[dimension] = shape[dimension]
+    value = np.broadcast_to(counts.reshape(view), shape)
+    return lambda: value
+
+
+@op("stablehlo.broadcast_in_dim")
+def broadcast_in_dim(info):
+    """Operand dimension i becomes result dimension broadcast_dimensions[i]; size-1
+    operand dimensions stretch. The result is a read-only broadcast view."""
+    shape = static_shape(info.result_type, info)
+    dims = info.attr("broadcast_dimensions")
+    order = sorted(range(len(dims)), key=lambda i: dims[i])
+    needs_transpose = order != list(range(len(dims)))
+    view = [1] * len(shape)
+
+    def run(operand):
+        if needs_transpose:
+            operand = np.transpose(operand, order)
+        expanded = list(view)
+        for i, size in zip(sorted(dims), np.shape(operand)):
+            expanded[i] = size
+        return np.broadcast_to(np.reshape(operand, expanded), shape)
+
+    return run
+
+
+@op("stablehlo.broadcast")
+def broadcast(info):
+    shape = static_shape(info.result_type, info)
+    return lambda operand: np.broadcast_to(operand, shape)
+
+
+@op("stablehlo.reshape")
+def reshape(info):
+    shape = static_shape(info.result_type, info)
+    return lambda operand: np.reshape(operand, shape)
+
+
+@op("stablehlo.transpose")
+def transpose(info):
+    permutation = info.attr("permutation")
+    return lambda operand: np.transpose(operand, permutation)
+
+
+@op("stablehlo.reverse")
+def reverse(info):
+    dimensions = info.attr("dimensions")
+    return lambda operand: np.flip(operand, axis=dimensions)
+
+
+@op("stablehlo.slice")
+def slice_(info):
+    index = tuple(slice(start, limit, stride) for start, limit, stride in
+                  zip(info.attr("start_indices"), info.attr("limit_indices"), info.attr("strides")))
+    return lambda operand: np.asarray(operand)[index]
+
+
+def _clamped_starts(starts, operand_shape, sizes):
+    """Start indices clamped to [0, dim - size] (spec: dynamic_slice, dynamic_update_slice)."""
+    return [min(max(int(start), 0), dim - size) for start, dim, size in zip(starts, operand_shape, sizes)]
+
+
+@op("stablehlo.dynamic_slice")
+def dynamic_slice(info):
+    sizes = info.attr("slice_sizes")
+
+    def run(operand, *starts):
+        starts = _clamped_starts(starts, np.shape(operand), sizes)
+        return np.asarray(operand)[tuple(slice(s, s + n) for s, n in zip(starts, sizes))]
+
+    return run
+
+
+@op("stablehlo.dynamic_update_slice")
+def dynamic_update_slice(info):
+    def run(operand, update, *starts):
+        starts = _clamped_starts(starts, np.shape(operand), np.shape(update))
+        result = np.array(operand, copy=True)
+        result[tuple(slice(s, s + n) for s, n in zip(starts, np.shape(update)))] = update
+        return result
+
+    return run
+
+
+@op("stablehlo.concatenate")
+def concatenate(info):
+    dimension = info.attr("dimension")
+    return lambda *inputs: np.concatenate(inputs, axis=dimension)
+
+
+@op("stablehlo.pad")
+def pad(info):
+    """Edge padding (negative values crop) and interior padding between elements."""
+    low = info.attr("edge_padding_low")
+    high = info.attr("edge_padding_high")
+    interior = info.attr("interior_padding")
+    dtype = info.result_type.dtype
+
+    def run(operand, padding_value):
+        operand = np.asarray(operand)
+        canvas_shape, place, crop = [], [], []
+        for size, lo, hi, gap in zip(operand.shape, low, high, interior):
+            spread = size + max(size - 1, 0) * gap
+            canvas_shape.append(max(lo, 0) + spread + max(hi, 0))
+            place.append(slice(max(lo, 0), max(lo, 0) + spread, gap + 1))
+            crop.append(slice(-min(lo, 0), canvas_shape[-1] + min(hi, 0)))
+        canvas = np.full(canvas_shape, padding_value, dtype)
+        canvas[tuple(place)] = operand
+        return canvas[tuple(crop)]
+
+    return run
+
+
+@op("stablehlo.get_dimension_size")
+def get_dimension_size(info):
+    dimension = info.attr("dimension")
+    return lambda operand: np.array(np.shape(operand)[dimension], np.int32)

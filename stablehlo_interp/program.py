@@ -1,0 +1,180 @@
+"""The public entry points: ``load`` a module into a Program, ``run`` it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import sources
+from .decode import decode_attribute, decode_location, decode_type
+from .engine import Execution
+from .errors import ArgumentError, ModuleError
+from .plan import Compiler, Function, Region
+from .types import TensorType, TokenType, TupleType
+
+
+class Program:
+    """A loaded module: every function compiled to a plan, ready to run many times.
+
+    ``functions`` maps each function name to its :class:`~stablehlo_interp.plan.Function`
+    (signature, argument and result names from JAX's ``jax.result_info``, plan).
+    """
+
+    def __init__(self, source, *, verify: bool = True):
+        parsed = sources.parse(source)
+        self.module = parsed.module
+        self.file_name = parsed.file_name
+        if verify:
+            _verify(self.module)
+        attributes = self.module.operation.attributes
+        self.num_replicas = _int_attribute(attributes, "mhlo.num_replicas", 1)
+        self.num_partitions = _int_attribute(attributes, "mhlo.num_partitions", 1)
+        self.functions: dict[str, Function] = {}
+        func_ops = {}
+        with self.module.context:
+            for operation in self.module.body.operations:
+                if operation.operation.name == "func.func":
+                    function = _declare_function(operation, self.file_name)
+                    self.functions[function.name] = function
+                    func_ops[function.name] = operation
+            compiler = Compiler(self, self.file_name)
+            for name, operation in func_ops.items():
+                compiler.compile_function(operation, self.functions[name])
+
+    def function(self, name: str) -> Function:
+        try:
+            return self.functions[name]
+        except KeyError:
+            known = ", ".join(f"@{n}" for n in self.functions) or "none"
+            raise ModuleError(f"no function @{name} in the module (functions: {known})") from None
+
+    @property
+    def entry_name(self) -> str:
+        """``main`` if present, else the only public function."""
+        if "main" in self.functions:
+            return "main"
+        public = [f.name for f in self.functions.values() if f.visibility != "private"]
+        if len(public) == 1:
+            return public[0]
+        raise ModuleError("the module has no @main; name the function to run with function=...")
+
+    def run(self, *args, function: str | None = None, listeners=()) -> list:
+        """Run a function on NumPy arguments; returns a list of NumPy arrays.
+
+        ``listeners`` are :class:`~stablehlo_interp.engine.Listener` objects that
+        observe (and may alter or stop) the run.
+        """
+        target = self.function(function or self.entry_name)
+        values = coerce_arguments(target, args)
+        with np.errstate(all="ignore"):
+            outputs = Execution(listeners).run_region(target.region, values)
+        return [_as_result(value) for value in outputs]
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"@{n}" for n in self.functions)
+        return f"<Program functions=[{names}]>"
+
+
+def load(source, *, verify: bool = True) -> Program:
+    """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported)."""
+    return Program(source, verify=verify)
+
+
+def run(source, *args, function: str | None = None, listeners=()) -> list:
+    """Load ``source`` and run one function on ``args``; returns a list of NumPy arrays."""
+    program = source if isinstance(source, Program) else load(source)
+    return program.run(*args, function=function, listeners=listeners)
+
+
+def _verify(module) -> None:
+    from jaxlib.mlir import ir
+
+    try:
+        module.operation.verify()
+    except ir.MLIRError as e:
+        raise ModuleError(f"the module does not verify:\n{sources._diagnostics(e)}") from None
+
+
+def _int_attribute(attributes, name: str, default: int) -> int:
+    try:
+        return int(decode_attribute(attributes[name]))
+    except (KeyError, IndexError, ValueError, TypeError):
+        return default
+
+
+def _declare_function(operation, file_name) -> Function:
+    attributes = operation.operation.attributes
+    name = decode_attribute(attributes["sym_name"])
+    visibility = decode_attribute(attributes["sym_visibility"]) if "sym_visibility" in attributes else "public"
+    function_type = operation.type
+    arg_types = tuple(decode_type(t) for t in function_type.inputs)
+    result_types = tuple(decode_type(t) for t in function_type.results)
+    arg_names = _value_names(attributes, "arg_attrs", len(arg_types), operation)
+    result_names = _value_names(attributes, "res_attrs", len(result_types), None)
+    region = Region(f"@{name}")
+    return Function(name, visibility, arg_types, result_types, arg_names, result_names, region,
+                    decode_location(operation.location, file_name))
+
+
+def _value_names(attributes, key: str, count: int, operation) -> tuple:
+    """Names JAX gives arguments (their ``loc("x")``) and results (``jax.result_info``)."""
+    names = [None] * count
+    if key in attributes:
+        for i, entry in enumerate(decode_attribute(attributes[key])):
+            if isinstance(entry, dict) and isinstance(entry.get("jax.result_info"), str):
+                names[i] = entry["jax.result_info"]
+    if operation is not None:
+        for i, arg in enumerate(operation.regions[0].blocks[0].arguments):
+            location = decode_location(arg.location)
+            if location.name and not location.frames:
+                names[i] = location.name
+    return tuple(names)
+
+
+def coerce_arguments(function: Function, args) -> list:
+    """Check arguments against the signature; convert Python scalars and JAX arrays."""
+    if len(args) != len(function.arg_types):
+        expected = ", ".join(map(str, function.arg_types))
+        raise ArgumentError(f"@{function.name} takes {len(function.arg_types)} arguments ({expected}), "
+                            f"got {len(args)}")
+    return [_coerce(value, t, i, function) for i, (value, t) in enumerate(zip(args, function.arg_types))]
+
+
+def _coerce(value, expected, index: int, function: Function):
+    label = function.arg_names[index] or f"#{index}"
+    where = f"argument {label} of @{function.name}"
+    if isinstance(expected, TokenType):
+        from .types import TOKEN
+
+        return TOKEN
+    if isinstance(expected, TupleType):
+        if not isinstance(value, (tuple, list)) or len(value) != len(expected.elements):
+            raise ArgumentError(f"{where}: expected a tuple of {len(expected.elements)} values")
+        return tuple(_coerce(v, t, index, function) for v, t in zip(value, expected.elements))
+    assert isinstance(expected, TensorType)
+    if isinstance(value, (bool, int, float, complex)):
+        array = np.asarray(value)
+        try:
+            with np.errstate(all="raise"):
+                converted = array.astype(expected.dtype)
+        except (OverflowError, FloatingPointError, ValueError, TypeError):
+            raise ArgumentError(f"{where}: {value!r} does not fit {expected}") from None
+        array = converted
+    else:
+        array = np.asarray(value)
+        if array.dtype != expected.dtype:
+            raise ArgumentError(f"{where}: expected {expected} ({expected.dtype}), "
+                                f"got an array of dtype {array.dtype}")
+    if not expected.matches(array):
+        got = "x".join(map(str, array.shape)) or "scalar"
+        raise ArgumentError(f"{where}: expected {expected}, got shape {got}")
+    return array
+
+
+def _as_result(value):
+    if isinstance(value, tuple):
+        return tuple(_as_result(v) for v in value)
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    return value
