@@ -17,6 +17,7 @@ from .errors import (
 )
 from .program import Program, load, run
 from .registry import register_custom_call, register_op
+from . import validation
 from .types import TOKEN, TensorType, Token
 
 __version__ = "0.1.0"
@@ -24,5 +25,5 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError", "InterpreterError", "Listener", "ModuleError", "OpError", "OpExecutionError",
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
-    "register_custom_call", "register_op", "run",
+    "register_custom_call", "register_op", "run", "validation",
 ]

@@ -152,13 +152,7 @@ def _coerce(value, expected, index: int, function: Function):
         return tuple(_coerce(v, t, index, function) for v, t in zip(value, expected.elements))
     assert isinstance(expected, TensorType)
     if isinstance(value, (bool, int, float, complex)):
-        array = np.asarray(value)
-        try:
-            with np.errstate(all="raise"):
-                converted = array.astype(expected.dtype)
-        except (OverflowError, FloatingPointError, ValueError, TypeError):
-            raise ArgumentError(f"{where}: {value!r} does not fit {expected}") from None
-        array = converted
+        array = _convert_scalar(value, expected, where)
     else:
         array = np.asarray(value)
         if array.dtype != expected.dtype:
@@ -168,6 +162,22 @@ def _coerce(value, expected, index: int, function: Function):
         got = "x".join(map(str, array.shape)) or "scalar"
         raise ArgumentError(f"{where}: expected {expected}, got shape {got}")
     return array
+
+
+def _convert_scalar(value, expected: TensorType, where: str) -> np.ndarray:
+    """A Python scalar as a 0-d array of the expected type, if it fits exactly (ints)
+    or is representable by rounding (floats)."""
+    kinds = {"bool": (bool,), "signed": (bool, int), "unsigned": (bool, int),
+             "float": (bool, int, float), "complex": (bool, int, float, complex)}
+    if not isinstance(value, kinds[expected.kind]):
+        raise ArgumentError(f"{where}: {value!r} does not fit {expected}")
+    if expected.kind in ("signed", "unsigned"):
+        import ml_dtypes
+
+        limits = ml_dtypes.iinfo(expected.dtype)
+        if not limits.min <= value <= limits.max:
+            raise ArgumentError(f"{where}: {value!r} does not fit {expected}")
+    return np.asarray(value).astype(expected.dtype)
 
 
 def _as_result(value):

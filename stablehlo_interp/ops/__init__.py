@@ -9,6 +9,8 @@ from . import (  # noqa: F401
     conversion,
     custom_call,
     elementwise,
+    linalg,
+    reduction,
     shape,
     structure,
 )

@@ -1,0 +1,277 @@
+"""The engine: loading from every kind of source, plans, release of dead values,
+listeners, and the errors users see."""
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from stablehlo_interp.engine import Listener
+
+ADD_TEXT = """
+func.func @main(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.add %x, %y : tensor<3xf32>
+  %1 = stablehlo.multiply %0, %y : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}
+"""
+
+
+def _f(x, y):
+    return jnp.tanh(x @ y).sum(0)
+
+
+def _xy():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((3, 4), np.float32), rng.standard_normal((4, 5), np.float32)
+
+
+def test_run_lowered_matches_xla():
+    x, y = _xy()
+    (out,) = si.run(jax.jit(_f).lower(x, y), x, y)
+    expected = np.asarray(jax.jit(_f)(x, y))
+    assert out.dtype == np.float32 and out.shape == (5,)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_sources_text_path_bytes_module_exported(tmp_path):
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    y = np.array([0.5, -1.0, 2.0], np.float32)
+    expected = (x + y) * y
+    path = tmp_path / "add.mlir"
+    path.write_text(ADD_TEXT)
+    lowered = jax.jit(lambda a, b: (a + b) * b).lower(x, y)
+    exported = jax.export.export(jax.jit(lambda a, b: (a + b) * b))(x, y)
+    from jaxlib.mlir.dialects import stablehlo
+
+    # serialize_portable_artifact rewrites the module it is given into VHLO: serialize a copy.
+    artifact = stablehlo.serialize_portable_artifact(si.load(ADD_TEXT).module, stablehlo.get_current_version())
+    module = lowered.compiler_ir("stablehlo")
+    bytecode_path = tmp_path / "add.mlirbc"
+    bytecode_path.write_bytes(artifact)
+    for source in [ADD_TEXT, str(path), path, ADD_TEXT.encode(), module, lowered, exported,
+                   artifact, bytecode_path]:
+        (out,) = si.run(source, x, y)
+        np.testing.assert_array_equal(out, expected, err_msg=type(source).__name__)
+
+
+def test_program_functions_and_named_function():
+    text = ADD_TEXT + """
+func.func @double(%x: tensor<2xi32>) -> tensor<2xi32> {
+  %0 = stablehlo.add %x, %x : tensor<2xi32>
+  return %0 : tensor<2xi32>
+}"""
+    program = si.load(text)
+    assert set(program.functions) == {"main", "double"}
+    (out,) = program.run(np.array([3, -4], np.int32), function="double")
+    np.testing.assert_array_equal(out, [6, -8])
+
+
+def test_result_names_and_argument_names_from_jax():
+    x, y = _xy()
+    program = si.load(jax.jit(lambda x, y: {"s": _f(x, y)}).lower(x, y))
+    main = program.functions["main"]
+    assert main.arg_names == ("x", "y")
+    assert main.result_names == ("result['s']",)
+
+
+def test_func_call_and_regions_capture_outer_values():
+    def f(x, k):
+        return jax.lax.fori_loop(0, 5, lambda i, acc: acc * k + i, x)
+
+    x, k = np.float32(1.0), np.float32(2.0)
+    (out,) = si.run(jax.jit(f).lower(x, k), x, k)
+    assert out == np.float32(jax.jit(f)(x, k))
+
+
+def test_dead_values_are_released():
+    program = si.load(ADD_TEXT)
+    steps = program.functions["main"].region.steps
+    # %0 dies at the multiply; x dies at the add; y at the multiply.
+    assert steps[0].release == (0,)
+    assert set(steps[1].release) == {1, 2}
+
+
+def test_memory_bounded_by_live_values():
+    """A chain of 200 ops on a 4 MB tensor keeps only a few tensors alive."""
+    import weakref
+
+    n = 200
+    lines = ["func.func @main(%a: tensor<1000000xf32>) -> tensor<1000000xf32> {",
+             "  %v0 = stablehlo.add %a, %a : tensor<1000000xf32>"]
+    lines += [f"  %v{i} = stablehlo.add %v{i - 1}, %a : tensor<1000000xf32>" for i in range(1, n)]
+    lines += [f"  return %v{n - 1} : tensor<1000000xf32>", "}"]
+    program = si.load("\n".join(lines))
+
+    class Count(Listener):
+        def __init__(self):
+            self.alive, self.peak = [], 0
+
+        def after_op(self, step, operands, results, stack):
+            self.alive = [r for r in self.alive if r() is not None] + [weakref.ref(results[0])]
+            self.peak = max(self.peak, len(self.alive))
+
+    counter = Count()
+    (out,) = program.run(np.ones(1000000, np.float32), listeners=[counter])
+    assert out[0] == n + 1
+    assert counter.peak <= 3
+
+
+def test_listener_sees_every_op_including_regions_and_can_replace_values():
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, a: a + 1.0, x) * 2.0
+
+    lowered = jax.jit(f).lower(np.float32(0))
+    seen = []
+
+    class Record(Listener):
+        def before_op(self, step, operands, stack):
+            seen.append((step.name, tuple(frame.call for frame in stack)))
+
+        def after_op(self, step, operands, results, stack):
+            if step.name == "stablehlo.multiply":
+                return [np.asarray(results[0] + 100, results[0].dtype)]
+
+    (out,) = si.run(lowered, np.float32(0), listeners=[Record()])
+    assert out == 106.0
+    assert ("stablehlo.while", ()) in seen
+    body_calls = sorted({calls for name, calls in seen if name == "stablehlo.add" and calls})
+    assert (1, 2) in body_calls or any(c[-1] == 2 for c in body_calls)
+
+
+def test_stop_execution_from_listener():
+    class Stop(Listener):
+        def before_op(self, step, operands, stack):
+            if step.name == "stablehlo.multiply":
+                raise si.StopExecution(values=operands)
+
+    with pytest.raises(si.StopExecution) as info:
+        si.run(ADD_TEXT, np.ones(3, np.float32), np.ones(3, np.float32), listeners=[Stop()])
+    np.testing.assert_array_equal(info.value.values[0], [2, 2, 2])
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_malformed_text_is_a_module_error():
+    with pytest.raises(si.ModuleError, match="cannot parse MLIR text"):
+        si.load("func.func @main( {")
+
+
+def test_unknown_op_names_op_and_location():
+    text = """
+func.func @main(%x: tensor<f32>) -> tensor<f32> {
+  %0 = "stablehlo.frobnicate"(%x) : (tensor<f32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}"""
+    with pytest.raises(si.ModuleError, match="frobnicate"):
+        si.load(text)
+
+
+def test_unsupported_custom_call_names_target_and_source_line(tmp_path):
+    text = """func.func @main(%x: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.custom_call @no_such_target(%x) : (tensor<f32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}"""
+    path = tmp_path / "m.mlir"
+    path.write_text(text)
+    with pytest.raises(si.UnsupportedOpError) as info:
+        si.load(path)
+    message = str(info.value)
+    assert "no_such_target" in message and "stablehlo.custom_call" in message
+    assert f"{path}:2" in message
+
+
+def test_runtime_error_names_op_and_python_line():
+    def f(x):
+        return jnp.tanh(x) + 1
+
+    lowered = jax.jit(f).lower(np.float32(1))
+    program = si.load(lowered)
+
+    def broken(info):
+        def run(x):
+            raise ValueError("boom")
+        return run
+
+    previous = si.register_op("stablehlo.tanh", broken)
+    try:
+        program = si.load(lowered)
+        with pytest.raises(si.OpExecutionError) as info:
+            program.run(np.float32(1))
+    finally:
+        si.register_op("stablehlo.tanh", previous)
+    message = str(info.value)
+    assert "stablehlo.tanh" in message and "boom" in message
+    assert f"{pathlib.Path(__file__).name}:" in message and "(f)" in message
+
+
+def test_error_inside_region_shows_enclosing_ops():
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, a: jnp.sin(a), x)
+
+    lowered = jax.jit(f).lower(np.float32(1))
+
+    def fail_on_third(info):
+        calls = []
+
+        def run(x):
+            calls.append(1)
+            if len(calls) == 3:
+                raise ArithmeticError("third call")
+            return np.sin(x)
+        return run
+
+    previous = si.register_op("stablehlo.sine", fail_on_third)
+    try:
+        with pytest.raises(si.OpExecutionError) as info:
+            si.run(lowered, np.float32(1))
+    finally:
+        si.register_op("stablehlo.sine", previous)
+    message = str(info.value)
+    assert "inside stablehlo.while" in message and "call 2" in message
+
+
+@pytest.mark.parametrize("args, match", [
+    ((np.ones(3, np.float32),), "takes 2 arguments"),
+    ((np.ones(3, np.float32), np.ones(4, np.float32)), "expected tensor<3xf32>, got shape 4"),
+    ((np.ones(3, np.float32), np.ones(3, np.float64)), "dtype float64"),
+])
+def test_bad_arguments(args, match):
+    with pytest.raises(si.ArgumentError, match=match):
+        si.run(ADD_TEXT, *args)
+
+
+def test_python_scalars_are_converted_and_checked():
+    text = """func.func @main(%x: tensor<i8>) -> tensor<i8> {
+  %0 = stablehlo.add %x, %x : tensor<i8>
+  return %0 : tensor<i8>
+}"""
+    (out,) = si.run(text, 100)
+    assert out.dtype == np.int8 and out == np.int8(-56)
+    with pytest.raises(si.ArgumentError, match="does not fit"):
+        si.run(text, 1000)
+
+
+def test_verifier_failure_is_reported():
+    text = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = "stablehlo.add"(%x, %x) : (tensor<3xf32>, tensor<3xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+    with pytest.raises(si.ModuleError):
+        si.load(text)
+
+
+def test_results_are_writable_arrays_even_for_constants():
+    text = """func.func @main() -> tensor<2xi32> {
+  %0 = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+  return %0 : tensor<2xi32>
+}"""
+    program = si.load(text)
+    (out,) = program.run()
+    out[0] = 7
+    (again,) = program.run()
+    np.testing.assert_array_equal(again, [1, 2])
