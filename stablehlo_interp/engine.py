@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import InterpreterError, OpError, OpExecutionError, StopExecution
-from .plan import Region, Step
+from .plan import BINARY, SINGLE, UNARY, WITH_REGIONS, Region, Step
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,11 @@ class Execution:
 
     def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
                    call: int = 0) -> list:
-        env = [None] * region.n_slots
-        n = region.n_captures
-        env[:n] = captures
         if len(args) != region.n_args:
             raise InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
-        env[n:n + region.n_args] = args
+        env = [*captures, *args, *region.result_slots]
         if not self.listeners:
-            _run_steps(region.steps, env, self)
+            _run_steps(region.program, env, self)
         else:
             frame = bound and RegionFrame(bound.step, bound.index, call, self.process)
             if frame:
@@ -116,21 +113,26 @@ class Execution:
                      for index, (region, slots) in enumerate(zip(step.regions, step.captures)))
 
 
-def _run_steps(steps, env, execution) -> None:
+def _run_steps(program, env, execution) -> None:
     step = None
     try:
-        for step in steps:
-            if step.regions:
-                out = step.run(execution.bind(step, env), *[env[i] for i in step.operands])
+        for run, operands, results, release, kind, step in program:
+            if kind == UNARY:
+                env[results] = run(env[operands])
+            elif kind == BINARY:
+                env[results] = run(env[operands[0]], env[operands[1]])
+            elif kind == SINGLE:
+                env[results] = run(*[env[i] for i in operands])
             else:
-                out = step.run(*[env[i] for i in step.operands])
-            results = step.results
-            if len(results) == 1:
-                env[results[0]] = out
-            elif results:
-                for slot, value in zip(results, out):
+                if kind == WITH_REGIONS:
+                    out = run(execution.bind(step, env), *[env[i] for i in operands])
+                    if len(results) == 1:
+                        out = (out,)
+                else:
+                    out = run(*[env[i] for i in operands])
+                for slot, value in zip(results, out or ()):
                     env[slot] = value
-            for slot in step.release:
+            for slot in release:
                 env[slot] = None
     except (OpError, StopExecution):
         raise

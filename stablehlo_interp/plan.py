@@ -103,6 +103,8 @@ class Region:
         self.output_types: tuple = ()
         self.return_location: SourceLocation | None = None
         self.captured_values: list = []  # the outer MLIR values; load time only
+        self.program: tuple = ()  # the steps as the run loop reads them (see compile_program)
+        self.result_slots: tuple = ()  # one None per slot after the arguments: the env's tail
 
     def __repr__(self) -> str:
         return f"<Region {self.description}: {len(self.steps)} steps>"
@@ -188,6 +190,8 @@ class Compiler:
         self._renumber_captures(region, scope, arg_slots, steps)
         region.steps = steps
         _assign_releases(region)
+        region.program = compile_program(steps)
+        region.result_slots = (None,) * (region.n_slots - region.n_captures - region.n_args)
 
     def _renumber_captures(self, region: Region, scope: _Scope, arg_slots, steps) -> None:
         """Move capture slots to the front: [captures][args][results]."""
@@ -287,3 +291,29 @@ def _assign_releases(region: Region) -> None:
                 releases[step.index].append(slot)
     for step, release in zip(region.steps, releases):
         step.release = tuple(sorted(set(release)))
+
+
+# Step kinds of the run loop (engine._run_steps): how to fetch operands and store results.
+UNARY, BINARY, SINGLE, MULTIPLE, WITH_REGIONS = range(5)
+
+
+def compile_program(steps) -> tuple:
+    """Flatten steps to ``(runner, operands, results, release, kind, step)`` tuples.
+
+    Unary and binary single-result ops (most of a program) get their operand and
+    result slots as plain ints so the loop skips building argument lists.
+    """
+    program = []
+    for step in steps:
+        if step.regions:
+            entry = (step.run, step.operands, step.results, step.release, WITH_REGIONS, step)
+        elif len(step.results) == 1 and len(step.operands) == 1:
+            entry = (step.run, step.operands[0], step.results[0], step.release, UNARY, step)
+        elif len(step.results) == 1 and len(step.operands) == 2:
+            entry = (step.run, step.operands, step.results[0], step.release, BINARY, step)
+        elif len(step.results) == 1:
+            entry = (step.run, step.operands, step.results[0], step.release, SINGLE, step)
+        else:
+            entry = (step.run, step.operands, step.results, step.release, MULTIPLE, step)
+        program.append(entry)
+    return tuple(program)
