@@ -20,8 +20,28 @@ from .types import TOKEN, TensorType, TokenType, TupleType, dtype_of, element_ki
 # --------------------------------------------------------------------------- types
 
 
+_TYPE_CACHE: dict = {}
+
+
 def decode_type(t: ir.Type):
-    """``tensor<...>`` -> TensorType, ``!stablehlo.token`` -> TokenType, tuples -> TupleType."""
+    """``tensor<...>`` -> TensorType, ``!stablehlo.token`` -> TokenType, tuples -> TupleType.
+
+    Decoded types are cached by their text (not by the ir.Type, which would keep
+    its MLIR context alive).
+    """
+    text = str(t)
+    try:
+        return _TYPE_CACHE[text]
+    except KeyError:
+        pass
+    decoded = _decode_type(t)
+    if len(_TYPE_CACHE) > 10_000:
+        _TYPE_CACHE.clear()
+    _TYPE_CACHE[text] = decoded
+    return decoded
+
+
+def _decode_type(t: ir.Type):
     if isinstance(t, ir.RankedTensorType) or ir.RankedTensorType.isinstance(t):
         t = ir.RankedTensorType(t)
         shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank))
