@@ -1,0 +1,453 @@
+"""Control flow, calls, tuples and tokens: JAX control flow against XLA's CPU
+backend, and what JAX cannot emit (if, out-of-range case, map, tuples, tokens,
+composite) against the C++ StableHLO reference interpreter."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from oracles import assert_same, run_interp, run_xla
+
+
+def same_as_xla(fn, *args):
+    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert_same(a, e, context=f"result {i}: ")
+    return actual
+
+
+def same_as_reference(reference, text, *args):
+    actual = si.run(text, *args, listeners=[si.validation.ResultTypeChecker()])
+    expected = reference.evaluate(text, args)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        # decode.parse_elements_text (not this module's) gives 0-d results shape (1,);
+        # our shapes are checked against the module by the ResultTypeChecker.
+        assert_same(a, e.reshape(a.shape) if a.shape == () else e)
+    return actual
+
+
+# ------------------------------------------------------------------- JAX loops
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_while_loop_with_mixed_carries(n):
+    def f(n, x, z):
+        def cond(carry):
+            i, _, flag, _ = carry
+            return (i < n) & flag
+
+        def body(carry):
+            i, acc, flag, z = carry
+            acc = acc * 1.5 + i.astype(acc.dtype)
+            return i + 1, acc, jnp.all(acc < 1e6), z * z - z  # (0-d complex constants hit a decode.py bug)
+
+        return jax.lax.while_loop(cond, body, (np.int32(0), x, True, z))
+
+    same_as_xla(f, np.int32(n), np.linspace(-1, 1, 5, dtype=np.float32), np.complex64(1 - 2j))
+
+
+def test_fori_loop_captures_outer_values_in_nested_loops():
+    def f(x, k, m):
+        def outer(i, acc):
+            def inner(j, a):
+                return a * k + (i * j).astype(a.dtype) - m  # k, m and i from enclosing scopes
+            return jax.lax.fori_loop(0, 3, inner, acc)
+        return jax.lax.fori_loop(0, 4, outer, x)
+
+    same_as_xla(f, np.arange(3, dtype=np.float64), np.float64(0.5), np.float64(2.0))
+
+
+def test_fori_loop_with_dynamic_trip_count():
+    f = lambda n, x: jax.lax.fori_loop(0, n, lambda i, a: a + jnp.sin(a) * i, x)  # noqa: E731
+    for n in [-2, 0, 5]:
+        same_as_xla(f, np.int32(n), np.float32(0.3))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan(reverse):
+    def f(xs, init):
+        def step(carry, x):
+            total, count = carry
+            total = total + x
+            return (total, count + 1), total * count.astype(x.dtype)
+        return jax.lax.scan(step, (init, np.int32(0)), xs, reverse=reverse)
+
+    same_as_xla(f, np.arange(12, dtype=np.float32).reshape(4, 3), np.ones(3, np.float32))
+
+
+def test_scan_of_length_zero_and_unrolled():
+    def f(xs):
+        a = jax.lax.scan(lambda c, x: (c + x, c * x), 0.0, xs)
+        b = jax.lax.scan(lambda c, x: (c * 2 + x, c), 1.0, xs[:0])
+        c = jax.lax.scan(lambda c, x: (c - x, x * x), 1.0, xs, unroll=2)
+        return a, b, c
+
+    same_as_xla(f, np.linspace(0, 1, 5))
+
+
+def test_associative_scan():
+    f = lambda x: jax.lax.associative_scan(jnp.maximum, x)  # noqa: E731
+    same_as_xla(f, np.array([3, -1, 4, -1, 5, -9, 2, 6], np.int32))
+
+
+# ------------------------------------------------------------- JAX conditionals
+
+
+@pytest.mark.parametrize("pred", [True, False])
+def test_cond(pred):
+    def f(p, x, y):
+        return jax.lax.cond(p, lambda: (x + y, y), lambda: (x * y, -y))
+
+    same_as_xla(f, np.bool_(pred), np.float32(3), np.arange(4, dtype=np.int8))
+
+
+@pytest.mark.parametrize("index", [-5, 0, 1, 2, 3, 99])
+def test_switch_clamps_index_in_jax(index):
+    branches = [lambda x: x + 1, lambda x: x * 2, lambda x: -x, jnp.cos]
+    f = lambda i, x: jax.lax.switch(i, branches, x)  # noqa: E731
+    same_as_xla(f, np.int32(index), np.float32(0.25))
+
+
+def test_cond_inside_while_inside_cond():
+    def f(x):
+        def body(i, acc):
+            return jax.lax.cond(i % 2 == 0, lambda a: a + i, lambda a: a * 2, acc)
+        return jax.lax.cond(x > 0, lambda: jax.lax.fori_loop(0, 5, body, x), lambda: x - 100)
+
+    for x in [3, -3]:
+        same_as_xla(f, np.int64(x))
+
+
+# ------------------------------------------------------ barrier, calls, composite
+
+
+def test_optimization_barrier():
+    f = lambda x, y: jax.lax.optimization_barrier((x + 1, y, x))  # noqa: E731
+    same_as_xla(f, np.arange(3, dtype=np.float16), np.bool_(True))
+
+
+def test_nested_jit_becomes_func_call():
+    inner = jax.jit(lambda x, y: (x * y, x - y))
+
+    def f(x, y):
+        a, b = inner(x, y)
+        c, _ = inner(a, b)
+        return c + jax.jit(lambda z: z ** 2)(b)
+
+    assert "call @" in jax.jit(f).lower(np.float32(0), np.float32(0)).as_text()
+    same_as_xla(f, np.float32(1.5), np.float32(-0.25))
+
+
+def test_jax_composite_runs_its_decomposition():
+    @jax.jit
+    def f(x, y):
+        scaled = jax.lax.composite(lambda x, scale: x * scale + 1, name="my.scaled")(x, scale=2.0)
+        return scaled, jax.lax.composite(lambda x, y: jnp.maximum(x, y) - y, name="my.relu_shifted")(x, y)
+
+    x, y = np.linspace(-2, 2, 6, dtype=np.float32), np.float32(0.5)
+    assert "stablehlo.composite" in f.lower(x, y).as_text()
+    same_as_xla(f, x, y)
+
+
+def test_call_graph_with_recursion_depth_and_shared_callee():
+    text = """
+func.func @main(%x: tensor<i32>) -> tensor<i32> {
+  %0 = func.call @countdown(%x) : (tensor<i32>) -> tensor<i32>
+  %1 = func.call @twice(%0) : (tensor<i32>) -> tensor<i32>
+  return %1 : tensor<i32>
+}
+func.func private @twice(%x: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.add %x, %x : tensor<i32>
+  return %0 : tensor<i32>
+}
+func.func private @countdown(%x: tensor<i32>) -> tensor<i32> {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %done = stablehlo.compare LE, %x, %zero : (tensor<i32>, tensor<i32>) -> tensor<i1>
+  %r = "stablehlo.if"(%done) ({
+    stablehlo.return %zero : tensor<i32>
+  }, {
+    %y = stablehlo.subtract %x, %one : tensor<i32>
+    %z = func.call @countdown(%y) : (tensor<i32>) -> tensor<i32>
+    %w = func.call @twice(%one) : (tensor<i32>) -> tensor<i32>
+    %s = stablehlo.add %z, %w : tensor<i32>
+    stablehlo.return %s : tensor<i32>
+  }) : (tensor<i1>) -> tensor<i32>
+  return %r : tensor<i32>
+}"""
+    (out,) = si.run(text, np.int32(5))
+    assert out == 20  # countdown(5) = 2 * 5, then doubled
+
+
+# -------------------------------------------- against the C++ reference interpreter
+
+IF_TEXT = """
+func.func @main(%p: tensor<i1>, %x: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32>) {
+  %0:2 = "stablehlo.if"(%p) ({
+    %c = stablehlo.constant dense<1> : tensor<i32>
+    %a = stablehlo.add %x, %x : tensor<2xf32>
+    stablehlo.return %a, %c : tensor<2xf32>, tensor<i32>
+  }, {
+    %c = stablehlo.constant dense<2> : tensor<i32>
+    %a = stablehlo.negate %x : tensor<2xf32>
+    stablehlo.return %a, %c : tensor<2xf32>, tensor<i32>
+  }) : (tensor<i1>) -> (tensor<2xf32>, tensor<i32>)
+  return %0#0, %0#1 : tensor<2xf32>, tensor<i32>
+}"""
+
+
+@pytest.mark.parametrize("pred", [True, False])
+def test_if(reference, pred):
+    x = np.array([1.5, -2.0], np.float32)
+    a, c = same_as_reference(reference, IF_TEXT, np.bool_(pred), x)
+    np.testing.assert_array_equal(a, x * 2 if pred else -x)
+    assert c == (1 if pred else 2)
+
+
+CASE_TEXT = """
+func.func @main(%i: tensor<i32>, %x: tensor<3xi64>) -> (tensor<3xi64>, tensor<3xi64>) {
+  %0:2 = "stablehlo.case"(%i) ({
+    stablehlo.return %x, %x : tensor<3xi64>, tensor<3xi64>
+  }, {
+    %a = stablehlo.multiply %x, %x : tensor<3xi64>
+    stablehlo.return %a, %x : tensor<3xi64>, tensor<3xi64>
+  }, {
+    %a = stablehlo.negate %x : tensor<3xi64>
+    %b = stablehlo.add %x, %a : tensor<3xi64>
+    stablehlo.return %a, %b : tensor<3xi64>, tensor<3xi64>
+  }) : (tensor<i32>) -> (tensor<3xi64>, tensor<3xi64>)
+  return %0#0, %0#1 : tensor<3xi64>, tensor<3xi64>
+}"""
+
+
+@pytest.mark.parametrize("index, branch", [(0, 0), (1, 1), (2, 2), (3, 2), (-1, 2), (2**31 - 1, 2),
+                                           (-2**31, 2)])
+def test_case_out_of_range_index_runs_last_branch(reference, index, branch):
+    """spec (case): an index outside [0, N) selects branch N - 1."""
+    x = np.array([2, -3, 5], np.int64)
+    a, b = same_as_reference(reference, CASE_TEXT, np.int32(index), x)
+    expected = [(x, x), (x * x, x), (-x, 0 * x)][branch]
+    np.testing.assert_array_equal(a, expected[0])
+    np.testing.assert_array_equal(b, expected[1])
+
+
+def test_while_with_several_carries(reference):
+    text = """
+func.func @main(%n: tensor<i64>, %x: tensor<2x2xf64>) -> (tensor<i64>, tensor<2x2xf64>) {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %0:2 = stablehlo.while(%i = %zero, %acc = %x) : tensor<i64>, tensor<2x2xf64>
+  cond {
+    %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i64>
+    %next = stablehlo.add %i, %one : tensor<i64>
+    %t = stablehlo.transpose %acc, dims = [1, 0] : (tensor<2x2xf64>) -> tensor<2x2xf64>
+    %m = stablehlo.dot_general %t, %x, contracting_dims = [1] x [0] : (tensor<2x2xf64>, tensor<2x2xf64>) -> tensor<2x2xf64>
+    stablehlo.return %next, %m : tensor<i64>, tensor<2x2xf64>
+  }
+  return %0#0, %0#1 : tensor<i64>, tensor<2x2xf64>
+}"""
+    x = np.array([[1.0, 0.5], [-0.25, 2.0]])
+    for n in [0, 1, 4]:
+        i, _ = same_as_reference(reference, text, np.int64(n), x)
+        assert i == n
+
+
+MAP_ELEMENTWISE = """
+func.func @main(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = "stablehlo.map"(%x, %y) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %m = stablehlo.multiply %a, %b : tensor<f32>
+    %c = stablehlo.compare GT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %s = stablehlo.select %c, %m, %b : tensor<i1>, tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}"""
+
+# A body that is not element-wise: it builds a vector, sorts nothing, reduces it.
+MAP_GENERAL = """
+func.func @main(%x: tensor<4xi32>, %y: tensor<4xi32>) -> tensor<4xi32> {
+  %0 = "stablehlo.map"(%x, %y) ({
+  ^bb0(%a: tensor<i32>, %b: tensor<i32>):
+    %ten = stablehlo.constant dense<10> : tensor<i32>
+    %v = stablehlo.broadcast_in_dim %a, dims = [] : (tensor<i32>) -> tensor<3xi32>
+    %iota = stablehlo.iota dim = 0 : tensor<3xi32>
+    %w = stablehlo.multiply %v, %iota : tensor<3xi32>
+    %zero = stablehlo.constant dense<0> : tensor<i32>
+    %r = stablehlo.reduce(%w init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<3xi32>, tensor<i32>) -> tensor<i32>
+    %t = stablehlo.multiply %b, %ten : tensor<i32>
+    %s = stablehlo.add %r, %t : tensor<i32>
+    stablehlo.return %s : tensor<i32>
+  }) {dimensions = array<i64: 0>} : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  return %0 : tensor<4xi32>
+}"""
+
+MAP_EMPTY = """
+func.func @main(%x: tensor<0x3xi32>) -> tensor<0x3xi32> {
+  %0 = "stablehlo.map"(%x) ({
+  ^bb0(%a: tensor<i32>):
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %s = stablehlo.add %a, %one : tensor<i32>
+    stablehlo.return %s : tensor<i32>
+  }) {dimensions = array<i64: 0, 1>} : (tensor<0x3xi32>) -> tensor<0x3xi32>
+  return %0 : tensor<0x3xi32>
+}"""
+
+
+def test_map_elementwise_body(reference):
+    x = np.array([[1, -2, 3], [0.5, np.nan, -np.inf]], np.float32)
+    y = np.array([[0, 4, 1], [0.25, 1, 2]], np.float32)
+    (out,) = si.run(MAP_ELEMENTWISE, x, y)
+    assert_same(out, np.where(x > y, x * y, y))
+    assert_same(out, reference.evaluate(MAP_ELEMENTWISE, [x, y])[0])
+
+
+def test_map_general_body(reference):
+    x, y = np.array([1, -2, 3, 7], np.int32), np.array([0, 1, 2, 3], np.int32)
+    (out,) = same_as_reference(reference, MAP_GENERAL, x, y)
+    np.testing.assert_array_equal(out, 3 * x + 10 * y)
+
+
+def test_map_of_empty_tensor():
+    (out,) = si.run(MAP_EMPTY, np.zeros((0, 3), np.int32))
+    assert out.shape == (0, 3) and out.dtype == np.int32
+
+
+TUPLE_TEXT = """
+func.func @main(%x: tensor<2xi32>, %y: tensor<f32>) -> (tensor<2xi32>, tensor<f32>, tensor<2xi32>) {
+  %t = stablehlo.tuple %x, %y : tuple<tensor<2xi32>, tensor<f32>>
+  %n = stablehlo.tuple %t, %x : tuple<tuple<tensor<2xi32>, tensor<f32>>, tensor<2xi32>>
+  %inner = stablehlo.get_tuple_element %n[0] : (tuple<tuple<tensor<2xi32>, tensor<f32>>, tensor<2xi32>>) -> tuple<tensor<2xi32>, tensor<f32>>
+  %a = stablehlo.get_tuple_element %inner[0] : (tuple<tensor<2xi32>, tensor<f32>>) -> tensor<2xi32>
+  %b = stablehlo.get_tuple_element %inner[1] : (tuple<tensor<2xi32>, tensor<f32>>) -> tensor<f32>
+  %c = stablehlo.get_tuple_element %n[1] : (tuple<tuple<tensor<2xi32>, tensor<f32>>, tensor<2xi32>>) -> tensor<2xi32>
+  %d = stablehlo.add %a, %c : tensor<2xi32>
+  return %a, %b, %d : tensor<2xi32>, tensor<f32>, tensor<2xi32>
+}"""
+
+
+# Known bug outside this module: decode.decode_type calls ir.RankedTensorType.isinstance,
+# which jaxlib 0.10 no longer has, on any non-tensor type: tuple and token types
+# cannot be loaded.
+DECODE_TYPE_BUG = pytest.mark.xfail(strict=True, raises=AttributeError,
+                                    reason="decode.py: tuple and token types fail to decode")
+
+
+@DECODE_TYPE_BUG
+def test_tuples(reference):
+    x, y = np.array([3, -4], np.int32), np.float32(2.5)
+    a, b, d = si.run(TUPLE_TEXT, x, y, listeners=[si.validation.ResultTypeChecker()])
+    np.testing.assert_array_equal(a, x)
+    np.testing.assert_array_equal(d, 2 * x)
+    assert b == y
+    expected = reference.evaluate(TUPLE_TEXT, [x, y])
+    assert_same(a, expected[0])
+    assert_same(d, expected[2])
+
+
+@DECODE_TYPE_BUG
+def test_tuple_arguments_and_results():
+    text = """
+func.func @main(%t: tuple<tensor<i8>, tuple<tensor<2xf32>>>) -> tuple<tensor<2xf32>, tensor<i8>> {
+  %a = stablehlo.get_tuple_element %t[0] : (tuple<tensor<i8>, tuple<tensor<2xf32>>>) -> tensor<i8>
+  %i = stablehlo.get_tuple_element %t[1] : (tuple<tensor<i8>, tuple<tensor<2xf32>>>) -> tuple<tensor<2xf32>>
+  %b = stablehlo.get_tuple_element %i[0] : (tuple<tensor<2xf32>>) -> tensor<2xf32>
+  %r = stablehlo.tuple %b, %a : tuple<tensor<2xf32>, tensor<i8>>
+  return %r : tuple<tensor<2xf32>, tensor<i8>>
+}"""
+    (out,) = si.run(text, (np.int8(7), (np.array([1, 2], np.float32),)),
+                    listeners=[si.validation.ResultTypeChecker()])
+    assert isinstance(out, tuple) and out[1] == 7
+    np.testing.assert_array_equal(out[0], [1, 2])
+
+
+TOKEN_TEXT = """
+func.func @main(%x: tensor<3xf32>, %t: !stablehlo.token) -> (tensor<3xf32>, !stablehlo.token) {
+  %a = stablehlo.create_token : !stablehlo.token
+  %b = stablehlo.after_all %a, %t : !stablehlo.token
+  %c = stablehlo.after_all : !stablehlo.token
+  %d = stablehlo.after_all %b, %c, %t : !stablehlo.token
+  %y = stablehlo.add %x, %x : tensor<3xf32>
+  return %y, %d : tensor<3xf32>, !stablehlo.token
+}"""
+
+
+@DECODE_TYPE_BUG
+def test_tokens():
+    y, token = si.run(TOKEN_TEXT, np.ones(3, np.float32), si.TOKEN,
+                      listeners=[si.validation.ResultTypeChecker()])
+    assert token is si.TOKEN
+    np.testing.assert_array_equal(y, [2, 2, 2])
+
+
+COMPOSITE_TEXT = """
+func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %0 = stablehlo.composite "test.scale_shift" %x {
+    composite_attributes = {scale = 3.0 : f32, shift = dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>},
+    decomposition = @scale_shift, version = 2 : i32
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  %1:2 = stablehlo.composite "test.pair" %0, %x {decomposition = @pair} : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return %1#0, %1#1 : tensor<4xf32>, tensor<4xf32>
+}
+func.func private @scale_shift(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %s = stablehlo.constant dense<3.0> : tensor<4xf32>
+  %b = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %m = stablehlo.multiply %x, %s : tensor<4xf32>
+  %r = stablehlo.add %m, %b : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+func.func private @pair(%a: tensor<4xf32>, %b: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %d = stablehlo.subtract %a, %b : tensor<4xf32>
+  %e = func.call @scale_shift(%d) : (tensor<4xf32>) -> tensor<4xf32>
+  return %e, %d : tensor<4xf32>, tensor<4xf32>
+}"""
+
+
+def test_composite_runs_its_decomposition(reference):
+    x = np.array([0.5, -1, 2, 8], np.float32)
+    e, d = same_as_reference(reference, COMPOSITE_TEXT, x)
+    expected_d = (x * 3 + [1, 2, 3, 4]) - x
+    np.testing.assert_allclose(d, expected_d)
+    np.testing.assert_allclose(e, expected_d * 3 + [1, 2, 3, 4])
+
+
+def test_while_body_error_names_iteration():
+    text = """
+func.func @main(%x: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.while(%i = %x) : tensor<i32>
+  cond {
+    %ten = stablehlo.constant dense<10> : tensor<i32>
+    %c = stablehlo.compare LT, %i, %ten : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  } do {
+    %r = stablehlo.custom_call @fails_on_three(%i) : (tensor<i32>) -> tensor<i32>
+    stablehlo.return %r : tensor<i32>
+  }
+  return %0 : tensor<i32>
+}"""
+
+    def builder(info):
+        def run(i):
+            if i == 3:
+                raise ValueError("three")
+            return i + np.int32(1)
+        return run
+
+    previous = si.register_custom_call("fails_on_three", builder)
+    try:
+        with pytest.raises(si.OpExecutionError) as error:
+            si.run(text, np.int32(0))
+    finally:
+        from stablehlo_interp import registry
+        if previous is None:
+            registry.unregister_custom_call("fails_on_three")
+        else:
+            si.register_custom_call("fails_on_three", previous)
+    message = str(error.value)
+    assert "three" in message and "inside stablehlo.while" in message and "call 3" in message
