@@ -106,3 +106,142 @@ def reference_interpreter():
     from reference_interpreter import ReferenceInterpreter
 
     return ReferenceInterpreter()
+
+
+# ------------------------------------------------- single-op modules as MLIR text, run on XLA CPU
+
+# Every element type the spec allows that ml_dtypes can hold, by MLIR spelling.
+BOOL_TYPES = ["i1"]
+SIGNED_TYPES = ["i2", "i4", "i8", "i16", "i32", "i64"]
+UNSIGNED_TYPES = ["ui2", "ui4", "ui8", "ui16", "ui32", "ui64"]
+F8_TYPES = ["f8E4M3FN", "f8E5M2", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E4M3B11FNUZ", "f8E4M3", "f8E3M4",
+            "f8E8M0FNU", "f4E2M1FN", "f6E2M3FN", "f6E3M2FN"]
+IEEE_TYPES = ["bf16", "f16", "f32", "f64"]
+FLOAT_TYPES = F8_TYPES + IEEE_TYPES
+COMPLEX_TYPES = ["complex<f32>", "complex<f64>"]
+ALL_TYPES = BOOL_TYPES + SIGNED_TYPES + UNSIGNED_TYPES + FLOAT_TYPES + COMPLEX_TYPES
+
+
+def tensor_type(shape, element_type: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + element_type + ">"
+
+
+def op_module(op: str, operand_types, result_types, attributes: str = "") -> str:
+    """A module whose @main applies one op (generic syntax) to its arguments.
+
+    ``operand_types`` / ``result_types`` are MLIR type strings; ``attributes`` is
+    the text between the braces of the attribute dictionary (may be empty).
+    """
+    if isinstance(result_types, str):
+        result_types = [result_types]
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(operand_types))
+    names = ", ".join(f"%a{i}" for i in range(len(operand_types)))
+    results = ", ".join(result_types)
+    attrs = f" {{{attributes}}}" if attributes else ""
+    outs = ", ".join(f"%r#{i}" for i in range(len(result_types))) if len(result_types) > 1 else "%r"
+    lhs = f"%r:{len(result_types)}" if len(result_types) > 1 else "%r"
+    return (f"func.func @main({args}) -> ({results}) {{\n"
+            f"  {lhs} = \"{op}\"({names}){attrs} : ({', '.join(operand_types)}) -> ({results})\n"
+            f"  return {outs} : {results}\n}}\n")
+
+
+class XlaUnsupported(Exception):
+    """XLA CPU cannot compile or run this module (e.g. an element type it lacks)."""
+
+
+@functools.lru_cache(maxsize=512)
+def _xla_executable(text: str):
+    from jax._src import compiler, xla_bridge
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client
+    from jaxlib.mlir import ir
+
+    backend = xla_bridge.get_backend("cpu")
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+        devices = xla_client.DeviceList(tuple(backend.local_devices()[:1]))
+        try:
+            return backend.compile_and_load(module, devices, options)
+        except Exception as e:  # noqa: BLE001  (XlaRuntimeError: unimplemented ...)
+            raise XlaUnsupported(str(e).splitlines()[0]) from None
+
+
+def run_xla_text(text: str, *args) -> list:
+    """Compile MLIR text with XLA's CPU backend and run it; results as NumPy arrays."""
+    executable = _xla_executable(text)
+    device = jax.devices("cpu")[0]
+    try:
+        buffers = [jax.device_put(np.asarray(a), device) for a in args]
+    except Exception as e:  # noqa: BLE001  (dtype jax cannot hold)
+        raise XlaUnsupported(str(e).splitlines()[0]) from None
+    return [np.asarray(out) for out in executable.execute(buffers)]
+
+
+def run_interp_text(text: str, *args) -> list:
+    """MLIR text run by stablehlo_interp, with result type checks."""
+    return si.run(text, *args, listeners=[si.validation.ResultTypeChecker()])
+
+
+def element_values(element_type: str, size: int = 64, seed: int = 0) -> np.ndarray:
+    """Test values of an element type: every value for types of at most 8 bits,
+    else the edge values (NaN, +-inf, +-0, denormals, min/max ...) followed by
+    ``size`` random ones (random bit patterns for floats, so every exponent shows up)."""
+    from stablehlo_interp.types import bit_width, dtype_of
+
+    dtype = dtype_of(element_type)
+    rng = np.random.default_rng(seed)
+    if dtype == np.bool_:
+        return np.array([False, True])
+    bits = bit_width(dtype)
+    if dtype.kind == "c":
+        part = "f32" if dtype == np.complex64 else "f64"
+        re, im = element_values(part, size, seed), element_values(part, size, seed + 1)
+        pairs = np.stack(np.meshgrid(re[:24], im[:24]), -1).reshape(-1, 2)
+        pairs = np.concatenate([pairs, np.stack([re[24:], im[24:len(re)]], -1)])
+        out = np.empty(len(pairs), dtype)
+        out.real, out.imag = pairs[:, 0], pairs[:, 1]
+        return out
+    if dtype.kind in "iu" or dtype in map(np.dtype, SUB_BYTE_DTYPES):
+        info = ml_dtypes.iinfo(dtype)
+        if bits <= 8:
+            return np.arange(int(info.min), int(info.max) + 1).astype(dtype)
+        special = [0, 1, 2, 3, int(info.max), int(info.max) - 1, int(info.max) // 2, int(info.max) // 2 + 1]
+        if info.min < 0:
+            special += [int(info.min), int(info.min) + 1, -1, -2, -3]
+        randoms = rng.integers(0, 2 ** bits, size, dtype=np.uint64, endpoint=False)
+        randoms = randoms.astype(f"u{dtype.itemsize}").view(dtype)
+        storage = np.int64 if info.min < 0 else np.uint64
+        return np.concatenate([np.array(special, storage).astype(dtype), randoms])
+    if bits <= 8:
+        return _small_float_values(dtype, bits)
+    finfo = ml_dtypes.finfo(dtype)
+    special = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 3.0, 0.1, -0.1, 100.0,
+               float(finfo.max), -float(finfo.max), float(finfo.smallest_normal),
+               -float(finfo.smallest_normal), float(finfo.smallest_subnormal),
+               -float(finfo.smallest_subnormal), float(finfo.eps), np.inf, -np.inf, np.nan]
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    patterns = rng.integers(0, 2 ** bits, size, dtype=np.uint64).astype(unsigned).view(dtype)
+    scale = min(float(finfo.max), 1e4)
+    normal = (rng.standard_normal(size) * rng.choice([0.01, 1.0, scale], size)).astype(dtype)
+    return np.concatenate([np.array(special, np.float64).astype(dtype), patterns, normal])
+
+
+def _small_float_values(dtype, bits: int) -> np.ndarray:
+    """Every value of a float type of at most 8 bits (sub-byte types are stored one per byte)."""
+    if bits == 8:
+        return np.arange(256, dtype=np.uint8).view(dtype)
+    # The bit patterns of sub-byte floats: build them from their fields through float64.
+    finfo = ml_dtypes.finfo(dtype)
+    mantissa = int(finfo.nmant)
+    exponent = bits - 1 - mantissa
+    bias = 2 ** (exponent - 1) - 1
+    values = []
+    for pattern in range(2 ** bits):
+        sign = -1.0 if pattern >> (bits - 1) else 1.0
+        e = (pattern >> mantissa) & (2 ** exponent - 1)
+        m = pattern & (2 ** mantissa - 1)
+        magnitude = (m / 2 ** mantissa) * 2.0 ** (1 - bias) if e == 0 else \
+            (1 + m / 2 ** mantissa) * 2.0 ** (e - bias)
+        values.append(sign * magnitude)
+    return np.array(values).astype(dtype)
