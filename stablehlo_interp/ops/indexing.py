@@ -1,1 +1,344 @@
-"""(being written)"""
+"""Indexing (spec: gather, scatter, select_and_scatter; StableHLO dialect ops
+outside the spec: dynamic_gather, torch_index_select).
+
+Gather builds one NumPy index array per indexed operand dimension over the
+result's (batch, offset) index space and reads everything with one fancy-index;
+dimensions taken whole are sliced instead, so an embedding lookup is a plain
+row take. Scatter computes, for every update element in row-major order, the
+flat index of the result element it updates, then applies the updates with a
+strategy chosen at load time (see :func:`scatter_combiner`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..decode import GatherDimensionNumbers
+from ..registry import op
+from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc, unobserved
+from .support import integer_compute_dtype
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _as_index(values) -> np.ndarray:
+    """Integer index values as int64; uint64 values beyond int64's range saturate."""
+    values = np.asarray(values)
+    if values.dtype == np.uint64:
+        values = np.minimum(values, np.uint64(_INT64_MAX))
+    return values.astype(np.int64)
+
+
+def _index_vectors(indices, index_vector_dim: int) -> np.ndarray:
+    """``indices`` as int64 with the index vector last (a trailing 1 if implicit)."""
+    indices = _as_index(indices)
+    if index_vector_dim == indices.ndim:
+        return indices[..., None]
+    return np.moveaxis(indices, index_vector_dim, -1)
+
+
+def _along(values, axis: int, ndim: int) -> np.ndarray:
+    """A 1-d array reshaped to lie along ``axis`` of an ``ndim``-d broadcast."""
+    shape = [1] * ndim
+    shape[axis] = len(values)
+    return np.reshape(values, shape)
+
+
+# -------------------------------------------------------------------------- gather
+
+
+def gather_function(operand_shape, dims: GatherDimensionNumbers, slice_sizes):
+    """``(operand, start_indices) -> result`` for static gather attributes (spec: gather).
+
+    Start indices are clamped to ``[0, dim(operand) - slice_sizes]``, so every
+    read is in bounds. The result is first built in a canonical layout (batch
+    dimensions, then the offset dimensions that need an index array, then the
+    ones taken whole) and transposed into place.
+    """
+    rank = len(operand_shape)
+    index_vector_dim = dims.index_vector_dim
+    start_position = {d: k for k, d in enumerate(dims.start_index_map)}
+    batching_axis = {d: s - (s > index_vector_dim)
+                     for d, s in zip(dims.operand_batching_dims, dims.start_indices_batching_dims)}
+    offset_operand_dims = [d for d in range(rank)
+                           if d not in dims.collapsed_slice_dims and d not in dims.operand_batching_dims]
+    whole = [d for d in offset_operand_dims
+             if d not in start_position and slice_sizes[d] == operand_shape[d]]
+    partial = [d for d in offset_operand_dims if d not in whole]
+    indexed = [d for d in range(rank) if d not in whole]
+    layout = indexed + whole
+    upper = {d: operand_shape[d] - slice_sizes[d] for d in start_position}
+    offset_ranges = {d: np.arange(slice_sizes[d]) for d in partial}
+
+    def run(operand, start_indices):
+        vectors = _index_vectors(start_indices, index_vector_dim)
+        batch_shape = vectors.shape[:-1]
+        nb = len(batch_shape)
+        ndim = nb + len(partial)
+        arrays = []
+        for d in indexed:
+            index = np.zeros((1,) * ndim, np.int64)
+            if d in start_position:
+                start = np.clip(vectors[..., start_position[d]], 0, upper[d])
+                index = index + start.reshape(batch_shape + (1,) * len(partial))
+            if d in batching_axis:
+                axis = batching_axis[d]
+                index = index + _along(np.arange(batch_shape[axis]), axis, ndim)
+            if d in offset_ranges:
+                index = index + _along(offset_ranges[d], nb + partial.index(d), ndim)
+            arrays.append(index)
+        moved = np.transpose(operand, layout)
+        picked = moved[tuple(arrays)] if arrays else moved.reshape((1,) * ndim + moved.shape)
+        canonical = batch_shape + tuple(slice_sizes[d] for d in partial) + tuple(operand_shape[d] for d in whole)
+        picked = np.broadcast_to(picked, canonical)
+        batch_axes = iter(range(nb))
+        canonical_axis = {d: nb + i for i, d in enumerate(partial + whole)}
+        offset_axes = {r: canonical_axis[d] for r, d in zip(dims.offset_dims, offset_operand_dims)}
+        permutation = [offset_axes[r] if r in offset_axes else next(batch_axes) for r in range(picked.ndim)]
+        return np.transpose(picked, permutation)
+
+    return run
+
+
+@op("stablehlo.gather")
+def gather(info):
+    return gather_function(info.operand_types[0].shape, info.attr("dimension_numbers"),
+                           tuple(info.attr("slice_sizes")))
+
+
+@op("stablehlo.dynamic_gather")
+def dynamic_gather(info):
+    """gather with ``slice_sizes`` as a third operand (StableHLO dialect, outside the spec)."""
+    operand_shape = info.operand_types[0].shape
+    dims = info.attr("dimension_numbers")
+
+    def run(operand, start_indices, slice_sizes):
+        sizes = tuple(int(s) for s in _as_index(slice_sizes))
+        if any(not 0 <= s <= n for s, n in zip(sizes, operand_shape)) or len(sizes) != len(operand_shape):
+            raise ValueError(f"slice_sizes {list(sizes)} do not fit operand shape {list(operand_shape)}")
+        return gather_function(operand_shape, dims, sizes)(operand, start_indices)
+
+    return run
+
+
+@op("stablehlo.torch_index_select")
+def torch_index_select(info):
+    """``torch.index_select`` with leading batch dimensions (StableHLO dialect,
+    outside the spec): ``result[b..., i..., r...] = operand[b..., index[b..., i...], r...]``
+    of shape ``operand[:dim] + index[batch_dims:] + operand[dim + 1:]``. Negative
+    ``dim`` / ``batch_dims`` count from the end. Runs as the equivalent gather, so
+    out-of-bounds indices clamp as gather's do."""
+    operand_shape = info.operand_types[0].shape
+    rank, index_rank = len(operand_shape), info.operand_types[1].rank
+    dim, batch_dims = info.attr("dim"), info.attr("batch_dims")
+    dim, batch_dims = dim + rank * (dim < 0), batch_dims + index_rank * (batch_dims < 0)
+    if not (0 <= batch_dims <= dim < rank and batch_dims <= index_rank):
+        raise info.error(f"dim {dim} and batch_dims {batch_dims} do not fit ranks {rank} and {index_rank}")
+    batching = tuple(range(batch_dims))
+    kept = [d for d in range(rank) if d != dim and d >= batch_dims]
+    selected = index_rank - batch_dims  # result dims from the index after the batch ones
+    dims = GatherDimensionNumbers(
+        offset_dims=tuple(d if d < dim else d - 1 + selected for d in kept),
+        collapsed_slice_dims=(dim,), operand_batching_dims=batching,
+        start_indices_batching_dims=batching, start_index_map=(dim,), index_vector_dim=index_rank)
+    slice_sizes = tuple(1 if d == dim or d < batch_dims else n for d, n in enumerate(operand_shape))
+    return gather_function(operand_shape, dims, slice_sizes)
+
+
+# ------------------------------------------------------------------------- scatter
+
+
+def scatter_combiner(info, n: int):
+    """Load time: ``combine(body, results, targets, updates)`` for the op's update region.
+
+    ``results`` are flat writable arrays updated in place; ``targets`` the flat
+    result index of each update, in the order the updates apply. The spec leaves
+    that order (the ``schedule``) implementation-defined; here it is the order
+    given, row-major over the update index space, as XLA's CPU backend does.
+
+    * a body that returns its update arguments (``replace``): the last update of
+      each target wins;
+    * one monoid op on one operand: ``ufunc.at``, which applies duplicates one
+      after another in order (so float sums round as a sequential loop);
+    * element-wise bodies: rounds of one vectorized ``body`` call, round ``r``
+      applying the ``r``-th update of every target;
+    * any other body: one 0-d call per update.
+    """
+    region = info.regions[-1]
+    ttype = region.arg_types[0]
+    if not region.n_captures and region.outputs == tuple(range(n, 2 * n)):
+        return _replace
+    monoid = monoid_of(region) if n == 1 else None
+    if monoid and (ttype.kind != "complex" or monoid in ("stablehlo.add", "stablehlo.multiply")):
+        return _monoid_at(monoid, ttype)
+    return _in_rounds if is_elementwise(region) else _one_by_one
+
+
+def _replace(body, results, targets, updates):
+    last = len(targets) - 1 - np.unique(targets[::-1], return_index=True)[1]
+    for result, update in zip(results, updates):
+        result[targets[last]] = update[last]
+
+
+def _monoid_at(name: str, ttype):
+    dtype, kind = ttype.dtype, ttype.kind
+    compute = integer_compute_dtype(dtype) if kind in ("signed", "unsigned") else dtype
+    if kind == "float" and name in ("stablehlo.maximum", "stablehlo.minimum"):
+        return _float_extremum_at(name == "stablehlo.maximum")
+    ufunc = monoid_ufunc(name, kind)
+
+    def combine(body, results, targets, updates):
+        (result,), (update,) = results, updates
+        if compute == dtype:
+            ufunc.at(result, targets, update)
+        else:
+            wide = result.astype(compute)
+            ufunc.at(wide, targets, update.astype(compute))
+            result[...] = wide.astype(dtype)
+
+    return combine
+
+
+def _float_extremum_at(is_max: bool):
+    """``maximum.at`` / ``minimum.at`` with stablehlo's -0.0 < +0.0 for ties of zeros."""
+    ufunc = np.maximum if is_max else np.minimum
+
+    def combine(body, results, targets, updates):
+        (result,), (update,) = results, updates
+        sign_wins = np.signbit(result) != is_max  # +0.0 wins a max, -0.0 a min
+        ufunc.at(result, targets, update)
+        np.logical_or.at(sign_wins, targets, np.signbit(update) != is_max)
+        zero = result == 0
+        result[zero] = np.where(sign_wins[zero] == is_max, 0.0, -0.0).astype(result.dtype)
+
+    return combine
+
+
+def _in_rounds(body, results, targets, updates):
+    body = unobserved(body)
+    order = np.argsort(targets, kind="stable")
+    ordered = targets[order]
+    first = np.ones(len(order), bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    positions = np.arange(len(order))
+    rank = positions - np.maximum.accumulate(np.where(first, positions, 0))
+    for r in range(int(rank.max(initial=-1)) + 1):
+        chosen = order[rank == r]
+        where = targets[chosen]
+        combined = body(*[result[where] for result in results], *[update[chosen] for update in updates])
+        for result, value in zip(results, combined):
+            result[where] = value
+
+
+def _one_by_one(body, results, targets, updates):
+    for k, target in enumerate(targets):
+        combined = body(*[np.asarray(result[target]) for result in results],
+                        *[np.asarray(update[k]) for update in updates])
+        for result, value in zip(results, combined):
+            result[target] = value
+
+
+@op("stablehlo.scatter")
+def scatter(info):
+    """Spec: scatter. Each update element's result index is its start index (not
+    clamped), plus its batching index, plus its window index; updates whose
+    result index is out of bounds are skipped element by element, as the spec
+    says. (XLA's CPU backend instead skips an update's whole window when any
+    part of it is out of bounds.) ``indices_are_sorted`` and ``unique_indices``
+    are promises that change nothing here."""
+    n = len(info.result_types)
+    input_shape = info.operand_types[0].shape
+    update_rank = info.operand_types[n + 1].rank
+    dims = info.attr("scatter_dimension_numbers")
+    index_vector_dim = dims.index_vector_dim
+    start_position = {d: k for k, d in enumerate(dims.scattered_dims_to_operand_dims)}
+    update_scatter_dims = [d for d in range(update_rank) if d not in dims.update_window_dims]
+    batching_axis = {d: update_scatter_dims[s - (s > index_vector_dim)]
+                     for d, s in zip(dims.input_batching_dims, dims.scatter_indices_batching_dims)}
+    window_input_dims = [d for d in range(len(input_shape))
+                         if d not in dims.inserted_window_dims and d not in dims.input_batching_dims]
+    window_axis = dict(zip(window_input_dims, dims.update_window_dims))
+    body_dtypes = [t.dtype for t in info.regions[-1].arg_types[:n]]
+    combine = scatter_combiner(info, n)
+
+    def targets_of(indices, update_shape):
+        vectors = _index_vectors(indices, index_vector_dim)
+        vectors = np.expand_dims(vectors, tuple(dims.update_window_dims))  # batch axes where updates have them
+        flat = np.zeros(update_shape, np.int64)
+        valid = np.ones(update_shape, bool)
+        for d, size in enumerate(input_shape):
+            index = np.zeros((1,) * update_rank, np.int64)
+            if d in start_position:
+                index = index + vectors[..., start_position[d]]
+            if d in batching_axis:
+                index = index + _along(np.arange(update_shape[batching_axis[d]]), batching_axis[d], update_rank)
+            if d in window_axis:
+                index = index + _along(np.arange(update_shape[window_axis[d]]), window_axis[d], update_rank)
+            valid &= (index >= 0) & (index < size)
+            flat = flat * size + index
+        return flat[valid], valid
+
+    def run(regions, *operands):
+        inputs, indices, updates = operands[:n], operands[n], operands[n + 1:]
+        results = [np.array(x, dtype=d).reshape(-1) for x, d in zip(inputs, body_dtypes)]
+        targets, valid = targets_of(indices, np.shape(updates[0]))
+        if targets.size:
+            combine(regions[0], results, targets,
+                    [np.asarray(u)[valid].astype(d, copy=False) for u, d in zip(updates, body_dtypes)])
+        results = [r.reshape(input_shape) for r in results]
+        return results[0] if n == 1 else tuple(results)
+
+    return run
+
+
+# -------------------------------------------------------------- select_and_scatter
+
+
+@op("stablehlo.select_and_scatter")
+def select_and_scatter(info):
+    """Spec: select_and_scatter. In each window of the padded operand, ``select``
+    picks an element: the first one, then each next one replaces it unless
+    ``select(current, next)`` holds (row-major over the window; padding is never
+    picked, and a window of padding only scatters nothing). Every source value
+    then goes to the element its window picked, combined there by ``scatter``
+    starting from ``init_value``, in row-major order of the source (as XLA does)."""
+    operand_type = info.operand_types[0]
+    shape = operand_type.shape
+    windows = Windows.of(info, operand_type.rank)
+    window_axes = tuple(range(operand_type.rank, 2 * operand_type.rank))
+    select_vectorized = is_elementwise(info.regions[0])
+    combine = scatter_combiner(info, 1)
+    positions = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    def pick(select, values, where):
+        """Per window (rows of ``values``), the position of the selected element or -1."""
+        picked_value, picked = values[:, 0], where[:, 0]
+        for k in range(1, values.shape[1]):
+            value, position = values[:, k], where[:, k]
+            if select_vectorized:
+                keep = np.broadcast_to(select(picked_value, value)[0], picked.shape)
+            else:
+                keep = np.array([bool(select(np.asarray(a), np.asarray(b))[0])
+                                 for a, b in zip(picked_value, value)], bool)
+            take = (position >= 0) & ((picked < 0) | ~keep)
+            picked_value = np.where(take, value, picked_value)
+            picked = np.where(take, position, picked)
+        return picked
+
+    def run(regions, operand, source, init_value):
+        select, scatter_body = regions
+        if select_vectorized:
+            select = unobserved(select)
+        operand = np.asarray(operand)
+        where = windows.view(windows.padded(positions, -1))
+        values = windows.view(windows.padded(operand, np.zeros((), operand.dtype)))
+        count = int(np.prod(where.shape[:operand.ndim], dtype=np.int64))
+        flat = lambda w: np.reshape(w, (count, -1))  # noqa: E731
+        picked = pick(select, flat(values), flat(where)) if count else np.zeros(0, np.int64)
+        result = np.full(operand.size, init_value, operand.dtype)
+        chosen = picked >= 0
+        if chosen.any():
+            combine(scatter_body, [result], picked[chosen], [np.reshape(source, -1)[chosen]])
+        return result.reshape(shape)
+
+    return run

@@ -1,8 +1,9 @@
-"""Reductions (spec: reduce).
+"""Reductions (spec: reduce, reduce_window).
 
 The spec lets ``reduce`` apply ``body`` along any full binary tree whose leaves
 are the input elements in order, with init values at implementation-defined
-positions. Three strategies, chosen at load time:
+positions. ``reduce_window`` is ``reduce`` over each window of the padded and
+dilated inputs. Three strategies, chosen at load time:
 
 1. ``body`` is one monoid op (add, multiply, maximum, minimum, and, or, xor) on
    its two arguments: NumPy's reduction of that op (pairwise for float sums).
@@ -14,8 +15,11 @@ positions. Three strategies, chosen at load time:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..engine import BoundRegion, Execution
 from ..registry import ELEMENTWISE_OPS, op
 from .support import integer_compute_dtype
 
@@ -39,37 +43,62 @@ def is_elementwise(region) -> bool:
     return all(step.info.name in ELEMENTWISE_OPS for step in region.steps)
 
 
+def unobserved(bound: BoundRegion) -> BoundRegion:
+    """``bound`` run without the execution's listeners.
+
+    The vectorized strategies call an element-wise body on whole tensors, not on
+    the 0-d values its types declare; listeners (the result type checker, traces)
+    observe the ops of a program as written, so they do not see those calls.
+    """
+    execution = bound.execution
+    if not execution.listeners:
+        return bound
+    quiet = Execution(process=execution.process, context=execution.context)
+    return BoundRegion(bound.region, bound.captures, quiet, bound.step, bound.index)
+
+
+_BOOL_UFUNCS = {"stablehlo.add": np.logical_or, "stablehlo.multiply": np.logical_and,
+                "stablehlo.maximum": np.logical_or, "stablehlo.minimum": np.logical_and,
+                "stablehlo.and": np.logical_and, "stablehlo.or": np.logical_or,
+                "stablehlo.xor": np.logical_xor}
+_NUMBER_UFUNCS = {"stablehlo.add": np.add, "stablehlo.multiply": np.multiply,
+                  "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum,
+                  "stablehlo.and": np.bitwise_and, "stablehlo.or": np.bitwise_or,
+                  "stablehlo.xor": np.bitwise_xor}
+
+
+def monoid_ufunc(name: str, kind: str):
+    """The NumPy ufunc of a monoid op on booleans or integers (and add/multiply on floats)."""
+    return (_BOOL_UFUNCS if kind == "bool" else _NUMBER_UFUNCS)[name]
+
+
 def monoid_reducer(name: str, ttype):
     """``reduce(values, axes, init)`` for a monoid op on element type ``ttype`` (init combined once)."""
     dtype, kind = ttype.dtype, ttype.kind
     if kind == "bool":
-        ufunc = {"stablehlo.add": np.logical_or, "stablehlo.multiply": np.logical_and,
-                 "stablehlo.maximum": np.logical_or, "stablehlo.minimum": np.logical_and,
-                 "stablehlo.and": np.logical_and, "stablehlo.or": np.logical_or,
-                 "stablehlo.xor": np.logical_xor}[name]
+        ufunc = monoid_ufunc(name, kind)
         return lambda values, axes, init: ufunc.reduce(values, axis=axes, initial=bool(init))
     if kind in ("signed", "unsigned"):
         compute = integer_compute_dtype(dtype)
-        ufunc = {"stablehlo.add": np.add, "stablehlo.multiply": np.multiply,
-                 "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum,
-                 "stablehlo.and": np.bitwise_and, "stablehlo.or": np.bitwise_or,
-                 "stablehlo.xor": np.bitwise_xor}[name]
+        ufunc = monoid_ufunc(name, kind)
 
         def integer(values, axes, init):
             values = np.asarray(values).astype(compute, copy=False)
-            reduced = ufunc.reduce(values, axis=axes, dtype=compute)
-            return ufunc(np.asarray(init).astype(compute), reduced).astype(dtype)
+            initial = np.asarray(init).astype(compute)[()]
+            return ufunc.reduce(values, axis=axes, dtype=compute, initial=initial).astype(dtype)
 
         return integer
     if name in ("stablehlo.maximum", "stablehlo.minimum"):
         if kind == "complex":
             return None  # lexicographic order: use the tree strategy
         return _float_extremum(name == "stablehlo.maximum", dtype)
-    ufunc = {"stablehlo.add": np.add, "stablehlo.multiply": np.multiply}.get(name)
-    if ufunc is None:
+    if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
+    ufunc = monoid_ufunc(name, kind)
 
     def floating(values, axes, init):
+        if not all(np.shape(values)[axis] for axis in axes):  # nothing to reduce: init, -0.0 kept
+            return np.full(_reduced_shape(np.shape(values), axes), init, dtype)
         reduced = ufunc.reduce(values, axis=axes, dtype=dtype)
         return ufunc(init, reduced).astype(dtype)
 
@@ -105,21 +134,27 @@ def _reduced_shape(shape, axes):
     return tuple(size for i, size in enumerate(shape) if i not in axes)
 
 
-def tree_reduce(body, inputs, inits, axes, n: int):
+def _move_reduced_axes_last(inputs, axes):
+    """Inputs transposed so the reduced axes come last, flattened into one axis."""
+    rank = np.ndim(inputs[0])
+    kept = [d for d in range(rank) if d not in axes]
+    outer = tuple(np.shape(inputs[0])[d] for d in kept)
+    return outer, [np.transpose(x, kept + list(axes)).reshape(outer + (-1,)) for x in inputs]
+
+
+def tree_reduce(body, inputs, inits, axes):
     """Balanced-tree reduction with one vectorized ``body`` call per level.
 
     The reduced axes move to the end and flatten into one axis whose order is the
     lexicographic order of their indices; adjacent pairs combine level by level
     (an odd last element carries over), and the init values join at the left.
     """
-    rank = np.ndim(inputs[0])
-    kept = [d for d in range(rank) if d not in axes]
-    outer = tuple(np.shape(inputs[0])[d] for d in kept)
-    values = [np.transpose(x, kept + list(axes)).reshape(outer + (-1,)) for x in inputs]
+    outer, values = _move_reduced_axes_last(inputs, axes)
     count = values[0].shape[-1]
     while count > 1:
         pairs = count // 2
         combined = body(*[v[..., 0:2 * pairs:2] for v in values], *[v[..., 1:2 * pairs:2] for v in values])
+        combined = [np.broadcast_to(c, outer + (pairs,)) for c in combined]  # a body may return constants
         if count % 2:
             combined = [np.concatenate([c, v[..., -1:]], axis=-1) for c, v in zip(combined, values)]
         values = combined
@@ -130,12 +165,9 @@ def tree_reduce(body, inputs, inits, axes, n: int):
     return body(*inits, *[v[..., 0] for v in values])
 
 
-def sequential_reduce(body, inputs, inits, axes, n: int, result_types):
+def sequential_reduce(body, inputs, inits, axes, result_types):
     """``body`` applied to 0-d values, one output element at a time (any body)."""
-    rank = np.ndim(inputs[0])
-    kept = [d for d in range(rank) if d not in axes]
-    outer = tuple(np.shape(inputs[0])[d] for d in kept)
-    moved = [np.transpose(x, kept + list(axes)).reshape(outer + (-1,)) for x in inputs]
+    outer, moved = _move_reduced_axes_last(inputs, axes)
     results = [np.empty(outer, t.dtype) for t in result_types]
     for index in np.ndindex(*outer):
         accumulators = [np.asarray(init) for init in inits]
@@ -146,33 +178,116 @@ def sequential_reduce(body, inputs, inits, axes, n: int, result_types):
     return results
 
 
+def reduction(info, n: int):
+    """Load time: ``reduce(body, inputs, inits, axes) -> results`` for the op's body region.
+
+    Inputs and init values are first converted to the body's element types, which
+    may be wider than the inputs' (spec: reduce, reduce_window: ``is_promotable``).
+    """
+    body_region = info.regions[0]
+    body_types = body_region.arg_types[n:]
+    body_dtypes = [t.dtype for t in body_types]
+    result_types = info.result_types
+    monoid = monoid_of(body_region) if n == 1 else None
+    reducer = monoid and monoid_reducer(monoid, body_types[0])
+    vectorized = is_elementwise(body_region)
+
+    def run(body, inputs, inits, axes):
+        inputs = [np.asarray(x).astype(d, copy=False) for x, d in zip(inputs, body_dtypes)]
+        inits = [np.asarray(x).astype(d, copy=False) for x, d in zip(inits, body_dtypes)]
+        if reducer is not None:
+            results = [reducer(inputs[0], axes, inits[0])]
+        elif vectorized:
+            results = tree_reduce(unobserved(body), inputs, inits, axes)
+        else:
+            results = sequential_reduce(body, inputs, inits, axes, result_types)
+        return [np.asarray(r).astype(t.dtype, copy=False) for r, t in zip(results, result_types)]
+
+    return run, body_dtypes
+
+
 @op("stablehlo.reduce")
 def reduce(info):
     n = len(info.result_types)
     axes = tuple(info.attr("dimensions"))
-    body_region = info.regions[0]
-    body_types = body_region.arg_types[n:]
-    body_dtypes = [t.dtype for t in body_types]
-    input_dtypes = [t.dtype for t in info.operand_types[:n]]
-    convert = body_dtypes != input_dtypes  # promoted accumulation (spec: reduce, conversions)
-    result_dtypes = [t.dtype for t in info.result_types]
-    monoid = monoid_of(body_region) if n == 1 else None
-    reducer = monoid and monoid_reducer(monoid, body_types[0])
-    vectorized = is_elementwise(body_region)
-    single = n == 1
+    run_reduction, _ = reduction(info, n)
 
     def run(regions, *operands):
-        (body,) = regions
-        inputs, inits = list(operands[:n]), list(operands[n:])
-        if convert:
-            inputs = [np.asarray(x).astype(d) for x, d in zip(inputs, body_dtypes)]
-        if reducer is not None:
-            results = [reducer(inputs[0], axes, inits[0])]
-        elif vectorized:
-            results = tree_reduce(body, inputs, inits, axes, n)
-        else:
-            results = sequential_reduce(body, inputs, inits, axes, n, info.result_types)
-        results = [np.asarray(r).astype(d, copy=False) for r, d in zip(results, result_dtypes)]
-        return results[0] if single else tuple(results)
+        results = run_reduction(regions[0], operands[:n], operands[n:], axes)
+        return results[0] if n == 1 else tuple(results)
+
+    return run
+
+
+# ------------------------------------------------------------------------ windows
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The window attributes of reduce_window and select_and_scatter (spec: reduce_window).
+
+    ``padding`` is ``((low, high), ...)``; negative values crop, as in ``pad``.
+    """
+
+    dimensions: tuple
+    strides: tuple
+    padding: tuple
+    base_dilations: tuple
+    window_dilations: tuple
+
+    @classmethod
+    def of(cls, info, rank: int) -> "Windows":
+        padding = info.attributes.get("padding")
+        padding = ((0, 0),) * rank if padding is None else tuple(map(tuple, np.reshape(padding, (rank, 2))))
+        ones = (1,) * rank
+        return cls(tuple(info.attr("window_dimensions")), tuple(info.attributes.get("window_strides") or ones),
+                   padding, tuple(info.attributes.get("base_dilations") or ones),
+                   tuple(info.attributes.get("window_dilations") or ones))
+
+    def padded(self, operand, pad_value):
+        """``pad(operand, pad_value, low, high, interior = base_dilations - 1)``."""
+        operand = np.asarray(operand)
+        if all(p == (0, 0) for p in self.padding) and all(d == 1 for d in self.base_dilations):
+            return operand
+        canvas_shape, place, crop = [], [], []
+        for size, (low, high), dilation in zip(operand.shape, self.padding, self.base_dilations):
+            spread = (size - 1) * dilation + 1 if size else 0
+            canvas_shape.append(max(low, 0) + spread + max(high, 0))
+            place.append(slice(max(low, 0), max(low, 0) + spread, dilation))
+            crop.append(slice(-min(low, 0), max(canvas_shape[-1] + min(high, 0), -min(low, 0))))
+        canvas = np.full(canvas_shape, pad_value, operand.dtype)
+        canvas[tuple(place)] = operand
+        return canvas[tuple(crop)]
+
+    def view(self, padded):
+        """Windows as a strided view of shape ``result_shape + window_dimensions``."""
+        dilated = tuple((w - 1) * d + 1 for w, d in zip(self.dimensions, self.window_dilations))
+        counts = tuple(0 if size < span else (size - span) // stride + 1
+                       for size, span, stride in zip(padded.shape, dilated, self.strides))
+        if 0 in counts:
+            return np.empty(counts + self.dimensions, padded.dtype)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, dilated)
+        step = tuple(slice(None, None, s) for s in self.strides + self.window_dilations)
+        return windows[step]
+
+
+@op("stablehlo.reduce_window")
+def reduce_window(info):
+    """``reduce`` over each window of the inputs padded with the init values and
+    dilated by ``base_dilations`` (spec: reduce_window). Monoid bodies reduce a
+    strided view of all windows at once; element-wise bodies run one tree level
+    per call across all windows."""
+    n = len(info.result_types)
+    rank = info.operand_types[0].rank
+    windows = Windows.of(info, rank)
+    axes = tuple(range(rank, 2 * rank))
+    run_reduction, body_dtypes = reduction(info, n)
+
+    def run(regions, *operands):
+        inputs, inits = operands[:n], operands[n:]
+        views = [windows.view(windows.padded(np.asarray(x).astype(d, copy=False), np.asarray(init).astype(d)))
+                 for x, init, d in zip(inputs, inits, body_dtypes)]
+        results = run_reduction(regions[0], views, inits, axes)
+        return results[0] if n == 1 else tuple(results)
 
     return run
