@@ -1,12 +1,27 @@
 """Parse support for the ``check`` dialect of StableHLO's interpreter tests.
 
 jaxlib does not register that dialect, so its ops cannot be parsed in their
-custom syntax. :func:`to_generic_form` rewrites each ``check.*`` line into the
-generic op syntax, which MLIR parses as an unregistered op (the context allows
-unregistered dialects); ops/check.py implements the ops themselves.
+custom syntax. :func:`to_generic_form` rewrites each ``check.*`` op written in
+custom syntax into the generic op syntax, which MLIR parses as an unregistered
+op (the context allows unregistered dialects); ops/check.py implements the ops.
 
     check.expect_eq_const %0, dense<[1, 2]> : tensor<2xi32>
  -> "check.expect_eq_const"(%0) {value = dense<[1, 2]> : tensor<2xi32>} : (tensor<2xi32>) -> ()
+
+The custom syntax of each op (StableHLO's CheckOps.td), ``[...]`` optional::
+
+    check.expect_eq %a, %b [{attrs}] : type
+    check.expect_almost_eq %a, %b [, tolerance = F [: f64]] [{attrs}] : type
+    check.expect_eq_const %a, dense<...> : type [{attrs}]           (also check.eq)
+    check.expect_almost_eq_const %a, dense<...> : type [, tolerance = F] [{attrs}]
+                                                                    (also check.almost_eq)
+    check.expect_close %a, %b, max_ulp_difference = N [, min_ulp_difference = M]
+        : [{attrs}] type, type
+    check.expect_serialized_eq %a, probe_id = "id" [, iter = N] [{attrs}] : type
+
+An op may span several lines; the rewrite keeps it on its first line and leaves
+the others empty, so line numbers (and the locations of later ops) are kept.
+Ops already in generic syntax (``"check.expect_eq"(...)``) are left alone.
 """
 
 from __future__ import annotations
@@ -15,125 +30,172 @@ import re
 
 from .errors import ModuleError
 
-_CHECK_LINE = re.compile(r"^(\s*)check\.(\w+)\s+(.*?)\s*(//.*)?$")
-_OPERAND = re.compile(r"%[\w.$#-]+")
+_CHECK_START = re.compile(r"^(\s*)check\.(\w+)(?=[\s%]|$)")
+_SCALAR_TYPE = re.compile(r"^(?:[su]?i\d+|f\d+|bf16|index)$")
 _CONST_CHECKS = {"expect_eq_const", "expect_almost_eq_const", "eq", "almost_eq"}
-_PAIR_CHECKS = {"expect_eq", "expect_almost_eq"}
+# Keyword arguments of the custom syntax: attribute name and type.
+_KEYWORDS = {
+    "tolerance": ("tolerance", "f64"),
+    "max_ulp_difference": ("max_ulp_difference", "ui64"),
+    "min_ulp_difference": ("min_ulp_difference", "ui64"),
+    "probe_id": ("probe_id", None),
+    "iter": ("iteration", "ui32"),
+}
+_PUNCTUATION = ",=:"
 
 
 def to_generic_form(text: str) -> str:
     if "check." not in text:
         return text
     lines = text.split("\n")
-    for number, line in enumerate(lines):
-        match = _CHECK_LINE.match(line)
-        if match:
-            indent, name, rest, comment = match.groups()
-            try:
-                lines[number] = indent + _rewrite(name, rest) + (f" {comment}" if comment else "")
-            except ValueError as e:
-                raise ModuleError(f"line {number + 1}: cannot parse check.{name}: {e}") from None
+    number = 0
+    while number < len(lines):
+        match = _CHECK_START.match(lines[number])
+        if not match:
+            number += 1
+            continue
+        indent, name = match.groups()
+        first = number
+        statement, comment = _strip_comment(lines[number][match.end():])
+        # The op continues while brackets are open or the line ends with a comma.
+        while (_depth(statement) > 0 or statement.rstrip().endswith(",")) and number + 1 < len(lines):
+            number += 1
+            more, _ = _strip_comment(lines[number])
+            statement += " " + more.strip()
+            lines[number] = ""
+        try:
+            generic = _rewrite(name, statement.strip())
+        except ValueError as e:
+            raise ModuleError(f"line {first + 1}: cannot parse check.{name}: {e}") from None
+        lines[first] = indent + generic + (f" {comment}" if comment else "")
+        number += 1
     return "\n".join(lines)
 
 
 def _rewrite(name: str, rest: str) -> str:
-    operands, rest = _leading_operands(rest)
+    tokens = _tokenize(rest)
+    operands = _take_operands(tokens)
+    attributes: list[str] = []
     if name in _CONST_CHECKS:
-        pieces = split_top_level(rest, ",")
-        value = pieces[0]
-        value_type = _after_last_colon(value)
-        attrs = {"value": value}
-        attrs.update(_keyword_attrs(pieces[1:], {"tolerance": "f64"}))
-        return _generic(name, operands, attrs, [value_type])
-    if name in _PAIR_CHECKS or name == "expect_serialized_eq":
-        head, value_type = _split_type(rest)
-        kinds = {"tolerance": "f64", "probe_id": None, "iter": "ui32"}
-        attrs = _keyword_attrs(split_top_level(head, ",") if head else [], kinds)
-        if "iter" in attrs:
-            attrs["iteration"] = attrs.pop("iter")
-        return _generic(name, operands, attrs, [value_type] * len(operands))
-    if name == "expect_close":
-        head, types = _split_type(rest)
-        head = head.split("{")[0]
-        attrs = _keyword_attrs(split_top_level(head, ","),
-                               {"max_ulp_difference": "ui64", "min_ulp_difference": "ui64"})
-        type_list = split_top_level(types, ",")
-        return _generic(name, operands, attrs, type_list)
-    raise ValueError(f"unknown check op check.{name}")
+        # The value is an elements attribute with its type: dense<...> : tensor<...>
+        if len(tokens) < 3 or tokens[1] != ":":
+            raise ValueError("expected ', dense<...> : tensor<...>' after the operand")
+        value, value_type = tokens[0], tokens[2]
+        del tokens[:3]
+        attributes.append(f"value = {value} : {value_type}")
+        types = [value_type]
+        _take_keywords(tokens, attributes)
+        _take_attribute_dict(tokens, attributes)
+    elif name in ("expect_eq", "expect_almost_eq", "expect_close", "expect_serialized_eq"):
+        _take_keywords(tokens, attributes)
+        _take_attribute_dict(tokens, attributes)
+        if not tokens:
+            raise ValueError("missing ': type'")
+        if tokens[0] != ":":
+            raise ValueError(f"unexpected {' '.join(tokens)!r}")
+        tokens.pop(0)
+        _take_attribute_dict(tokens, attributes)
+        types = [t for t in tokens if t != ","]
+        tokens.clear()
+        if len(types) == 1:
+            types = types * len(operands)
+    else:
+        raise ValueError(f"unknown check op check.{name}")
+    if tokens:
+        raise ValueError(f"unexpected {' '.join(tokens)!r}")
+    if len(types) != len(operands):
+        raise ValueError(f"{len(operands)} operands but {len(types)} types")
+    attribute_text = f" {{{', '.join(attributes)}}}" if attributes else ""
+    return f'"check.{name}"({", ".join(operands)}){attribute_text} : ({", ".join(types)}) -> ()'
 
 
-def _leading_operands(rest: str):
+def _take_operands(tokens: list[str]) -> list[str]:
     operands = []
-    rest = rest.strip()
+    while tokens and tokens[0].startswith("%"):
+        operands.append(tokens.pop(0))
+        if tokens and tokens[0] == ",":
+            tokens.pop(0)
+    if not operands:
+        raise ValueError("expected an operand")
+    return operands
+
+
+def _take_keywords(tokens: list[str], attributes: list[str]) -> None:
+    """``[,] key = value [: scalar type]`` pairs, as typed attributes."""
     while True:
-        match = _OPERAND.match(rest)
-        if not match:
-            break
-        operands.append(match.group(0))
-        rest = rest[match.end():].lstrip()
-        if not rest.startswith(","):
-            break
-        rest = rest[1:].lstrip()
-        if not rest.startswith("%"):
-            break
-    return operands, rest
+        start = 1 if tokens and tokens[0] == "," else 0
+        if len(tokens) < start + 3 or tokens[start] not in _KEYWORDS or tokens[start + 1] != "=":
+            return
+        name, attribute_type = _KEYWORDS[tokens[start]]
+        value = tokens[start + 2]
+        del tokens[:start + 3]
+        if len(tokens) >= 2 and tokens[0] == ":" and _SCALAR_TYPE.match(tokens[1]):
+            attribute_type = attribute_type or tokens[1]
+            del tokens[:2]
+        if attribute_type == "f64" and re.fullmatch(r"[-+]?\d+", value):
+            value += ".0"  # MLIR wants a float literal for a float attribute
+        attributes.append(f"{name} = {value} : {attribute_type}" if attribute_type else f"{name} = {value}")
 
 
-def _split_type(rest: str):
-    """Split ``<head> : <type>`` at the last top-level colon followed by a type."""
+def _take_attribute_dict(tokens: list[str], attributes: list[str]) -> None:
+    if tokens and tokens[0].startswith("{"):
+        inner = tokens.pop(0)[1:-1].strip()
+        if inner:
+            attributes.append(inner)
+
+
+def _tokenize(text: str) -> list[str]:
+    """Top-level tokens: bracketed groups and strings stay whole, ``, = :`` stand alone."""
+    tokens: list[str] = []
+    current = ""
     depth = 0
-    split = None
-    for i, ch in enumerate(rest):
+    quoted = False
+    for ch in text:
+        if quoted:
+            current += ch
+            quoted = ch != '"' or current.endswith('\\"')
+            continue
+        if ch == '"':
+            quoted = True
+        elif depth == 0 and (ch.isspace() or ch in _PUNCTUATION or ch == "{"):
+            if current:
+                tokens.append(current)
+            current = ""
+            if ch.isspace():
+                continue
+            if ch in _PUNCTUATION:
+                tokens.append(ch)
+                continue
         if ch in "<([{":
             depth += 1
-        elif ch in ">)]}":
+        elif ch in ">)]}" and not current.endswith("-"):  # not the '>' of '->'
             depth -= 1
-        elif ch == ":" and depth == 0 and rest[i + 1:].lstrip().startswith(("tensor", "!", "{")):
-            split = i
-    if split is None:
-        raise ValueError("missing ': type'")
-    return rest[:split].strip().rstrip(",").strip(), rest[split + 1:].strip()
+        current += ch
+    if depth or quoted:
+        raise ValueError("unbalanced brackets or quotes")
+    if current:
+        tokens.append(current)
+    return tokens
 
 
-def _after_last_colon(value: str) -> str:
-    return _split_type(value)[1]
-
-
-def _keyword_attrs(pieces, kinds) -> dict:
-    attrs = {}
-    for piece in pieces:
-        piece = piece.strip()
-        if not piece:
-            continue
-        key, _, value = piece.partition("=")
-        key, value = key.strip(), value.strip()
-        if key not in kinds:
-            raise ValueError(f"unexpected {piece!r}")
-        value = value.split(":")[0].strip() if kinds[key] else value
-        attrs[key] = f"{value} : {kinds[key]}" if kinds[key] else value
-    return attrs
-
-
-def _generic(name: str, operands, attrs: dict, types) -> str:
-    attr_text = ", ".join(f"{k} = {v}" for k, v in attrs.items())
-    attr_text = f" {{{attr_text}}}" if attr_text else ""
-    return f'"check.{name}"({", ".join(operands)}){attr_text} : ({", ".join(types)}) -> ()'
-
-
-def split_top_level(text: str, separator: str) -> list[str]:
-    """Split on a separator outside brackets and quotes."""
-    pieces, depth, start, quoted = [], 0, 0, False
-    for i, ch in enumerate(text):
+def _depth(text: str) -> int:
+    depth, quoted = 0, False
+    for ch in text:
         if ch == '"':
             quoted = not quoted
-        elif quoted:
-            continue
-        elif ch in "<([{":
+        elif not quoted and ch in "<([{":
             depth += 1
-        elif ch in ">)]}":
+        elif not quoted and ch in ">)]}":
             depth -= 1
-        elif ch == separator and depth == 0:
-            pieces.append(text[start:i].strip())
-            start = i + 1
-    pieces.append(text[start:].strip())
-    return pieces
+    return depth
+
+
+def _strip_comment(line: str) -> tuple[str, str]:
+    """Split a ``// comment`` (outside strings) off a line."""
+    quoted = False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and line.startswith("//", i):
+            return line[:i], line[i:]
+    return line, ""

@@ -1,12 +1,17 @@
 """The ``check`` dialect of StableHLO's interpreter tests, and its custom-call
-spellings (``@check.expect_eq`` ...). A failed check raises :class:`CheckFailure`.
+spellings (``stablehlo.custom_call @check.expect_eq`` ...). A failed check
+raises :class:`CheckFailure`; ``stablehlo-interp test`` reports it.
 
-- expect_eq / expect_eq_const / eq: equal values (NaN matches NaN).
+- expect_eq / expect_eq_const / eq: equal values. NaN matches NaN and 0.0
+  matches -0.0 (StableHLO's C++ checks compare floats with IEEE ``==``, where
+  NaN never matches).
 - expect_almost_eq / expect_almost_eq_const / almost_eq: as StableHLO's
-  reference: equal, or both NaN, or same sign and ``|a - b| <= tolerance``
-  (default 1e-4); complex parts are compared separately.
-- expect_close: ULP distance within ``[min_ulp_difference, max_ulp_difference]``;
-  non-finite values must match exactly (any NaN matches any NaN).
+  reference: equal, or both NaN, or finite with the same sign and
+  ``|a - b| <= tolerance`` (default 1e-4); complex parts are compared separately.
+- expect_close: ULP distance within ``[min_ulp_difference, max_ulp_difference]``
+  (defaults 0 and 1); non-finite values must match exactly (any NaN matches any NaN).
+- custom call ``@check.eq`` (StableHLO's testdata): exact for integer and boolean
+  types, almost_eq with tolerance 1e-4 otherwise; its ``tensor<i1>`` result is true.
 """
 
 from __future__ import annotations
@@ -16,31 +21,36 @@ import numpy as np
 
 from ..errors import OpError
 from ..registry import custom_call, op
+from ..types import TensorType
+
+DEFAULT_TOLERANCE = 1e-4
 
 
 class CheckFailure(OpError):
     """A check op found values that differ from the expectation."""
 
 
-def _fail(info, reason):
-    return CheckFailure(info.name, info.location, reason)
+def _display_name(info) -> str:
+    if info.name == "stablehlo.custom_call":
+        return f"stablehlo.custom_call @{info.attr('call_target_name')}"
+    return info.name
 
 
-def _first_mismatch(actual, expected, ok) -> str:
+def _first_mismatch(actual, expected, ok, detail=None) -> str:
     bad = np.argwhere(~np.asarray(ok))
-    count = len(bad)
-    index = tuple(int(i) for i in bad[0]) if np.ndim(ok) else ()
-    return (f"{count} of {np.size(ok)} elements differ; first at index {list(index)}: "
-            f"{np.asarray(actual)[index]!r} (actual) vs {np.asarray(expected)[index]!r} (expected)")
+    index = tuple(int(i) for i in bad[0])
+    where = f" at index {list(index)}" if index else ""
+    extra = f" ({detail(index)})" if detail else ""
+    return (f"{len(bad)} of {np.size(ok)} elements differ; first{where}: "
+            f"{np.asarray(actual)[index]} (actual) vs {np.asarray(expected)[index]} (expected){extra}")
 
 
 def _equal(actual, expected) -> np.ndarray:
     actual, expected = np.asarray(actual), np.asarray(expected)
     same = actual == expected
-    try:
-        return same | (np.isnan(actual) & np.isnan(expected))
-    except TypeError:  # no NaN in this element type
+    if actual.dtype.kind in "iub":
         return same
+    return same | (np.isnan(actual) & np.isnan(expected))
 
 
 def _almost_equal(actual, expected, tolerance) -> np.ndarray:
@@ -70,8 +80,11 @@ def ulp_difference(actual, expected) -> np.ndarray:
     unsigned = np.dtype(f"u{dtype.itemsize}")
     sign_bit = unsigned.type(1 << (finfo.bits - 1))
 
+    def bits(x):  # (np.ascontiguousarray would make 0-d arrays 1-d)
+        return np.array(x, order="C", copy=None).view(unsigned)
+
     def magnitude(x):
-        return (np.ascontiguousarray(x).view(unsigned) & ~sign_bit).astype(np.int64)
+        return (bits(x) & ~sign_bit).astype(np.int64)
 
     smallest_normal_bits = int(np.array(finfo.smallest_normal, dtype).view(unsigned)) - 1
     a, b = magnitude(actual), magnitude(expected)
@@ -84,20 +97,41 @@ def ulp_difference(actual, expected) -> np.ndarray:
     finite = np.isfinite(actual.astype(np.float64)) & np.isfinite(expected.astype(np.float64))
     ca, cb = collapse_subnormals(a), collapse_subnormals(b)
     finite_distance = np.where(negative_a != negative_b, ca + cb, np.abs(ca - cb))
-    bits_equal = np.ascontiguousarray(actual).view(unsigned) == np.ascontiguousarray(expected).view(unsigned)
+    bits_equal = bits(actual) == bits(expected)
     both_nan = np.isnan(actual.astype(np.float64)) & np.isnan(expected.astype(np.float64))
     nonfinite_distance = np.where(bits_equal | both_nan, 0, np.iinfo(np.int64).max)
     return np.where(finite, finite_distance, nonfinite_distance).astype(np.uint64)
 
 
-def _checker(info, compare, describe=""):
+def _checker(info, compare, describe="", detail=None):
+    """The runner of a check: compare, raise CheckFailure on a mismatch.
+
+    Load time: both sides must have the same type (the check ops are parsed as
+    unregistered ops, which MLIR does not verify). A custom call declaring a
+    result gets ``true`` (a failure raises before).
+    """
+    actual_type, expected_type = info.operand_types[0], _expected_type(info)
+    if actual_type != expected_type:
+        raise info.error(f"compares {actual_type} with {expected_type}: the types must be equal")
+    name = _display_name(info)
+    passed = tuple(np.array(True) for _ in info.result_types)
+
     def run(actual, expected):
         ok = compare(actual, expected)
         if not np.all(ok):
-            raise _fail(info, describe + _first_mismatch(actual, expected, ok))
-        return None
+            raise CheckFailure(name, info.location, describe + _first_mismatch(
+                actual, expected, ok, detail and (lambda i: detail(actual, expected, i))))
+        return passed[0] if len(passed) == 1 else passed
 
     return run
+
+
+def _expected_type(info):
+    if "value" in info.attributes and len(info.operand_types) == 1:
+        return TensorType.like(info.attr("value"))
+    if len(info.operand_types) != 2:
+        raise info.error(f"expects 2 operands (actual, expected), got {len(info.operand_types)}")
+    return info.operand_types[1]
 
 
 def _with_constant(info, check):
@@ -105,49 +139,60 @@ def _with_constant(info, check):
     return lambda actual: check(actual, expected)
 
 
-@op("check.expect_eq")
-def expect_eq(info):
+def _expect_eq(info):
     return _checker(info, _equal)
 
 
-@op("check.expect_eq_const", "check.eq")
-def expect_eq_const(info):
-    return _with_constant(info, expect_eq(info))
-
-
-@op("check.expect_almost_eq")
-def expect_almost_eq(info):
-    tolerance = info.attributes.get("tolerance", 1e-4)
+def _expect_almost_eq(info, tolerance=None):
+    tolerance = info.attributes.get("tolerance", DEFAULT_TOLERANCE) if tolerance is None else tolerance
     return _checker(info, lambda a, b: _almost_equal(a, b, tolerance), f"tolerance {tolerance}: ")
 
 
-@op("check.expect_almost_eq_const", "check.almost_eq")
-def expect_almost_eq_const(info):
-    return _with_constant(info, expect_almost_eq(info))
-
-
-@op("check.expect_close")
-def expect_close(info):
+def _expect_close(info):
     high = info.attributes.get("max_ulp_difference", 1)
     low = info.attributes.get("min_ulp_difference", 0)
+    if not (info.operand_types[0].is_float or info.operand_types[0].is_complex):
+        raise info.error(f"expects floating-point or complex operands, got {info.operand_types[0]}")
 
     def within(actual, expected):
         distance = ulp_difference(actual, expected)
         return (distance >= low) & (distance <= high)
 
-    return _checker(info, within, f"ULP difference outside [{low}, {high}]: ")
+    def distance(actual, expected, index):
+        return f"{int(ulp_difference(np.asarray(actual)[index], np.asarray(expected)[index]))} ULP"
+
+    return _checker(info, within, f"ULP difference outside [{low}, {high}]: ", distance)
 
 
-@custom_call("check.expect_eq", "check.eq")
-def custom_expect_eq(info):
-    return expect_eq(info)
+op("check.expect_eq")(_expect_eq)
+op("check.expect_almost_eq")(_expect_almost_eq)
+op("check.expect_close")(_expect_close)
 
 
-@custom_call("check.expect_almost_eq")
-def custom_expect_almost_eq(info):
-    return expect_almost_eq(info)
+@op("check.expect_eq_const", "check.eq")
+def expect_eq_const(info):
+    return _with_constant(info, _expect_eq(info))
 
 
-@custom_call("check.expect_close")
-def custom_expect_close(info):
-    return expect_close(info)
+@op("check.expect_almost_eq_const", "check.almost_eq")
+def expect_almost_eq_const(info):
+    return _with_constant(info, _expect_almost_eq(info))
+
+
+@op("check.expect_serialized_eq")
+def expect_serialized_eq(info):
+    raise info.unsupported("compares with the files that interpreter.probe writes to a probe "
+                           "directory; stablehlo-interp does not write them")
+
+
+custom_call("check.expect_eq")(_expect_eq)
+custom_call("check.expect_almost_eq")(_expect_almost_eq)
+custom_call("check.expect_close")(_expect_close)
+
+
+@custom_call("check.eq")
+def custom_check_eq(info):
+    """StableHLO's testdata check: exact for integers and booleans, else almost_eq (1e-4)."""
+    if info.operand_types[0].is_integer or info.operand_types[0].is_bool:
+        return _expect_eq(info)
+    return _expect_almost_eq(info, DEFAULT_TOLERANCE)
