@@ -1,1 +1,498 @@
-"""(being written)"""
+"""The CHLO dialect ("client HLO", stablehlo/dialect/ChloOps.td), evaluated directly.
+
+- Math functions (acos ... zeta) come from NumPy and SciPy's special functions,
+  evaluated in a wider type (f16/bf16 in f32, f32 in f64, complex64 in
+  complex128) and rounded once. Where a function has a pole or is undefined,
+  the result is the one XLA's CHLO decomposition
+  (stablehlo/transforms/ChloLegalizeToStablehlo.cpp) gives: digamma(0) = -inf,
+  digamma(negative integer) = NaN, lgamma(-inf) = +inf, zeta and polygamma as
+  described at :func:`_zeta`.
+- ``broadcast_*`` ops broadcast their operands (numpy-style, or by an explicit
+  ``broadcast_dimensions`` map) and then run the stablehlo (or chlo) op they
+  mirror, through that op's own builder: see :func:`_broadcasting`.
+- ``top_k``, ``ragged_dot`` and ``scan`` as described at their builders.
+
+CHLO's own attributes (comparison directions, ragged-dot dimension numbers,
+complex constants) reach the builders as their MLIR text and are parsed here.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import scipy.special
+
+from ..decode import DotDimensionNumbers
+from ..plan import OpInfo
+from ..registry import op, op_builder
+from ..types import TensorType
+from .comparison import total_order_key
+from .support import in_wider_precision, integer_compute_dtype, unsigned_view_dtype
+
+
+def _chlo_enum(text: str) -> str:
+    """``#chlo<comparison_direction LT>`` -> ``LT``."""
+    match = re.fullmatch(r"#chlo<\w+ (\w+)>", text)
+    if not match:
+        raise ValueError(f"cannot decode CHLO attribute {text}")
+    return match.group(1)
+
+
+# ------------------------------------------------------------------ element-wise math
+
+
+def _math(real=None, complex_=None):
+    """Builder of an element-wise function: ``real`` for float operands,
+    ``complex_`` for complex ones, evaluated in wider precision and rounded."""
+
+    def build(info):
+        ttype = info.operand_types[0]
+        fn = {"float": real, "complex": complex_}.get(ttype.kind)
+        if fn is None:
+            raise info.unsupported(f"element type {ttype.element_type} is not allowed for this op")
+        wide = in_wider_precision(fn, ttype.dtype)
+
+        def run(*operands):
+            with np.errstate(all="ignore"):
+                return wide(*operands)
+
+        return run
+
+    return build
+
+
+def _square(x):
+    """x * x; complex: ((re - im) * (re + im), 2 * re * im), which does not
+    overflow where re**2 - im**2 would (ChloOps.td, square)."""
+    if np.iscomplexobj(x):
+        result = np.empty(x.shape, x.dtype)
+        result.real = (x.real - x.imag) * (x.real + x.imag)
+        result.imag = 2 * x.real * x.imag
+        return result
+    return x * x
+
+
+def _digamma(x):
+    """psi(x); -inf at +-0 and NaN at the negative integers (the poles)."""
+    result = scipy.special.psi(x)
+    result = np.where((x < 0) & (x == np.floor(x)), np.nan, result)
+    return np.where(x == 0, -np.inf, result)
+
+
+def _lgamma(x):
+    """log|gamma(x)|; +inf at the poles and at +-inf."""
+    return np.where(np.isinf(x), np.inf, scipy.special.gammaln(x))
+
+
+def _zeta(x, q):
+    """Hurwitz zeta(x, q) = sum over n >= 0 of (q + n)**-x. As XLA defines it:
+    NaN for x < 1; for q <= 0, NaN unless x is an integer; at the poles (q a
+    non-positive integer) +inf for even x, else NaN; +inf for x = 1."""
+    result = scipy.special.zeta(x, q)
+    x_integer = x == np.floor(x)
+    result = np.where((x < 1) | ((q <= 0) & ~x_integer), np.nan, result)
+    pole = (q <= 0) & (q == np.floor(q))
+    result = np.where(pole, np.where(x_integer & (np.fmod(x, 2) == 0), np.inf, np.nan), result)
+    return np.where(x == 1, np.inf, result)
+
+
+def _polygamma(n, x):
+    """The n-th derivative of digamma: digamma for n = 0, else
+    (-1)**(n + 1) * n! * zeta(n + 1, x); NaN unless n is a natural number."""
+    sign = np.where(np.fmod(n, 2) == 0, -1.0, 1.0)
+    result = np.where(n == 0, _digamma(x), sign * scipy.special.gamma(n + 1) * _zeta(n + 1, x))
+    return np.where((n < 0) | (n != np.floor(n)), np.nan, result)
+
+
+def _asin_acos_kernel(z):
+    """w such that asin(z) = (atan2(re z, re w), sign(im z) * im w) and
+    acos(z) = (atan2(re w, re z), -sign(im z) * im w) (ChloOps.td): re w is
+    re(sqrt(1 - z) * sqrt(1 + z)) (Kahan's formula, never negative) and
+    im w = |im asin(z)|."""
+    w = np.empty(z.shape, z.dtype)
+    w.real = (np.sqrt(1 - z) * np.sqrt(1 + z)).real
+    w.imag = np.abs(np.arcsin(z).imag)
+    return w
+
+
+for _name, _real, _complex in [
+    ("acos", np.arccos, np.arccos),
+    ("acosh", np.arccosh, np.arccosh),
+    ("asin", np.arcsin, np.arcsin),
+    ("asinh", np.arcsinh, np.arcsinh),
+    ("atan", np.arctan, np.arctan),
+    ("atanh", np.arctanh, np.arctanh),
+    ("cosh", np.cosh, np.cosh),
+    ("sinh", np.sinh, np.sinh),
+    ("square", _square, _square),
+    ("_asin_acos_kernel", None, _asin_acos_kernel),
+    ("bessel_i1e", scipy.special.i1e, None),
+    ("digamma", _digamma, None),
+    ("erf", scipy.special.erf, None),
+    ("erfc", scipy.special.erfc, None),
+    ("erf_inv", scipy.special.erfinv, None),
+    ("lgamma", _lgamma, None),
+    ("polygamma", _polygamma, None),
+    ("zeta", _zeta, None),
+]:
+    op(f"chlo.{_name}", elementwise=True)(_math(_real, _complex))
+
+
+@op("chlo.tan", elementwise=True)
+def tan(info):
+    """The same op as stablehlo.tan."""
+    return op_builder("stablehlo.tan")(info)
+
+
+@op("chlo.conj", elementwise=True)
+def conj(info):
+    """(re, -im); the identity on real operands."""
+    return np.conj if info.operand_types[0].is_complex else (lambda x: x)
+
+
+@op("chlo.is_inf", elementwise=True)
+def is_inf(info):
+    return np.isinf
+
+
+@op("chlo.is_pos_inf", elementwise=True)
+def is_pos_inf(info):
+    return np.isposinf
+
+
+@op("chlo.is_neg_inf", elementwise=True)
+def is_neg_inf(info):
+    return np.isneginf
+
+
+@op("chlo.next_after", elementwise=True)
+def next_after(info):
+    """The representable value next to x in the direction of y (C++
+    std::nextafter), by stepping x's bit pattern as XLA's decomposition does:
+    y if x == y, NaN if either is NaN, the smallest subnormal signed like y if
+    x is zero."""
+    dtype = info.operand_types[0].dtype
+    if info.operand_types[0].bit_width != 8 * dtype.itemsize:
+        raise info.unsupported(f"element type {info.operand_types[0].element_type}")
+    bits = unsigned_view_dtype(dtype)
+    sign = bits.type(1 << (8 * dtype.itemsize - 1))
+    one, nan = bits.type(1), np.array(np.nan, dtype)
+
+    def run(x, y):
+        x_bits = np.ascontiguousarray(x).view(bits)
+        y_bits = np.ascontiguousarray(y).view(bits)
+        x_magnitude, y_magnitude = x_bits & ~sign, y_bits & ~sign
+        toward_zero = (x_magnitude > y_magnitude) | (((x_bits ^ y_bits) & sign) != 0)
+        stepped = np.where(toward_zero, x_bits - one, x_bits + one)
+        stepped = np.where(x_magnitude == 0, (y_bits & sign) | one, stepped).view(dtype)
+        result = np.where(x == y, y, stepped)
+        return np.where(np.isnan(x) | np.isnan(y), nan, result)
+
+    return run
+
+
+@op("chlo.mulhi", elementwise=True)
+def mulhi(info):
+    """The high N bits of the 2N-bit product of two N-bit integers."""
+    ttype = info.operand_types[0]
+    if not ttype.is_integer:
+        raise info.unsupported(f"element type {ttype.element_type} is not an integer")
+    dtype, bits, signed = ttype.dtype, ttype.bit_width, ttype.kind == "signed"
+    if bits == 64:
+        return lambda lhs, rhs: _mulhi64(lhs, rhs, signed)
+    wide = np.dtype(np.int64 if signed else np.uint64)
+    return lambda lhs, rhs: ((np.asarray(lhs).astype(wide) * np.asarray(rhs).astype(wide)) >> bits).astype(dtype)
+
+
+def _mulhi64(lhs, rhs, signed: bool):
+    """High word of a 64 x 64-bit product from 32-bit halves; for signed operands
+    the unsigned high word is corrected by the operands' sign bits."""
+    a, b = np.asarray(lhs).view(np.uint64), np.asarray(rhs).view(np.uint64)
+    low, shift = np.uint64(0xFFFFFFFF), np.uint64(32)
+    a_lo, a_hi, b_lo, b_hi = a & low, a >> shift, b & low, b >> shift
+    hi_lo = a_hi * b_lo
+    middle = ((a_lo * b_lo) >> shift) + (hi_lo & low) + a_lo * b_hi
+    high = a_hi * b_hi + (hi_lo >> shift) + (middle >> shift)
+    if not signed:
+        return high
+    zero = np.uint64(0)
+    high = high - np.where(lhs < 0, b, zero) - np.where(rhs < 0, a, zero)
+    return high.view(np.int64)
+
+
+# ------------------------------------------------------------------ constants
+
+
+@op("chlo.constant")
+def constant(info):
+    value = info.attr("value")
+    return lambda: value
+
+
+@op("chlo.constant_like")
+def constant_like(info):
+    """A splat of ``value`` in the shape of the operand."""
+    value = info.attr("value")
+    result = info.result_type
+    if isinstance(value, str):  # complex: #complex.number<:f32 1.0, 2.0> : complex<f32>
+        parts = re.fullmatch(r"#complex\.number<:\w+ ([^,]+), ([^>]+)>.*", value, re.S)
+        if not parts:
+            raise info.error(f"cannot decode constant value {value}")
+        value = complex(float(parts.group(1)), float(parts.group(2)))
+    scalar = np.array(value).astype(result.dtype)
+    return lambda operand: np.full(np.shape(operand), scalar, result.dtype)
+
+
+# ------------------------------------------------------------------ broadcasting ops
+
+
+def _broadcasting(target: str, attributes=lambda info: {}):
+    """Builder of a ``chlo.broadcast_*`` op: broadcast the operands to the result
+    shape, then run ``target`` (its registered builder, given the broadcast
+    operand types and the attributes ``attributes(info)`` returns).
+
+    Without ``broadcast_dimensions``, numpy-style broadcasting (ranks padded on
+    the left, size-1 dimensions stretched). With it, dimension i of the
+    lower-rank operand (lhs when the ranks are equal) is dimension
+    ``broadcast_dimensions[i]`` of the result (ChloOps.cpp, type inference).
+    """
+
+    def build(info):
+        builder = op_builder(target)
+        if builder is None:
+            raise info.unsupported(f"needs {target}, which is not supported yet")
+        result_shape = info.result_type.shape
+        rank = len(result_shape)
+        layouts = [_operand_layout(info, i, rank) for i in range(len(info.operand_types))]
+        operand_types = tuple(TensorType.of(result_shape, t.element_type) for t in info.operand_types)
+        inner = builder(OpInfo(target, attributes(info), operand_types, info.result_types,
+                               location=info.location, program=info.program))
+
+        def run(*operands):
+            return inner(*np.broadcast_arrays(*[layout(x) for x, layout in zip(operands, layouts)]))
+
+        return run
+
+    return build
+
+
+def _operand_layout(info, index: int, rank: int):
+    """Operand ``index`` -> the same data with the result's rank, its dimensions
+    where the result has them (for broadcasting)."""
+    operand_rank = info.operand_types[index].rank
+    dims = info.attributes.get("broadcast_dimensions")
+    lhs_rank, rhs_rank = (t.rank for t in info.operand_types[:2])
+    smaller = 0 if lhs_rank <= rhs_rank else 1
+    if dims is None or index != smaller:
+        dims = range(rank - operand_rank, rank)  # numpy-style: padded on the left
+    dims = tuple(dims)
+    if len(dims) != operand_rank:
+        raise info.error(f"broadcast_dimensions {dims} do not match operand rank {operand_rank}")
+    order = tuple(int(i) for i in np.argsort(dims))
+    placed = sorted(dims)
+
+    def layout(x):
+        x = np.transpose(x, order)
+        full = [1] * rank
+        for dim, size in zip(placed, x.shape):
+            full[dim] = size
+        return x.reshape(full)
+
+    return layout
+
+
+def _compare_attributes(info):
+    attributes = {"comparison_direction": _chlo_enum(info.attr("comparison_direction"))}
+    compare_type = info.attributes.get("compare_type")
+    if compare_type is not None and _chlo_enum(compare_type) != "NOTYPE":
+        attributes["compare_type"] = _chlo_enum(compare_type)
+    return attributes
+
+
+for _name, _target in [
+    ("add", "stablehlo.add"), ("and", "stablehlo.and"), ("atan2", "stablehlo.atan2"),
+    ("complex", "stablehlo.complex"), ("divide", "stablehlo.divide"), ("maximum", "stablehlo.maximum"),
+    ("minimum", "stablehlo.minimum"), ("multiply", "stablehlo.multiply"), ("or", "stablehlo.or"),
+    ("power", "stablehlo.power"), ("remainder", "stablehlo.remainder"),
+    ("shift_left", "stablehlo.shift_left"),
+    ("shift_right_arithmetic", "stablehlo.shift_right_arithmetic"),
+    ("shift_right_logical", "stablehlo.shift_right_logical"), ("subtract", "stablehlo.subtract"),
+    ("xor", "stablehlo.xor"), ("next_after", "chlo.next_after"), ("polygamma", "chlo.polygamma"),
+    ("zeta", "chlo.zeta"),
+]:
+    op(f"chlo.broadcast_{_name}")(_broadcasting(_target))
+op("chlo.broadcast_compare")(_broadcasting("stablehlo.compare", _compare_attributes))
+op("chlo.broadcast_select")(_broadcasting("stablehlo.select"))
+
+
+# ------------------------------------------------------------------ top_k
+
+
+@op("chlo.top_k")
+def top_k(info):
+    """The k largest entries along the last dimension and their indices, largest
+    first; equal entries in index order. Floats are ordered as XLA's sort with a
+    TOTALORDER comparator orders them: +NaN first, -NaN last, +0.0 before -0.0."""
+    k = info.attr("k")
+    ttype = info.operand_types[0]
+    if ttype.is_complex:
+        raise info.unsupported("complex operands have no order")
+    if ttype.is_float:
+        key = total_order_key
+    else:
+        compute = integer_compute_dtype(ttype.dtype)
+        key = lambda x: np.asarray(x).astype(compute)  # noqa: E731
+    index_dtype = info.result_types[1].dtype
+
+    def run(operand):
+        order = np.argsort(~key(operand), axis=-1, kind="stable")[..., :k]
+        return np.take_along_axis(operand, order, axis=-1), order.astype(index_dtype)
+
+    return run
+
+
+# ------------------------------------------------------------------ ragged_dot
+
+
+def _ragged_dot_numbers(text: str) -> dict:
+    """``#chlo.ragged_dot<lhs_batching_dimensions = [0], ...>`` -> {field: tuple}."""
+    fields = {name: () for name in ("lhs_batching_dimensions", "rhs_batching_dimensions",
+                                    "lhs_contracting_dimensions", "rhs_contracting_dimensions",
+                                    "lhs_ragged_dimensions", "rhs_group_dimensions")}
+    for name, dims in re.findall(r"(\w+) = \[([\d,\s]*)\]", text):
+        fields[name] = tuple(int(d) for d in dims.replace(",", " ").split())
+    return fields
+
+
+@op("chlo.ragged_dot")
+def ragged_dot(info):
+    """dot_general where one lhs dimension is split into groups of consecutive
+    sizes ``group_sizes`` (ChloOps.td, ragged_dot; its shape is [prefix..., g],
+    or [g] for every prefix). By the kind of the lhs ragged dimension:
+
+    1. non-contracting (m): each row uses the rhs slice of its group (the rhs
+       group dimension); rows past the last group are zero.
+       [b,m,k] x [g,b,k,n] -> [b,m,n].
+    2. contracting (k): one result per group, contracting only that group's
+       part of k. [b,m,k] x [b,k,n] -> [g,b,m,n].
+    3. batch (b): a plain batched dot_general. [b,m,k] x [b,k,n] -> [b,m,n].
+
+    Only each row's own group enters its result (as in a grouped matmul kernel),
+    so an inf or NaN in another group's rhs does not leak into it. Products and
+    sums are those of stablehlo.dot_general, whose builder does the work.
+    """
+    numbers = _ragged_dot_numbers(info.attr("ragged_dot_dimension_numbers"))
+    lhs_batch, rhs_batch = numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"]
+    lhs_contract, rhs_contract = numbers["lhs_contracting_dimensions"], numbers["rhs_contracting_dimensions"]
+    (ragged,) = numbers["lhs_ragged_dimensions"]
+    lhs_type, rhs_type, sizes_type = info.operand_types
+    groups = sizes_type.shape[-1]
+
+    def dot(lhs_b, rhs_b, lhs_c, rhs_c, lhs_shape, rhs_shape, result_shape):
+        """The dot_general runner for these dimension numbers and shapes."""
+        dot_info = OpInfo("stablehlo.dot_general",
+                          {"dot_dimension_numbers": DotDimensionNumbers(lhs_b, rhs_b, lhs_c, rhs_c)},
+                          (TensorType.of(lhs_shape, lhs_type.element_type),
+                           TensorType.of(rhs_shape, rhs_type.element_type)),
+                          (TensorType.of(result_shape, info.result_type.element_type),),
+                          location=info.location, program=info.program)
+        return op_builder("stablehlo.dot_general")(dot_info)
+
+    if ragged in lhs_batch:
+        return dot(lhs_batch, rhs_batch, lhs_contract, rhs_contract, lhs_type.shape, rhs_type.shape,
+                   info.result_type.shape)
+    shift = lambda dims: tuple(d + 1 for d in dims)  # noqa: E731  (a group dimension in front)
+    grouped_lhs = (groups, *lhs_type.shape)
+    if ragged in lhs_contract:
+        position = lhs_contract.index(ragged)
+        prefix = lhs_batch + lhs_contract[:position]
+        lhs_mask = _group_mask(sizes_type, prefix, ragged, lhs_type.rank)
+        rhs_prefix = rhs_batch + rhs_contract[:position]
+        rhs_mask = _group_mask(sizes_type, rhs_prefix, rhs_contract[position], rhs_type.rank)
+        product = dot((0, *shift(lhs_batch)), (0, *shift(rhs_batch)), shift(lhs_contract),
+                      shift(rhs_contract), grouped_lhs, (groups, *rhs_type.shape), info.result_type.shape)
+        zero = np.zeros((), lhs_type.dtype), np.zeros((), rhs_type.dtype)
+
+        def contracting(lhs, rhs, group_sizes):
+            return product(np.where(lhs_mask(group_sizes, lhs.shape), lhs, zero[0]),
+                           np.where(rhs_mask(group_sizes, rhs.shape), rhs, zero[1]))
+
+        return contracting
+
+    (rhs_group,) = numbers["rhs_group_dimensions"]
+    lhs_free = [d for d in range(lhs_type.rank) if d not in lhs_batch + lhs_contract]
+    prefix = lhs_batch + tuple(d for d in lhs_free if d < ragged)
+    result_rank = info.result_type.rank
+    rows_rank = len(lhs_batch) + len(lhs_free)
+    row_mask = _group_mask(sizes_type, tuple(range(len(prefix))), len(lhs_batch) + lhs_free.index(ragged),
+                           rows_rank)
+    product = dot((0, *shift(lhs_batch)), (rhs_group, *rhs_batch), shift(lhs_contract), rhs_contract,
+                  grouped_lhs, rhs_type.shape, (groups, *info.result_type.shape))
+    result_dtype = info.result_type.dtype
+
+    def non_contracting(lhs, rhs, group_sizes):
+        per_group = product(np.broadcast_to(lhs, (groups, *lhs.shape)), rhs)
+        rows = per_group.shape[1:rows_rank + 1]
+        mask = np.broadcast_to(row_mask(group_sizes, rows), (groups, *rows))
+        group = mask.argmax(axis=0).reshape((1, *rows) + (1,) * (result_rank - rows_rank))
+        inside = mask.any(axis=0).reshape(rows + (1,) * (result_rank - rows_rank))
+        chosen = np.take_along_axis(per_group, group, axis=0)[0]
+        return np.where(inside, chosen, np.zeros((), result_dtype))
+
+    return non_contracting
+
+
+def _group_mask(sizes_type, prefix_dims, ragged_dim, rank):
+    """A function of (group_sizes, shape) -> bool array [g, *shape-like]: whether
+    each index of dimension ``ragged_dim`` lies in group g. group_sizes has
+    shape [sizes of ``prefix_dims``..., g] (or [g], the same for every prefix)."""
+    prefix_dims = prefix_dims if sizes_type.rank > 1 else ()
+    relevant = (*prefix_dims, ragged_dim)
+    order = np.argsort(relevant)  # the relevant dims in increasing order, as in the operand
+
+    def mask(group_sizes, shape):
+        sizes = np.asarray(group_sizes).astype(np.int64)
+        ends = np.cumsum(sizes, axis=-1)
+        starts = ends - sizes
+        index = np.arange(shape[ragged_dim])
+        inside = (np.moveaxis(starts, -1, 0)[..., None] <= index) & (index < np.moveaxis(ends, -1, 0)[..., None])
+        inside = np.transpose(inside, (0, *(order + 1)))
+        return inside.reshape((inside.shape[0],) + tuple(shape[d] if d in relevant else 1 for d in range(rank)))
+
+    return mask
+
+
+# ------------------------------------------------------------------ scan
+
+
+@op("chlo.scan")
+def scan(info):
+    """Run the body along ``dimension`` (from the end if ``is_reverse``): it takes
+    the inputs' slices at the position and the carries, and returns the outputs'
+    slices at the position, then the new carries. Results: the outputs stacked
+    along ``dimension``, then the final carries."""
+    n_inputs, n_carries = info.attr("operandSegmentSizes")
+    dimension = info.attr("dimension")
+    reverse = info.attr("is_reverse", False)
+    output_types = info.result_types[:len(info.result_types) - n_carries]
+    length = info.attributes.get("scan_dim_size")
+    if length is None and output_types:
+        length = output_types[0].shape[dimension]
+
+    def run(regions, *operands):
+        inputs, carries = operands[:n_inputs], operands[n_inputs:]
+        size = inputs[0].shape[dimension] if inputs else length
+        positions = range(size - 1, -1, -1) if reverse else range(size)
+        slices = [[] for _ in output_types]
+        for position in positions:
+            results = regions[0](*[np.take(x, position, axis=dimension) for x in inputs], *carries)
+            for collected, value in zip(slices, results):
+                collected.append(value)
+            carries = results[len(output_types):]
+        outputs = [np.stack(s[::-1] if reverse else s, axis=dimension) if s else np.zeros(t.shape, t.dtype)
+                   for s, t in zip(slices, output_types)]
+        results = (*outputs, *carries)
+        return results[0] if len(results) == 1 else results
+
+    return run
