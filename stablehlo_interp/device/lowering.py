@@ -1,0 +1,35 @@
+"""How JAX lowers primitives for the interp platform: like the CPU.
+
+Most lowering rules are platform-independent, but some primitives have rules
+registered per platform only (linear algebra through LAPACK custom calls,
+``debug_callback``, RNG bit generation, ...): without a rule for ``interp``
+those primitives could not be lowered for it at all. JAX looks rules up in
+``mlir._platform_specific_lowerings[platform]``; this module makes the
+``interp`` entry a ``ChainMap`` over the CPU's, so every CPU rule (including
+those registered later, by modules imported after the plugin) also lowers
+for ``interp``, and a rule registered for ``interp`` itself takes precedence.
+The resulting custom calls (``lapack_*``, ``ducc_fft`` ...) are implemented by
+the interpreter's custom-call registry.
+
+Host callbacks are the exception: ``emit_python_callback`` refuses platforms
+other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them.
+"""
+
+from __future__ import annotations
+
+import collections
+
+PLATFORM = "interp"
+
+
+def register() -> None:
+    from jax._src.interpreters import mlir
+
+    rules = mlir._platform_specific_lowerings
+    current = rules.get(PLATFORM)
+    if isinstance(current, collections.ChainMap):
+        return
+    rules[PLATFORM] = collections.ChainMap(dict(current or {}), rules["cpu"])
+    from . import host_callbacks
+
+    host_callbacks.register()

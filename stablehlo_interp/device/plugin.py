@@ -1,0 +1,85 @@
+"""Registration with JAX, and the process-lifetime rules a ctypes plugin must follow.
+
+JAX discovers the plugin through the ``jax_plugins`` entry point and calls
+:func:`initialize`, which registers the ``PJRT_Api`` table (in a ``PyCapsule``
+named ``"pjrt_c_api"``) under the platform name ``interp``.
+
+Three hazards of a ctypes plugin, each seen to abort the process, and what
+this module does about them:
+
+1. *A call entered while a Python exception is pending* (a ``Destroy`` from a
+   deallocator while an exception unwinds the stack). ctypes would run the
+   thunk, CPython would then flag "a result with an exception set", and ctypes
+   would return garbage to C. The ``Destroy`` thunks first take the pending
+   exception out of the thread state (:func:`take_pending_exception`), do
+   their work, and hand the exception back to whoever raised it by re-raising
+   it at the next opportunity, see ``api.py``.
+2. *Thunks freed before jaxlib's last call*: the table and every thunk are
+   kept alive for the whole process (an extra reference that is never
+   dropped), since jaxlib's client may outlive every Python module.
+3. *Destroy calls on a jaxlib thread while CPython finalizes* must not take
+   the GIL (a thread that tries is stopped forever, or the process aborts).
+   At exit (``atexit`` runs before finalization) every ``*_Destroy`` slot and
+   the deleters are pointed at a native function that does nothing and
+   returns NULL, so late calls never enter Python.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+
+from . import abi, api
+
+PLATFORM = "interp"
+# Below the CPU's 0: the CPU stays JAX's default device unless the user picks interp
+# (jax.devices("interp"), JAX_PLATFORMS=interp, jax_default_device).
+PRIORITY = -100
+
+_CAPSULE_NAME = b"pjrt_c_api"
+_table: api.Table | None = None
+_capsule = None
+logger = logging.getLogger(__name__)
+
+
+def table() -> api.Table:
+    """The process-wide PJRT_Api table (built on first use, never freed)."""
+    global _table
+    if _table is None:
+        _table = api.Table()
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_table))   # hazard 2: never freed
+        atexit.register(_silence_destroy_calls)
+    return _table
+
+
+def capsule():
+    """``PyCapsule("pjrt_c_api")`` holding ``const PJRT_Api*``, as register_plugin expects."""
+    global _capsule
+    if _capsule is None:
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype = ctypes.py_object
+        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        _capsule = new_capsule(table().address, _CAPSULE_NAME, None)
+    return _capsule
+
+
+def initialize() -> None:
+    """The ``jax_plugins`` entry point: register the interp platform with JAX."""
+    from jax._src import xla_bridge
+
+    # Without this, JAX logs "Platform 'interp' is experimental" each time it
+    # initializes its backends, in every program of a machine that has the package.
+    xla_bridge._nonexperimental_plugins.add(PLATFORM)
+    xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, c_api=capsule())
+    from . import lowering
+
+    lowering.register()
+
+
+def _silence_destroy_calls() -> None:
+    """Hazard 3: from now on, Destroy calls and deleters must not enter Python."""
+    no_op = api.native_no_op()
+    for name in abi.API_SLOTS:
+        if name.endswith("_Destroy"):
+            setattr(_table.api, f"PJRT_{name}", no_op)

@@ -1,0 +1,224 @@
+"""The device side as plain Python objects: client, devices, memories, buffers, executables.
+
+Nothing here knows about ctypes or the PJRT function table (``api.py`` adapts
+these objects to it). A buffer holds a NumPy array; an executable holds the
+:class:`~stablehlo_interp.Program` that ``si.load`` built from the portable
+artifact JAX compiled, and runs it with ``Program.run``. Arrays are never
+modified in place (by the interpreter's contract), so copies between devices
+and donation share them freely.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import ml_dtypes
+import numpy as np
+
+from .. import program as program_module
+from ..errors import ArgumentError, ModuleError, UnsupportedOpError
+from ..types import TOKEN
+from . import abi, protobuf
+
+PLATFORM_NAME = "interp"
+DEVICE_KIND = "interp"
+MEMORY_KIND = "device"
+DEFAULT_DEVICE_COUNT = 8
+
+# Listeners (stablehlo_interp.Listener) attached to every execution on the device.
+listeners: list = []
+
+
+class PluginError(Exception):
+    """An error to report to JAX as a PJRT_Error with this code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def error_code(error: BaseException) -> int:
+    """The PJRT_Error_Code for an exception raised while serving a call."""
+    if isinstance(error, PluginError):
+        return error.code
+    if isinstance(error, (UnsupportedOpError, NotImplementedError)):
+        return abi.UNIMPLEMENTED
+    if isinstance(error, (ArgumentError, ModuleError, TypeError, ValueError)):
+        return abi.INVALID_ARGUMENT
+    return abi.INTERNAL
+
+
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+DTYPES: dict[int, np.dtype] = {code: _dtype(name) for code, name in abi.BUFFER_TYPES.items()}
+BUFFER_TYPE_OF: dict[np.dtype, int] = {dtype: code for code, dtype in DTYPES.items()}
+
+
+def dtype_of_buffer_type(code: int) -> np.dtype:
+    try:
+        return DTYPES[code]
+    except KeyError:
+        raise PluginError(abi.INVALID_ARGUMENT, f"unsupported PJRT buffer type {code}") from None
+
+
+class Memory:
+    """The one memory space of a device (kind ``"device"``)."""
+
+    def __init__(self, device: "Device"):
+        self.device = device
+        self.id = device.id
+        self.kind = MEMORY_KIND
+        self.debug_string = f"InterpMemory(device={device.id}, kind={MEMORY_KIND})"
+
+
+class Device:
+    def __init__(self, client: "Client", device_id: int):
+        self.client = client
+        self.id = device_id
+        self.local_hardware_id = device_id
+        self.process_index = 0
+        self.kind = DEVICE_KIND
+        self.debug_string = f"INTERP_{device_id}"
+        self.to_string = f"InterpDevice(id={device_id})"
+        self.memory = Memory(self)
+
+
+class Buffer:
+    """A device array: a NumPy array (or the token) on a device, until deleted."""
+
+    __slots__ = ("device", "value", "dtype", "shape", "buffer_type", "c_dims", "__weakref__")
+
+    def __init__(self, device: Device, value):
+        self.device = device
+        self.value = value
+        if value is TOKEN:
+            self.dtype, self.shape, self.buffer_type = None, (), abi.BUFFER_TYPE_TOKEN
+        else:
+            self.dtype = value.dtype
+            self.shape = value.shape
+            self.buffer_type = BUFFER_TYPE_OF[value.dtype]
+        self.c_dims = None   # the int64 array Buffer_Dimensions hands out, made on first use
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.value is None
+
+    def delete(self) -> None:
+        self.value = None
+
+    def array(self):
+        value = self.value
+        if value is None:
+            raise PluginError(abi.FAILED_PRECONDITION,
+                              "the buffer has been deleted or donated to an earlier computation")
+        return value
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.dtype is None else int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class Executable:
+    """A compiled program: the interpreter's plan plus what JAX asks about it."""
+
+    def __init__(self, client: "Client", code: bytes, options: bytes):
+        self.client = client
+        build = protobuf.compile_options(options)
+        self.num_replicas = build.num_replicas
+        self.num_partitions = build.num_partitions
+        if self.num_replicas * self.num_partitions != 1:
+            raise PluginError(
+                abi.UNIMPLEMENTED,
+                f"the interp device runs single-device programs only for now; this one asks for "
+                f"{self.num_replicas} replica(s) x {self.num_partitions} partition(s)")
+        if build.device_ids:
+            self.devices = [client.lookup_device(device_id) for device_id in build.device_ids]
+            self.device_assignment = build.device_assignment
+        else:   # a portable executable: Execute names the device
+            self.devices = [client.devices[0]]
+            self.device_assignment = b""
+        self.program = program_module.load(code)
+        attributes = self.program.module.operation.attributes
+        self.name = attributes["sym_name"].value if "sym_name" in attributes else "main"
+        self.function = self.program.function(self.program.entry_name)
+        self.output_types = self.function.result_types
+        self.donated_parameters = _donated_parameters(self.program, self.function.name)
+        self.deleted = False
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_types)
+
+    def execute(self, arguments: list, device: Device | None, non_donatable: frozenset) -> list:
+        """Run the program on one list of argument buffers; returns the output buffers."""
+        if self.deleted:
+            raise PluginError(abi.FAILED_PRECONDITION, "the executable has been deleted")
+        values = [buffer.array() for buffer in arguments]
+        device = device or self.devices[0]
+        results = self.program.run(*values, function=self.function.name, listeners=listeners)
+        for index in self.donated_parameters:
+            if index not in non_donatable:
+                arguments[index].delete()
+        return [Buffer(device, value) for value in results]
+
+
+def _donated_parameters(program, function_name: str) -> tuple:
+    """Parameters JAX donated: ``tf.aliasing_output`` or ``jax.buffer_donor`` on the argument."""
+    from ..decode import decode_attribute
+
+    for operation in program.module.body.operations:
+        attributes = operation.operation.attributes
+        if operation.operation.name != "func.func" or decode_attribute(attributes["sym_name"]) != function_name:
+            continue
+        if "arg_attrs" not in attributes:
+            return ()
+        donated = []
+        for index, entry in enumerate(decode_attribute(attributes["arg_attrs"])):
+            if isinstance(entry, dict) and ("tf.aliasing_output" in entry or entry.get("jax.buffer_donor")):
+                donated.append(index)
+        return tuple(donated)
+    return ()
+
+
+class Client:
+    """The simulated platform: ``STABLEHLO_INTERP_DEVICES`` devices, all in this process."""
+
+    def __init__(self):
+        count = device_count()
+        self.devices = [Device(self, i) for i in range(count)]
+        self.lock = threading.Lock()
+
+    def lookup_device(self, device_id: int) -> Device:
+        if 0 <= device_id < len(self.devices):
+            return self.devices[device_id]
+        raise PluginError(abi.INVALID_ARGUMENT,
+                          f"no interp device with id {device_id} (there are {len(self.devices)})")
+
+
+def device_count() -> int:
+    text = os.environ.get("STABLEHLO_INTERP_DEVICES", "")
+    try:
+        count = int(text) if text.strip() else DEFAULT_DEVICE_COUNT
+    except ValueError:
+        count = DEFAULT_DEVICE_COUNT
+    return max(1, count)
+
+
+def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -> np.ndarray:
+    """Copy a host array (any byte strides, possibly negative or transposed) into a new array."""
+    import ctypes
+
+    if 0 in shape:
+        return np.zeros(shape, dtype)
+    itemsize = dtype.itemsize
+    if byte_strides is None:
+        byte_strides = tuple(int(itemsize * np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    low = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride < 0)
+    high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + itemsize
+    raw = ctypes.string_at(address + low, high - low)
+    view = np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides)
+    return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
+
