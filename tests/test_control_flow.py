@@ -303,9 +303,8 @@ func.func @main(%x: tensor<0x3xi32>) -> tensor<0x3xi32> {
 def test_map_elementwise_body(reference):
     x = np.array([[1, -2, 3], [0.5, np.nan, -np.inf]], np.float32)
     y = np.array([[0, 4, 1], [0.25, 1, 2]], np.float32)
-    (out,) = si.run(MAP_ELEMENTWISE, x, y)
+    (out,) = same_as_reference(reference, MAP_ELEMENTWISE, x, y)
     assert_same(out, np.where(x > y, x * y, y))
-    assert_same(out, reference.evaluate(MAP_ELEMENTWISE, [x, y])[0])
 
 
 def test_map_general_body(reference):
@@ -315,8 +314,24 @@ def test_map_general_body(reference):
 
 
 def test_map_of_empty_tensor():
-    (out,) = si.run(MAP_EMPTY, np.zeros((0, 3), np.int32))
+    (out,) = si.run(MAP_EMPTY, np.zeros((0, 3), np.int32), listeners=[si.validation.ResultTypeChecker()])
     assert out.shape == (0, 3) and out.dtype == np.int32
+
+
+def test_map_listeners_see_the_body_per_element_only_when_it_runs_so():
+    """A vectorized body runs unobserved; a general body is observed once per element."""
+    seen = []
+
+    class Record(si.Listener):
+        def after_op(self, step, operands, results, stack):
+            seen.append((step.name, np.shape(results[0])))
+
+    x = np.array([1, 2, 3, 4], np.int32)
+    si.run(MAP_GENERAL, x, x, listeners=[Record()])
+    assert seen.count(("stablehlo.reduce", ())) == 4 and seen[-1] == ("stablehlo.map", (4,))
+    seen.clear()
+    si.run(MAP_ELEMENTWISE, np.ones((2, 3), np.float32), np.ones((2, 3), np.float32), listeners=[Record()])
+    assert seen == [("stablehlo.map", (2, 3))]
 
 
 TUPLE_TEXT = """

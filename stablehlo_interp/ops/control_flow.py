@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import ELEMENTWISE_OPS, op
+from ..registry import op
+from .reduction import is_elementwise, unobserved
 
 
 def _results(values: list, count: int):
@@ -58,19 +59,19 @@ def case(info):
 @op("stablehlo.map")
 def map_(info):
     """Apply ``computation`` element-wise. A computation made only of element-wise
-    ops runs once on whole tensors; any other runs once per element."""
-    region = info.regions[0]
-    vectorized = all(step.info.name in ELEMENTWISE_OPS for step in region.steps)
+    ops runs once on whole tensors (unobserved by listeners, like reduce's
+    vectorized bodies); any other runs once per element on 0-d values."""
+    vectorized = is_elementwise(info.regions[0])
     ttype = info.result_type
 
     def run(regions, *inputs):
         (computation,) = regions
         if vectorized:
-            return np.broadcast_to(computation(*inputs)[0], ttype.shape).astype(ttype.dtype)
+            out = unobserved(computation)(*inputs)[0]
+            return np.broadcast_to(np.asarray(out, ttype.dtype), ttype.shape)
         result = np.empty(ttype.shape, ttype.dtype)
         for index in np.ndindex(*ttype.shape):
-            scalars = [np.asarray(x[index]) for x in inputs]
-            result[index] = computation(*scalars)[0]
+            result[index] = computation(*[np.asarray(x[index]) for x in inputs])[0]
         return result
 
     return run
