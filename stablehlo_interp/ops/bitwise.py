@@ -1,8 +1,10 @@
 """Bitwise and logical ops (spec: and, or, xor, not, shift_left,
 shift_right_arithmetic, shift_right_logical, popcnt, count_leading_zeros).
 
-Shift amounts are read as unsigned: an amount of at least the bit width gives
-0 (or -1 for an arithmetic right shift of a negative value), as in XLA.
+Shift amounts are read as unsigned: an amount of at least the bit width (a
+negative one included) gives 0, or all sign bits for an arithmetic right
+shift, as XLA and the reference interpreter do. NumPy's shift ufuncs already
+behave this way for 8- to 64-bit integers, so those runners are bare ufuncs.
 """
 
 from __future__ import annotations
@@ -10,15 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
-from .support import in_integer_precision, integer_compute_dtype
+from .support import in_integer_precision, integer_compute_dtype, unsigned_view_dtype
 
 
 def _logical_or_bitwise(ufunc):
+    """i1: logical; integers: bitwise (NumPy's bitwise ufuncs on bool are logical)."""
+
     def build(info):
-        ttype = info.operand_types[0]
-        if ttype.kind not in ("bool", "signed", "unsigned"):
-            raise info.unsupported(f"element type {ttype.element_type} is not allowed")
-        return in_integer_precision(ufunc, ttype.dtype)
+        return in_integer_precision(ufunc, info.operand_types[0].dtype)
 
     return build
 
@@ -29,97 +30,130 @@ op("stablehlo.xor", elementwise=True)(_logical_or_bitwise(np.bitwise_xor))
 op("stablehlo.not", elementwise=True)(_logical_or_bitwise(np.invert))
 
 
-def _integer_layout(info):
-    """(dtype, compute dtype, unsigned compute dtype, bit width) of an integer operand."""
-    ttype = info.operand_types[0]
-    if ttype.kind not in ("signed", "unsigned"):
-        raise info.unsupported(f"element type {ttype.element_type} is not an integer type")
-    compute = integer_compute_dtype(ttype.dtype)
-    return ttype.dtype, compute, np.dtype(f"u{compute.itemsize}"), ttype.bit_width
+class _Bits:
+    """How an integer type is held: its dtype, the 8..64-bit compute dtype, the
+    unsigned and signed dtypes of that width, and the type's own bit width."""
 
+    def __init__(self, info):
+        ttype = info.operand_types[0]
+        if not ttype.is_integer:
+            raise info.unsupported(f"element type {ttype.element_type} is not an integer type")
+        self.dtype = ttype.dtype
+        self.compute = integer_compute_dtype(ttype.dtype)
+        self.unsigned = unsigned_view_dtype(self.compute)
+        self.signed = np.dtype(f"i{self.compute.itemsize}")
+        self.width = ttype.bit_width
+        self.sub_byte = self.width < 8 * self.compute.itemsize
 
-def _bit_pattern(values, compute, unsigned, bits):
-    """The low ``bits`` bits of each value, as unsigned integers."""
-    pattern = np.asarray(values).astype(compute).astype(unsigned)
-    if bits < 8 * unsigned.itemsize:
-        pattern &= unsigned.type((1 << bits) - 1)
-    return pattern
+    def pattern(self, values):
+        """The low ``width`` bits of each value, as unsigned integers."""
+        pattern = np.asarray(values).astype(self.compute).astype(self.unsigned)
+        if self.sub_byte:
+            pattern &= self.unsigned.type((1 << self.width) - 1)
+        return pattern
+
+    def from_pattern(self, pattern):
+        """Values of the type whose low ``width`` bits are ``pattern`` (sign-extended)."""
+        if self.sub_byte and self.compute.kind == "i":
+            return self.sign_extended(pattern).astype(self.dtype)
+        return pattern.astype(self.compute).astype(self.dtype)
+
+    def amount(self, rhs):
+        """Shift amounts as unsigned, with every amount >= width mapped to width."""
+        return np.minimum(self.pattern(rhs), self.unsigned.type(self.width))
+
+    def sign_extended(self, values):
+        """Sub-byte values as int8 whose upper bits copy the type's top bit."""
+        sign = self.signed.type(1 << (self.width - 1))
+        return (self.pattern(values).astype(self.signed) ^ sign) - sign
 
 
 @op("stablehlo.shift_left", elementwise=True)
 def shift_left(info):
-    dtype, compute, unsigned, bits = _integer_layout(info)
+    bits = _Bits(info)
+    if not bits.sub_byte:
+        return np.left_shift  # NumPy: amounts >= width (as unsigned) give 0
 
     def run(lhs, rhs):
-        amount = _bit_pattern(rhs, compute, unsigned, bits)
-        in_range = amount < bits
-        shifted = np.left_shift(np.asarray(lhs).astype(compute),
-                                np.where(in_range, amount, 0).astype(compute))
-        return np.where(in_range, shifted, 0).astype(dtype)
+        return bits.from_pattern(np.left_shift(bits.pattern(lhs), bits.amount(rhs)) &
+                                 bits.unsigned.type((1 << bits.width) - 1))
 
     return run
 
 
 @op("stablehlo.shift_right_logical", elementwise=True)
 def shift_right_logical(info):
-    dtype, compute, unsigned, bits = _integer_layout(info)
+    bits = _Bits(info)
+    if not bits.sub_byte and bits.dtype.kind == "u":
+        return np.right_shift
+    if not bits.sub_byte:
+        unsigned = bits.unsigned
+
+        def run(lhs, rhs):
+            return np.right_shift(lhs.view(unsigned), rhs.view(unsigned)).view(bits.dtype)
+
+        return _allow_scalars(run)
 
     def run(lhs, rhs):
-        amount = _bit_pattern(rhs, compute, unsigned, bits)
-        in_range = amount < bits
-        shifted = np.right_shift(_bit_pattern(lhs, compute, unsigned, bits),
-                                 np.where(in_range, amount, 0).astype(unsigned))
-        result = np.where(in_range, shifted, 0).astype(unsigned)
-        return _from_pattern(result, dtype, compute, bits)
+        return bits.from_pattern(np.right_shift(bits.pattern(lhs), bits.amount(rhs)))
 
     return run
-
-
-def _from_pattern(pattern, dtype, compute, bits):
-    """Integers of ``dtype`` whose low ``bits`` bits are ``pattern``."""
-    if np.dtype(dtype).kind == "u" or (compute.kind == "u"):
-        return pattern.astype(dtype)
-    if bits < 8 * compute.itemsize:  # sign-extend a sub-byte pattern
-        pattern = pattern.astype(compute)
-        sign = compute.type(1 << (bits - 1))
-        return ((pattern ^ sign) - sign).astype(dtype)
-    return pattern.view(compute).astype(dtype)
 
 
 @op("stablehlo.shift_right_arithmetic", elementwise=True)
 def shift_right_arithmetic(info):
-    dtype, compute, unsigned, bits = _integer_layout(info)
-    if info.operand_types[0].kind == "unsigned":
-        return shift_right_logical(info)
+    """Shifts in copies of the top bit, for unsigned types too (the spec's
+    arithmetic shift is on bits; XLA and the reference interpreter agree)."""
+    bits = _Bits(info)
+    if not bits.sub_byte and bits.dtype.kind == "i":
+        return np.right_shift  # NumPy: amounts >= width (as unsigned) give 0 or -1
+    if not bits.sub_byte:
+        signed = bits.signed
+
+        def run(lhs, rhs):
+            return np.right_shift(lhs.view(signed), rhs.view(signed)).view(bits.dtype)
+
+        return _allow_scalars(run)
 
     def run(lhs, rhs):
-        amount = _bit_pattern(rhs, compute, unsigned, bits)
-        clamped = np.minimum(amount, bits - 1).astype(compute)
-        return np.right_shift(np.asarray(lhs).astype(compute), clamped).astype(dtype)
+        shifted = np.right_shift(bits.sign_extended(lhs), bits.amount(rhs).astype(bits.signed))
+        return bits.from_pattern(shifted.astype(bits.unsigned) & bits.unsigned.type((1 << bits.width) - 1))
 
     return run
 
 
+def _allow_scalars(run):
+    """``view`` needs arrays: 0-d values from NumPy scalars get wrapped first."""
+
+    def wrapped(lhs, rhs):
+        return run(np.asarray(lhs), np.asarray(rhs))
+
+    return wrapped
+
+
 @op("stablehlo.popcnt", elementwise=True)
 def popcnt(info):
-    dtype, compute, unsigned, bits = _integer_layout(info)
-    return lambda x: np.bitwise_count(_bit_pattern(x, compute, unsigned, bits)).astype(dtype)
+    """Bits set in the type's own width (XLA CPU counts the sign-extension bits
+    of negative i2/i4 values too: popcnt(-8 : i4) is 5 there, 1 here and in the
+    reference interpreter)."""
+    bits = _Bits(info)
+    return lambda x: np.bitwise_count(bits.pattern(x)).astype(bits.dtype)
 
 
 @op("stablehlo.count_leading_zeros", elementwise=True)
 def count_leading_zeros(info):
-    dtype, compute, unsigned, bits = _integer_layout(info)
+    bits = _Bits(info)
 
     def run(x):
-        pattern = _bit_pattern(x, compute, unsigned, bits).astype(np.uint64)
+        pattern = bits.pattern(x).astype(np.uint64)
         length = np.zeros(pattern.shape, np.int64)  # bit length, by binary search
         for step in (32, 16, 8, 4, 2, 1):
-            if step < bits:
+            if step < bits.width:
                 high = pattern >> np.uint64(step)
                 has_high = high != 0
                 length += np.where(has_high, step, 0)
                 pattern = np.where(has_high, high, pattern)
-        length += (pattern != 0)
-        return (bits - length).astype(dtype)
+        length += pattern != 0
+        return (bits.width - length).astype(bits.dtype)
 
     return run

@@ -7,28 +7,50 @@ import numpy as np
 
 from ..registry import op
 from ..types import bit_width
+from .support import NATIVE_FLOATS, integer_compute_dtype
 
 
 @op("stablehlo.convert", elementwise=True)
 def convert(info):
     """Element type conversion.
 
-    The spec leaves some cases to the implementation (#180); we do what XLA does:
-    float -> integer truncates toward zero and saturates, NaN -> 0; complex -> real
-    keeps the real part; anything -> i1 is ``x != 0``; integers wrap.
+    The spec leaves inexact cases to the implementation (#180); we do what XLA
+    does: float -> integer truncates toward zero and saturates, NaN -> 0;
+    integers wrap; floats round to nearest even. As the spec says, complex ->
+    anything else keeps the real part (complex -> i1 too: real != 0), and
+    anything -> i1 is ``x != 0``. Denormals are kept (XLA CPU flushes them:
+    it converts f32 1e-45 to i1 false and to f64 0.0).
     """
     source, target = info.operand_types[0], info.result_type
     dtype = target.dtype
+    read = _exact_reader(source, target)
     if target.kind == "bool":
-        return lambda x: np.not_equal(x, 0)
-    to_integer = target.kind in ("signed", "unsigned")
-    if source.kind == "complex" and target.kind != "complex":
-        if to_integer:
-            return lambda x: _float_to_integer(np.real(x), dtype)
-        return lambda x: np.real(x).astype(dtype)
-    if source.kind == "float" and to_integer:
-        return lambda x: _float_to_integer(x, dtype)
-    return lambda x: np.asarray(x).astype(dtype)
+        return lambda x: np.not_equal(read(x), 0)
+    if source.kind in ("float", "complex") and target.kind in ("signed", "unsigned"):
+        return lambda x: _float_to_integer(read(x), dtype)
+    if read is _identity:
+        return lambda x: x.astype(dtype)
+    return lambda x: read(x).astype(dtype)
+
+
+def _identity(x):
+    return x
+
+
+def _exact_reader(ttype, target):
+    """A function giving the values of ``ttype`` in a dtype NumPy converts from
+    freely and exactly to ``target``: int8/uint8 for sub-byte integers, f32 for
+    bf16 and the f8/f6/f4 types (ml_dtypes lacks some casts between its own
+    types), the real part of complex values when the target is not complex."""
+    dtype = ttype.dtype
+    if ttype.kind == "complex" and target.kind != "complex":
+        return np.real
+    if ttype.kind in ("signed", "unsigned") and integer_compute_dtype(dtype) != dtype:
+        compute = integer_compute_dtype(dtype)
+        return lambda x: np.asarray(x).astype(compute)
+    if ttype.kind == "float" and dtype not in NATIVE_FLOATS:
+        return lambda x: np.asarray(x).astype(np.float32)
+    return _identity
 
 
 def _float_to_integer(x, dtype):

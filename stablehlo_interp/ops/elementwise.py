@@ -1,13 +1,14 @@
 """Element-wise arithmetic and math (spec: abs, add, atan2, cbrt, ceil, clamp,
-compare, complex, cosine, divide, exponential, exponential_minus_one, floor,
-imag, is_finite, log, log_plus_one, logistic, maximum, minimum, multiply,
-negate, power, real, remainder, round_nearest_afz, round_nearest_even, rsqrt,
-select, sign, sine, sqrt, subtract, tan, tanh).
+complex, cosine, divide, exponential, exponential_minus_one, floor, imag,
+is_finite, log, log_plus_one, logistic, maximum, minimum, multiply, negate,
+power, real, remainder, round_nearest_afz, round_nearest_even, rsqrt, select,
+sign, sine, sqrt, subtract, tan, tanh).
 
 Integer ops wrap around at the element type's width (sub-byte types too).
-Transcendental functions of f32 are evaluated in f64 and rounded, those of
-f16/bf16/f8 in f32, so results are within StableHLO's test tolerances of the
-correctly rounded value.
+Floats follow IEEE-754 with denormals (XLA CPU flushes them to zero; the spec
+does not). Transcendental functions are evaluated in a wider type and rounded
+once (support.wider_float), so they are correctly rounded in all but rare
+cases. Runners for the common element types are bare NumPy ufuncs.
 """
 
 from __future__ import annotations
@@ -15,15 +16,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
-from .support import in_integer_precision, in_wider_precision, integer_compute_dtype
-
-
-def _result_dtype(info):
-    return info.result_type.dtype
+from .support import (
+    NATIVE_FLOATS,
+    in_float32_if_needed,
+    in_integer_precision,
+    in_wider_precision,
+    integer_compute_dtype,
+)
 
 
 def _by_kind(info, *, integer=None, floating=None, complex_=None, boolean=None, ttype=None):
-    """Pick the runner for the operand element kind; a missing kind is unsupported."""
+    """The runner for the operand's element kind; a missing kind is unsupported.
+
+    Choices may be callables of no arguments, so only the chosen one is built.
+    """
     ttype = ttype or info.operand_types[0]
     choice = {"signed": integer, "unsigned": integer, "float": floating,
               "complex": complex_, "bool": boolean}[ttype.kind]
@@ -32,137 +38,128 @@ def _by_kind(info, *, integer=None, floating=None, complex_=None, boolean=None, 
     return choice
 
 
-def _math(fn, *, complex_ok=True, integer=None):
-    """Builder of a float math op evaluated in wider precision."""
+def _same_ufunc(ufunc):
+    """Builder of an op that is one NumPy ufunc on every element type it allows.
+
+    For bf16 and the f8/f6/f4 types, ml_dtypes computes these in f32 and rounds
+    once, which is correctly rounded for all of them."""
 
     def build(info):
-        dtype = info.operand_types[0].dtype
-        return _by_kind(info, floating=in_wider_precision(fn, dtype),
-                        complex_=in_wider_precision(fn, dtype) if complex_ok else None,
-                        integer=integer)
+        return in_integer_precision(ufunc, info.operand_types[0].dtype)
 
     return build
 
 
-# ------------------------------------------------------------------ arithmetic
-
-
-@op("stablehlo.add", elementwise=True)
-def add(info):
-    """Logical OR for i1 (NumPy's bool add is OR), wrapping add for integers."""
-    return in_integer_precision(np.add, info.operand_types[0].dtype)
-
-
-@op("stablehlo.subtract", elementwise=True)
-def subtract(info):
-    dtype = info.operand_types[0].dtype
-    return _by_kind(info, integer=in_integer_precision(np.subtract, dtype),
-                    floating=np.subtract, complex_=np.subtract)
-
-
-@op("stablehlo.multiply", elementwise=True)
-def multiply(info):
-    """Logical AND for i1, wrapping product for integers."""
-    return in_integer_precision(np.multiply, info.operand_types[0].dtype)
-
-
-@op("stablehlo.negate", elementwise=True)
-def negate(info):
-    dtype = info.operand_types[0].dtype
-    return _by_kind(info, integer=in_integer_precision(np.negative, dtype),
-                    floating=np.negative, complex_=np.negative)
+# add/multiply of i1 are OR/AND, which is what NumPy's bool add/multiply are.
+op("stablehlo.add", elementwise=True)(_same_ufunc(np.add))
+op("stablehlo.subtract", elementwise=True)(_same_ufunc(np.subtract))
+op("stablehlo.multiply", elementwise=True)(_same_ufunc(np.multiply))
+# Unsigned negate wraps (spec: bitcast to signed, negate, bitcast back).
+op("stablehlo.negate", elementwise=True)(_same_ufunc(np.negative))
 
 
 @op("stablehlo.abs", elementwise=True)
 def abs_(info):
-    """abs(INT_MIN) wraps to INT_MIN; complex operands give their modulus."""
+    """abs(INT_MIN) is INT_MIN (the spec allows it or saturation; XLA wraps).
+    Complex operands give their modulus (hypot: |inf + NaN i| = inf)."""
     dtype = info.operand_types[0].dtype
     result = info.result_type.dtype
-    return _by_kind(info, integer=in_integer_precision(np.abs, dtype), floating=np.abs,
+    return _by_kind(info, integer=in_integer_precision(np.abs, dtype),
+                    floating=in_float32_if_needed(np.abs, dtype),
                     complex_=lambda z: np.abs(np.asarray(z, np.complex128)).astype(result))
+
+
+# ----------------------------------------------------------- division, power
 
 
 @op("stablehlo.divide", elementwise=True)
 def divide(info):
-    dtype = info.operand_types[0].dtype
-    return _by_kind(info, integer=_integer_divide(info), floating=np.divide,
+    ttype = info.operand_types[0]
+    dtype = ttype.dtype
+    if ttype.is_integer:
+        return _integer_divide(ttype)
+    return _by_kind(info, floating=in_float32_if_needed(np.divide, dtype),
                     complex_=in_wider_precision(np.divide, dtype))
 
 
-def _integer_divide(info):
-    """Truncating division. As in XLA: x / 0 = -1 (all bits set for unsigned),
-    INT_MIN / -1 = INT_MIN."""
-    dtype = info.operand_types[0].dtype
+def _integer_divide(ttype):
+    """Truncating division. The spec leaves x / 0 and INT_MIN / -1 to the
+    implementation; as XLA: x / 0 = -1 (all bits set), INT_MIN / -1 = INT_MIN.
+    (The C++ reference interpreter aborts on both.)"""
+    dtype = ttype.dtype
     compute = integer_compute_dtype(dtype)
-    signed = info.operand_types[0].kind == "signed"
-    all_ones = np.array(-1 if signed else np.iinfo(compute).max, compute)
-    if not signed and compute != dtype:
-        all_ones = np.array(2 ** info.operand_types[0].bit_width - 1, compute)
+    all_ones = np.array(-1).astype(dtype) if ttype.kind == "signed" else \
+        np.array(2 ** ttype.bit_width - 1).astype(dtype)
+
+    if ttype.kind == "unsigned":
+        def quotient(lhs, rhs):
+            return np.floor_divide(lhs, rhs)  # NumPy gives 0 for x // 0, fixed below
+    else:
+        def quotient(lhs, rhs):
+            # lhs - fmod(lhs, rhs) is a multiple of rhs, so floor division is exact
+            # (= truncation); NumPy defines INT_MIN // -1 = INT_MIN and x // 0 = 0.
+            return np.floor_divide(lhs - np.fmod(lhs, rhs), rhs)
+
+    quotient = in_integer_precision(quotient, dtype)
 
     def run(lhs, rhs):
-        lhs, rhs = np.asarray(lhs).astype(compute), np.asarray(rhs).astype(compute)
-        safe = _safe_divisor(lhs, rhs, signed, info.operand_types[0].bit_width)
-        remainder = np.fmod(lhs, safe)
-        quotient = (lhs - remainder) // safe
-        return np.where(rhs == 0, all_ones, quotient).astype(dtype)
+        result = quotient(lhs, rhs)
+        if rhs.all():
+            return result
+        return np.where(rhs == 0, all_ones, result)
 
     return run
 
 
-def _safe_divisor(lhs, rhs, signed: bool, bits: int):
-    """rhs with 0 (and -1 where lhs is INT_MIN) replaced by 1."""
-    bad = rhs == 0
-    if signed:
-        bad |= (rhs == -1) & (lhs == -(1 << (bits - 1)))
-    return np.where(bad, np.ones_like(rhs), rhs)
-
-
 @op("stablehlo.remainder", elementwise=True)
 def remainder(info):
-    """Sign of the dividend (C fmod). As in XLA: x % 0 = x, INT_MIN % -1 = 0."""
-    dtype = info.operand_types[0].dtype
-    compute = integer_compute_dtype(dtype)
-    signed = info.operand_types[0].kind == "signed"
-    bits = info.operand_types[0].bit_width
+    """The sign of the dividend (C fmod, exact for floats). As XLA: x % 0 = x,
+    INT_MIN % -1 = 0 (the reference interpreter aborts on x % 0)."""
+    ttype = info.operand_types[0]
+    fmod = in_integer_precision(np.fmod, ttype.dtype)
 
     def integer(lhs, rhs):
-        lhs, rhs = np.asarray(lhs).astype(compute), np.asarray(rhs).astype(compute)
-        result = np.fmod(lhs, _safe_divisor(lhs, rhs, signed, bits))
-        return np.where(rhs == 0, lhs, result).astype(dtype)
+        result = fmod(lhs, rhs)  # NumPy: x fmod 0 = 0, INT_MIN fmod -1 = 0
+        if rhs.all():
+            return result
+        return np.where(rhs == 0, lhs, result)
 
-    return _by_kind(info, integer=integer, floating=in_wider_precision(np.fmod, dtype))
+    return _by_kind(info, integer=integer, floating=in_float32_if_needed(np.fmod, ttype.dtype))
 
 
 @op("stablehlo.power", elementwise=True)
 def power(info):
-    dtype = info.operand_types[0].dtype
-    return _by_kind(info, integer=_integer_power(info), floating=in_wider_precision(np.power, dtype),
-                    complex_=in_wider_precision(np.power, dtype))
+    ttype = info.operand_types[0]
+    if ttype.is_integer:
+        return _integer_power(ttype)
+    return _by_kind(info, floating=in_wider_precision(np.power, ttype.dtype),
+                    complex_=in_wider_precision(np.power, ttype.dtype))
 
 
-def _integer_power(info):
-    """Exponentiation by squaring with wrap-around. A negative exponent gives
-    0, except for bases 1 (-> 1) and -1 (-> +-1), as XLA defines it."""
-    dtype = info.operand_types[0].dtype
+def _integer_power(ttype):
+    """Exponentiation by squaring, wrapping at the type's width. A negative
+    exponent gives 0, except for bases 1 (-> 1) and -1 (-> +-1), as XLA.
+    XLA CPU only looks at the low 6 bits of the exponent (0 ** 64 = 1); we
+    compute the exact wrapped power, as the spec and the reference interpreter."""
+    dtype = ttype.dtype
     compute = integer_compute_dtype(dtype)
     unsigned = np.dtype(f"u{compute.itemsize}")
+    signed = ttype.kind == "signed"
 
     def run(base, exponent):
         base = np.asarray(base).astype(compute)
         exponent = np.asarray(exponent).astype(compute)
-        base, exponent = np.broadcast_arrays(base, exponent)
-        negative = exponent < 0
+        negative = exponent < 0 if signed else np.zeros(exponent.shape, bool)
         remaining = np.where(negative, 0, exponent).astype(unsigned)
         result = np.ones(base.shape, compute)
         square = base.copy()
         while remaining.any():
-            odd = (remaining & 1).astype(bool)
-            result = np.where(odd, result * square, result)
+            result = np.where(remaining & 1 == 1, result * square, result)
             square = square * square
             remaining >>= 1
         if negative.any():
-            odd_exponent = (exponent & 1).astype(bool)
-            reciprocal = np.where(base == 1, 1, np.where(base == -1, np.where(odd_exponent, -1, 1), 0))
+            odd = exponent & 1 == 1
+            reciprocal = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
             result = np.where(negative, reciprocal.astype(compute), result)
         return result.astype(dtype)
 
@@ -174,36 +171,50 @@ def _integer_power(info):
 
 @op("stablehlo.maximum", elementwise=True)
 def maximum(info, ttype=None):
-    """NaN propagates; -0.0 < +0.0 (IEEE-754 maximum); complex: lexicographic."""
+    """Floats: IEEE-754 maximum (NaN propagates, -0.0 < +0.0). Complex:
+    lexicographic on (real, imag), as compare; i1: OR."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.maximum, ttype.dtype), boolean=np.logical_or,
-                    floating=_float_maximum, complex_=_lexicographic(np.greater), ttype=ttype)
+                    floating=_float_extremum(np.maximum, ttype.dtype),
+                    complex_=_lexicographic(np.greater), ttype=ttype)
 
 
 @op("stablehlo.minimum", elementwise=True)
 def minimum(info, ttype=None):
+    """Floats: IEEE-754 minimum (NaN propagates, -0.0 < +0.0). Complex:
+    lexicographic on (real, imag); i1: AND."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.minimum, ttype.dtype), boolean=np.logical_and,
-                    floating=_float_minimum, complex_=_lexicographic(np.less), ttype=ttype)
+                    floating=_float_extremum(np.minimum, ttype.dtype),
+                    complex_=_lexicographic(np.less), ttype=ttype)
 
 
-def _float_maximum(lhs, rhs):
-    both_zero = (lhs == 0) & (rhs == 0)
-    # For two zeros, lhs + rhs is -0.0 only when both are -0.0.
-    return np.where(both_zero, lhs + rhs, np.maximum(lhs, rhs))
+def _float_extremum(ufunc, dtype):
+    """NumPy's maximum/minimum propagate NaN but return either zero of (-0, +0):
+    only a result that is zero needs a second look."""
+    if ufunc is np.maximum:
+        def signed_zero(lhs, rhs):  # -0.0 only when both are -0.0
+            return lhs + rhs
+    else:
+        def signed_zero(lhs, rhs):  # -0.0 when either is -0.0
+            return -(-lhs - rhs)
 
+    def run(lhs, rhs):
+        result = ufunc(lhs, rhs)
+        if result.all():  # no zeros (NaN counts as true)
+            return result
+        return np.where((lhs == 0) & (rhs == 0), signed_zero(lhs, rhs), result)
 
-def _float_minimum(lhs, rhs):
-    both_zero = (lhs == 0) & (rhs == 0)
-    # For two zeros, -(-lhs + -rhs) is -0.0 when either is -0.0.
-    return np.where(both_zero, -(-lhs + -rhs), np.minimum(lhs, rhs))
+    return in_float32_if_needed(run, dtype)
 
 
 def _lexicographic(prefer):
+    """lhs if it is preferred to rhs on (real, imag) order, else rhs (so a NaN
+    part, which compares false, gives rhs: XLA does the same)."""
+
     def run(lhs, rhs):
         take_lhs = prefer(lhs.real, rhs.real) | ((lhs.real == rhs.real) & prefer(lhs.imag, rhs.imag))
-        nan = np.isnan(lhs) | np.isnan(rhs)
-        return np.where(nan, lhs + rhs, np.where(take_lhs, lhs, rhs))
+        return np.where(take_lhs, lhs, rhs)
 
     return run
 
@@ -224,54 +235,68 @@ def select(info):
 
 @op("stablehlo.sign", elementwise=True)
 def sign(info):
-    """-1, 0 or 1; the sign of zero is kept; NaN gives NaN; complex: z / |z| (0 for 0)."""
+    """-1, 0 or 1; the sign of a zero is kept; NaN gives NaN.
+
+    Complex: NaN if a part is NaN, 0 for 0, else x / convert(abs(x)) as the
+    spec writes it: a complex division, so an infinite x gives NaN + NaN i
+    (XLA divides the parts by |x| and gives e.g. NaN + 0i for inf + 0i)."""
     dtype = info.operand_types[0].dtype
 
     def floating(x):
-        return np.where(x == 0, x, np.sign(x)).astype(dtype)
+        return np.copysign(np.sign(x), x)  # sign(-0.0) = -0.0; sign(NaN) = NaN
 
     def complex_(z):
         wide = np.asarray(z, np.complex128)
         magnitude = np.abs(wide)
-        with np.errstate(all="ignore"):
-            unit = np.where(magnitude == 0, 0, wide / np.where(magnitude == 0, 1, magnitude))
-        return unit.astype(dtype)
+        # The divisor is real: dividing the parts is the exact complex division
+        # (NumPy's complex division overflows for subnormal divisors).
+        unit = _from_parts(wide.real / magnitude, wide.imag / magnitude, np.complex128)
+        unit = np.where(magnitude == 0, 0, unit)
+        nan = np.isnan(wide.real) | np.isnan(wide.imag) | np.isinf(magnitude)
+        return np.where(nan, complex(np.nan, np.nan), unit).astype(dtype)
 
-    return _by_kind(info, integer=in_integer_precision(np.sign, dtype), floating=floating,
-                    complex_=complex_)
+    return _by_kind(info, integer=in_integer_precision(np.sign, dtype),
+                    floating=in_float32_if_needed(floating, dtype), complex_=complex_)
 
 
 # ----------------------------------------------------------------- rounding
 
 
-@op("stablehlo.floor", elementwise=True)
-def floor(info):
-    return _by_kind(info, floating=in_wider_precision(np.floor, info.operand_types[0].dtype))
+def _round_half_away(x):
+    truncated = np.trunc(x)
+    fraction = x - truncated  # exact
+    return np.where(np.abs(fraction) >= 0.5, truncated + np.sign(x), truncated)
 
 
-@op("stablehlo.ceil", elementwise=True)
-def ceil(info):
-    return _by_kind(info, floating=in_wider_precision(np.ceil, info.operand_types[0].dtype))
+def _rounding(fn):
+    """floor (roundToIntegralTowardNegative), ceil, round_nearest_even
+    (roundToIntegralTiesToEven), round_nearest_afz (roundToIntegralTiesToAway)."""
+
+    def build(info):
+        return _by_kind(info, floating=in_float32_if_needed(fn, info.operand_types[0].dtype))
+
+    return build
 
 
-@op("stablehlo.round_nearest_even", elementwise=True)
-def round_nearest_even(info):
-    return _by_kind(info, floating=in_wider_precision(np.rint, info.operand_types[0].dtype))
-
-
-@op("stablehlo.round_nearest_afz", elementwise=True)
-def round_nearest_afz(info):
-    """Round half away from zero, keeping the sign of zero (round(-0.3) = -0.0)."""
-
-    def run(x):
-        truncated = np.trunc(x)
-        fraction = x - truncated  # exact
-        return np.where(np.abs(fraction) >= 0.5, truncated + np.sign(x), truncated)
-
-    return _by_kind(info, floating=in_wider_precision(run, info.operand_types[0].dtype))
+op("stablehlo.floor", elementwise=True)(_rounding(np.floor))
+op("stablehlo.ceil", elementwise=True)(_rounding(np.ceil))
+op("stablehlo.round_nearest_even", elementwise=True)(_rounding(np.rint))
+op("stablehlo.round_nearest_afz", elementwise=True)(_rounding(_round_half_away))
 
 
 # --------------------------------------------------------------- math functions
+
+
+def _math(fn):
+    """Builder of a float/complex math op evaluated in wider precision."""
+
+    def build(info):
+        dtype = info.operand_types[0].dtype
+        wide = in_wider_precision(fn, dtype)
+        return _by_kind(info, floating=wide, complex_=wide)
+
+    return build
+
 
 def _logistic(x):
     return 1 / (1 + np.exp(-x))
@@ -281,12 +306,8 @@ def _rsqrt(x):
     return 1 / np.sqrt(x)
 
 
-def _complex_atan2(y, x):
-    """atan2 for complex operands: -i * log((x + iy) / sqrt(x^2 + y^2))."""
-    return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
-
-
 def _cbrt(x):
+    """Real cube root (odd: cbrt(-8) = -2); principal root for complex."""
     if np.iscomplexobj(x):
         return np.power(x, 1 / 3)
     return np.cbrt(x)
@@ -306,6 +327,12 @@ op("stablehlo.rsqrt", elementwise=True)(_math(_rsqrt))
 op("stablehlo.cbrt", elementwise=True)(_math(_cbrt))
 
 
+def _complex_atan2(y, x):
+    """atan2 for complex operands, as the reference interpreter:
+    -i * log((x + iy) / sqrt(x^2 + y^2))."""
+    return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
+
+
 @op("stablehlo.atan2", elementwise=True)
 def atan2(info):
     dtype = info.operand_types[0].dtype
@@ -315,7 +342,10 @@ def atan2(info):
 
 @op("stablehlo.is_finite", elementwise=True)
 def is_finite(info):
-    return _by_kind(info, floating=np.isfinite)
+    dtype = info.operand_types[0].dtype
+    if dtype in NATIVE_FLOATS:
+        return _by_kind(info, floating=np.isfinite)
+    return _by_kind(info, floating=lambda x: np.isfinite(np.asarray(x, np.float32)))
 
 
 # ---------------------------------------------------------------- complex parts
@@ -326,14 +356,15 @@ def complex_(info):
     """Built part by part: real + 1j * imag would turn an infinite imag into NaN."""
     dtype = info.result_type.dtype
 
-    def run(real, imag):
-        real, imag = np.broadcast_arrays(real, imag)
-        result = np.empty(real.shape, dtype)
-        result.real = real
-        result.imag = imag
-        return result
+    return lambda real, imag: _from_parts(real, imag, dtype)
 
-    return run
+
+def _from_parts(real, imag, dtype):
+    real, imag = np.broadcast_arrays(real, imag)
+    result = np.empty(real.shape, dtype)
+    result.real = real
+    result.imag = imag
+    return result
 
 
 @op("stablehlo.real", elementwise=True)
@@ -344,6 +375,7 @@ def real(info):
 
 @op("stablehlo.imag", elementwise=True)
 def imag(info):
+    """Zero for real operands (f8E8M0FNU has no zero: NaN, as XLA and ml_dtypes)."""
     dtype = info.result_type.dtype
-    return _by_kind(info, floating=lambda x: np.zeros_like(x),
+    return _by_kind(info, floating=lambda x: np.zeros(np.shape(x), np.float32).astype(dtype),
                     complex_=lambda z: np.imag(z).astype(dtype))

@@ -12,14 +12,20 @@ _SUB_BYTE_COMPUTE = {
     np.dtype(ml_dtypes.uint4): np.dtype(np.uint8),
 }
 
-# Floats that NumPy has no math kernels for, or whose kernels are less accurate
-# than XLA's: evaluate transcendental functions in this wider type, then round.
-_WIDER_FLOAT = {
-    np.dtype(np.float16): np.dtype(np.float32),
-    np.dtype(np.float32): np.dtype(np.float64),
-    np.dtype(np.float64): np.dtype(np.float64),
+# Float types NumPy has its own kernels for; bf16 and the f8/f6/f4 types of
+# ml_dtypes are computed in f32, which holds each of their values exactly.
+NATIVE_FLOATS = frozenset(map(np.dtype, (np.float16, np.float32, np.float64)))
+_F32 = np.dtype(np.float32)
+
+# Transcendental functions are evaluated in a wider type and rounded once, so
+# results are (almost always) the correctly rounded values: every float type
+# narrower than f64 goes through f64; f64 and complex<f64> go through the x87
+# extended type when the platform has it (64-bit significand), else stay as is.
+_EXTENDED = np.finfo(np.longdouble).nmant >= 63
+_WIDER = {
+    np.dtype(np.float64): np.dtype(np.longdouble if _EXTENDED else np.float64),
     np.dtype(np.complex64): np.dtype(np.complex128),
-    np.dtype(np.complex128): np.dtype(np.complex128),
+    np.dtype(np.complex128): np.dtype(np.clongdouble if _EXTENDED else np.complex128),
 }
 
 
@@ -36,24 +42,34 @@ def integer_compute_dtype(dtype) -> np.dtype:
 def wider_float(dtype) -> np.dtype:
     """The dtype in which to evaluate a transcendental function of ``dtype``."""
     dtype = np.dtype(dtype)
-    return _WIDER_FLOAT.get(dtype, np.dtype(np.float32))
+    return _WIDER.get(dtype, np.dtype(np.float64))
+
+
+def _cast_operands(fn, compute, dtype):
+    def run(*operands):
+        return fn(*[np.asarray(x, dtype=compute) for x in operands]).astype(dtype)
+
+    return run
 
 
 def in_wider_precision(fn, dtype):
-    """``fn`` evaluated in a wider float type and rounded back to ``dtype``.
-
-    f32 goes through f64 (NumPy's own f32 kernels can be several ULP off);
-    f16, bf16 and the f8 types go through f32.
-    """
+    """``fn`` evaluated in :func:`wider_float` of ``dtype`` and rounded back to ``dtype``."""
     dtype = np.dtype(dtype)
     wide = wider_float(dtype)
-    if wide == dtype:
+    return fn if wide == dtype else _cast_operands(fn, wide, dtype)
+
+
+def in_float32_if_needed(fn, dtype):
+    """``fn`` itself for f16/f32/f64 (and complex), else computed in f32 and rounded back.
+
+    For ops whose exact result is representable (floor, maximum, fmod ...) or
+    correctly rounded after one rounding from f32 (+, -, *, / and sqrt of
+    types with at most 11 significand bits), this gives the exact answer.
+    """
+    dtype = np.dtype(dtype)
+    if dtype in NATIVE_FLOATS or dtype.kind == "c":
         return fn
-
-    def run(*operands):
-        return fn(*[np.asarray(x, dtype=wide) for x in operands]).astype(dtype)
-
-    return run
+    return _cast_operands(fn, _F32, dtype)
 
 
 def in_integer_precision(fn, dtype):
@@ -62,11 +78,7 @@ def in_integer_precision(fn, dtype):
     compute = integer_compute_dtype(dtype)
     if compute == dtype:
         return fn  # NumPy integer ufuncs keep the operands' dtype and wrap
-
-    def run(*operands):
-        return fn(*[np.asarray(x).astype(compute) for x in operands]).astype(dtype)
-
-    return run
+    return _cast_operands(fn, compute, dtype)
 
 
 def unsigned_view_dtype(dtype) -> np.dtype:
