@@ -1,28 +1,138 @@
-"""Linear algebra (spec: dot_general; dot)."""
+"""Linear algebra (spec: dot_general, triangular_solve, cholesky; dot, einsum and
+unary_einsum, which the spec lists as "not in HLO").
+
+Dot products follow the spec's formula: operands are converted to the result
+element type (i8 x i8 -> i32 multiplies in i32, as XLA and the C++ reference
+interpreter do) and summed in it. Floats narrower than f32 are summed in f32
+and rounded once (XLA CPU does the same); integers wrap. ``precision_config``
+only matters on accelerators: every dot runs at full precision. A ``DotAlgorithm``
+is honoured (see :func:`_algorithm_product`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg.blas
 
+from ..decode import DotDimensionNumbers
 from ..registry import op
+from ..types import dtype_of
 from .support import integer_compute_dtype
 
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 
-def _accumulation_dtype(ttype):
-    """Integers accumulate in their own (wrapping) type; floats narrower than f32 in f32."""
+
+def accumulation_dtype(ttype) -> np.dtype:
+    """The dtype in which dot products with result type ``ttype`` are summed.
+
+    i1 results are logical OR of ANDs: counted in f32, whose sums of ones are
+    exact up to 2**24 and never come back to zero.
+    """
+    if ttype.kind == "bool":
+        return _F32
     if ttype.kind in ("signed", "unsigned"):
         return integer_compute_dtype(ttype.dtype)
-    if ttype.kind == "bool":
-        return np.dtype(np.int8)
     if ttype.kind == "float" and ttype.dtype.itemsize < 4:
-        return np.dtype(np.float32)
+        return _F32
     return ttype.dtype
+
+
+def result_converter(ttype):
+    """Sums in :func:`accumulation_dtype` -> values of the result type."""
+    if ttype.kind == "bool":
+        return lambda product: product != 0
+    dtype = ttype.dtype
+    return lambda product: product.astype(dtype, copy=False)
+
+
+def batched_matmul(compute):
+    """``(B, M, K) x (B, K, N) -> (B, M, N)`` with operands converted to ``compute``."""
+    return lambda a, b: np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
+
+
+# ------------------------------------------------------------- dot algorithms
+
+# num_primitive_operations of the split-precision algorithms (bf16_3x, bf16_6x,
+# bf16_9x, tf32_3x) -> components per operand and the products summed, smallest
+# terms first (Henry et al. 2019, "Leveraging the bfloat16 AI datatype").
+_SPLIT_PRODUCTS = {
+    1: (1, ((0, 0),)),
+    3: (2, ((1, 0), (0, 1), (0, 0))),
+    6: (3, ((2, 0), (1, 1), (0, 2), (1, 0), (0, 1), (0, 0))),
+    9: (3, ((2, 2), (2, 1), (1, 2), (2, 0), (1, 1), (0, 2), (1, 0), (0, 1), (0, 0))),
+}
+
+
+def _round_to_tf32(values):
+    """Round f32 values to TensorFloat-32 (10 explicit mantissa bits), ties to even."""
+    bits = values.view(np.uint32)
+    rounded = ((bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1)))
+               & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(values), rounded, values)
+
+
+def _rounder(precision: str, compute):
+    """Values of ``compute`` dtype rounded to the precision type ``precision``."""
+    if precision == "tf32":
+        return lambda x: _round_to_tf32(x.astype(_F32)).astype(compute)
+    dtype = dtype_of(precision)
+    return lambda x: x.astype(dtype).astype(compute)
+
+
+def _components(x, round_to, count: int) -> list:
+    """Split ``x`` into ``count`` parts exactly representable in the precision type."""
+    parts = []
+    for _ in range(count):
+        part = round_to(x)
+        parts.append(part)
+        x = x - part
+    return parts
+
+
+def _algorithm_product(info, algorithm, operand_types):
+    """Batched matmul under a DotAlgorithm (spec: dot_general, ``algorithm``).
+
+    Each operand is rounded to its precision type (TF32 = f32 with a 10-bit
+    mantissa), or split into 2-3 components of that type for the 3/6/9-pass
+    algorithms; the products are summed in f32 (f64 for an f64 accumulation)
+    and rounded once to a narrower accumulation type.
+    """
+    if (algorithm.lhs_component_count, algorithm.rhs_component_count) != (1, 1) \
+            or algorithm.num_primitive_operations not in _SPLIT_PRODUCTS:
+        raise info.unsupported(f"dot algorithm {algorithm} is not supported")
+    if any(t.kind not in ("float", "signed", "unsigned") for t in operand_types):
+        raise info.unsupported("dot algorithms apply to real operands only")
+    accumulation = algorithm.accumulation_type
+    compute = _F64 if accumulation == "f64" else _F32
+    accumulate_round = None
+    if accumulation == "tf32":
+        accumulate_round = _rounder("tf32", compute)
+    elif dtype_of(accumulation).itemsize < compute.itemsize:
+        accumulate_round = _rounder(accumulation, compute)
+    count, products = _SPLIT_PRODUCTS[algorithm.num_primitive_operations]
+    round_lhs = _rounder(algorithm.lhs_precision_type, compute)
+    round_rhs = _rounder(algorithm.rhs_precision_type, compute)
+
+    def product(a, b):
+        a_parts = _components(a.astype(compute), round_lhs, count)
+        b_parts = _components(b.astype(compute), round_rhs, count)
+        total = None
+        for i, j in products:
+            term = np.matmul(a_parts[i], b_parts[j])
+            total = term if total is None else total + term
+        return total if accumulate_round is None else accumulate_round(total)
+
+    return product
+
+
+# ------------------------------------------------------------------ dot ops
 
 
 @op("stablehlo.dot_general")
 def dot_general(info):
     """Contract ``lhs_contracting`` with ``rhs_contracting`` per batch; the result
-    dims are batch dims, then lhs free dims, then rhs free dims."""
+    dims are batch dims, then lhs free dims, then rhs free dims (spec: dot_general)."""
     numbers = info.attr("dot_dimension_numbers")
     lhs_type, rhs_type = info.operand_types[:2]
     result = info.result_type
@@ -31,32 +141,119 @@ def dot_general(info):
     lhs_free = [d for d in range(lhs_type.rank) if d not in lhs_batch + lhs_contract]
     rhs_free = [d for d in range(rhs_type.rank) if d not in rhs_batch + rhs_contract]
     lhs_order, rhs_order = lhs_batch + lhs_free + lhs_contract, rhs_batch + rhs_contract + rhs_free
-    compute = _accumulation_dtype(result)
-    is_bool = result.kind == "bool"
+    n_batch, n_free_l, n_contract = len(lhs_batch), len(lhs_free), len(lhs_contract)
+    algorithm = info.attributes.get("algorithm")
+    if algorithm is not None and result.kind != "float":
+        raise info.unsupported(f"dot algorithm with result type {result.element_type}")
+    multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None
+                else batched_matmul(accumulation_dtype(result)))
+    finish = result_converter(result)
 
     def run(lhs, rhs):
-        lhs = np.transpose(lhs, lhs_order).astype(compute, copy=False)
-        rhs = np.transpose(rhs, rhs_order).astype(compute, copy=False)
-        batch = lhs.shape[:len(lhs_batch)]
-        free_l = lhs.shape[len(lhs_batch):len(lhs_batch) + len(lhs_free)]
-        free_r = rhs.shape[len(rhs_batch) + len(rhs_contract):]
-        size_b, size_l, size_r = int(np.prod(batch)), int(np.prod(free_l)), int(np.prod(free_r))
-        size_c = int(np.prod(lhs.shape[len(lhs_batch) + len(lhs_free):]))
-        product = np.matmul(lhs.reshape(size_b, size_l, size_c), rhs.reshape(size_b, size_c, size_r))
-        product = product.reshape(batch + free_l + free_r)
-        if is_bool:
-            return product != 0
-        return product.astype(result.dtype, copy=False)
+        lhs, rhs = np.transpose(lhs, lhs_order), np.transpose(rhs, rhs_order)
+        batch = lhs.shape[:n_batch]
+        free_l = lhs.shape[n_batch:n_batch + n_free_l]
+        free_r = rhs.shape[n_batch + n_contract:]
+        size_b, size_c = int(np.prod(batch)), int(np.prod(lhs.shape[n_batch + n_free_l:]))
+        product = multiply(lhs.reshape(size_b, int(np.prod(free_l)), size_c),
+                           rhs.reshape(size_b, size_c, int(np.prod(free_r))))
+        return finish(product.reshape(batch + free_l + free_r))
 
     return run
 
 
 @op("stablehlo.dot")
 def dot(info):
-    """dot: vector/matrix products, i.e. dot_general contracting lhs's last dim with rhs's first."""
-    from ..decode import DotDimensionNumbers
-
-    lhs_rank = info.operand_types[0].rank
-    numbers = DotDimensionNumbers((), (), (lhs_rank - 1,), (0,))
+    """dot_general contracting lhs's last dim with rhs's first (vector/matrix products)."""
+    numbers = DotDimensionNumbers((), (), (info.operand_types[0].rank - 1,), (0,))
     info.attributes = dict(info.attributes, dot_dimension_numbers=numbers)
     return dot_general(info)
+
+
+@op("stablehlo.einsum", "stablehlo.unary_einsum")
+def einsum(info):
+    """Einstein summation of one or two operands, ``einsum_config`` in NumPy's
+    notation (``"ab,bc->ac"``, ``"ab->a"``); products and sums as in dot_general."""
+    config = info.attr("einsum_config")
+    compute = accumulation_dtype(info.result_type)
+    finish = result_converter(info.result_type)
+    optimize = len(info.operand_types) > 1
+
+    def run(*operands):
+        operands = [np.asarray(x).astype(compute, copy=False) for x in operands]
+        return finish(np.asarray(np.einsum(config, *operands, optimize=optimize)))
+
+    return run
+
+
+# ------------------------------------------------------------- factorizations
+
+
+def _linalg_dtype(ttype):
+    """LAPACK/BLAS work in f32/f64/c64/c128: narrower floats go through f32."""
+    if ttype.kind not in ("float", "complex"):
+        return None
+    return ttype.dtype if ttype.dtype.itemsize >= 4 or ttype.kind == "complex" else _F32
+
+
+@op("stablehlo.triangular_solve")
+def triangular_solve(info):
+    """Solve ``op(a) x = b`` (``left_side``) or ``x op(a) = b`` per batch matrix,
+    reading only the ``lower`` (or upper) triangle of ``a``; op is the identity,
+    transpose or conjugate transpose (``transpose_a``). Back substitution with
+    BLAS trsm, so a zero pivot gives inf/NaN as in XLA rather than an error.
+    """
+    a_type, b_type = info.operand_types
+    compute = _linalg_dtype(a_type)
+    if compute is None:
+        raise info.unsupported(f"element type {a_type.element_type}")
+    options = dict(
+        side=0 if info.attr("left_side") else 1,
+        lower=int(bool(info.attr("lower"))),
+        trans_a={"NO_TRANSPOSE": 0, "TRANSPOSE": 1, "ADJOINT": 2}[info.attr("transpose_a")],
+        diag=int(bool(info.attr("unit_diagonal"))),
+    )
+    trsm = scipy.linalg.blas.get_blas_funcs("trsm", dtype=compute)
+    result_dtype = info.result_type.dtype
+
+    def run(a, b):
+        a = np.asarray(a).astype(compute, copy=False)
+        b = np.asarray(b).astype(compute, copy=False)
+        x = np.empty(b.shape, compute)
+        if x.size:
+            for index in np.ndindex(b.shape[:-2]):
+                x[index] = trsm(1.0, a[index], b[index], **options)
+        return x.astype(result_dtype, copy=False)
+
+    return run
+
+
+@op("stablehlo.cholesky")
+def cholesky(info):
+    """Cholesky factor of each (Hermitian positive-definite) batch matrix, reading
+    only the ``lower`` (or upper) triangle. The other triangle of the result is
+    zero. For a matrix that is not positive definite the spec leaves the result
+    undefined; like XLA CPU, that matrix comes back all NaN.
+    """
+    a_type = info.operand_types[0]
+    compute = _linalg_dtype(a_type)
+    if compute is None:
+        raise info.unsupported(f"element type {a_type.element_type}")
+    upper = not info.attr("lower", False)
+    result_dtype = info.result_type.dtype
+
+    def factor(matrices):
+        try:
+            return np.linalg.cholesky(matrices, upper=upper)
+        except np.linalg.LinAlgError:
+            if matrices.ndim == 2:
+                return np.full(matrices.shape, np.nan, matrices.dtype)
+            return np.stack([factor(m) for m in matrices])
+
+    def run(a):
+        a = np.asarray(a).astype(compute, copy=False)
+        if a.size == 0:
+            return np.zeros(a.shape, result_dtype)
+        return factor(a).astype(result_dtype, copy=False)
+
+    return run
