@@ -40,7 +40,9 @@ def monoid_of(region) -> str | None:
 
 
 def is_elementwise(region) -> bool:
-    return all(step.info.name in ELEMENTWISE_OPS for step in region.steps)
+    """Whether ``region`` can run on whole tensors: element-wise ops and (0-d) constants."""
+    return all(step.info.name in ELEMENTWISE_OPS or step.info.name == "stablehlo.constant"
+               for step in region.steps)
 
 
 def unobserved(bound: BoundRegion) -> BoundRegion:
