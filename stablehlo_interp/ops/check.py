@@ -42,7 +42,7 @@ def _first_mismatch(actual, expected, ok, detail=None) -> str:
     where = f" at index {list(index)}" if index else ""
     extra = f" ({detail(index)})" if detail else ""
     return (f"{len(bad)} of {np.size(ok)} elements differ; first{where}: "
-            f"{np.asarray(actual)[index]} (actual) vs {np.asarray(expected)[index]} (expected){extra}")
+            f"{np.asarray(actual)[index]!s} (actual) vs {np.asarray(expected)[index]!s} (expected){extra}")
 
 
 def _equal(actual, expected) -> np.ndarray:

@@ -1,0 +1,202 @@
+"""The ``stablehlo-interp`` command (also ``python -m stablehlo_interp``).
+
+    stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz]
+    stablehlo-interp test FILE_OR_DIR... [--verbose]
+
+See docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import pathlib
+import sys
+
+import numpy as np
+
+from . import __version__
+from .errors import InterpreterError
+from .program import Program
+from .testfile import expand_paths, run_file
+from .types import TOKEN, TensorType, Token, TokenType, TupleType
+
+
+class UsageError(Exception):
+    """Bad command-line input (exit status 2)."""
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.command(args)
+    except UsageError as error:
+        print(f"stablehlo-interp {args.name}: error: {error}", file=sys.stderr)
+        return 2
+    except InterpreterError as error:
+        print(f"stablehlo-interp {args.name}: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stablehlo-interp", description="A pure-Python reference interpreter for StableHLO.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a function of a module and print its results",
+                              description="Run a function of a module (MLIR text or bytecode, or a "
+                                          "StableHLO portable artifact) and print its results.")
+    run.add_argument("file", help="the module")
+    run.add_argument("--function", "-f", help="the function to run (default: @main, or the only public one)")
+    run.add_argument("--input", "-i", action="append", default=[], metavar="INPUT",
+                     help="an argument: a .npy file (one argument), a .npz file (several, in the order "
+                          "they were saved, or by argument name) or a Python literal such as 2.5 or "
+                          "'[[1, 2], [3, 4]]' (converted to the argument's type); repeat for each")
+    run.add_argument("--output", "-o", metavar="OUT.npz",
+                     help="also save the results to a .npz file (result_0, result_1, ...)")
+    run.add_argument("--full", action="store_true", help="print every element of large results")
+    run.set_defaults(command=_run, name="run")
+
+    test = commands.add_parser("test", help="run files written like StableHLO's interpreter tests",
+                               description="Run test files: '// -----' splits a file into modules; each "
+                                           "public function without arguments is a test, and its check "
+                                           "ops (check.expect_eq ...) decide whether it passes.")
+    test.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
+    test.add_argument("--verbose", "-v", action="store_true", help="list every test, not only failures")
+    test.set_defaults(command=_test, name="test")
+    return parser
+
+
+# ---------------------------------------------------------------------- run
+
+
+def _run(args) -> int:
+    program = Program(pathlib.Path(args.file))
+    name = args.function or program.entry_name
+    function = program.function(name)
+    inputs = _load_inputs(args.input, function)
+    results = program.run(*inputs, function=name)
+    options = {"threshold": sys.maxsize} if args.full else {}
+    with np.printoptions(**options):
+        for index, (value, declared) in enumerate(zip(results, function.result_types)):
+            label = function.result_names[index]
+            print(f"result #{index}{f' ({label})' if label else ''}: {declared}")
+            print(_format(value))
+    if args.output:
+        np.savez(args.output, **dict(_flatten("result", results)))
+    return 0
+
+
+def _load_inputs(specs: list[str], function) -> list:
+    """One value per argument, from .npy / .npz files and Python literals."""
+    values: list = []
+    for spec in specs:
+        path = pathlib.Path(spec)
+        if path.suffix == ".npz":
+            values.extend(_npz_arguments(path, function, len(values)))
+        elif path.suffix == ".npy":
+            values.append(_load_array(path))
+        else:
+            values.append(_literal(spec, function, len(values)))
+    types = function.arg_types
+    if len(values) != len(types):
+        expected = ", ".join(map(str, types)) or "none"
+        raise UsageError(f"@{function.name} takes {len(types)} arguments ({expected}); "
+                         f"--input gave {len(values)}")
+    return [_as_argument(value, t) for value, t in zip(values, types)]
+
+
+def _load_array(path: pathlib.Path):
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot load {path}: {error}") from None
+
+
+def _npz_arguments(path: pathlib.Path, function, position: int) -> list:
+    """The arrays of a .npz file: by argument name when its keys are the names of
+    the next arguments, else in the order they were saved (``arr_0, arr_1 ...``
+    by number)."""
+    archive = _load_array(path)
+    with archive:
+        keys = list(archive.keys())
+        names = list(function.arg_names[position:position + len(keys)])
+        if set(keys) == set(names):
+            keys = names
+        elif all(k.startswith("arr_") and k[4:].isdigit() for k in keys):
+            keys.sort(key=lambda k: int(k[4:]))
+        return [archive[k] for k in keys]
+
+
+def _literal(text: str, function, position: int):
+    if position >= len(function.arg_types):
+        raise UsageError(f"too many --input values: @{function.name} takes {len(function.arg_types)}")
+    expected = function.arg_types[position]
+    if not isinstance(expected, TensorType):
+        raise UsageError(f"argument #{position} of @{function.name} is {expected}: give it in a .npz file")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise UsageError(f"--input {text!r} is neither a .npy/.npz file nor a Python literal") from None
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"{type(value).__name__} is not a number")
+        converted = array.astype(expected.dtype)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise UsageError(f"--input {text!r} is not a value of {expected}: {error}") from None
+    exact = expected.kind in ("bool", "signed", "unsigned")
+    if exact and not np.array_equal(converted.astype(array.dtype), array):
+        raise UsageError(f"--input {text!r} does not fit {expected}")
+    return converted
+
+
+def _as_argument(value, expected):
+    """NumPy saves bf16, f8 and int4 arrays as raw bytes ('V2', 'V1'): view them as
+    the argument's type. Tokens need no value."""
+    if isinstance(expected, TokenType):
+        return TOKEN
+    if isinstance(expected, TupleType):
+        return value
+    array = np.asarray(value)
+    if array.dtype.kind == "V" and array.dtype.itemsize == expected.dtype.itemsize:
+        return array.view(expected.dtype)
+    return array
+
+
+def _format(value) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_format(v) for v in value) + ")"
+    if isinstance(value, Token):
+        return "token"
+    return np.array2string(np.asarray(value), max_line_width=100)
+
+
+def _flatten(prefix: str, values):
+    for index, value in enumerate(values):
+        if isinstance(value, tuple):
+            yield from _flatten(f"{prefix}_{index}", value)
+        elif not isinstance(value, Token):
+            yield f"{prefix}_{index}", np.asarray(value)
+
+
+# --------------------------------------------------------------------- test
+
+
+def _test(args) -> int:
+    files = expand_paths(args.paths)
+    if not files:
+        raise UsageError("no .mlir files under " + ", ".join(args.paths))
+    passed = failed = 0
+    for path in files:
+        for outcome in run_file(path):
+            if outcome.passed:
+                passed += 1
+            else:
+                failed += 1
+            if args.verbose or not outcome.passed:
+                print(outcome.report(), flush=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
