@@ -1,0 +1,212 @@
+"""CHLO ops against XLA's CPU backend, a wider-precision reference and jaxlib's
+own CHLO legalization (chlo-legalize-to-stablehlo, run by our stablehlo ops).
+
+Accuracy, element-wise math (ULP = units in the last place of the type):
+
+* Ours: within 1 ULP of the reference for every op and type (measured: 0). The
+  reference is NumPy in long double (f64) or f64 (narrower types) for the
+  elementary functions and their complex versions, SciPy in f64 for the special
+  functions; rounded once to the type. For f64 special functions SciPy is both
+  the implementation and the reference: only XLA is measured there.
+* XLA CPU: the bounds in ``XLA_BOUNDS`` (measured on these inputs), on normal
+  inputs and results away from the subnormal range, which XLA CPU flushes to
+  zero. XLA is less accurate than SciPy/NumPy nearly everywhere; most notably
+  lgamma and digamma near their zeros (absolute, not relative, error: a few
+  eps), erfc f32 (61 ULP), erf_inv (32 ULP), atanh f64 (127 ULP), cosh/sinh
+  f32/f64 for large |x| (20 / 424 ULP) and the small component of complex
+  cosh/sinh (relative to |result| only).
+* Poles and special values follow XLA's CHLO decomposition, checked against
+  the legalized module. One difference from XLA CPU itself: digamma(0) is -inf
+  (decomposition) where XLA CPU gives NaN.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.special
+
+import stablehlo_interp as si
+from oracles import (assert_same, element_values, op_module, run_interp, run_interp_text, run_xla,
+                     run_xla_text, tensor_type)
+from stablehlo_interp.ops.check import ulp_difference
+from stablehlo_interp.types import dtype_of
+
+REAL_TYPES = ["f16", "bf16", "f32", "f64"]
+COMPLEX_TYPES = ["complex<f32>", "complex<f64>"]
+LONG = np.longdouble
+
+
+def _long(fn):
+    return lambda x: fn(np.asarray(x, np.clongdouble if np.iscomplexobj(x) else LONG))
+
+
+def _f64(fn):
+    return lambda x: fn(np.asarray(x, np.float64))
+
+
+# op -> (reference, complex allowed, (low, high) of extra uniform inputs in its domain)
+UNARY = {
+    "acos": (_long(np.arccos), True, (-1, 1)),
+    "acosh": (_long(np.arccosh), True, (1, 10)),
+    "asin": (_long(np.arcsin), True, (-1, 1)),
+    "asinh": (_long(np.arcsinh), True, (-10, 10)),
+    "atan": (_long(np.arctan), True, (-10, 10)),
+    "atanh": (_long(np.arctanh), True, (-1, 1)),
+    "cosh": (_long(np.cosh), True, (-20, 20)),
+    "sinh": (_long(np.sinh), True, (-20, 20)),
+    "tan": (_long(np.tan), True, (-3, 3)),
+    "square": (_long(np.square), True, (-10, 10)),
+    "bessel_i1e": (_f64(scipy.special.i1e), False, (-20, 20)),
+    "digamma": (_f64(scipy.special.psi), False, (-10, 10)),
+    "erf": (_f64(scipy.special.erf), False, (-4, 4)),
+    "erfc": (_f64(scipy.special.erfc), False, (-4, 10)),
+    "erf_inv": (_f64(scipy.special.erfinv), False, (-1, 1)),
+    "lgamma": (_f64(scipy.special.gammaln), False, (-10, 20)),
+}
+
+# XLA CPU's error per op and type, on normal inputs: (ULP, absolute error in eps
+# of the type), an element passing either; complex: (0, norm of the error relative
+# to |reference|, in eps of the part type). Measured on these inputs, rounded up
+# to a power of 2.
+XLA_BOUNDS = {
+    "acos": {"f16": (1, 0), "bf16": (1, 0), "f32": (1, 0), "f64": (1, 0),
+             "complex<f32>": (0, 2), "complex<f64>": (0, 2)},
+    "acosh": {"f16": (1, 0), "bf16": (1, 0), "f32": (2, 0), "f64": (2, 0),
+              "complex<f32>": (0, 1), "complex<f64>": (0, 2)},
+    "asin": {"f16": (1, 0), "bf16": (1, 0), "f32": (2, 0), "f64": (1, 0),
+             "complex<f32>": (0, 2), "complex<f64>": (0, 2)},
+    "asinh": {"f16": (1, 0), "bf16": (1, 0), "f32": (2, 0), "f64": (2, 0),
+              "complex<f32>": (0, 2), "complex<f64>": (0, 2)},
+    "atan": {"f16": (0, 0), "bf16": (0, 0), "f32": (1, 0), "f64": (1, 0),
+             "complex<f32>": (0, 2), "complex<f64>": (0, 2)},
+    "atanh": {"f16": (1, 0), "bf16": (1, 0), "f32": (2, 0), "f64": (128, 0),
+              "complex<f32>": (0, 2), "complex<f64>": (0, 2)},
+    # cosh/sinh: e**(x + log(1/2)) loses log2(|x|) bits for large |x|; for complex
+    # sinh, only |z| >= 1 is compared: below, the real part of XLA's result can be
+    # 100% off (e**(z + log(1/2)) - e**(-z + log(1/2)) cancels).
+    "cosh": {"f16": (1, 0), "bf16": (0, 0), "f32": (32, 0), "f64": (512, 0),
+             "complex<f32>": (0, 64), "complex<f64>": (0, 256)},
+    "sinh": {"f16": (1, 0), "bf16": (0, 0), "f32": (32, 0), "f64": (512, 0),
+             "complex<f32>": (0, 32), "complex<f64>": (0, 256)},
+    "tan": {"f16": (0, 0), "bf16": (0, 0), "f32": (1, 0), "f64": (1, 0),
+            "complex<f32>": (0, 32), "complex<f64>": (0, 16)},
+    "square": {"f16": (0, 0), "bf16": (0, 0), "f32": (0, 0), "f64": (1, 0),
+               "complex<f32>": (0, 1), "complex<f64>": (0, 1)},
+    "bessel_i1e": {"f16": (1, 0), "bf16": (0, 0), "f32": (8, 0), "f64": (8, 0)},
+    # digamma, lgamma: absolute error near their zeros; digamma f64 near the poles.
+    "digamma": {"f16": (0, 8), "bf16": (0, 8), "f32": (4, 8), "f64": (512, 8)},
+    "erf": {"f16": (0, 0), "bf16": (0, 0), "f32": (4, 0), "f64": (2, 0)},
+    "erfc": {"f16": (0, 0), "bf16": (0, 0), "f32": (64, 0), "f64": (16, 0)},
+    "erf_inv": {"f16": (0, 0), "bf16": (0, 0), "f32": (32, 0), "f64": (32, 0)},
+    "lgamma": {"f16": (0, 32), "bf16": (0, 32), "f32": (8, 32), "f64": (8, 32)},
+}
+
+
+def test_values(op_name, element_type, seed=0):
+    """Edge values, random bit patterns and values in the op's domain."""
+    low, high = UNARY[op_name][2]
+    dtype = dtype_of(element_type)
+    rng = np.random.default_rng(seed)
+    extra = rng.uniform(low, high, 1000)
+    if dtype.kind == "c":
+        extra = extra + 1j * rng.uniform(low, high, 1000)
+    return np.concatenate([element_values(element_type, 500, seed), extra.astype(dtype)])
+
+
+test_values.__test__ = False
+
+
+def reference(op_name, values):
+    """The op's reference value, rounded once to the type of ``values``."""
+    part = np.complex128 if np.iscomplexobj(values) else np.float64
+    with np.errstate(all="ignore"):
+        return np.asarray(UNARY[op_name][0](values)).astype(part).astype(values.dtype)
+
+
+def away_from_subnormals(values) -> np.ndarray:
+    """Finite values that are zero or at least 2**(mantissa bits + 1) smallest
+    normals (XLA CPU flushes subnormal intermediates and results to zero)."""
+    values = np.asarray(values)
+    if values.dtype.kind == "c":
+        return away_from_subnormals(values.real) & away_from_subnormals(values.imag)
+    finfo = ml_dtypes.finfo(values.dtype)
+    with np.errstate(invalid="ignore"):
+        wide = values.astype(np.float64)
+    tiny = float(finfo.smallest_normal) * 2.0 ** (finfo.nmant + 1)
+    return np.isfinite(wide) & ((wide == 0) | (np.abs(wide) >= tiny))
+
+
+def xla_error(actual, expected):
+    """(ULP distance, absolute error in eps) per element; complex: (0, relative
+    error norm in eps)."""
+    eps = float(ml_dtypes.finfo(np.float32 if actual.dtype == np.complex64 else
+                                np.float64 if actual.dtype.kind == "c" else actual.dtype).eps)
+    wide = np.complex128 if actual.dtype.kind == "c" else np.float64
+    a, e = actual.astype(wide), expected.astype(wide)
+    with np.errstate(all="ignore"):
+        absolute = np.where(a == e, 0.0, np.abs(a - e)) / eps
+        if actual.dtype.kind == "c":
+            relative = absolute / np.where(e == 0, 1.0, np.abs(e))
+            return np.zeros(a.shape, np.uint64), relative
+    return ulp_difference(actual, expected), absolute
+
+
+@functools.lru_cache(maxsize=None)
+def unary_results(op_name, element_type):
+    """(inputs, ours, XLA CPU's, reference, comparable-with-XLA mask)."""
+    values = test_values(op_name, element_type)
+    ttype = tensor_type(values.shape, element_type)
+    text = op_module(f"chlo.{op_name}", [ttype], ttype)
+    (ours,) = run_interp_text(text, values)
+    (xla,) = run_xla_text(text, values)
+    expected = reference(op_name, values)
+    comparable = away_from_subnormals(values) & away_from_subnormals(expected)
+    if values.dtype.kind == "c":  # XLA ignores the sign of zero on the branch cuts
+        comparable &= (values.real != 0) & (values.imag != 0) & (np.abs(values) < 1e30)
+    return values, ours, xla, expected, comparable
+
+
+UNARY_CASES = [(op_name, t) for op_name, (_, complex_ok, _) in UNARY.items()
+               for t in REAL_TYPES + (COMPLEX_TYPES if complex_ok else [])]
+
+
+def assert_within_xla_bound(actual, expected, op_name, element_type, context=""):
+    ulp_bound, other_bound = XLA_BOUNDS[op_name][element_type]
+    ulp, other = xla_error(actual, expected)
+    bad = (ulp > ulp_bound) & (other > other_bound)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise AssertionError(f"{context}{int(bad.sum())} of {bad.size} beyond {(ulp_bound, other_bound)}: "
+                             f"got {actual[i]!r}, expected {expected[i]!r} (ULP {int(ulp[i])}, "
+                             f"other {float(other[i]):.3g})")
+
+
+def pole_conventions(op_name, values):
+    """Inputs where the op follows XLA's decomposition rather than the reference:
+    digamma(-0.0) is -inf (psi gives +inf) and lgamma(-inf) is +inf."""
+    if op_name == "digamma":
+        return values == 0
+    if op_name == "lgamma":
+        return np.isneginf(values.astype(np.float64))
+    return np.zeros(values.shape, bool)
+
+
+@pytest.mark.parametrize("op_name, element_type", UNARY_CASES)
+def test_unary_against_reference(op_name, element_type):
+    """Ours is within 1 ULP of the wider-precision reference, special values included."""
+    values, ours, _, expected, _ = unary_results(op_name, element_type)
+    keep = ~pole_conventions(op_name, values)
+    assert_same(ours[keep], expected[keep], max_ulp=1)
+
+
+@pytest.mark.parametrize("op_name, element_type", UNARY_CASES)
+def test_unary_xla_against_reference(op_name, element_type):
+    """XLA CPU is within XLA_BOUNDS of the same reference (away from subnormals)."""
+    values, _, xla, expected, comparable = unary_results(op_name, element_type)
+    if op_name == "sinh" and values.dtype.kind == "c":
+        comparable &= np.abs(values) >= 1
+    assert_within_xla_bound(xla[comparable], expected[comparable], op_name, element_type)
