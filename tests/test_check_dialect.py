@@ -119,6 +119,16 @@ def test_mismatched_types_are_a_load_error():
                        " : (tensor<2xf32>) -> ()", "%a: tensor<2xf32>"))
 
 
+def test_dynamic_shapes_are_compared_at_run_time():
+    text = """func.func @main(%a: tensor<?xi32>, %b: tensor<2xi32>) {
+  "check.expect_eq"(%a, %b) : (tensor<?xi32>, tensor<2xi32>) -> ()
+  func.return
+}"""
+    si.run(text, np.array([1, 2], np.int32), np.array([1, 2], np.int32))
+    with pytest.raises(CheckFailure, match=r"shape \(3,\) \(actual\) vs \(2,\) \(expected\)"):
+        si.run(text, np.array([1, 2, 3], np.int32), np.array([1, 2], np.int32))
+
+
 def test_serialized_eq_is_reported_unsupported():
     with pytest.raises(si.UnsupportedOpError, match="check.expect_serialized_eq.*interpreter.probe"):
         si.load(module('  check.expect_serialized_eq %a, probe_id = "p", iter = 2 : tensor<2xi32>',

@@ -106,17 +106,21 @@ def ulp_difference(actual, expected) -> np.ndarray:
 def _checker(info, compare, describe="", detail=None):
     """The runner of a check: compare, raise CheckFailure on a mismatch.
 
-    Load time: both sides must have the same type (the check ops are parsed as
-    unregistered ops, which MLIR does not verify). A custom call declaring a
-    result gets ``true`` (a failure raises before).
+    Load time: both sides must have the same element type and compatible shapes
+    (the check ops are parsed as unregistered ops, which MLIR does not verify; a
+    dynamic dimension, as in ``tensor<?x4xi64>``, is compared at run time). A
+    custom call declaring a result gets ``true`` (a failure raises before).
     """
     actual_type, expected_type = info.operand_types[0], _expected_type(info)
-    if actual_type != expected_type:
+    if not _compatible(actual_type, expected_type):
         raise info.error(f"compares {actual_type} with {expected_type}: the types must be equal")
     name = _display_name(info)
     passed = tuple(np.array(True) for _ in info.result_types)
 
     def run(actual, expected):
+        if np.shape(actual) != np.shape(expected):
+            raise CheckFailure(name, info.location, f"shape {np.shape(actual)} (actual) vs "
+                                                    f"{np.shape(expected)} (expected)")
         ok = compare(actual, expected)
         if not np.all(ok):
             raise CheckFailure(name, info.location, describe + _first_mismatch(
@@ -124,6 +128,11 @@ def _checker(info, compare, describe="", detail=None):
         return passed[0] if len(passed) == 1 else passed
 
     return run
+
+
+def _compatible(a: TensorType, b: TensorType) -> bool:
+    return (a.element_type == b.element_type and a.rank == b.rank
+            and all(x is None or y is None or x == y for x, y in zip(a.shape, b.shape)))
 
 
 def _expected_type(info):
