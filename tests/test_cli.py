@@ -213,3 +213,34 @@ def test_console_script_and_module_entry_point():
         assert result.stdout.splitlines()[-1] == "9 passed, 7 failed"
         result = subprocess.run(command + ["--version"], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and result.stdout.startswith("stablehlo-interp ")
+
+
+# ----------------------------------------------------------- docs/cli.md examples
+
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples" / "cli"
+
+
+def test_documented_examples(capsys):
+    status, out, _ = cli(capsys, "run", EXAMPLES / "scale_add.mlir", "--input", "[1, 2, 3]", "--input", "0.5")
+    assert status == 0 and out == "result #0: tensor<3xf32>\n[1.5 2.  2.5]\nresult #1: tensor<f32>\n6.\n"
+    status, out, _ = cli(capsys, "run", EXAMPLES / "scale_add.mlir", "--function", "wrap",
+                         "--input", "[0, 27, 28, -128]")
+    assert status == 0 and out == "result #0: tensor<4xi8>\n[ 100  127 -128  -28]\n"
+    status, out, _ = cli(capsys, "test", EXAMPLES / "suite.mlir")
+    assert status == 0 and out == "4 passed, 0 failed\n"
+
+
+def test_backend_suite_example():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import backend_suite
+    finally:
+        sys.path.pop(0)
+    text = "\n// -----\n".join(backend_suite.case_module(name, fn, inputs)
+                                for name, (fn, inputs) in backend_suite.CASES.items())
+    outcomes = run_text(text, "backend_suite.mlir")
+    assert [o.test for o in outcomes] == list(backend_suite.CASES)
+    assert all(o.passed for o in outcomes), [o.report() for o in outcomes if not o.passed]
+    # A wrong backend result is caught: check one result against the inputs instead.
+    broken = text.replace("check.expect_eq %r#0, %e0", "check.expect_eq %r#0, %x0", 1)
+    assert [o.passed for o in run_text(broken, "b.mlir")].count(False) == 1
