@@ -4,9 +4,8 @@
   evaluated in a wider type (f16/bf16 in f32, f32 in f64, complex64 in
   complex128) and rounded once. Where a function has a pole or is undefined,
   the result is the one XLA's CHLO decomposition
-  (stablehlo/transforms/ChloLegalizeToStablehlo.cpp) gives: digamma(0) = -inf,
-  digamma(negative integer) = NaN, lgamma(-inf) = +inf, zeta and polygamma as
-  described at :func:`_zeta`.
+  (stablehlo/transforms/ChloLegalizeToStablehlo.cpp) gives, as described at
+  :func:`_digamma`, :func:`_lgamma` and :func:`_zeta`.
 - ``broadcast_*`` ops broadcast their operands (numpy-style, or by an explicit
   ``broadcast_dimensions`` map) and then run the stablehlo (or chlo) op they
   mirror, through that op's own builder: see :func:`_broadcasting`.
@@ -42,16 +41,16 @@ def _chlo_enum(text: str) -> str:
 # ------------------------------------------------------------------ element-wise math
 
 
-def _math(real=None, complex_=None):
+def _math(real=None, complex_=None, *, widen=in_wider_precision):
     """Builder of an element-wise function: ``real`` for float operands,
-    ``complex_`` for complex ones, evaluated in wider precision and rounded."""
+    ``complex_`` for complex ones, evaluated in a wider type (``widen``) and rounded."""
 
     def build(info):
         ttype = info.operand_types[0]
         fn = {"float": real, "complex": complex_}.get(ttype.kind)
         if fn is None:
             raise info.unsupported(f"element type {ttype.element_type} is not allowed for this op")
-        wide = in_wider_precision(fn, ttype.dtype)
+        wide = widen(fn, ttype.dtype)
 
         def run(*operands):
             with np.errstate(all="ignore"):
@@ -60,6 +59,15 @@ def _math(real=None, complex_=None):
         return run
 
     return build
+
+
+def _in_float64(fn, dtype):
+    """SciPy's special functions are computed in f64 at most: narrower floats go
+    through f64 and are rounded once."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float64:
+        return fn
+    return lambda *operands: fn(*[np.asarray(x, np.float64) for x in operands]).astype(dtype)
 
 
 def _square(x):
@@ -74,15 +82,21 @@ def _square(x):
 
 
 def _digamma(x):
-    """psi(x); -inf at +-0 and NaN at the negative integers (the poles)."""
-    result = scipy.special.psi(x)
-    result = np.where((x < 0) & (x == np.floor(x)), np.nan, result)
-    return np.where(x == 0, -np.inf, result)
+    """psi(x); NaN at the poles 0, -1, -2 ... as in XLA CPU and jaxlib's
+    decomposition (newer StableHLO decompositions give -inf at 0)."""
+    return np.where((x <= 0) & (x == np.floor(x)), np.nan, scipy.special.psi(x))
 
 
 def _lgamma(x):
-    """log|gamma(x)|; +inf at the poles and at +-inf."""
-    return np.where(np.isinf(x), np.inf, scipy.special.gammaln(x))
+    """log|gamma(x)|; +inf at the poles and at +-inf. For subnormal x it is
+    -log|x| to within rounding (SciPy's gammaln overflows there)."""
+    tiny = np.abs(x) < np.finfo(np.float64).smallest_normal
+    return np.where(np.isinf(x), np.inf, np.where(tiny, -np.log(np.abs(x)), scipy.special.gammaln(x)))
+
+
+def _odd(fn):
+    """An odd function that keeps the sign of zero (SciPy's erfinv and i1e drop it)."""
+    return lambda x: np.where(x == 0, x, fn(x))
 
 
 def _zeta(x, q):
@@ -127,16 +141,20 @@ for _name, _real, _complex in [
     ("sinh", np.sinh, np.sinh),
     ("square", _square, _square),
     ("_asin_acos_kernel", None, _asin_acos_kernel),
-    ("bessel_i1e", scipy.special.i1e, None),
-    ("digamma", _digamma, None),
-    ("erf", scipy.special.erf, None),
-    ("erfc", scipy.special.erfc, None),
-    ("erf_inv", scipy.special.erfinv, None),
-    ("lgamma", _lgamma, None),
-    ("polygamma", _polygamma, None),
-    ("zeta", _zeta, None),
 ]:
     op(f"chlo.{_name}", elementwise=True)(_math(_real, _complex))
+
+for _name, _real in [
+    ("bessel_i1e", _odd(scipy.special.i1e)),
+    ("digamma", _digamma),
+    ("erf", scipy.special.erf),
+    ("erfc", scipy.special.erfc),
+    ("erf_inv", _odd(scipy.special.erfinv)),
+    ("lgamma", _lgamma),
+    ("polygamma", _polygamma),
+    ("zeta", _zeta),
+]:
+    op(f"chlo.{_name}", elementwise=True)(_math(_real, widen=_in_float64))
 
 
 @op("chlo.tan", elementwise=True)
