@@ -108,9 +108,10 @@ def expand_paths(paths) -> list[pathlib.Path]:
 
 def _failure(file: str, test: str | None, line: int, error: BaseException) -> Outcome:
     if isinstance(error, OpError):
-        lines = [error.reason] + [
-            f"inside {name}{f' at {_where(location, file)}' if location else ''}{f' ({detail})' if detail else ''}"
-            for name, location, detail in error.enclosing]
+        lines = [error.reason]
+        for name, location, detail in error.enclosing:
+            where = f" at {_where(location, file)}" if location else ""
+            lines.append(f"inside {name}{where}{f' ({detail})' if detail else ''}")
         return Outcome(file, test, line, False, error.op_name, _where(error.location, file), "\n".join(lines))
     if isinstance(error, InterpreterError):
         message = _PARSER_LOCATION.sub(lambda m: f"{file}:{m.group(1)}:{m.group(2)}", str(error))
