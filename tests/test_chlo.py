@@ -271,3 +271,100 @@ def test_legalized_module_agrees(op_name, element_type):
     ulp_bound, other_bound = XLA_BOUNDS[op_name][element_type]
     ulp, other = xla_error(decomposed[comparable], expected[comparable])
     assert not np.any((ulp > 2 * ulp_bound) & (other > 2 * other_bound))
+
+
+# --------------------------------------------------------------- binary math
+
+
+def binary_module(op_name, element_type, shape, result_type=None):
+    ttype = tensor_type(shape, element_type)
+    return op_module(f"chlo.{op_name}", [ttype, ttype], result_type or ttype)
+
+
+def all_pairs(values):
+    lhs, rhs = np.meshgrid(values, values)
+    return lhs.ravel(), rhs.ravel()
+
+
+@pytest.mark.parametrize("element_type", REAL_TYPES + ["f8E5M2"])
+def test_next_after(element_type):
+    """Bit-exact against XLA CPU and the legalized module, on all pairs of edge values."""
+    values = element_values(element_type, 20)
+    lhs, rhs = all_pairs(values if len(values) < 100 else values[::2])
+    text = binary_module("next_after", element_type, lhs.shape)
+    (ours,) = run_interp_text(text, lhs, rhs)
+    (decomposed,) = run_interp_text(legalized(text), lhs, rhs)
+    assert_same(ours, decomposed)
+    if element_type in REAL_TYPES:  # XLA CPU flushes subnormal results
+        (xla,) = run_xla_text(text, lhs, rhs)
+        keep = away_from_subnormals(ours) & away_from_subnormals(lhs)
+        assert_same(ours[keep], xla[keep])
+
+
+# (op, regular domain of the two operands) -> XLA CPU's (ULP, absolute eps) bound per type
+ZETA_LIKE = {
+    "zeta": ({"f16": (0, 0), "bf16": (2, 0), "f32": (16, 0), "f64": (4, 0)},
+             lambda rng: (rng.uniform(1.5, 30, 1000), np.exp(rng.uniform(np.log(0.1), np.log(100), 1000)))),
+    "polygamma": ({"f16": (1, 8), "bf16": (1, 8), "f32": (32, 8), "f64": (32, 8)},
+                  lambda rng: (rng.integers(0, 8, 1000).astype(float),
+                               np.exp(rng.uniform(np.log(0.1), np.log(50), 1000)))),
+}
+
+
+@pytest.mark.parametrize("op_name", ZETA_LIKE)
+@pytest.mark.parametrize("element_type", REAL_TYPES)
+def test_zeta_and_polygamma_regular(op_name, element_type):
+    """Ours is SciPy's value rounded once; XLA CPU within its measured bound."""
+    bounds, domain = ZETA_LIKE[op_name]
+    dtype = dtype_of(element_type)
+    lhs, rhs = (x.astype(dtype) for x in domain(np.random.default_rng(2)))
+    text = binary_module(op_name, element_type, lhs.shape)
+    (ours,) = run_interp_text(text, lhs, rhs)
+    (xla,) = run_xla_text(text, lhs, rhs)
+    wide_lhs, wide_rhs = lhs.astype(np.float64), rhs.astype(np.float64)
+    if op_name == "zeta":
+        expected = scipy.special.zeta(wide_lhs, wide_rhs)
+    else:
+        expected = scipy.special.polygamma(wide_lhs.astype(int), wide_rhs)
+    assert_same(ours, expected.astype(dtype), max_ulp=1)
+    keep = away_from_subnormals(ours) & away_from_subnormals(xla)
+    ulp, absolute = xla_error(xla[keep], ours[keep])
+    assert not np.any((ulp > bounds[element_type][0]) & (absolute > bounds[element_type][1]))
+
+
+# Points where XLA's decomposition decides the result (poles, x < 1, n not natural ...).
+ZETA_SPECIAL = [(x, q) for x in (0.5, 1.0, 1.5, 2.0, 3.0, 4.0) for q in (-3.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0)]
+POLYGAMMA_SPECIAL = [(n, x) for n in (-1.0, 0.0, 0.5, 1.0, 2.0, 3.0) for x in (-3.0, -2.5, -1.0, -0.0, 0.0, 0.5, 2.0)]
+
+
+@pytest.mark.parametrize("op_name, points", [("zeta", ZETA_SPECIAL), ("polygamma", POLYGAMMA_SPECIAL)])
+@pytest.mark.parametrize("element_type", ["f32", "f64"])
+def test_zeta_and_polygamma_special_points(op_name, points, element_type):
+    """NaN, inf and finite results where the legalized module has them."""
+    lhs, rhs = (np.array(p, dtype_of(element_type)) for p in zip(*points))
+    text = binary_module(op_name, element_type, lhs.shape)
+    (ours,) = run_interp_text(text, lhs, rhs)
+    (decomposed,) = run_interp_text(legalized(text), lhs, rhs)
+    assert_same_special_values(ours, decomposed)
+    assert np.array_equal(np.isfinite(ours), np.isfinite(decomposed))
+
+
+def test_zeta_at_infinity_is_the_limit():
+    """zeta(inf, q) is 0 (q > 1), 1 (q = 1), inf (0 < q < 1); zeta(x, inf) = 0.
+    (XLA's decomposition gives NaN there.)"""
+    x = np.array([np.inf, np.inf, np.inf, 2.0])
+    q = np.array([2.0, 1.0, 0.5, np.inf])
+    (ours,) = run_interp(jax.scipy.special.zeta, x, q)
+    np.testing.assert_array_equal(ours, [0.0, 1.0, np.inf, 0.0])
+
+
+@pytest.mark.parametrize("element_type", ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"])
+def test_mulhi(element_type):
+    """Bit-exact against XLA CPU on all pairs of edge values."""
+    lhs, rhs = all_pairs(element_values(element_type, 24))
+    text = binary_module("mulhi", element_type, lhs.shape)
+    (ours,) = run_interp_text(text, lhs, rhs)
+    (xla,) = run_xla_text(text, lhs, rhs)
+    assert_same(ours, xla)
+    (decomposed,) = run_interp_text(legalized(text), lhs, rhs)
+    assert_same(ours, decomposed)

@@ -102,8 +102,10 @@ def _odd(fn):
 def _zeta(x, q):
     """Hurwitz zeta(x, q) = sum over n >= 0 of (q + n)**-x. As XLA defines it:
     NaN for x < 1; for q <= 0, NaN unless x is an integer; at the poles (q a
-    non-positive integer) +inf for even x, else NaN; +inf for x = 1."""
+    non-positive integer) +inf for even x, else NaN; +inf for x = 1. For q > 1
+    and huge x, where SciPy gives NaN, the value q**-x (it underflows to 0)."""
     result = scipy.special.zeta(x, q)
+    result = np.where(np.isnan(result) & (x > 1) & (q > 1), np.power(q, -x), result)
     x_integer = x == np.floor(x)
     result = np.where((x < 1) | ((q <= 0) & ~x_integer), np.nan, result)
     pole = (q <= 0) & (q == np.floor(q))
