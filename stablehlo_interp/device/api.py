@@ -29,7 +29,7 @@ from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 import numpy as np
 
 from ..errors import InterpreterError
-from . import abi, runtime
+from . import abi, native, runtime
 from .abi import API_FUNCTION, EVENT_ON_READY_CALLBACK, VOID_API_FUNCTION, PJRT_NamedValue
 from .runtime import PluginError
 
@@ -928,38 +928,41 @@ def _unimplemented(name: str):
 class Table:
     """The PJRT_Api structure, its Shardings extension and every thunk they point to.
 
-    The thunks are never freed (see ``plugin.py``): jaxlib may call them until
-    the process ends.
+    Each slot points at the native guard of its thunk (``native.py``). The
+    thunks are never freed (see ``plugin.py``): jaxlib may call them until the
+    process ends.
     """
 
+    _EXTENSION_SLOTS = ("Shardings_ParameterShardings", "Shardings_OutputShardings")
+
     def __init__(self):
+        self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._EXTENSION_SLOTS}
+        self.entry_points = native.guarded({name: ctypes.cast(thunk, c_void_p).value
+                                            for name, thunk in self.thunks.items()})
         self.api = abi.PJRT_Api()
         self.api.struct_size = ctypes.sizeof(abi.PJRT_Api)
         self.api.pjrt_api_version.struct_size = ctypes.sizeof(abi.PJRT_Api_Version)
         self.api.pjrt_api_version.major_version = abi.API_MAJOR
         self.api.pjrt_api_version.minor_version = abi.API_MINOR
-        self.thunks: dict[str, object] = {}
         for name in abi.API_SLOTS:
-            setattr(self.api, f"PJRT_{name}", self._make(name))
+            setattr(self.api, f"PJRT_{name}", self.entry_points[name])
         self.shardings = abi.PJRT_Shardings_Extension()
         self.shardings.base.struct_size = ctypes.sizeof(abi.PJRT_Shardings_Extension)
         self.shardings.base.type = abi.EXTENSION_SHARDINGS
-        self.shardings.PJRT_Shardings_PJRT_Executable_OutputShardings = self._make("Shardings_OutputShardings")
-        self.shardings.PJRT_Shardings_PJRT_Executable_ParameterShardings = self._make(
-            "Shardings_ParameterShardings")
+        for name in self._EXTENSION_SLOTS:
+            setattr(self.shardings, f"PJRT_Shardings_PJRT_Executable_{name.split('_', 1)[1]}",
+                    self.entry_points[name])
         self.api.extension_start = addressof(self.shardings)
 
-    def _make(self, name: str) -> int:
+    @staticmethod
+    def _thunk(name: str):
         if name in _IMPLEMENTATIONS:
             function, args_type = _IMPLEMENTATIONS[name]
             python = _thunk(name, function, args_type)
         else:
             python = _unimplemented(name)
-        c_type = VOID_API_FUNCTION if name in abi.VOID_SLOTS else API_FUNCTION
-        thunk = self.thunks[name] = c_type(python)
-        return ctypes.cast(thunk, c_void_p).value
+        return (VOID_API_FUNCTION if name in abi.VOID_SLOTS else API_FUNCTION)(python)
 
     @property
     def address(self) -> int:
         return addressof(self.api)
-
