@@ -42,16 +42,15 @@ def decode_type(t: ir.Type):
 
 
 def _decode_type(t: ir.Type):
-    if isinstance(t, ir.RankedTensorType) or ir.RankedTensorType.isinstance(t):
-        t = ir.RankedTensorType(t)
+    t = t.maybe_downcast() if type(t) is ir.Type else t
+    if isinstance(t, ir.RankedTensorType):
         shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank))
         return TensorType.of(shape, _element_spelling(t.element_type))
     if stablehlo.TokenType.isinstance(t):
         return TokenType()
-    if ir.TupleType.isinstance(t):
-        t = ir.TupleType(t)
+    if isinstance(t, ir.TupleType):
         return TupleType(tuple(decode_type(t.get_type(i)) for i in range(t.num_types)))
-    if ir.UnrankedTensorType.isinstance(t):
+    if isinstance(t, ir.UnrankedTensorType):
         raise ModuleError(f"unranked tensor type {t} is not supported (StableHLO requires ranked tensors)")
     text = str(t)
     if text.startswith("!quant."):
@@ -297,7 +296,7 @@ def parse_elements_text(text: str) -> np.ndarray:
         flat = np.broadcast_to(flat, (count,))
     if flat.size != count:
         raise ModuleError(f"dense attribute has {flat.size} elements, its type {ttype} needs {count}")
-    array = np.ascontiguousarray(flat.reshape(ttype.shape))
+    array = np.array(flat.reshape(ttype.shape), order="C")  # (ascontiguousarray makes 0-d 1-d)
     array.flags.writeable = False
     return array
 

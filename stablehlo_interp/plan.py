@@ -120,6 +120,7 @@ class Function:
     result_names: tuple
     region: Region
     location: SourceLocation
+    has_body: bool = False
 
 
 class _Scope:
@@ -158,8 +159,8 @@ class Compiler:
         return decode_location(operation.location, self.file_name)
 
     def compile_function(self, func_op, function: Function) -> None:
-        block = func_op.regions[0].blocks[0]
-        self._compile_block(block, function.region, parent=None)
+        if function.has_body:  # an external declaration has none: calling it is an error
+            self._compile_block(func_op.regions[0].blocks[0], function.region, parent=None)
 
     def compile_region(self, mlir_region, description: str, parent: _Scope) -> Region:
         blocks = list(mlir_region.blocks)
@@ -252,7 +253,11 @@ class Compiler:
         if name in _CALLEE_ATTRIBUTE:
             symbols = attributes.get(_CALLEE_ATTRIBUTE[name], ())
             symbols = (symbols,) if isinstance(symbols, str) else symbols
-            return tuple(self.program.function(s.lstrip("@")).region for s in symbols)
+            functions = [self.program.function(s.lstrip("@")) for s in symbols]
+            for function in functions:
+                if not function.has_body:
+                    raise ModuleError(f"calls @{function.name}, which is declared without a body")
+            return tuple(function.region for function in functions)
         return ()
 
 

@@ -64,10 +64,12 @@ class Program:
         observe (and may alter or stop) the run.
         """
         target = self.function(function or self.entry_name)
+        if not target.has_body:
+            raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
         values = coerce_arguments(target, args)
         with np.errstate(all="ignore"):
             outputs = Execution(listeners).run_region(target.region, values)
-        return [_as_result(value) for value in outputs]
+        return [_as_result(value, values) for value in outputs]
 
     def __repr__(self) -> str:
         names = ", ".join(f"@{n}" for n in self.functions)
@@ -112,7 +114,8 @@ def _declare_function(operation, file_name) -> Function:
     result_names = _value_names(attributes, "res_attrs", len(result_types), None)
     region = Region(f"@{name}")
     return Function(name, visibility, arg_types, result_types, arg_names, result_names, region,
-                    decode_location(operation.location, file_name))
+                    decode_location(operation.location, file_name),
+                    has_body=len(operation.regions[0].blocks) > 0)
 
 
 def _value_names(attributes, key: str, count: int, operation) -> tuple:
@@ -122,7 +125,7 @@ def _value_names(attributes, key: str, count: int, operation) -> tuple:
         for i, entry in enumerate(decode_attribute(attributes[key])):
             if isinstance(entry, dict) and isinstance(entry.get("jax.result_info"), str):
                 names[i] = entry["jax.result_info"]
-    if operation is not None:
+    if operation is not None and len(operation.regions[0].blocks):
         for i, arg in enumerate(operation.regions[0].blocks[0].arguments):
             location = decode_location(arg.location)
             if location.name and not location.frames:
@@ -180,11 +183,15 @@ def _convert_scalar(value, expected: TensorType, where: str) -> np.ndarray:
     return np.asarray(value).astype(expected.dtype)
 
 
-def _as_result(value):
+def _as_result(value, arguments):
+    """A fresh, writable ndarray: constants are read-only and results may be views
+    of the arguments (``return %arg0``, a slice), which the caller must not alias."""
     if isinstance(value, tuple):
-        return tuple(_as_result(v) for v in value)
+        return tuple(_as_result(v, arguments) for v in value)
     if isinstance(value, np.generic):
         return np.asarray(value)
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
-        return value.copy()
+    if isinstance(value, np.ndarray):
+        if not value.flags.writeable or any(
+                isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in arguments):
+            return value.copy()
     return value

@@ -275,3 +275,44 @@ def test_results_are_writable_arrays_even_for_constants():
     out[0] = 7
     (again,) = program.run()
     np.testing.assert_array_equal(again, [1, 2])
+
+
+def test_tuples_tokens_and_0d_constants_of_small_types():
+    text = """func.func @main(%x: tensor<f32>) -> (tuple<tensor<f32>, !stablehlo.token>, tensor<bf16>, tensor<i4>) {
+  %t = stablehlo.create_token : !stablehlo.token
+  %0 = stablehlo.tuple %x, %t : tuple<tensor<f32>, !stablehlo.token>
+  %c = stablehlo.constant dense<1.5> : tensor<bf16>
+  %i = stablehlo.constant dense<-3> : tensor<i4>
+  return %0, %c, %i : tuple<tensor<f32>, !stablehlo.token>, tensor<bf16>, tensor<i4>
+}"""
+    (pair, half, small) = si.run(text, np.float32(2))
+    assert pair[0] == 2 and pair[1] is si.TOKEN
+    assert half.shape == () and half.dtype.name == "bfloat16" and float(half) == 1.5
+    assert small.shape == () and int(small) == -3
+
+
+def test_results_never_alias_the_arguments():
+    text = """func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<2xf32>) {
+  %0 = stablehlo.slice %x [1:3] : (tensor<4xf32>) -> tensor<2xf32>
+  return %x, %0 : tensor<4xf32>, tensor<2xf32>
+}"""
+    x = np.arange(4, dtype=np.float32)
+    same, part = si.run(text, x)
+    same[0] = part[0] = 100
+    np.testing.assert_array_equal(x, [0, 1, 2, 3])
+
+
+def test_function_declared_without_body():
+    text = """module {
+  func.func private @external(tensor<f32>) -> tensor<f32>
+  func.func @main(%x: tensor<f32>) -> tensor<f32> {
+    return %x : tensor<f32>
+  }
+}"""
+    program = si.load(text)
+    assert program.run(np.float32(1))[0] == 1
+    with pytest.raises(si.ModuleError, match="without a body"):
+        program.run(np.float32(1), function="external")
+    calling = text.replace("return %x", "%0 = func.call @external(%x) : (tensor<f32>) -> tensor<f32>\n    return %0")
+    with pytest.raises(si.OpError, match="declared without a body"):
+        si.load(calling)
