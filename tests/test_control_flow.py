@@ -350,11 +350,6 @@ func.func @main(%x: tensor<2xi32>, %y: tensor<f32>) -> (tensor<2xi32>, tensor<f3
 # Known bug outside this module: decode.decode_type calls ir.RankedTensorType.isinstance,
 # which jaxlib 0.10 no longer has, on any non-tensor type: tuple and token types
 # cannot be loaded.
-DECODE_TYPE_BUG = pytest.mark.xfail(strict=True, raises=AttributeError,
-                                    reason="decode.py: tuple and token types fail to decode")
-
-
-@DECODE_TYPE_BUG
 def test_tuples(reference):
     x, y = np.array([3, -4], np.int32), np.float32(2.5)
     a, b, d = si.run(TUPLE_TEXT, x, y, listeners=[si.validation.ResultTypeChecker()])
@@ -366,7 +361,6 @@ def test_tuples(reference):
     assert_same(d, expected[2])
 
 
-@DECODE_TYPE_BUG
 def test_tuple_arguments_and_results():
     text = """
 func.func @main(%t: tuple<tensor<i8>, tuple<tensor<2xf32>>>) -> tuple<tensor<2xf32>, tensor<i8>> {
@@ -393,7 +387,6 @@ func.func @main(%x: tensor<3xf32>, %t: !stablehlo.token) -> (tensor<3xf32>, !sta
 }"""
 
 
-@DECODE_TYPE_BUG
 def test_tokens():
     y, token = si.run(TOKEN_TEXT, np.ones(3, np.float32), si.TOKEN,
                       listeners=[si.validation.ResultTypeChecker()])

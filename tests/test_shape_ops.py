@@ -45,17 +45,8 @@ def same_as_reference(reference, text, *args):
 
 
 # Known bug outside this module: decode.parse_elements_text returns shape (1,) for
-# 0-d attributes of the types NumPy cannot read directly (np.ascontiguousarray
-# makes 0-d arrays 1-d). Strict, so the marker must go once decode.py is fixed.
-DECODE_0D_BUG = pytest.mark.xfail(strict=True, raises=si.OpError,
-                                  reason="decode.py: 0-d dense attribute decoded with shape (1,)")
-TEXT_DECODED = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.bfloat16,
-                                      np.complex64, np.complex128, ml_dtypes.float8_e4m3fn)}
-
-
 @pytest.mark.parametrize("dtype, shape", [
-    pytest.param(dtype, shape, id=f"{dtype_id(dtype)}-{shape}",
-                 marks=DECODE_0D_BUG if shape == () and np.dtype(dtype) in TEXT_DECODED else ())
+    pytest.param(dtype, shape, id=f"{dtype_id(dtype)}-{shape}")
     for shape in [(), (0,), (3,), (2, 3)] for dtype in DTYPES])
 def test_constant(dtype, shape):
     splat = np.full(shape, values((), dtype, seed=1)[()], dtype)
