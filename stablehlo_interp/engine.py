@@ -21,13 +21,16 @@ class RegionFrame:
     """An active region: the op that owns it, which of its regions, which call.
 
     ``call`` counts from 0: for ``stablehlo.while`` the body's call number is the
-    loop iteration.
+    loop iteration. ``vectorized`` marks a region that an op runs once on whole
+    tensors where the program applies it element by element (reduce, map, sort
+    ... with element-wise bodies): its values have extra leading dimensions.
     """
 
     step: Step
     region_index: int
     call: int
     process: int = 0
+    vectorized: bool = False
 
 
 class Listener:
@@ -48,15 +51,21 @@ class Listener:
 class BoundRegion:
     """A region bound to the values it captures, callable by its op's runner."""
 
-    __slots__ = ("region", "captures", "execution", "step", "index", "calls")
+    __slots__ = ("region", "captures", "execution", "step", "index", "calls", "vectorized")
 
-    def __init__(self, region: Region, captures: list, execution: "Execution", step: Step, index: int):
+    def __init__(self, region: Region, captures: list, execution: "Execution", step: Step, index: int,
+                 vectorized: bool = False):
         self.region = region
         self.captures = captures
         self.execution = execution
         self.step = step
         self.index = index
         self.calls = 0
+        self.vectorized = vectorized
+
+    def as_vectorized(self) -> "BoundRegion":
+        """The same region, called on whole tensors (see RegionFrame.vectorized)."""
+        return BoundRegion(self.region, self.captures, self.execution, self.step, self.index, True)
 
     def __call__(self, *args) -> list:
         call = self.calls
@@ -98,7 +107,7 @@ class Execution:
         if not self.listeners:
             _run_steps(region.program, env, self)
         else:
-            frame = bound and RegionFrame(bound.step, bound.index, call, self.process)
+            frame = bound and RegionFrame(bound.step, bound.index, call, self.process, bound.vectorized)
             if frame:
                 self._stack.append(frame)
             try:
