@@ -1,0 +1,140 @@
+"""batch_norm_inference, batch_norm_training and batch_norm_grad against XLA's
+CPU backend (which expands them like its batchnorm_expander), and a
+batch-norm layer written with jax.numpy, trained one step with jax.grad.
+
+Tolerance: we evaluate the spec's formulas in f64 (f32 for f16/bf16) and
+round once; XLA evaluates in the element type and takes the variance as
+E[x^2] - E[x]^2. Inputs have |mean| ~ std so that formula loses little.
+f32/f64 results must agree within ``32 * eps * (1 + |value|)``. XLA's f16/bf16
+results carry f16/bf16 rounding errors of every intermediate step, so for those
+the oracle is XLA run in f32 on the same values, rounded once: results must
+agree within ``eps * (2 * |value| + 0.1)`` (one rounding either side).
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from oracles import dtype_id, op_module, run_interp, run_interp_text, run_xla, run_xla_text, tensor_type
+
+ELEMENTS = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.float16): "f16",
+            np.dtype(ml_dtypes.bfloat16): "bf16"}
+SHAPES = [((8, 3), 1), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 3), ((5, 4, 3), 0), ((1, 6), 1), ((7, 1), 1)]
+
+
+def assert_norm_close(actual, expected, context=""):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, context
+    eps = float(ml_dtypes.finfo(actual.dtype).eps)
+    magnitude = np.abs(expected.astype(np.float64))
+    bound = 32 * eps * (1 + magnitude) if actual.dtype.itemsize >= 4 else eps * (2 * magnitude + 0.1)
+    error = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    assert np.all(error <= bound), f"{context}max error {error.max()}, worst at {np.argmax(error / bound)}"
+
+
+def _data(shape, feature_index, dtype, seed):
+    rng = np.random.default_rng(seed)
+    features = shape[feature_index]
+    x = (rng.standard_normal(shape) + 0.5).astype(dtype)
+    vector = lambda low, high: rng.uniform(low, high, features).astype(dtype)  # noqa: E731
+    return rng, x, vector
+
+
+def _types(shape, feature_index, element):
+    return tensor_type(shape, element), tensor_type((shape[feature_index],), element)
+
+
+def check_against_xla(build, dtype, args, names=("result",)):
+    """``build(element)`` is the module text; f16/bf16 are checked against XLA in f32."""
+    dtype = np.dtype(dtype)
+    actual = run_interp_text(build(ELEMENTS[dtype]), *args)
+    if dtype.itemsize >= 4:
+        expected = run_xla_text(build(ELEMENTS[dtype]), *args)
+    else:
+        expected = [r.astype(dtype) for r in run_xla_text(build("f32"), *[a.astype(np.float32) for a in args])]
+    for name, got, want in zip(names, actual, expected):
+        assert_norm_close(got, want, f"{name}: ")
+
+
+@pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
+@pytest.mark.parametrize("shape, feature_index", SHAPES, ids=str)
+def test_batch_norm_inference_matches_xla(dtype, shape, feature_index):
+    def build(element):
+        operand, vector_type = _types(shape, feature_index, element)
+        return op_module("stablehlo.batch_norm_inference", [operand] + [vector_type] * 4, operand,
+                         f"epsilon = 1.0e-03 : f32, feature_index = {feature_index} : i64")
+
+    _, x, vector = _data(shape, feature_index, dtype, 0)
+    check_against_xla(build, dtype, [x, vector(0.5, 2), vector(-1, 1), vector(-1, 1), vector(0.1, 3)])
+
+
+@pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
+@pytest.mark.parametrize("shape, feature_index", SHAPES, ids=str)
+def test_batch_norm_training_matches_xla(dtype, shape, feature_index):
+    def build(element):
+        operand, vector_type = _types(shape, feature_index, element)
+        return op_module("stablehlo.batch_norm_training", [operand, vector_type, vector_type],
+                         [operand, vector_type, vector_type],
+                         f"epsilon = 1.0e-03 : f32, feature_index = {feature_index} : i64")
+
+    _, x, vector = _data(shape, feature_index, dtype, 1)
+    check_against_xla(build, dtype, [x, vector(0.5, 2), vector(-1, 1)], ("output", "batch_mean", "batch_var"))
+
+
+@pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
+@pytest.mark.parametrize("shape, feature_index", SHAPES, ids=str)
+def test_batch_norm_grad_matches_xla(dtype, shape, feature_index):
+    def build(element):
+        operand, vector_type = _types(shape, feature_index, element)
+        return op_module("stablehlo.batch_norm_grad", [operand, vector_type, vector_type, vector_type, operand],
+                         [operand, vector_type, vector_type],
+                         f"epsilon = 1.0e-03 : f32, feature_index = {feature_index} : i64")
+
+    rng, x, vector = _data(shape, feature_index, dtype, 2)
+    axes = tuple(d for d in range(len(shape)) if d != feature_index)
+    mean = np.mean(x.astype(np.float64), axis=axes).astype(dtype)
+    variance = np.var(x.astype(np.float64), axis=axes).astype(dtype)
+    grad = rng.standard_normal(shape).astype(dtype)
+    check_against_xla(build, dtype, [x, vector(0.5, 2), mean, variance, grad],
+                      ("grad_operand", "grad_scale", "grad_offset"))
+
+
+def test_spec_examples():
+    """The examples of the spec (batch_norm_inference, _training, _grad)."""
+    operand = np.array([[[1.0, 2.0], [3.0, 4.0]], [[3.0, 4.0], [1.0, 2.0]]], np.float32)
+    ones = np.ones(2, np.float32)
+    types = ["tensor<2x2x2xf32>", "tensor<2xf32>"]
+    attributes = "epsilon = 0.0 : f32, feature_index = 2 : i64"
+    inference = op_module("stablehlo.batch_norm_inference", [types[0]] + [types[1]] * 4, types[0], attributes)
+    training = op_module("stablehlo.batch_norm_training", [types[0], types[1], types[1]],
+                         [types[0], types[1], types[1]], attributes)
+    grad = op_module("stablehlo.batch_norm_grad", [types[0]] + [types[1]] * 3 + [types[0]],
+                     [types[0], types[1], types[1]], attributes)
+    mean, variance = np.array([2.0, 3.0], np.float32), ones
+    for text, args in [(inference, [operand, ones, ones, mean, variance]), (training, [operand, ones, ones]),
+                       (grad, [operand, ones, mean, variance, np.full((2, 2, 2), 0.1, np.float32)])]:
+        for got, want in zip(run_interp_text(text, *args), run_xla_text(text, *args)):
+            assert_norm_close(got, want)
+
+
+def batch_norm_layer(x, scale, offset, grad_seed):
+    """A batch-norm layer as jax.nn code writes it (no batch_norm ops), with its gradient."""
+
+    def forward(x, scale, offset):
+        mean = jnp.mean(x, axis=(0, 2, 3), keepdims=True)
+        variance = jnp.var(x, axis=(0, 2, 3), keepdims=True)
+        normalized = (x - mean) * jax.lax.rsqrt(variance + 1e-5)
+        return normalized * scale[None, :, None, None] + offset[None, :, None, None]
+
+    out, vjp = jax.vjp(forward, x, scale, offset)
+    return (out, *vjp(jnp.sin(out * grad_seed)))
+
+
+def test_batch_norm_layer_with_grad_matches_xla():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 3, 5, 5)) + 0.5).astype(np.float32)
+    scale, offset = rng.uniform(0.5, 2, 3).astype(np.float32), rng.uniform(-1, 1, 3).astype(np.float32)
+    args = (x, scale, offset, np.float32(1.5))
+    for got, want in zip(run_interp(batch_norm_layer, *args), run_xla(batch_norm_layer, *args)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
