@@ -451,3 +451,164 @@ def test_broadcast_dimensions(lhs_shape, rhs_shape, dims):
     text = op_module("chlo.broadcast_subtract", [tensor_type(lhs_shape, "f32"), tensor_type(rhs_shape, "f32")],
                      tensor_type(result_shape, "f32"), f"broadcast_dimensions = array<i64: {', '.join(map(str, dims))}>")
     assert_same(run_interp_text(text, lhs, rhs)[0], run_xla(expected, lhs, rhs)[0])
+
+
+# ------------------------------------------------------------------ top_k
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int8, np.uint32,
+                                   np.int64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape, k", [((9,), 4), ((3, 9), 9), ((2, 2, 9), 1), ((2, 0), 0)], ids=str)
+def test_top_k(dtype, shape, k):
+    """Values and indices bit-exact against XLA CPU: ties in index order, +NaN
+    first and -NaN last, +0.0 before -0.0."""
+    if np.dtype(dtype).kind == "f" or dtype == ml_dtypes.bfloat16:
+        pool = np.array([np.nan, 1.0, -0.0, 0.0, -np.nan, np.inf, 1.0, -np.inf, -2.5], np.float64)
+    else:
+        pool = np.array([3, 0, 3, 1, 200, 7, 3, 0, 9])
+    x = np.resize(np.concatenate([pool, pool[::-1]]), shape).astype(dtype)
+    f = lambda x: jax.lax.top_k(x, k)  # noqa: E731
+    ours, xla = run_interp(f, x), run_xla(f, x)
+    assert_same(ours[0], xla[0])
+    assert_same(ours[1], xla[1])
+
+
+# ------------------------------------------------------------------ ragged_dot
+
+
+def ragged_dot_numbers(contract, batch, ragged, group):
+    return jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(contract, batch),
+                                             lhs_ragged_dimensions=ragged, rhs_group_dimensions=group)
+
+
+RAGGED_DOT_CASES = {
+    # mode 1: ragged non-contracting m; [m,k] x [g,k,n], then with a batch dim
+    "m": ((7, 3), (3, 3, 4), [2, 0, 4], ragged_dot_numbers(([1], [1]), ([], []), [0], [0])),
+    "b-m": ((2, 6, 3), (2, 2, 3, 4), [1, 3], ragged_dot_numbers(([2], [2]), ([0], [1]), [1], [0])),
+    "b-m, sizes per batch": ((2, 6, 3), (2, 2, 3, 4), [[1, 3], [4, 2]],
+                             ragged_dot_numbers(([2], [2]), ([0], [1]), [1], [0])),
+    # mode 2: ragged contracting k -> [g, m, n]
+    "k": ((4, 7), (7, 5), [3, 0, 2], ragged_dot_numbers(([1], [0]), ([], []), [1], [])),
+    "b-k": ((2, 4, 6), (2, 6, 3), [2, 4], ragged_dot_numbers(([2], [1]), ([0], [0]), [2], [])),
+    "b-k, sizes per batch": ((2, 4, 6), (2, 6, 3), [[2, 4], [5, 0]],
+                             ragged_dot_numbers(([2], [1]), ([0], [0]), [2], [])),
+    # mode 3: ragged batch b
+    "b": ((3, 4, 5), (3, 5, 2), [1, 2], ragged_dot_numbers(([2], [1]), ([0], [0]), [0], [])),
+}
+
+
+@pytest.mark.parametrize("case", RAGGED_DOT_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32], ids=lambda d: np.dtype(d).name)
+def test_ragged_dot(case, dtype):
+    """chlo.ragged_dot (as JAX lowers it for TPU) against jax.lax.ragged_dot_general
+    on XLA CPU, which computes it with masked dot_generals."""
+    lhs_shape, rhs_shape, sizes, numbers = RAGGED_DOT_CASES[case]
+    rng = np.random.default_rng(7)
+    lhs = rng.integers(-4, 5, lhs_shape).astype(dtype)
+    rhs = rng.integers(-4, 5, rhs_shape).astype(dtype)
+    group_sizes = np.array(sizes, np.int32)
+
+    def f(lhs, rhs, group_sizes):
+        return jax.lax.ragged_dot_general(lhs, rhs, group_sizes, numbers)
+
+    lowered = jax.jit(f).trace(lhs, rhs, group_sizes).lower(lowering_platforms=("tpu",))
+    assert "chlo.ragged_dot" in lowered.as_text()
+    (ours,) = si.run(lowered, lhs, rhs, group_sizes, listeners=[si.validation.ResultTypeChecker()])
+    (xla,) = run_xla(f, lhs, rhs, group_sizes)
+    assert_same(ours, xla)
+
+
+def test_ragged_dot_uses_only_the_rows_group():
+    """An inf in another group's rhs does not reach a row (XLA CPU's masked
+    dot_generals give NaN there: 0 * inf)."""
+    lhs = np.ones((4, 2), np.float32)
+    rhs = np.stack([np.full((2, 3), 2.0, np.float32), np.full((2, 3), np.inf, np.float32)])
+    numbers = ragged_dot_numbers(([1], [1]), ([], []), [0], [0])
+    f = lambda lhs, rhs, sizes: jax.lax.ragged_dot_general(lhs, rhs, sizes, numbers)  # noqa: E731
+    lowered = jax.jit(f).trace(lhs, rhs, np.array([3, 1], np.int32)).lower(lowering_platforms=("tpu",))
+    (ours,) = si.run(lowered, lhs, rhs, np.array([3, 1], np.int32))
+    np.testing.assert_array_equal(ours, [[4, 4, 4]] * 3 + [[np.inf] * 3])
+
+
+# ------------------------------------------------------------------ scan
+
+
+SCAN = """
+func.func @main(%x: tensor<3x5xf32>, %y: tensor<3x5xi32>, %c: tensor<3xf32>, %n: tensor<i32>)
+    -> (tensor<3x5xf32>, tensor<3x5xi32>, tensor<3xf32>, tensor<i32>) {
+  %0:4 = "chlo.scan"(%x, %y, %c, %n) ({
+  ^bb0(%a: tensor<3xf32>, %b: tensor<3xi32>, %acc: tensor<3xf32>, %count: tensor<i32>):
+    %s = stablehlo.add %a, %acc : tensor<3xf32>
+    %m = stablehlo.multiply %s, %s : tensor<3xf32>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %next = stablehlo.add %count, %one : tensor<i32>
+    %nb = stablehlo.broadcast_in_dim %next, dims = [] : (tensor<i32>) -> tensor<3xi32>
+    %t = stablehlo.multiply %b, %nb : tensor<3xi32>
+    stablehlo.return %m, %t, %s, %next : tensor<3xf32>, tensor<3xi32>, tensor<3xf32>, tensor<i32>
+  }) {dimension = 1 : i64, is_reverse = REVERSE, operandSegmentSizes = array<i32: 2, 2>,
+      resultSegmentSizes = array<i32: 2, 2>}
+      : (tensor<3x5xf32>, tensor<3x5xi32>, tensor<3xf32>, tensor<i32>)
+      -> (tensor<3x5xf32>, tensor<3x5xi32>, tensor<3xf32>, tensor<i32>)
+  return %0#0, %0#1, %0#2, %0#3 : tensor<3x5xf32>, tensor<3x5xi32>, tensor<3xf32>, tensor<i32>
+}
+"""
+
+
+@pytest.mark.parametrize("reverse", ["false", "true"])
+def test_scan(reverse):
+    """Two inputs and two carries along dimension 1, against XLA CPU."""
+    text = SCAN.replace("REVERSE", reverse)
+    args = (np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5), np.arange(15, dtype=np.int32).reshape(3, 5),
+            np.array([0.5, -1, 2], np.float32), np.int32(0))
+    ours, xla = run_interp_text(text, *args), run_xla_text(text, *args)
+    for a, e in zip(ours, xla):
+        assert_same(a, e)
+
+
+# ------------------------------------------------- constants, conj, is_inf, JAX programs
+
+
+def test_constant_and_constant_like():
+    text = """
+func.func @main(%x: tensor<2x3xf32>, %z: tensor<2xcomplex<f32>>) -> (tensor<2x2xi32>, tensor<2x3xf32>, tensor<2xcomplex<f32>>) {
+  %0 = "chlo.constant"() {value = dense<[[1, 2], [3, 4]]> : tensor<2x2xi32>} : () -> tensor<2x2xi32>
+  %1 = "chlo.constant_like"(%x) {value = -2.5 : f32} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %2 = "chlo.constant_like"(%z) {value = #complex.number<:f32 1.5, -2.0> : complex<f32>} : (tensor<2xcomplex<f32>>) -> tensor<2xcomplex<f32>>
+  return %0, %1, %2 : tensor<2x2xi32>, tensor<2x3xf32>, tensor<2xcomplex<f32>>
+}"""
+    args = (np.zeros((2, 3), np.float32), np.zeros(2, np.complex64))
+    for a, e in zip(run_interp_text(text, *args), run_xla_text(text, *args)):
+        assert_same(a, e)
+
+
+@pytest.mark.parametrize("op_name, element_type, result", [
+    ("conj", "complex<f32>", None), ("conj", "complex<f64>", None), ("conj", "f32", None),
+    ("is_inf", "f16", "i1"), ("is_inf", "bf16", "i1"), ("is_pos_inf", "f32", "i1"), ("is_neg_inf", "f64", "i1"),
+])
+def test_exact_unary(op_name, element_type, result):
+    values = element_values(element_type, 50)
+    ttype = tensor_type(values.shape, element_type)
+    text = op_module(f"chlo.{op_name}", [ttype], tensor_type(values.shape, result) if result else ttype)
+    (ours,) = run_interp_text(text, values)
+    assert_same(ours, run_xla_text(text, values)[0])
+    assert_same(ours, run_interp_text(legalized(text), values)[0])
+
+
+@pytest.mark.parametrize("fn", [jax.lax.acos, jax.lax.asinh, jax.lax.digamma, jax.lax.lgamma, jax.lax.erf_inv,
+                                jax.lax.bessel_i1e, jax.lax.cosh, jax.scipy.special.i0e, jax.nn.gelu,
+                                lambda x: jax.scipy.special.polygamma(2, x), lambda x: jax.lax.nextafter(x, -x),
+                                jnp.arctanh, jax.lax.square],
+                         ids=["acos", "asinh", "digamma", "lgamma", "erf_inv", "i1e", "cosh", "i0e", "gelu",
+                              "polygamma", "nextafter", "arctanh", "square"])
+def test_jax_programs(fn):
+    """JAX functions that lower to chlo ops, end to end against XLA CPU (f32, inputs
+    in their domains): within the largest XLA bound of the table, 512 ULP."""
+    x = np.linspace(0.05, 0.95, 64, dtype=np.float32)
+    (ours,), (xla,) = run_interp(fn, x), run_xla(fn, x)
+    assert_same(ours, xla, max_ulp=512)
+
+
+def test_unsupported_element_type_names_the_op():
+    text = op_module("chlo.bessel_i1e", ["tensor<2xcomplex<f32>>"], "tensor<2xcomplex<f32>>")
+    with pytest.raises(si.UnsupportedOpError, match="chlo.bessel_i1e"):
+        si.load(text)

@@ -420,8 +420,9 @@ def ragged_dot(info):
         return op_builder("stablehlo.dot_general")(dot_info)
 
     if ragged in lhs_batch:
-        return dot(lhs_batch, rhs_batch, lhs_contract, rhs_contract, lhs_type.shape, rhs_type.shape,
-                   info.result_type.shape)
+        batched = dot(lhs_batch, rhs_batch, lhs_contract, rhs_contract, lhs_type.shape, rhs_type.shape,
+                      info.result_type.shape)
+        return lambda lhs, rhs, group_sizes: batched(lhs, rhs)
     shift = lambda dims: tuple(d + 1 for d in dims)  # noqa: E731  (a group dimension in front)
     grouped_lhs = (groups, *lhs_type.shape)
     if ragged in lhs_contract:
