@@ -15,7 +15,7 @@ that the caller owns. Each such structure starts with ``struct_size`` and
 from __future__ import annotations
 
 import ctypes
-from ctypes import c_bool, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
+from ctypes import c_bool, c_float, c_int, c_int64, c_size_t, c_uint64, c_void_p
 
 API_MAJOR = 0
 API_MINOR = 102
@@ -322,6 +322,10 @@ class PJRT_TopologyDescription_GetDeviceDescriptions_Args(Args):
 
 class PJRT_TopologyDescription_Attributes_Args(Args):
     _fields_ = [("topology", c_void_p), ("attributes", c_void_p), ("num_attributes", c_size_t)]
+
+
+class PJRT_TopologyDescription_Fingerprint_Args(Args):
+    _fields_ = [("topology", c_void_p), ("fingerprint", c_uint64)]
 
 
 # ---------------------------------------------------------------- executables

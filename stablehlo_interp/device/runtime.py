@@ -152,6 +152,10 @@ class Executable:
     def num_outputs(self) -> int:
         return len(self.output_types)
 
+    @property
+    def num_parameters(self) -> int:
+        return len(self.function.arg_types)
+
     def execute(self, arguments: list, device: Device | None, non_donatable: frozenset) -> list:
         """Run the program on one list of argument buffers; returns the output buffers."""
         if self.deleted:

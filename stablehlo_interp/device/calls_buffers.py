@@ -1,0 +1,181 @@
+"""PJRT calls about buffers: transfers to and from the host, copies between devices, metadata.
+
+A buffer holds a NumPy array that nothing modifies, so a copy to another
+device shares it. Buffers are dense and row-major.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import addressof, c_int64
+
+import numpy as np
+
+from . import abi, runtime
+from .api import COMPLETE_EVENT, handle, implements, lookup, release
+from .runtime import PluginError
+
+
+@implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
+def client_buffer_from_host_buffer(args):
+    """Always copies, so the host buffer is released at once (``done_with_host_buffer`` is complete)."""
+    if args.memory:
+        device = lookup(args.memory, "memory").device
+    else:
+        device = lookup(args.device, "device")
+    dtype = runtime.dtype_of_buffer_type(args.type)
+    shape = tuple((c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
+    strides = tuple((c_int64 * args.num_byte_strides).from_address(args.byte_strides)) \
+        if args.byte_strides and args.num_byte_strides else None
+    array = runtime.array_from_host(args.data, dtype, shape, strides)
+    args.buffer = handle(runtime.Buffer(device, array))
+    args.done_with_host_buffer = COMPLETE_EVENT
+
+
+@implements("Buffer_Destroy", abi.PJRT_Buffer_Destroy_Args)
+def buffer_destroy(args):
+    release(args.buffer)
+
+
+@implements("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args)
+def buffer_element_type(args):
+    args.type = lookup(args.buffer, "buffer").buffer_type
+
+
+def _dimensions(buffer: runtime.Buffer) -> int:
+    dims = buffer.c_dims
+    if dims is None:
+        dims = buffer.c_dims = (c_int64 * len(buffer.shape))(*buffer.shape)
+    return addressof(dims)
+
+
+@implements("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args)
+def buffer_dimensions(args):
+    buffer = lookup(args.buffer, "buffer")
+    args.dims, args.num_dims = _dimensions(buffer), len(buffer.shape)
+
+
+@implements("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args)
+def buffer_unpadded_dimensions(args):
+    buffer_dimensions(args)
+
+
+@implements("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args)
+def buffer_dynamic_dimension_indices(args):
+    args.dynamic_dim_indices, args.num_dynamic_dims = None, 0
+
+
+_MINOR_TO_MAJOR: dict[int, ctypes.Array] = {}
+
+
+@implements("Buffer_GetMemoryLayout", abi.PJRT_Buffer_GetMemoryLayout_Args)
+def buffer_get_memory_layout(args):
+    """Dense row-major: minor_to_major = (rank-1, ..., 0), no tiles."""
+    rank = len(lookup(args.buffer, "buffer").shape)
+    order = _MINOR_TO_MAJOR.get(rank)
+    if order is None:
+        order = _MINOR_TO_MAJOR[rank] = (c_int64 * rank)(*range(rank - 1, -1, -1))
+    layout = args.layout
+    layout.struct_size = ctypes.sizeof(abi.PJRT_Buffer_MemoryLayout)
+    layout.type = abi.LAYOUT_TILED
+    tiled = layout.tiled
+    tiled.struct_size = ctypes.sizeof(abi.PJRT_Buffer_MemoryLayout_Tiled)
+    tiled.minor_to_major, tiled.minor_to_major_size = addressof(order), rank
+    tiled.tile_dims, tiled.tile_dim_sizes, tiled.num_tiles = None, None, 0
+
+
+@implements("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args)
+def buffer_on_device_size(args):
+    args.on_device_size_in_bytes = lookup(args.buffer, "buffer").nbytes
+
+
+@implements("Buffer_Device", abi.PJRT_Buffer_Device_Args)
+def buffer_device(args):
+    args.device = id(lookup(args.buffer, "buffer").device)
+
+
+@implements("Buffer_Memory", abi.PJRT_Buffer_Memory_Args)
+def buffer_memory(args):
+    args.memory = id(lookup(args.buffer, "buffer").device.memory)
+
+
+@implements("Buffer_Delete", abi.PJRT_Buffer_Destroy_Args)
+def buffer_delete(args):
+    lookup(args.buffer, "buffer").delete()
+
+
+@implements("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args)
+def buffer_is_deleted(args):
+    args.is_deleted = lookup(args.buffer, "buffer").is_deleted
+
+
+@implements("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args)
+def buffer_is_on_cpu(args):
+    args.is_on_cpu = False
+
+
+@implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
+def buffer_ready_event(args):
+    args.event = COMPLETE_EVENT
+
+
+def _copy_to(buffer_address, device: runtime.Device) -> int:
+    """A copy on another device shares the (immutable) array."""
+    buffer = lookup(buffer_address, "buffer")
+    return handle(runtime.Buffer(device, buffer.array()))
+
+
+@implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)
+def buffer_copy_to_device(args):
+    args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_device, "device"))
+
+
+@implements("Buffer_CopyToMemory", abi.PJRT_Buffer_CopyToMemory_Args)
+def buffer_copy_to_memory(args):
+    args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_memory, "memory").device)
+
+
+def _host_bytes(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:
+    """The buffer as a C-contiguous array in the host layout asked for (row-major if none)."""
+    array = buffer.array()
+    if buffer.dtype is None:
+        raise PluginError(abi.INVALID_ARGUMENT, "a token has no host representation")
+    if host_layout_address:
+        layout = abi.PJRT_Buffer_MemoryLayout.from_address(host_layout_address)
+        rank = len(buffer.shape)
+        if layout.type != abi.LAYOUT_TILED or layout.tiled.num_tiles:
+            raise PluginError(abi.UNIMPLEMENTED, "only untiled host layouts are supported")
+        minor_to_major = tuple((c_int64 * layout.tiled.minor_to_major_size).from_address(
+            layout.tiled.minor_to_major)) if rank else ()
+        major_to_minor = minor_to_major[::-1]
+        if major_to_minor != tuple(range(rank)):
+            array = np.transpose(array, major_to_minor)
+    return np.ascontiguousarray(array)
+
+
+@implements("Buffer_ToHostBuffer", abi.PJRT_Buffer_ToHostBuffer_Args)
+def buffer_to_host_buffer(args):
+    """With ``dst`` NULL, reports the size needed; otherwise copies and completes at once."""
+    buffer = lookup(args.src, "buffer")
+    if not args.dst:
+        args.dst_size = buffer.nbytes
+        return
+    array = _host_bytes(buffer, args.host_layout)
+    if args.dst_size < array.nbytes:
+        raise PluginError(abi.INVALID_ARGUMENT, f"host buffer of {args.dst_size} bytes is too small for "
+                                                f"{array.nbytes} bytes")
+    if array.nbytes:
+        ctypes.memmove(args.dst, array.ctypes.data, array.nbytes)
+    args.event = COMPLETE_EVENT
+
+
+@implements("Buffer_CopyRawToHost", abi.PJRT_Buffer_CopyRawToHost_Args)
+def buffer_copy_raw_to_host(args):
+    buffer = lookup(args.buffer, "buffer")
+    data = _host_bytes(buffer, None).view(np.uint8).reshape(-1)
+    end = args.offset + args.transfer_size
+    if args.offset < 0 or end > data.size:
+        raise PluginError(abi.OUT_OF_RANGE, f"bytes [{args.offset}, {end}) are outside the buffer's {data.size}")
+    if args.transfer_size:
+        ctypes.memmove(args.dst, data[args.offset:].ctypes.data, args.transfer_size)
+    args.event = COMPLETE_EVENT

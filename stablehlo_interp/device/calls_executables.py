@@ -1,0 +1,227 @@
+"""PJRT calls about programs: compile, executables, execute, and the Shardings extension.
+
+A ``PJRT_LoadedExecutable`` is a :class:`runtime.Executable`; each
+``PJRT_Executable`` handed out by GetExecutable is an :class:`ExecutableView`
+of it, destroyed on its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
+
+from . import abi, runtime
+from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, implements, lookup, pointer_array,
+                  release)
+from .runtime import PluginError
+
+
+class ExecutableView:
+    __slots__ = ("executable",)
+
+    def __init__(self, executable: runtime.Executable):
+        self.executable = executable
+
+
+def _executable(address) -> runtime.Executable:
+    return lookup(address, "executable").executable
+
+
+@implements("Client_Compile", abi.PJRT_Client_Compile_Args)
+def client_compile(args):
+    """Deserialize the StableHLO portable artifact and build the interpreter's plan, once."""
+    view = lookup(args.client, "client")
+    program = abi.PJRT_Program.from_address(args.program)
+    program_format = ctypes.string_at(program.format, program.format_size).decode()
+    if program_format != "mlir":
+        raise PluginError(abi.UNIMPLEMENTED,
+                          f"the interp device compiles StableHLO ('mlir') programs, not {program_format!r}")
+    code = ctypes.string_at(program.code, program.code_size)
+    options = ctypes.string_at(args.compile_options, args.compile_options_size)
+    args.executable = handle(runtime.Executable(view.client, code, options))
+
+
+# ---------------------------------------------------------------- PJRT_Executable
+
+@implements("Executable_Destroy", abi.PJRT_Executable_Destroy_Args)
+def executable_destroy(args):
+    release(args.executable)
+
+
+@implements("Executable_Name", abi.PJRT_Executable_Name_Args)
+def executable_name(args):
+    executable = _executable(args.executable)
+    args.executable_name, args.executable_name_size = c_bytes(executable, "c_name", executable.name.encode())
+
+
+@implements("Executable_NumReplicas", abi.PJRT_Executable_NumReplicas_Args)
+def executable_num_replicas(args):
+    args.num_replicas = _executable(args.executable).num_replicas
+
+
+@implements("Executable_NumPartitions", abi.PJRT_Executable_NumPartitions_Args)
+def executable_num_partitions(args):
+    args.num_partitions = _executable(args.executable).num_partitions
+
+
+@implements("Executable_NumOutputs", abi.PJRT_Executable_NumOutputs_Args)
+def executable_num_outputs(args):
+    args.num_outputs = _executable(args.executable).num_outputs
+
+
+@implements("Executable_SizeOfGeneratedCodeInBytes", abi.PJRT_Executable_SizeOfGeneratedCodeInBytes_Args)
+def executable_size_of_generated_code(args):
+    args.size_in_bytes = 0
+
+
+@implements("Executable_GetCostAnalysis", abi.PJRT_Executable_GetCostAnalysis_Args)
+def executable_get_cost_analysis(args):
+    args.num_properties, args.properties = 0, addressof(NO_ATTRIBUTES)
+
+
+def _buffer_type(output_type) -> int:
+    dtype = getattr(output_type, "dtype", None)
+    return abi.BUFFER_TYPE_TOKEN if dtype is None else runtime.BUFFER_TYPE_OF[dtype]
+
+
+@implements("Executable_OutputElementTypes", abi.PJRT_Executable_OutputElementTypes_Args)
+def executable_output_element_types(args):
+    executable = _executable(args.executable)
+    if not hasattr(executable, "c_output_types"):
+        types = [_buffer_type(t) for t in executable.output_types]
+        executable.c_output_types = (c_int * len(types))(*types)
+    args.output_types, args.num_output_types = addressof(executable.c_output_types), executable.num_outputs
+
+
+@implements("Executable_OutputDimensions", abi.PJRT_Executable_OutputDimensions_Args)
+def executable_output_dimensions(args):
+    executable = _executable(args.executable)
+    if not hasattr(executable, "c_output_dims"):
+        shapes = [getattr(t, "shape", ()) for t in executable.output_types]
+        dims = [d for shape in shapes for d in shape]
+        executable.c_output_dims = (c_int64 * len(dims))(*dims)
+        executable.c_output_dim_sizes = (c_size_t * len(shapes))(*map(len, shapes))
+    args.num_outputs = executable.num_outputs
+    args.dims, args.dim_sizes = addressof(executable.c_output_dims), addressof(executable.c_output_dim_sizes)
+
+
+def _strings(executable, attribute: str, value: bytes, count: int) -> tuple[int, int]:
+    """Arrays of ``count`` pointers to the same bytes and their sizes, stored on the executable."""
+    if not hasattr(executable, attribute):
+        address, size = c_bytes(executable, f"{attribute}_value", value)
+        setattr(executable, attribute, ((c_void_p * count)(*[address] * count), (c_size_t * count)(*[size] * count)))
+    pointers, sizes = getattr(executable, attribute)
+    return addressof(pointers), addressof(sizes)
+
+
+@implements("Executable_OutputMemoryKinds", abi.PJRT_Executable_OutputMemoryKinds_Args)
+def executable_output_memory_kinds(args):
+    executable = _executable(args.executable)
+    args.num_outputs = executable.num_outputs
+    args.memory_kinds, args.memory_kind_sizes = _strings(executable, "c_output_memory_kinds",
+                                                         runtime.MEMORY_KIND.encode(), executable.num_outputs)
+
+
+# ---------------------------------------------------------------- the Shardings extension
+
+# A serialized xla.OpSharding {type: REPLICATED}: every value of a single-device program.
+_REPLICATED = b"\x08\x00"
+
+
+@implements("Shardings_OutputShardings", abi.PJRT_Shardings_PJRT_Executable_OutputShardings_Args)
+def shardings_output_shardings(args):
+    executable = _executable(args.executable)
+    args.num_outputs = executable.num_outputs
+    args.shardings, args.sharding_sizes = _strings(executable, "c_output_shardings", _REPLICATED,
+                                                   executable.num_outputs)
+
+
+@implements("Shardings_ParameterShardings", abi.PJRT_Shardings_PJRT_Executable_ParameterShardings_Args)
+def shardings_parameter_shardings(args):
+    executable = _executable(args.executable)
+    args.num_parameters = executable.num_parameters
+    args.shardings, args.sharding_sizes = _strings(executable, "c_parameter_shardings", _REPLICATED,
+                                                   executable.num_parameters)
+
+
+# ---------------------------------------------------------------- PJRT_LoadedExecutable
+
+@implements("LoadedExecutable_Destroy", abi.PJRT_LoadedExecutable_Destroy_Args)
+def loaded_executable_destroy(args):
+    release(args.executable)
+
+
+@implements("LoadedExecutable_GetExecutable", abi.PJRT_LoadedExecutable_GetExecutable_Args)
+def loaded_executable_get_executable(args):
+    args.executable = handle(ExecutableView(lookup(args.loaded_executable, "executable")))
+
+
+@implements("LoadedExecutable_AddressableDevices", abi.PJRT_LoadedExecutable_AddressableDevices_Args)
+def loaded_executable_addressable_devices(args):
+    executable = lookup(args.executable, "executable")
+    if not hasattr(executable, "c_devices"):
+        executable.c_devices = pointer_array([id(device) for device in executable.devices])
+    args.addressable_devices, args.num_addressable_devices = addressof(executable.c_devices), len(executable.devices)
+
+
+@implements("LoadedExecutable_AddressableDeviceLogicalIds",
+            abi.PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args)
+def loaded_executable_logical_ids(args):
+    executable = lookup(args.executable, "executable")
+    if not hasattr(executable, "c_logical_ids"):
+        executable.c_logical_ids = (abi.PJRT_LogicalDeviceIds * 1)(abi.PJRT_LogicalDeviceIds(0, 0))
+    args.addressable_device_logical_ids, args.num_addressable_device_logical_ids = \
+        addressof(executable.c_logical_ids), 1
+
+
+@implements("LoadedExecutable_GetDeviceAssignment", abi.PJRT_LoadedExecutable_GetDeviceAssignment_Args)
+def loaded_executable_get_device_assignment(args):
+    """The serialized DeviceAssignmentProto; empty for a portable executable."""
+    executable = lookup(args.executable, "executable")
+    args.serialized_bytes, args.serialized_bytes_size = c_bytes(executable, "c_device_assignment",
+                                                                executable.device_assignment)
+    args.serialized_device_assignment = None
+    args.serialized_device_assignment_deleter = NO_OP_DELETER
+
+
+@implements("LoadedExecutable_Delete", abi.PJRT_LoadedExecutable_Destroy_Args)
+def loaded_executable_delete(args):
+    lookup(args.executable, "executable").deleted = True
+
+
+@implements("LoadedExecutable_IsDeleted", abi.PJRT_LoadedExecutable_IsDeleted_Args)
+def loaded_executable_is_deleted(args):
+    args.is_deleted = lookup(args.executable, "executable").deleted
+
+
+@implements("LoadedExecutable_Execute", abi.PJRT_LoadedExecutable_Execute_Args)
+def loaded_executable_execute(args):
+    """Run on one device; outputs go into the caller's ``output_lists``, the event is complete."""
+    executable = lookup(args.executable, "executable")
+    num_devices, num_args = args.num_devices, args.num_args
+    if num_devices != 1:
+        raise PluginError(abi.UNIMPLEMENTED, "the interp device runs single-device programs only for now "
+                                             f"(asked to run on {num_devices} devices)")
+    arguments = []
+    if num_args:
+        argument_list = c_void_p.from_address(args.argument_lists).value
+        arguments = [lookup(address, "buffer") for address in (c_void_p * num_args).from_address(argument_list)]
+    device = lookup(args.execute_device, "device") if args.execute_device else None
+    outputs = executable.execute(arguments, device, _non_donatable(args.options))
+    if outputs:
+        slots = (c_void_p * len(outputs)).from_address(c_void_p.from_address(args.output_lists).value)
+        for index, buffer in enumerate(outputs):
+            slots[index] = handle(buffer)
+    if args.device_complete_events:
+        c_void_p.from_address(args.device_complete_events).value = COMPLETE_EVENT
+
+
+def _non_donatable(options_address) -> frozenset:
+    if not options_address:
+        return frozenset()
+    options = abi.PJRT_ExecuteOptions.from_address(options_address)
+    count = options.num_non_donatable_input_indices
+    if not count:
+        return frozenset()
+    return frozenset((c_int64 * count).from_address(options.non_donatable_input_indices))
+

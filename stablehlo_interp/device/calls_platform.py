@@ -1,0 +1,361 @@
+"""PJRT calls about the platform: errors, events, the plugin, the client, devices, memories.
+
+A device is its own ``PJRT_DeviceDescription``; the client is its own
+``PJRT_TopologyDescription`` (jaxlib does not own that one, so never destroys it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from ctypes import addressof, c_int, c_int64
+
+from . import abi, runtime
+from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
+from .api import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Error, ReturnError, handle,
+                  immortal_string, implements, lookup, pointer_array, release)
+from .runtime import PluginError
+
+# ---------------------------------------------------------------- errors
+
+
+@implements("Error_Destroy", abi.PJRT_Error_Destroy_Args)
+def error_destroy(args):
+    if args.error != id(FALLBACK_ERROR):
+        release(args.error)
+
+
+@implements("Error_Message", abi.PJRT_Error_Message_Args)
+def error_message(args):
+    error = lookup(args.error, "error")
+    args.message, args.message_size = addressof(error.message), len(error.message) - 1
+
+
+@implements("Error_GetCode", abi.PJRT_Error_GetCode_Args)
+def error_get_code(args):
+    args.code = lookup(args.error, "error").code
+
+
+@implements("Error_ForEachPayload", abi.PJRT_Error_ForEachPayload_Args)
+def error_for_each_payload(args):
+    """Our errors carry no payloads: nothing to visit."""
+
+
+# ---------------------------------------------------------------- plugin
+
+def named_values(values: dict) -> ctypes.Array:
+    """A PJRT_NamedValue array for {name: str | bool | int | tuple of ints}; keeps its data alive."""
+    array = (PJRT_NamedValue * len(values))()
+    keep = []
+    for entry, (name, value) in zip(array, values.items()):
+        entry.struct_size = ctypes.sizeof(PJRT_NamedValue)
+        entry.name, entry.name_size = immortal_string(name)
+        if isinstance(value, str):
+            entry.type = abi.NAMED_STRING
+            entry.string_value, entry.value_size = immortal_string(value)
+        elif isinstance(value, bool):
+            entry.type, entry.bool_value, entry.value_size = abi.NAMED_BOOL, value, 1
+        elif isinstance(value, int):
+            entry.type, entry.int64_value, entry.value_size = abi.NAMED_INT64, value, 1
+        else:
+            numbers = (c_int64 * len(value))(*value)
+            keep.append(numbers)
+            entry.type, entry.int64_array_value, entry.value_size = abi.NAMED_INT64_LIST, addressof(numbers), len(value)
+    array.keep = keep
+    return array
+
+
+def _version(text: str) -> tuple:
+    return tuple(int(part) for part in text.split("."))
+
+
+_plugin_attributes: list = []
+
+
+@implements("Plugin_Initialize", abi.Args)
+def plugin_initialize(args):
+    """Nothing to set up: Client_Create builds the client."""
+
+
+@implements("Plugin_Attributes", abi.PJRT_Plugin_Attributes_Args)
+def plugin_attributes(args):
+    """The StableHLO versions JAX serializes for: jaxlib's own."""
+    if not _plugin_attributes:
+        from jaxlib.mlir.dialects import stablehlo
+
+        _plugin_attributes.append(named_values({
+            "stablehlo_current_version": _version(stablehlo.get_current_version()),
+            "stablehlo_minimum_version": _version(stablehlo.get_minimum_version()),
+        }))
+    attributes = _plugin_attributes[0]
+    args.attributes, args.num_attributes = addressof(attributes), len(attributes)
+
+
+# ---------------------------------------------------------------- events
+
+def _event_error(event) -> int | None:
+    """A new PJRT_Error for a failed event (each caller frees its own), or NULL."""
+    error = event.error
+    return None if error is None else handle(Error(error.code, error.text))
+
+
+@implements("Event_Destroy", abi.PJRT_Event_Destroy_Args)
+def event_destroy(args):
+    if args.event != COMPLETE_EVENT:
+        release(args.event)
+
+
+@implements("Event_IsReady", abi.PJRT_Event_IsReady_Args)
+def event_is_ready(args):
+    args.is_ready = True
+
+
+@implements("Event_Error", abi.PJRT_Event_Error_Args)
+def event_error(args):
+    error = _event_error(lookup(args.event, "event"))
+    if error is not None:
+        raise ReturnError(error)
+
+
+@implements("Event_Await", abi.PJRT_Event_Error_Args)
+def event_await(args):
+    event_error(args)
+
+
+_on_ready_callbacks: dict[int, object] = {}
+
+
+@implements("Event_OnReady", abi.PJRT_Event_OnReady_Args)
+def event_on_ready(args):
+    """The event is complete: call back at once (the callback owns the error it gets)."""
+    address = args.callback
+    callback = _on_ready_callbacks.get(address)
+    if callback is None:
+        callback = _on_ready_callbacks[address] = EVENT_ON_READY_CALLBACK(address)
+    callback(_event_error(lookup(args.event, "event")), args.user_arg)
+
+
+# ---------------------------------------------------------------- client
+
+class ClientView:
+    """The client and the C arrays that describe it (they live as long as the client)."""
+
+    def __init__(self, client: runtime.Client):
+        self.client = client
+        self.devices = [handle(device) for device in client.devices]
+        self.memories = [handle(device.memory) for device in client.devices]
+        self.c_devices = pointer_array(self.devices)
+        self.c_memories = pointer_array(self.memories)
+        for device, memory in zip(client.devices, self.memories):
+            device.c_memories = pointer_array([memory])
+            device.memory.c_devices = pointer_array([id(device)])
+
+
+def _platform_version() -> str:
+    from .. import __version__
+
+    return f"stablehlo_interp {__version__}"
+
+
+@implements("Client_Create", abi.PJRT_Client_Create_Args)
+def client_create(args):
+    args.client = handle(ClientView(runtime.Client()))
+
+
+@implements("Client_Destroy", abi.PJRT_Client_Destroy_Args)
+def client_destroy(args):
+    """Devices and memories stay: buffers and executables may still refer to them."""
+
+
+@implements("Client_PlatformName", abi.PJRT_Client_PlatformName_Args)
+def client_platform_name(args):
+    args.platform_name, args.platform_name_size = immortal_string(runtime.PLATFORM_NAME)
+
+
+@implements("Client_ProcessIndex", abi.PJRT_Client_ProcessIndex_Args)
+def client_process_index(args):
+    args.process_index = 0
+
+
+@implements("Client_PlatformVersion", abi.PJRT_Client_PlatformVersion_Args)
+def client_platform_version(args):
+    args.platform_version, args.platform_version_size = immortal_string(_platform_version())
+
+
+@implements("Client_Devices", abi.PJRT_Client_Devices_Args)
+def client_devices(args):
+    view = lookup(args.client, "client")
+    args.devices, args.num_devices = addressof(view.c_devices), len(view.devices)
+
+
+@implements("Client_AddressableDevices", abi.PJRT_Client_AddressableDevices_Args)
+def client_addressable_devices(args):
+    view = lookup(args.client, "client")
+    args.addressable_devices, args.num_addressable_devices = addressof(view.c_devices), len(view.devices)
+
+
+@implements("Client_LookupDevice", abi.PJRT_Client_LookupDevice_Args)
+def client_lookup_device(args):
+    args.device = id(lookup(args.client, "client").client.lookup_device(args.id))
+
+
+@implements("Client_LookupAddressableDevice", abi.PJRT_Client_LookupAddressableDevice_Args)
+def client_lookup_addressable_device(args):
+    args.addressable_device = id(lookup(args.client, "client").client.lookup_device(args.local_hardware_id))
+
+
+@implements("Client_AddressableMemories", abi.PJRT_Client_AddressableMemories_Args)
+def client_addressable_memories(args):
+    view = lookup(args.client, "client")
+    args.addressable_memories, args.num_addressable_memories = addressof(view.c_memories), len(view.memories)
+
+
+@implements("Client_TopologyDescription", abi.PJRT_Client_TopologyDescription_Args)
+def client_topology_description(args):
+    args.topology = args.client
+
+
+@implements("Client_DefaultDeviceAssignment", abi.PJRT_Client_DefaultDeviceAssignment_Args)
+def client_default_device_assignment(args):
+    devices = lookup(args.client, "client").client.devices
+    count = args.num_replicas * args.num_partitions
+    if count > len(devices) or args.default_assignment_size < count:
+        raise PluginError(abi.INVALID_ARGUMENT, f"cannot assign {count} devices: there are {len(devices)}")
+    assignment = (c_int * count).from_address(args.default_assignment)
+    for index in range(count):
+        assignment[index] = devices[index].id
+
+
+# ---------------------------------------------------------------- devices
+
+@implements("DeviceDescription_Id", abi.PJRT_DeviceDescription_Id_Args)
+def device_description_id(args):
+    args.id = lookup(args.device_description, "device").id
+
+
+@implements("DeviceDescription_ProcessIndex", abi.PJRT_DeviceDescription_ProcessIndex_Args)
+def device_description_process_index(args):
+    args.process_index = lookup(args.device_description, "device").process_index
+
+
+@implements("DeviceDescription_Attributes", abi.PJRT_DeviceDescription_Attributes_Args)
+def device_description_attributes(args):
+    args.attributes, args.num_attributes = addressof(NO_ATTRIBUTES), 0
+
+
+@implements("DeviceDescription_Kind", abi.PJRT_DeviceDescription_Kind_Args)
+def device_description_kind(args):
+    args.device_kind, args.device_kind_size = immortal_string(lookup(args.device_description, "device").kind)
+
+
+@implements("DeviceDescription_DebugString", abi.PJRT_DeviceDescription_DebugString_Args)
+def device_description_debug_string(args):
+    device = lookup(args.device_description, "device")
+    args.debug_string, args.debug_string_size = immortal_string(device.debug_string)
+
+
+@implements("DeviceDescription_ToString", abi.PJRT_DeviceDescription_ToString_Args)
+def device_description_to_string(args):
+    device = lookup(args.device_description, "device")
+    args.to_string, args.to_string_size = immortal_string(device.to_string)
+
+
+@implements("Device_GetDescription", abi.PJRT_Device_GetDescription_Args)
+def device_get_description(args):
+    args.device_description = args.device
+
+
+@implements("Device_IsAddressable", abi.PJRT_Device_IsAddressable_Args)
+def device_is_addressable(args):
+    args.is_addressable = True
+
+
+@implements("Device_LocalHardwareId", abi.PJRT_Device_LocalHardwareId_Args)
+def device_local_hardware_id(args):
+    args.local_hardware_id = lookup(args.device, "device").local_hardware_id
+
+
+@implements("Device_AddressableMemories", abi.PJRT_Device_AddressableMemories_Args)
+def device_addressable_memories(args):
+    args.memories, args.num_memories = addressof(lookup(args.device, "device").c_memories), 1
+
+
+@implements("Device_DefaultMemory", abi.PJRT_Device_DefaultMemory_Args)
+def device_default_memory(args):
+    args.memory = id(lookup(args.device, "device").memory)
+
+
+@implements("Device_GetAttributes", abi.PJRT_Device_GetAttributes_Args)
+def device_get_attributes(args):
+    """No attributes; jaxlib requires a non-NULL deleter all the same."""
+    args.attributes, args.num_attributes = addressof(NO_ATTRIBUTES), 0
+    args.device_attributes = None
+    args.attributes_deleter = NO_OP_DELETER
+
+
+# ---------------------------------------------------------------- memories
+
+@implements("Memory_Id", abi.PJRT_Memory_Id_Args)
+def memory_id(args):
+    args.id = lookup(args.memory, "memory").id
+
+
+@implements("Memory_Kind", abi.PJRT_Memory_Kind_Args)
+def memory_kind(args):
+    args.kind, args.kind_size = immortal_string(lookup(args.memory, "memory").kind)
+
+
+@implements("Memory_Kind_Id", abi.PJRT_Memory_Kind_Id_Args)
+def memory_kind_id(args):
+    args.kind_id = 0
+
+
+@implements("Memory_DebugString", abi.PJRT_Memory_DebugString_Args)
+def memory_debug_string(args):
+    args.debug_string, args.debug_string_size = immortal_string(lookup(args.memory, "memory").debug_string)
+
+
+@implements("Memory_ToString", abi.PJRT_Memory_ToString_Args)
+def memory_to_string(args):
+    args.to_string, args.to_string_size = immortal_string(lookup(args.memory, "memory").debug_string)
+
+
+@implements("Memory_AddressableByDevices", abi.PJRT_Memory_AddressableByDevices_Args)
+def memory_addressable_by_devices(args):
+    args.devices, args.num_devices = addressof(lookup(args.memory, "memory").c_devices), 1
+
+
+# ---------------------------------------------------------------- topology (the client)
+
+@implements("TopologyDescription_Destroy", abi.PJRT_TopologyDescription_Destroy_Args)
+def topology_destroy(args):
+    """The topology is the client: nothing to free."""
+
+
+@implements("TopologyDescription_PlatformName", abi.PJRT_TopologyDescription_PlatformName_Args)
+def topology_platform_name(args):
+    args.platform_name, args.platform_name_size = immortal_string(runtime.PLATFORM_NAME)
+
+
+@implements("TopologyDescription_PlatformVersion", abi.PJRT_TopologyDescription_PlatformVersion_Args)
+def topology_platform_version(args):
+    args.platform_version, args.platform_version_size = immortal_string(_platform_version())
+
+
+@implements("TopologyDescription_GetDeviceDescriptions", abi.PJRT_TopologyDescription_GetDeviceDescriptions_Args)
+def topology_get_device_descriptions(args):
+    view = lookup(args.topology, "topology")
+    args.descriptions, args.num_descriptions = addressof(view.c_devices), len(view.devices)
+
+
+@implements("TopologyDescription_Attributes", abi.PJRT_TopologyDescription_Attributes_Args)
+def topology_attributes(args):
+    args.attributes, args.num_attributes = addressof(NO_ATTRIBUTES), 0
+
+
+@implements("TopologyDescription_Fingerprint", abi.PJRT_TopologyDescription_Fingerprint_Args)
+def topology_fingerprint(args):
+    """Identifies the platform and its device count (part of JAX's compilation cache key)."""
+    view = lookup(args.topology, "topology")
+    text = f"{runtime.PLATFORM_NAME}/{_platform_version()}/{len(view.devices)}".encode()
+    args.fingerprint = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
