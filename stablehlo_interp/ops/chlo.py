@@ -1,8 +1,8 @@
 """The CHLO dialect ("client HLO", stablehlo/dialect/ChloOps.td), evaluated directly.
 
 - Math functions (acos ... zeta) come from NumPy and SciPy's special functions,
-  evaluated in a wider type (f16/bf16 in f32, f32 in f64, complex64 in
-  complex128) and rounded once. Where a function has a pole or is undefined,
+  evaluated in a wider type and rounded once: NumPy's through
+  ``support.in_wider_precision``, SciPy's (which stop at f64) in f64. Where a function has a pole or is undefined,
   the result is the one XLA's CHLO decomposition
   (stablehlo/transforms/ChloLegalizeToStablehlo.cpp) gives, as described at
   :func:`_digamma`, :func:`_lgamma` and :func:`_zeta`.
