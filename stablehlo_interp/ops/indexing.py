@@ -152,9 +152,7 @@ def scatter_combiner(info, n: int):
     """Load time: ``combine(body, results, targets, updates)`` for the op's update region.
 
     ``results`` are flat writable arrays updated in place; ``targets`` the flat
-    result index of each update, in the order the updates apply. The spec leaves
-    that order (the ``schedule``) implementation-defined; here it is the order
-    given, row-major over the update index space, as XLA's CPU backend does.
+    result index of each update, in the order the updates apply.
 
     * a body that returns its update arguments (``replace``): the last update of
       each target wins;
@@ -244,8 +242,14 @@ def scatter(info):
     clamped), plus its batching index, plus its window index; updates whose
     result index is out of bounds are skipped element by element, as the spec
     says. (XLA's CPU backend instead skips an update's whole window when any
-    part of it is out of bounds.) ``indices_are_sorted`` and ``unique_indices``
-    are promises that change nothing here."""
+    part of it is out of bounds.) The spec leaves the order of the updates (the
+    ``schedule``) implementation-defined; it shows with duplicate result indices
+    and a body that is not commutative (or ``replace``). Here it is XLA's CPU
+    order: update scatter index outermost, window index innermost, each
+    row-major (the C++ reference interpreter goes row-major over the whole
+    update index, which differs when a window dimension precedes a scatter
+    dimension). ``indices_are_sorted`` and ``unique_indices`` are promises that
+    change nothing here."""
     n = len(info.result_types)
     input_shape = info.operand_types[0].shape
     update_rank = info.operand_types[n + 1].rank
@@ -258,6 +262,7 @@ def scatter(info):
     window_input_dims = [d for d in range(len(input_shape))
                          if d not in dims.inserted_window_dims and d not in dims.input_batching_dims]
     window_axis = dict(zip(window_input_dims, dims.update_window_dims))
+    schedule = update_scatter_dims + list(dims.update_window_dims)  # the order updates apply in
     body_dtypes = [t.dtype for t in info.regions[-1].arg_types[:n]]
     combine = scatter_combiner(info, n)
 
@@ -276,7 +281,8 @@ def scatter(info):
                 index = index + _along(np.arange(update_shape[window_axis[d]]), window_axis[d], update_rank)
             valid &= (index >= 0) & (index < size)
             flat = flat * size + index
-        return flat[valid], valid
+        valid = np.transpose(valid, schedule)
+        return np.transpose(flat, schedule)[valid], valid
 
     def run(regions, *operands):
         inputs, indices, updates = operands[:n], operands[n], operands[n + 1:]
@@ -284,7 +290,7 @@ def scatter(info):
         targets, valid = targets_of(indices, np.shape(updates[0]))
         if targets.size:
             combine(regions[0], results, targets,
-                    [np.asarray(u)[valid].astype(d, copy=False) for u, d in zip(updates, body_dtypes)])
+                    [np.transpose(u, schedule)[valid].astype(d, copy=False) for u, d in zip(updates, body_dtypes)])
         results = [r.reshape(input_shape) for r in results]
         return results[0] if n == 1 else tuple(results)
 
