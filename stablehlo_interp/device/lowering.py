@@ -11,6 +11,10 @@ for ``interp``, and a rule registered for ``interp`` itself takes precedence.
 The resulting custom calls (``lapack_*``, ``ducc_fft`` ...) are implemented by
 the interpreter's custom-call registry.
 
+JAX also keeps a list of the platforms that implement buffer donation (and
+otherwise ignores ``donate_argnums`` with a warning); the device does, see
+``runtime.Executable.execute``.
+
 Host callbacks are the exception: ``emit_python_callback`` refuses platforms
 other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them.
 """
@@ -30,6 +34,8 @@ def register() -> None:
     if isinstance(current, collections.ChainMap):
         return
     rules[PLATFORM] = collections.ChainMap(dict(current or {}), rules["cpu"])
+    if PLATFORM not in mlir._platforms_with_donation:
+        mlir._platforms_with_donation.append(PLATFORM)
     from . import host_callbacks
 
     host_callbacks.register()
