@@ -114,6 +114,20 @@ def test_dot_general_preferred_element_type(operand, result):
     assert_dot_close(actual, expected, _magnitude(lhs, rhs, (((1,), (0,)), ((), ()))), 300)
 
 
+@pytest.mark.parametrize("lhs_element, rhs_element, result_element", [
+    ("i8", "f32", "f32"), ("bf16", "f32", "f32"), ("i8", "i16", "i32"), ("f16", "bf16", "f32")])
+def test_dot_general_mixed_operand_types_match_xla(lhs_element, rhs_element, result_element):
+    text = op_module("stablehlo.dot_general", [f"tensor<3x40x{lhs_element}>", f"tensor<40x2x{rhs_element}>"],
+                     f"tensor<3x2x{result_element}>",
+                     "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], "
+                     "rhs_contracting_dimensions = [0]>")
+    rng = np.random.default_rng(2)
+    lhs = (rng.standard_normal((3, 40)) * 30).astype(si.TensorType.of((), lhs_element).dtype)
+    rhs = (rng.standard_normal((40, 2)) * 30).astype(si.TensorType.of((), rhs_element).dtype)
+    magnitude = np.abs(lhs.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
+    assert_dot_close(run_interp_text(text, lhs, rhs)[0], run_xla_text(text, lhs, rhs)[0], magnitude, 40)
+
+
 def test_dot_general_bool_is_or_of_ands():
     """i1: OR over AND; 256 true products must not wrap to false."""
     text = op_module("stablehlo.dot_general", ["tensor<2x300xi1>", "tensor<300x3xi1>"], "tensor<2x3xi1>",
@@ -343,6 +357,18 @@ def test_triangular_solve_matches_xla(element, dtype, unit_garbage):
     actual, expected = run_interp_text(text, a, b_left, b_right), run_xla_text(text, a, b_left, b_right)
     for options, got, want in zip(TRIANGULAR_OPTIONS, actual, expected):
         _assert_solution_close(got, want, dtype, n, f"{options}: ")
+
+
+@pytest.mark.parametrize("options", [o for o in TRIANGULAR_OPTIONS if o[2] and o[3] != "ADJOINT"],
+                         ids=lambda o: "-".join(map(str, o)))
+def test_triangular_solve_matches_reference(reference, options):
+    """The reference interpreter implements unit_diagonal = true without ADJOINT only."""
+    left_side, lower, unit_diagonal, transpose = options
+    rng = np.random.default_rng(10)
+    a = _well_conditioned((2, 4, 4), np.float64, rng)
+    b = _values((2, 4, 3) if left_side else (2, 3, 4), np.float64, rng)
+    text = _triangular_op(a.shape, b.shape, "f64", *options)
+    _assert_solution_close(run_interp_text(text, a, b)[0], reference.evaluate(text, [a, b])[0], np.float64, 4)
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((0, 0), (0, 3)), ((3, 3), (3, 0)), ((0, 2, 2), (0, 2, 3))])

@@ -118,6 +118,20 @@ def test_spec_examples():
             assert_norm_close(got, want)
 
 
+def test_batch_norm_training_variance_is_two_pass():
+    """The spec's variance is mean((x - mean)^2). XLA CPU computes E[x^2] - E[x]^2, which
+    cancels catastrophically for a large mean (here it even returns a negative variance);
+    we follow the spec: the oracle is NumPy's two-pass variance in f64."""
+    text = op_module("stablehlo.batch_norm_training", ["tensor<1000x2xf32>", "tensor<2xf32>", "tensor<2xf32>"],
+                     ["tensor<1000x2xf32>", "tensor<2xf32>", "tensor<2xf32>"],
+                     "epsilon = 0.0 : f32, feature_index = 1 : i64")
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((1000, 2)) * [0.01, 1.0] + [3000.0, 0.0]).astype(np.float32)
+    _, mean, variance = run_interp_text(text, x, np.ones(2, np.float32), np.zeros(2, np.float32))
+    np.testing.assert_allclose(mean, np.mean(x.astype(np.float64), axis=0), rtol=1e-7)
+    np.testing.assert_allclose(variance, np.var(x.astype(np.float64), axis=0), rtol=1e-6)
+
+
 def batch_norm_layer(x, scale, offset, grad_seed):
     """A batch-norm layer as jax.nn code writes it (no batch_norm ops), with its gradient."""
 
