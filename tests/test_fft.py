@@ -93,13 +93,7 @@ JNP_FUNCTIONS = {
 }
 
 
-# norm="ortho" multiplies by a 0-d complex constant, which decode.parse_elements_text
-# returns with shape (1,) (np.ascontiguousarray makes 0-d arrays 1-d).
-_COMPLEX_SCALAR_CONSTANT = pytest.mark.xfail(reason="0-d complex constants decode with shape (1,)", strict=False)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_COMPLEX_SCALAR_CONSTANT) if n == "ortho" else n
-                                  for n in JNP_FUNCTIONS])
+@pytest.mark.parametrize("name", list(JNP_FUNCTIONS))
 def test_jnp_fft_functions_match_xla(name):
     rng = np.random.default_rng(1)
     x = _complex((6, 16), np.complex64, rng)
