@@ -1,0 +1,47 @@
+"""Custom calls that only annotate values: shardings, memory placement, DCE sinks.
+
+The interpreter computes on global arrays in one process, so each of these
+returns its operands unchanged, as XLA does when it does not partition
+(XLA's ShardingRemover forwards the operand of ``Sharding``,
+``SPMDFullToShardShape``, ``SPMDShardToFullShape``, ``xla.sdy.ShardingGroup``
+and ``xla.sdy.FuncResultSharding``):
+
+* ``Sharding`` (``mhlo.sharding`` attribute): ``with_sharding_constraint`` and
+  sharded arguments/results when JAX lowers without Shardy;
+* ``SPMDFullToShardShape`` / ``SPMDShardToFullShape``, and their Shardy
+  round-trip forms ``xla.sdy.GlobalToLocalShape`` / ``xla.sdy.LocalToGlobalShape``:
+  the borders of a ``shard_map`` body. They are identities when every shard
+  is the whole array (a mesh of one device); a body that works on smaller
+  shards needs one program per device, which a global view cannot run;
+* ``xla.sdy.FuncResultSharding``, ``xla.sdy.ShardingGroup``: Shardy's
+  annotations in modules exported through HLO;
+* ``annotate_device_placement`` (``_xla_buffer_placement`` frontend attribute),
+  ``MoveToHost`` / ``MoveToDevice``: memory kinds (``pinned_host``, ``device``);
+* ``dce_sink`` (``lax.dce_sink(x, prevent_mlir_dce=True)``): keeps a value alive,
+  has no results.
+"""
+
+from __future__ import annotations
+
+from ..registry import custom_call
+
+
+@custom_call("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
+             "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding", "xla.sdy.ShardingGroup",
+             "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink")
+def forward(info):
+    """Result i is operand i (no results: nothing to do)."""
+    target = info.attr("call_target_name")
+    operands, results = info.operand_types, info.result_types
+    if not results:
+        return lambda *values: ()
+    if len(results) != len(operands):
+        raise info.error(f"{target}: {len(operands)} operands but {len(results)} results")
+    for index, (operand, result) in enumerate(zip(operands, results)):
+        if operand != result:
+            raise info.unsupported(
+                f"{target}: operand {index} is {operand} but result {index} is {result}; a shard shape "
+                "other than the global shape needs one program per device (lower for a single device)")
+    if len(results) == 1:
+        return lambda value: value
+    return lambda *values: values
