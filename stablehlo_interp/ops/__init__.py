@@ -18,7 +18,6 @@ from . import (  # noqa: F401
     lapack,
     linalg,
     normalization,
-    quantization,
     random,
     reduction,
     shape,
