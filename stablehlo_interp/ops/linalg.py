@@ -105,11 +105,8 @@ def _algorithm_product(info, algorithm, operand_types):
         raise info.unsupported("dot algorithms apply to real operands only")
     accumulation = algorithm.accumulation_type
     compute = _F64 if accumulation == "f64" else _F32
-    accumulate_round = None
-    if accumulation == "tf32":
-        accumulate_round = _rounder("tf32", compute)
-    elif dtype_of(accumulation).itemsize < compute.itemsize:
-        accumulate_round = _rounder(accumulation, compute)
+    narrow = accumulation == "tf32" or dtype_of(accumulation).itemsize < compute.itemsize
+    accumulate_round = _rounder(accumulation, compute) if narrow else None
     count, products = _SPLIT_PRODUCTS[algorithm.num_primitive_operations]
     round_lhs = _rounder(algorithm.lhs_precision_type, compute)
     round_rhs = _rounder(algorithm.rhs_precision_type, compute)
@@ -133,7 +130,16 @@ def _algorithm_product(info, algorithm, operand_types):
 def dot_general(info):
     """Contract ``lhs_contracting`` with ``rhs_contracting`` per batch; the result
     dims are batch dims, then lhs free dims, then rhs free dims (spec: dot_general)."""
-    numbers = info.attr("dot_dimension_numbers")
+    return _contraction(info, info.attr("dot_dimension_numbers"))
+
+
+@op("stablehlo.dot")
+def dot(info):
+    """dot_general contracting lhs's last dim with rhs's first (vector/matrix products)."""
+    return _contraction(info, DotDimensionNumbers((), (), (info.operand_types[0].rank - 1,), (0,)))
+
+
+def _contraction(info, numbers):
     lhs_type, rhs_type = info.operand_types[:2]
     result = info.result_type
     lhs_batch, rhs_batch = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
@@ -160,14 +166,6 @@ def dot_general(info):
         return finish(product.reshape(batch + free_l + free_r))
 
     return run
-
-
-@op("stablehlo.dot")
-def dot(info):
-    """dot_general contracting lhs's last dim with rhs's first (vector/matrix products)."""
-    numbers = DotDimensionNumbers((), (), (info.operand_types[0].rank - 1,), (0,))
-    info.attributes = dict(info.attributes, dot_dimension_numbers=numbers)
-    return dot_general(info)
 
 
 @op("stablehlo.einsum", "stablehlo.unary_einsum")
