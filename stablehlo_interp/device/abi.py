@@ -372,6 +372,10 @@ class PJRT_Executable_OutputMemoryKinds_Args(Args):   # also ..._ParameterMemory
                 ("memory_kind_sizes", c_void_p)]
 
 
+class PJRT_Executable_OptimizedProgram_Args(Args):
+    _fields_ = [("executable", c_void_p), ("program", c_void_p)]
+
+
 class PJRT_LoadedExecutable_Destroy_Args(Args):
     _fields_ = [("executable", c_void_p)]
 

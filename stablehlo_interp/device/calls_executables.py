@@ -11,8 +11,8 @@ import ctypes
 from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 
 from . import abi, runtime
-from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, implements, lookup, pointer_array,
-                  release)
+from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, immortal_string, implements, lookup,
+                  pointer_array, release)
 from .runtime import PluginError
 
 
@@ -120,6 +120,26 @@ def executable_output_memory_kinds(args):
     args.num_outputs = executable.num_outputs
     args.memory_kinds, args.memory_kind_sizes = _strings(executable, "c_output_memory_kinds",
                                                          runtime.MEMORY_KIND.encode(), executable.num_outputs)
+
+
+@implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)
+def executable_optimized_program(args):
+    """The program as StableHLO text (format "mlir"): it is what the interpreter runs, unoptimized.
+
+    Called twice: with ``code`` NULL to learn the size, then with a buffer that large.
+    """
+    executable = _executable(args.executable)
+    if not hasattr(executable, "c_program_text"):
+        executable.c_program_text = str(executable.program.module).encode()
+    text = executable.c_program_text
+    program = abi.PJRT_Program.from_address(args.program)
+    program.format, program.format_size = immortal_string("mlir")
+    if program.code:
+        if program.code_size < len(text):
+            raise PluginError(abi.INVALID_ARGUMENT, f"program buffer of {program.code_size} bytes is too small "
+                                                    f"for {len(text)} bytes")
+        ctypes.memmove(program.code, text, len(text))
+    program.code_size = len(text)
 
 
 # ---------------------------------------------------------------- the Shardings extension
