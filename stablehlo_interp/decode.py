@@ -9,13 +9,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
-from jaxlib.mlir import ir
+from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .errors import ModuleError
 from .locations import UNKNOWN, Frame, SourceLocation
-from .types import TOKEN, TensorType, TokenType, TupleType, dtype_of, element_kind  # noqa: F401
+from .types import (  # noqa: F401
+    TOKEN,
+    Quantization,
+    TensorType,
+    TokenType,
+    TupleType,
+    dtype_of,
+    element_kind,
+)
 
 # --------------------------------------------------------------------------- types
 
@@ -45,6 +54,9 @@ def _decode_type(t: ir.Type):
     t = t.maybe_downcast() if type(t) is ir.Type else t
     if isinstance(t, ir.RankedTensorType):
         shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank))
+        element = str(t.element_type)
+        if element.startswith("!quant."):
+            return TensorType.quantized(shape, element, _quantization(element))
         return TensorType.of(shape, _element_spelling(t.element_type))
     if stablehlo.TokenType.isinstance(t):
         return TokenType()
@@ -63,6 +75,47 @@ def _element_spelling(t: ir.Type) -> str:
     text = str(t)
     dtype_of(text)  # raises ModuleError for element types we cannot hold
     return text
+
+
+# !quant.uniform<storage[<min:max>]:expressed[:dimension], scale[:zero_point]>, or
+# with {scale[:zero_point], ...} for per-axis quantization (spec: "Types").
+_QUANT_UNIFORM = re.compile(
+    r"!quant\.uniform<(u?i?\d+)(?:<(-?\d+):(-?\d+)>)?:(\w+)(?::(\d+))?,\s*(\{.*\}|[^{}]+)>", re.S)
+
+
+def _quantization(text: str) -> Quantization:
+    """Decode a ``!quant.uniform`` element type (MLIR omits zero points that are 0)."""
+    match = _QUANT_UNIFORM.fullmatch(text)
+    if not match:
+        raise ModuleError(f"quantized element type {text} is not supported (only !quant.uniform "
+                          "per-tensor and per-axis)")
+    storage, low, high, expressed, dimension, parameters = match.groups()
+    # MLIR spells unsigned storage types u8; StableHLO spells them ui8.
+    storage = "ui" + storage[1:] if storage.startswith("u") and not storage.startswith("ui") else storage
+    if element_kind(storage) not in ("signed", "unsigned") or element_kind(expressed) != "float":
+        raise ModuleError(f"quantized element type {text}: storage must be an integer type and "
+                          "expressed a floating-point type")
+    limits = ml_dtypes.iinfo(dtype_of(storage))
+    scales, zero_points = [], []
+    for parameter in parameters.strip("{}").split(","):
+        scale, _, zero_point = parameter.strip().partition(":")
+        scales.append(float(scale))
+        zero_points.append(int(zero_point or 0))
+    return Quantization(storage, int(low) if low else limits.min, int(high) if high else limits.max,
+                        expressed, tuple(scales), tuple(zero_points),
+                        None if dimension is None else int(dimension))
+
+
+def load_quant_dialect(context: ir.Context) -> None:
+    """Load MLIR's ``quant`` dialect (home of ``!quant.uniform`` types) into a context.
+
+    jaxlib registers it only as a dependency of the VHLO-to-StableHLO pass, so
+    running that pass once on an empty module loads it.
+    """
+    stablehlo.register_stablehlo_passes()
+    with context, ir.Location.unknown():
+        pipeline = passmanager.PassManager.parse("builtin.module(vhlo-legalize-to-stablehlo)")
+        pipeline.run(ir.Module.parse("").operation)
 
 
 # ---------------------------------------------------------------------- attributes

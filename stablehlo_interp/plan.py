@@ -21,6 +21,7 @@ from . import registry
 from .decode import decode_location, decode_op_attributes, decode_type
 from .errors import ModuleError, OpError, UnsupportedOpError
 from .locations import SourceLocation
+from .quantized import build_quantized, has_quantized_types
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
 _REQUIRED = object()
@@ -262,11 +263,14 @@ class Compiler:
 
 
 def build(info: OpInfo):
-    """Look the op up in the registry and run its builder."""
+    """Look the op up in the registry and run its builder (through quantized.py
+    when the op has quantized operands or results)."""
     builder = registry.op_builder(info.name)
     if builder is None:
         raise UnsupportedOpError(info.name, info.location, "op is not supported by stablehlo_interp")
     try:
+        if has_quantized_types(info):
+            return build_quantized(info, builder)
         return builder(info)
     except OpError:
         raise

@@ -170,11 +170,11 @@ def _coerce(value, expected, index: int, function: Function):
 def _convert_scalar(value, expected: TensorType, where: str) -> np.ndarray:
     """A Python scalar as a 0-d array of the expected type, if it fits exactly (ints)
     or is representable by rounding (floats)."""
-    kinds = {"bool": (bool,), "signed": (bool, int), "unsigned": (bool, int),
+    kinds = {"bool": (bool,), "signed": (bool, int), "unsigned": (bool, int), "quantized": (bool, int),
              "float": (bool, int, float), "complex": (bool, int, float, complex)}
     if not isinstance(value, kinds[expected.kind]):
         raise ArgumentError(f"{where}: {value!r} does not fit {expected}")
-    if expected.kind in ("signed", "unsigned"):
+    if expected.kind in ("signed", "unsigned", "quantized"):  # quantized: the stored integer
         import ml_dtypes
 
         limits = ml_dtypes.iinfo(expected.dtype)

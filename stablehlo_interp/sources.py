@@ -16,6 +16,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .check_dialect import to_generic_form
+from .decode import load_quant_dialect
 from .errors import ModuleError
 
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -36,6 +37,7 @@ def make_context() -> ir.Context:
     # are parsed in generic form (see check_dialect.py) as unregistered ops.
     context.allow_unregistered_dialects = True
     stablehlo.register_interpreter_dialect(context)
+    load_quant_dialect(context)  # for !quant.uniform types
     return context
 
 

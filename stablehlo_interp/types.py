@@ -4,6 +4,10 @@ A tensor's element type keeps its MLIR spelling (``f32``, ``ui8``, ``i1``,
 ``complex<f32>``, ``f8E4M3FN`` ...) next to the NumPy dtype that holds its values
 (sub-byte integers and small floats come from ``ml_dtypes``). Tokens are a
 singleton value, tuples are Python tuples.
+
+A quantized tensor (``tensor<4x!quant.uniform<i8:f32, 0.1:3>>``) is a TensorType
+of kind ``quantized`` whose ``quantization`` holds the parameters; its values are
+held as integers of the storage type (``dtype`` is the storage dtype).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ for _name, _dtype in _ELEMENT_DTYPES.items():
     _ELEMENT_NAMES.setdefault(_dtype, _name)
 
 BOOL, SIGNED, UNSIGNED, FLOAT, COMPLEX = "bool", "signed", "unsigned", "float", "complex"
+QUANTIZED = "quantized"
 
 
 def element_kind(element_type: str) -> str:
@@ -102,6 +107,41 @@ def bit_width(dtype) -> int:
 
 
 @dataclass(frozen=True)
+class Quantization:
+    """The parameters of a ``!quant.uniform`` element type (spec: "Types").
+
+    ``f = (i - zero_point) * scale`` for a stored integer ``i``; per-axis
+    quantization has one scale and zero point per index of ``dimension``
+    (``None`` for per-tensor quantization).
+    """
+
+    storage_type: str
+    storage_min: int
+    storage_max: int
+    expressed_type: str
+    scales: tuple
+    zero_points: tuple
+    dimension: int | None = None
+
+    @property
+    def storage_dtype(self) -> np.dtype:
+        return dtype_of(self.storage_type)
+
+    @property
+    def expressed_dtype(self) -> np.dtype:
+        return dtype_of(self.expressed_type)
+
+    def parameters(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """Scales (of the expressed type) and zero points (int64), shaped to
+        broadcast against a tensor of this rank."""
+        view = [1] * rank
+        if self.dimension is not None:
+            view[self.dimension] = len(self.scales)
+        scales = np.array(self.scales, np.float64).astype(self.expressed_dtype).reshape(view)
+        return scales, np.array(self.zero_points, np.int64).reshape(view)
+
+
+@dataclass(frozen=True)
 class TensorType:
     """``tensor<shape x element_type>``; a dynamic dimension is ``None``."""
 
@@ -109,10 +149,16 @@ class TensorType:
     element_type: str
     dtype: np.dtype = field(compare=False)
     kind: str = field(compare=False)
+    quantization: Quantization | None = None
 
     @classmethod
     def of(cls, shape, element_type: str) -> "TensorType":
         return cls(tuple(shape), element_type, dtype_of(element_type), element_kind(element_type))
+
+    @classmethod
+    def quantized(cls, shape, element_type: str, quantization: Quantization) -> "TensorType":
+        """A quantized tensor type; ``element_type`` is the ``!quant.uniform<...>`` spelling."""
+        return cls(tuple(shape), element_type, quantization.storage_dtype, QUANTIZED, quantization)
 
     @classmethod
     def like(cls, array) -> "TensorType":
@@ -147,6 +193,18 @@ class TensorType:
     @property
     def is_unsigned(self) -> bool:
         return self.kind == UNSIGNED
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.kind == QUANTIZED
+
+    def storage(self) -> "TensorType":
+        """A quantized type's storage tensor type (the type itself otherwise)."""
+        return TensorType.of(self.shape, self.quantization.storage_type) if self.is_quantized else self
+
+    def expressed(self) -> "TensorType":
+        """A quantized type's expressed (floating-point) tensor type (the type itself otherwise)."""
+        return TensorType.of(self.shape, self.quantization.expressed_type) if self.is_quantized else self
 
     @property
     def bit_width(self) -> int:

@@ -97,6 +97,8 @@ def _serve() -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
+    from stablehlo_interp.decode import load_quant_dialect
+
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
@@ -105,6 +107,7 @@ def _serve() -> None:
             return
         try:
             context = jax_mlir.make_ir_context()
+            load_quant_dialect(context)  # for !quant.uniform types
             with context, ir.Location.unknown():
                 module = ir.Module.parse(module_text)
                 attrs = []

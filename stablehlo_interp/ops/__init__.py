@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     lapack,
     linalg,
     normalization,
+    quantization,
     random,
     reduction,
     shape,

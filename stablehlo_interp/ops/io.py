@@ -1,0 +1,1 @@
+"""Host transfers (spec: infeed, outfeed, send, recv)."""
