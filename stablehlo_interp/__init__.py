@@ -3,6 +3,7 @@
     import stablehlo_interp as si
     (out,) = si.run(jax.jit(f).lower(x, y), x, y)
     program = si.load("model.mlir"); program.run(x, function="main")
+    print(si.trace(f, x)); si.find_nonfinite(f, x); si.compare(f, x, backend="cpu"); si.explain(f, x)
 """
 
 from .engine import Listener
@@ -19,11 +20,20 @@ from .program import Program, load, run
 from .registry import register_custom_call, register_op
 from . import validation
 from .types import TOKEN, TensorType, Token
+from . import tools
+from .tools import (
+    break_at, compare, debug, explain, find_nonfinite, graph, load_probes, on_device, probe, trace,
+)
 
 __version__ = "0.1.0"
+
+tools.install_from_environment()
 
 __all__ = [
     "ArgumentError", "InterpreterError", "Listener", "ModuleError", "OpError", "OpExecutionError",
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
     "register_custom_call", "register_op", "run", "validation",
+    # tools (see docs/tools.md)
+    "break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes", "on_device",
+    "probe", "tools", "trace",
 ]

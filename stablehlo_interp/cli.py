@@ -2,8 +2,11 @@
 
     stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz]
     stablehlo-interp test FILE_OR_DIR... [--verbose]
+    stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
+    stablehlo-interp explain FILE [--input ...] [--graph OUT.html]
+    stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
 
-See docs/cli.md.
+See docs/cli.md and docs/tools.md.
 """
 
 from __future__ import annotations
@@ -66,7 +69,47 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
     test.add_argument("--verbose", "-v", action="store_true", help="list every test, not only failures")
     test.set_defaults(command=_test, name="test")
+
+    trace = commands.add_parser("trace", help="run a function and print every op it executes",
+                                description="Run a function and print each executed op (inside regions "
+                                            "too) with a summary of its results and its source line.")
+    _add_program_arguments(trace)
+    trace.add_argument("--head", type=int, default=2, help="region calls shown before the folded ones")
+    trace.add_argument("--tail", type=int, default=1, help="region calls shown after the folded ones")
+    trace.add_argument("--json", metavar="OUT.json", help="also save the trace as JSON records")
+    trace.add_argument("--first-nonfinite", action="store_true",
+                       help="instead, report the first op that makes a NaN or inf")
+    trace.add_argument("--probe", metavar="OUT.npz",
+                       help="instead, save intermediate values (with an index) to a .npz file")
+    trace.add_argument("--select", action="append", metavar="OP_OR_LINE",
+                       help="with --probe: save only these ops (op name, or FILE:LINE); repeat")
+    trace.add_argument("--every-iteration", action="store_true",
+                       help="with --probe: save values of every loop iteration, not only the last")
+    trace.set_defaults(command=_trace, name="trace")
+
+    explain = commands.add_parser("explain", help="print the module and its run, op by op, by source line",
+                                  description="Print the module, then run it and print each op with its "
+                                              "results under the source line it came from.")
+    _add_program_arguments(explain)
+    explain.add_argument("--graph", metavar="OUT.html", help="also draw the dataflow graph to an HTML file")
+    explain.set_defaults(command=_explain, name="explain")
+
+    compare = commands.add_parser("compare", help="compare with another backend; find the first divergent op",
+                                  description="Run @main here and on a JAX backend; when the results "
+                                              "differ, find the first op whose value differs.")
+    _add_program_arguments(compare)
+    compare.add_argument("--backend", "-b", default="cpu", help="a JAX platform name (default: cpu)")
+    compare.add_argument("--rtol", type=float, help="relative tolerance for every float type")
+    compare.add_argument("--atol", type=float, help="absolute tolerance for every float type")
+    compare.set_defaults(command=_compare, name="compare")
     return parser
+
+
+def _add_program_arguments(parser) -> None:
+    parser.add_argument("file", help="the module")
+    parser.add_argument("--function", "-f", help="the function to run (default: @main, or the only public one)")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="INPUT",
+                        help="an argument, as for 'run': .npy, .npz or a Python literal; repeat for each")
 
 
 # ---------------------------------------------------------------------- run
@@ -180,6 +223,60 @@ def _flatten(prefix: str, values):
             yield from _flatten(f"{prefix}_{index}", value)
         elif not isinstance(value, Token):
             yield f"{prefix}_{index}", np.asarray(value)
+
+
+# ------------------------------------------------------------ the tools
+
+
+def _program_and_inputs(args):
+    program = Program(pathlib.Path(args.file))
+    name = args.function or program.entry_name
+    return program, name, _load_inputs(args.input, program.function(name))
+
+
+def _trace(args) -> int:
+    from . import tools
+
+    program, name, inputs = _program_and_inputs(args)
+    if args.first_nonfinite:
+        report = tools.find_nonfinite(program, *inputs, function=name)
+        print(report if report is not None else "every value is finite")
+        return 0
+    if args.probe:
+        recorder = tools.probe(program, *inputs, function=name, path=args.probe, select=args.select,
+                               every_iteration=args.every_iteration)
+        print(f"saved {len(recorder.probes)} values to {args.probe}")
+        return 0
+    trace = tools.trace(program, *inputs, function=name)
+    print(trace.text(head=args.head, tail=args.tail))
+    if args.json:
+        import json
+
+        pathlib.Path(args.json).write_text(json.dumps(trace.as_dicts(), indent=1))
+    return 1 if trace.error else 0
+
+
+def _explain(args) -> int:
+    from . import tools
+
+    program, name, inputs = _program_and_inputs(args)
+    explanation = tools.explain(program, *inputs, function=name)
+    if args.graph:
+        tools.graph(program, *inputs, function=name, path=args.graph)
+        print(f"\ndataflow graph: {args.graph}")
+    return 1 if explanation.trace.error else 0
+
+
+def _compare(args) -> int:
+    from . import tools
+
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError("give both --rtol and --atol, or neither")
+    program, name, inputs = _program_and_inputs(args)
+    tolerance = None if args.rtol is None else (args.rtol, args.atol)
+    comparison = tools.compare(program, *inputs, backend=args.backend, tolerance=tolerance, function=name)
+    print(comparison)
+    return 0 if comparison.ok else 1
 
 
 # --------------------------------------------------------------------- test

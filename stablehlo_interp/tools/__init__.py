@@ -1,0 +1,40 @@
+"""Tools for people who debug lowered programs, test other backends, or learn how jit lowers.
+
+Every tool is a :class:`~stablehlo_interp.Listener` on the one run loop, with
+a function that runs a target (a module in any form ``si.load`` accepts, or a
+jit-able Python function) on its arguments:
+
+=====================  =====================================================
+``trace``              every op run, with value summaries (:mod:`.trace`)
+``find_nonfinite``     the first op that made a NaN or inf (:mod:`.nonfinite`)
+``probe``              intermediate values saved to .npz (:mod:`.probes`)
+``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
+``compare``            first op that differs on another backend (:mod:`.compare`)
+``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
+``graph``              dataflow graph as HTML+SVG (:mod:`.graph`)
+``on_device``          any listener on every run of the interp device (:mod:`.session`)
+=====================  =====================================================
+
+See docs/tools.md.
+"""
+
+from .backends import InterpreterBackend, JaxBackend
+from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
+from .compare import Comparison, Divergence, compare
+from .difference import DEFAULT_TOLERANCES, Difference
+from .explain import Explanation, explain
+from .graph import graph
+from .nonfinite import NonFiniteFinder, NonFiniteReport, find_nonfinite
+from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
+from .regions import RegionCall
+from .session import install_from_environment, on_device
+from .summary import ValueSummary, summarize
+from .trace import OpRecord, Trace, TraceRecorder, trace
+
+__all__ = [
+    "BreakHit", "Breakpoint", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
+    "Explanation", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteReport", "OpRecord",
+    "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder", "ValueSummary",
+    "break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "install_from_environment",
+    "load_probes", "on_device", "probe", "summarize", "trace",
+]

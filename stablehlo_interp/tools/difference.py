@@ -1,0 +1,111 @@
+"""How far apart two values are: per-dtype tolerances, abs and ULP errors, and where.
+
+The interpreter's value is the reference: an element matches when
+``|theirs - ours| <= atol + rtol * |ours|``, NaN matches NaN and infinities
+match themselves. Integers and booleans must be equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ops.check import ulp_difference
+from ..types import Token
+from .summary import element_name, format_number, is_float_dtype
+
+# (rtol, atol) by element type. Integers, booleans: exact.
+DEFAULT_TOLERANCES = {
+    "f64": (1e-9, 1e-12), "complex<f64>": (1e-9, 1e-12),
+    "f32": (1e-5, 1e-6), "complex<f32>": (1e-5, 1e-6),
+    "f16": (5e-3, 1e-3), "bf16": (3e-2, 1e-2),
+}
+SMALL_FLOAT_TOLERANCE = (0.25, 0.1)   # f8, f6 and f4 types
+
+
+def tolerances(overrides=None) -> dict:
+    """The default table updated with ``overrides``: a dict by element type, or
+    one ``(rtol, atol)`` pair for every float type."""
+    table = dict(DEFAULT_TOLERANCES)
+    if isinstance(overrides, tuple):
+        return {name: overrides for name in table} | {"*": overrides}
+    table.update(overrides or {})
+    return table
+
+
+def tolerance_of(table: dict, dtype) -> tuple[float, float]:
+    name = element_name(dtype)
+    if name in table:
+        return table[name]
+    if "*" in table:
+        return table["*"]
+    return SMALL_FLOAT_TOLERANCE if is_float_dtype(dtype) else (0.0, 0.0)
+
+
+@dataclass
+class Difference:
+    """A value of the other backend that is not within tolerance of the interpreter's.
+
+    ``index`` is where the largest error is (the first mismatch when none is
+    numeric); ``ours`` / ``theirs`` are the values there. ``problem`` is set
+    instead when the shapes or element types differ.
+    """
+
+    mismatched: int = 0
+    size: int = 0
+    index: tuple = ()
+    ours: object = None
+    theirs: object = None
+    max_abs: float | None = None
+    max_ulp: int | None = None
+    problem: str | None = None
+
+    def describe(self, backend: str) -> str:
+        if self.problem:
+            return self.problem
+        at = f" at [{', '.join(map(str, self.index))}]" if self.index else ""
+        text = (f"{self.mismatched} of {self.size} elements differ; largest{at}: "
+                f"{format_number(self.ours)} (interpreter) vs {format_number(self.theirs)} ({backend})")
+        if self.max_abs is not None:
+            text += f"; max abs error {format_number(self.max_abs)}"
+        if self.max_ulp is not None:
+            text += f", max {self.max_ulp} ULP"
+        return text
+
+
+def difference(ours, theirs, table: dict) -> Difference | None:
+    """None when ``theirs`` matches ``ours`` within the tolerance of its element type."""
+    if isinstance(ours, (tuple, Token)) or isinstance(theirs, (tuple, Token)):
+        return None   # tokens and tuples are not compared
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
+        return Difference(problem=f"expected {element_name(ours.dtype)}{list(ours.shape)}, "
+                                  f"got {element_name(theirs.dtype)}{list(theirs.shape)}")
+    rtol, atol = tolerance_of(table, ours.dtype)
+    numeric = ours.dtype.kind == "c" or is_float_dtype(ours.dtype)
+    if numeric:
+        wide = np.complex128 if ours.dtype.kind == "c" else np.float64
+        a, b = ours.astype(wide), theirs.astype(wide)
+        with np.errstate(all="ignore"):
+            error = np.abs(a - b)
+            close = error <= atol + rtol * np.abs(a)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        ok = same | close
+    else:
+        ok = ours == theirs
+    mismatched = int(np.count_nonzero(~ok))
+    if not mismatched:
+        return None
+    if numeric:
+        ranked = np.where(ok, -1.0, np.where(np.isnan(error), np.inf, error))
+        flat = int(np.argmax(ranked))
+        finite_errors = error[~ok & np.isfinite(error)]
+        max_abs = float(finite_errors.max()) if finite_errors.size else float("inf")
+        both_finite = np.isfinite(a) & np.isfinite(b)
+        max_ulp = int(ulp_difference(theirs, ours)[both_finite].max()) if both_finite.any() else None
+    else:
+        flat, max_abs, max_ulp = int(np.argmax(~ok.reshape(-1))), None, None
+    index = tuple(int(i) for i in np.unravel_index(flat, ours.shape)) if ours.shape else ()
+    return Difference(mismatched, int(ours.size), index, ours[index].item(), theirs[index].item(),
+                      max_abs, max_ulp)

@@ -1,0 +1,54 @@
+"""Explain how ``jax.jit`` lowers a function: its jaxpr, its StableHLO, and the run.
+
+    si.explain(f, x)
+
+prints three sections: the jaxpr JAX traced (for a Python function), the
+StableHLO module it lowered to, and the run of that module on the arguments,
+op by op with the values each op produced, grouped under the Python source
+line each op came from. Given a module instead of a function (an .mlir file
+on the command line), there is no jaxpr to show.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .subject import prepare
+from .summary import summarize
+from .trace import Trace, record_run
+
+
+@dataclass
+class Explanation:
+    jaxpr: str | None
+    stablehlo: str
+    trace: Trace
+    head: int = 2      # loop iterations shown before and after the folded ones
+    tail: int = 1
+
+    def __str__(self) -> str:
+        sections = []
+        if self.jaxpr is not None:
+            sections.append(("jaxpr", self.jaxpr))
+        sections.append(("StableHLO", self.stablehlo.rstrip()))
+        sections.append(("run: each op and its results, under the source line it came from",
+                         self.trace.text(sources=True, head=self.head, tail=self.tail)))
+        if self.trace.outputs is not None:
+            sections.append(("results", "\n".join(f"result #{i}: {summarize(v)}"
+                                                  for i, v in enumerate(self.trace.outputs))))
+        return "\n\n".join(f"== {title} ==\n{body}" for title, body in sections)
+
+    def __repr__(self) -> str:
+        return f"<Explanation: {len(self.trace)} ops run>"
+
+
+def explain(target, *args, function: str | None = None, file=None, head: int = 2,
+            tail: int = 1) -> Explanation:
+    """Print (to ``file``, default stdout) and return the explanation of ``target`` on ``args``."""
+    subject = prepare(target, args, function)
+    jaxpr = str(subject.traced.jaxpr) if subject.traced is not None else None
+    stablehlo = subject.program.module.operation.get_asm(large_elements_limit=16)
+    explanation = Explanation(jaxpr, stablehlo, record_run(subject), head, tail)
+    print(explanation, file=file or sys.stdout)
+    return explanation

@@ -1,0 +1,113 @@
+"""Rewrites of a module for backend comparison, done with the MLIR bindings.
+
+* :func:`inline_calls` replaces every ``func.call`` in the entry function by
+  the body of the function it calls, so that every op JAX emitted (nested
+  ``jit``, ``jnp.where`` ...) is an op of the entry function, except those in
+  the regions of control-flow ops.
+* :func:`prefix_module` keeps the entry function's ops up to one op and
+  returns the values of chosen ops instead of the function's results: a
+  program any backend can compile and run to show its intermediate values.
+
+Both take and return MLIR text (with locations) and leave their input alone.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from ..sources import make_context
+
+_ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+def inline_calls(text: str, function: str) -> str:
+    """The module with every ``func.call`` in ``@function``'s body inlined (recursively)."""
+    with make_context():
+        module = ir.Module.parse(text)
+        functions = _functions(module)
+        block = _body(functions[function])
+        while True:
+            calls = [op for op in block.operations if op.operation.name == "func.call"]
+            if not calls:
+                break
+            for call in calls:
+                _inline(call.operation, functions[call.operation.attributes["callee"].value])
+        return _text(module)
+
+
+def prefix_module(text: str, function: str, last: int, returned: list[tuple[int, int]]) -> str:
+    """``@function`` cut after its op number ``last`` (0-based, in block order),
+    returning result ``r`` of op ``i`` for each ``(i, r)`` in ``returned``."""
+    with make_context():
+        module = ir.Module.parse(text)
+        func = _functions(module)[function]
+        block = _body(func)
+        ops = list(block.operations)
+        values = [ops[index].results[result] for index, result in returned]
+        for op in reversed(ops[last + 1:]):   # the terminator and every op after ``last``
+            op.operation.erase()
+        with ir.InsertionPoint(block), func.location:
+            ir.Operation.create("func.return", operands=values)
+        inputs = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
+        func.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(inputs, [value.type for value in values]))
+        if "res_attrs" in func.attributes:
+            del func.attributes["res_attrs"]
+        _drop_aliasing(func)
+        return _text(module)
+
+
+def _functions(module) -> dict:
+    return {op.operation.attributes["sym_name"].value: op.operation
+            for op in module.body.operations if op.operation.name == "func.func"}
+
+
+def _body(func) -> ir.Block:
+    return func.regions[0].blocks[0]
+
+
+def _inline(call: ir.Operation, callee: ir.Operation) -> None:
+    body = _body(callee)
+    mapping = {arg: operand for arg, operand in zip(body.arguments, call.operands)}
+    returned = None
+    for op in body.operations:
+        op = op.operation
+        if op.name == "func.return":
+            returned = [mapping.get(v, v) for v in op.operands]
+            break
+        clone = op.clone(ip=ir.InsertionPoint(call))
+        _remap(clone, mapping)
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+    for result, value in zip(call.results, returned):
+        result.replace_all_uses_with(value)
+    call.erase()
+
+
+def _remap(op: ir.Operation, mapping: dict) -> None:
+    """Point the operands of ``op`` and of the ops in its regions at the inlined values."""
+
+    def visit(inner):
+        for index, operand in enumerate(inner.operands):
+            new = mapping.get(operand)
+            if new is not None:
+                inner.operands[index] = new
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+
+
+def _drop_aliasing(func: ir.Operation) -> None:
+    """Output aliasing (donation) refers to result numbers that no longer exist."""
+    if "arg_attrs" not in func.attributes:
+        return
+    kept = []
+    for entry in ir.ArrayAttr(func.attributes["arg_attrs"]):
+        entry = ir.DictAttr(entry)
+        kept.append(ir.DictAttr.get({entry[i].name: entry[i].attr for i in range(len(entry))
+                                     if entry[i].name not in _ALIASING_KEYS}))
+    func.attributes["arg_attrs"] = ir.ArrayAttr.get(kept)
+
+
+def _text(module) -> str:
+    return module.operation.get_asm(enable_debug_info=True)

@@ -1,0 +1,191 @@
+"""Trace: a record of every op a run executes, with a summary of its values.
+
+    trace = si.trace(f, x)          # or a module and its arguments
+    print(trace)                    # nesting shown, long runs of loop iterations folded
+    trace.records[3].results        # the data: one OpRecord per executed op
+
+Ops inside regions (loop bodies, branches, called functions, reduction bodies
+that run op by op) are recorded with the region calls around them; regions an
+op runs once on whole tensors appear with ``vectorized`` set. Records are
+made before an op runs (so an op that owns regions comes before the ops of its
+regions) and completed when it has run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine import Listener
+from ..errors import InterpreterError, OpError
+from ..locations import SourceLocation
+from .regions import RegionCall, describe_location, op_label, region_calls
+from .selection import matcher
+from .subject import prepare
+from .summary import ValueSummary, summarize
+
+
+@dataclass
+class OpRecord:
+    """One executed op.
+
+    ``number`` is its position in the run; ``parent`` the number of the op whose
+    region it ran in (None in the entry function); ``stack`` the region calls
+    around it, outermost first. ``results`` summarize the values it produced
+    (``values`` holds the arrays themselves when the trace keeps them). An op
+    that failed has ``results is None``.
+    """
+
+    number: int
+    step: object
+    label: str
+    stack: tuple[RegionCall, ...]
+    parent: int | None
+    result_types: tuple[str, ...]
+    results: tuple[ValueSummary, ...] | None = None
+    values: tuple | None = None
+
+    @property
+    def op(self) -> str:
+        return self.step.info.name
+
+    @property
+    def location(self) -> SourceLocation:
+        return self.step.info.location
+
+    @property
+    def depth(self) -> int:
+        return len(self.stack)
+
+    def as_dict(self) -> dict:
+        """The record as JSON-ready data."""
+        frame = self.location.frame
+        return {
+            "number": self.number, "op": self.op, "label": self.label, "parent": self.parent,
+            "location": str(self.location) if self.location else None,
+            "source": f"{frame.file}:{frame.line}" if frame else None,
+            "stack": [{"op": c.op, "region": c.region, "call": c.call, "vectorized": c.vectorized}
+                      for c in self.stack],
+            "result_types": list(self.result_types),
+            "results": None if self.results is None else [str(r) for r in self.results],
+            "nonfinite": None if self.results is None else sum(r.nonfinite for r in self.results),
+        }
+
+    def __str__(self) -> str:
+        values = ", ".join(map(str, self.results)) if self.results is not None else "(did not finish)"
+        where = describe_location(self.location)
+        return f"{self.label}  {values}" + (f"  # {where}" if where else "")
+
+
+@dataclass
+class Trace:
+    """The ops one run executed, in order. ``str(trace)`` is the readable transcript."""
+
+    records: list[OpRecord] = field(default_factory=list)
+    function: str | None = None
+    outputs: list | None = None       # the run's results, when the run finished
+    error: InterpreterError | None = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, index):
+        return self.records[index]
+
+    def find(self, selector) -> list[OpRecord]:
+        """The records of the ops a selector chooses (see ``tools.selection``)."""
+        chosen = matcher(selector)
+        return [record for record in self.records if chosen(record.step)]
+
+    def as_dicts(self) -> list[dict]:
+        return [record.as_dict() for record in self.records]
+
+    def text(self, *, head: int = 2, tail: int = 1, sources: bool = False) -> str:
+        """The transcript; see :func:`~stablehlo_interp.tools.transcript.render`."""
+        from .transcript import render
+
+        return render(self, head=head, tail=tail, sources=sources)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+class TraceRecorder(Listener):
+    """A listener that records every op; one :class:`Trace` per run it observes.
+
+    ``values=True`` also keeps every result array (memory grows with the run).
+    The same recorder can watch many runs (on the interp device, every program
+    JAX executes): a run starts when the first op of an entry function runs,
+    and ends when its last op has run; ``on_trace(trace)`` is then called.
+    """
+
+    def __init__(self, values: bool = False, on_trace=None):
+        self.keep_values = values
+        self.on_trace = on_trace
+        self.traces: list[Trace] = []
+        self._open: list[OpRecord] = []
+        self._last_step = None   # the entry function's last op: when it has run, the run is over
+
+    @property
+    def trace(self) -> Trace:
+        """The latest run's trace."""
+        if not self.traces:
+            self.traces.append(Trace())
+        return self.traces[-1]
+
+    def before_op(self, step, operands, stack) -> None:
+        if not stack and step.index == 0:
+            function = _entry_function(step)
+            self.traces.append(Trace(function=function and function.name))
+            self._last_step = function.region.steps[-1] if function else None
+            self._open = []
+        while self._open and len(self._open) > len(stack):  # ops that raised never closed
+            self._open.pop()
+        trace = self.trace
+        parent = self._open[-1].number if stack and self._open else None
+        record = OpRecord(len(trace.records), step, op_label(step), region_calls(stack), parent,
+                          tuple(map(str, step.info.result_types)))
+        trace.records.append(record)
+        self._open.append(record)
+
+    def after_op(self, step, operands, results, stack):
+        record = self._open.pop()
+        record.results = tuple(summarize(value) for value in results)
+        if self.keep_values:
+            record.values = tuple(results)
+        if step is self._last_step and not stack and self.on_trace is not None:
+            self.on_trace(self.trace)
+        return None
+
+
+def _entry_function(step):
+    """The function whose first op is ``step`` (None for an unknown plan)."""
+    program = step.info.program
+    for function in (program.functions.values() if program is not None else ()):
+        if function.region.steps and function.region.steps[0] is step:
+            return function
+    return None
+
+
+def trace(target, *args, function: str | None = None, values: bool = False) -> Trace:
+    """Run ``target`` (a module, or a jit-able function) on ``args`` and record every op.
+
+    A run that fails returns the trace up to the failing op, with ``trace.error``
+    set (the failing op is the last record, with ``results is None``).
+    """
+    return record_run(prepare(target, args, function), values=values)
+
+
+def record_run(subject, values: bool = False) -> Trace:
+    """The trace of one run of a prepared :class:`~stablehlo_interp.tools.subject.Subject`."""
+    recorder = TraceRecorder(values=values)
+    try:
+        outputs = subject.run([recorder])
+    except OpError as error:
+        recorder.trace.error = error
+    else:
+        recorder.trace.outputs = outputs
+    recorder.trace.function = subject.function
+    return recorder.trace
