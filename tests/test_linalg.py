@@ -77,6 +77,28 @@ def _magnitude(lhs, rhs, numbers):
                                              np.abs(rhs.astype(np.complex128)).astype(np.float64), numbers)))
 
 
+def ops_module(ops) -> str:
+    """One @main applying several single ops, so XLA compiles once.
+
+    ``ops``: ``(op, operand types, result types, attributes)`` as for op_module;
+    @main takes every op's operands in order and returns every op's results.
+    """
+    args, lines, results = [], [], []
+    for index, (name, operand_types, result_types, attributes) in enumerate(ops):
+        result_types = [result_types] if isinstance(result_types, str) else list(result_types)
+        names = [f"%a{len(args) + i}" for i in range(len(operand_types))]
+        args += [f"{n}: {t}" for n, t in zip(names, operand_types)]
+        count = len(result_types)
+        lhs = f"%r{index}:{count}" if count > 1 else f"%r{index}"
+        attrs = f" {{{attributes}}}" if attributes else ""
+        lines.append(f'  {lhs} = "{name}"({", ".join(names)}){attrs} : ({", ".join(operand_types)}) -> '
+                     f'({", ".join(result_types)})')
+        results += [(f"%r{index}#{i}" if count > 1 else f"%r{index}", t) for i, t in enumerate(result_types)]
+    types = ", ".join(t for _, t in results)
+    return (f"func.func @main({', '.join(args)}) -> ({types}) {{\n" + "\n".join(lines)
+            + f"\n  return {', '.join(r for r, _ in results)} : {types}\n}}\n")
+
+
 # ------------------------------------------------------------------ dot_general
 
 
@@ -303,11 +325,16 @@ def test_unary_einsum(config, shape, result_shape):
 # ---------------------------------------------------------- triangular_solve
 
 
-def _triangular_op(a_shape, b_shape, element, left_side, lower, unit_diagonal, transpose):
+def _triangular(a_shape, b_shape, element, left_side, lower, unit_diagonal, transpose):
+    """triangular_solve as an ops_module entry."""
     attributes = (f"left_side = {str(left_side).lower()}, lower = {str(lower).lower()}, "
                   f"unit_diagonal = {str(unit_diagonal).lower()}, transpose_a = #stablehlo<transpose {transpose}>")
-    return op_module("stablehlo.triangular_solve", [tensor_type(a_shape, element), tensor_type(b_shape, element)],
-                     tensor_type(b_shape, element), attributes)
+    return ("stablehlo.triangular_solve", [tensor_type(a_shape, element), tensor_type(b_shape, element)],
+            tensor_type(b_shape, element), attributes)
+
+
+def _triangular_op(*options):
+    return ops_module([_triangular(*options)])
 
 
 def _well_conditioned(shape, dtype, rng):
@@ -328,20 +355,6 @@ TRIANGULAR_OPTIONS = [(left, lower, unit, transpose) for left in (True, False) f
                       for unit in (True, False) for transpose in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")]
 
 
-def _all_triangular_options_module(a_type, left_b_type, right_b_type):
-    """@main(a, b_left, b_right) returns triangular_solve under every TRIANGULAR_OPTIONS."""
-    lines, results = [], []
-    for i, (left, lower, unit, transpose) in enumerate(TRIANGULAR_OPTIONS):
-        b, b_type = ("%bl", left_b_type) if left else ("%br", right_b_type)
-        lines.append(f'  %r{i} = "stablehlo.triangular_solve"(%a, {b}) {{left_side = {str(left).lower()}, '
-                     f"lower = {str(lower).lower()}, unit_diagonal = {str(unit).lower()}, "
-                     f"transpose_a = #stablehlo<transpose {transpose}>}} : ({a_type}, {b_type}) -> {b_type}")
-        results.append((f"%r{i}", b_type))
-    names, types = ", ".join(r for r, _ in results), ", ".join(t for _, t in results)
-    return (f"func.func @main(%a: {a_type}, %bl: {left_b_type}, %br: {right_b_type}) -> ({types}) {{\n"
-            + "\n".join(lines) + f"\n  return {names} : {types}\n}}\n")
-
-
 @pytest.mark.parametrize("element, dtype", [("f32", np.float32), ("f64", np.float64), ("complex<f32>", np.complex64)])
 @pytest.mark.parametrize("unit_garbage", [False, True])
 def test_triangular_solve_matches_xla(element, dtype, unit_garbage):
@@ -352,9 +365,10 @@ def test_triangular_solve_matches_xla(element, dtype, unit_garbage):
     if unit_garbage:  # with unit_diagonal the diagonal must not be read; the others then see a big one
         a[..., np.arange(n), np.arange(n)] = 1000
     b_left, b_right = _values(batch + (n, 4), dtype, rng), _values(batch + (4, n), dtype, rng)
-    text = _all_triangular_options_module(tensor_type(a.shape, element), tensor_type(b_left.shape, element),
-                                          tensor_type(b_right.shape, element))
-    actual, expected = run_interp_text(text, a, b_left, b_right), run_xla_text(text, a, b_left, b_right)
+    text = ops_module([_triangular(a.shape, (b_left if o[0] else b_right).shape, element, *o)
+                       for o in TRIANGULAR_OPTIONS])
+    args = [x for o in TRIANGULAR_OPTIONS for x in (a, b_left if o[0] else b_right)]
+    actual, expected = run_interp_text(text, *args), run_xla_text(text, *args)
     for options, got, want in zip(TRIANGULAR_OPTIONS, actual, expected):
         _assert_solution_close(got, want, dtype, n, f"{options}: ")
 
@@ -389,9 +403,13 @@ def test_triangular_solve_f16_goes_through_f32():
 # ------------------------------------------------------------------ cholesky
 
 
+def _cholesky(shape, element, lower):
+    return ("stablehlo.cholesky", [tensor_type(shape, element)], tensor_type(shape, element),
+            f"lower = {str(lower).lower()}")
+
+
 def _cholesky_module(shape, element, lower):
-    return op_module("stablehlo.cholesky", [tensor_type(shape, element)], tensor_type(shape, element),
-                     f"lower = {str(lower).lower()}")
+    return ops_module([_cholesky(shape, element, lower)])
 
 
 def _positive_definite(shape, dtype, rng):
@@ -401,18 +419,21 @@ def _positive_definite(shape, dtype, rng):
     return a.astype(dtype)
 
 
+CHOLESKY_CASES = [(shape, lower) for shape in [(4, 4), (2, 3, 6, 6), (1, 1)] for lower in (True, False)]
+
+
 @pytest.mark.parametrize("element, dtype", [("f32", np.float32), ("f64", np.float64),
                                             ("complex<f32>", np.complex64), ("complex<f64>", np.complex128)])
-@pytest.mark.parametrize("lower", [True, False])
-@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 6, 6), (1, 1)])
-def test_cholesky_matches_xla(element, dtype, lower, shape):
+def test_cholesky_matches_xla(element, dtype):
+    """Lower and upper, batched; only one triangle may be read, so the other one is spoiled."""
     rng = np.random.default_rng(11)
-    a = _positive_definite(shape, dtype, rng)
-    # Only one triangle may be read: spoil the other one.
-    spoiled = np.triu(np.ones(shape[-2:]), 1) if lower else np.tril(np.ones(shape[-2:]), -1)
-    a = np.where(spoiled.astype(bool), dtype(77), a).astype(dtype)
-    text = _cholesky_module(shape, element, lower)
-    _assert_solution_close(run_interp_text(text, a)[0], run_xla_text(text, a)[0], dtype, shape[-1])
+    args = []
+    for shape, lower in CHOLESKY_CASES:
+        spoiled = np.triu(np.ones(shape[-2:]), 1) if lower else np.tril(np.ones(shape[-2:]), -1)
+        args.append(np.where(spoiled.astype(bool), dtype(77), _positive_definite(shape, dtype, rng)).astype(dtype))
+    text = ops_module([_cholesky(shape, element, lower) for shape, lower in CHOLESKY_CASES])
+    for (shape, lower), got, want in zip(CHOLESKY_CASES, run_interp_text(text, *args), run_xla_text(text, *args)):
+        _assert_solution_close(got, want, dtype, shape[-1], f"{shape} lower={lower}: ")
 
 
 def test_cholesky_not_positive_definite_gives_nan_like_xla():

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from oracles import dtype_id, op_module, run_interp, run_interp_text, run_xla, run_xla_text, tensor_type
+from test_linalg import ops_module
 
 ELEMENTS = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.float16): "f16",
             np.dtype(ml_dtypes.bfloat16): "bf16"}
@@ -33,71 +34,80 @@ def assert_norm_close(actual, expected, context=""):
     assert np.all(error <= bound), f"{context}max error {error.max()}, worst at {np.argmax(error / bound)}"
 
 
-def _data(shape, feature_index, dtype, seed):
-    rng = np.random.default_rng(seed)
-    features = shape[feature_index]
-    x = (rng.standard_normal(shape) + 0.5).astype(dtype)
-    vector = lambda low, high: rng.uniform(low, high, features).astype(dtype)  # noqa: E731
-    return rng, x, vector
-
-
 def _types(shape, feature_index, element):
     return tensor_type(shape, element), tensor_type((shape[feature_index],), element)
 
 
-def check_against_xla(build, dtype, args, names=("result",)):
-    """``build(element)`` is the module text; f16/bf16 are checked against XLA in f32."""
+def check_against_xla(op, types, args, dtype, seed, names):
+    """``op`` on every SHAPES case in one module: ``types(shape, feature_index, element)``
+    gives one case's ``(operand types, result types)`` and ``args(shape, feature_index, rng)``
+    its arguments (in f64). f16/bf16 are checked against XLA run in f32."""
     dtype = np.dtype(dtype)
-    actual = run_interp_text(build(ELEMENTS[dtype]), *args)
+    rng = np.random.default_rng(seed)
+
+    def module(element):
+        return ops_module([(op, *types(shape, index, element),
+                            f"epsilon = 1.0e-03 : f32, feature_index = {index} : i64") for shape, index in SHAPES])
+
+    arguments = [a.astype(dtype) for shape, index in SHAPES for a in args(shape, index, rng)]
+    actual = run_interp_text(module(ELEMENTS[dtype]), *arguments)
     if dtype.itemsize >= 4:
-        expected = run_xla_text(build(ELEMENTS[dtype]), *args)
+        expected = run_xla_text(module(ELEMENTS[dtype]), *arguments)
     else:
-        expected = [r.astype(dtype) for r in run_xla_text(build("f32"), *[a.astype(np.float32) for a in args])]
-    for name, got, want in zip(names, actual, expected):
-        assert_norm_close(got, want, f"{name}: ")
+        f32 = [a.astype(np.float32) for a in arguments]
+        expected = [r.astype(dtype) for r in run_xla_text(module("f32"), *f32)]
+    cases = [(shape, index, name) for shape, index in SHAPES for name in names]
+    assert len(actual) == len(expected) == len(cases)
+    for (shape, index, name), got, want in zip(cases, actual, expected):
+        assert_norm_close(got, want, f"{shape} feature {index} {name}: ")
+
+
+def _operand(shape, rng):
+    return rng.standard_normal(shape) + 0.5
+
+
+def _vector(shape, index, rng, low, high):
+    return rng.uniform(low, high, shape[index])
 
 
 @pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
-@pytest.mark.parametrize("shape, feature_index", SHAPES, ids=str)
-def test_batch_norm_inference_matches_xla(dtype, shape, feature_index):
-    def build(element):
-        operand, vector_type = _types(shape, feature_index, element)
-        return op_module("stablehlo.batch_norm_inference", [operand] + [vector_type] * 4, operand,
-                         f"epsilon = 1.0e-03 : f32, feature_index = {feature_index} : i64")
+def test_batch_norm_inference_matches_xla(dtype):
+    def types(shape, index, element):
+        operand, vector = _types(shape, index, element)
+        return [operand] + [vector] * 4, operand
 
-    _, x, vector = _data(shape, feature_index, dtype, 0)
-    check_against_xla(build, dtype, [x, vector(0.5, 2), vector(-1, 1), vector(-1, 1), vector(0.1, 3)])
+    def args(shape, index, rng):
+        return [_operand(shape, rng), _vector(shape, index, rng, 0.5, 2), _vector(shape, index, rng, -1, 1),
+                _vector(shape, index, rng, -1, 1), _vector(shape, index, rng, 0.1, 3)]
 
-
-@pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
-@pytest.mark.parametrize("shape, feature_index", SHAPES, ids=str)
-def test_batch_norm_training_matches_xla(dtype, shape, feature_index):
-    def build(element):
-        operand, vector_type = _types(shape, feature_index, element)
-        return op_module("stablehlo.batch_norm_training", [operand, vector_type, vector_type],
-                         [operand, vector_type, vector_type],
-                         f"epsilon = 1.0e-03 : f32, feature_index = {feature_index} : i64")
-
-    _, x, vector = _data(shape, feature_index, dtype, 1)
-    check_against_xla(build, dtype, [x, vector(0.5, 2), vector(-1, 1)], ("output", "batch_mean", "batch_var"))
+    check_against_xla("stablehlo.batch_norm_inference", types, args, dtype, 0, ("result",))
 
 
 @pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
-@pytest.mark.parametrize("shape, feature_index", SHAPES, ids=str)
-def test_batch_norm_grad_matches_xla(dtype, shape, feature_index):
-    def build(element):
-        operand, vector_type = _types(shape, feature_index, element)
-        return op_module("stablehlo.batch_norm_grad", [operand, vector_type, vector_type, vector_type, operand],
-                         [operand, vector_type, vector_type],
-                         f"epsilon = 1.0e-03 : f32, feature_index = {feature_index} : i64")
+def test_batch_norm_training_matches_xla(dtype):
+    def types(shape, index, element):
+        operand, vector = _types(shape, index, element)
+        return [operand, vector, vector], [operand, vector, vector]
 
-    rng, x, vector = _data(shape, feature_index, dtype, 2)
-    axes = tuple(d for d in range(len(shape)) if d != feature_index)
-    mean = np.mean(x.astype(np.float64), axis=axes).astype(dtype)
-    variance = np.var(x.astype(np.float64), axis=axes).astype(dtype)
-    grad = rng.standard_normal(shape).astype(dtype)
-    check_against_xla(build, dtype, [x, vector(0.5, 2), mean, variance, grad],
-                      ("grad_operand", "grad_scale", "grad_offset"))
+    def args(shape, index, rng):
+        return [_operand(shape, rng), _vector(shape, index, rng, 0.5, 2), _vector(shape, index, rng, -1, 1)]
+
+    check_against_xla("stablehlo.batch_norm_training", types, args, dtype, 1, ("output", "batch_mean", "batch_var"))
+
+
+@pytest.mark.parametrize("dtype", list(ELEMENTS), ids=dtype_id)
+def test_batch_norm_grad_matches_xla(dtype):
+    def types(shape, index, element):
+        operand, vector = _types(shape, index, element)
+        return [operand, vector, vector, vector, operand], [operand, vector, vector]
+
+    def args(shape, index, rng):
+        x = _operand(shape, rng).astype(dtype).astype(np.float64)
+        axes = tuple(d for d in range(len(shape)) if d != index)
+        return [x, _vector(shape, index, rng, 0.5, 2), np.mean(x, axis=axes), np.var(x, axis=axes),
+                rng.standard_normal(shape)]
+
+    check_against_xla("stablehlo.batch_norm_grad", types, args, dtype, 2, ("grad_operand", "grad_scale", "grad_offset"))
 
 
 def test_spec_examples():
