@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import sources
+from . import hostio, sources
 from .decode import decode_attribute, decode_location, decode_type
 from .engine import Execution
 from .errors import ArgumentError, ModuleError
 from .plan import Compiler, Function, Region
+from .refinement import refine, shape_signature
 from .types import TensorType, TokenType, TupleType
 
 
@@ -17,10 +18,17 @@ class Program:
 
     ``functions`` maps each function name to its :class:`~stablehlo_interp.plan.Function`
     (signature, argument and result names from JAX's ``jax.result_info``, plan).
+
+    A module whose functions take arguments with dynamic dimensions is
+    *shape-polymorphic*: it is compiled per distinct argument shapes, each time
+    from a copy refined to those shapes (see :meth:`refined`), so its own
+    functions have no plans.
     """
 
+    _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
+
     def __init__(self, source, *, verify: bool = True):
-        parsed = sources.parse(source)
+        parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
         self.module = parsed.module
         self.file_name = parsed.file_name
         if verify:
@@ -36,9 +44,13 @@ class Program:
                     function = _declare_function(operation, self.file_name)
                     self.functions[function.name] = function
                     func_ops[function.name] = operation
-            compiler = Compiler(self, self.file_name)
-            for name, operation in func_ops.items():
-                compiler.compile_function(operation, self.functions[name])
+            self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
+                                         for f in self.functions.values() for t in f.arg_types)
+            self._refined: dict = {}
+            if not self.shape_polymorphic:
+                compiler = Compiler(self, self.file_name)
+                for name, operation in func_ops.items():
+                    compiler.compile_function(operation, self.functions[name])
 
     def function(self, name: str) -> Function:
         try:
@@ -57,19 +69,44 @@ class Program:
             return public[0]
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
-    def run(self, *args, function: str | None = None, listeners=()) -> list:
+    def run(self, *args, function: str | None = None, listeners=(), io: hostio.HostQueues | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
         ``listeners`` are :class:`~stablehlo_interp.engine.Listener` objects that
-        observe (and may alter or stop) the run.
+        observe (and may alter or stop) the run. ``io`` holds the host side of
+        infeed, outfeed, send and recv (see :class:`~stablehlo_interp.hostio.HostQueues`).
         """
         target = self.function(function or self.entry_name)
         if not target.has_body:
             raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
         values = coerce_arguments(target, args)
-        with np.errstate(all="ignore"):
-            outputs = Execution(listeners).run_region(target.region, values)
+        queues = io if io is not None else hostio.HostQueues()
+        if self.shape_polymorphic:
+            return self.refined(*values, function=target.name).run(
+                *values, function=target.name, listeners=listeners, io=queues)
+        with np.errstate(all="ignore"), hostio.active(queues):
+            outputs = Execution(listeners, context=queues).run_region(target.region, values)
         return [_as_result(value, values) for value in outputs]
+
+    def refined(self, *args, function: str | None = None) -> "Program":
+        """The program specialized to the shapes of ``args``: a shape-polymorphic
+        function's copy with static argument types and every type that follows
+        from them refined (spec: shape refinement; StableHLO's
+        ``stablehlo-refine-shapes`` pass). Built once per distinct shapes."""
+        target = self.function(function or self.entry_name)
+        if not self.shape_polymorphic:
+            return self
+        values = coerce_arguments(target, args)
+        key = (target.name, shape_signature(target.arg_types, values))
+        program = self._refined.get(key)
+        if program is None:
+            with self.module.context:
+                module = refine(self.module, target.name, key[1])
+            program = Program(sources.ParsedModule(module, self.file_name), verify=False)
+            if len(self._refined) >= self._MAX_REFINED:
+                del self._refined[next(iter(self._refined))]
+            self._refined[key] = program
+        return program
 
     def __repr__(self) -> str:
         names = ", ".join(f"@{n}" for n in self.functions)
@@ -81,10 +118,10 @@ def load(source, *, verify: bool = True) -> Program:
     return Program(source, verify=verify)
 
 
-def run(source, *args, function: str | None = None, listeners=()) -> list:
+def run(source, *args, function: str | None = None, listeners=(), io: hostio.HostQueues | None = None) -> list:
     """Load ``source`` and run one function on ``args``; returns a list of NumPy arrays."""
     program = source if isinstance(source, Program) else load(source)
-    return program.run(*args, function=function, listeners=listeners)
+    return program.run(*args, function=function, listeners=listeners, io=io)
 
 
 def _verify(module) -> None:

@@ -12,8 +12,9 @@ or results) chooses one of two ways to run the op at load time:
 * on the stored integers, for ops with regions (their bodies are typed with
   the quantized types: each body op dequantizes and quantizes itself, so a
   reduction rounds at every step where the spec's dequantize_op_quantize of
-  ``reduce`` rounds once) and for ops that only move or copy elements when
-  every quantized type involved has the same parameters;
+  ``reduce`` rounds once), for transfers, bit-level and structural ops, and
+  for ops that only move or copy elements when every quantized type involved
+  has the same parameters;
 * otherwise ``dequantize_op_quantize``: quantized operands are dequantized,
   the op runs on the expressed type and quantized results are quantized again
   (this also covers the spec's ``dequantize_compare``,
@@ -32,19 +33,24 @@ from .types import TensorType
 # Ops defined on quantized tensors directly by the spec (no dequantization).
 QUANTIZATION_OPS = frozenset({"stablehlo.uniform_quantize", "stablehlo.uniform_dequantize"})
 
+# Ops that see a quantized tensor as its stored integers: transfers (the host
+# exchanges stored integers), bit-level and structural ops, custom calls.
+_ON_STORED_INTEGERS = frozenset({
+    "stablehlo.bitcast_convert", "stablehlo.custom_call", "stablehlo.get_dimension_size",
+    "stablehlo.get_tuple_element", "stablehlo.infeed", "stablehlo.optimization_barrier", "stablehlo.outfeed",
+    "stablehlo.recv", "stablehlo.send", "stablehlo.tuple",
+})
+
 # Ops whose result elements are operand elements (or operand-independent
 # values): exact on the stored integers when the quantization parameters agree.
 _MOVES_ELEMENTS = frozenset({
-    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.bitcast_convert",
-    "stablehlo.broadcast", "stablehlo.broadcast_in_dim", "stablehlo.collective_broadcast",
-    "stablehlo.collective_permute", "stablehlo.concatenate", "stablehlo.constant",
-    "stablehlo.custom_call", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_gather",
+    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.broadcast", "stablehlo.broadcast_in_dim",
+    "stablehlo.collective_broadcast", "stablehlo.collective_permute", "stablehlo.concatenate",
+    "stablehlo.constant", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_gather",
     "stablehlo.dynamic_pad", "stablehlo.dynamic_reshape", "stablehlo.dynamic_slice",
-    "stablehlo.dynamic_update_slice", "stablehlo.gather", "stablehlo.get_dimension_size",
-    "stablehlo.get_tuple_element", "stablehlo.infeed", "stablehlo.optimization_barrier",
-    "stablehlo.outfeed", "stablehlo.pad", "stablehlo.real_dynamic_slice", "stablehlo.recv",
-    "stablehlo.reshape", "stablehlo.reverse", "stablehlo.send", "stablehlo.set_dimension_size",
-    "stablehlo.slice", "stablehlo.transpose", "stablehlo.tuple",
+    "stablehlo.dynamic_update_slice", "stablehlo.gather", "stablehlo.pad", "stablehlo.real_dynamic_slice",
+    "stablehlo.reshape", "stablehlo.reverse", "stablehlo.set_dimension_size", "stablehlo.slice",
+    "stablehlo.transpose",
 })
 
 
@@ -84,7 +90,7 @@ def build_quantized(info, builder):
         retyped = _retyped(info, TensorType.storage)
         retyped.regions = tuple(map(_opaque, info.regions))
         return builder(retyped)
-    if info.name in _MOVES_ELEMENTS and agree:
+    if info.name in _ON_STORED_INTEGERS or (info.name in _MOVES_ELEMENTS and agree):
         return builder(_retyped(info, TensorType.storage))
     return _dequantize_op_quantize(info, builder(_retyped(info, TensorType.expressed)))
 

@@ -1,0 +1,74 @@
+"""The host side of a program's transfers (spec: infeed, outfeed, send, recv).
+
+::
+
+    io = si.HostQueues(infeed=[[x], [y, z]])     # what two infeed ops will produce
+    io.put(7, w)                                 # what a recv on channel 7 will produce
+    program.run(a, b, io=io)
+    io.outfeed                                   # [[...], ...]: what each outfeed op wrote
+    io.get(8)                                    # the oldest values sent on channel 8
+
+Each entry is the list of arrays one op transfers (tokens excluded). Queues are
+first in, first out, and tokens order the ops that use them. A channel is one
+queue shared by the ``send`` and ``recv`` ops with its channel id, so a
+device-to-device pair in one program talks through it too. Quantized tensors
+cross as their stored integers. The queues outlive a run: run the program again
+to go on consuming them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections import defaultdict, deque
+
+from .errors import InterpreterError
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_host_queues", default=None)
+
+
+class HostQueues:
+    """Infeed, outfeed and channel queues (see the module docstring)."""
+
+    def __init__(self, infeed=(), channels=None):
+        self.infeed: deque = deque(list(values) for values in infeed)
+        self.outfeed: list = []
+        self.channels: defaultdict = defaultdict(deque)
+        for channel, entries in (channels or {}).items():
+            self.channels[channel].extend(list(values) for values in entries)
+
+    def put_infeed(self, *values) -> None:
+        """Queue the results of one infeed op."""
+        self.infeed.append(list(values))
+
+    def put(self, channel: int, *values) -> None:
+        """Queue the results of one recv op on ``channel``."""
+        self.channels[channel].append(list(values))
+
+    def get(self, channel: int) -> list:
+        """Take the oldest values sent on ``channel``."""
+        if not self.channels.get(channel):
+            raise InterpreterError(f"nothing was sent on channel {channel}")
+        return self.channels[channel].popleft()
+
+    def __repr__(self) -> str:
+        channels = {c: len(q) for c, q in self.channels.items() if q}
+        return f"<HostQueues infeed={len(self.infeed)} outfeed={len(self.outfeed)} channels={channels}>"
+
+
+@contextlib.contextmanager
+def active(queues: HostQueues):
+    """Make ``queues`` the ones the transfer ops of runs in this context use."""
+    token = _ACTIVE.set(queues)
+    try:
+        yield queues
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current() -> HostQueues:
+    """The queues of the run in progress (``Program.run`` always sets some)."""
+    queues = _ACTIVE.get()
+    if queues is None:
+        raise InterpreterError("no host queues: transfer ops run inside Program.run(..., io=HostQueues())")
+    return queues
