@@ -9,6 +9,7 @@ flattened to the module's arguments, in order).
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from dataclasses import dataclass
 
@@ -79,14 +80,17 @@ def _trace(function, args):
     return traced, leaves
 
 
+@functools.cache
 def _hide_our_frames() -> None:
     """Keep this package's frames out of the source locations JAX records, so an
-    op's location is the user's line (as for JAX's own frames)."""
+    op's location is the user's line (as for JAX's own frames). The battery's
+    programs are user code: their frames stay."""
     from jax._src import source_info_util
 
-    package = str(pathlib.Path(__file__).resolve().parent.parent)
-    if package not in source_info_util._exclude_paths:
-        source_info_util.register_exclusion(package)
+    package = pathlib.Path(__file__).resolve().parent.parent
+    for path in sorted(package.rglob("*.py")):
+        if path.name != "battery.py" and str(path) not in source_info_util._exclude_paths:
+            source_info_util.register_exclusion(str(path))
 
 
 def _as_argument(leaf):

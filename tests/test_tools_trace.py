@@ -1,0 +1,187 @@
+"""si.trace: every executed op with value summaries, nesting and folding; the device recorder."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from stablehlo_interp import registry
+from stablehlo_interp.tools import TraceRecorder, summarize
+
+# x doubled n times in a while loop, then summed. Line numbers matter: the
+# transcript below names them.
+DOUBLING = """func.func @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf32>, tensor<f32>) {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %zero, %v = %x) : tensor<i32>, tensor<3xf32>
+  cond {
+    %lt = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %two = stablehlo.constant dense<2.0> : tensor<f32>
+    %b = stablehlo.broadcast_in_dim %two, dims = [] : (tensor<f32>) -> tensor<3xf32>
+    %w = stablehlo.multiply %v, %b : tensor<3xf32>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %j = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %j, %w : tensor<i32>, tensor<3xf32>
+  }
+  %init = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%r#1 init: %init) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+  return %r#1, %s : tensor<3xf32>, tensor<f32>
+}
+"""
+
+# Checked by hand: [1 2 3] doubled 5 times is [32 64 96], whose sum is 192. The
+# loop runs cond 6 times (iterations 0-5) and body 5 times; iterations 2-4 are
+# folded: 3 conds of 1 op and 3 bodies of 5 ops.
+DOUBLING_TRANSCRIPT = """\
+stablehlo.constant                  i32[] 0  # doubling.mlir:2
+stablehlo.while                     i32[] 5, f32[3] [32 64 96]  # doubling.mlir:3
+  cond, iteration 0
+    stablehlo.compare               i1[] true  # doubling.mlir:5
+  body, iteration 0
+    stablehlo.constant              f32[] 2  # doubling.mlir:8
+    stablehlo.broadcast_in_dim      f32[3] [2 2 2]  # doubling.mlir:9
+    stablehlo.multiply              f32[3] [2 4 6]  # doubling.mlir:10
+    stablehlo.constant              i32[] 1  # doubling.mlir:11
+    stablehlo.add                   i32[] 1  # doubling.mlir:12
+  cond, iteration 1
+    stablehlo.compare               i1[] true  # doubling.mlir:5
+  body, iteration 1
+    stablehlo.constant              f32[] 2  # doubling.mlir:8
+    stablehlo.broadcast_in_dim      f32[3] [2 2 2]  # doubling.mlir:9
+    stablehlo.multiply              f32[3] [4 8 12]  # doubling.mlir:10
+    stablehlo.constant              i32[] 1  # doubling.mlir:11
+    stablehlo.add                   i32[] 2  # doubling.mlir:12
+  ⋯ iterations 2–4 folded (3 × cond, 3 × body; 18 ops)
+  cond, iteration 5
+    stablehlo.compare               i1[] false  # doubling.mlir:5
+stablehlo.constant                  f32[] 0  # doubling.mlir:15
+stablehlo.reduce                    f32[] 192  # doubling.mlir:16"""
+
+X = np.array([1, 2, 3], np.float32)
+
+
+@pytest.fixture
+def doubling(tmp_path):
+    path = tmp_path / "doubling.mlir"
+    path.write_text(DOUBLING)
+    return path
+
+
+def test_transcript_of_a_known_program(doubling):
+    trace = si.trace(doubling, X, np.int32(5))
+    assert str(trace) == DOUBLING_TRANSCRIPT
+    np.testing.assert_array_equal(trace.outputs[0], [32, 64, 96])
+    assert trace.outputs[1] == 192 and trace.error is None
+
+
+def test_trace_is_data(doubling):
+    trace = si.trace(doubling, X, np.int32(5), values=True)
+    # 1 constant + while + 6 conds x 1 + 5 bodies x 5 + constant + reduce
+    assert len(trace) == 1 + 1 + 6 + 25 + 2
+    multiplies = trace.find("multiply")
+    assert [r.stack[-1].call for r in multiplies] == [0, 1, 2, 3, 4]
+    assert all(r.stack[-1].region == "body" and r.stack[-1].op == "stablehlo.while" for r in multiplies)
+    np.testing.assert_array_equal(multiplies[-1].values[0], [32, 64, 96])
+    assert multiplies[-1].parent == 1 and trace[1].op == "stablehlo.while"
+    assert trace.find("doubling.mlir:5")[0].results[0].values == (True,)
+    record = trace.as_dicts()[-1]
+    assert record["op"] == "stablehlo.reduce" and record["results"] == ["f32[] 192"]
+    assert record["source"].endswith("doubling.mlir:16") and record["nonfinite"] == 0
+
+
+def test_folding_is_adjustable(doubling):
+    trace = si.trace(doubling, X, np.int32(5))
+    assert "folded" not in trace.text(head=5, tail=1)
+    lines = trace.text(head=0, tail=0).splitlines()
+    assert lines[2] == "  ⋯ iterations 0–5 folded (6 × cond, 5 × body; 31 ops)"
+
+
+def test_jax_function_with_source_lines():
+    def f(x):
+        y = jnp.sin(x)
+        return jnp.where(y > 0, y, 0.0).sum()
+
+    trace = si.trace(f, np.array([1.0, -1.0], np.float32))
+    lines = str(trace).splitlines()
+    line = f.__code__.co_firstlineno + 1
+    assert lines[0].startswith("stablehlo.sine") and lines[0].endswith(
+        f"f32[2] [0.84147 -0.84147]  # test_tools_trace.py:{line} (test_jax_function_with_source_lines.<locals>.f)")
+    call = next(r for r in trace if r.op == "func.call")     # jnp.where is a nested jit
+    assert call.label == "func.call @_where"
+    inside = [r for r in trace if r.parent == call.number]
+    assert [r.op for r in inside][-1] == "stablehlo.select" and inside[0].stack[-1].region == "@_where"
+    assert trace.outputs[0] == np.float32(np.sin(1.0))
+
+
+def test_pytree_arguments_and_python_scalars():
+    trace = si.trace(lambda p, s: p["w"] * s + p["b"], {"w": np.ones(2, np.float32), "b": np.float32(1)}, 3.0)
+    np.testing.assert_array_equal(trace.outputs[0], [4, 4])
+
+
+def test_failed_run_keeps_the_trace_up_to_the_op():
+    def broken(info):
+        def run(x):
+            raise ValueError("boom")
+        return run
+
+    previous = registry.op_builder("stablehlo.cosine")
+    registry.register_op("stablehlo.cosine", broken)
+    try:
+        trace = si.trace(lambda x: jnp.cos(jnp.sin(x)), np.float32(1))
+    finally:
+        registry.register_op("stablehlo.cosine", previous)
+    assert trace.records[-1].op == "stablehlo.cosine" and trace.records[-1].results is None
+    assert "boom" in str(trace.error) and str(trace).splitlines()[-1].startswith("error: stablehlo.cosine")
+
+
+def test_vectorized_regions_are_shown_as_such():
+    """An op may run an element-wise region once on whole tensors (bound as vectorized)."""
+
+    def vectorized_map(info):
+        return lambda regions, *inputs: regions[0].as_vectorized()(*inputs)[0]
+
+    previous = registry.op_builder("stablehlo.map")
+    registry.register_op("stablehlo.map", vectorized_map)
+    try:
+        text = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "stablehlo.map"(%x, %x) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %1 = stablehlo.multiply %a, %b : tensor<f32>
+    stablehlo.return %1 : tensor<f32>
+  }) {dimensions = array<i64: 0>} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+        trace = si.trace(text, np.arange(4, dtype=np.float32))
+    finally:
+        registry.register_op("stablehlo.map", previous)
+    multiply = trace.find("multiply")[0]
+    assert multiply.stack[-1].vectorized and multiply.results[0].shape == (4,)
+    assert "  body, call 0, vectorized" in str(trace).splitlines()
+
+
+def test_recorder_splits_runs_and_reports_each_finished_run():
+    program = si.load(DOUBLING)
+    finished = []
+    recorder = TraceRecorder(on_trace=finished.append)
+    program.run(X, np.int32(1), listeners=[recorder])
+    program.run(X, np.int32(2), listeners=[recorder])
+    assert len(recorder.traces) == 2 and finished == recorder.traces
+    assert [len(t) for t in recorder.traces] == [1 + 1 + 2 + 5 + 2, 1 + 1 + 3 + 10 + 2]
+    assert recorder.traces[0].function == "main"
+
+
+@pytest.mark.parametrize("value, text", [
+    (np.float32(0.5), "f32[] 0.5"),
+    (np.array([0, 1.3862944, np.nan, -np.inf], np.float32), "f32[4] [0 1.3863 nan -inf]"),
+    (np.arange(20, dtype=np.int32).reshape(4, 5), "i32[4,5] min=0 max=19 mean=9.5"),
+    (np.array([1.0, np.inf, np.nan] * 4), "f64[12] min=1 max=inf mean=inf nan=4 inf=4"),
+    (np.ones(10, bool), "i1[10] true=10"),
+    (np.array([True, False]), "i1[2] [true false]"),
+    (np.array([3 + 4j] * 9, np.complex64), "complex<f32>[9] |x| min=5 max=5 mean=5"),
+    ((np.float32(1), np.int8(-2)), "(f32[] 1, i8[] -2)"),
+    (si.TOKEN, "token"),
+])
+def test_value_summaries(value, text):
+    assert str(summarize(value)) == text
