@@ -138,10 +138,11 @@ def _reduced_shape(shape, axes):
 
 def _move_reduced_axes_last(inputs, axes):
     """Inputs transposed so the reduced axes come last, flattened into one axis."""
-    rank = np.ndim(inputs[0])
-    kept = [d for d in range(rank) if d not in axes]
-    outer = tuple(np.shape(inputs[0])[d] for d in kept)
-    return outer, [np.transpose(x, kept + list(axes)).reshape(outer + (-1,)) for x in inputs]
+    shape = np.shape(inputs[0])
+    kept = [d for d in range(len(shape)) if d not in axes]
+    outer = tuple(shape[d] for d in kept)
+    count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    return outer, [np.transpose(x, kept + list(axes)).reshape(outer + (count,)) for x in inputs]
 
 
 def tree_reduce(body, inputs, inits, axes):
@@ -278,7 +279,11 @@ def reduce_window(info):
     """``reduce`` over each window of the inputs padded with the init values and
     dilated by ``base_dilations`` (spec: reduce_window). Monoid bodies reduce a
     strided view of all windows at once; element-wise bodies run one tree level
-    per call across all windows."""
+    per call across all windows.
+
+    XLA's CPU backend differs from the spec when init_value is not the body's
+    identity: it skips padding and the holes of base dilation instead of
+    reducing init_value there."""
     n = len(info.result_types)
     rank = info.operand_types[0].rank
     windows = Windows.of(info, rank)

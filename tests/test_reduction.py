@@ -1,0 +1,296 @@
+"""reduce and reduce_window against XLA's CPU backend (through jax.lax and
+jax.numpy) and the C++ reference interpreter.
+
+Float sums and products are checked on small integer values, where every
+evaluation order is exact: the spec lets ``reduce`` use any tree.
+
+Where XLA and the spec differ, the spec wins and the test says so: XLA CPU's
+reduce_window skips padding and the holes of base dilation, the spec pads
+them with the init value (equal results only when init is the identity).
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from jax import lax
+
+import strategies
+from oracles import assert_same, dtype_id, element_values, run_interp, run_interp_text, run_xla
+from stablehlo_interp.types import element_type_of
+
+INTEGER = [np.int8, np.uint8, np.int16, np.uint32, np.int64, np.uint64]
+FLOATS = [ml_dtypes.bfloat16, np.float16, np.float32, np.float64]
+SHAPES = [(0,), (5,), (3, 4), (2, 0, 3), (2, 3, 4)]
+
+
+def same_as_xla(fn, *args, max_ulp=0):
+    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert_same(a, e, max_ulp=max_ulp, context=f"result {i}: ")
+    return actual
+
+
+def same_as_reference(reference, text, *args):
+    actual = run_interp_text(text, *args)
+    expected = reference.evaluate(text, list(args))
+    for a, e in zip(actual, expected):
+        assert_same(a, e.reshape(a.shape), context=text + "\n")  # 0-d results come back as (1,)
+    return actual
+
+
+def edges(shape, dtype, seed=0):
+    """Edge values of ``dtype`` (NaN, +-inf, -0.0, min, max ...), then random ones."""
+    count = int(np.prod(shape))
+    pool = element_values(element_type_of(dtype), max(count, 1), seed)
+    return np.resize(np.random.default_rng(seed).permutation(pool), shape).astype(dtype)
+
+
+def small_integers(shape, dtype, seed=0, low=-3, high=4):
+    low = 0 if np.dtype(dtype).kind in "ub" else low
+    return np.random.default_rng(seed).integers(low, high, shape).astype(dtype)
+
+
+def all_axes(shape):
+    rank = len(shape)
+    return [tuple(range(rank)), (0,), tuple(range(1, rank))] if rank > 1 else [(0,)]
+
+
+# ------------------------------------------------------------------------- reduce
+
+MONOIDS = {"add": (lax.add, 0), "mul": (lax.mul, 1), "max": (lax.max, None), "min": (lax.min, None),
+           "and": (lax.bitwise_and, None), "or": (lax.bitwise_or, None), "xor": (lax.bitwise_xor, None)}
+
+
+def _init(name, dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.array(name in ("mul", "and", "min"))
+    if name in ("add", "mul", "or", "xor"):
+        return np.array(MONOIDS[name][1] if name in ("add", "mul") else 0).astype(dtype)
+    if name == "and":
+        return np.array(-1 if dtype.kind == "i" else True if dtype.kind == "b" else
+                        ml_dtypes.iinfo(dtype).max).astype(dtype)
+    info = ml_dtypes.finfo(dtype) if dtype.kind == "f" or dtype == ml_dtypes.bfloat16 else ml_dtypes.iinfo(dtype)
+    extreme = -np.inf if name == "max" else np.inf
+    if dtype.kind in "iu":
+        extreme = info.min if name == "max" else info.max
+    return np.array(extreme).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", INTEGER + [np.bool_, ml_dtypes.int4], ids=dtype_id)
+@pytest.mark.parametrize("monoid", list(MONOIDS))
+def test_reduce_integer_monoids(monoid, dtype, shape):
+    if np.dtype(dtype) == np.bool_ and monoid in ("add", "mul"):
+        pytest.skip("JAX has no bool add/mul reductions")
+    if np.dtype(dtype) == ml_dtypes.int4 and monoid in ("and", "or", "xor"):
+        pytest.skip("JAX has no int4 logical reductions")
+    x = edges(shape, dtype, seed=len(shape))
+    computation, _ = MONOIDS[monoid]
+    for axes in all_axes(shape):
+        same_as_xla(lambda x: lax.reduce(x, _init(monoid, dtype), computation, axes), x)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOATS + [np.complex64], ids=dtype_id)
+@pytest.mark.parametrize("monoid", ["add", "mul", "max", "min"])
+def test_reduce_float_monoids(monoid, dtype, shape):
+    is_extremum = monoid in ("max", "min")
+    if np.dtype(dtype).kind == "c" and is_extremum:
+        pytest.skip("XLA CPU has no complex max/min")
+    # Extrema: every edge value (NaN, +-inf, -0.0 ...); sums and products: small integers.
+    x = edges(shape, dtype, seed=2) if is_extremum else small_integers(shape, dtype, seed=2, low=-2, high=3)
+    computation, _ = MONOIDS[monoid]
+    for axes in all_axes(shape):
+        same_as_xla(lambda x: lax.reduce(x, _init(monoid, dtype), computation, axes), x)
+
+
+@pytest.mark.parametrize("init", [-0.0, 0.0, 2.5])
+def test_reduce_signed_zeros_and_empty_inputs(init):
+    x = np.array([[-0.0, -0.0], [0.0, -0.0], [-0.0, 0.0]], np.float32)
+    for computation in (lax.add, lax.max, lax.min):
+        same_as_xla(lambda x: lax.reduce(x, np.float32(init), computation, (1,)), x)
+        same_as_xla(lambda x: lax.reduce(x[:, :0], np.float32(init), computation, (1,)), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, np.int8, np.uint32, np.bool_],
+                         ids=dtype_id)
+@pytest.mark.parametrize("fn", ["argmax", "argmin"])
+def test_argmax_argmin_with_nan_and_ties(fn, dtype):
+    """The (value, index) reduce JAX emits: NaN wins, ties take the lowest index."""
+    x = edges((6, 7), dtype, seed=5)
+    x[1] = x[1, 0]  # all equal
+    x[2, 3:] = x[2, 1]
+    reduce = getattr(jnp, fn)
+    same_as_xla(lambda x: (reduce(x, axis=0), reduce(x, axis=1), reduce(x)), x)
+
+
+def test_multi_operand_reduce_and_mixed_body():
+    """Two operands and a body that is not one monoid op (a vectorized tree)."""
+    x = small_integers((4, 5), np.float32, seed=1)
+    y = small_integers((4, 5), np.int32, seed=2)
+
+    def body(a, b):
+        return a[0] + b[0], jnp.maximum(a[1], b[1]) * 1 + (a[0] > b[0]).astype(jnp.int32) * 0
+
+    for axes in [(0,), (1,), (0, 1)]:
+        same_as_xla(lambda x, y: lax.reduce((x, y), (np.float32(0), np.int32(-100)), body, axes), x, y)
+
+
+def test_sum_with_promoted_accumulator():
+    """JAX sums small floats and ints in a wider type: the converts before reduce."""
+    x = small_integers((3, 50), ml_dtypes.bfloat16, seed=3)
+    same_as_xla(lambda x: jnp.sum(x, axis=1, dtype=jnp.float32), x)
+    same_as_xla(lambda x: jnp.sum(x.astype(jnp.int8), axis=1, dtype=jnp.int32), x)
+
+
+REDUCE_PROMOTED = """
+func.func @main(%x: tensor<3x4xi8>, %init: tensor<i32>) -> tensor<3xi32> {
+  %0 = stablehlo.reduce(%x init: %init) across dimensions = [1] : (tensor<3x4xi8>, tensor<i32>) -> tensor<3xi32>
+   reducer(%a: tensor<i32>, %b: tensor<i32>) {
+    %s = stablehlo.add %a, %b : tensor<i32>
+    stablehlo.return %s : tensor<i32>
+  }
+  return %0 : tensor<3xi32>
+}"""
+
+
+def test_reduce_promoted_body_type(reference):
+    """Inputs i8, body i32 (spec: reduce C6, is_promotable): no wrap at 8 bits."""
+    x = np.array([[127, 127, 127, 1], [-128, -128, 5, 0], [1, 2, 3, 4]], np.int8)
+    same_as_reference(reference, REDUCE_PROMOTED, x, np.int32(0))
+
+
+# Bodies that are not one monoid op. All associative and commutative, so every
+# evaluation order the spec allows gives the same result.
+REDUCE_BODY = """
+func.func @main(%x: tensor<3x5xi32>, %init: tensor<i32>) -> tensor<3xi32> {
+  %0 = stablehlo.reduce(%x init: %init) across dimensions = [1] : (tensor<3x5xi32>, tensor<i32>) -> tensor<3xi32>
+   reducer(%a: tensor<i32>, %b: tensor<i32>) {
+    BODY
+  }
+  return %0 : tensor<3xi32>
+}"""
+BODIES = {
+    # element-wise: the vectorized tree
+    "select_max": """%c = stablehlo.compare GT, %a, %b : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %r = stablehlo.select %c, %a, %b : tensor<i1>, tensor<i32>
+    stablehlo.return %r : tensor<i32>""",
+    "sum_of_squares_bits": """%o = stablehlo.or %a, %b : tensor<i32>
+    %m = stablehlo.constant dense<255> : tensor<i32>
+    %r = stablehlo.and %o, %m : tensor<i32>
+    stablehlo.return %r : tensor<i32>""",
+    # not element-wise: one pair of 0-d values at a time
+    "reshaped_add": """%s = stablehlo.add %a, %b : tensor<i32>
+    %v = stablehlo.reshape %s : (tensor<i32>) -> tensor<1xi32>
+    %r = stablehlo.reshape %v : (tensor<1xi32>) -> tensor<i32>
+    stablehlo.return %r : tensor<i32>""",
+}
+
+
+@pytest.mark.parametrize("body", list(BODIES))
+def test_reduce_arbitrary_bodies(reference, body):
+    x = np.random.default_rng(4).integers(-1000, 1000, (3, 5)).astype(np.int32)
+    same_as_reference(reference, REDUCE_BODY.replace("BODY", BODIES[body]), x, np.int32(7))
+
+
+# ------------------------------------------------------------------ reduce_window
+
+WINDOW_MONOIDS = {"add": (lax.add, 0), "max": (lax.max, np.iinfo(np.int32).min),
+                  "min": (lax.min, np.iinfo(np.int32).max), "mul": (lax.mul, 1)}
+
+
+@given(strategies.window_configs())
+def test_reduce_window_random_configs_match_xla(config):
+    x = small_integers(config.shape, np.int32, seed=1)
+    for computation, init in WINDOW_MONOIDS.values():
+        same_as_xla(lambda x: config.run(x, np.int32(init), computation), x)
+
+
+@settings(max_examples=20)
+@given(strategies.window_configs(max_rank=2, max_size=4))
+def test_reduce_window_random_configs_match_reference(reference, config):
+    """A non-identity init value (padding holds it, per the spec) and a body that is
+    not one monoid op (the vectorized tree)."""
+    x = small_integers(config.shape, np.int32, seed=2)
+
+    def fn(x):
+        return config.run(x, np.int32(5), lambda a, b: jnp.maximum(a, b) + 0 * jnp.minimum(a, b))
+
+    text = jax.jit(fn).lower(x).as_text()
+    same_as_reference(reference, text, x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
+def test_reduce_window_float_max_with_edge_values(dtype):
+    x = edges((7, 6), dtype, seed=3)
+    same_as_xla(lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (3, 2), (2, 1), ((1, 1), (0, 1))), x)
+
+
+def test_reduce_window_non_identity_init_follows_spec(reference):
+    """Padding and base-dilation holes hold init_value (spec); XLA CPU skips them."""
+    x = np.array([1, 2, 3], np.int32)
+
+    def fn(x):
+        return lax.reduce_window(x, np.int32(1), lax.add, (2,), (1,), ((1, 0),), (2,))
+
+    (ours,) = same_as_reference(reference, jax.jit(fn).lower(x).as_text(), x)
+    (xla,) = run_xla(fn, x)
+    assert not np.array_equal(ours, xla)  # the documented difference; update the docs if XLA changes
+
+
+def test_multi_operand_reduce_window():
+    x = small_integers((5, 6), np.float32, seed=4)
+    y = small_integers((5, 6), np.int32, seed=5)
+
+    def fn(x, y):
+        return lax.reduce_window((x, y), (np.float32(0), np.int32(-100)),
+                                 lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1])),
+                                 (2, 3), (1, 2), ((0, 1), (1, 0)))
+
+    same_as_xla(fn, x, y)
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod", "cummax", "cummin"])
+@pytest.mark.parametrize("dtype", [np.int32, np.float32], ids=dtype_id)
+def test_cumulative_ops(op, dtype):
+    x = small_integers((4, 9), dtype, seed=6, low=-2, high=3)
+    fn = getattr(lax, op)
+    assert "reduce_window" in jax.jit(lambda x: fn(x, axis=1)).lower(x).as_text()
+    same_as_xla(lambda x: (fn(x, axis=0), fn(x, axis=1, reverse=True)), x)
+
+
+def close_to_xla(fn, *args, rtol):
+    """Float sums in another order than XLA's (the spec allows any): close, not equal."""
+    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
+def test_cumulative_sums_of_random_floats(dtype):
+    x = np.random.default_rng(7).standard_normal((3, 40)).astype(dtype)
+    rtol = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}.get(np.dtype(dtype), 5e-2)
+    close_to_xla(lambda x: (jnp.cumsum(x, axis=1), jnp.cumprod(x[:, :8], axis=1), lax.cumlogsumexp(x, axis=1)),
+                 x, rtol=rtol)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_max_and_average_pooling(padding):
+    x = np.random.default_rng(8).standard_normal((2, 9, 8, 3)).astype(np.float32)
+    window, strides = (1, 3, 3, 1), (1, 2, 2, 1)
+    same_as_xla(lambda x: lax.reduce_window(x, -jnp.inf, lax.max, window, strides, padding), x)
+    close_to_xla(lambda x: lax.reduce_window(x, 0.0, lax.add, window, strides, padding) / 9, x, rtol=1e-5)
+
+
+def test_reduce_window_degenerate_shapes():
+    x = small_integers((3, 0, 4), np.int32)
+    for window, padding in [((1, 1, 5), ((0, 0), (0, 0), (0, 0))),  # window larger than the input
+                            ((2, 1, 1), ((0, 0), (1, 2), (0, 0))),  # an empty dim padded
+                            ((1, 1, 1), ((-1, -2), (0, 0), (-4, 0)))]:  # negative padding to nothing
+        same_as_xla(lambda x: lax.reduce_window(x, np.int32(0), lax.add, window, (1, 1, 1), padding), x)
