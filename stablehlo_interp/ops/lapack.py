@@ -74,7 +74,8 @@ class _Call:
     def __init__(self, info, target: str, routine: _Routine, letter: str | None, name: str):
         self.info, self.target, self.name = info, target, name
         if letter is None:  # a target for every type: take it from the first operand
-            letter = _LETTER_OF.get(getattr(info.operand_types[0], "dtype", None)) if info.operand_types else None
+            first = info.operand_types[0] if info.operand_types else None
+            letter = _LETTER_OF.get(getattr(first, "dtype", None))
             if letter is None:
                 raise self.error(f"operands must be f32, f64, c64 or c128, got {info.operand_types}")
         self.letter = letter
@@ -91,7 +92,6 @@ class _Call:
                     raise self.error(f"{kind} {index} {ttype} does not have the batch dimensions "
                                      f"{self.batch} of operand 0")
         self.operand_shapes = [t.shape[len(self.batch):] for t in info.operand_types]
-        self.result_shapes = [t.shape[len(self.batch):] for t in info.result_types]
         config = info.attributes.get("mhlo.backend_config")
         if not isinstance(config, dict):
             config = info.attributes.get("backend_config")
@@ -433,13 +433,19 @@ _ROUTINES = {
     ("gtsv",): _Routine("T1 T1 T1 T2", "T1 T1 T1 T2 i0", _gtsv),
 }
 
-# target name -> (routine, type letter or None for every type, LAPACK routine name)
-_TARGETS = {"tridiagonal_solve_perturbed_ffi": (_Routine("T1 T1 T1 T2", "T2", _tridiagonal_solve_perturbed),
-                                                None, "")}
-for _names, _routine in _ROUTINES.items():
-    for _letter in _TYPE_LETTERS:
-        _name = _names[-1] if _letter in "cz" else _names[0]
-        _TARGETS[f"lapack_{_letter}{_name}_ffi"] = (_routine, _letter, _name)
+
+def _target_table() -> dict:
+    """Target name -> (routine, type letter or None for every type, LAPACK routine name)."""
+    targets = {"tridiagonal_solve_perturbed_ffi":
+               (_Routine("T1 T1 T1 T2", "T2", _tridiagonal_solve_perturbed), None, "")}
+    for names, routine in _ROUTINES.items():
+        for letter in _TYPE_LETTERS:
+            name = names[-1] if letter in "cz" else names[0]
+            targets[f"lapack_{letter}{name}_ffi"] = (routine, letter, name)
+    return targets
+
+
+_TARGETS = _target_table()
 
 
 @custom_call(*_TARGETS)
@@ -449,19 +455,23 @@ def lapack_call(info):
     routine, letter, name = _TARGETS[target]
     call = _Call(info, target, routine, letter, name)
     kernel = routine.prepare(call)
-    into_kernel = _relayouts(info.attributes.get("operand_layouts"), info.operand_types,
-                             call.operand_cores, to_kernel=True)
-    from_kernel = _relayouts(info.attributes.get("result_layouts"), info.result_types,
-                             call.result_cores, to_kernel=False)
+    into_kernel = _relayouts(call, "operand", info.operand_types, call.operand_cores, to_kernel=True)
+    from_kernel = _relayouts(call, "result", info.result_types, call.result_cores, to_kernel=False)
     result_types, batch = info.result_types, call.batch
+    result_cores = [t.shape[len(batch):] for t in result_types]
 
     def run(*operands):
         operands = [fix(x) if fix else x for fix, x in zip(into_kernel, operands)]
         results = [np.zeros(t.shape, t.dtype) for t in result_types]
         for index in np.ndindex(*batch):
-            for result, value in zip(results, kernel(*[x[index] for x in operands])):
-                if value is not None:
-                    result[index] = value
+            values = kernel(*[x[index] for x in operands])
+            for number, (result, core, value) in enumerate(zip(results, result_cores, values)):
+                if value is None:
+                    continue
+                if np.shape(value) != core:
+                    raise ValueError(f"{target}: result {number} holds {core} per batch element, "
+                                     f"LAPACK returns {np.shape(value)}")
+                result[index] = value
         results = [fix(x) if fix else x for fix, x in zip(from_kernel, results)]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -485,15 +495,21 @@ def _reinterpret(array, written: tuple, read: tuple):
     return stored.reshape([array.shape[d] for d in order]).transpose(np.argsort(order))
 
 
-def _relayouts(declared, types, cores, *, to_kernel: bool) -> list:
+def _relayouts(call: _Call, kind: str, types, cores, *, to_kernel: bool) -> list:
     """Per buffer: None when the declared layout is the kernel's, else the reinterpretation.
 
     A module without layouts gets XLA's default (row-major) layout for every buffer.
     """
+    declared = call.info.attributes.get(f"{kind}_layouts")
+    if declared is not None and len(declared) != len(types):
+        raise call.error(f"{len(declared)} {kind}_layouts for {len(types)} {kind}s")
     fixes = []
     for index, (ttype, core) in enumerate(zip(types, cores)):
         layout = (tuple(int(d) for d in declared[index]) if declared is not None
                   else tuple(range(ttype.rank - 1, -1, -1)))
+        if sorted(layout) != list(range(ttype.rank)):
+            raise call.error(f"{kind} {index}: layout {list(layout)} is not a permutation of the "
+                             f"dimensions of {ttype}")
         kernel = _kernel_layout(ttype.rank, core)
         if layout == kernel:
             fixes.append(None)
