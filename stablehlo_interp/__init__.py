@@ -16,6 +16,7 @@ from .errors import (
     StopExecution,
     UnsupportedOpError,
 )
+from .hostio import HostQueues
 from .program import Program, load, run
 from .registry import register_custom_call, register_op
 from . import validation
@@ -30,7 +31,8 @@ __version__ = "0.1.0"
 tools.install_from_environment()
 
 __all__ = [
-    "ArgumentError", "InterpreterError", "Listener", "ModuleError", "OpError", "OpExecutionError",
+    "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",
+    "OpExecutionError",
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
     "register_custom_call", "register_op", "run", "validation",
     # tools (see docs/tools.md)

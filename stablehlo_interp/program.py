@@ -9,7 +9,7 @@ from .decode import decode_attribute, decode_location, decode_type
 from .engine import Execution
 from .errors import ArgumentError, ModuleError
 from .plan import Compiler, Function, Region
-from .refinement import refine, shape_signature
+from .refinement import refine, static_types
 from .types import TensorType, TokenType, TupleType
 
 
@@ -69,7 +69,8 @@ class Program:
             return public[0]
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
-    def run(self, *args, function: str | None = None, listeners=(), io: hostio.HostQueues | None = None) -> list:
+    def run(self, *args, function: str | None = None, listeners=(),
+            io: hostio.HostQueues | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
         ``listeners`` are :class:`~stablehlo_interp.engine.Listener` objects that
@@ -97,7 +98,7 @@ class Program:
         if not self.shape_polymorphic:
             return self
         values = coerce_arguments(target, args)
-        key = (target.name, shape_signature(target.arg_types, values))
+        key = (target.name, static_types(target.arg_types, values))
         program = self._refined.get(key)
         if program is None:
             with self.module.context:
@@ -118,7 +119,8 @@ def load(source, *, verify: bool = True) -> Program:
     return Program(source, verify=verify)
 
 
-def run(source, *args, function: str | None = None, listeners=(), io: hostio.HostQueues | None = None) -> list:
+def run(source, *args, function: str | None = None, listeners=(),
+        io: hostio.HostQueues | None = None) -> list:
     """Load ``source`` and run one function on ``args``; returns a list of NumPy arrays."""
     program = source if isinstance(source, Program) else load(source)
     return program.run(*args, function=function, listeners=listeners, io=io)

@@ -75,7 +75,8 @@ def quantize(value, ttype: TensorType) -> np.ndarray:
     dtype = quantization.expressed_dtype
     scales, zero_points = quantization.parameters(np.ndim(value))
     shifted = np.asarray(value, dtype) / scales + zero_points.astype(dtype)
-    low, high = (np.array(limit).astype(dtype) for limit in (quantization.storage_min, quantization.storage_max))
+    low = np.array(quantization.storage_min).astype(dtype)
+    high = np.array(quantization.storage_max).astype(dtype)
     clamped = np.minimum(np.maximum(shifted, low), high)
     return np.rint(clamped.astype(np.float64)).astype(quantization.storage_dtype)
 

@@ -3,67 +3,61 @@
 A function whose signature has dynamic dimensions (``tensor<?x4xf32>``, as in
 JAX's shape-polymorphic exports) is run by refining a copy of the module for the
 shapes of the actual arguments, as the StableHLO reference interpreter does:
-the argument types are made static and StableHLO's ``stablehlo-refine-shapes``
-pass propagates them through the function and the functions it calls
-(dynamic_* ops whose shape operands become constants keep running as such).
+StableHLO's ``stablehlo-refine-arguments`` pass makes the argument types static,
+then the refinement JAX applies to its own exports (StableHLO's shape refinement
+extended to JAX's dimension arguments, shape assertions and dynamic custom
+calls) propagates them through the function and the functions it calls. Shape
+assertions that fail are errors then. Shapes that depend on data stay dynamic:
+dynamic_* ops compute them at run time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
+from jax.extend.mlir import refine_polymorphic_shapes
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .errors import ModuleError
-from .sources import _diagnostics
 from .types import TensorType
 
 
-def refine(module: ir.Module, function: str, arg_shapes) -> ir.Module:
-    """A copy of ``module`` where ``@function`` takes arguments of shapes
-    ``arg_shapes`` (None for a non-tensor argument) and every type that follows
-    from them is refined."""
+def refine(module: ir.Module, function: str, arg_types) -> ir.Module:
+    """A copy of ``module`` where ``@function`` takes arguments of the static
+    ``arg_types`` and every type that follows from them is refined."""
+    if function != "main":
+        raise ModuleError(f"shape refinement needs the shape-polymorphic function to be @main, "
+                          f"not @{function}")
     with module.context, ir.Location.unknown():
-        buffer = io.BytesIO()
-        module.operation.write_bytecode(buffer)
-        copy = ir.Module.parse(buffer.getvalue())
-        func_op = _find_function(copy, function)
-        block = func_op.regions[0].blocks[0]
-        inputs = []
-        for argument, shape in zip(block.arguments, arg_shapes):
-            if shape is not None:
-                ranked = ir.RankedTensorType(argument.type)
-                argument.set_type(ir.RankedTensorType.get(list(shape), ranked.element_type))
-            inputs.append(argument.type)
-        results = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value).results
-        func_op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
+        copy = ir.Module.parse(_bytecode(module))
+        types = ",".join(map(str, arg_types))
         stablehlo.register_stablehlo_passes()
         try:
-            passmanager.PassManager.parse("builtin.module(stablehlo-refine-shapes)").run(copy.operation)
-            copy.operation.verify()
-        except ir.MLIRError as error:
-            shapes = ", ".join("x".join(map(str, s)) if s is not None else "-" for s in arg_shapes)
-            raise ModuleError(f"cannot refine the shapes of @{function} for arguments of shapes "
-                              f"({shapes}):\n{_diagnostics(error)}") from None
-        return copy
+            passmanager.PassManager.parse(f"builtin.module(stablehlo-refine-arguments{{types={types}}})").run(
+                copy.operation)
+            refined = refine_polymorphic_shapes(mlir_module=_bytecode(copy), enable_shape_assertions=True,
+                                                validate_static_shapes=False, enable_shardy=False)
+        except Exception as error:  # noqa: BLE001 - MLIRError, or the XlaRuntimeError of JAX's refinement
+            raise ModuleError(f"cannot refine the shapes of @{function} for arguments of types "
+                              f"({', '.join(map(str, arg_types))}):\n{error}") from None
+        return ir.Module.parse(refined)
 
 
-def shape_signature(arg_types, values) -> tuple:
-    """The shapes that refine ``arg_types`` for ``values`` (None where nothing to refine)."""
-    signature = []
+def _bytecode(module: ir.Module) -> bytes:
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
+def static_types(arg_types, values) -> tuple:
+    """``arg_types`` with the shapes of ``values`` where they are dynamic."""
+    static = []
     for ttype, value in zip(arg_types, values):
-        if isinstance(ttype, TensorType):
-            signature.append(None if ttype.is_static else tuple(value.shape))
+        if isinstance(ttype, TensorType) and not ttype.is_static:
+            ttype = dataclasses.replace(ttype, shape=tuple(value.shape))
         elif "?" in str(ttype):
             raise ModuleError(f"dynamic dimensions inside {ttype} are not supported")
-        else:
-            signature.append(None)
-    return tuple(signature)
-
-
-def _find_function(module: ir.Module, name: str):
-    for operation in module.body.operations:
-        if operation.operation.name == "func.func" and ir.StringAttr(operation.attributes["sym_name"]).value == name:
-            return operation
-    raise ModuleError(f"no function @{name} in the module")
+        static.append(ttype)
+    return tuple(static)

@@ -45,8 +45,8 @@ def _static_twin(info, name: str, n_operands: int, fix):
                     raise ValueError(f"negative dimension size in shape {list(shape)}")
                 result = dataclasses.replace(declared, shape=tuple(shape))
             static = dataclasses.replace(info, name=name, attributes={**info.attributes, **attributes},
-                                         operand_types=info.operand_types[:n_operands], result_types=(result,),
-                                         regions=())
+                                         operand_types=info.operand_types[:n_operands],
+                                         result_types=(result,), regions=())
             if len(runners) >= _MAX_VARIANTS:
                 runners.clear()
             runner = runners[key] = builder(static)
@@ -78,7 +78,8 @@ def dynamic_reshape(info):
     def run(operand, output_shape):
         shape = _ints(output_shape)
         if int(np.prod(shape, dtype=np.int64)) != np.size(operand):
-            raise ValueError(f"cannot reshape {np.shape(operand)} ({np.size(operand)} elements) to {list(shape)}")
+            raise ValueError(f"cannot reshape {np.shape(operand)} ({np.size(operand)} elements) "
+                             f"to {list(shape)}")
         return runner_for(shape)(operand)
 
     return run
