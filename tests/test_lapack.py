@@ -438,16 +438,18 @@ def test_wrong_operand_type_names_target():
 
 def test_wrong_result_shape_names_target():
     f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
-    text = custom_call_text("lapack_sgetrf_ffi", [((3, 3), f32, 2)], [((3, 3), f32, 2), ((4,), i32, 1), ((), i32, 0)])
-    with pytest.raises(si.OpExecutionError, match=r"lapack_sgetrf_ffi: result 1 holds \(4,\) per batch element, "
-                                                  r"LAPACK returns \(3,\)"):
+    text = custom_call_text("lapack_sgetrf_ffi", [((3, 3), f32, 2)],
+                            [((3, 3), f32, 2), ((4,), i32, 1), ((), i32, 0)])
+    with pytest.raises(si.OpExecutionError,
+                       match=r"lapack_sgetrf_ffi: result 1 holds \(4,\) per batch element, LAPACK returns \(3,\)"):
         si.run(text, np.eye(3, dtype=f32))
 
 
 def test_perturbed_solve_takes_floats_only():
     i32 = np.dtype(np.int32)
     with pytest.raises(si.OpError, match="tridiagonal_solve_perturbed_ffi: operands must be f32, f64, c64"):
-        load_call("tridiagonal_solve_perturbed_ffi", [((3,), i32, 1)] * 3 + [((3, 1), i32, 2)], [((3, 1), i32, 2)])
+        load_call("tridiagonal_solve_perturbed_ffi", [((3,), i32, 1)] * 3 + [((3, 1), i32, 2)],
+                  [((3, 1), i32, 2)])
 
 
 def test_unimplemented_modes_name_target():
