@@ -149,8 +149,14 @@ class XlaUnsupported(Exception):
     """XLA CPU cannot compile or run this module (e.g. an element type it lacks)."""
 
 
+# XLA CPU rejects most ops on these types and crashes the process on some (compare).
+XLA_CRASHING_TYPES = ("f6E2M3FN", "f6E3M2FN")
+
+
 @functools.lru_cache(maxsize=512)
 def _xla_executable(text: str):
+    if any(t in text for t in XLA_CRASHING_TYPES):
+        raise XlaUnsupported("XLA CPU does not support f6 types")
     from jax._src import compiler, xla_bridge
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client

@@ -92,7 +92,7 @@ def shift_right_logical(info):
         def run(lhs, rhs):
             return np.right_shift(lhs.view(unsigned), rhs.view(unsigned)).view(bits.dtype)
 
-        return _allow_scalars(run)
+        return run
 
     def run(lhs, rhs):
         return bits.from_pattern(np.right_shift(bits.pattern(lhs), bits.amount(rhs)))
@@ -113,22 +113,13 @@ def shift_right_arithmetic(info):
         def run(lhs, rhs):
             return np.right_shift(lhs.view(signed), rhs.view(signed)).view(bits.dtype)
 
-        return _allow_scalars(run)
+        return run
 
     def run(lhs, rhs):
         shifted = np.right_shift(bits.sign_extended(lhs), bits.amount(rhs).astype(bits.signed))
         return bits.from_pattern(shifted.astype(bits.unsigned) & bits.unsigned.type((1 << bits.width) - 1))
 
     return run
-
-
-def _allow_scalars(run):
-    """``view`` needs arrays: 0-d values from NumPy scalars get wrapped first."""
-
-    def wrapped(lhs, rhs):
-        return run(np.asarray(lhs), np.asarray(rhs))
-
-    return wrapped
 
 
 @op("stablehlo.popcnt", elementwise=True)

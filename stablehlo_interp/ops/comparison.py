@@ -9,9 +9,15 @@ Complex operands compare lexicographically on (real, imag).
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..registry import op
+from ..types import bit_width
+
+_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+_FNUZ = frozenset(map(np.dtype, (ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,
+                                 ml_dtypes.float8_e4m3b11fnuz)))
 
 _DIRECTIONS = {
     "EQ": np.equal, "NE": np.not_equal, "GE": np.greater_equal,
@@ -22,14 +28,23 @@ _DIRECTIONS = {
 def total_order_key(x) -> np.ndarray:
     """Signed integers that order like the spec's totalOrder of the floats in x.
 
-    Floats narrower than f64 go through f32, which keeps sign, order and NaN
-    payload order (f8E8M0FNU has no sign bit; its values are all positive).
+    Read from the bit patterns (converting f8 NaNs to f32 would lose their
+    payloads): sign-magnitude to two's complement. f8E8M0FNU has no sign bit.
     """
     x = np.asarray(x)
-    wide = np.float64 if x.dtype == np.float64 else np.float32
-    bits = x.astype(wide).view(np.int64 if wide == np.float64 else np.int32)
-    magnitude_mask = np.iinfo(bits.dtype).max
-    return np.where(bits < 0, bits ^ magnitude_mask, bits)
+    width = bit_width(x.dtype)
+    pattern = np.ascontiguousarray(x).view(f"u{x.dtype.itemsize}").astype(np.int64)
+    if x.dtype == _E8M0:
+        return pattern
+    if width == 64:
+        signed = pattern  # already the two's complement reading of the bits
+        return np.where(signed < 0, signed ^ np.int64(2**63 - 1), signed)
+    pattern &= (1 << width) - 1
+    magnitude = pattern & ((1 << (width - 1)) - 1)
+    key = np.where(pattern >> (width - 1) == 1, -magnitude - 1, magnitude)
+    if x.dtype in _FNUZ:  # the "-0" pattern is their only NaN, a negative one: lowest
+        key = np.where(pattern == 1 << (width - 1), -(1 << (width - 1)) - 1, key)
+    return key
 
 
 @op("stablehlo.compare", elementwise=True)

@@ -132,8 +132,7 @@ def power(info):
     ttype = info.operand_types[0]
     if ttype.is_integer:
         return _integer_power(ttype)
-    return _by_kind(info, floating=in_wider_precision(np.power, ttype.dtype),
-                    complex_=in_wider_precision(np.power, ttype.dtype))
+    return _math(np.power, exact=True)(info)
 
 
 def _integer_power(ttype):
@@ -287,11 +286,16 @@ op("stablehlo.round_nearest_afz", elementwise=True)(_rounding(_round_half_away))
 # --------------------------------------------------------------- math functions
 
 
-def _math(fn):
-    """Builder of a float/complex math op evaluated in wider precision."""
+def _math(fn, exact=False):
+    """Builder of a float/complex math op evaluated in wider precision.
+
+    ``exact``: NumPy's f64 function is correctly rounded (sqrt, pow), so f64
+    stays f64 (through the extended type it would be rounded twice)."""
 
     def build(info):
         dtype = info.operand_types[0].dtype
+        if exact and dtype == np.float64:
+            return _by_kind(info, floating=fn)
         wide = in_wider_precision(fn, dtype)
         return _by_kind(info, floating=wide, complex_=wide)
 
@@ -322,7 +326,7 @@ op("stablehlo.sine", elementwise=True)(_math(np.sin))
 op("stablehlo.cosine", elementwise=True)(_math(np.cos))
 op("stablehlo.tan", elementwise=True)(_math(np.tan))
 op("stablehlo.tanh", elementwise=True)(_math(np.tanh))
-op("stablehlo.sqrt", elementwise=True)(_math(np.sqrt))
+op("stablehlo.sqrt", elementwise=True)(_math(np.sqrt, exact=True))
 op("stablehlo.rsqrt", elementwise=True)(_math(_rsqrt))
 op("stablehlo.cbrt", elementwise=True)(_math(_cbrt))
 

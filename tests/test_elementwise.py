@@ -1,0 +1,686 @@
+"""Element-wise ops against XLA CPU and the C++ reference interpreter, for every
+element type each op allows, on every value of the types of at most 8 bits and
+on edge values (NaN, +-inf, +-0, denormals, min/max) plus random bit patterns
+of the wider ones.
+
+XLA CPU flushes denormals to zero (inputs and results); the spec does not, so
+elements with a denormal operand or result are checked against the reference
+interpreter instead. Other places where XLA departs from the spec are listed in
+``XLA_DEPARTURES`` and checked the same way (or by hand below).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from oracles import (
+    ALL_TYPES, COMPLEX_TYPES, FLOAT_TYPES, F8_TYPES, SIGNED_TYPES, UNSIGNED_TYPES, XlaUnsupported,
+    element_values, op_module, run_interp_text, run_xla_text, tensor_type,
+)
+from stablehlo_interp.ops.check import ulp_difference
+from stablehlo_interp.types import dtype_of
+
+INTEGER_TYPES = SIGNED_TYPES + UNSIGNED_TYPES
+REAL_TYPES = FLOAT_TYPES  # floating-point element types
+FLOAT_OR_COMPLEX = FLOAT_TYPES + COMPLEX_TYPES
+
+# op -> (arity, element types the spec allows)
+OPS = {
+    "abs": (1, SIGNED_TYPES + FLOAT_OR_COMPLEX),
+    "add": (2, ALL_TYPES),
+    "and": (2, ["i1"] + INTEGER_TYPES),
+    "atan2": (2, FLOAT_OR_COMPLEX),
+    "cbrt": (1, FLOAT_OR_COMPLEX),
+    "ceil": (1, FLOAT_TYPES),
+    "cosine": (1, FLOAT_OR_COMPLEX),
+    "count_leading_zeros": (1, INTEGER_TYPES),
+    "divide": (2, INTEGER_TYPES + FLOAT_OR_COMPLEX),
+    "exponential": (1, FLOAT_OR_COMPLEX),
+    "exponential_minus_one": (1, FLOAT_OR_COMPLEX),
+    "floor": (1, FLOAT_TYPES),
+    "imag": (1, FLOAT_OR_COMPLEX),
+    "is_finite": (1, FLOAT_TYPES),
+    "log": (1, FLOAT_OR_COMPLEX),
+    "log_plus_one": (1, FLOAT_OR_COMPLEX),
+    "logistic": (1, FLOAT_OR_COMPLEX),
+    "maximum": (2, ALL_TYPES),
+    "minimum": (2, ALL_TYPES),
+    "multiply": (2, ALL_TYPES),
+    "negate": (1, INTEGER_TYPES + FLOAT_OR_COMPLEX),
+    "not": (1, ["i1"] + INTEGER_TYPES),
+    "or": (2, ["i1"] + INTEGER_TYPES),
+    "popcnt": (1, INTEGER_TYPES),
+    "power": (2, INTEGER_TYPES + FLOAT_OR_COMPLEX),
+    "real": (1, FLOAT_OR_COMPLEX),
+    "remainder": (2, INTEGER_TYPES + FLOAT_TYPES),
+    "round_nearest_afz": (1, FLOAT_TYPES),
+    "round_nearest_even": (1, FLOAT_TYPES),
+    "rsqrt": (1, FLOAT_OR_COMPLEX),
+    "shift_left": (2, INTEGER_TYPES),
+    "shift_right_arithmetic": (2, INTEGER_TYPES),
+    "shift_right_logical": (2, INTEGER_TYPES),
+    "sign": (1, SIGNED_TYPES + FLOAT_OR_COMPLEX),
+    "sine": (1, FLOAT_OR_COMPLEX),
+    "sqrt": (1, FLOAT_OR_COMPLEX),
+    "subtract": (2, INTEGER_TYPES + FLOAT_OR_COMPLEX),
+    "tan": (1, FLOAT_OR_COMPLEX),
+    "tanh": (1, FLOAT_OR_COMPLEX),
+    "xor": (2, ["i1"] + INTEGER_TYPES),
+}
+
+TRANSCENDENTAL = {"atan2", "cbrt", "cosine", "exponential", "exponential_minus_one", "log",
+                  "log_plus_one", "logistic", "power", "rsqrt", "sine", "sqrt", "tan", "tanh"}
+
+# ULP bound of our results against XLA CPU's (denormals aside). XLA computes
+# f8 types in f16/f32 and rounds twice, so it can be 1 ULP off there; its own
+# approximations are off by the amounts below. Every other op is bit-exact.
+XLA_ULP = {
+    "exponential_minus_one": {"f16": 2, "f32": 4, "f64": 4},
+    "log_plus_one": {"f32": 2, "f64": 128},
+    "logistic": {"f16": 2, "f32": 2, "f64": 2},
+    "tanh": {"f32": 3, "f64": 3},
+    "cbrt": {"f32": 1, "f64": 4},
+}
+XLA_ULP_DEFAULT = {"f32": 1, "f64": 1}
+
+
+def xla_ulp(op, element_type):
+    if op == "abs" and element_type in COMPLEX_TYPES:
+        return 1  # a hypot: XLA's is not always correctly rounded
+    if op not in TRANSCENDENTAL:
+        return 0
+    if op == "sqrt" and element_type in ("f16", "f32", "f64", "bf16"):
+        return 0
+    if element_type in F8_TYPES + ["bf16", "f16"]:
+        return max(1, XLA_ULP.get(op, {}).get(element_type, 0))  # XLA rounds twice (via f32)
+    return XLA_ULP.get(op, {}).get(element_type, XLA_ULP_DEFAULT.get(element_type, 0))
+
+
+def cases():
+    for name, (_, types) in OPS.items():
+        for element_type in types:
+            yield pytest.param(name, element_type, id=f"{name}-{element_type}")
+
+
+def result_type(op, element_type):
+    if op in ("abs", "real", "imag") and element_type.startswith("complex"):
+        return element_type[8:-1]
+    if op == "is_finite":
+        return "i1"
+    return element_type
+
+
+def operands(element_type, arity, seed=0):
+    """Every pair of values for small types; edge values x edge values plus random pairs else."""
+    values = element_values(element_type, 300, seed)
+    rng = np.random.default_rng(seed)
+    if arity == 1:
+        return [values]
+    if len(values) ** 2 <= 70000:
+        i, j = np.meshgrid(np.arange(len(values)), np.arange(len(values)), indexing="ij")
+        return [values[i.ravel()], values[j.ravel()]]
+    head = 40
+    i, j = np.meshgrid(np.arange(head), np.arange(head), indexing="ij")
+    i = np.concatenate([i.ravel(), rng.integers(0, len(values), 1500)])
+    j = np.concatenate([j.ravel(), rng.integers(0, len(values), 1500)])
+    return [values[i], values[j]]
+
+
+def is_subnormal(x):
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return is_subnormal(x.real) | is_subnormal(x.imag)
+    if x.dtype.kind in "biu" or x.dtype in map(np.dtype, (ml_dtypes.int2, ml_dtypes.int4, ml_dtypes.uint2,
+                                                          ml_dtypes.uint4)):
+        return np.zeros(x.shape, bool)
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(x.astype(np.float64))
+    return (magnitude > 0) & (magnitude < float(ml_dtypes.finfo(x.dtype).smallest_normal))
+
+
+def is_nonfinite(x):
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return ~(np.isfinite(x.real) & np.isfinite(x.imag))
+    if x.dtype.kind in "biu" or x.dtype.itemsize == 1 and x.dtype in map(np.dtype, (
+            ml_dtypes.int2, ml_dtypes.int4, ml_dtypes.uint2, ml_dtypes.uint4)):
+        return np.zeros(x.shape, bool)
+    return ~np.isfinite(x.astype(np.float64))
+
+
+def xla_departures(op, element_type, args, ours):
+    """Elements where XLA CPU is known to depart from the spec (see module doc)."""
+    dtype = dtype_of(element_type)
+    departs = np.zeros(len(args[0]), bool)
+    # XLA flushes denormals (not in f8 types, which it computes in wider types).
+    if element_type not in F8_TYPES:
+        for a in args:
+            departs |= is_subnormal(a)
+        departs |= is_subnormal(ours)
+    if element_type == "f8E8M0FNU":
+        # No zero in f8E8M0FNU: XLA computes in f32, where 2^-127 is a denormal it flushes.
+        smallest = np.array(2.0 ** -127).astype(dtype)
+        departs |= np.any([a == smallest for a in args + [ours]], 0)
+    if op == "power" and element_type in INTEGER_TYPES:
+        # XLA CPU uses the low 6 bits of the exponent only (0 ** 64 = 1).
+        departs |= args[1].astype(np.float64) >= 64
+    if op == "popcnt" and element_type in ("i2", "i4"):
+        # XLA counts the sign-extension bits of negative sub-byte values.
+        departs |= args[0].astype(np.int64) < 0
+    if element_type in COMPLEX_TYPES and (op in TRANSCENDENTAL or op in ("maximum", "minimum", "sign",
+                                                                           "abs", "divide", "multiply")):
+        # Special values of complex functions: XLA does not follow C99 Annex G
+        # (e.g. sqrt(-inf - 0i) = +inf i there, -inf i in C99 and NumPy).
+        # Extreme or zero parts: branch cuts (sqrt(-1 - 0i) = -i in C99, +i in
+        # XLA), overflow and underflow inside XLA's formulas.
+        low, high = (1e-6, 1e6) if element_type == "complex<f32>" else (1e-30, 1e30)
+        for a in args:
+            departs |= is_nonfinite(a)
+            for part in (a.real, a.imag):
+                departs |= (np.abs(part) < low) | (np.abs(part) > high)
+        departs |= is_nonfinite(ours)
+        if op == "atan2":  # on the branch cut: -pi and pi
+            departs |= np.abs(np.abs(ours.real) - np.pi) < 1e-3
+        if op in ("maximum", "minimum"):
+            departs |= args[0].real == args[1].real  # ties: XLA orders -0 and +0 (see hand test)
+    return departs
+
+
+@functools.lru_cache(maxsize=None)
+def _reference_module(op, element_type, n, arity):
+    """A module whose outputs the reference interpreter can print (real and imag
+    parts of complex results)."""
+    rtype = result_type(op, element_type)
+    operand_types = [tensor_type((n,), element_type)] * arity
+    body = op_module(f"stablehlo.{op}", operand_types, tensor_type((n,), rtype))
+    if not rtype.startswith("complex"):
+        return body, False
+    part = tensor_type((n,), rtype[8:-1])
+    body = body.replace(f"  return %r : {tensor_type((n,), rtype)}\n",
+                        f"  %re = stablehlo.real %r : ({tensor_type((n,), rtype)}) -> {part}\n"
+                        f"  %im = stablehlo.imag %r : ({tensor_type((n,), rtype)}) -> {part}\n"
+                        f"  return %re, %im : {part}, {part}\n")
+    body = body.replace(f"-> ({tensor_type((n,), rtype)}) {{", f"-> ({part}, {part}) {{")
+    return body, True
+
+
+def run_reference(reference, op, element_type, args):
+    n = len(args[0])
+    text, split = _reference_module(op, element_type, n, len(args))
+    out = reference.evaluate(text, args)
+    if not split:
+        return out[0]
+    result = np.empty(n, dtype_of(result_type(op, element_type)))
+    result.real, result.imag = out
+    return result
+
+
+def assert_close(actual, expected, max_ulp, context):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, context
+    if actual.size == 0:
+        return
+    if actual.dtype.kind in "biu" or actual.dtype in map(np.dtype, (
+            ml_dtypes.int2, ml_dtypes.int4, ml_dtypes.uint2, ml_dtypes.uint4)):
+        bad = actual != expected
+    else:
+        bad = ulp_difference(actual, expected) > max_ulp
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise AssertionError(f"{context}: {int(bad.sum())} of {bad.size} differ (max_ulp={max_ulp}); "
+                             f"first at {i}: got {actual[i]!r}, expected {expected[i]!r}")
+
+
+def assert_close_complex(actual, expected, rtol, context):
+    """|actual - expected| <= rtol * |expected| (complex functions near zero
+    parts: a per-part ULP bound would be meaningless)."""
+    a, e = actual.astype(np.complex128), expected.astype(np.complex128)
+    bad = ~(np.abs(a - e) <= rtol * np.abs(e) + np.finfo(np.float64).tiny)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise AssertionError(f"{context}: {int(bad.sum())} of {bad.size} differ (rtol={rtol}); "
+                             f"first at {i}: got {actual[i]!r}, expected {expected[i]!r}")
+
+
+@pytest.mark.parametrize("op, element_type", list(cases()))
+def test_op_matches_xla_and_reference(op, element_type, reference):
+    arity = OPS[op][0]
+    args = operands(element_type, arity)
+    n = len(args[0])
+    text = op_module(f"stablehlo.{op}", [tensor_type((n,), element_type)] * arity,
+                     tensor_type((n,), result_type(op, element_type)))
+    (ours,) = run_interp_text(text, *args)
+    try:
+        (xla,) = run_xla_text(text, *args)
+    except XlaUnsupported:
+        xla = None
+    context = f"{op} {element_type}"
+    if xla is None and element_type in COMPLEX_TYPES:
+        # XLA has no complex cbrt and the reference interpreter reads no complex
+        # tensors: check the defining property (principal cube root).
+        assert op == "cbrt", context
+        finite = ~is_nonfinite(args[0]) & (np.abs(args[0]) < 1e30) & (np.abs(args[0]) > 1e-30)
+        z, root = args[0][finite].astype(np.complex128), ours[finite].astype(np.complex128)
+        assert_close_complex(root ** 3, z, 1e-5, context + " cubed")
+        assert (np.angle(root) <= np.pi / 3 + 1e-6).all() and (np.angle(root) > -np.pi / 3 - 1e-6).all()
+        return
+    if xla is None:
+        # f6 types: XLA does not support them and the reference interpreter gets
+        # most ops wrong (ceil(0.625) = 0). XLA on the same values in f32, rounded
+        # to the f6 type by ml_dtypes, is the oracle (it may round twice: 1 ULP).
+        assert_close(ours, xla_in_f32(op, element_type, args), 1 if op in TRANSCENDENTAL else 0,
+                     context + " vs XLA in f32")
+        return
+    departs = xla_departures(op, element_type, args, ours)
+    keep = ~departs
+    if element_type in COMPLEX_TYPES and op in TRANSCENDENTAL | {"divide", "multiply", "sign"}:
+        # Complex results are compared by norm: XLA's complex formulas (no FMA
+        # for multiply, its own division) round differently from NumPy's.
+        finite = keep & ~is_nonfinite(xla)
+        eps = float(np.finfo(np.float32 if element_type == "complex<f32>" else np.float64).eps)
+        # XLA's complex formulas lose digits to cancellation (its sin(x + iy) with
+        # small y computes sinh y as (e^y - e^-y) / 2): 1e-6 / 1e-3 relative.
+        rtol = 1e-6 if element_type == "complex<f64>" else 1e-3
+        rtol = (100 * rtol if op == "atan2" else rtol) if op in TRANSCENDENTAL else 64 * eps
+        assert_close_complex(ours[finite], xla[finite], rtol, context + " vs XLA")
+    else:
+        assert_close(ours[keep], xla[keep], xla_ulp(op, element_type), context + " vs XLA")
+    checked_by_reference = departs & _reference_can_check(op, element_type, args)
+    if checked_by_reference.any():
+        sample = [a[checked_by_reference][:2000] for a in args]
+        try:
+            expected = run_reference(reference, op, element_type, sample)
+        except Exception as e:  # noqa: BLE001
+            pytest.fail(f"reference interpreter failed on {context}: {e}")
+        if element_type in COMPLEX_TYPES and op in TRANSCENDENTAL:
+            return  # complex special values: C99 (NumPy) vs libstdc++ differ in NaN signs; see hand tests
+        assert_close(ours[checked_by_reference][:2000], expected, 1 if op in TRANSCENDENTAL else 0,
+                     context + " vs reference (where XLA departs from the spec)")
+
+
+def xla_in_f32(op, element_type, args):
+    n = len(args[0])
+    rtype = result_type(op, element_type)
+    wide_result = "f32" if rtype == element_type else rtype
+    text = op_module(f"stablehlo.{op}", [tensor_type((n,), "f32")] * len(args), tensor_type((n,), wide_result))
+    (wide,) = run_xla_text(text, *[a.astype(np.float32) for a in args])
+    return wide.astype(dtype_of(rtype))
+
+
+def _reference_can_check(op, element_type, args):
+    """Elements the reference interpreter evaluates as the spec says."""
+    ok = np.ones(len(args[0]), bool)
+    if element_type == "f8E8M0FNU" or element_type in COMPLEX_TYPES:
+        # Its APFloat rounds 0 to 2^-127 in f8E8M0FNU where XLA and ml_dtypes give
+        # NaN; it cannot read or print complex tensors through the Python bindings.
+        return ~ok
+    if op in ("divide", "remainder") and element_type in INTEGER_TYPES:
+        ok &= args[1] != 0  # the reference interpreter aborts on x / 0
+    if op in ("maximum", "minimum") and element_type in COMPLEX_TYPES:
+        return ~ok  # checked by hand below
+    return ok
+
+
+# ------------------------------------------------------------------- shapes
+
+
+SHAPE_CASES = [(op, "f32" if "f32" in types else "i32" if "i32" in types else "i1")
+               for op, (_, types) in OPS.items()]
+
+
+@pytest.mark.parametrize("op, element_type", SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
+@pytest.mark.parametrize("shape", [(), (0,), (2, 0, 3), (2, 3)], ids=str)
+def test_shapes(op, element_type, shape):
+    arity = OPS[op][0]
+    flat = operands(element_type, arity, seed=1)
+    size = int(np.prod(shape))
+    args = [a[5:5 + size].reshape(shape) for a in flat]
+    text = op_module(f"stablehlo.{op}", [tensor_type(shape, element_type)] * arity,
+                     tensor_type(shape, result_type(op, element_type)))
+    (ours,) = run_interp_text(text, *args)
+    (xla,) = run_xla_text(text, *args)
+    assert ours.shape == shape
+    assert_close(ours, xla, xla_ulp(op, element_type), f"{op} {shape}")
+
+
+# --------------------------------------------------------- accuracy (ULP bounds)
+
+
+def _extended(fn):
+    return lambda *xs: fn(*[np.asarray(x, np.float64).astype(np.longdouble) for x in xs])
+
+
+# Reference values in the x87 extended type (64-bit significand), rounded once:
+# far more precise than f32/f16/bf16, so they stand in for the exact values.
+HIGH_PRECISION = {
+    "exponential": np.exp, "exponential_minus_one": np.expm1, "log": np.log, "log_plus_one": np.log1p,
+    "logistic": lambda x: 1 / (1 + np.exp(-x)), "sine": np.sin, "cosine": np.cos, "tan": np.tan,
+    "tanh": np.tanh, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "cbrt": np.cbrt,
+    "atan2": np.arctan2, "power": np.power,
+}
+# ULP bounds against the high-precision values. StableHLO's own math tests use
+# check.expect_close with max_ulp_difference = 1 by default: we meet it.
+# XLA CPU's bounds (measured on the same inputs, denormals aside) are stated here.
+XLA_ACCURACY = {"exponential_minus_one": {"f16": 2, "f32": 4}, "log_plus_one": {"f32": 2},
+                "logistic": {"f16": 2, "f32": 2}, "tanh": {"f32": 3}}
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="needs the x87 extended type")
+@pytest.mark.parametrize("element_type", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("op", sorted(HIGH_PRECISION))
+def test_transcendental_ulp_bounds(op, element_type):
+    arity = OPS[op][0]
+    args = operands(element_type, arity, seed=2)
+    n = len(args[0])
+    text = op_module(f"stablehlo.{op}", [tensor_type((n,), element_type)] * arity, tensor_type((n,), element_type))
+    (ours,) = run_interp_text(text, *args)
+    (xla,) = run_xla_text(text, *args)
+    with np.errstate(all="ignore"):
+        exact = _extended(HIGH_PRECISION[op])(*args).astype(np.float64).astype(dtype_of(element_type))
+    assert_close(ours, exact, 1, f"{op} {element_type} vs high precision")
+    keep = ~xla_departures(op, element_type, args, ours)
+    bound = XLA_ACCURACY.get(op, {}).get(element_type, 1)
+    assert_close(xla[keep], exact[keep], bound, f"XLA {op} {element_type} vs high precision")
+
+
+# ------------------------------------------------------ semantics, checked by hand
+
+
+def run1(op, element_type, *args, rtype=None, attrs=""):
+    args = [np.asarray(a, dtype_of(element_type)) for a in args]
+    n = args[0].shape
+    text = op_module(f"stablehlo.{op}", [tensor_type(n, element_type)] * len(args),
+                     tensor_type(n, rtype or element_type), attrs)
+    return run_interp_text(text, *args)[0]
+
+
+def bits(x):
+    return np.asarray(x).view(f"u{np.asarray(x).dtype.itemsize}")
+
+
+def test_integer_division_by_zero_and_overflow():
+    np.testing.assert_array_equal(run1("divide", "i32", [7, -7, 0, -2**31, -2**31, 7],
+                                       [0, 0, 0, -1, 1, -2]), [-1, -1, -1, -2**31, -2**31, -3])
+    np.testing.assert_array_equal(run1("divide", "ui8", [7, 0, 255], [0, 0, 2]), [255, 255, 127])
+    np.testing.assert_array_equal(run1("divide", "i4", [7, -8, -8], [0, -1, 3]), [-1, -8, -2])
+    np.testing.assert_array_equal(run1("divide", "ui4", [7, 15], [0, 4]), [15, 3])
+    np.testing.assert_array_equal(run1("remainder", "i32", [7, -7, -2**31, -7, 7], [0, 0, -1, 3, -3]),
+                                  [7, -7, 0, -1, 1])
+    np.testing.assert_array_equal(run1("remainder", "i2", [-2, 1, -2], [-1, 0, 0]), [0, 1, -2])
+
+
+def test_wrap_around_at_own_width():
+    np.testing.assert_array_equal(run1("add", "i4", [7, -8], [1, -1]), [-8, 7])
+    np.testing.assert_array_equal(run1("multiply", "ui2", [3, 2], [3, 2]), [1, 0])
+    np.testing.assert_array_equal(run1("negate", "i2", [-2, 1]), [-2, -1])
+    np.testing.assert_array_equal(run1("abs", "i8", [-128, -5]), [-128, 5])
+    np.testing.assert_array_equal(run1("negate", "ui8", [1, 0]), [255, 0])
+
+
+def test_integer_power():
+    np.testing.assert_array_equal(run1("power", "i32", [2, -1, -1, 1, 3, 0, 0, 3], [-1, -3, -4, -5, 2, 0, 64, 64]),
+                                  [0, -1, 1, 1, 9, 1, 0, pow(3, 64, 2**32) - 2**32 * (pow(3, 64, 2**32) >= 2**31)])
+    np.testing.assert_array_equal(run1("power", "ui8", [2, 3], [8, 255]), [0, pow(3, 255, 256)])
+
+
+def test_shifts_out_of_range():
+    np.testing.assert_array_equal(run1("shift_left", "i8", [1, 1, 1, 1], [7, 8, -1, 100]), [-128, 0, 0, 0])
+    np.testing.assert_array_equal(run1("shift_right_arithmetic", "i8", [-128, -128, 64, 64], [7, 8, -1, 100]),
+                                  [-1, -1, 0, 0])
+    np.testing.assert_array_equal(run1("shift_right_logical", "i8", [-128, -1, -1], [7, 8, -1]), [1, 0, 0])
+    # Arithmetic shifts copy the top bit for unsigned types too.
+    np.testing.assert_array_equal(run1("shift_right_arithmetic", "ui8", [128, 255, 64], [1, 9, 1]), [192, 255, 32])
+    np.testing.assert_array_equal(run1("shift_right_arithmetic", "ui4", [8, 8], [1, 4]), [12, 15])
+    np.testing.assert_array_equal(run1("shift_left", "i4", [1, 1, -1], [3, 4, -1]), [-8, 0, 0])
+
+
+def test_popcnt_and_clz_at_own_width():
+    np.testing.assert_array_equal(run1("popcnt", "i4", [-8, -1, 7]), [1, 4, 3])
+    np.testing.assert_array_equal(run1("count_leading_zeros", "i4", [-8, -1, 1, 0]), [0, 0, 3, 4])
+    np.testing.assert_array_equal(run1("count_leading_zeros", "ui64", [0, 1, 2**63]), [64, 63, 0])
+
+
+@pytest.mark.parametrize("element_type", ["bf16", "f16", "f32", "f64", "f8E4M3FN"])
+def test_maximum_minimum_nan_and_signed_zeros(element_type):
+    lhs = [-0.0, 0.0, -0.0, 0.0, np.nan, 1.0]
+    rhs = [0.0, -0.0, -0.0, 0.0, 1.0, np.nan]
+    high = run1("maximum", element_type, lhs, rhs).astype(np.float64)
+    low = run1("minimum", element_type, lhs, rhs).astype(np.float64)
+    assert list(np.signbit(high[:4])) == [False, False, True, False]
+    assert list(np.signbit(low[:4])) == [True, True, True, False]
+    assert np.isnan(high[4:]).all() and np.isnan(low[4:]).all()
+
+
+def test_complex_maximum_minimum_lexicographic():
+    lhs = np.array([1 + 5j, 2 + 0j, 1 + 1j, np.nan + 0j, 3 + 0j], np.complex64)
+    rhs = np.array([2 + 0j, 1 + 5j, 1 + 2j, 0j, 3 + np.nan * 1j], np.complex64)
+    high = run1("maximum", "complex<f32>", lhs, rhs)
+    low = run1("minimum", "complex<f32>", lhs, rhs)
+    np.testing.assert_array_equal(high[:3], [2 + 0j, 2 + 0j, 1 + 2j])
+    np.testing.assert_array_equal(low[:3], [1 + 5j, 1 + 5j, 1 + 1j])
+    # A NaN part compares false: the other operand is taken.
+    assert high[3] == 0 and low[3] == 0
+
+
+def test_rounding_ties():
+    x = [0.5, 1.5, 2.5, -0.5, -2.5, -0.3, 0.49999997, 8388609.0, -0.0, np.inf, np.nan]
+    even = run1("round_nearest_even", "f32", x)
+    away = run1("round_nearest_afz", "f32", x)
+    np.testing.assert_array_equal(even, [0, 2, 2, -0.0, -2, -0.0, 0, 8388609, -0.0, np.inf, np.nan])
+    np.testing.assert_array_equal(away, [1, 2, 3, -1, -3, -0.0, 0, 8388609, -0.0, np.inf, np.nan])
+    assert list(np.signbit(even[[3, 5, 8]])) == [True] * 3
+    assert list(np.signbit(away[[5, 8]])) == [True] * 2
+
+
+def test_sign_keeps_signed_zero_and_nan():
+    out = run1("sign", "f32", [-0.0, 0.0, -3.0, 1e-45, np.nan, -np.inf])
+    assert list(np.signbit(out[:2])) == [True, False]
+    np.testing.assert_array_equal(out[2:], [-1, 1, np.nan, -1])  # 1e-45 is a denormal: sign 1
+
+
+def test_complex_sign_follows_the_spec_formula():
+    z = np.array([3 + 4j, 0j, complex(np.inf, 0), complex(np.nan, 1), 5e-324 + 0j], np.complex128)
+    out = run1("sign", "complex<f64>", z)
+    np.testing.assert_allclose(out[0], 0.6 + 0.8j)
+    assert out[1] == 0
+    assert np.isnan(out[2].real) and np.isnan(out[2].imag)  # inf / convert(inf): complex division
+    assert np.isnan(out[3].real) and np.isnan(out[3].imag)
+    assert out[4] == 1
+
+
+def test_complex_special_values_follow_c99():
+    z = np.array([complex(-np.inf, -0.0), complex(-np.inf, 0.0), complex(np.nan, np.inf)], np.complex64)
+    out = run1("sqrt", "complex<f32>", z)
+    assert out[0].imag == -np.inf and out[1].imag == np.inf and out[2].imag == np.inf
+    assert run1("abs", "complex<f32>", z[2:], rtype="f32")[0] == np.inf  # hypot(NaN, inf) = inf
+
+
+def test_denormals_are_kept():
+    tiny = np.float32(1e-45)
+    assert run1("add", "f32", [tiny], [tiny])[0] == np.float32(3e-45)
+    assert run1("multiply", "f32", [tiny], [np.inf])[0] == np.inf
+    assert run1("ceil", "f32", [tiny])[0] == 1
+    assert np.isfinite(run1("log", "f32", [tiny])[0])
+
+
+def test_f8e8m0fnu_has_no_zero():
+    one = np.ones(2, ml_dtypes.float8_e8m0fnu)
+    assert np.isnan(run1("subtract", "f8E8M0FNU", one, one).astype(np.float32)).all()
+    assert np.isnan(run1("imag", "f8E8M0FNU", one).astype(np.float32)).all()
+
+
+def test_unsupported_remainder_of_complex_names_the_op():
+    import stablehlo_interp as si
+
+    text = op_module("stablehlo.remainder", ["tensor<2xcomplex<f32>>"] * 2, "tensor<2xcomplex<f32>>")
+    with pytest.raises(si.UnsupportedOpError, match="stablehlo.remainder.*complex<f32>"):
+        si.load(text)
+
+
+# ------------------------------------------------------------- compare, select, clamp
+
+DIRECTIONS = ["EQ", "NE", "GE", "GT", "LE", "LT"]
+
+
+def compare_attrs(direction, compare_type):
+    return (f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+            f"compare_type = #stablehlo<comparison_type {compare_type}>")
+
+
+def compare_types(element_type):
+    if element_type in SIGNED_TYPES:
+        return ["SIGNED"]
+    if element_type in UNSIGNED_TYPES or element_type == "i1":
+        return ["UNSIGNED"]
+    if element_type in COMPLEX_TYPES:
+        return ["FLOAT"]
+    return ["FLOAT", "TOTALORDER"]
+
+
+@pytest.mark.parametrize("element_type", ALL_TYPES)
+def test_compare(element_type, reference):
+    args = operands(element_type, 2)
+    n = len(args[0])
+    for compare_type in compare_types(element_type):
+        for direction in DIRECTIONS:
+            text = op_module("stablehlo.compare", [tensor_type((n,), element_type)] * 2,
+                             tensor_type((n,), "i1"), compare_attrs(direction, compare_type))
+            (ours,) = run_interp_text(text, *args)
+            try:
+                (expected,) = run_xla_text(text, *args)
+                keep = np.ones(n, bool)
+                if element_type not in F8_TYPES and compare_type == "FLOAT":
+                    keep = ~(is_subnormal(args[0]) | is_subnormal(args[1]))
+                if element_type in COMPLEX_TYPES:
+                    keep &= args[0].real != args[1].real  # XLA orders -0.0 before +0.0 in ties
+            except XlaUnsupported:  # f6 types: XLA on the values in f32
+                wide = text.replace(element_type, "f32")
+                keep = np.ones(n, bool)
+                (expected,) = run_xla_text(wide, *[a.astype(np.float32) for a in args])
+            np.testing.assert_array_equal(ours[keep], expected[keep],
+                                          err_msg=f"{element_type} {direction} {compare_type}")
+
+
+def test_total_order():
+    values = [-np.nan, -np.inf, -1.0, -0.0, 0.0, 1e-45, 1.0, np.inf, np.nan]
+    x = np.array(values, np.float32)
+    x[0] = -np.abs(x[0])
+    lt = run1("compare", "f32", x[:-1], x[1:], rtype="i1", attrs=compare_attrs("LT", "TOTALORDER"))
+    assert lt.all()
+    eq = run1("compare", "f32", [0.0, np.nan], [-0.0, np.nan], rtype="i1", attrs=compare_attrs("EQ", "TOTALORDER"))
+    assert list(eq) == [False, True]
+
+
+@pytest.mark.parametrize("element_type", ["i1", "i4", "ui8", "i32", "bf16", "f32", "f8E5M2", "complex<f64>"])
+def test_select_and_clamp(element_type):
+    values = element_values(element_type, 50)
+    n = len(values)
+    rng = np.random.default_rng(3)
+    on_false = values[rng.permutation(n)]
+    pred = rng.integers(0, 2, n).astype(bool)
+    t = tensor_type((n,), element_type)
+    text = op_module("stablehlo.select", [tensor_type((n,), "i1"), t, t], t)
+    (ours,) = run_interp_text(text, pred, values, on_false)
+    (xla,) = run_xla_text(text, pred, values, on_false)
+    assert_close(ours, xla, 0, "select")
+    scalar_pred = op_module("stablehlo.select", ["tensor<i1>", t, t], t)
+    for p in (True, False):
+        (ours,) = run_interp_text(scalar_pred, np.array(p), values, on_false)
+        assert_close(ours, values if p else on_false, 0, "select with 0-d pred")
+    if element_type in COMPLEX_TYPES:
+        return  # XLA's complex clamp departs from the lexicographic order (see maximum)
+    low, high = np.sort(values[:2]) if element_type != "i1" else (values[0], values[1])
+    for bounds in ([tensor_type((), element_type)] * 2, [t, t]):
+        text = op_module("stablehlo.clamp", [bounds[0], t, bounds[1]], t)
+        lo = np.array(low, values.dtype) if bounds[0] == tensor_type((), element_type) else values[rng.permutation(n)]
+        hi = np.array(high, values.dtype) if bounds[1] == tensor_type((), element_type) else values[rng.permutation(n)]
+        (ours,) = run_interp_text(text, lo, values, hi)
+        (xla,) = run_xla_text(text, lo, values, hi)
+        keep = ~(is_subnormal(values) | is_subnormal(lo) | is_subnormal(hi)) \
+            if element_type not in F8_TYPES else np.ones(n, bool)
+        assert_close(ours[keep], xla[keep], 0, f"clamp {element_type}")
+
+
+@pytest.mark.parametrize("element_type", ["f32", "f64"])
+def test_complex_op(element_type):
+    re, im = element_values(element_type, 30), element_values(element_type, 30, seed=1)
+    t = tensor_type((len(re),), element_type)
+    text = op_module("stablehlo.complex", [t, t], tensor_type((len(re),), f"complex<{element_type}>"))
+    (ours,) = run_interp_text(text, re, im)
+    assert_close(ours.real, re, 0, "real part")
+    assert_close(ours.imag, im, 0, "imag part")  # an infinite imag part stays as it is
+
+
+# --------------------------------------------------------- hypothesis vs jax.lax
+
+LAX_UNARY = {
+    "abs": jax.lax.abs, "negate": jax.lax.neg, "exponential": jax.lax.exp, "log": jax.lax.log,
+    "tanh": jax.lax.tanh, "sine": jax.lax.sin, "floor": jax.lax.floor, "sign": jax.lax.sign,
+    "logistic": jax.lax.logistic, "sqrt": jax.lax.sqrt, "round_nearest_even":
+        lambda x: jax.lax.round(x, jax.lax.RoundingMethod.TO_NEAREST_EVEN),
+}
+LAX_BINARY = {
+    "add": jax.lax.add, "subtract": jax.lax.sub, "multiply": jax.lax.mul, "divide": jax.lax.div,
+    "maximum": jax.lax.max, "minimum": jax.lax.min, "remainder": jax.lax.rem, "power": jax.lax.pow,
+    "atan2": jax.lax.atan2,
+}
+INT_BINARY = {
+    "add": jax.lax.add, "multiply": jax.lax.mul, "divide": jax.lax.div, "remainder": jax.lax.rem,
+    "shift_left": jax.lax.shift_left, "shift_right_arithmetic": jax.lax.shift_right_arithmetic,
+    "shift_right_logical": jax.lax.shift_right_logical, "and": jax.lax.bitwise_and, "max": jax.lax.max,
+}
+
+shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(fn):
+    return jax.jit(fn)
+
+
+@given(st.sampled_from(sorted(LAX_UNARY) + sorted(LAX_BINARY)), st.sampled_from(["f32", "f64"]), shapes,
+       st.integers(0, 2 ** 32 - 1))
+def test_random_float_ops_against_lax(op, element_type, shape, seed):
+    from oracles import run_interp
+
+    fn = LAX_UNARY.get(op) or LAX_BINARY[op]
+    arity = 1 if op in LAX_UNARY else 2
+    size = int(np.prod(shape))
+    rng = np.random.default_rng(seed)
+    pool = element_values(element_type, 100, seed % 1000)
+    args = [pool[rng.integers(0, len(pool), size)].reshape(shape) for _ in range(arity)]
+    (ours,) = run_interp(fn, *args)
+    xla = np.asarray(_jitted(fn)(*args))
+    keep = ~np.any([is_subnormal(a) for a in args] + [is_subnormal(ours), is_subnormal(xla)], 0)
+    assert_close(ours[keep], xla[keep], xla_ulp(op, element_type), op)
+
+
+@given(st.sampled_from(sorted(INT_BINARY)), st.sampled_from(["i8", "i32", "i64", "ui16", "ui64"]), shapes,
+       st.integers(0, 2 ** 32 - 1))
+def test_random_integer_ops_against_lax(op, element_type, shape, seed):
+    from oracles import run_interp
+
+    fn = INT_BINARY[op]
+    size = int(np.prod(shape))
+    rng = np.random.default_rng(seed)
+    pool = element_values(element_type, 100, seed % 1000)
+    args = [pool[rng.integers(0, len(pool), size)].reshape(shape) for _ in range(2)]
+    (ours,) = run_interp(fn, *args)
+    np.testing.assert_array_equal(ours, np.asarray(_jitted(fn)(*args)))
+    assert ours.dtype == args[0].dtype
+
+
+def test_jnp_program_with_broadcasts():
+    from oracles import run_interp, run_xla
+
+    def f(x, y):
+        return jnp.where(x > 0, jnp.tanh(x) * y, jnp.maximum(x, -1.0) - y) / (1.0 + jnp.abs(y))
+
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    y = np.arange(4, dtype=np.float32)
+    assert_close(run_interp(f, x, y)[0], run_xla(f, x, y)[0], 2, "program")
