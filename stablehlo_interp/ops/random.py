@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 
 from ..registry import op
+from .conversion import _from_bits as bits_to_values
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -185,12 +186,12 @@ def rng_bit_generator(info):
     takes ``[key, counter_low]`` (XLA then uses ``key`` as the counter's high
     word and keeps only the low word in the new state) or
     ``[key, counter_low, counter_high]``. Types narrower than 32 bits keep the
-    low bits of 32-bit values; floating-point and signed outputs hold the bits
-    of the unsigned type of their width.
+    low bits of 32-bit values; floating-point and signed outputs hold those
+    bits (XLA CPU returns them as a buffer of the unsigned type).
     """
     algorithm = info.attr("rng_algorithm", "DEFAULT")
     algorithm = "PHILOX" if algorithm == "DEFAULT" else algorithm
-    state_type, output_type = info.result_types
+    output_type = info.result_types[1]
     state_size = info.operand_types[0].shape[0]
     allowed = {"THREE_FRY": (2,), "PHILOX": (2, 3)}[algorithm]
     if state_size not in allowed:
@@ -200,14 +201,12 @@ def rng_bit_generator(info):
     if None in shape:
         raise info.unsupported(f"dynamic output shape {output_type} needs shape refinement")
     width = output_type.bit_width
-    if width not in (8, 16, 32, 64):
-        raise info.unsupported(f"{width}-bit outputs ({output_type.element_type}) are not supported")
     bits = 64 if width == 64 else 32
-    unsigned = np.dtype(f"u{width // 8}")
+    mask = (1 << width) - 1
     result_dtype = output_type.dtype
 
     def finish(values):
-        return values.astype(unsigned).view(result_dtype)
+        return bits_to_values(values & values.dtype.type(mask), result_dtype)
 
     if algorithm == "THREE_FRY":
 
