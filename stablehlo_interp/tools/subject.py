@@ -37,8 +37,15 @@ class Subject:
 
     @property
     def module_text(self) -> str:
-        """The module as MLIR text with locations (what backends compile)."""
-        return self.program.module.operation.get_asm(enable_debug_info=True)
+        """The module as MLIR text with locations (what backends compile).
+
+        Text parsed from a file has locations in file ``"-"``; they name the file here.
+        """
+        text = self.program.module.operation.get_asm(enable_debug_info=True)
+        name = self.program.file_name
+        if name:
+            text = text.replace('loc("-":', 'loc("' + name.replace("\\", "\\\\").replace('"', '\\"') + '":')
+        return text
 
 
 def prepare(target, args, function: str | None = None) -> Subject:

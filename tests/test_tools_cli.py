@@ -1,0 +1,107 @@
+"""The tools on .mlir files from the command line: trace, explain, compare."""
+
+import json
+
+import numpy as np
+
+import stablehlo_interp as si
+from stablehlo_interp.cli import main
+from test_tools_trace import DOUBLING, DOUBLING_TRANSCRIPT
+
+
+def cli(capsys, *argv):
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_trace(capsys, tmp_path):
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "5", "--json", tmp_path / "t.json")
+    assert status == 0 and out == DOUBLING_TRANSCRIPT + "\n"
+    records = json.loads((tmp_path / "t.json").read_text())
+    assert len(records) == 35 and records[-1]["results"] == ["f32[] 192"]
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "5", "--head", "9")
+    assert status == 0 and "folded" not in out and "iteration 4" in out
+
+
+def test_trace_first_nonfinite_and_probe(capsys, tmp_path):
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 3e38, 3]", "-i", "2", "--first-nonfinite")
+    assert status == 0
+    assert out.splitlines() == [
+        "first non-finite value: stablehlo.multiply at doubling.mlir:10",
+        "  source: %w = stablehlo.multiply %v, %b : tensor<3xf32>",
+        "  result #0 has 1 inf (first at [1]): f32[3] [2 inf 6]",
+        "  operand #0: f32[3] [1 3e+38 3]",
+        "  operand #1: f32[3] [2 2 2]",
+        "  inside stablehlo.while at doubling.mlir:3: body, iteration 0",
+    ]
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "2", "--first-nonfinite")
+    assert out == "every value is finite\n"
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "3", "--probe", tmp_path / "p.npz",
+                         "--select", "multiply", "--every-iteration")
+    assert status == 0 and out == f"saved 3 values to {tmp_path / 'p.npz'}\n"
+    values = [p.value for p in si.load_probes(tmp_path / "p.npz")]
+    np.testing.assert_array_equal(values, [[2, 4, 6], [4, 8, 12], [8, 16, 24]])
+
+
+def test_explain_with_graph(capsys, tmp_path):
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "explain", path, "-i", "[1, 2, 3]", "-i", "1", "--graph", tmp_path / "g.html")
+    assert status == 0
+    assert out.startswith("== StableHLO ==\nmodule {\n  func.func @main(")
+    assert "── doubling.mlir:10: %w = stablehlo.multiply %v, %b : tensor<3xf32>" in out
+    assert out.endswith(f"== results ==\nresult #0: f32[3] [2 4 6]\nresult #1: f32[] 12\n\n"
+                        f"dataflow graph: {tmp_path / 'g.html'}\n")
+    assert (tmp_path / "g.html").read_text().count("<svg") == 4   # main, cond, body, the reduce's body
+
+
+# The spec's scatter skips each out-of-bounds element of a window; XLA skips the
+# whole window (see tests/test_indexing.py). By hand: x * 2 = 0; the spec adds
+# 1 at [3, 4] (index 3), at [0] (index -1: element -1 skipped), at [4] (index 4):
+# [1 0 0 1 2]; XLA only the window at 3: [0 0 0 1 1].
+SCATTER = """func.func @main(%a0: tensor<5xf32>, %a1: tensor<4x1xi32>, %a2: tensor<4x2xf32>) -> (tensor<5xf32>) {
+  %two = stablehlo.constant dense<2.0> : tensor<5xf32>
+  %x = stablehlo.multiply %a0, %two : tensor<5xf32>
+  %out = "stablehlo.scatter"(%x, %a1, %a2) ({
+  ^bb0(%x0: tensor<f32>, %y0: tensor<f32>):
+    %r_0 = stablehlo.add %x0, %y0 : tensor<f32>
+    stablehlo.return %r_0 : tensor<f32>
+  }) {scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [], input_batching_dims = [], scatter_indices_batching_dims = [], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false} : (tensor<5xf32>, tensor<4x1xi32>, tensor<4x2xf32>) -> (tensor<5xf32>)
+  %e = stablehlo.exponential %out : tensor<5xf32>
+  return %e : tensor<5xf32>
+}
+"""
+
+
+def test_compare(capsys, tmp_path):
+    path = write(tmp_path, "scatter.mlir", SCATTER)
+    np.savez(tmp_path / "args.npz", np.zeros(5, np.float32), np.array([[3], [-1], [4], [5]], np.int32),
+             np.ones((4, 2), np.float32))
+    status, out, _ = cli(capsys, "compare", path, "-i", tmp_path / "args.npz")
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("result #0 differs: 2 of 5 elements differ; largest at [4]: 7.3891 (interpreter) "
+                               "vs 2.7183 (cpu)")
+    assert lines[1:5] == [
+        "first divergent op: stablehlo.scatter (op #2 of the entry function) at scatter.mlir:4",
+        '  source: %out = "stablehlo.scatter"(%x, %a1, %a2) ({',
+        "  result #0: 2 of 5 elements differ; largest at [0]: 1 (interpreter) vs 0 (cpu); max abs error 1, "
+        "max 1056964609 ULP",   # 0x3f800000 less the 2**23 - 1 subnormal steps counted as one
+        "    interpreter: f32[5] [1 0 0 1 2]",
+    ]
+    assert lines[5] == "    cpu: f32[5] [0 0 0 1 1]"
+    assert "the difference arises inside its regions (body)" in out
+
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "compare", path, "-i", "[1, 2, 3]", "-i", "4", "--rtol", "0", "--atol", "0")
+    assert status == 0 and out == "the interpreter and cpu agree on all 2 results\n"
+    status, _, err = cli(capsys, "compare", path, "-i", "[1, 2, 3]", "-i", "4", "--rtol", "0")
+    assert status == 2 and "give both --rtol and --atol" in err

@@ -1,0 +1,137 @@
+"""si.compare: agreement with another backend, and the first divergent op when they differ."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from stablehlo_interp.tools import InterpreterBackend, JaxBackend
+from stablehlo_interp.tools.mlir_edit import inline_calls, prefix_module
+
+
+def model(x, w):
+    h = x @ w
+    a = jnp.tanh(h)
+    s = jnp.where(a > 0, a, 0.1 * a)
+    return jnp.exp(s).sum(0), s
+
+
+TANH_LINE = model.__code__.co_firstlineno + 2
+EXP_LINE = model.__code__.co_firstlineno + 4
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((3, 4)).astype(np.float32)
+W = RNG.standard_normal((4, 5)).astype(np.float32)
+
+
+def off_by(factor, function):
+    """A deliberately wrong implementation: ``function`` scaled by ``factor``."""
+    return lambda info: lambda a: (function(a) * factor).astype(a.dtype)
+
+
+def test_agrees_with_xla_cpu():
+    comparison = si.compare(model, X, W, backend="cpu")
+    assert comparison.ok and comparison.divergence is None and comparison.outputs == [None, None]
+    assert str(comparison) == "the interpreter and cpu agree on all 2 results"
+
+
+def test_wrong_op_in_a_second_interpreter_is_found():
+    wrong = InterpreterBackend(ops={"stablehlo.tanh": off_by(np.float32(1.01), np.tanh)}, name="wrong tanh")
+    comparison = si.compare(model, X, W, backend=wrong)
+    assert not comparison.ok
+    found = comparison.divergence
+    assert found.op == "stablehlo.tanh" and found.location.frame.line == TANH_LINE
+    np.testing.assert_allclose(found.ours, np.tanh(X @ W), rtol=1e-5)
+    np.testing.assert_allclose(found.theirs, found.ours * np.float32(1.01), rtol=1e-6)
+    # the largest error is where |tanh| is largest
+    assert found.difference.index == np.unravel_index(np.argmax(np.abs(found.ours)), found.ours.shape)
+    assert found.difference.mismatched == 15 and found.difference.max_ulp > 1000
+    np.testing.assert_allclose(found.difference.max_abs, 0.01 * np.abs(found.ours).max(), rtol=1e-3)
+    text = str(comparison)
+    assert f"first divergent op: stablehlo.tanh (op #1 of the entry function) at test_tools_compare.py:{TANH_LINE}" \
+           " (model)" in text
+    assert "  source: a = jnp.tanh(h)" in text and "its operands agree on both sides" in text
+    # the replacement applied only to the modules that backend loaded
+    assert si.run(jax.jit(jnp.tanh).lower(np.float32(1)), np.float32(1))[0] == np.tanh(np.float32(1))
+
+
+def test_a_later_wrong_op_is_found_after_agreeing_ones():
+    wrong = InterpreterBackend(ops={"stablehlo.exponential": off_by(np.float32(1.001), np.exp)})
+    found = si.compare(model, X, W, backend=wrong).divergence
+    assert found.op == "stablehlo.exponential" and found.location.frame.line == EXP_LINE
+
+
+def test_wrong_op_inside_a_nested_jit_is_found_after_inlining():
+    @jax.jit
+    def inner(v):
+        return jnp.sin(v) * 2
+
+    def f(v):
+        return inner(v + 1) - 1
+
+    wrong = InterpreterBackend(ops={"stablehlo.sine": off_by(np.float32(-1), np.sin)})
+    comparison = si.compare(f, np.arange(4, dtype=np.float32), backend=wrong)
+    assert comparison.divergence.op == "stablehlo.sine"
+    assert comparison.divergence.location.frame.line == inner.__wrapped__.__code__.co_firstlineno + 2
+
+
+def test_wrong_op_inside_a_loop_names_the_loop():
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, a: jnp.cos(a) + i, x)
+
+    wrong = InterpreterBackend(ops={"stablehlo.cosine": off_by(np.float32(2), np.cos)})
+    found = si.compare(f, np.float32(0.5), backend=wrong).divergence
+    assert found.op == "stablehlo.while" and found.regions == ("cond", "body")
+    assert "the difference arises inside its regions (cond, body)" in found.describe("x")
+
+
+def test_a_deliberately_wrong_xla_build_as_a_callable_backend():
+    def xla_with_a_bug(module_text, args):
+        return JaxBackend("cpu")(module_text.replace("stablehlo.tanh", "stablehlo.sine"), args)
+
+    comparison = si.compare(model, X, W, backend=xla_with_a_bug)
+    assert comparison.backend == "xla_with_a_bug"
+    assert comparison.divergence.op == "stablehlo.tanh" and comparison.compiled_prefixes == 1
+    # windows of one op each: the prefixes are compiled one after the other up to tanh
+    small = si.compare(model, X, W, backend=xla_with_a_bug, window_bytes=1)
+    assert small.divergence.op == "stablehlo.tanh" and small.compiled_prefixes == 2   # dot, then tanh
+
+
+def test_tolerances_per_element_type():
+    slightly = InterpreterBackend(ops={"stablehlo.tanh": off_by(np.float32(1 + 1e-6), np.tanh)})
+    assert si.compare(model, X, W, backend=slightly).ok             # within f32's default rtol 1e-5
+    assert not si.compare(model, X, W, backend=slightly, tolerance={"f32": (1e-7, 0.0)}).ok
+    assert not si.compare(model, X, W, backend=slightly, tolerance=(0.0, 0.0)).ok
+
+
+def test_integer_results_must_be_equal_and_shapes_must_match():
+    off_by_one = InterpreterBackend(ops={"stablehlo.multiply": lambda info: lambda a, b: a * b + 1})
+    comparison = si.compare(lambda a: a * 3 - 1, np.arange(4, dtype=np.int32), backend=off_by_one)
+    assert comparison.divergence.op == "stablehlo.multiply"
+    assert comparison.divergence.difference.describe("b") == \
+        "4 of 4 elements differ; largest at [0]: 0 (interpreter) vs 1 (b)"
+
+    def transposed(module_text, args):
+        return [out.T for out in si.run(module_text, *args)]
+
+    comparison = si.compare(lambda a: a + 1, np.ones((2, 3), np.float32), backend=transposed)
+    assert comparison.outputs[0].problem == "expected f32[2, 3], got f32[3, 2]"
+
+
+def test_prefix_modules_return_intermediate_values():
+    text = si.load(jax.jit(model).lower(X, W)).module.operation.get_asm(enable_debug_info=True)
+    inlined = inline_calls(text, "main")
+    assert "call @" not in si.load(inlined).module.operation.get_asm()
+    prefix = prefix_module(inlined, "main", 1, [(0, 0), (1, 0)])
+    h, a = si.run(prefix, X, W)
+    np.testing.assert_allclose(h, X @ W, rtol=1e-5)
+    np.testing.assert_allclose(a, np.tanh(X @ W), rtol=1e-5)
+    np.testing.assert_allclose(JaxBackend("cpu")(prefix, [X, W])[1], a, rtol=1e-6)   # XLA: within 1 ULP
+
+
+def test_compare_needs_main():
+    text = """func.func @other(%x: tensor<f32>) -> tensor<f32> {
+  return %x : tensor<f32>
+}"""
+    with pytest.raises(si.InterpreterError, match="compare runs @main"):
+        si.compare(text, np.float32(1))
