@@ -1,8 +1,8 @@
 """The plugin's ctypes layout against the PJRT C API 0.102 layout that gcc gives the header.
 
 The reference is ``pjrt_c_api_0.102.abi.json`` (every struct with its size and
-field offsets, the PJRT_Api slot order, the enums); its location comes from
-``PJRT_ABI_JSON``.
+field offsets, the PJRT_Api slot order, the enums), in the project's shared/
+folder beside the repository; ``PJRT_ABI_JSON`` may point elsewhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import pytest
 
 from stablehlo_interp.device import abi
 
-ABI_JSON = pathlib.Path(os.environ.get("PJRT_ABI_JSON", "/work/shared/pjrt/pjrt_c_api_0.102.abi.json"))
+# shared/ sits beside the repository (locally and in CI).
+ABI_JSON = pathlib.Path(os.environ.get(
+    "PJRT_ABI_JSON", pathlib.Path(__file__).resolve().parents[2] / "shared" / "pjrt" / "pjrt_c_api_0.102.abi.json"))
 if not ABI_JSON.exists():
     pytest.skip(f"no PJRT ABI table at {ABI_JSON} (set PJRT_ABI_JSON)", allow_module_level=True)
 LAYOUT = json.loads(ABI_JSON.read_text())

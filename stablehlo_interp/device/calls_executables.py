@@ -218,16 +218,17 @@ def loaded_executable_is_deleted(args):
 def loaded_executable_execute(args):
     """Run on one device; outputs go into the caller's ``output_lists``, the event is complete."""
     executable = lookup(args.executable, "executable")
-    num_devices, num_args = args.num_devices, args.num_args
-    if num_devices != 1:
+    if args.num_devices != 1:
         raise PluginError(abi.UNIMPLEMENTED, "the interp device runs single-device programs only for now "
-                                             f"(asked to run on {num_devices} devices)")
+                                             f"(asked to run on {args.num_devices} devices)")
+    num_args = args.num_args
     arguments = []
     if num_args:
         argument_list = c_void_p.from_address(args.argument_lists).value
         arguments = [lookup(address, "buffer") for address in (c_void_p * num_args).from_address(argument_list)]
     device = lookup(args.execute_device, "device") if args.execute_device else None
-    outputs = executable.execute(arguments, device, _non_donatable(args.options))
+    non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
+    outputs = executable.execute(arguments, device, non_donatable)
     if outputs:
         slots = (c_void_p * len(outputs)).from_address(c_void_p.from_address(args.output_lists).value)
         for index, buffer in enumerate(outputs):

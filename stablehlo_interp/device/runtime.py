@@ -89,18 +89,20 @@ class Device:
 class Buffer:
     """A device array: a NumPy array (or the token) on a device, until deleted."""
 
-    __slots__ = ("device", "value", "dtype", "shape", "buffer_type", "c_dims", "__weakref__")
+    __slots__ = ("device", "value", "dtype", "shape", "c_dims")
 
     def __init__(self, device: Device, value):
         self.device = device
         self.value = value
         if value is TOKEN:
-            self.dtype, self.shape, self.buffer_type = None, (), abi.BUFFER_TYPE_TOKEN
+            self.dtype, self.shape = None, ()
         else:
-            self.dtype = value.dtype
-            self.shape = value.shape
-            self.buffer_type = BUFFER_TYPE_OF[value.dtype]
+            self.dtype, self.shape = value.dtype, value.shape
         self.c_dims = None   # the int64 array Buffer_Dimensions hands out, made on first use
+
+    @property
+    def buffer_type(self) -> int:
+        return abi.BUFFER_TYPE_TOKEN if self.dtype is None else BUFFER_TYPE_OF[self.dtype]
 
     @property
     def is_deleted(self) -> bool:
