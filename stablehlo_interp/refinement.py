@@ -27,6 +27,9 @@ from .types import TensorType
 def refine(module: ir.Module, function: str, arg_types) -> ir.Module:
     """A copy of ``module`` where ``@function`` takes arguments of the static
     ``arg_types`` and every type that follows from them is refined."""
+    if any(getattr(t, "is_quantized", False) for t in arg_types):
+        raise ModuleError("shape-polymorphic functions with quantized arguments are not supported "
+                          "(the refinement pass cannot take their types)")
     if function != "main":
         raise ModuleError(f"shape refinement needs the shape-polymorphic function to be @main, "
                           f"not @{function}")

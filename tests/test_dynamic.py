@@ -256,3 +256,17 @@ def test_polymorphic_module_text_with_listeners():
     # refined: the dimension size is a constant, the iota static
     assert [name for name, _ in listener.seen][-1] == "stablehlo.add"
     assert all(shape in ((4,), (1,), ()) for _, shape in listener.seen)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("""func.func @main(%arg0: tensor<?x!quant.uniform<i8:f32, 0.5:1>>) -> tensor<?xf32> {
+      %0 = stablehlo.uniform_dequantize %arg0 : (tensor<?x!quant.uniform<i8:f32, 0.5:1>>) -> tensor<?xf32>
+      return %0 : tensor<?xf32>
+    }""", "quantized arguments are not supported"),
+    ("""func.func @f(%arg0: tensor<?xi8>) -> tensor<?xi8> {
+      return %arg0 : tensor<?xi8>
+    }""", "to be @main, not @f"),
+])
+def test_unsupported_refinements_are_clear_errors(text, message):
+    with pytest.raises(si.ModuleError, match=message):
+        si.run(text, np.zeros(3, np.int8))
