@@ -142,6 +142,18 @@ def test_window_reversal_matches_xla(reversal):
     assert_dot_close(run_interp_text(text, lhs, rhs)[0], expected, magnitude, 18)
 
 
+def test_window_reversal_integers_match_reference(reference):
+    text = _conv_text("tensor<1x2x5x4xi32>", "tensor<3x2x3x2xi32>", "tensor<1x3x2x3xi32>",
+                      "window_strides = array<i64: 2, 1>, padding = dense<[[1, 0], [0, 1]]> : tensor<2x2xi64>, "
+                      "rhs_dilation = array<i64: 1, 2>, window_reversal = array<i1: true, false>")
+    rng = np.random.default_rng(8)
+    lhs = rng.integers(-9, 9, (1, 2, 5, 4)).astype(np.int32)
+    rhs = rng.integers(-9, 9, (3, 2, 3, 2)).astype(np.int32)
+    actual = run_interp_text(text, lhs, rhs)[0]
+    assert_same(actual, reference.evaluate(text, [lhs, rhs])[0])
+    assert_same(actual, run_xla_text(text, lhs, rhs)[0])
+
+
 def test_integer_convolution_matches_reference(reference):
     text = _conv_text("tensor<1x4x4x1xi32>", "tensor<3x3x1x1xi32>", "tensor<1x2x2x1xi32>",
                       "window_strides = array<i64: 4, 4>, padding = dense<0> : tensor<2x2xi64>, "

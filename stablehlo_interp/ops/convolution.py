@@ -36,14 +36,14 @@ def _dilate_and_pad(x, dilation, padding):
     for size, step, (low, high) in zip(spatial, dilation, padding):
         dilated = (size - 1) * step + 1 if size else 0
         total = max(low + dilated + high, 0)
-        # Input i lands at low + i * step; keep those inside [0, total).
-        first = max(0, -(low // step)) if low < 0 else 0
-        last = min(size, -(-(total - low) // step)) if total > low else 0
-        last = max(last, first)
+        # Input i lands at low + i * step: keep the i with 0 <= low + i * step < total.
+        first = -(low // step) if low < 0 else 0
+        stop = min(size, -(-(total - low) // step)) if total > low else 0
+        count = max(stop - first, 0)
+        start = low + first * step
         out_shape.append(total)
-        target.append(slice(low + first * step, low + (last - 1) * step + 1 if last > first else low + first * step,
-                            step))
-        source.append(slice(first, last))
+        target.append(slice(start, start + (count - 1) * step + 1 if count else start, step))
+        source.append(slice(first, first + count))
     out = np.zeros(out_shape, x.dtype)
     out[tuple(target)] = x[tuple(source)]
     return out
