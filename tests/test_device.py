@@ -296,3 +296,30 @@ def test_compiled_executable_metadata():
     assert compiled.input_shardings[0][0].device_set == {DEV}
     out = compiled(jax.device_put(X, DEV), jax.device_put(X, DEV))
     assert [o.devices() for o in out] == [{DEV}, {DEV}]
+
+
+@pytest.fixture
+def x64():
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+def test_float64_and_int64(ran, x64):
+    values = np.linspace(0, 1, 5)
+    check(ran, lambda v: (jnp.exp(v) * 3, jnp.cumsum(v.astype(jnp.int64) + 2**40)), values, rtol=1e-12)
+
+
+def test_compiled_as_text_shows_the_program():
+    text = jax.jit(lambda v: jnp.sin(v) * 2).lower(jax.device_put(X, DEV)).compile().as_text()
+    assert "sine" in text and "multiply" in text
+
+
+@pytest.mark.xfail(reason="the interpreter has no sdy.sharding_constraint yet (identity on one device)",
+                   strict=False)
+def test_sharding_constraint_on_one_device():
+    single = jax.sharding.SingleDeviceSharding(DEV)
+    y = jax.jit(lambda v: lax.with_sharding_constraint(v * 2, single))(jax.device_put(X, DEV))
+    assert y.devices() == {DEV}
+    np.testing.assert_array_equal(np.asarray(y), X * 2)
