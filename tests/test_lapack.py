@@ -102,8 +102,9 @@ def _decodes_index_layouts() -> bool:
 
 
 # Known bug outside this module: decode.py cannot decode the index-typed dense
-# attributes of operand_layouts / result_layouts, which every LAPACK call has.
-pytestmark = pytest.mark.xfail(not _decodes_index_layouts(), strict=True, raises=si.OpError,
+# attributes of operand_layouts / result_layouts, which JAX gives every LAPACK
+# call. Not strict: the few tests without such attributes pass meanwhile.
+pytestmark = pytest.mark.xfail(not _decodes_index_layouts(), raises=si.OpError,
                                reason="decode.py: element type 'index' of layout attributes")
 
 
@@ -418,7 +419,7 @@ def test_layouts_other_than_jax(layouts):
 
 
 def load_call(target, operands, results, config=""):
-    return si.load(custom_call_text(target, operands, results, config))
+    return si.load(custom_call_text(target, operands, results, config, layouts=False))
 
 
 def test_wrong_operand_type_names_target():
@@ -439,7 +440,7 @@ def test_wrong_operand_type_names_target():
 def test_wrong_result_shape_names_target():
     f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
     text = custom_call_text("lapack_sgetrf_ffi", [((3, 3), f32, 2)],
-                            [((3, 3), f32, 2), ((4,), i32, 1), ((), i32, 0)])
+                            [((3, 3), f32, 2), ((4,), i32, 1), ((), i32, 0)], layouts=False)
     with pytest.raises(si.OpExecutionError,
                        match=r"lapack_sgetrf_ffi: result 1 holds \(4,\) per batch element, LAPACK returns \(3,\)"):
         si.run(text, np.eye(3, dtype=f32))
