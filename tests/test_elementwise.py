@@ -101,10 +101,15 @@ def xla_ulp(op, element_type):
     return XLA_ULP.get(op, {}).get(element_type, XLA_ULP_DEFAULT.get(element_type, 0))
 
 
-def cases():
-    for name, (_, types) in OPS.items():
-        for element_type in types:
-            yield pytest.param(name, element_type, id=f"{name}-{element_type}")
+# Run on every push; the other element types run with --run-slow.
+SAMPLE_TYPES = {"i1", "i4", "i32", "ui64", "f8E4M3FN", "f6E3M2FN", "f32", "complex<f64>"}
+
+
+def cases(types_of=lambda name: OPS[name][1]):
+    for name in OPS:
+        for element_type in types_of(name):
+            marks = () if element_type in SAMPLE_TYPES else (pytest.mark.slow,)
+            yield pytest.param(name, element_type, id=f"{name}-{element_type}", marks=marks)
 
 
 def result_type(op, element_type):
@@ -542,7 +547,9 @@ def compare_types(element_type):
     return ["FLOAT", "TOTALORDER"]
 
 
-@pytest.mark.parametrize("element_type", ALL_TYPES)
+@pytest.mark.parametrize("element_type", [
+    pytest.param(t, marks=() if t in SAMPLE_TYPES | {"bf16", "f8E5M2FNUZ"} else (pytest.mark.slow,))
+    for t in ALL_TYPES])
 def test_compare(element_type, reference):
     args = operands(element_type, 2)
     n = len(args[0])
