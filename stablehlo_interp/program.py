@@ -9,7 +9,7 @@ from .decode import decode_attribute, decode_location, decode_type
 from .engine import Execution
 from .errors import ArgumentError, ModuleError
 from .plan import Compiler, Function, Region
-from .refinement import refine, static_types
+from .refinement import refinable, refine, static_types
 from .types import TensorType, TokenType, TupleType
 
 
@@ -22,7 +22,9 @@ class Program:
     A module whose functions take arguments with dynamic dimensions is
     *shape-polymorphic*: it is compiled per distinct argument shapes, each time
     from a copy refined to those shapes (see :meth:`refined`), so its own
-    functions have no plans.
+    functions have no plans. (Except a module with ops of unregistered dialects,
+    which the refinement passes cannot take: it is compiled as it is, and its
+    ops find dynamic sizes at run time or fail to load.)
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
@@ -46,6 +48,7 @@ class Program:
                     func_ops[function.name] = operation
             self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
                                          for f in self.functions.values() for t in f.arg_types)
+            self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
             self._refined: dict = {}
             if not self.shape_polymorphic:
                 compiler = Compiler(self, self.file_name)

@@ -4,11 +4,12 @@ A function whose signature has dynamic dimensions (``tensor<?x4xf32>``, as in
 JAX's shape-polymorphic exports) is run by refining a copy of the module for the
 shapes of the actual arguments, as the StableHLO reference interpreter does:
 StableHLO's ``stablehlo-refine-arguments`` pass makes the argument types static,
-then the refinement JAX applies to its own exports (StableHLO's shape refinement
-extended to JAX's dimension arguments, shape assertions and dynamic custom
-calls) propagates them through the function and the functions it calls. Shape
-assertions that fail are errors then. Shapes that depend on data stay dynamic:
-dynamic_* ops compute them at run time.
+then ``stablehlo-refine-shapes`` propagates them through the function and the
+functions it calls. Modules exported by JAX with symbolic shapes get the
+refinement JAX applies to them instead (StableHLO's, extended to JAX's dimension
+arguments, shape assertions and dynamic custom calls); a shape assertion that
+fails is an error then. Shapes that depend on data stay dynamic: dynamic_* ops
+compute them at run time.
 """
 
 from __future__ import annotations
@@ -37,15 +38,35 @@ def refine(module: ir.Module, function: str, arg_types) -> ir.Module:
         copy = ir.Module.parse(_bytecode(module))
         types = ",".join(map(str, arg_types))
         stablehlo.register_stablehlo_passes()
+        from_jax = "jax.uses_shape_polymorphism" in copy.operation.attributes
+        pipeline = f"stablehlo-refine-arguments{{types={types}}}"
+        if not from_jax:
+            pipeline += ",stablehlo-refine-shapes"
         try:
-            passmanager.PassManager.parse(f"builtin.module(stablehlo-refine-arguments{{types={types}}})").run(
-                copy.operation)
-            refined = refine_polymorphic_shapes(mlir_module=_bytecode(copy), enable_shape_assertions=True,
-                                                validate_static_shapes=False, enable_shardy=False)
+            passmanager.PassManager.parse(f"builtin.module({pipeline})").run(copy.operation)
+            if from_jax:
+                copy = ir.Module.parse(refine_polymorphic_shapes(
+                    mlir_module=_bytecode(copy), enable_shape_assertions=True, validate_static_shapes=False,
+                    enable_shardy=False))
         except Exception as error:  # noqa: BLE001 - MLIRError, or the XlaRuntimeError of JAX's refinement
             raise ModuleError(f"cannot refine the shapes of @{function} for arguments of types "
                               f"({', '.join(map(str, arg_types))}):\n{error}") from None
-        return ir.Module.parse(refined)
+        return copy
+
+
+def refinable(module: ir.Module) -> bool:
+    """Whether the refinement passes can take ``module``: they crash on ops of
+    unregistered dialects (such as the ``check`` ops of interpreter tests)."""
+    unregistered = []
+
+    def visit(operation):
+        if not module.context.is_registered_operation(operation.name):
+            unregistered.append(operation.name)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return not unregistered
 
 
 def _bytecode(module: ir.Module) -> bytes:
