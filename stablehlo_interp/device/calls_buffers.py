@@ -27,9 +27,23 @@ def client_buffer_from_host_buffer(args):
     shape = tuple((c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
     strides = tuple((c_int64 * args.num_byte_strides).from_address(args.byte_strides)) \
         if args.byte_strides and args.num_byte_strides else None
-    array = runtime.array_from_host(args.data, dtype, shape, strides)
+    array = array_from_host(args.data, dtype, shape, strides)
     args.buffer = handle(runtime.Buffer(device, array))
     args.done_with_host_buffer = COMPLETE_EVENT
+
+
+def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -> np.ndarray:
+    """Copy a host array (any byte strides, possibly negative or transposed) into a new array."""
+    if 0 in shape:
+        return np.zeros(shape, dtype)
+    itemsize = dtype.itemsize
+    if byte_strides is None:
+        byte_strides = tuple(int(itemsize * np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    low = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride < 0)
+    high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + itemsize
+    raw = ctypes.string_at(address + low, high - low)
+    view = np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides)
+    return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
 
 
 @implements("Buffer_Destroy", abi.PJRT_Buffer_Destroy_Args)

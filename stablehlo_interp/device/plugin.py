@@ -8,27 +8,24 @@ Three hazards of a ctypes plugin, each seen to abort the process, and what
 this module does about them:
 
 1. *A call entered while a Python exception is pending* (a ``Destroy`` from a
-   deallocator while an exception unwinds the stack). ctypes would run the
-   thunk, CPython would then flag "a result with an exception set", and ctypes
-   would return garbage to C. The ``Destroy`` thunks first take the pending
-   exception out of the thread state (:func:`take_pending_exception`), do
-   their work, and hand the exception back to whoever raised it by re-raising
-   it at the next opportunity, see ``api.py``.
+   deallocator while an exception unwinds the stack): ctypes would return
+   garbage to C. Every slot of the table points at a native guard that sets
+   the exception aside around the Python thunk (``native.py``).
 2. *Thunks freed before jaxlib's last call*: the table and every thunk are
    kept alive for the whole process (an extra reference that is never
    dropped), since jaxlib's client may outlive every Python module.
 3. *Destroy calls on a jaxlib thread while CPython finalizes* must not take
    the GIL (a thread that tries is stopped forever, or the process aborts).
-   At exit (``atexit`` runs before finalization) every ``*_Destroy`` slot and
-   the deleters are pointed at a native function that does nothing and
-   returns NULL, so late calls never enter Python.
+   At exit (``atexit`` runs before finalization) every ``*_Destroy`` slot is
+   pointed at a native function that does nothing and returns NULL, so late
+   calls never enter Python (the deleters the plugin hands out are that
+   native function from the start).
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
-import logging
 
 from . import abi, api
 
@@ -40,7 +37,6 @@ PRIORITY = -100
 _CAPSULE_NAME = b"pjrt_c_api"
 _table: api.Table | None = None
 _capsule = None
-logger = logging.getLogger(__name__)
 
 
 def table() -> api.Table:
@@ -78,7 +74,7 @@ def initialize() -> None:
 
 
 def _silence_destroy_calls() -> None:
-    """Hazard 3: from now on, Destroy calls and deleters must not enter Python."""
+    """Hazard 3: from now on, Destroy calls must not enter Python."""
     no_op = api.native_no_op()
     for name in abi.API_SLOTS:
         if name.endswith("_Destroy"):

@@ -1,7 +1,7 @@
 """The device side as plain Python objects: client, devices, memories, buffers, executables.
 
-Nothing here knows about ctypes or the PJRT function table (``api.py`` adapts
-these objects to it). A buffer holds a NumPy array; an executable holds the
+Nothing here knows about ctypes or the PJRT function table (the ``calls_*``
+modules adapt these objects to it). A buffer holds a NumPy array; an executable holds the
 :class:`~stablehlo_interp.Program` that ``si.load`` built from the portable
 artifact JAX compiled, and runs it with ``Program.run``. Arrays are never
 modified in place (by the interpreter's contract), so copies between devices
@@ -11,7 +11,6 @@ and donation share them freely.
 from __future__ import annotations
 
 import os
-import threading
 
 import ml_dtypes
 import numpy as np
@@ -195,7 +194,6 @@ class Client:
     def __init__(self):
         count = device_count()
         self.devices = [Device(self, i) for i in range(count)]
-        self.lock = threading.Lock()
 
     def lookup_device(self, device_id: int) -> Device:
         if 0 <= device_id < len(self.devices):
@@ -211,20 +209,4 @@ def device_count() -> int:
     except ValueError:
         count = DEFAULT_DEVICE_COUNT
     return max(1, count)
-
-
-def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -> np.ndarray:
-    """Copy a host array (any byte strides, possibly negative or transposed) into a new array."""
-    import ctypes
-
-    if 0 in shape:
-        return np.zeros(shape, dtype)
-    itemsize = dtype.itemsize
-    if byte_strides is None:
-        byte_strides = tuple(int(itemsize * np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
-    low = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride < 0)
-    high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + itemsize
-    raw = ctypes.string_at(address + low, high - low)
-    view = np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides)
-    return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
 
