@@ -160,11 +160,11 @@ class ScatterConfig:
         rank = len(self.updates_shape)
         return self.update_window_dims == tuple(range(rank - len(self.update_window_dims), rank))
 
-    def text(self, element_type: str, body: str = "add", index_type: str = "i32", operands: int = 1) -> str:
-        """A module applying this scatter (spec: scatter) to (inputs..., indices, updates...).
-
-        With several operands, each result ``i`` is ``body`` of input ``i`` and update ``i``.
-        """
+    def text(self, element_type: str, bodies=("add",), index_type: str = "i32", operands: int = 1) -> str:
+        """A module applying this scatter (spec: scatter) to (inputs..., indices, updates...),
+        once per update computation in ``bodies`` (names of SCATTER_BODIES or
+        ``replace``), returning all the results. With several operands, result
+        ``i`` of each scatter is its body applied to input ``i`` and update ``i``."""
         space = self.space
         t = tensor_type((), element_type)
         operand, update = tensor_type(space.operand_shape, element_type), tensor_type(self.updates_shape, element_type)
@@ -172,18 +172,6 @@ class ScatterConfig:
         args = ", ".join(f"%a{i}: {ty}" for i, ty in enumerate(types))
         names = ", ".join(f"%a{i}" for i in range(len(types)))
         block = ", ".join([f"%x{i}: {t}" for i in range(operands)] + [f"%y{i}: {t}" for i in range(operands)])
-        lines, outs = [], []
-        for i in range(operands):
-            if body == "replace":
-                outs.append(f"%y{i}")
-                continue
-            two = "2" if element_type.startswith(("i", "ui")) else "2.0"
-            op_text = SCATTER_BODIES[body].format(t=t, e=element_type, two=two)
-            for name in ("%two", "%m", "%s", "%v", "%r"):
-                op_text = op_text.replace(name, f"{name}_{i}")
-            lines.append("    " + op_text.replace("%x", f"%x{i}").replace("%y", f"%y{i}"))
-            outs.append(f"%r_{i}")
-        results = ", ".join([operand] * operands)
         attributes = (
             f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = {_ints(self.update_window_dims)}, "
             f"inserted_window_dims = {_ints(self.inserted_window_dims)}, "
@@ -191,14 +179,29 @@ class ScatterConfig:
             f"scatter_indices_batching_dims = {_ints(space.indices_batching_dims)}, "
             f"scatter_dims_to_operand_dims = {_ints(space.index_map)}, "
             f"index_vector_dim = {space.index_vector_dim}>, indices_are_sorted = false, unique_indices = false")
-        lhs = f"%out:{operands}" if operands > 1 else "%out"
-        returned = ", ".join(f"%out#{i}" for i in range(operands)) if operands > 1 else "%out"
-        return (f"func.func @main({args}) -> ({results}) {{\n"
-                f"  {lhs} = \"stablehlo.scatter\"({names}) ({{\n"
-                f"  ^bb0({block}):\n" + "\n".join(lines) + ("\n" if lines else "") +
-                f"    stablehlo.return {', '.join(outs)} : {', '.join([t] * operands)}\n"
-                f"  }}) {{{attributes}}} : ({', '.join(types)}) -> ({results})\n"
-                f"  return {returned} : {results}\n}}\n")
+        results = ", ".join([operand] * operands)
+        ops, returned = [], []
+        for b, body in enumerate(bodies):
+            lines, outs = [], []
+            for i in range(operands):
+                if body == "replace":
+                    outs.append(f"%y{i}")
+                    continue
+                two = "2" if element_type.startswith(("i", "ui")) else "2.0"
+                op_text = SCATTER_BODIES[body].format(t=t, e=element_type, two=two)
+                for name in ("%two", "%m", "%s", "%v", "%r"):
+                    op_text = op_text.replace(name, f"{name}_{i}")
+                lines.append("    " + op_text.replace("%x", f"%x{i}").replace("%y", f"%y{i}"))
+                outs.append(f"%r_{i}")
+            lhs = f"%out{b}:{operands}" if operands > 1 else f"%out{b}"
+            returned += [f"%out{b}#{i}" for i in range(operands)] if operands > 1 else [f"%out{b}"]
+            ops.append(f"  {lhs} = \"stablehlo.scatter\"({names}) ({{\n"
+                       f"  ^bb0({block}):\n" + "".join(line + "\n" for line in lines) +
+                       f"    stablehlo.return {', '.join(outs)} : {', '.join([t] * operands)}\n"
+                       f"  }}) {{{attributes}}} : ({', '.join(types)}) -> ({results})\n")
+        all_results = ", ".join([operand] * (operands * len(bodies)))
+        return (f"func.func @main({args}) -> ({all_results}) {{\n" + "".join(ops) +
+                f"  return {', '.join(returned)} : {all_results}\n}}\n")
 
 
 @st.composite

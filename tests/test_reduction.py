@@ -81,40 +81,47 @@ def _init(name, dtype):
     return np.array(extreme).astype(dtype)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def reductions_over_shapes(monoid, dtype, arrays):
+    """One program reducing each array over several axis sets (one compile per case)."""
+    computation, _ = MONOIDS[monoid]
+
+    def fn(*xs):
+        return tuple(lax.reduce(x, _init(monoid, dtype), computation, axes) for x in xs for axes in all_axes(x.shape))
+
+    same_as_xla(fn, *arrays)
+
+
 @pytest.mark.parametrize("dtype", INTEGER + [np.bool_, ml_dtypes.int4], ids=dtype_id)
 @pytest.mark.parametrize("monoid", list(MONOIDS))
-def test_reduce_integer_monoids(monoid, dtype, shape):
+def test_reduce_integer_monoids(monoid, dtype):
     if np.dtype(dtype) == np.bool_ and monoid in ("add", "mul"):
         pytest.skip("JAX has no bool add/mul reductions")
     if np.dtype(dtype) == ml_dtypes.int4 and monoid in ("and", "or", "xor"):
         pytest.skip("JAX has no int4 logical reductions")
-    x = edges(shape, dtype, seed=len(shape))
-    computation, _ = MONOIDS[monoid]
-    for axes in all_axes(shape):
-        same_as_xla(lambda x: lax.reduce(x, _init(monoid, dtype), computation, axes), x)
+    reductions_over_shapes(monoid, dtype, [edges(shape, dtype, seed=i) for i, shape in enumerate(SHAPES)])
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", FLOATS + [np.complex64], ids=dtype_id)
 @pytest.mark.parametrize("monoid", ["add", "mul", "max", "min"])
-def test_reduce_float_monoids(monoid, dtype, shape):
+def test_reduce_float_monoids(monoid, dtype):
     is_extremum = monoid in ("max", "min")
     if np.dtype(dtype).kind == "c" and is_extremum:
         pytest.skip("XLA CPU has no complex max/min")
     # Extrema: every edge value (NaN, +-inf, -0.0 ...); sums and products: small integers.
-    x = edges(shape, dtype, seed=2) if is_extremum else small_integers(shape, dtype, seed=2, low=-2, high=3)
-    computation, _ = MONOIDS[monoid]
-    for axes in all_axes(shape):
-        same_as_xla(lambda x: lax.reduce(x, _init(monoid, dtype), computation, axes), x)
+    arrays = [edges(shape, dtype, seed=i) if is_extremum else small_integers(shape, dtype, seed=i, low=-2, high=3)
+              for i, shape in enumerate(SHAPES)]
+    reductions_over_shapes(monoid, dtype, arrays)
 
 
 @pytest.mark.parametrize("init", [-0.0, 0.0, 2.5])
 def test_reduce_signed_zeros_and_empty_inputs(init):
     x = np.array([[-0.0, -0.0], [0.0, -0.0], [-0.0, 0.0]], np.float32)
-    for computation in (lax.add, lax.max, lax.min):
-        same_as_xla(lambda x: lax.reduce(x, np.float32(init), computation, (1,)), x)
-        same_as_xla(lambda x: lax.reduce(x[:, :0], np.float32(init), computation, (1,)), x)
+
+    def fn(x):
+        return tuple(lax.reduce(v, np.float32(init), computation, (1,))
+                     for computation in (lax.add, lax.max, lax.min) for v in (x, x[:, :0]))
+
+    same_as_xla(fn, x)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, np.int8, np.uint32, np.bool_],
@@ -207,8 +214,8 @@ WINDOW_MONOIDS = {"add": (lax.add, 0), "max": (lax.max, np.iinfo(np.int32).min),
 @given(strategies.window_configs())
 def test_reduce_window_random_configs_match_xla(config):
     x = small_integers(config.shape, np.int32, seed=1)
-    for computation, init in WINDOW_MONOIDS.values():
-        same_as_xla(lambda x: config.run(x, np.int32(init), computation), x)
+    same_as_xla(lambda x: tuple(config.run(x, np.int32(init), computation)
+                                for computation, init in WINDOW_MONOIDS.values()), x)
 
 
 @settings(max_examples=20)
