@@ -41,6 +41,8 @@ def error_code(error: BaseException) -> int:
     """The PJRT_Error_Code for an exception raised while serving a call."""
     if isinstance(error, PluginError):
         return error.code
+    if isinstance(error, KeyboardInterrupt):
+        return abi.CANCELLED
     if isinstance(error, (UnsupportedOpError, NotImplementedError)):
         return abi.UNIMPLEMENTED
     if isinstance(error, (ArgumentError, ModuleError, TypeError, ValueError)):
