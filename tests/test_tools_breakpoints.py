@@ -19,6 +19,7 @@ def loop(x):
 
 
 SQRT_LINE = loop.__code__.co_firstlineno + 2
+LOOP_LINE = loop.__code__.co_firstlineno + 4
 
 
 def test_break_at_an_op_with_a_condition():
@@ -97,27 +98,32 @@ def test_interactive_session():
     out = io.StringIO()
     outputs = si.debug(loop, np.float32(16.0), breakpoints=["sqrt"], stdin=io.StringIO(commands), stdout=out)
     assert outputs is None    # quit
-    text = out.getvalue().replace("(si) ", "")
     where = f"test_tools_breakpoints.py:{SQRT_LINE} (loop.<locals>.body)"
-    expected = [
+    assert out.getvalue().splitlines() == [
         f"stopped after stablehlo.sqrt [body, iteration 0] [@closed_call] at {where}",
+        "(si) v",
         "operand #0: f32[] 16",
         "result #0: f32[] 4",
-        "inside stablehlo.while at",   # (prefix)
-        "inside func.call @closed_call at",
+        "(si) w",
+        f"inside stablehlo.while at test_tools_breakpoints.py:{LOOP_LINE} (loop): body, iteration 0",
+        f"inside func.call @closed_call at test_tools_breakpoints.py:{LOOP_LINE} (loop)",
+        "(si) l",
         f"{where}: carry = jnp.sqrt(carry) - 1.0          # the NaN appears when carry < 1",
+        "(si) p results[0] * 10",
         "np.float32(40.0)",
+        "(si) n",
         "stopped after stablehlo.constant [body, iteration 0] [@closed_call]",
+        "(si) n",
         f"stopped after stablehlo.subtract [body, iteration 0] [@closed_call] at {where}",
+        "(si) set 0 results[0] + 100",
         "result #0 := f32[] 103",
+        "(si) c",
         f"stopped after stablehlo.sqrt [body, iteration 1] [@closed_call] at {where}",
+        "(si) v",
         "operand #0: f32[] 103",
-        "result #0: f32[] 10.149",
+        "result #0: f32[] 10.149",     # sqrt(103)
+        "(si) q",
     ]
-    lines = text.splitlines()
-    assert len(lines) == len(expected)
-    for line, start in zip(lines, expected):
-        assert line.startswith(start), (line, start)
 
 
 def test_debugger_steps_every_op_without_breakpoints():

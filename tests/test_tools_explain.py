@@ -76,8 +76,8 @@ def test_graph_of_a_run(tmp_path):
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings[0] == "@main"     # then the loop's regions, then the function its body calls
-    assert headings[1].startswith("stablehlo.while (") and headings[1].endswith("): cond")
-    assert headings[2].endswith("): body") and headings[3] == "@closed_call"
+    assert headings[1].startswith("stablehlo.while at test_tools_explain.py:") and headings[1].endswith("&lt;locals&gt;.f): cond")
+    assert headings[2].endswith(".f): body") and headings[3] == "@closed_call"
     main = page.split("<section>")[1]
     program = prepare(f, [np.float32(0.5)]).program
     n_main_ops = len(program.function("main").region.steps)

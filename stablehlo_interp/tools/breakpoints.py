@@ -203,6 +203,11 @@ class Debugger(Listener, cmd.Cmd):
     do_s, do_n, do_c, do_b, do_v, do_w, do_l, do_q = (
         do_step, do_next, do_continue, do_break, do_values, do_where, do_list, do_quit)
 
+    def precmd(self, line: str) -> str:
+        if not self.use_rawinput:   # commands from a script: show them, as typed at the prompt
+            self.stdout.write(line.rstrip("\n") + "\n")
+        return line
+
     def default(self, line: str) -> None:
         self.print(f"*** unknown command {line.split()[0]!r} (help lists the commands)")
 

@@ -88,7 +88,9 @@ class Comparison:
 
     def __str__(self) -> str:
         if self.ok:
-            return f"the interpreter and {self.backend} agree on all {len(self.outputs)} results"
+            count = len(self.outputs)
+            return f"the interpreter and {self.backend} agree on " + (
+                "the result" if count == 1 else f"all {count} results")
         lines = [f"result #{i} differs: {d.describe(self.backend)}"
                  for i, d in enumerate(self.outputs) if d is not None]
         if self.divergence is not None:

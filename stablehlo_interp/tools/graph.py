@@ -105,7 +105,7 @@ def _region_svg(region, input_types, records):
         for index, (inner, captures) in enumerate(zip(step.regions, step.captures)):
             inner_types = [slot_types.get(s, "?") for s in captures] + [_compact(t) for t in inner.arg_types]
             title = (inner.description if inner.description.startswith("@")
-                     else f"{op_label(step)} ({where or 'op'}): {region_name(step, index)}")
+                     else f"{op_label(step)}{f' at {where}' if where else ''}: {region_name(step, index)}")
             nested.append((title, inner, inner_types))
     output = _Node(("out",), "return", ", ".join(_compact(t) for t in region.output_types), "results", "output")
     nodes.append(output)
