@@ -1,0 +1,68 @@
+"""Everything JAX lowers for the CPU lowers identically for ``interp`` (except host callbacks).
+
+Platform-specific lowering rules (LAPACK custom calls, RNG, special functions
+...) reach ``interp`` through the CPU's rules; the modules must be the same
+text, so whatever runs from a CPU module runs on the device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+import jax.scipy as jsp
+from jax import lax
+
+SQUARE = np.array([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], np.float32)
+VECTOR = np.linspace(0.1, 0.9, 6, dtype=np.float32)
+KEY = np.array([0, 7], np.uint32)
+
+FUNCTIONS = {
+    "linalg.inv": (jnp.linalg.inv, SQUARE),
+    "linalg.solve": (lambda a: jnp.linalg.solve(a, a[0]), SQUARE),
+    "linalg.cholesky": (jnp.linalg.cholesky, SQUARE),
+    "linalg.eigh": (jnp.linalg.eigh, SQUARE),
+    "linalg.eig": (jnp.linalg.eig, SQUARE),
+    "linalg.svd": (jnp.linalg.svd, SQUARE),
+    "linalg.qr": (jnp.linalg.qr, SQUARE),
+    "linalg.lstsq": (lambda a: jnp.linalg.lstsq(a, a[0])[0], SQUARE),
+    "linalg.slogdet": (jnp.linalg.slogdet, SQUARE),
+    "linalg.pinv": (jnp.linalg.pinv, SQUARE),
+    "scipy.linalg.lu": (jsp.linalg.lu, SQUARE),
+    "scipy.linalg.schur": (jsp.linalg.schur, SQUARE),
+    "scipy.linalg.expm": (jsp.linalg.expm, SQUARE),
+    "scipy.linalg.hessenberg": (jsp.linalg.hessenberg, SQUARE),
+    "scipy.linalg.solve_triangular": (lambda a: jsp.linalg.solve_triangular(a, a[0], lower=True), SQUARE),
+    "lax.linalg.tridiagonal_solve": (
+        lambda v: lax.linalg.tridiagonal_solve(v * 0, v + 2, v * 0, v[:, None]), VECTOR),
+    "fft.fftn": (jnp.fft.fftn, SQUARE),
+    "fft.irfft": (jnp.fft.irfft, VECTOR),
+    "special": (lambda v: (jsp.special.erf(v), jsp.special.gammaln(v), jsp.special.digamma(v),
+                           jsp.special.i0e(v), jsp.special.ndtri(v), jsp.special.betainc(v, v, v)), VECTOR),
+    "random": (lambda k: (jax.random.gamma(k, 2.0, (3,)), jax.random.poisson(k, 3.0, (3,)),
+                          jax.random.categorical(k, jnp.zeros(4)), jax.random.dirichlet(k, jnp.ones(3))), KEY),
+    "sorting": (lambda v: (jnp.argsort(v), lax.top_k(v, 2), jnp.median(v)), VECTOR),
+    "convolution": (lambda v: jnp.convolve(v, v[:3]), VECTOR),
+}
+
+
+def lowered_text(f, arg, platform: str) -> str:
+    return jax.jit(f).trace(arg).lower(lowering_platforms=(platform,)).as_text()
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_lowers_like_the_cpu(name):
+    f, arg = FUNCTIONS[name]
+    assert lowered_text(f, arg, "interp") == lowered_text(f, arg, "cpu")
+
+
+def test_host_callbacks_lower_to_the_interpreter_target():
+    def f(v):
+        jax.debug.print("{v}", v=v)
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+
+    text = lowered_text(f, VECTOR, "interp")
+    assert text.count("stablehlo.custom_call @stablehlo_interp.host_callback") == 2
+    assert "xla_ffi_python_cpu_callback" in lowered_text(f, VECTOR, "cpu")
