@@ -156,7 +156,7 @@ def test_jax_platforms_interp_runs_an_unmodified_program():
 def test_device_count_from_the_environment():
     result = run_python("""
         import jax
-        print(len(jax.devices("interp")), jax.devices("interp")[-1])
+        print(len(jax.devices("interp")), repr(jax.devices("interp")[-1]))
     """, STABLEHLO_INTERP_DEVICES="3")
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["3", "InterpDevice(id=2)"]
