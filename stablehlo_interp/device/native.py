@@ -53,9 +53,8 @@ _X86_64_GUARD = bytes.fromhex(
     "54241048b82222222222222222ffd04889df48b83333333333333333ffd04989c4488b3c2448"
     "85ff7416488b742408488b54241048b84444444444444444ffd04489ef48b855555555555555"
     "55ffd04c89e04883c420415d415c5bc3")
-_PLACEHOLDERS = {name: bytes([byte]) * 8 for name, byte in
-                 (("ensure", 0x11), ("fetch", 0x22), ("thunk", 0x33), ("restore", 0x44),
-                                            ("release", 0x55))}
+_PLACEHOLDERS = {name: bytes([byte]) * 8 for name, byte in (
+    ("ensure", 0x11), ("fetch", 0x22), ("thunk", 0x33), ("restore", 0x44), ("release", 0x55))}
 _SLOT = 144   # bytes per guard in the code pages
 
 
