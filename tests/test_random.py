@@ -5,6 +5,7 @@ properties the spec asks of rng (whose values are implementation-defined)."""
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
@@ -155,11 +156,18 @@ def test_rng_uniform_float(element, dtype):
     assert abs(values.mean() - 0.5) < 0.3 and abs(values.std() - 5 / np.sqrt(12)) < 0.2
 
 
-@pytest.mark.parametrize("element, dtype", [("i32", np.int32), ("ui8", np.uint8), ("i64", np.int64)])
-def test_rng_uniform_integer(element, dtype):
-    (values,) = si.run(_rng_module("UNIFORM", element, (20, 50)), np.array(3, dtype), np.array(9, dtype))
+@pytest.mark.parametrize("element, dtype, low", [("i32", np.int32, -3), ("ui8", np.uint8, 3), ("i64", np.int64, 3),
+                                                ("ui64", np.uint64, 2 ** 64 - 7), ("i4", ml_dtypes.int4, -3)])
+def test_rng_uniform_integer(element, dtype, low):
+    (values,) = si.run(_rng_module("UNIFORM", element, (20, 50)), np.array(low).astype(dtype),
+                       np.array(low + 6).astype(dtype))
     assert values.dtype == np.dtype(dtype) and values.shape == (20, 50)
-    assert set(np.unique(values)) == set(range(3, 9))
+    assert set(np.unique(values.astype(np.float64))) == set(float(v) for v in range(low, low + 6))
+
+
+def test_rng_uniform_empty_range_gives_a():
+    (values,) = si.run(_rng_module("UNIFORM", "i32", (5,)), np.int32(4), np.int32(4))
+    assert_same(values, np.full(5, 4, np.int32))
 
 
 def test_rng_normal():

@@ -65,12 +65,13 @@ def rng(info):
             # Rounding to a narrow type can land on b itself: keep [a, b).
             return np.where(values < dtype.type(b), values, dtype.type(a)).astype(dtype)
     elif kind in ("signed", "unsigned", "bool"):
+        wide = np.uint64 if kind == "unsigned" else np.int64
 
         def draw(a, b, shape):
             low, high = int(a), int(b)
             if low >= high:
                 return np.full(shape, a, dtype)
-            return generator.integers(low, high, shape).astype(dtype)
+            return generator.integers(low, high, shape, dtype=wide).astype(dtype)
     else:
         raise info.unsupported(f"element type {result.element_type} is not allowed")
 
