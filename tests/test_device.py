@@ -323,3 +323,13 @@ def test_sharding_constraint_on_one_device():
     y = jax.jit(lambda v: lax.with_sharding_constraint(v * 2, single))(jax.device_put(X, DEV))
     assert y.devices() == {DEV}
     np.testing.assert_array_equal(np.asarray(y), X * 2)
+
+
+def test_memory_stats_count_live_buffers():
+    before = DEV1.memory_stats()
+    a = jax.device_put(np.zeros(1000, np.float32), DEV1)
+    during = DEV1.memory_stats()
+    assert during["bytes_in_use"] == before["bytes_in_use"] + 4000
+    assert during["num_allocs"] == before["num_allocs"] + 1
+    a.delete()
+    assert DEV1.memory_stats()["bytes_in_use"] == before["bytes_in_use"]

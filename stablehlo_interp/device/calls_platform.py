@@ -13,7 +13,7 @@ from ctypes import addressof, c_int, c_int64
 from . import abi, runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
 from .api import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Error, ReturnError, handle,
-                  immortal_string, implements, lookup, pointer_array, release)
+                  immortal_string, implements, lookup, objects, pointer_array, release)
 from .runtime import PluginError
 
 # ---------------------------------------------------------------- errors
@@ -283,6 +283,21 @@ def device_addressable_memories(args):
 @implements("Device_DefaultMemory", abi.PJRT_Device_DefaultMemory_Args)
 def device_default_memory(args):
     args.memory = id(lookup(args.device, "device").memory)
+
+
+@implements("Device_MemoryStats", abi.PJRT_Device_MemoryStats_Args)
+def device_memory_stats(args):
+    """Bytes held by the device's live buffers (counted on request: nothing is tracked per call).
+
+    jaxlib does not clear the structure, so every optional statistic is marked unset.
+    """
+    device = lookup(args.device, "device")
+    buffers = [obj for obj in list(objects.values())
+               if isinstance(obj, runtime.Buffer) and obj.device is device and not obj.is_deleted]
+    for name, _ in abi.PJRT_Device_MemoryStats_Args._fields_[1:]:
+        setattr(args, name, 0)
+    args.bytes_in_use = sum(buffer.nbytes for buffer in buffers)
+    args.num_allocs, args.num_allocs_is_set = len(buffers), True
 
 
 @implements("Device_GetAttributes", abi.PJRT_Device_GetAttributes_Args)
