@@ -315,7 +315,12 @@ _NUMPY_READABLE = frozenset(
 
 
 def decode_elements(attr: ir.DenseElementsAttr) -> np.ndarray:
-    """A DenseElementsAttr as a read-only ndarray of its exact element type."""
+    """A DenseElementsAttr as a read-only ndarray of its exact element type.
+
+    ``index`` elements (layouts and other attribute-only data) become int64.
+    """
+    if str(attr.type).endswith("index>"):
+        return parse_elements_text(str(attr))
     ttype = decode_type(attr.type)
     if ttype.dtype in _NUMPY_READABLE:
         array = np.array(attr, copy=True)
@@ -359,7 +364,8 @@ def _parse_tensor_type(text: str) -> TensorType:
     if not match:
         raise ModuleError(f"cannot parse tensor type {text}")
     dims = [d for d in match.group(1).split("x") if d]
-    return TensorType.of(tuple(None if d == "?" else int(d) for d in dims), match.group(2))
+    element = "i64" if match.group(2) == "index" else match.group(2)  # MLIR stores index as 64 bits
+    return TensorType.of(tuple(None if d == "?" else int(d) for d in dims), element)
 
 
 def _storage_dtype(ttype: TensorType) -> np.dtype:

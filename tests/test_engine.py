@@ -316,3 +316,15 @@ def test_function_declared_without_body():
     calling = text.replace("return %x", "%0 = func.call @external(%x) : (tensor<f32>) -> tensor<f32>\n    return %0")
     with pytest.raises(si.OpError, match="declared without a body"):
         si.load(calling)
+
+
+def test_index_typed_attributes_decode_as_int64():
+    text = """func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.custom_call @Sharding(%x) {operand_layouts = [dense<[0, 1]> : tensor<2xindex>],
+      result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}"""
+    program = si.load(text)
+    (step,) = program.functions["main"].region.steps
+    layouts = step.info.attributes["operand_layouts"]
+    assert layouts[0].dtype == np.int64 and list(layouts[0]) == [0, 1]

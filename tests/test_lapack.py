@@ -91,23 +91,6 @@ def custom_call_text(target, operands, results, config="", layouts=True) -> str:
     return op_module("stablehlo.custom_call", types(operands), types(results), attributes)
 
 
-def _decodes_index_layouts() -> bool:
-    f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
-    try:
-        si.load(custom_call_text("lapack_spotrf_ffi", [((2, 2), f32, 2)], [((2, 2), f32, 2), ((), i32, 0)],
-                                 f"uplo = {ord('L')} : ui8"))
-    except si.OpError as error:
-        return "index" not in str(error)
-    return True
-
-
-# Known bug outside this module: decode.py cannot decode the index-typed dense
-# attributes of operand_layouts / result_layouts, which JAX gives every LAPACK
-# call. Not strict: the few tests without such attributes pass meanwhile.
-pytestmark = pytest.mark.xfail(not _decodes_index_layouts(), raises=si.OpError,
-                               reason="decode.py: element type 'index' of layout attributes")
-
-
 def assert_close(actual, expected, context=""):
     """Same dtype, shape and NaN pattern; values within a few hundred eps of XLA's."""
     actual, expected = np.asarray(actual), np.asarray(expected)
