@@ -16,7 +16,7 @@ import numpy as np
 from ..decode import GatherDimensionNumbers
 from ..registry import op
 from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc, unobserved
-from .support import integer_compute_dtype
+from .support import integer_compute_dtype, static_shape
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -102,14 +102,14 @@ def gather_function(operand_shape, dims: GatherDimensionNumbers, slice_sizes):
 
 @op("stablehlo.gather")
 def gather(info):
-    return gather_function(info.operand_types[0].shape, info.attr("dimension_numbers"),
+    return gather_function(static_shape(info.operand_types[0], info), info.attr("dimension_numbers"),
                            tuple(info.attr("slice_sizes")))
 
 
 @op("stablehlo.dynamic_gather")
 def dynamic_gather(info):
     """gather with ``slice_sizes`` as a third operand (StableHLO dialect, outside the spec)."""
-    operand_shape = info.operand_types[0].shape
+    operand_shape = static_shape(info.operand_types[0], info)
     dims = info.attr("dimension_numbers")
 
     def run(operand, start_indices, slice_sizes):
@@ -128,7 +128,7 @@ def torch_index_select(info):
     of shape ``operand[:dim] + index[batch_dims:] + operand[dim + 1:]``. Negative
     ``dim`` / ``batch_dims`` count from the end. Runs as the equivalent gather, so
     out-of-bounds indices clamp as gather's do."""
-    operand_shape = info.operand_types[0].shape
+    operand_shape = static_shape(info.operand_types[0], info)
     rank, index_rank = len(operand_shape), info.operand_types[1].rank
     dim, batch_dims = info.attr("dim"), info.attr("batch_dims")
     dim, batch_dims = dim + rank * (dim < 0), batch_dims + index_rank * (batch_dims < 0)
@@ -251,7 +251,7 @@ def scatter(info):
     dimension). ``indices_are_sorted`` and ``unique_indices`` are promises that
     change nothing here."""
     n = len(info.result_types)
-    input_shape = info.operand_types[0].shape
+    input_shape = static_shape(info.operand_types[0], info)
     update_rank = info.operand_types[n + 1].rank
     dims = info.attr("scatter_dimension_numbers")
     index_vector_dim = dims.index_vector_dim
@@ -309,7 +309,7 @@ def select_and_scatter(info):
     then goes to the element its window picked, combined there by ``scatter``
     starting from ``init_value``, in row-major order of the source (as XLA does)."""
     operand_type = info.operand_types[0]
-    shape = operand_type.shape
+    shape = static_shape(operand_type, info)
     windows = Windows.of(info, operand_type.rank)
     window_axes = tuple(range(operand_type.rank, 2 * operand_type.rank))
     select_vectorized = is_elementwise(info.regions[0])
