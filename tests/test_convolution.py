@@ -123,7 +123,10 @@ def test_convolution_bool():
 # -------------------------------------------------- attributes JAX never emits
 
 
-def _conv_text(lhs_type, rhs_type, result_type, attributes, dimension_numbers="[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]"):
+NCHW = "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]"
+
+
+def _conv_text(lhs_type, rhs_type, result_type, attributes, dimension_numbers=NCHW):
     return op_module("stablehlo.convolution", [lhs_type, rhs_type], result_type,
                      f"dimension_numbers = #stablehlo.conv<{dimension_numbers}>, "
                      f"feature_group_count = 1 : i64, batch_group_count = 1 : i64, {attributes}")
@@ -187,7 +190,7 @@ def test_grouped_integer_convolution_matches_reference(reference, feature_groups
 def test_dynamic_conv_matches_static_convolution_on_xla():
     """dynamic_conv (padding as an operand) against XLA's convolution with that padding."""
     attributes = ("window_strides = array<i64: 2, 1>, lhs_dilation = array<i64: 1, 2>, "
-                  "rhs_dilation = array<i64: 1, 1>, dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, "
+                  f"rhs_dilation = array<i64: 1, 1>, dimension_numbers = #stablehlo.conv<{NCHW}>, "
                   "feature_group_count = 1 : i64, batch_group_count = 1 : i64")
     dynamic = op_module("stablehlo.dynamic_conv",
                         ["tensor<2x3x7x5xf32>", "tensor<4x3x3x3xf32>", "tensor<2x2xi64>"],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracles import run_interp, run_xla, op_module, run_interp_text, run_xla_text, tensor_type
+from oracles import op_module, run_interp, run_interp_text, run_xla, run_xla_text, tensor_type
 
 
 def _complex(shape, dtype, rng):

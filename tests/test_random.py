@@ -27,7 +27,8 @@ _REST = [(a, d) for a in ALGORITHMS for d in (np.uint8, np.uint16, np.uint32, np
          if (a, d) not in _FULL + _SAMPLED]
 
 
-@pytest.mark.parametrize("algorithm, dtype", _FULL + _SAMPLED + [pytest.param(*c, marks=pytest.mark.slow) for c in _REST],
+@pytest.mark.parametrize("algorithm, dtype",
+                         _FULL + _SAMPLED + [pytest.param(*c, marks=pytest.mark.slow) for c in _REST],
                          ids=lambda v: v if isinstance(v, str) else dtype_id(v))
 def test_rng_bit_generator_matches_xla(algorithm, dtype):
     shapes = SHAPES if (algorithm, dtype) in _FULL + _REST else [(), (3, 5), (3, 1, 7), (1000,)]
@@ -137,7 +138,8 @@ def _rng_module(distribution, element, shape, count=1):
         ["  %s = stablehlo.constant dense<> : tensor<0xi64>"]
     for i in range(count):
         lines.append(f'  %r{i} = "stablehlo.rng"(%a, %b, %s) {{rng_distribution = #stablehlo<rng_distribution '
-                     f'{distribution}>}} : (tensor<{element}>, tensor<{element}>, tensor<{len(shape)}xi64>) -> {result}')
+                     f'{distribution}>}} : (tensor<{element}>, tensor<{element}>, tensor<{len(shape)}xi64>) '
+                     f'-> {result}')
     results = ", ".join(f"%r{i}" for i in range(count))
     types = ", ".join([result] * count)
     return (f"func.func @main(%a: tensor<{element}>, %b: tensor<{element}>) -> ({types}) {{\n"
