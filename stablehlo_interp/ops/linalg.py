@@ -96,7 +96,9 @@ def _algorithm_product(info, algorithm, operand_types):
     Each operand is rounded to its precision type (TF32 = f32 with a 10-bit
     mantissa), or split into 2-3 components of that type for the 3/6/9-pass
     algorithms; the products are summed in f32 (f64 for an f64 accumulation)
-    and rounded once to a narrower accumulation type.
+    and rounded once to a narrower accumulation type. Sums are never less
+    precise than that, so ``allow_imprecise_accumulation`` changes nothing.
+    (XLA CPU ignores the bf16 algorithms and computes the plain f32 dot.)
     """
     if (algorithm.lhs_component_count, algorithm.rhs_component_count) != (1, 1) \
             or algorithm.num_primitive_operations not in _SPLIT_PRODUCTS:
