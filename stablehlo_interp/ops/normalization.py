@@ -5,7 +5,8 @@ Each op follows the spec's decomposition (the two-pass variance
 ``mean((x - mean)^2)``; the gradient formula of XLA's batchnorm_expander that
 the spec quotes), evaluated in a wider type (f64 for f32/f64, f32 for narrower
 floats) and rounded once per result. Statistics reduce over every dim but
-``feature_index``.
+``feature_index``. (XLA CPU differs: its training variance is E[x^2] - E[x]^2,
+which cancels badly for a large mean, and it keeps f16/bf16 intermediates.)
 """
 
 from __future__ import annotations
