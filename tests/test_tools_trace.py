@@ -1,6 +1,5 @@
 """si.trace: every executed op with value summaries, nesting and folding; the device recorder."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -121,12 +121,19 @@ def _compact_results(step) -> str:
 
 
 def _layout(nodes, edges) -> None:
-    """Layers by longest path from the inputs; nodes of a layer side by side, in program order."""
+    """Layers by longest path from the inputs (ops without operands, such as
+    constants, right above their first user); nodes of a layer side by side,
+    in program order."""
     incoming: dict = {}
+    outgoing: dict = {}
     for source, target, _ in edges:
         incoming.setdefault(id(target), []).append(source)
+        outgoing.setdefault(id(source), []).append(target)
     for node in nodes:   # program order: producers come first
         node.layer = 1 + max((s.layer for s in incoming.get(id(node), [])), default=-1)
+    for node in nodes:
+        if node.kind != "input" and id(node) not in incoming and id(node) in outgoing:
+            node.layer = max(0, min(t.layer for t in outgoing[id(node)]) - 1)
     layers: dict = {}
     for node in nodes:
         layers.setdefault(node.layer, []).append(node)
