@@ -69,7 +69,8 @@ def interp_tolerances(pytestconfig) -> dict:
 
 @pytest.fixture
 def interp_check(interp_backend, interp_tolerances):
-    """``interp_check(f, *args)``: the backend must match the interpreter; returns the Comparison."""
+    """``interp_check(f, *args, tolerance={"f32": (rtol, atol)})``: the backend must match the
+    interpreter (the test fails with the first divergent op otherwise); returns the Comparison."""
     from stablehlo_interp.tools import compare
 
     def check(function, *args, tolerance=None):

@@ -22,6 +22,7 @@ from .regions import RegionCall, describe_location, op_label, region_calls
 from .selection import matcher
 from .subject import prepare
 from .summary import ValueSummary, summarize
+from .transcript import render
 
 
 @dataclass
@@ -104,8 +105,6 @@ class Trace:
 
     def text(self, *, head: int = 2, tail: int = 1, sources: bool = False) -> str:
         """The transcript; see :func:`~stablehlo_interp.tools.transcript.render`."""
-        from .transcript import render
-
         return render(self, head=head, tail=tail, sources=sources)
 
     def __str__(self) -> str:
