@@ -44,6 +44,18 @@ def test_trace_every_program_run_on_the_device():
     assert str(recorder.traces[1]).splitlines()[-1].startswith("stablehlo.multiply                  f32[2] [6 9]")
 
 
+def test_probes_and_breakpoints_on_the_device(tmp_path):
+    device = interp_device()
+    x = jax.device_put(np.array([1.0, 4.0], np.float32), device)
+    with si.on_device(si.tools.ProbeRecorder("sqrt")) as probes:
+        jax.block_until_ready(jax.jit(lambda v: jnp.sqrt(v) * 2)(x))
+    probes.save(tmp_path / "p.npz")
+    np.testing.assert_array_equal(si.load_probes(tmp_path / "p.npz").find("sqrt")[0].value, [1, 2])
+    double = si.tools.Breakpoint("sqrt", action=lambda hit: [hit.results[0] * 2])   # replaces a value
+    with si.on_device(double):
+        np.testing.assert_array_equal(jax.jit(lambda v: jnp.sqrt(v) + 1)(x), [3, 5])
+
+
 def test_environment_variables_choose_listeners(tmp_path):
     path = tmp_path / "trace.txt"
     trace_to_file, = session.listeners_from_environment({"STABLEHLO_INTERP_TRACE": str(path)})
