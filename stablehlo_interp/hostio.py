@@ -18,7 +18,6 @@ to go on consuming them.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from collections import defaultdict, deque
 
@@ -56,19 +55,21 @@ class HostQueues:
         return f"<HostQueues infeed={len(self.infeed)} outfeed={len(self.outfeed)} channels={channels}>"
 
 
-@contextlib.contextmanager
-def active(queues: HostQueues):
-    """Make ``queues`` the ones the transfer ops of runs in this context use."""
-    token = _ACTIVE.set(queues)
-    try:
-        yield queues
-    finally:
-        _ACTIVE.reset(token)
+def activate(queues: HostQueues | None):
+    """Make ``queues`` the ones the transfer ops of this context use; returns the
+    token for :func:`deactivate`. With None, a run gets empty queues on first use."""
+    return _ACTIVE.set(queues)
+
+
+def deactivate(token) -> None:
+    _ACTIVE.reset(token)
 
 
 def current() -> HostQueues:
-    """The queues of the run in progress (``Program.run`` always sets some)."""
+    """The queues of the run in progress (empty ones if the caller gave none;
+    they are dropped when the run's :func:`deactivate` restores the context)."""
     queues = _ACTIVE.get()
     if queues is None:
-        raise InterpreterError("no host queues: transfer ops run inside Program.run(..., io=HostQueues())")
+        queues = HostQueues()
+        _ACTIVE.set(queues)
     return queues

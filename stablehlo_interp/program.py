@@ -84,12 +84,15 @@ class Program:
         if not target.has_body:
             raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
         values = coerce_arguments(target, args)
-        queues = io if io is not None else hostio.HostQueues()
         if self.shape_polymorphic:
             return self.refined(*values, function=target.name).run(
-                *values, function=target.name, listeners=listeners, io=queues)
-        with np.errstate(all="ignore"), hostio.active(queues):
-            outputs = Execution(listeners, context=queues).run_region(target.region, values)
+                *values, function=target.name, listeners=listeners, io=io)
+        token = hostio.activate(io)
+        try:
+            with np.errstate(all="ignore"):
+                outputs = Execution(listeners, context=io).run_region(target.region, values)
+        finally:
+            hostio.deactivate(token)
         return [_as_result(value, values) for value in outputs]
 
     def refined(self, *args, function: str | None = None) -> "Program":
@@ -181,7 +184,9 @@ def coerce_arguments(function: Function, args) -> list:
         expected = ", ".join(map(str, function.arg_types))
         raise ArgumentError(f"@{function.name} takes {len(function.arg_types)} arguments ({expected}), "
                             f"got {len(args)}")
-    return [_coerce(value, t, i, function) for i, (value, t) in enumerate(zip(args, function.arg_types))]
+    return [value if type(value) is np.ndarray and value.dtype == t.dtype and value.shape == t.shape
+            else _coerce(value, t, i, function)
+            for i, (value, t) in enumerate(zip(args, function.arg_types))]
 
 
 def _coerce(value, expected, index: int, function: Function):
