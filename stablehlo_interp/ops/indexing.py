@@ -256,41 +256,54 @@ def scatter(info):
     dims = info.attr("scatter_dimension_numbers")
     index_vector_dim = dims.index_vector_dim
     start_position = {d: k for k, d in enumerate(dims.scattered_dims_to_operand_dims)}
-    update_scatter_dims = [d for d in range(update_rank) if d not in dims.update_window_dims]
-    batching_axis = {d: update_scatter_dims[s - (s > index_vector_dim)]
+    batching_axis = {d: s - (s > index_vector_dim)  # an axis of the batch (scatter) index
                      for d, s in zip(dims.input_batching_dims, dims.scatter_indices_batching_dims)}
     window_input_dims = [d for d in range(len(input_shape))
                          if d not in dims.inserted_window_dims and d not in dims.input_batching_dims]
-    window_axis = dict(zip(window_input_dims, dims.update_window_dims))
-    schedule = update_scatter_dims + list(dims.update_window_dims)  # the order updates apply in
+    strides = np.cumprod((1,) + input_shape[:0:-1])[::-1]  # row-major strides of the inputs
+    # The updates transposed to the order they apply in: scatter axes, then window axes.
+    schedule = [a for a in range(update_rank) if a not in dims.update_window_dims] + list(dims.update_window_dims)
     body_dtypes = [t.dtype for t in info.regions[-1].arg_types[:n]]
     combine = scatter_combiner(info, n)
 
-    def targets_of(indices, update_shape):
+    def targets_of(indices, window_shape):
+        """Flat result index of every update (schedule order) and, unless all are
+        in bounds, the mask of those that are."""
         vectors = _index_vectors(indices, index_vector_dim)
-        vectors = np.expand_dims(vectors, tuple(dims.update_window_dims))  # batch axes where updates have them
-        flat = np.zeros(update_shape, np.int64)
-        valid = np.ones(update_shape, bool)
-        for d, size in enumerate(input_shape):
-            index = np.zeros((1,) * update_rank, np.int64)
+        batch_shape = vectors.shape[:-1]
+        nb, nw = len(batch_shape), len(window_shape)
+        starts, offsets = [], []  # per input dim: over the batch index, over the window index
+        for d in range(len(input_shape)):
+            start = np.zeros(batch_shape, np.int64)
             if d in start_position:
-                index = index + vectors[..., start_position[d]]
+                start = start + vectors[..., start_position[d]]
             if d in batching_axis:
-                index = index + _along(np.arange(update_shape[batching_axis[d]]), batching_axis[d], update_rank)
-            if d in window_axis:
-                index = index + _along(np.arange(update_shape[window_axis[d]]), window_axis[d], update_rank)
-            valid &= (index >= 0) & (index < size)
-            flat = flat * size + index
-        valid = np.transpose(valid, schedule)
-        return np.transpose(flat, schedule)[valid], valid
+                start = start + _along(np.arange(batch_shape[batching_axis[d]]), batching_axis[d], nb)
+            offset = np.zeros((1,) * nw, np.int64)
+            if d in window_input_dims:
+                j = window_input_dims.index(d)
+                offset = _along(np.arange(window_shape[j]), j, nw)
+            starts.append(start.reshape(batch_shape + (1,) * nw))
+            offsets.append(offset.reshape((1,) * nb + offset.shape))
+        flat = sum(s * int(k) for s, k in zip(starts, strides)) + sum(o * int(k) for o, k in zip(offsets, strides))
+        flat = np.broadcast_to(flat, batch_shape + window_shape)
+        inside = [(s >= 0) & (s + o.max(initial=0) < size) for s, o, size in zip(starts, offsets, input_shape)]
+        if all(np.all(i) for i in inside):
+            return flat.reshape(-1), None
+        valid = np.ones(flat.shape, bool)
+        for s, o, size in zip(starts, offsets, input_shape):
+            valid &= (s + o >= 0) & (s + o < size)
+        return flat[valid], valid
 
     def run(regions, *operands):
         inputs, indices, updates = operands[:n], operands[n], operands[n + 1:]
         results = [np.array(x, dtype=d).reshape(-1) for x, d in zip(inputs, body_dtypes)]
-        targets, valid = targets_of(indices, np.shape(updates[0]))
+        updates = [np.transpose(u, schedule) for u in updates]
+        targets, valid = targets_of(indices, updates[0].shape[update_rank - len(dims.update_window_dims):])
         if targets.size:
             combine(regions[0], results, targets,
-                    [np.transpose(u, schedule)[valid].astype(d, copy=False) for u, d in zip(updates, body_dtypes)])
+                    [(u.reshape(-1) if valid is None else u[valid]).astype(d, copy=False)
+                     for u, d in zip(updates, body_dtypes)])
         results = [r.reshape(input_shape) for r in results]
         return results[0] if n == 1 else tuple(results)
 
