@@ -197,10 +197,10 @@ def _sorted_by_rank(values, ranks) -> np.ndarray | None:
     packed = ranks.astype(np.uint64) << np.uint64(_INDEX_BITS)
     packed |= bits
     packed.sort(axis=-1)
-    high, low = packed >> np.uint64(_INDEX_BITS), packed & np.uint64(2 ** _INDEX_BITS - 1)
-    if ((high[..., 1:] == high[..., :-1]) & (low[..., 1:] != low[..., :-1])).any():
+    step = packed[..., 1:] ^ packed[..., :-1]
+    if ((step != 0) & (step < np.uint64(2 ** _INDEX_BITS))).any():  # same rank, other bits
         return None
-    return low.astype(bits.dtype).view(values.dtype)
+    return packed.astype(bits.dtype).view(values.dtype)  # the low bits: the values
 
 
 def _merge_sort(less, rows: list, length: int) -> np.ndarray | None:
