@@ -23,7 +23,7 @@ from jax import lax
 import stablehlo_interp as si
 import strategies
 from oracles import (XlaUnsupported, assert_same, dtype_id, edge_values, run_interp, run_interp_text, run_xla,
-                     run_xla_text, tensor_type)
+                     run_xla_text)
 from stablehlo_interp.types import element_type_of
 
 

@@ -11,7 +11,6 @@ XLA CPU compares subnormal floats as zeros (denormals-are-zero); the spec
 (IEEE-754) does not, so the arrays compared with XLA hold no subnormals.
 """
 
-import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -21,7 +20,7 @@ from hypothesis import strategies as st
 from jax import lax
 
 from oracles import (XlaUnsupported, assert_same, dtype_id, element_values, run_interp, run_interp_text, run_xla,
-                     run_xla_text, tensor_type)
+                     run_xla_text)
 from stablehlo_interp.types import element_type_of
 
 DTYPES = [np.bool_, np.int8, np.uint16, np.int32, np.uint64, ml_dtypes.int4, ml_dtypes.bfloat16, np.float16,

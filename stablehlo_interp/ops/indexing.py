@@ -4,9 +4,9 @@ outside the spec: dynamic_gather, torch_index_select).
 Gather builds one NumPy index array per indexed operand dimension over the
 result's (batch, offset) index space and reads everything with one fancy-index;
 dimensions taken whole are sliced instead, so an embedding lookup is a plain
-row take. Scatter computes, for every update element in row-major order, the
-flat index of the result element it updates, then applies the updates with a
-strategy chosen at load time (see :func:`scatter_combiner`).
+row take. Scatter computes, for every update element in the order the updates
+apply, the flat index of the result element it updates, then applies the
+updates with a strategy chosen at load time (see :func:`scatter_combiner`).
 """
 
 from __future__ import annotations
@@ -320,11 +320,14 @@ def select_and_scatter(info):
     ``select(current, next)`` holds (row-major over the window; padding is never
     picked, and a window of padding only scatters nothing). Every source value
     then goes to the element its window picked, combined there by ``scatter``
-    starting from ``init_value``, in row-major order of the source (as XLA does)."""
+    starting from ``init_value``, in row-major order of the source (as XLA does).
+
+    With the ``GE`` select JAX emits this picks what XLA's CPU backend picks; with
+    other selects XLA was seen to pick another element among equal ones (it
+    visits a window in another order)."""
     operand_type = info.operand_types[0]
     shape = static_shape(operand_type, info)
     windows = Windows.of(info, operand_type.rank)
-    window_axes = tuple(range(operand_type.rank, 2 * operand_type.rank))
     select_vectorized = is_elementwise(info.regions[0])
     combine = scatter_combiner(info, 1)
     positions = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
@@ -352,8 +355,8 @@ def select_and_scatter(info):
         where = windows.view(windows.padded(positions, -1))
         values = windows.view(windows.padded(operand, np.zeros((), operand.dtype)))
         count = int(np.prod(where.shape[:operand.ndim], dtype=np.int64))
-        flat = lambda w: np.reshape(w, (count, -1))  # noqa: E731
-        picked = pick(select, flat(values), flat(where)) if count else np.zeros(0, np.int64)
+        picked = pick(select, np.reshape(values, (count, -1)), np.reshape(where, (count, -1))) \
+            if count else np.zeros(0, np.int64)
         result = np.full(operand.size, init_value, operand.dtype)
         chosen = picked >= 0
         if chosen.any():

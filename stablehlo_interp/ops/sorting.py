@@ -247,13 +247,18 @@ def _merge_sort(less, rows: list, length: int) -> np.ndarray | None:
 
 def _python_sort(comparator, rows: list, length: int) -> np.ndarray:
     """Python's stable sort of each row, comparator on 0-d values (any comparator)."""
+    count = rows[0].shape[0]
 
-    def less(r, i, j):
-        return bool(comparator(*[np.asarray(x[r, k]) for x in rows for k in (i, j)])[0])
+    def row_order(r):
+        def less(i, j):
+            return bool(comparator(*[np.asarray(x[r, k]) for x in rows for k in (i, j)])[0])
 
-    return np.array([sorted(range(length), key=functools.cmp_to_key(
-        lambda i, j, r=r: -1 if less(r, i, j) else (1 if less(r, j, i) else 0))) for r in range(len(rows[0]))],
-        np.intp).reshape(len(rows[0]), length)
+        def compare(i, j):
+            return -1 if less(i, j) else 1 if less(j, i) else 0
+
+        return sorted(range(length), key=functools.cmp_to_key(compare))
+
+    return np.array([row_order(r) for r in range(count)], np.intp).reshape(count, length)
 
 
 def _gathered(inputs, order):
