@@ -227,7 +227,8 @@ XLA_BODIES = ["add", "replace", "maximum", "subtract", "affine", "reshaped_subtr
 def test_scatter_random_configs_match_xla(config):
     operand = iota(config.space.operand_shape)
     updates = iota(config.updates_shape, scale=100, offset=7)
-    same_as_xla_text(config.text("i32", XLA_BODIES), operand, config.scatter_indices, updates)
+    same_as_xla_text(config.text("i32", XLA_BODIES, operands=2), operand, 3 * operand, config.scatter_indices,
+                     updates, updates + 1)
 
 
 @settings(max_examples=25)
