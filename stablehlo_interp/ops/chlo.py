@@ -27,7 +27,7 @@ from ..plan import OpInfo
 from ..registry import op, op_builder
 from ..types import TensorType
 from .comparison import total_order_key
-from .support import in_wider_precision, integer_compute_dtype, unsigned_view_dtype
+from .support import contiguous, in_wider_precision, integer_compute_dtype, unsigned_view_dtype
 
 
 def _chlo_enum(text: str) -> str:
@@ -200,8 +200,8 @@ def next_after(info):
     one, nan = bits.type(1), np.array(np.nan, dtype)
 
     def run(x, y):
-        x_bits = np.ascontiguousarray(x).view(bits)
-        y_bits = np.ascontiguousarray(y).view(bits)
+        x_bits = contiguous(x).view(bits)
+        y_bits = contiguous(y).view(bits)
         x_magnitude, y_magnitude = x_bits & ~sign, y_bits & ~sign
         toward_zero = (x_magnitude > y_magnitude) | (((x_bits ^ y_bits) & sign) != 0)
         stepped = np.where(toward_zero, x_bits - one, x_bits + one)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..registry import op
 from ..types import bit_width
+from .support import contiguous
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 _FNUZ = frozenset(map(np.dtype, (ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,
@@ -33,7 +34,7 @@ def total_order_key(x) -> np.ndarray:
     """
     x = np.asarray(x)
     width = bit_width(x.dtype)
-    pattern = np.ascontiguousarray(x).view(f"u{x.dtype.itemsize}").astype(np.int64)
+    pattern = contiguous(x).view(f"u{x.dtype.itemsize}").astype(np.int64)
     if x.dtype == _E8M0:
         return pattern
     if width == 64:

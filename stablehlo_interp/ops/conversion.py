@@ -7,7 +7,7 @@ import numpy as np
 
 from ..registry import op
 from ..types import bit_width
-from .support import NATIVE_FLOATS, integer_compute_dtype
+from .support import NATIVE_FLOATS, contiguous, integer_compute_dtype
 
 
 @op("stablehlo.convert", elementwise=True)
@@ -75,7 +75,7 @@ def _to_bits(x, dtype) -> np.ndarray:
     """Bit patterns of the elements, as uint64."""
     dtype = np.dtype(dtype)
     width = bit_width(dtype)
-    x = np.ascontiguousarray(x)
+    x = contiguous(x)
     if width == dtype.itemsize * 8:
         return x.view(f"u{dtype.itemsize}").astype(np.uint64)
     return (x.view(np.uint8) & ((1 << width) - 1)).astype(np.uint64)
@@ -108,7 +108,7 @@ def bitcast_convert(info):
 
     if source_width == target_width and source.dtype.itemsize == target.dtype.itemsize \
             and source_width == 8 * source.dtype.itemsize:
-        return lambda x: np.ascontiguousarray(x).view(target.dtype).reshape(shape)
+        return lambda x: contiguous(x).view(target.dtype).reshape(shape)
 
     def run(x):
         bits = _to_bits(x, source.dtype)

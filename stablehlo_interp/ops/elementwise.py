@@ -87,7 +87,6 @@ def _integer_divide(ttype):
     implementation; as XLA: x / 0 = -1 (all bits set), INT_MIN / -1 = INT_MIN.
     (The C++ reference interpreter aborts on both.)"""
     dtype = ttype.dtype
-    compute = integer_compute_dtype(dtype)
     all_ones = np.array(-1).astype(dtype) if ttype.kind == "signed" else \
         np.array(2 ** ttype.bit_width - 1).astype(dtype)
 

@@ -81,6 +81,11 @@ def in_integer_precision(fn, dtype):
     return _cast_operands(fn, compute, dtype)
 
 
+def contiguous(x) -> np.ndarray:
+    """x as a C-contiguous array of the same shape (np.ascontiguousarray makes 0-d arrays 1-d)."""
+    return np.array(x, order="C", copy=None)
+
+
 def unsigned_view_dtype(dtype) -> np.dtype:
     """The unsigned integer dtype of the same storage width (for bit tricks)."""
     return np.dtype(f"u{np.dtype(dtype).itemsize}")
