@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import OpError
 from ..registry import custom_call, op
 from ..types import TensorType
+from .support import contiguous
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -80,25 +81,27 @@ def ulp_difference(actual, expected) -> np.ndarray:
     unsigned = np.dtype(f"u{dtype.itemsize}")
     sign_bit = unsigned.type(1 << (finfo.bits - 1))
 
-    def bits(x):  # (np.ascontiguousarray would make 0-d arrays 1-d)
-        return np.array(x, order="C", copy=None).view(unsigned)
+    def bits(x):
+        return contiguous(x).view(unsigned)
 
     def magnitude(x):
         return (bits(x) & ~sign_bit).astype(np.int64)
 
     smallest_normal_bits = int(np.array(finfo.smallest_normal, dtype).view(unsigned)) - 1
     a, b = magnitude(actual), magnitude(expected)
-    negative_a, negative_b = np.signbit(actual.astype(np.float64)), np.signbit(expected.astype(np.float64))
+    with np.errstate(invalid="ignore"):  # NaNs of the small float types
+        wide_a, wide_b = actual.astype(np.float64), expected.astype(np.float64)
+    negative_a, negative_b = np.signbit(wide_a), np.signbit(wide_b)
 
     def collapse_subnormals(m):
         return np.where(m > smallest_normal_bits, m - smallest_normal_bits,
                         np.where(m < (smallest_normal_bits + 1) // 2, 0, 1))  # 2m < z, no overflow
 
-    finite = np.isfinite(actual.astype(np.float64)) & np.isfinite(expected.astype(np.float64))
+    finite = np.isfinite(wide_a) & np.isfinite(wide_b)
     ca, cb = collapse_subnormals(a), collapse_subnormals(b)
     finite_distance = np.where(negative_a != negative_b, ca + cb, np.abs(ca - cb))
     bits_equal = bits(actual) == bits(expected)
-    both_nan = np.isnan(actual.astype(np.float64)) & np.isnan(expected.astype(np.float64))
+    both_nan = np.isnan(wide_a) & np.isnan(wide_b)
     nonfinite_distance = np.where(bits_equal | both_nan, 0, np.iinfo(np.int64).max)
     return np.where(finite, finite_distance, nonfinite_distance).astype(np.uint64)
 
