@@ -40,10 +40,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
 # Documents written before this convention that do not follow it yet (strict:
 # once fixed, the entry must go).
-NOT_YET_RUNNABLE = {
-    "docs/engine.md": "its python blocks are sketches (relative imports, undefined names): mark them ```py",
-    "docs/cli.md": "the `run ... --output out.npz` example omits the results that `run` prints",
-}
 
 
 @dataclass
@@ -143,8 +139,7 @@ def scratch(tmp_path_factory):
 
 def _document_parameter(path: pathlib.Path):
     name = str(path.relative_to(ROOT))
-    marks = [pytest.mark.xfail(reason=NOT_YET_RUNNABLE[name], strict=True)] if name in NOT_YET_RUNNABLE else []
-    return pytest.param(path, id=name, marks=marks)
+    return pytest.param(path, id=name)
 
 
 @pytest.mark.parametrize("document", [_document_parameter(p) for p in DOCUMENTS])
