@@ -423,7 +423,8 @@ def test_select_and_scatter_bodies(reference, select, scatter):
     """Other select/scatter bodies (ties decided by window order), padding on both
     sides. Against the reference interpreter with the identity of ``scatter`` as
     init_value: it counts init_value twice where a value was scattered (once as
-    the fill, once as the init of the spec's reduce), unlike the spec and XLA."""
+    the fill, once as the init of the spec's reduce), XLA and we once; the spec's
+    reduce allows any number of init values, so both are conforming."""
     x = np.random.default_rng(2).integers(-3, 4, (6, 5)).astype(np.int32)
     source = iota((3, 3), offset=1)
     text = SELECT_AND_SCATTER.format(x="6x5", s="3x3", t="i32", select=SELECTS[select].format(t="i32"),
@@ -433,7 +434,7 @@ def test_select_and_scatter_bodies(reference, select, scatter):
 
 @pytest.mark.parametrize("scatter", ["add", "multiply", "maximum"])
 def test_select_and_scatter_init_value_counts_once(scatter):
-    """result = reduce(selected source values, init_value, scatter): init once (spec, XLA)."""
+    """result = reduce(selected source values, init_value, scatter) with init_value once, as XLA."""
     x = np.random.default_rng(2).integers(-3, 4, (6, 5)).astype(np.int32)
     text = SELECT_AND_SCATTER.format(x="6x5", s="3x3", t="i32", select=SELECTS["GE"].format(t="i32"),
                                      scatter=scatter, w="3, 2", st="2, 2", p="[[1, 1], [1, 1]]")
