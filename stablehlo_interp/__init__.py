@@ -6,6 +6,8 @@
     print(si.trace(f, x)); si.find_nonfinite(f, x); si.compare(f, x, backend="cpu"); si.explain(f, x)
 """
 
+import os
+
 from .engine import Listener
 from .errors import (
     ArgumentError,
@@ -21,14 +23,27 @@ from .program import Program, load, run
 from .registry import register_custom_call, register_op
 from . import validation
 from .types import TOKEN, TensorType, Token
-from . import tools
-from .tools import (
-    break_at, compare, debug, explain, find_nonfinite, graph, load_probes, on_device, probe, trace,
-)
 
 __version__ = "0.1.0"
 
-tools.install_from_environment()
+# The tools load on first use: JAX imports this package when it discovers the
+# device plugin, and most programs never need them.
+_TOOLS = ("break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes",
+          "on_device", "probe", "trace")
+
+
+def __getattr__(name):
+    if name in _TOOLS or name == "tools":
+        from . import tools
+
+        return tools if name == "tools" else getattr(tools, name)
+    raise AttributeError(f"module 'stablehlo_interp' has no attribute {name!r}")
+
+
+if os.environ.get("STABLEHLO_INTERP_TRACE") or os.environ.get("STABLEHLO_INTERP_NONFINITE"):
+    from .tools import install_from_environment
+
+    install_from_environment()
 
 __all__ = [
     "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",

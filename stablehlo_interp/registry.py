@@ -107,4 +107,6 @@ def _load_implementations() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import ops  # noqa: F401  (registers every built-in implementation)
+        from . import ops
+
+        ops.load_all()

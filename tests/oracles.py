@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 
 import stablehlo_interp as si
-from stablehlo_interp.ops.check import ulp_difference
+from stablehlo_interp.numerics import ulp_difference
 from stablehlo_interp.types import element_type_of
 
 jax.config.update("jax_enable_x64", True)

@@ -7,7 +7,8 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.check_dialect import to_generic_form
-from stablehlo_interp.ops.check import CheckFailure, ulp_difference
+from stablehlo_interp.numerics import ulp_difference
+from stablehlo_interp.ops.check import CheckFailure
 
 
 def module(body: str, args: str = "") -> str:

@@ -33,7 +33,7 @@ import scipy.special
 import stablehlo_interp as si
 from oracles import (assert_same, element_values, op_module, run_interp, run_interp_text, run_xla,
                      run_xla_text, tensor_type)
-from stablehlo_interp.ops.check import ulp_difference
+from stablehlo_interp.numerics import ulp_difference
 from stablehlo_interp.types import dtype_of
 
 REAL_TYPES = ["f16", "bf16", "f32", "f64"]

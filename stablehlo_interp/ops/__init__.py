@@ -1,28 +1,40 @@
-"""Built-in op implementations, one module per family. Importing this package
-registers them all (registry.py imports it on first use)."""
+"""Built-in op implementations, one module per family.
 
-from . import (  # noqa: F401
-    bitwise,
-    check,
-    chlo,
-    comparison,
-    control_flow,
-    conversion,
-    convolution,
-    custom_call,
-    dynamic,
-    elementwise,
-    fft,
-    indexing,
-    io,
-    lapack,
-    linalg,
-    normalization,
-    quantization,
-    random,
-    reduction,
-    shape,
-    sharding_calls,
-    sorting,
-    structure,
+The registry imports them all (:func:`load_all`) the first time an op is
+looked up, so that importing stablehlo_interp (e.g. when JAX discovers the
+device plugin) does not pay for SciPy and every op module.
+"""
+
+import importlib
+
+FAMILIES = (
+    "bitwise",
+    "check",
+    "chlo",
+    "comparison",
+    "control_flow",
+    "conversion",
+    "convolution",
+    "custom_call",
+    "dynamic",
+    "elementwise",
+    "fft",
+    "indexing",
+    "io",
+    "lapack",
+    "linalg",
+    "normalization",
+    "quantization",
+    "random",
+    "reduction",
+    "shape",
+    "sharding_calls",
+    "sorting",
+    "structure",
 )
+
+
+def load_all() -> None:
+    """Import every family module; each registers its ops by decorator."""
+    for name in FAMILIES:
+        importlib.import_module(f"{__name__}.{name}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ops.check import ulp_difference
+from ..numerics import ulp_difference
 from ..types import Token
 from .summary import element_name, format_number, is_float_dtype
 
