@@ -137,9 +137,7 @@ LINALG = {
     "cho_solve": (lambda a: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), a[0]), SPD),
     "solve_triangular": (lambda a: jax.scipy.linalg.solve_triangular(a, a[0], lower=True), SPD),
     "tridiagonal_solve": (lambda a: lax.linalg.tridiagonal_solve(a[0] * 0, a[1] + 3, a[2] * 0, a), SPD),
-    "expm": pytest.param((jax.scipy.linalg.expm, SPD), marks=pytest.mark.xfail(
-        reason="stablehlo.dynamic_slice fails on the searchsorted loop inside expm (interpreter op)",
-        strict=False)),
+    "expm": (jax.scipy.linalg.expm, SPD),
 }
 
 
