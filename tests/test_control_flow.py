@@ -318,20 +318,23 @@ def test_map_of_empty_tensor():
     assert out.shape == (0, 3) and out.dtype == np.int32
 
 
-def test_map_listeners_see_the_body_per_element_only_when_it_runs_so():
-    """A vectorized body runs unobserved; a general body is observed once per element."""
+def test_map_listeners_see_the_body_per_element_or_vectorized():
+    """A general body is observed once per element; an element-wise body once, on
+    whole tensors, in a frame marked vectorized."""
     seen = []
 
     class Record(si.Listener):
         def after_op(self, step, operands, results, stack):
-            seen.append((step.name, np.shape(results[0])))
+            vectorized = any(frame.vectorized for frame in stack)
+            seen.append((step.name, np.shape(results[0])) + (("vectorized",) if vectorized else ()))
 
     x = np.array([1, 2, 3, 4], np.int32)
     si.run(MAP_GENERAL, x, x, listeners=[Record()])
     assert seen.count(("stablehlo.reduce", ())) == 4 and seen[-1] == ("stablehlo.map", (4,))
     seen.clear()
     si.run(MAP_ELEMENTWISE, np.ones((2, 3), np.float32), np.ones((2, 3), np.float32), listeners=[Record()])
-    assert seen == [("stablehlo.map", (2, 3))]
+    assert seen[-1] == ("stablehlo.map", (2, 3))
+    assert seen[:-1] and all(entry[-1] == "vectorized" and entry[1] == (2, 3) for entry in seen[:-1])
 
 
 TUPLE_TEXT = """

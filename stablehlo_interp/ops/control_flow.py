@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
-from .reduction import is_elementwise, unobserved
+from .reduction import is_elementwise
 
 
 def _results(values: list, count: int):
@@ -59,15 +59,15 @@ def case(info):
 @op("stablehlo.map")
 def map_(info):
     """Apply ``computation`` element-wise. A computation made only of element-wise
-    ops runs once on whole tensors (unobserved by listeners, like reduce's
-    vectorized bodies); any other runs once per element on 0-d values."""
+    ops runs once on whole tensors (listeners see it as a vectorized region, like
+    reduce's); any other runs once per element on 0-d values."""
     vectorized = is_elementwise(info.regions[0])
     ttype = info.result_type
 
     def run(regions, *inputs):
         (computation,) = regions
         if vectorized:
-            out = unobserved(computation)(*inputs)[0]
+            out = computation.as_vectorized()(*inputs)[0]
             return np.broadcast_to(np.asarray(out, ttype.dtype), ttype.shape)
         result = np.empty(ttype.shape, ttype.dtype)
         for index in np.ndindex(*ttype.shape):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..decode import GatherDimensionNumbers
 from ..registry import op
-from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc, unobserved
+from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc
 from .support import integer_compute_dtype, static_shape
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -213,7 +213,7 @@ def _float_extremum_at(is_max: bool):
 
 
 def _in_rounds(body, results, targets, updates):
-    body = unobserved(body)
+    body = body.as_vectorized()
     order = np.argsort(targets, kind="stable")
     ordered = targets[order]
     first = np.ones(len(order), bool)
@@ -350,7 +350,7 @@ def select_and_scatter(info):
     def run(regions, operand, source, init_value):
         select, scatter_body = regions
         if select_vectorized:
-            select = unobserved(select)
+            select = select.as_vectorized()
         operand = np.asarray(operand)
         where = windows.view(windows.padded(positions, -1))
         values = windows.view(windows.padded(operand, np.zeros((), operand.dtype)))

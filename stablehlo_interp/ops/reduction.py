@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import BoundRegion, Execution
 from ..registry import ELEMENTWISE_OPS, op
 from .support import integer_compute_dtype
 
@@ -43,20 +42,6 @@ def is_elementwise(region) -> bool:
     """Whether ``region`` can run on whole tensors: element-wise ops and (0-d) constants."""
     return all(step.info.name in ELEMENTWISE_OPS or step.info.name == "stablehlo.constant"
                for step in region.steps)
-
-
-def unobserved(bound: BoundRegion) -> BoundRegion:
-    """``bound`` run without the execution's listeners.
-
-    The vectorized strategies call an element-wise body on whole tensors, not on
-    the 0-d values its types declare; listeners (the result type checker, traces)
-    observe the ops of a program as written, so they do not see those calls.
-    """
-    execution = bound.execution
-    if not execution.listeners:
-        return bound
-    quiet = Execution(process=execution.process, context=execution.context)
-    return BoundRegion(bound.region, bound.captures, quiet, bound.step, bound.index)
 
 
 _BOOL_UFUNCS = {"stablehlo.add": np.logical_or, "stablehlo.multiply": np.logical_and,
@@ -201,7 +186,7 @@ def reduction(info, n: int):
         if reducer is not None:
             results = [reducer(inputs[0], axes, inits[0])]
         elif vectorized:
-            results = tree_reduce(unobserved(body), inputs, inits, axes)
+            results = tree_reduce(body.as_vectorized(), inputs, inits, axes)
         else:
             results = sequential_reduce(body, inputs, inits, axes, result_types)
         return [np.asarray(r).astype(t.dtype, copy=False) for r, t in zip(results, result_types)]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..registry import ELEMENTWISE_OPS, op
-from .reduction import is_elementwise, unobserved
+from .reduction import is_elementwise
 from .support import integer_compute_dtype
 
 _INDEX_BITS = 32  # keys of up to 32 bits sort packed with their index in one uint64
@@ -293,7 +293,7 @@ def sort(info):
         rows = [x.reshape(-1, length) for x in inputs]
         order = None
         if vectorized:
-            quiet = unobserved(comparator)
+            quiet = comparator.as_vectorized()
 
             def less(lhs, rhs):
                 return np.broadcast_to(quiet(*[v for pair in zip(lhs, rhs) for v in pair])[0], lhs[0].shape)

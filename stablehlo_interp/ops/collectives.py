@@ -1,0 +1,309 @@
+"""Collective ops and process ids (spec: all_gather, all_reduce, reduce_scatter,
+all_to_all, collective_permute, collective_broadcast, replica_id, partition_id),
+and ``interpreter.run_parallel``, which runs a grid of processes.
+
+Each op runs in a process of a :class:`~stablehlo_interp.process_grid.Grid`
+(the one process of a 1 x 1 grid outside any). It splits the grid into
+process groups by one of the spec's strategies (Execution, "Collective ops"):
+
+* ``cross_replica(replica_groups)``: each group of replica ids, in every partition;
+* ``cross_partition(partition_groups)``: each group of partition ids, in every replica;
+* ``cross_replica_and_partition(replica_groups)``: each group of replica ids
+  across all partitions;
+* ``flattened_ids(groups)``: groups of ``replica_id * num_partitions + partition_id``.
+
+The op picks its strategy from ``channel_handle`` (channel id > 0 or not) and
+``use_global_device_ids``. ``replica_groups`` padded with -1 (ragged groups)
+drop the padding; an empty ``replica_groups`` is one group of every id (XLA's
+convention). A process that is in no group forms a group of its own. The
+processes of a group exchange their operands through the grid; each then
+computes its own result from them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine import Execution
+from ..process_grid import Grid, current
+from ..registry import op
+from .reduction import is_elementwise, tree_reduce
+
+CROSS_REPLICA, CROSS_PARTITION, CROSS_REPLICA_AND_PARTITION, FLATTENED_IDS = (
+    "cross_replica", "cross_partition", "cross_replica_and_partition", "flattened_ids")
+
+
+def _id_groups(attribute) -> list:
+    """``replica_groups`` (or ``source_target_pairs``) as lists of ids, -1 padding dropped."""
+    array = np.asarray(attribute if attribute is not None else np.zeros((0, 0)), dtype=np.int64)
+    return [[int(i) for i in row if i >= 0] for row in array.reshape(len(array), -1)] if array.size else []
+
+
+def process_groups(strategy: str, groups: list, grid: Grid) -> list:
+    """The process groups (lists of flattened ids) of a strategy (spec: Execution)."""
+    replicas, partitions = grid.num_replicas, grid.num_partitions
+    if not groups:
+        count = {CROSS_PARTITION: partitions, FLATTENED_IDS: grid.size}.get(strategy, replicas)
+        groups = [list(range(count))]
+    if strategy == CROSS_REPLICA:
+        return [[r * partitions + p for r in group] for group in groups for p in range(partitions)]
+    if strategy == CROSS_PARTITION:
+        return [[r * partitions + p for p in group] for group in groups for r in range(replicas)]
+    if strategy == CROSS_REPLICA_AND_PARTITION:
+        return [[r * partitions + p for p in range(partitions) for r in group] for group in groups]
+    return [list(group) for group in groups]
+
+
+class _Groups:
+    """The group of each process for one op, per grid shape (computed once per shape)."""
+
+    def __init__(self, info, strategy: str, attribute: str = "replica_groups"):
+        self.info = info
+        self.strategy = strategy
+        self.ids = _id_groups(info.attributes.get(attribute))
+        self._by_shape: dict = {}
+
+    def all(self, grid: Grid) -> list:
+        return process_groups(self.strategy, self.ids, grid)
+
+    def of(self, process) -> tuple:
+        grid = process.grid
+        shape = (grid.num_replicas, grid.num_partitions)
+        table = self._by_shape.get(shape)
+        if table is None:
+            table = {}
+            for group in self.all(grid):
+                for member in group:
+                    if not 0 <= member < grid.size:
+                        raise self.info.error(f"process group {group} names process {member}, but the grid "
+                                              f"has {grid.num_replicas} replica(s) x {grid.num_partitions} "
+                                              "partition(s)")
+                    if member in table:
+                        raise self.info.error(f"process {member} is in two process groups")
+                    table[member] = tuple(group)
+            self._by_shape[shape] = table
+        return table.get(process.id, (process.id,))
+
+
+def _channel_id(info) -> int:
+    channel = info.attributes.get("channel_handle")
+    return channel.handle if channel is not None else 0
+
+
+def _reducing_strategy(info) -> str:
+    """all_gather, all_reduce, reduce_scatter: by channel id and use_global_device_ids."""
+    has_channel = _channel_id(info) > 0
+    if info.attributes.get("use_global_device_ids"):
+        if not has_channel:
+            raise info.error("use_global_device_ids needs a channel id > 0 (spec: C5)")
+        return FLATTENED_IDS
+    return CROSS_REPLICA_AND_PARTITION if has_channel else CROSS_REPLICA
+
+
+def _pairwise_strategy(info) -> str:
+    """all_to_all, collective_permute, collective_broadcast: by channel id."""
+    return CROSS_PARTITION if _channel_id(info) > 0 else CROSS_REPLICA
+
+
+def _exchange(info, groups: _Groups, payload):
+    """``(process, its group, the payloads of the group in order)``."""
+    process = current()
+    group = groups.of(process)
+    return process, group, process.grid.exchange(process, group, payload, info.name)
+
+
+def _single(results: list):
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+# ------------------------------------------------------------------------------ reductions
+
+
+def _combiner(info):
+    """``combine(bound computation, values, result type)``: ``computation`` applied along a
+    binary tree whose in-order leaves are ``values`` (spec: all_reduce), after converting
+    them to the computation's element type."""
+    region = info.regions[0]
+    body_dtype = region.arg_types[0].dtype
+    vectorized = is_elementwise(region)
+
+    def combine(bound, values, result_type):
+        values = [np.asarray(v).astype(body_dtype, copy=False) for v in values]
+        if len(values) == 1:
+            combined = values[0]
+        elif vectorized:
+            combined = tree_reduce(bound.as_vectorized(), [np.stack(values[1:])], [values[0]], (0,))[0]
+        else:
+            combined = np.empty(values[0].shape, body_dtype)
+            for index in np.ndindex(*values[0].shape):
+                accumulator = values[0][index]
+                for value in values[1:]:
+                    (accumulator,) = bound(np.asarray(accumulator), np.asarray(value[index]))
+                combined[index] = accumulator
+        return np.asarray(combined).astype(result_type.dtype, copy=False)
+
+    return combine
+
+
+@op("stablehlo.all_reduce")
+def all_reduce(info):
+    """Each result: the group's operands combined by ``computation``."""
+    groups = _Groups(info, _reducing_strategy(info))
+    combine = _combiner(info)
+
+    def run(regions, *operands):
+        _, _, values = _exchange(info, groups, operands)
+        return _single([combine(regions[0], [v[i] for v in values], t)
+                        for i, t in enumerate(info.result_types)])
+
+    return run
+
+
+@op("stablehlo.reduce_scatter")
+def reduce_scatter(info):
+    """all_reduce, then the process's part of the result along ``scatter_dimension``."""
+    groups = _Groups(info, _reducing_strategy(info))
+    combine = _combiner(info)
+    dimension = info.attr("scatter_dimension")
+
+    def run(regions, operand):
+        process, group, values = _exchange(info, groups, operand)
+        reduced = combine(regions[0], values, info.result_type)
+        return np.split(reduced, len(group), axis=dimension)[group.index(process.id)]
+
+    return run
+
+
+# ----------------------------------------------------------------------------- data movement
+
+
+@op("stablehlo.all_gather")
+def all_gather(info):
+    """Each result: the group's operands concatenated along ``all_gather_dim``."""
+    groups = _Groups(info, _reducing_strategy(info))
+    dimension = info.attr("all_gather_dim")
+
+    def run(*operands):
+        _, _, values = _exchange(info, groups, operands)
+        return _single([np.concatenate([v[i] for v in values], axis=dimension) for i in range(len(operands))])
+
+    return run
+
+
+@op("stablehlo.all_to_all")
+def all_to_all(info):
+    """Each operand split in ``split_count`` parts along ``split_dimension``; part i goes
+    to the i-th process of the group; each result concatenates the parts received
+    along ``concat_dimension``."""
+    groups = _Groups(info, _pairwise_strategy(info))
+    split_dimension, concat_dimension = info.attr("split_dimension"), info.attr("concat_dimension")
+    split_count = info.attr("split_count")
+
+    def run(*operands):
+        parts = [np.split(np.asarray(x), split_count, axis=split_dimension) for x in operands]
+        process, group, values = _exchange(info, groups, parts)
+        if len(group) != split_count:
+            raise ValueError(f"{process} is in a group of {len(group)} processes {list(group)}, "
+                             f"but split_count is {split_count}")
+        receiver = group.index(process.id)
+        return _single([np.concatenate([sender[i][receiver] for sender in values], axis=concat_dimension)
+                        for i in range(len(operands))])
+
+    return run
+
+
+def _domain(process, strategy: str) -> tuple:
+    """The processes a pairwise op can reach: the partitions of its replica (cross_partition)
+    or the replicas of its partition (cross_replica)."""
+    grid = process.grid
+    if strategy == CROSS_PARTITION:
+        return tuple(process.replica_id * grid.num_partitions + p for p in range(grid.num_partitions))
+    return tuple(r * grid.num_partitions + process.partition_id for r in range(grid.num_replicas))
+
+
+def _zeros_like(ttype):
+    return np.zeros(ttype.shape, ttype.dtype)
+
+
+@op("stablehlo.collective_permute")
+def collective_permute(info):
+    """The operand of the process whose pair targets this one; zeros if none does."""
+    strategy = _pairwise_strategy(info)
+    pairs = _Groups(info, strategy, "source_target_pairs")
+
+    def run(operand):
+        process = current()
+        domain = _domain(process, strategy)
+        values = dict(zip(domain, process.grid.exchange(process, domain, operand, info.name)))
+        for source, target in pairs.all(process.grid):
+            if target == process.id:
+                return values[source]
+        return _zeros_like(info.result_type)
+
+    return run
+
+
+@op("stablehlo.collective_broadcast")
+def collective_broadcast(info):
+    """The operand of the first process of this process's group; zeros outside any group."""
+    strategy = _pairwise_strategy(info)
+    groups = _Groups(info, strategy)
+
+    def run(operand):
+        process = current()
+        domain = _domain(process, strategy)
+        values = dict(zip(domain, process.grid.exchange(process, domain, operand, info.name)))
+        for group in groups.all(process.grid):
+            if process.id in group:
+                return values[group[0]]
+        return _zeros_like(info.result_type)
+
+    return run
+
+
+# ------------------------------------------------------------------------------ process ids
+
+
+@op("stablehlo.replica_id")
+def replica_id(info):
+    return lambda: np.asarray(current().replica_id, np.uint32)
+
+
+@op("stablehlo.partition_id")
+def partition_id(info):
+    return lambda: np.asarray(current().partition_id, np.uint32)
+
+
+# ------------------------------------------------------------------------- the grid itself
+
+
+@op("interpreter.run_parallel")
+def run_parallel(info):
+    """Runs ``programs[replica][partition]`` as a grid of processes (StableHLO's
+    reference interpreter, InterpreterOps.td). ``inputs`` and ``results`` are the
+    processes' arguments and results one process after another, replica-major."""
+    if info.attributes.get("infeed"):
+        raise info.unsupported("the infeed attribute (infeed queues per process) is not supported")
+    names = info.attr("programs")
+    replicas, partitions = len(names), len(names[0]) if names else 0
+    if not replicas or any(len(row) != partitions for row in names):
+        raise info.error(f"programs must be a non-empty rectangular grid of functions, got {names}")
+    functions = [info.program.function(name.lstrip("@")) for row in names for name in row]
+    for function in functions:
+        if not function.has_body:
+            raise info.error(f"@{function.name} is declared without a body")
+    counts = [len(f.arg_types) for f in functions]
+    if sum(counts) != len(info.operand_types):
+        raise info.error(f"the programs take {sum(counts)} inputs in all, the op has {len(info.operand_types)}")
+    starts = np.cumsum([0] + counts)
+
+    def run(*inputs):
+        def process_body(process):
+            function = functions[process.id]
+            arguments = inputs[starts[process.id]:starts[process.id + 1]]
+            return Execution(process=process.id).run_region(function.region, arguments)
+
+        results = Grid(replicas, partitions).run(process_body)
+        return _single([value for outputs in results for value in outputs])
+
+    return run
