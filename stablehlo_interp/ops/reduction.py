@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..registry import ELEMENTWISE_OPS, op
+from .shape import pad_array
 from .support import integer_compute_dtype
 
 MONOID_OPS = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
@@ -234,18 +235,10 @@ class Windows:
 
     def padded(self, operand, pad_value):
         """``pad(operand, pad_value, low, high, interior = base_dilations - 1)``."""
-        operand = np.asarray(operand)
         if all(p == (0, 0) for p in self.padding) and all(d == 1 for d in self.base_dilations):
-            return operand
-        canvas_shape, place, crop = [], [], []
-        for size, (low, high), dilation in zip(operand.shape, self.padding, self.base_dilations):
-            spread = (size - 1) * dilation + 1 if size else 0
-            canvas_shape.append(max(low, 0) + spread + max(high, 0))
-            place.append(slice(max(low, 0), max(low, 0) + spread, dilation))
-            crop.append(slice(-min(low, 0), max(canvas_shape[-1] + min(high, 0), -min(low, 0))))
-        canvas = np.full(canvas_shape, pad_value, operand.dtype)
-        canvas[tuple(place)] = operand
-        return canvas[tuple(crop)]
+            return np.asarray(operand)
+        low, high = zip(*self.padding) if self.padding else ((), ())
+        return pad_array(operand, pad_value, low, high, [d - 1 for d in self.base_dilations])
 
     def view(self, padded):
         """Windows as a strided view of shape ``result_shape + window_dimensions``."""

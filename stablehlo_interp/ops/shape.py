@@ -115,27 +115,27 @@ def concatenate(info):
     return lambda *inputs: np.concatenate(inputs, axis=dimension)
 
 
+def pad_array(operand, padding_value, low, high, interior) -> np.ndarray:
+    """``pad`` (spec: pad): edge padding (negative values crop) and interior
+    padding between elements, filled with ``padding_value``."""
+    operand = np.asarray(operand)
+    canvas_shape, place, crop = [], [], []
+    for size, lo, hi, gap in zip(operand.shape, low, high, interior):
+        spread = size + max(size - 1, 0) * gap
+        canvas_shape.append(max(lo, 0) + spread + max(hi, 0))
+        place.append(slice(max(lo, 0), max(lo, 0) + spread, gap + 1))
+        crop.append(slice(-min(lo, 0), canvas_shape[-1] + min(hi, 0)))
+    canvas = np.full(canvas_shape, padding_value, operand.dtype)
+    canvas[tuple(place)] = operand
+    return canvas[tuple(crop)]
+
+
 @op("stablehlo.pad")
 def pad(info):
-    """Edge padding (negative values crop) and interior padding between elements."""
     low = info.attr("edge_padding_low")
     high = info.attr("edge_padding_high")
     interior = info.attr("interior_padding")
-    dtype = info.result_type.dtype
-
-    def run(operand, padding_value):
-        operand = np.asarray(operand)
-        canvas_shape, place, crop = [], [], []
-        for size, lo, hi, gap in zip(operand.shape, low, high, interior):
-            spread = size + max(size - 1, 0) * gap
-            canvas_shape.append(max(lo, 0) + spread + max(hi, 0))
-            place.append(slice(max(lo, 0), max(lo, 0) + spread, gap + 1))
-            crop.append(slice(-min(lo, 0), canvas_shape[-1] + min(hi, 0)))
-        canvas = np.full(canvas_shape, padding_value, dtype)
-        canvas[tuple(place)] = operand
-        return canvas[tuple(crop)]
-
-    return run
+    return lambda operand, padding_value: pad_array(operand, padding_value, low, high, interior)
 
 
 @op("stablehlo.get_dimension_size")
