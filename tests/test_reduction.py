@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from jax import lax
 
+import stablehlo_interp as si
 import strategies
 from oracles import assert_same, dtype_id, element_values, run_interp, run_interp_text, run_xla
 from stablehlo_interp.types import element_type_of
@@ -131,6 +132,46 @@ def test_argmax_argmin_with_nan_and_ties(dtype):
     x[1] = x[1, 0]  # all equal
     x[2, 3:] = x[2, 1]
     same_as_xla(lambda x: tuple(fn(x, axis=axis) for fn in (jnp.argmax, jnp.argmin) for axis in (0, 1, None)), x)
+
+
+ARGMAX_TEXT = """
+func.func @main(%x: tensor<3x5xf32>, %i: tensor<3x5xi32>, %x0: tensor<f32>, %i0: tensor<i32>)
+    -> (tensor<3xf32>, tensor<3xi32>) {
+  %r:2 = stablehlo.reduce(%x init: %x0), (%i init: %i0) across dimensions = [1]
+      : (tensor<3x5xf32>, tensor<3x5xi32>, tensor<f32>, tensor<i32>) -> (tensor<3xf32>, tensor<3xi32>)
+   reducer(%a: tensor<f32>, %b: tensor<f32>) (%ai: tensor<i32>, %bi: tensor<i32>) {
+    %0 = stablehlo.compare DIRECTION, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %1 = stablehlo.compare NE, %a, %a, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %2 = stablehlo.or %0, %1 : tensor<i1>
+    %3 = stablehlo.compare EQ, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %4 = stablehlo.compare LT, %ai, %bi, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %5 = stablehlo.and %3, %4 : tensor<i1>
+    %6 = stablehlo.or %2, %5 : tensor<i1>
+    %7 = stablehlo.select %2, %a, %b : tensor<i1>, tensor<f32>
+    %8 = stablehlo.select %6, %ai, %bi : tensor<i1>, tensor<i32>
+    stablehlo.return %7, %8 : tensor<f32>, tensor<i32>
+  }
+  return %r#0, %r#1 : tensor<3xf32>, tensor<3xi32>
+}"""
+
+
+@pytest.mark.parametrize("direction", ["GT", "LT"])
+@pytest.mark.parametrize("seed", range(4))
+def test_argmax_body_fast_path_matches_the_reference(reference, direction, seed):
+    """The closed form for JAX's argmax/argmin body (any indices, any init) against
+    the C++ interpreter's fold: NaN first, ties of values and of +-0.0."""
+    from stablehlo_interp.ops.reduction import argminmax_of
+
+    text = ARGMAX_TEXT.replace("DIRECTION", direction)
+    program = si.load(text)
+    (reduce_step,) = program.functions["main"].region.steps
+    assert argminmax_of(reduce_step.info.regions[0]) is not None  # the fast path is taken
+    rng = np.random.default_rng(seed)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, -1.0, 2.0, np.nan], np.float32), (3, 5))
+    x[0] = [1.0, 2.0, 2.0, -1.0, 2.0]  # ties of the best value
+    indices = rng.permutation(15).astype(np.int32).reshape(3, 5)
+    init = (np.float32(rng.choice([-np.inf, np.inf, 2.0, 0.0])), np.int32(rng.integers(-3, 20)))
+    same_as_reference(reference, text, x, indices, *init)
 
 
 def test_multi_operand_reduce_and_mixed_body():

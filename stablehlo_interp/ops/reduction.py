@@ -167,6 +167,63 @@ def sequential_reduce(body, inputs, inits, axes, result_types):
     return results
 
 
+# JAX's argmax/argmin body (jax._src.lax.lax._compute_argminmax), as step
+# templates over the region's slots: args 0-3 are (value, index) of the
+# accumulator, then of the element; each step's result takes the next slot.
+def _argminmax_template(direction: str) -> tuple:
+    return (("stablehlo.compare", direction, (0, 2)), ("stablehlo.compare", "NE", (0, 0)),
+            ("stablehlo.or", None, (4, 5)), ("stablehlo.compare", "EQ", (0, 2)),
+            ("stablehlo.compare", "LT", (1, 3)), ("stablehlo.and", None, (7, 8)),
+            ("stablehlo.or", None, (6, 9)), ("stablehlo.select", None, (6, 0, 2)),
+            ("stablehlo.select", None, (10, 1, 3)))
+
+
+_ARGMINMAX = {_argminmax_template("GT"): np.greater, _argminmax_template("LT"): np.less}
+
+
+def argminmax_of(region):
+    """``np.greater`` (argmax) or ``np.less`` (argmin) if ``region`` is JAX's
+    argmax/argmin body over (values, indices), else None."""
+    if region.n_args != 4 or region.n_captures or region.outputs != (11, 12):
+        return None
+    template = tuple((step.info.name, step.info.attributes.get("comparison_direction"), step.operands)
+                     for step in region.steps)
+    if any(step.info.attributes.get("compare_type") == "TOTALORDER" for step in region.steps):
+        return None
+    return _ARGMINMAX.get(template)
+
+
+def argminmax_reduce(better, values, indices, init_value, init_index, axes):
+    """JAX's argmax/argmin body folded left to right, init first (a schedule the
+    spec allows), in closed form: the leftmost NaN wins with its index; otherwise
+    the best value (the last one equal to it, which carries the sign of a zero)
+    with the smallest index among the values equal to it."""
+    outer, (values, indices) = _move_reduced_axes_last([values, indices], axes)
+    if values.shape[-1] == 0:
+        return [np.broadcast_to(init_value, outer), np.broadcast_to(init_index, outer)]
+    nan = values != values
+    any_nan = bool(nan.any())
+    comparable = np.where(nan, values[..., :1], values) if any_nan else values
+    best = (np.max if better is np.greater else np.min)(comparable, axis=-1, keepdims=True)
+    equal = comparable == best
+    if any_nan:
+        equal &= ~nan
+    last_equal = values.shape[-1] - 1 - np.argmax(equal[..., ::-1], axis=-1)
+    value = np.take_along_axis(values, last_equal[..., None], axis=-1)[..., 0]
+    index = np.where(equal, indices, np.iinfo(indices.dtype).max).min(axis=-1)
+    if any_nan:
+        first_nan = np.argmax(nan, axis=-1)[..., None]
+        has_nan = nan.any(axis=-1)
+        value = np.where(has_nan, np.take_along_axis(values, first_nan, axis=-1)[..., 0], value)
+        index = np.where(has_nan, np.take_along_axis(indices, first_nan, axis=-1)[..., 0], index)
+    # One more application of the body: the init value on the left.
+    init_nan = init_value != init_value
+    take_init = init_nan | better(init_value, value)
+    tie = ~take_init & (init_value == value) & (value == value)
+    return [np.where(take_init, init_value, value),
+            np.where(take_init | (tie & (init_index < index)), init_index, index)]
+
+
 def reduction(info, n: int):
     """Load time: ``reduce(body, inputs, inits, axes) -> results`` for the op's body region.
 
@@ -179,6 +236,7 @@ def reduction(info, n: int):
     result_types = info.result_types
     monoid = monoid_of(body_region) if n == 1 else None
     reducer = monoid and monoid_reducer(monoid, body_types[0])
+    argminmax = argminmax_of(body_region) if n == 2 else None
     vectorized = is_elementwise(body_region)
 
     def run(body, inputs, inits, axes):
@@ -186,6 +244,8 @@ def reduction(info, n: int):
         inits = [np.asarray(x).astype(d, copy=False) for x, d in zip(inits, body_dtypes)]
         if reducer is not None:
             results = [reducer(inputs[0], axes, inits[0])]
+        elif argminmax is not None:
+            results = argminmax_reduce(argminmax, *inputs, *inits, axes)
         elif vectorized:
             results = tree_reduce(body.as_vectorized(), inputs, inits, axes)
         else:
