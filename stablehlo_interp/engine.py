@@ -67,6 +67,13 @@ class BoundRegion:
         """The same region, called on whole tensors (see RegionFrame.vectorized)."""
         return BoundRegion(self.region, self.captures, self.execution, self.step, self.index, True)
 
+    def for_process(self, process: int) -> "BoundRegion":
+        """The same region run by simulated process ``process`` (process_grid.py): its own
+        Execution, with the same listeners and context and the enclosing frames so far."""
+        execution = Execution(self.execution.listeners, process, self.execution.context)
+        execution._stack = list(self.execution._stack)
+        return BoundRegion(self.region, self.captures, execution, self.step, self.index, self.vectorized)
+
     def __call__(self, *args) -> list:
         call = self.calls
         self.calls = call + 1

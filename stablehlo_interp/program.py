@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hostio, sources
+from . import hostio, process_grid, sharding, sources
 from .decode import decode_attribute, decode_location, decode_type
 from .engine import Execution
 from .errors import ArgumentError, ModuleError
@@ -38,6 +38,9 @@ class Program:
         attributes = self.module.operation.attributes
         self.num_replicas = _int_attribute(attributes, "mhlo.num_replicas", 1)
         self.num_partitions = _int_attribute(attributes, "mhlo.num_partitions", 1)
+        self.meshes = sharding.module_meshes(self.module)   # sdy.mesh ops, by name
+        sharding.annotate_manual_borders(self.module)
+        self._process_ops: dict = {}
         self.functions: dict[str, Function] = {}
         func_ops = {}
         with self.module.context:
@@ -87,6 +90,9 @@ class Program:
         if self.shape_polymorphic:
             return self.refined(*values, function=target.name).run(
                 *values, function=target.name, listeners=listeners, io=io)
+        if self.num_processes > 1 and not process_grid.in_grid() and self._runs_per_process(target):
+            return self.run_grid([values] * self.num_processes, function=target.name, listeners=listeners,
+                                 io=io)[0]
         token = hostio.activate(io)
         try:
             with np.errstate(all="ignore"):
@@ -94,6 +100,57 @@ class Program:
         finally:
             hostio.deactivate(token)
         return [_as_result(value, values) for value in outputs]
+
+    @property
+    def num_processes(self) -> int:
+        return self.num_replicas * self.num_partitions
+
+    def run_grid(self, per_process_args, *, function: str | None = None, listeners=(),
+                 io: hostio.HostQueues | None = None) -> list:
+        """Run a function once per process of the module's grid, ``num_replicas`` x
+        ``num_partitions`` (spec: Parallel execution), with collectives between them.
+
+        ``per_process_args[i]`` are the arguments of the process with flattened id
+        ``i = replica_id * num_partitions + partition_id``; returns the list of
+        each process's results, in the same order. The processes share ``io``.
+        """
+        target = self.function(function or self.entry_name)
+        if not target.has_body:
+            raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
+        per_process_args = list(per_process_args)
+        if len(per_process_args) != self.num_processes:
+            raise ArgumentError(f"the module runs as {self.num_processes} process(es) ({self.num_replicas} "
+                                f"replica(s) x {self.num_partitions} partition(s)); got arguments for "
+                                f"{len(per_process_args)}")
+        values = [coerce_arguments(target, args) for args in per_process_args]
+        if self.shape_polymorphic:
+            return self.refined(*values[0], function=target.name).run_grid(
+                values, function=target.name, listeners=listeners, io=io)
+        queues = io if io is not None else hostio.HostQueues()
+        token = hostio.activate(queues)
+        try:
+            with np.errstate(all="ignore"):
+                outputs = process_grid.Grid(self.num_replicas, self.num_partitions).run(
+                    lambda process: Execution(listeners, process.id, queues).run_region(
+                        target.region, values[process.id]))
+        finally:
+            hostio.deactivate(token)
+        return [[_as_result(value, args) for value in out] for out, args in zip(outputs, values)]
+
+    def _runs_per_process(self, function: Function) -> bool:
+        """Whether the function's own code (outside manual computations) depends on the
+        process running it. A global program whose manual code lies between
+        SPMDFullToShardShape and SPMDShardToFullShape runs on every process with the
+        same arguments; any other such function is a per-process program (run_grid)."""
+        if function.name not in self._process_ops:
+            self._process_ops[function.name] = process_grid.process_ops(function.region)
+        found = self._process_ops[function.name]
+        if found and not found & process_grid.MANUAL_BORDERS:
+            raise ArgumentError(f"@{function.name} runs as {self.num_processes} processes ({self.num_replicas} "
+                                f"replica(s) x {self.num_partitions} partition(s)) and uses "
+                                f"{', '.join(sorted(found))}: run it with program.run_grid([arguments of each "
+                                "process])")
+        return bool(found)
 
     def refined(self, *args, function: str | None = None) -> "Program":
         """The program specialized to the shapes of ``args``: a shape-polymorphic

@@ -144,24 +144,32 @@ def executable_optimized_program(args):
 
 # ---------------------------------------------------------------- the Shardings extension
 
-# A serialized xla.OpSharding {type: REPLICATED}: every value of a single-device program.
-_REPLICATED = b"\x08\x00"
-
-
 @implements("Shardings_OutputShardings", abi.PJRT_Shardings_PJRT_Executable_OutputShardings_Args)
 def shardings_output_shardings(args):
+    """Serialized ``xla.OpSharding`` of each output (device/placement.py)."""
     executable = _executable(args.executable)
     args.num_outputs = executable.num_outputs
-    args.shardings, args.sharding_sizes = _strings(executable, "c_output_shardings", _REPLICATED,
-                                                   executable.num_outputs)
+    args.shardings, args.sharding_sizes = _string_array(executable, "c_output_shardings",
+                                                        executable.placement.output_shardings)
 
 
 @implements("Shardings_ParameterShardings", abi.PJRT_Shardings_PJRT_Executable_ParameterShardings_Args)
 def shardings_parameter_shardings(args):
     executable = _executable(args.executable)
     args.num_parameters = executable.num_parameters
-    args.shardings, args.sharding_sizes = _strings(executable, "c_parameter_shardings", _REPLICATED,
-                                                   executable.num_parameters)
+    args.shardings, args.sharding_sizes = _string_array(executable, "c_parameter_shardings",
+                                                        executable.placement.parameter_shardings)
+
+
+def _string_array(executable, attribute: str, values: list) -> tuple[int, int]:
+    """Arrays of pointers to ``values`` (bytes) and of their sizes, stored on the executable."""
+    if not hasattr(executable, attribute):
+        strings = [ctypes.create_string_buffer(value, len(value)) for value in values]
+        pointers = (c_void_p * len(values))(*[addressof(s) for s in strings])
+        sizes = (c_size_t * len(values))(*map(len, values))
+        setattr(executable, attribute, (strings, pointers, sizes))
+    _, pointers, sizes = getattr(executable, attribute)
+    return addressof(pointers), addressof(sizes)
 
 
 # ---------------------------------------------------------------- PJRT_LoadedExecutable
@@ -188,10 +196,13 @@ def loaded_executable_addressable_devices(args):
             abi.PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args)
 def loaded_executable_logical_ids(args):
     executable = lookup(args.executable, "executable")
+    count = len(executable.devices)
     if not hasattr(executable, "c_logical_ids"):
-        executable.c_logical_ids = (abi.PJRT_LogicalDeviceIds * 1)(abi.PJRT_LogicalDeviceIds(0, 0))
+        partitions = executable.num_partitions
+        executable.c_logical_ids = (abi.PJRT_LogicalDeviceIds * count)(
+            *[abi.PJRT_LogicalDeviceIds(i // partitions, i % partitions) for i in range(count)])
     args.addressable_device_logical_ids, args.num_addressable_device_logical_ids = \
-        addressof(executable.c_logical_ids), 1
+        addressof(executable.c_logical_ids), count
 
 
 @implements("LoadedExecutable_GetDeviceAssignment", abi.PJRT_LoadedExecutable_GetDeviceAssignment_Args)
@@ -216,25 +227,26 @@ def loaded_executable_is_deleted(args):
 
 @implements("LoadedExecutable_Execute", abi.PJRT_LoadedExecutable_Execute_Args)
 def loaded_executable_execute(args):
-    """Run on one device; outputs go into the caller's ``output_lists``, the event is complete."""
+    """Run on ``num_devices`` devices, one argument list each (device/placement.py); outputs
+    go into the caller's ``output_lists``, one list per device, and every event is complete."""
     executable = lookup(args.executable, "executable")
-    if args.num_devices != 1:
-        raise PluginError(abi.UNIMPLEMENTED, "the interp device runs single-device programs only for now "
-                                             f"(asked to run on {args.num_devices} devices)")
-    num_args = args.num_args
-    arguments = []
-    if num_args:
-        argument_list = c_void_p.from_address(args.argument_lists).value
-        arguments = [lookup(address, "buffer") for address in (c_void_p * num_args).from_address(argument_list)]
+    num_devices, num_args = args.num_devices, args.num_args
+    argument_lists = [[] for _ in range(num_devices)]
+    if num_args and num_devices:
+        for arguments, argument_list in zip(argument_lists, (c_void_p * num_devices).from_address(args.argument_lists)):
+            arguments.extend(lookup(address, "buffer") for address in (c_void_p * num_args).from_address(argument_list))
     device = lookup(args.execute_device, "device") if args.execute_device else None
     non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
-    outputs = executable.execute(arguments, device, non_donatable)
-    if outputs:
-        slots = (c_void_p * len(outputs)).from_address(c_void_p.from_address(args.output_lists).value)
-        for index, buffer in enumerate(outputs):
-            slots[index] = handle(buffer)
+    per_device = executable.execute(argument_lists, device, non_donatable)
+    if executable.num_outputs:
+        for outputs, output_list in zip(per_device, (c_void_p * num_devices).from_address(args.output_lists)):
+            slots = (c_void_p * len(outputs)).from_address(output_list)
+            for index, buffer in enumerate(outputs):
+                slots[index] = handle(buffer)
     if args.device_complete_events:
-        c_void_p.from_address(args.device_complete_events).value = COMPLETE_EVENT
+        events = (c_void_p * num_devices).from_address(args.device_complete_events)
+        for index in range(num_devices):
+            events[index] = COMPLETE_EVENT
 
 
 def _non_donatable(options_address) -> frozenset:

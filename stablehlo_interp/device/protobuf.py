@@ -26,6 +26,7 @@ class BuildOptions:
     num_partitions: int
     device_ids: tuple          # device of (replica r, partition p) at r * num_partitions + p; () if portable
     device_assignment: bytes   # the serialized DeviceAssignmentProto, b"" if portable
+    spmd: bool = False         # use_spmd_partitioning: the program is global, its partitions are shards
 
 
 def compile_options(serialized: bytes) -> BuildOptions:
@@ -34,10 +35,11 @@ def compile_options(serialized: bytes) -> BuildOptions:
     options = xla_client.CompileOptions.ParseFromString(serialized)
     build = options.executable_build_options
     assignment = build.device_assignment
+    spmd = bool(build.use_spmd_partitioning)
     if assignment is None or options.compile_portable_executable:
-        return BuildOptions(build.num_replicas, build.num_partitions, (), b"")
+        return BuildOptions(build.num_replicas, build.num_partitions, (), b"", spmd)
     data = assignment.serialize()
-    return BuildOptions(build.num_replicas, build.num_partitions, device_ids(data), data)
+    return BuildOptions(build.num_replicas, build.num_partitions, device_ids(data), data, spmd)
 
 
 def device_ids(device_assignment: bytes) -> tuple:

@@ -18,7 +18,7 @@ import numpy as np
 from .. import program as program_module
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..types import TOKEN
-from . import abi, protobuf
+from . import abi, placement, protobuf
 
 PLATFORM_NAME = "interp"
 DEVICE_KIND = "interp"
@@ -132,23 +132,22 @@ class Executable:
         build = protobuf.compile_options(options)
         self.num_replicas = build.num_replicas
         self.num_partitions = build.num_partitions
-        if self.num_replicas * self.num_partitions != 1:
-            raise PluginError(
-                abi.UNIMPLEMENTED,
-                f"the interp device runs single-device programs only for now; this one asks for "
-                f"{self.num_replicas} replica(s) x {self.num_partitions} partition(s)")
         if build.device_ids:
             self.devices = [client.lookup_device(device_id) for device_id in build.device_ids]
             self.device_assignment = build.device_assignment
-        else:   # a portable executable: Execute names the device
+        elif self.num_replicas * self.num_partitions == 1:   # a portable executable: Execute names the device
             self.devices = [client.devices[0]]
             self.device_assignment = b""
+        else:
+            raise PluginError(abi.INVALID_ARGUMENT, "a multi-device program needs a device assignment")
         self.program = program_module.load(code)
         attributes = self.program.module.operation.attributes
         self.name = attributes["sym_name"].value if "sym_name" in attributes else "main"
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types
         self.donated_parameters = _donated_parameters(self.program, self.function.name)
+        self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
+                                             build.spmd)
         self.deleted = False
 
     @property
@@ -159,17 +158,22 @@ class Executable:
     def num_parameters(self) -> int:
         return len(self.function.arg_types)
 
-    def execute(self, arguments: list, device: Device | None, non_donatable: frozenset) -> list:
-        """Run the program on one list of argument buffers; returns the output buffers."""
+    def execute(self, argument_lists: list, device: Device | None, non_donatable: frozenset) -> list:
+        """Run the program on one list of argument buffers per device (in the order of
+        ``devices``); returns one list of output buffers per device."""
         if self.deleted:
             raise PluginError(abi.FAILED_PRECONDITION, "the executable has been deleted")
-        values = [buffer.array() for buffer in arguments]
-        device = device or self.devices[0]
-        results = self.program.run(*values, function=self.function.name, listeners=listeners)
-        for index in self.donated_parameters:
-            if index not in non_donatable:
-                arguments[index].delete()
-        return [Buffer(device, value) for value in results]
+        if len(argument_lists) != len(self.devices):
+            raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
+                                                    f"got arguments for {len(argument_lists)}")
+        values = [[buffer.array() for buffer in arguments] for arguments in argument_lists]
+        results = self.placement.run(values, listeners)
+        for arguments in argument_lists:
+            for index in self.donated_parameters:
+                if index not in non_donatable:
+                    arguments[index].delete()
+        devices = [device] if device is not None else self.devices
+        return [[Buffer(target, value) for value in outputs] for target, outputs in zip(devices, results)]
 
 
 def _donated_parameters(program, function_name: str) -> tuple:

@@ -11,6 +11,7 @@ FAMILIES = (
     "bitwise",
     "check",
     "chlo",
+    "collectives",
     "comparison",
     "control_flow",
     "conversion",
@@ -29,6 +30,7 @@ FAMILIES = (
     "reduction",
     "shape",
     "sharding_calls",
+    "shardy",
     "sorting",
     "structure",
 )

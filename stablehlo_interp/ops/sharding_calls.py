@@ -8,11 +8,10 @@ and ``xla.sdy.FuncResultSharding``):
 
 * ``Sharding`` (``mhlo.sharding`` attribute): ``with_sharding_constraint`` and
   sharded arguments/results when JAX lowers without Shardy;
-* ``SPMDFullToShardShape`` / ``SPMDShardToFullShape``, and their Shardy
-  round-trip forms ``xla.sdy.GlobalToLocalShape`` / ``xla.sdy.LocalToGlobalShape``:
-  the borders of a ``shard_map`` body. They are identities when every shard
-  is the whole array (a mesh of one device); a body that works on smaller
-  shards needs one program per device, which a global view cannot run;
+* ``xla.sdy.GlobalToLocalShape`` / ``xla.sdy.LocalToGlobalShape``, the Shardy
+  round-trip forms of the borders of a ``shard_map`` body: identities when every
+  shard is the whole array (a mesh of one device). (``SPMDFullToShardShape`` and
+  ``SPMDShardToFullShape`` run per process: ops/shardy.py.)
 * ``xla.sdy.FuncResultSharding``, ``xla.sdy.ShardingGroup``: Shardy's
   annotations in modules exported through HLO;
 * ``annotate_device_placement`` (``_xla_buffer_placement`` frontend attribute),
@@ -26,9 +25,8 @@ from __future__ import annotations
 from ..registry import custom_call
 
 
-@custom_call("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
-             "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding", "xla.sdy.ShardingGroup",
-             "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink")
+@custom_call("Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
+             "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink")
 def forward(info):
     """Result i is operand i (no results: nothing to do)."""
     target = info.attr("call_target_name")

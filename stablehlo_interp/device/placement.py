@@ -1,0 +1,101 @@
+"""Where a program's arguments come from and its results go, on the devices it runs on.
+
+* One device: the program runs on that device's buffers.
+* A global program over several partitions (``num_partitions > 1`` with SPMD
+  partitioning: every multi-device ``jit``, ``shard_map`` and ``pmap`` of
+  JAX): Execute hands over one shard per device. The global arguments are
+  assembled from the shards by the arguments' shardings (``sdy.sharding`` or
+  ``mhlo.sharding``), the program runs once on global values (manual code in
+  it runs per device, ops/shardy.py), and each device gets its shard of each
+  result by the results' shardings. Values without a sharding get the one
+  sharding_propagation.py infers, as XLA's propagation would.
+* A program per replica (``num_replicas > 1``, one partition): each device is a
+  process of the grid with its own arguments (``Program.run_grid``).
+
+The shardings are reported to JAX as serialized ``xla.OpSharding`` protos.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import sharding
+from ..sharding_propagation import value_tilings
+from ..types import TOKEN, TensorType
+
+# A serialized xla.OpSharding {type: REPLICATED}.
+REPLICATED = b"\x08\x00"
+
+
+class Placement:
+    """Runs a program's entry function on per-device arguments (one device)."""
+
+    def __init__(self, program, function, num_devices: int):
+        self.program = program
+        self.function = function
+        self.num_devices = num_devices
+
+    @property
+    def parameter_shardings(self) -> list:
+        return [REPLICATED] * len(self.function.arg_types)
+
+    @property
+    def output_shardings(self) -> list:
+        return [REPLICATED] * len(self.function.result_types)
+
+    def run(self, arguments: list, listeners) -> list:
+        """``arguments[d]``: the argument arrays of device d; returns each device's results."""
+        return [self.program.run(*arguments[0], function=self.function.name, listeners=listeners)]
+
+
+class PerReplica(Placement):
+    """Each device runs the program as one process of the replica grid."""
+
+    def run(self, arguments: list, listeners) -> list:
+        return self.program.run_grid(arguments, function=self.function.name, listeners=listeners)
+
+
+class Global(Placement):
+    """A global program: arguments assembled from shards, results split into shards."""
+
+    def __init__(self, program, function, num_devices: int):
+        super().__init__(program, function, num_devices)
+        self.arg_tilings, self.result_tilings = value_tilings(program, function, num_devices)
+
+    @property
+    def parameter_shardings(self) -> list:
+        return [t.op_sharding(self.num_devices) if t else REPLICATED for t in self.arg_tilings]
+
+    @property
+    def output_shardings(self) -> list:
+        return [t.op_sharding(self.num_devices) if t else REPLICATED for t in self.result_tilings]
+
+    def run(self, arguments: list, listeners) -> list:
+        values = [self._assemble(i, t, tiling, arguments)
+                  for i, (t, tiling) in enumerate(zip(self.function.arg_types, self.arg_tilings))]
+        results = self.program.run(*values, function=self.function.name, listeners=listeners)
+        per_device = [[] for _ in range(self.num_devices)]
+        for value, tiling in zip(results, self.result_tilings):
+            shards = sharding.split(value, tiling) if tiling else {}
+            for device, outputs in enumerate(per_device):
+                # A device without a tile (a maximal sharding elsewhere) keeps the whole value.
+                outputs.append(value if tiling is None else np.ascontiguousarray(shards.get(device, value)))
+        return per_device
+
+    @staticmethod
+    def _assemble(index: int, value_type, tiling, arguments):
+        if tiling is None:
+            return TOKEN if not isinstance(value_type, TensorType) else arguments[0][index]
+        return sharding.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
+
+
+def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool) -> Placement:
+    count = num_replicas * num_partitions
+    if count == 1:
+        return Placement(program, function, 1)
+    if num_partitions > 1 and num_replicas == 1 and spmd:
+        return Global(program, function, count)
+    if num_partitions == 1:
+        return PerReplica(program, function, count)
+    raise NotImplementedError(f"the interp device runs global programs over partitions or programs per replica, "
+                              f"not {num_replicas} replicas x {num_partitions} partitions")

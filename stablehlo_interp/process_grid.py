@@ -1,0 +1,292 @@
+"""Run a function once per StableHLO process, with real collectives between them.
+
+Spec, "Parallel execution": a program runs as a grid of ``num_replicas`` by
+``num_partitions`` processes; process ``(replica_id, partition_id)`` has the
+*flattened id* ``replica_id * num_partitions + partition_id``. Processes are
+independent except at collective ops, where each process group exchanges
+values.
+
+Each process gets its own thread (with a copy of the caller's ``contextvars``
+context, so the host queues of the run are found), but only one runs at a
+time: a process runs until it finishes or waits at a collective, then hands
+over to the next process that can go on, in a fixed order. Runs are therefore
+deterministic, do not depend on the number of CPU cores, and a collective that
+can never complete is known exactly: when no process can go on while some
+wait, every waiting process fails with an error naming its op, its group and
+what the missing processes are doing, instead of hanging.
+
+Ops find their process with :func:`current`; outside any grid they run as the
+one process of a 1 x 1 grid.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import InterpreterError, OpError
+
+# Ops whose results depend on the process that runs them, and the custom calls that
+# begin and end manual code in modules lowered without Shardy.
+PROCESS_OPS = frozenset({
+    "stablehlo.all_gather", "stablehlo.all_reduce", "stablehlo.all_to_all", "stablehlo.collective_broadcast",
+    "stablehlo.collective_permute", "stablehlo.reduce_scatter", "stablehlo.replica_id", "stablehlo.partition_id",
+})
+MANUAL_BORDERS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
+
+_CURRENT: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_process", default=None)
+
+
+class CollectiveError(InterpreterError):
+    """A collective that cannot complete: its processes wait for ones that never come,
+    or the processes of a group reached different collectives."""
+
+
+class GridAborted(InterpreterError):
+    """Raised in the processes of a grid stopped because another process failed."""
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process of a grid: its ``(replica_id, partition_id)`` and its grid."""
+
+    grid: "Grid" = field(repr=False, compare=False)
+    replica_id: int
+    partition_id: int
+
+    @property
+    def id(self) -> int:
+        """The flattened id: ``replica_id * num_partitions + partition_id``."""
+        return self.replica_id * self.grid.num_partitions + self.partition_id
+
+    def __str__(self) -> str:
+        if self.grid.size == 1:
+            return "process 0"
+        return f"process {self.id} (replica {self.replica_id}, partition {self.partition_id})"
+
+
+def current() -> Process:
+    """The process running this code: the one of a 1 x 1 grid outside any grid."""
+    return _CURRENT.get() or _SINGLE.processes[0]
+
+
+def in_grid() -> bool:
+    """Whether this code runs as one process of a grid of several."""
+    return _CURRENT.get() is not None
+
+
+@dataclass
+class _Meeting:
+    """The processes of one group at one collective: what each brought."""
+
+    group: tuple
+    arrived: dict = field(default_factory=dict)   # process id -> (op name, payload)
+    error: Exception | None = None
+
+    @property
+    def missing(self) -> list:
+        return [member for member in self.group if member not in self.arrived]
+
+    def payloads(self) -> list:
+        return [self.arrived[member][1] for member in self.group]
+
+
+class Grid:
+    """``num_replicas`` x ``num_partitions`` processes (see the module docstring)."""
+
+    def __init__(self, num_replicas: int = 1, num_partitions: int = 1):
+        if num_replicas < 1 or num_partitions < 1:
+            raise InterpreterError(f"a process grid needs at least one replica and one partition, "
+                                   f"got {num_replicas} x {num_partitions}")
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+        self.processes = tuple(Process(self, r, p) for r in range(num_replicas) for p in range(num_partitions))
+        self._condition = threading.Condition()
+        self._reset()
+
+    @property
+    def size(self) -> int:
+        return len(self.processes)
+
+    def _reset(self) -> None:
+        self._turn: int | None = None
+        self._ready: deque = deque()
+        self._waiting: dict = {}                 # process id -> (op name, meeting)
+        self._finished: set = set()
+        self._failures: list = []                # (process id, exception), first one first
+        self._aborted = False
+        self._meetings: dict = {}
+        self._arrivals: defaultdict = defaultdict(int)
+
+    def __repr__(self) -> str:
+        return f"<Grid {self.num_replicas} replica(s) x {self.num_partitions} partition(s)>"
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, body: Callable[[Process], object]) -> list:
+        """``[body(process) for each process]``, each in its own thread, with
+        collectives between them; raises the first failure of any process."""
+        if self.size == 1:
+            token = _CURRENT.set(self.processes[0])
+            try:
+                return [_with_process_context(body, self.processes[0])]
+            finally:
+                _CURRENT.reset(token)
+        self._reset()
+        results = [None] * self.size
+        self._ready.extend(range(1, self.size))
+        self._turn = 0
+        threads = [threading.Thread(target=self._thread, args=(process, body, results, contextvars.copy_context()),
+                                    name=f"stablehlo_interp {process}", daemon=True)
+                   for process in self.processes]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:   # KeyboardInterrupt: stop every process at its next turn
+            with self._condition:
+                self._aborted = True
+                self._condition.notify_all()
+            raise
+        if self._failures:
+            raise self._failures[0][1]
+        return results
+
+    def _thread(self, process: Process, body, results: list, context: contextvars.Context) -> None:
+        with self._condition:
+            self._wait_for_turn(process.id)
+        try:
+            if not self._aborted:
+                results[process.id] = context.run(_run_as, process, body)
+        except GridAborted:
+            pass
+        except BaseException as error:  # noqa: BLE001 - reported by run()
+            with self._condition:
+                self._failures.append((process.id, error))
+                self._aborted = True
+        finally:
+            with self._condition:
+                self._finished.add(process.id)
+                self._pass_turn()
+
+    def _wait_for_turn(self, process_id: int) -> None:
+        while self._turn != process_id and not self._aborted:
+            self._condition.wait()
+
+    def _pass_turn(self) -> None:
+        """Let the next ready process run; if none is ready but some wait, they never will."""
+        if self._aborted:
+            self._turn = None
+        elif self._ready:
+            self._turn = self._ready.popleft()
+        elif self._waiting:
+            self._turn = None
+            self._fail_waiting()
+        else:
+            self._turn = None
+        self._condition.notify_all()
+
+    def _fail_waiting(self) -> None:
+        message = self._deadlock_report()
+        for op_name, meeting in self._waiting.values():
+            meeting.error = CollectiveError(message)
+        self._ready.extend(sorted(self._waiting))
+        self._waiting.clear()
+        self._turn = self._ready.popleft()
+
+    def _deadlock_report(self) -> str:
+        lines = ["the collective can never complete:"]
+        for process_id in sorted(self._waiting):
+            op_name, meeting = self._waiting[process_id]
+            lines.append(f"{self.processes[process_id]} waits in {op_name} for processes "
+                         f"{meeting.missing} of its group {list(meeting.group)}")
+        for process_id in range(self.size):
+            if process_id in self._finished:
+                lines.append(f"{self.processes[process_id]} has finished")
+        return "\n".join(lines)
+
+    # -------------------------------------------------------------- collectives
+
+    def exchange(self, process: Process, group: tuple, payload, op_name: str) -> list:
+        """Hand ``payload`` to the processes of ``group`` (flattened ids, in order) and
+        return what each of them handed, in the group's order, once all arrived.
+
+        The k-th exchange of a process in a group meets the k-th exchange of every
+        other member of that group; all of them must be the same kind of op.
+        """
+        group = tuple(group)
+        if group == (process.id,):
+            return [payload]
+        if process.id not in group:
+            raise CollectiveError(f"{process} exchanges in group {list(group)}, which does not contain it")
+        with self._condition:
+            key = (group, self._arrivals[(process.id, group)])
+            self._arrivals[(process.id, group)] += 1
+            meeting = self._meetings.setdefault(key, _Meeting(group))
+            meeting.arrived[process.id] = (op_name, payload)
+            if meeting.missing:
+                self._waiting[process.id] = (op_name, meeting)
+                self._pass_turn()
+                self._wait_for_turn(process.id)
+                if self._aborted:
+                    raise GridAborted(f"{process} stopped: another process failed")
+            else:
+                del self._meetings[key]
+                meeting.error = _mismatch(meeting, self)
+                for member in group:
+                    if self._waiting.pop(member, None) is not None:
+                        self._ready.append(member)
+        if meeting.error is not None:
+            raise meeting.error
+        return meeting.payloads()
+
+
+def _mismatch(meeting: _Meeting, grid: Grid) -> CollectiveError | None:
+    names = {name for name, _ in meeting.arrived.values()}
+    if len(names) == 1:
+        return None
+    reached = "; ".join(f"{grid.processes[member]} reached {meeting.arrived[member][0]}" for member in meeting.group)
+    return CollectiveError(f"the processes of group {list(meeting.group)} reached different collectives: {reached}")
+
+
+def _run_as(process: Process, body):
+    _CURRENT.set(process)
+    return _with_process_context(body, process)
+
+
+def _with_process_context(body, process: Process):
+    """``body(process)``; an op error says which process it happened in."""
+    try:
+        return body(process)
+    except OpError as error:
+        if process.grid.size > 1:
+            error.add_enclosing(f"process {process.id}", None,
+                                f"replica {process.replica_id}, partition {process.partition_id}")
+        raise
+
+
+_SINGLE = Grid(1, 1)
+
+
+def process_ops(region) -> set:
+    """The process ops and manual borders (by op name or custom-call target) in
+    ``region``, the regions of its ops and the functions it calls, except inside
+    ``sdy.manual_computation``, which starts its own grid."""
+    found, seen, pending = set(), set(), [region]
+    while pending:
+        region = pending.pop()
+        if id(region) in seen:
+            continue
+        seen.add(id(region))
+        for step in region.steps:
+            name = step.info.name
+            target = step.info.attributes.get("call_target_name") if name == "stablehlo.custom_call" else None
+            if name in PROCESS_OPS or target in MANUAL_BORDERS:
+                found.add(target or name)
+            if name != "sdy.manual_computation":
+                pending.extend(step.regions)
+    return found
