@@ -285,15 +285,19 @@ op("stablehlo.round_nearest_afz", elementwise=True)(_rounding(_round_half_away))
 # --------------------------------------------------------------- math functions
 
 
-def _math(fn, exact=False):
+def _math(fn, exact=False, accurate_f32=False):
     """Builder of a float/complex math op evaluated in wider precision.
 
     ``exact``: NumPy's f64 function is correctly rounded (sqrt, pow), so f64
-    stays f64 (through the extended type it would be rounded twice)."""
+    stays f64 (through the extended type it would be rounded twice).
+    ``accurate_f32``: NumPy's own f32 kernel is within 1 ULP of the correctly
+    rounded result (tanh, sin, cos: measured over 10^8 random f32 bit
+    patterns; exp, log, tan ... are up to 3 ULP off), so f32 stays f32, 5-20x
+    faster than going through f64."""
 
     def build(info):
         dtype = info.operand_types[0].dtype
-        if exact and dtype == np.float64:
+        if (exact and dtype == np.float64) or (accurate_f32 and dtype == np.float32):
             return _by_kind(info, floating=fn)
         wide = in_wider_precision(fn, dtype)
         return _by_kind(info, floating=wide, complex_=wide)
@@ -321,10 +325,10 @@ op("stablehlo.exponential_minus_one", elementwise=True)(_math(np.expm1))
 op("stablehlo.log", elementwise=True)(_math(np.log))
 op("stablehlo.log_plus_one", elementwise=True)(_math(np.log1p))
 op("stablehlo.logistic", elementwise=True)(_math(_logistic))
-op("stablehlo.sine", elementwise=True)(_math(np.sin))
-op("stablehlo.cosine", elementwise=True)(_math(np.cos))
+op("stablehlo.sine", elementwise=True)(_math(np.sin, accurate_f32=True))
+op("stablehlo.cosine", elementwise=True)(_math(np.cos, accurate_f32=True))
 op("stablehlo.tan", elementwise=True)(_math(np.tan))
-op("stablehlo.tanh", elementwise=True)(_math(np.tanh))
+op("stablehlo.tanh", elementwise=True)(_math(np.tanh, accurate_f32=True))
 op("stablehlo.sqrt", elementwise=True)(_math(np.sqrt, exact=True))
 op("stablehlo.rsqrt", elementwise=True)(_math(_rsqrt))
 op("stablehlo.cbrt", elementwise=True)(_math(_cbrt))
