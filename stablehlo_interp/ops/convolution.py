@@ -16,6 +16,7 @@ one extra batch dimension of the matmul.
 
 from __future__ import annotations
 
+import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -101,8 +102,8 @@ def _convolver(info):
         windows = windows.reshape((batch_groups, batch_per_group) + out_spatial
                                   + (feature_groups, group_features) + kernel)
         windows = np.transpose(windows, (0, 2 + n, 1, *range(2, 2 + n), *range(4 + n, 4 + 2 * n), 3 + n))
-        rows = batch_per_group * int(np.prod(out_spatial))
-        columns = int(np.prod(kernel)) * group_features
+        rows = batch_per_group * math.prod(out_spatial)
+        columns = math.prod(kernel) * group_features
         matrix = windows.reshape(groups, rows, columns)
         weights = w.reshape(groups, outputs // groups, columns).transpose(0, 2, 1)
         product = np.matmul(matrix, weights)  # [groups, rows, outputs per group]

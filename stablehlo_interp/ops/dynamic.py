@@ -10,6 +10,7 @@ contradicts a static dimension of the result type is an error.
 
 from __future__ import annotations
 
+import math
 import dataclasses
 
 import numpy as np
@@ -77,7 +78,7 @@ def dynamic_reshape(info):
 
     def run(operand, output_shape):
         shape = _ints(output_shape)
-        if int(np.prod(shape, dtype=np.int64)) != np.size(operand):
+        if math.prod(shape) != np.size(operand):
             raise ValueError(f"cannot reshape {np.shape(operand)} ({np.size(operand)} elements) "
                              f"to {list(shape)}")
         return runner_for(shape)(operand)

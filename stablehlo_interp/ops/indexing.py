@@ -11,6 +11,7 @@ updates with a strategy chosen at load time (see :func:`scatter_combiner`).
 
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ..decode import GatherDimensionNumbers
@@ -330,7 +331,7 @@ def select_and_scatter(info):
     windows = Windows.of(info, operand_type.rank)
     select_vectorized = is_elementwise(info.regions[0])
     combine = scatter_combiner(info, 1)
-    positions = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    positions = np.arange(math.prod(shape)).reshape(shape)
 
     def pick(select, values, where):
         """Per window (rows of ``values``), the position of the selected element or -1."""
@@ -354,7 +355,7 @@ def select_and_scatter(info):
         operand = np.asarray(operand)
         where = windows.view(windows.padded(positions, -1))
         values = windows.view(windows.padded(operand, np.zeros((), operand.dtype)))
-        count = int(np.prod(where.shape[:operand.ndim], dtype=np.int64))
+        count = math.prod(where.shape[:operand.ndim])
         picked = pick(select, np.reshape(values, (count, -1)), np.reshape(where, (count, -1))) \
             if count else np.zeros(0, np.int64)
         result = np.full(operand.size, init_value, operand.dtype)

@@ -11,6 +11,7 @@ is honoured (see :func:`_algorithm_product`).
 
 from __future__ import annotations
 
+import math
 import numpy as np
 import scipy.linalg.blas
 
@@ -162,9 +163,9 @@ def _contraction(info, numbers):
         batch = lhs.shape[:n_batch]
         free_l = lhs.shape[n_batch:n_batch + n_free_l]
         free_r = rhs.shape[n_batch + n_contract:]
-        size_b, size_c = int(np.prod(batch)), int(np.prod(lhs.shape[n_batch + n_free_l:]))
-        product = multiply(lhs.reshape(size_b, int(np.prod(free_l)), size_c),
-                           rhs.reshape(size_b, size_c, int(np.prod(free_r))))
+        size_b, size_c = math.prod(batch), math.prod(lhs.shape[n_batch + n_free_l:])
+        product = multiply(lhs.reshape(size_b, math.prod(free_l), size_c),
+                           rhs.reshape(size_b, size_c, math.prod(free_r)))
         return finish(product.reshape(batch + free_l + free_r))
 
     return run

@@ -10,6 +10,7 @@ Philox on CPU. Here the same arithmetic runs on whole uint32/uint64 arrays.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -141,14 +142,14 @@ def threefry_bits(key, counter, shape, bits: int):
     """XLA's ThreeFryBitGenerator: ``(bits, new_counter)`` (bits as uint32/uint64)."""
     k0, k1 = _U32(key & 0xFFFFFFFF), _U32(key >> 32)
     if bits == 64:
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         inputs = _U64(counter) + np.arange(count, dtype=_U64)
         y0, y1 = threefry2x32(_low(inputs), _high(inputs), k0, k1)
         return _join(y0, y1).reshape(shape), counter + count
     # 32 bits and narrower: each 2x32 output pair fills both halves of one dim.
     split = _halves_layout(shape)
     half = (1,) if split is None else shape[:split] + ((shape[split] + 1) // 2, 1) + shape[split + 1:]
-    count = int(np.prod(half, dtype=np.int64))
+    count = math.prod(half)
     inputs = _U64(counter) + np.arange(count, dtype=_U64)
     y0, y1 = threefry2x32(_low(inputs), _high(inputs), k0, k1)
     if split is None:
@@ -165,7 +166,7 @@ def philox_bits(key, counter_low, counter_high, shape, bits: int):
     The 128-bit counter advances by one per 128 output bits; the four 32-bit
     outputs of each block are interleaved.
     """
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     words = count * 2 if bits == 64 else count
     blocks = -(-words // 4)
     low = _U64(counter_low) + np.arange(blocks, dtype=_U64)

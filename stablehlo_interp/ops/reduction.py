@@ -15,6 +15,7 @@ dilated inputs. Three strategies, chosen at load time:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,7 +128,7 @@ def _move_reduced_axes_last(inputs, axes):
     shape = np.shape(inputs[0])
     kept = [d for d in range(len(shape)) if d not in axes]
     outer = tuple(shape[d] for d in kept)
-    count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    count = math.prod([shape[d] for d in axes])
     return outer, [np.transpose(x, kept + list(axes)).reshape(outer + (count,)) for x in inputs]
 
 
