@@ -108,6 +108,7 @@ def _serve() -> None:
         try:
             context = jax_mlir.make_ir_context()
             load_quant_dialect(context)  # for !quant.uniform types
+            stablehlo.register_interpreter_dialect(context)  # interpreter.run_parallel
             with context, ir.Location.unknown():
                 module = ir.Module.parse(module_text)
                 attrs = []

@@ -9,8 +9,9 @@
   it runs per device, ops/shardy.py), and each device gets its shard of each
   result by the results' shardings. Values without a sharding get the one
   sharding_propagation.py infers, as XLA's propagation would.
-* A program per replica (``num_replicas > 1``, one partition): each device is a
-  process of the grid with its own arguments (``Program.run_grid``).
+* A program per process (``num_replicas > 1`` with one partition, or partitions
+  without SPMD partitioning): each device is a process of the grid with its own
+  arguments (``Program.run_grid``).
 
 The shardings are reported to JAX as serialized ``xla.OpSharding`` protos.
 """
@@ -48,8 +49,8 @@ class Placement:
         return [self.program.run(*arguments[0], function=self.function.name, listeners=listeners)]
 
 
-class PerReplica(Placement):
-    """Each device runs the program as one process of the replica grid."""
+class PerProcess(Placement):
+    """Each device runs the program as one process of the grid (a program per process)."""
 
     def run(self, arguments: list, listeners) -> list:
         return self.program.run_grid(arguments, function=self.function.name, listeners=listeners)
@@ -93,9 +94,10 @@ def placement(program, function, num_replicas: int, num_partitions: int, spmd: b
     count = num_replicas * num_partitions
     if count == 1:
         return Placement(program, function, 1)
-    if num_partitions > 1 and num_replicas == 1 and spmd:
+    if num_partitions == 1 or not spmd:
+        return PerProcess(program, function, count)
+    if num_replicas == 1:
         return Global(program, function, count)
-    if num_partitions == 1:
-        return PerReplica(program, function, count)
-    raise NotImplementedError(f"the interp device runs global programs over partitions or programs per replica, "
-                              f"not {num_replicas} replicas x {num_partitions} partitions")
+    raise NotImplementedError(f"the interp device runs a global program over partitions, or a program per "
+                              f"process, not a global program over {num_replicas} replicas x {num_partitions} "
+                              "partitions")

@@ -27,7 +27,7 @@ import numpy as np
 from ..engine import Execution
 from ..process_grid import Grid, current
 from ..registry import op
-from .reduction import is_elementwise, tree_reduce
+from .reduction import is_elementwise
 
 CROSS_REPLICA, CROSS_PARTITION, CROSS_REPLICA_AND_PARTITION, FLATTENED_IDS = (
     "cross_replica", "cross_partition", "cross_replica_and_partition", "flattened_ids")
@@ -122,17 +122,19 @@ def _single(results: list):
 def _combiner(info):
     """``combine(bound computation, values, result type)``: ``computation`` applied along a
     binary tree whose in-order leaves are ``values`` (spec: all_reduce), after converting
-    them to the computation's element type."""
+    them to the computation's element type. The tree leans left, ``((v0 + v1) + v2) ...``,
+    the order in which XLA's CPU backend combines."""
     region = info.regions[0]
     body_dtype = region.arg_types[0].dtype
     vectorized = is_elementwise(region)
 
     def combine(bound, values, result_type):
         values = [np.asarray(v).astype(body_dtype, copy=False) for v in values]
-        if len(values) == 1:
+        if vectorized:
+            body = bound.as_vectorized()
             combined = values[0]
-        elif vectorized:
-            combined = tree_reduce(bound.as_vectorized(), [np.stack(values[1:])], [values[0]], (0,))[0]
+            for value in values[1:]:
+                (combined,) = body(combined, value)
         else:
             combined = np.empty(values[0].shape, body_dtype)
             for index in np.ndindex(*values[0].shape):
