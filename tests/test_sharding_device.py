@@ -1,0 +1,297 @@
+"""Placement and sharding on the interp devices, against XLA's CPU with 8 host devices.
+
+Each test builds the same arrays and programs on ``cpu`` and on ``interp``
+devices (same mesh shape, same device order) and checks that the results agree
+in value, in ``.sharding`` and in every addressable shard: its device, the part
+of the array it holds and its data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding
+
+import stablehlo_interp as si
+from stablehlo_interp import device as interp_device
+
+PLATFORMS = ("cpu", "interp")
+X = np.arange(64, dtype=np.float32).reshape(8, 8) / 8 - 3
+
+
+class Ran(si.Listener):
+    """Counts the ops the interpreter runs on the device (no silent fallback to the CPU)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def after_op(self, step, operands, results, stack):
+        self.count += 1
+
+
+@pytest.fixture
+def ran():
+    listener = Ran()
+    interp_device.listeners.append(listener)
+    yield listener
+    interp_device.listeners.remove(listener)
+
+
+def mesh(platform: str, shape=(4, 2), names=("x", "y"), order=None, axis_types=None) -> Mesh:
+    devices = np.array(jax.devices(platform))
+    if order is not None:
+        devices = devices[list(order)]
+    devices = devices[:int(np.prod(shape))].reshape(shape)
+    return Mesh(devices, names, axis_types=axis_types) if axis_types else Mesh(devices, names)
+
+
+def placement(array) -> tuple:
+    """What the test compares: the sharding and each shard (device id, index, data)."""
+    sharding = array.sharding
+    if isinstance(sharding, NamedSharding):
+        described = ("named", sharding.spec, tuple(sharding.mesh.shape.items()),
+                     tuple(d.id for d in sharding.mesh.devices.flat), sharding.mesh.axis_types)
+    elif isinstance(sharding, SingleDeviceSharding):
+        described = ("single", sharding._device.id)
+    else:
+        described = (type(sharding).__name__, sharding._to_xla_hlo_sharding(array.ndim),
+                     tuple(d.id for d in sharding._device_assignment))
+    shards = sorted((shard.device.id, str(shard.index), np.asarray(shard.data).tobytes(),
+                     str(shard.data.dtype), shard.data.shape) for shard in array.addressable_shards)
+    return described, shards
+
+
+def assert_same_placement(expected, actual) -> None:
+    for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(actual)):
+        assert {d.platform for d in got.devices()} == {"interp"}
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+        want_sharding, want_shards = placement(want)
+        got_sharding, got_shards = placement(got)
+        assert got_sharding == want_sharding
+        assert [s[:2] + s[3:] for s in got_shards] == [s[:2] + s[3:] for s in want_shards]
+        for (device, _, want_data, dtype, shape), (_, _, got_data, _, _) in zip(want_shards, got_shards):
+            np.testing.assert_allclose(np.frombuffer(got_data, dtype).reshape(shape),
+                                       np.frombuffer(want_data, dtype).reshape(shape), rtol=1e-6, atol=1e-6,
+                                       err_msg=f"shard on device {device}")
+
+
+def on_both(build):
+    """``build(platform)`` on the CPU and on interp; checks they agree; returns interp's."""
+    expected, actual = (build(platform) for platform in PLATFORMS)
+    assert_same_placement(expected, actual)
+    return actual
+
+
+# --------------------------------------------------------------------------------- device_put
+
+PUT_CASES = {
+    "1d": ((8,), ("x",), [P(), P("x"), P(None, "x")]),
+    "2d": ((4, 2), ("x", "y"), [P("x", "y"), P("y", "x"), P(("x", "y")), P(None, "y"), P("y")]),
+    "2d_2x2": ((2, 2), ("x", "y"), [P("x"), P(("y", "x"), None)]),
+}
+
+
+@pytest.mark.parametrize("case, spec", [(c, s) for c in PUT_CASES for s in PUT_CASES[c][2]],
+                         ids=[f"{c}-{s}" for c in PUT_CASES for s in PUT_CASES[c][2]])
+def test_device_put_named_sharding(case, spec):
+    shape, names, _ = PUT_CASES[case]
+    on_both(lambda p: jax.device_put(X, NamedSharding(mesh(p, shape, names), spec)))
+
+
+def test_device_put_over_a_reordered_mesh():
+    on_both(lambda p: jax.device_put(X, NamedSharding(mesh(p, order=[3, 1, 2, 0, 7, 5, 6, 4]), P("x", "y"))))
+
+
+@pytest.mark.parametrize("index", [0, 5])
+def test_device_put_single_device(index):
+    on_both(lambda p: jax.device_put(X, SingleDeviceSharding(jax.devices(p)[index])))
+
+
+def test_device_put_from_one_sharding_to_another():
+    on_both(lambda p: jax.device_put(jax.device_put(X, NamedSharding(mesh(p), P("x", "y"))),
+                                     NamedSharding(mesh(p), P(None, "x"))))
+
+
+# ---------------------------------------------------------------- with_sharding_constraint
+
+
+def test_with_sharding_constraint_eagerly_is_like_device_put():
+    """Eagerly, with_sharding_constraint reshards a committed array like device_put (a
+    transfer between devices: no program runs)."""
+    def build(platform):
+        m = mesh(platform)
+        x = jax.device_put(X, NamedSharding(m, P("x")))
+        return lax.with_sharding_constraint(x, NamedSharding(m, P("y", "x"))), \
+            jax.device_put(x, NamedSharding(m, P("y", "x")))
+
+    constrained, put = on_both(build)
+    assert placement(constrained) == placement(put)
+
+
+@pytest.mark.parametrize("spec", [P("x", "y"), P(None, "x"), P(), P(("x", "y"))])
+def test_with_sharding_constraint_inside_jit(ran, spec):
+    def build(platform):
+        m = mesh(platform)
+        f = jax.jit(lambda v: lax.with_sharding_constraint(jnp.sin(v) * 2, NamedSharding(m, spec)) + 1)
+        return f(jax.device_put(X, NamedSharding(m, P("y"))))
+
+    on_both(build)
+    assert ran.count
+
+
+def test_constraint_decides_the_sharding_of_an_uncommitted_argument():
+    """XLA propagates a constraint backwards to an argument JAX left unspecified."""
+    def build(platform):
+        m = mesh(platform)
+        f = jax.jit(lambda v: lax.with_sharding_constraint(v.reshape(2, 4, 8),
+                                                           NamedSharding(m, P(None, P.UNCONSTRAINED, "y"))))
+        compiled = f.lower(X).compile()
+        return compiled(X), compiled.input_shardings[0][0]
+
+    expected, actual = (build(p) for p in PLATFORMS)
+    assert_same_placement(expected[0], actual[0])
+    assert actual[1]._to_xla_hlo_sharding(2) == expected[1]._to_xla_hlo_sharding(2)
+
+
+# ------------------------------------------------------------------ jit in_/out_shardings
+
+
+@pytest.mark.parametrize("in_spec, out_spec", [(P("x"), P("y")), (P("x", "y"), P()), (P(), P("x", "y")),
+                                               (P(None, "y"), P(("x", "y")))])
+def test_jit_in_and_out_shardings(ran, in_spec, out_spec):
+    def build(platform):
+        m = mesh(platform)
+        f = jax.jit(lambda a, b: (a @ b, a + 1), in_shardings=(NamedSharding(m, in_spec), NamedSharding(m, P())),
+                    out_shardings=(NamedSharding(m, out_spec), None))
+        return f(X, X.T)
+
+    on_both(build)
+    assert ran.count
+
+
+def test_jit_with_out_shardings_on_uncommitted_inputs():
+    on_both(lambda p: jax.jit(lambda v: jnp.cumsum(v, axis=0),
+                              out_shardings=NamedSharding(mesh(p), P("x", "y")))(X))
+
+
+def test_jit_over_a_subset_of_the_devices():
+    on_both(lambda p: jax.jit(lambda v: v * v)(jax.device_put(X, NamedSharding(mesh(p, (2,), ("x",)), P("x")))))
+
+
+@pytest.mark.filterwarnings("ignore:backend and device argument on jit is deprecated")
+def test_computation_follows_data():
+    """jit without shardings runs where its (committed) inputs are."""
+    def build(platform):
+        d = jax.devices(platform)[3]
+        return jax.jit(lambda v: v * 2)(jax.device_put(X, d)), jax.jit(lambda v: v * 2, device=d)(X)
+
+    followed, pinned = on_both(build)
+    assert placement(followed) == placement(pinned)
+
+
+def test_donated_sharded_arguments_are_deleted():
+    def build(platform):
+        x = jax.device_put(X, NamedSharding(mesh(platform), P("x")))
+        y = jax.jit(lambda v: v + 1, donate_argnums=0)(x)
+        assert x.is_deleted()
+        return y
+
+    on_both(build)
+
+
+# ------------------------------------------------------------ what XLA decides (propagation)
+
+PROPAGATION = {
+    "elementwise": lambda v: jnp.exp(v) * 2 - v,
+    "transpose": lambda v: v.T,
+    "reduce": lambda v: v.sum(axis=0),
+    "reduce_all": lambda v: jnp.tanh(v).mean(),
+    "matmul": lambda v: v @ v.T,
+    "reshape_merge": lambda v: v.reshape(64),
+    "reshape_split": lambda v: v.reshape(2, 4, 8),
+    "concatenate": lambda v: jnp.concatenate([v, v]),
+    "broadcast": lambda v: v[None, :, :] * jnp.ones((3, 1, 1)),
+    "slice": lambda v: v[1:5],
+    "sort": lambda v: jnp.sort(v, axis=0),
+    "cond": lambda v: lax.cond(v[0, 0] > 0, jnp.sin, jnp.cos, v),
+    "while": lambda v: lax.fori_loop(0, 3, lambda i, c: c * 2 + i, v),
+    "nested_jit": lambda v: jax.jit(lambda w: w + 1)(v) * 3,
+    "scan": lambda v: lax.scan(lambda c, row: (c + row, c * row), jnp.zeros(8), v),
+}
+
+
+@pytest.mark.parametrize("name", PROPAGATION)
+@pytest.mark.parametrize("spec", [P("x", "y"), P("y")])
+def test_result_shardings_xla_chooses(name, spec):
+    on_both(lambda p: jax.jit(PROPAGATION[name])(jax.device_put(X, NamedSharding(mesh(p), spec))))
+
+
+def test_two_inputs_with_compatible_shardings():
+    def build(platform):
+        m = mesh(platform)
+        return jax.jit(lambda a, b: a * b)(jax.device_put(X, NamedSharding(m, P("x"))),
+                                           jax.device_put(X, NamedSharding(m, P(None, "y"))))
+
+    on_both(build)
+
+
+# -------------------------------------------------------------------- explicit sharding mode
+
+
+def test_explicit_axes_mesh(ran):
+    """With Explicit axes, shardings are part of the types; Auto axes are left to XLA."""
+    def build(platform):
+        m = mesh(platform, axis_types=(AxisType.Explicit, AxisType.Auto))
+        x = jax.device_put(X, NamedSharding(m, P("x")))
+        f = jax.jit(lambda v: (jnp.matmul(jnp.sin(v), v.T, out_sharding=NamedSharding(m, P("x"))), v.sum(axis=1), v * 2))
+        return f(x)
+
+    on_both(build)
+    assert ran.count
+
+
+@pytest.mark.parametrize("spec", [P(None, "x"), P("y", "x"), P()])
+def test_reshard(ran, spec):
+    def build(platform):
+        m = mesh(platform, axis_types=(AxisType.Explicit, AxisType.Explicit))
+        x = jax.device_put(X, NamedSharding(m, P("x")))
+        inside = jax.jit(lambda v: jax.reshard(v * 2, NamedSharding(m, spec)))(x)
+        return inside, jax.reshard(x, NamedSharding(m, spec))
+
+    on_both(build)
+    assert ran.count
+
+
+def test_make_mesh_default_axis_types():
+    def build(platform):
+        m = jax.make_mesh((4, 2), ("x", "y"), devices=jax.devices(platform))
+        x = jax.device_put(X, NamedSharding(m, P("x", "y")))
+        return jax.jit(lambda v: (jnp.matmul(v.T, v, out_sharding=NamedSharding(m, P("y"))), jnp.cos(v).sum(0)))(x)
+
+    on_both(build)
+
+
+# --------------------------------------------------------------- modules lowered without Shardy
+
+
+@pytest.fixture
+def without_shardy():
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    yield
+    jax.config.update("jax_use_shardy_partitioner", previous)
+
+
+def test_hlo_shardings_without_shardy(without_shardy):
+    """mhlo.sharding on arguments and results, Sharding custom calls for constraints."""
+    def build(platform):
+        m = mesh(platform)
+        f = jax.jit(lambda v: lax.with_sharding_constraint(v * 2, NamedSharding(m, P(None, "x"))),
+                    out_shardings=NamedSharding(m, P("y")))
+        return f(jax.device_put(X, NamedSharding(m, P("x", "y"))))
+
+    on_both(build)
