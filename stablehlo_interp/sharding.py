@@ -348,6 +348,13 @@ class Tiling:
             parts.append(slice(min(index * chunk, size), min((index + 1) * chunk, size)))
         return tuple(parts)
 
+    def same_placement(self, other: "Tiling") -> bool:
+        """Whether every device holds the same part of an array under both tilings."""
+        if self.tiles != other.tiles or self.devices != other.devices:
+            return False
+        return all(sorted(self.assignment[index].tolist()) == sorted(other.assignment[index].tolist())
+                   for index in np.ndindex(*self.tiles))
+
     def is_replicated(self) -> bool:
         return all(t == 1 for t in self.tiles)
 

@@ -253,12 +253,14 @@ class Node:
 
 @dataclass
 class Edge:
-    """An op's sharding rule over its tensors (node keys; None for non-tensors)."""
+    """An op's sharding rule over its tensors (node keys; None for non-tensors).
+    ``manual``: axes that do not flow along the edge (into and out of manual code)."""
 
     rule: Rule
     operands: list
     results: list
     elementwise: bool
+    manual: frozenset = frozenset()
 
 
 def _identity_rule(shape: tuple) -> Rule:
@@ -287,10 +289,11 @@ class _Graph:
             self.nodes[key] = Node.unknown(shape)
         return key
 
-    def same(self, first, second) -> None:
-        """Two keys for one tensor (a call's operand and the callee's argument ...)."""
+    def same(self, first, second, manual: frozenset = frozenset()) -> None:
+        """Two keys for one tensor (a call's operand and the callee's argument ...); the
+        second one's shape (a manual computation's local one) sizes the factors."""
         if first is not None and second is not None:
-            self.edges.append(Edge(_identity_rule(self.nodes[first].shape), [first], [second], True))
+            self.edges.append(Edge(_identity_rule(self.nodes[second].shape), [first], [second], True, manual))
 
     def pinned(self, key, annotation: sharding.TensorSharding, tag) -> None:
         """``annotation`` on one use of the tensor ``key`` (a manual computation's operand ...)."""
@@ -313,10 +316,7 @@ class _Graph:
         operands = [self.node((id(region), s), t) for s, t in zip(step.operands, info.operand_types)]
         results = [self.node((id(region), s), t) for s, t in zip(step.results, info.result_types)]
         if info.name == "sdy.manual_computation":
-            for keys, attribute in ((operands, "in_shardings"), (results, "out_shardings")):
-                annotations = sharding.parse_sharding_per_value(info.attr(attribute), self.meshes)
-                for index, (key, annotation) in enumerate(zip(keys, annotations)):
-                    self.pinned(key, annotation, ("manual", id(step), attribute, index))
+            self._add_manual(region, step, operands, results)
             return
         if info.name in ("sdy.sharding_constraint", "sdy.reshard") and results[0] is not None:
             annotation = sharding.parse_sharding(info.attr("sharding"), self.meshes)
@@ -350,6 +350,25 @@ class _Graph:
                     key = (id(inner), slot)
                     self.same(key if key in self.nodes else None, result)
 
+    def _add_manual(self, region, step, operands, results) -> None:
+        """A manual computation: its in- and out-shardings on its operands and results, and
+        its free axes flowing through its body (whose values are local along the manual axes)."""
+        info = step.info
+        for keys, attribute in ((operands, "in_shardings"), (results, "out_shardings")):
+            annotations = sharding.parse_sharding_per_value(info.attr(attribute), self.meshes)
+            for index, (key, annotation) in enumerate(zip(keys, annotations)):
+                self.pinned(key, annotation, ("manual", id(step), attribute, index))
+        manual = frozenset(sharding.parse_manual_axes(info.attr("manual_axes")))
+        body = step.regions[0]
+        self.add_region(body)
+        for index, operand in enumerate(operands):
+            key = (id(body), body.n_captures + index)
+            self.same(operand, key if key in self.nodes else None, manual)
+        for slot, result in zip(body.outputs, results):
+            key = (id(body), slot)
+            if key in self.nodes and result is not None:
+                self.edges.append(Edge(_identity_rule(self.nodes[key].shape), [key], [result], True, manual))
+
     # -------------------------------------------------------------------------- propagation
 
     def propagate(self) -> None:
@@ -367,14 +386,15 @@ class _Graph:
         chosen = {}
         for factor in range(len(rule.sizes)):
             candidates = [axes for key, dims in tensors if key is not None
-                          for axes in [self._factor_axes(self.nodes[key], dims, factor, rule.sizes)] if axes]
+                          for axes in [self._factor_axes(self.nodes[key], dims, factor, rule.sizes, edge.manual)]
+                          if axes]
             if candidates:
                 chosen[factor] = _compatible(candidates)
         targets = tensors if backward else list(zip(edge.results, rule.results))
         changed = False
         for key, dims in targets:
             if key is not None:
-                changed |= self._grow(self.nodes[key], dims, chosen, rule.sizes)
+                changed |= self._grow(self.nodes[key], dims, chosen, rule.sizes, edge.manual)
         return changed
 
     def _axis_size(self, axis: str) -> int:
@@ -394,19 +414,22 @@ class _Graph:
                 break
         return dealt
 
-    def _factor_axes(self, node: Node, dims, factor: int, sizes) -> tuple:
+    def _factor_axes(self, node: Node, dims, factor: int, sizes, manual: frozenset) -> tuple:
         for d, factors in enumerate(dims):
             if factor in factors:
-                return self._split(node.dims[d], factors, sizes).get(factor, ())
+                free = [a for a in node.dims[d] if a not in manual]
+                return self._split(free, factors, sizes).get(factor, ())
         return ()
 
-    def _grow(self, node: Node, dims, chosen: dict, sizes) -> bool:
+    def _grow(self, node: Node, dims, chosen: dict, sizes, manual: frozenset) -> bool:
+        """Open dimensions take the axes chosen for their factors (after the manual axes
+        they have, which lie outside the edge)."""
         changed = False
         for d, factors in enumerate(dims):
             if not node.open[d] or not factors:
                 continue
             used = {a for other, axes in enumerate(node.dims) if other != d for a in axes} | node.replicated
-            proposed = []
+            proposed = [a for a in node.dims[d] if a in manual]
             for factor in factors:
                 axes = chosen.get(factor, ())
                 proposed.extend(axes)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import sharding
+from .. import process_grid, sharding
+from ..ops.shardy import local_results
 from ..sharding_propagation import value_tilings
 from ..types import TOKEN, TensorType
 
@@ -62,6 +63,9 @@ class Global(Placement):
     def __init__(self, program, function, num_devices: int):
         super().__init__(program, function, num_devices)
         self.arg_tilings, self.result_tilings = value_tilings(program, function, num_devices)
+        # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
+        # runs the whole program as a process (ops/shardy.py).
+        self.per_process = bool(process_grid.MANUAL_BORDERS & process_grid.process_ops(function.region))
 
     @property
     def parameter_shardings(self) -> list:
@@ -72,16 +76,36 @@ class Global(Placement):
         return [t.op_sharding(self.num_devices) if t else REPLICATED for t in self.result_tilings]
 
     def run(self, arguments: list, listeners) -> list:
+        """Each device gets its shard of each result. Where the device's own view differs
+        from the global value (manual code whose replicated results differ per device),
+        it gets its own: the process that ran as that device computed it."""
         values = [self._assemble(i, t, tiling, arguments)
                   for i, (t, tiling) in enumerate(zip(self.function.arg_types, self.arg_tilings))]
-        results = self.program.run(*values, function=self.function.name, listeners=listeners)
+        name = self.function.name
+        if self.per_process:
+            views = self.program.run_grid([values] * self.num_devices, function=name, listeners=listeners)
+            return [[self._shard(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
+                    for device, view in enumerate(views)]
+        with local_results() as recorded:
+            results = self.program.run(*values, function=name, listeners=listeners)
         per_device = [[] for _ in range(self.num_devices)]
         for value, tiling in zip(results, self.result_tilings):
-            shards = sharding.split(value, tiling) if tiling else {}
+            own = recorded.get(id(value))
             for device, outputs in enumerate(per_device):
-                # A device without a tile (a maximal sharding elsewhere) keeps the whole value.
-                outputs.append(value if tiling is None else np.ascontiguousarray(shards.get(device, value)))
+                if own is not None and own[0] is value and own[1].same_placement(tiling):
+                    outputs.append(own[2][device])
+                else:
+                    outputs.append(self._shard(value, tiling, device))
         return per_device
+
+    @staticmethod
+    def _shard(value, tiling, device: int):
+        """The device's shard; a device without a tile (a maximal sharding elsewhere) keeps
+        the whole value."""
+        if tiling is None:
+            return value
+        located = tiling.locate(device)
+        return value if located is None else np.ascontiguousarray(value[tiling.slices(value.shape, located[0])])
 
     @staticmethod
     def _assemble(index: int, value_type, tiling, arguments):

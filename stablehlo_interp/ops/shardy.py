@@ -29,6 +29,9 @@ grid with real collectives (process_grid.py):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 from .. import sharding
@@ -64,6 +67,25 @@ def constant(info):
 
 
 # ------------------------------------------------------------------------ manual computations
+
+
+# The per-device results of the manual computations of a run, while a caller that hands
+# each device its own shard (device/placement.py) records them: {id(global result):
+# (global result, tiling, [the result of each device])}. A result declared replicated
+# along an axis may differ per device (``shard_map(..., check_vma=False)``); each device
+# keeps its own, as on XLA.
+_LOCAL_RESULTS: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_local_results", default=None)
+
+
+@contextlib.contextmanager
+def local_results():
+    """Record the per-device results of the manual computations run in this context."""
+    recorded: dict = {}
+    token = _LOCAL_RESULTS.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _LOCAL_RESULTS.reset(token)
 
 
 def _process_grid(program, mesh: sharding.Mesh) -> tuple:
@@ -107,8 +129,13 @@ def manual_computation(info):
             return regions[0].for_process(process.id)(*local)
 
         per_process = Grid(replicas, partitions).run(per_device)
-        return _results(sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: per_process[d][j])
-                        for j, (t, tiling) in enumerate(zip(result_types, out_tilings)))
+        outputs = [sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: per_process[d][j])
+                   for j, (t, tiling) in enumerate(zip(result_types, out_tilings))]
+        recorded = _LOCAL_RESULTS.get()
+        if recorded is not None:
+            for j, (output, tiling) in enumerate(zip(outputs, out_tilings)):
+                recorded[id(output)] = (output, tiling, [results[j] for results in per_process])
+        return _results(outputs)
 
     def in_process(regions, *operands):
         """Inside a grid: this process's part, then a gather from its peers."""

@@ -1,0 +1,243 @@
+"""shard_map and pmap on the interp devices, against XLA's CPU with 8 host devices.
+
+Inside ``shard_map`` (``sdy.manual_computation``) each device runs the body on
+its own shard, as a process of a grid, with real collectives between them; JAX's
+``psum``, ``pmean``, ``pmax``, ``all_gather``, ``ppermute``, ``psum_scatter``,
+``all_to_all`` and ``axis_index`` lower to the spec's collectives and
+``partition_id``. Results are compared in value, sharding and shard by shard.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from test_sharding_device import PLATFORMS, assert_same_placement, mesh, on_both
+
+X = (np.arange(96, dtype=np.float32).reshape(8, 12) % 13) - 6
+
+
+def shard_mapped(platform, body, in_specs, out_specs, shape=(4, 2), names=("x", "y"), order=None, **options):
+    m = mesh(platform, shape, names, order)
+    return jax.jit(jax.shard_map(body, mesh=m, in_specs=in_specs, out_specs=out_specs, **options))
+
+
+def run_on_both(body, in_specs, out_specs, *args, **options):
+    def build(platform):
+        f = shard_mapped(platform, body, in_specs, out_specs, **options)
+        return f(*args)
+
+    return on_both(build)
+
+
+# ------------------------------------------------------------------------ reductions
+
+REDUCTIONS = {
+    "psum_x": lambda a: lax.psum(a, "x"),
+    "psum_y": lambda a: lax.psum(a, "y"),
+    "psum_xy": lambda a: lax.psum(a, ("x", "y")),
+    "pmean_x": lambda a: lax.pmean(a, "x"),
+    "pmax_y": lambda a: lax.pmax(a, "y"),
+    "pmin_xy": lambda a: lax.pmin(a, ("y", "x")),
+}
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions_on_a_2d_mesh(name):
+    run_on_both(REDUCTIONS[name], P("x", "y"), P("x", "y"), X, check_vma=False)
+
+
+@pytest.fixture
+def x64():
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64, np.int64, np.bool_])
+def test_reductions_of_other_dtypes_on_a_1d_mesh(x64, dtype):
+    values = (X > 0) if dtype == np.bool_ else X.astype(dtype)
+    body = (lambda a: lax.pmax(a, "x")) if dtype == np.bool_ else (lambda a: lax.psum(a, "x"))
+    run_on_both(body, P("x"), P(), values, shape=(8,), names=("x",))
+
+
+def test_reduction_over_a_mesh_of_six_devices():
+    """Axes of 3 and 2 devices: groups of three processes."""
+    run_on_both(lambda a: (lax.psum(a, "x"), lax.pmax(a, "y")), P("x", "y"), (P(None, "y"), P("x")),
+                X[:6], shape=(3, 2), check_vma=False)
+
+
+# ------------------------------------------------------------------------ data movement
+
+
+@pytest.mark.parametrize("axis, tiled, dim", [("x", True, 0), ("y", True, 1), ("x", False, 0), ("y", False, 1),
+                                              (("x", "y"), True, 0)])
+def test_all_gather(axis, tiled, dim):
+    def body(a):
+        return lax.all_gather(a, axis, axis=dim, tiled=tiled)
+
+    out = P(None, None) if not tiled else P()
+    run_on_both(body, P("x", "y"), out, X, check_vma=False)
+
+
+@pytest.mark.parametrize("axis, perm", [("x", [(0, 1), (1, 2), (2, 3), (3, 0)]), ("y", [(0, 1), (1, 0)]),
+                                        ("x", [(0, 2), (3, 1)])])
+def test_ppermute(axis, perm):
+    """A partial permutation leaves zeros on the devices nobody sends to."""
+    run_on_both(lambda a: lax.ppermute(a, axis, perm), P("x", "y"), P("x", "y"), X)
+
+
+@pytest.mark.parametrize("axis, dim", [("x", 0), ("y", 1), (("x", "y"), 0)])
+def test_psum_scatter(axis, dim):
+    run_on_both(lambda a: lax.psum_scatter(a, axis, scatter_dimension=dim, tiled=True),
+                P(), P(*([None] * dim + [axis])) if dim else P(axis), X)
+
+
+@pytest.mark.parametrize("axis, split, concat, spec", [("x", 1, 0, P("x", "y")), ("y", 0, 1, P("x", "y")),
+                                                       ("x", 1, 1, P("x")), (("x", "y"), 1, 0, P(("x", "y")))])
+def test_all_to_all(axis, split, concat, spec):
+    run_on_both(lambda a: lax.all_to_all(a, axis, split, concat, tiled=True), spec, spec, np.tile(X, (1, 2)),
+                check_vma=False)
+
+
+def test_axis_index_on_each_device():
+    def body(a):
+        return a + lax.axis_index("x") * 100 + lax.axis_index("y") * 10
+
+    run_on_both(body, P("x", "y"), P("x", "y"), X)
+
+
+def test_axis_index_over_a_reordered_mesh():
+    """The mesh's device order decides which shard and which axis index each device gets."""
+    def body(a):
+        return lax.psum(a * (lax.axis_index("x") + 1), "x") + lax.axis_index("y")
+
+    run_on_both(body, P("x", "y"), P(None, "y"), X, order=[3, 1, 2, 0, 7, 5, 6, 4])
+
+
+def test_replicated_outputs_that_differ_per_device():
+    """With check_vma=False, a value declared replicated may differ per device: each
+    device keeps its own, as on XLA (np.asarray shows the first device's)."""
+    run_on_both(lambda a: a * lax.axis_index("x"), P("x"), P(), X, check_vma=False)
+
+
+# ---------------------------------------------------------------------- mixed programs
+
+
+def test_collectives_in_a_scan():
+    def body(a):
+        def step(carry, row):
+            total = lax.psum(row, "x")
+            return carry + total, lax.ppermute(row, "x", [(i, (i + 1) % 4) for i in range(4)])
+        return lax.scan(step, jnp.zeros(a.shape[1]), a)
+
+    run_on_both(body, P("x"), (P(), P("x")), X, shape=(4,), names=("x",), check_vma=False)
+
+
+def test_partially_manual_shard_map():
+    """Manual over x, automatic over y: the body sees shards along x only."""
+    def body(a):
+        return lax.psum(a, "x") * 2
+
+    run_on_both(body, P("x"), P(), X, axis_names={"x"})
+
+
+def test_nested_shard_maps():
+    def build(platform):
+        m = mesh(platform)
+
+        def inner(b):
+            return lax.psum(b, "y") + lax.axis_index("y")
+
+        def outer(a):
+            return jax.shard_map(inner, in_specs=P(None, "y"), out_specs=P(None, "y"),
+                                 axis_names={"y"})(a * (lax.axis_index("x") + 1))
+
+        f = jax.jit(jax.shard_map(outer, mesh=m, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}))
+        return f(X)
+
+    on_both(build)
+
+
+def test_shard_map_between_global_code():
+    def build(platform):
+        m = mesh(platform)
+        body = jax.shard_map(lambda a: lax.psum(a.sum(axis=0, keepdims=True), "x"), mesh=m, in_specs=P("x", "y"),
+                             out_specs=P(None, "y"))
+        f = jax.jit(lambda v: jnp.tanh(body(jnp.exp(v / 10))) @ v.T)
+        return f(jax.device_put(X, NamedSharding(m, P("x", "y"))))
+
+    on_both(build)
+
+
+def test_data_parallel_gradient_step():
+    """Per-device gradients, averaged with pmean, as a data-parallel training step does."""
+    def build(platform):
+        m = mesh(platform, (8,), ("batch",))
+
+        def loss(w, x, y):
+            return jnp.mean((jnp.tanh(x @ w) - y) ** 2)
+
+        def step(w, x, y):
+            grads = jax.grad(loss)(w, x, y)
+            return w - 0.1 * lax.pmean(grads, "batch")
+
+        f = jax.jit(jax.shard_map(step, mesh=m, in_specs=(P(), P("batch"), P("batch")), out_specs=P()))
+        rng = np.random.default_rng(0)
+        w = rng.standard_normal((12, 3)).astype(np.float32)
+        y = rng.standard_normal((8, 3)).astype(np.float32)
+        return f(w, X, y)
+
+    on_both(build)
+
+
+@pytest.fixture
+def without_shardy():
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    yield
+    jax.config.update("jax_use_shardy_partitioner", previous)
+
+
+@pytest.mark.parametrize("name", ["psum_xy", "pmax_y"])
+def test_without_shardy(without_shardy, name):
+    """SPMDFullToShardShape / SPMDShardToFullShape borders: every process runs the program."""
+    run_on_both(REDUCTIONS[name], P("x", "y"), P("x", "y"), X, check_vma=False)
+
+
+def test_partially_manual_without_shardy(without_shardy):
+    run_on_both(lambda a: lax.psum(a, "x") + lax.axis_index("x"), P("x"), P("x"), X, axis_names={"x"})
+
+
+# -------------------------------------------------------------------------------- pmap
+
+
+def test_pmap_with_psum():
+    def build(platform):
+        f = jax.pmap(lambda a: lax.psum(a, "i") * (lax.axis_index("i") + 1), axis_name="i",
+                     devices=jax.devices(platform)[:8])
+        return f(X)
+
+    expected, actual = (build(p) for p in PLATFORMS)
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected))
+    assert [s.device.id for s in actual.addressable_shards] == [s.device.id for s in expected.addressable_shards]
+    for want, got in zip(expected.addressable_shards, actual.addressable_shards):
+        np.testing.assert_allclose(np.asarray(got.data), np.asarray(want.data))
+
+
+def test_pmap_result_placement_matches():
+    """pmap's result on interp is laid out as on the CPU (one row per device)."""
+    def build(platform):
+        return jax.pmap(lambda a: jnp.sin(a), devices=jax.devices(platform)[:4])(X[:4])
+
+    expected, actual = (build(p) for p in PLATFORMS)
+    assert_same_placement(jax.device_put(expected, NamedSharding(Mesh(np.array(jax.devices("cpu")[:4]), ("i",)),
+                                                                  P("i"))),
+                          jax.device_put(actual, NamedSharding(Mesh(np.array(jax.devices("interp")[:4]), ("i",)),
+                                                               P("i"))))
