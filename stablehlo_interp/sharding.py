@@ -102,10 +102,11 @@ class TensorSharding:
             order.extend(dim_pieces)
             tiles.append(math.prod(pieces[p] for p in dim_pieces))
         rest = [p for p in pieces if p not in order]
-        devices = mesh.devices().reshape([pieces[p] for p in pieces])
         keys = list(pieces)
-        devices = devices.transpose([keys.index(p) for p in order + rest])
-        return Tiling(tuple(tiles), devices.reshape(tuple(tiles) + (-1,)))
+        sizes, permutation = tuple(pieces[p] for p in keys), tuple(keys.index(p) for p in order + rest)
+        devices = mesh.devices().reshape(sizes).transpose(permutation)
+        iota = (sizes, permutation) if mesh.device_ids == tuple(range(mesh.size)) else None
+        return Tiling(tuple(tiles), devices.reshape(tuple(tiles) + (-1,)), iota)
 
     def __str__(self) -> str:
         dims = ", ".join("{" + ", ".join(map(str, dim)) + "}" for dim in self.dims)
@@ -303,11 +304,14 @@ class Tiling:
     """Tiles of a tensor and their devices.
 
     ``tiles[d]`` tiles along dimension d; ``assignment[t + (r,)]`` is the r-th logical
-    device holding tile t (all the devices of a tile hold the same data).
+    device holding tile t (all the devices of a tile hold the same data). ``iota``:
+    ``(dims, permutation)`` when the assignment is ``iota(n).reshape(dims).transpose(permutation)``,
+    the compact form XLA prints (``<=[4,2]T(1,0)``).
     """
 
     tiles: tuple
     assignment: np.ndarray
+    iota: tuple | None = None
 
     @property
     def devices(self) -> list:
@@ -372,7 +376,10 @@ class Tiling:
             proto.type = xla_client.OpSharding.Type.OTHER
             dims = list(self.tiles) + ([self.replication] if self.replication > 1 else [])
             proto.tile_assignment_dimensions = dims
-            proto.tile_assignment_devices = [int(d) for d in self.assignment.flat]
+            if self.iota is not None:
+                proto.iota_reshape_dims, proto.iota_transpose_perm = self.iota
+            else:
+                proto.tile_assignment_devices = [int(d) for d in self.assignment.flat]
             proto.replicate_on_last_tile_dim = self.replication > 1
         return proto.SerializeToString()
 

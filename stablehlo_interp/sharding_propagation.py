@@ -22,9 +22,9 @@ This module does the same on the program's plan:
 * element-wise ops first, then every op forward, then every op both ways, each
   until nothing changes (Shardy's op-priority propagation).
 
-Simplifications: whole mesh axes only (no sub-axes), a module with one mesh,
-no user priorities, and only the ops whose rules are below (others stop
-propagation). A value produced directly by a custom call with an
+The members of an ``sdy.sharding_group`` get the same sharding. Simplifications:
+whole mesh axes only (no sub-axes), a module with one mesh, no user priorities,
+and only the ops whose rules are below (others stop propagation). A value produced directly by a custom call with an
 ``mhlo.sharding`` (modules lowered without Shardy) gets that sharding.
 """
 
@@ -279,6 +279,7 @@ class _Graph:
         self.nodes: dict = {}
         self.edges: list = []
         self._seen: set = set()
+        self._groups: dict = {}   # sdy.sharding_group id -> its first member
 
     def node(self, key, value_type=None, shape=None):
         if shape is None:
@@ -317,6 +318,11 @@ class _Graph:
         results = [self.node((id(region), s), t) for s, t in zip(step.results, info.result_types)]
         if info.name == "sdy.manual_computation":
             self._add_manual(region, step, operands, results)
+            return
+        if info.name == "sdy.sharding_group" and operands[0] is not None:
+            first = self._groups.setdefault(info.attr("group_id"), operands[0])
+            if first != operands[0]:
+                self.same(first, operands[0])
             return
         if info.name in ("sdy.sharding_constraint", "sdy.reshard") and results[0] is not None:
             annotation = sharding.parse_sharding(info.attr("sharding"), self.meshes)

@@ -239,6 +239,17 @@ def test_two_inputs_with_compatible_shardings():
     on_both(build)
 
 
+def test_shard_alike():
+    """``shard_alike`` puts both values in one sdy.sharding_group: they get one sharding."""
+    from jax.experimental.shard_alike import shard_alike
+
+    def build(platform):
+        x = jax.device_put(X, NamedSharding(mesh(platform), P("x", "y")))
+        return jax.jit(lambda a, b: shard_alike(a * 2, b + 1))(x, X)
+
+    on_both(build)
+
+
 # -------------------------------------------------------------------- explicit sharding mode
 
 
