@@ -6,9 +6,9 @@ Spec, "Parallel execution": a program runs as a grid of ``num_replicas`` by
 independent except at collective ops, where each process group exchanges
 values.
 
-Each process gets its own thread (with a copy of the caller's ``contextvars``
-context, so the host queues of the run are found), but only one runs at a
-time: a process runs until it finishes or waits at a collective, then hands
+Each process gets its own thread (from a pool of daemon threads, with a copy of
+the caller's ``contextvars`` context, so the host queues of the run are found),
+but only one runs at a time: a process runs until it finishes or waits at a collective, then hands
 over to the next process that can go on, in a fixed order. Runs are therefore
 deterministic, do not depend on the number of CPU cores, and a collective that
 can never complete is known exactly: when no process can go on while some
@@ -95,7 +95,12 @@ class _Meeting:
 
 
 class Grid:
-    """``num_replicas`` x ``num_partitions`` processes (see the module docstring)."""
+    """``num_replicas`` x ``num_partitions`` processes (see the module docstring).
+
+    Scheduling: ``_turn`` is the one process allowed to run; each process sleeps on
+    its own gate (a semaphore) until handed the turn, so a hand-over wakes exactly
+    one thread.
+    """
 
     def __init__(self, num_replicas: int = 1, num_partitions: int = 1):
         if num_replicas < 1 or num_partitions < 1:
@@ -104,7 +109,7 @@ class Grid:
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.processes = tuple(Process(self, r, p) for r in range(num_replicas) for p in range(num_partitions))
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
         self._reset()
 
     @property
@@ -112,6 +117,8 @@ class Grid:
         return len(self.processes)
 
     def _reset(self) -> None:
+        self._gates = [threading.Semaphore(0) for _ in self.processes]
+        self._done = threading.Event()
         self._turn: int | None = None
         self._ready: deque = deque()
         self._waiting: dict = {}                 # process id -> (op name, meeting)
@@ -139,64 +146,66 @@ class Grid:
         results = [None] * self.size
         self._ready.extend(range(1, self.size))
         self._turn = 0
-        threads = [threading.Thread(target=self._thread, args=(process, body, results, contextvars.copy_context()),
-                                    name=f"stablehlo_interp {process}", daemon=True)
-                   for process in self.processes]
-        for thread in threads:
-            thread.start()
+        self._gates[0].release()
+        for process in self.processes:
+            _WORKERS.start(self._process_main, process, body, results, contextvars.copy_context())
         try:
-            for thread in threads:
-                thread.join()
+            self._done.wait()
         except BaseException:   # KeyboardInterrupt: stop every process at its next turn
-            with self._condition:
-                self._aborted = True
-                self._condition.notify_all()
+            with self._lock:
+                self._abort()
             raise
         if self._failures:
             raise self._failures[0][1]
         return results
 
-    def _thread(self, process: Process, body, results: list, context: contextvars.Context) -> None:
-        with self._condition:
-            self._wait_for_turn(process.id)
+    def _process_main(self, process: Process, body, results: list, context: contextvars.Context) -> None:
+        self._wait_for_turn(process.id)
         try:
             if not self._aborted:
                 results[process.id] = context.run(_run_as, process, body)
         except GridAborted:
             pass
         except BaseException as error:  # noqa: BLE001 - reported by run()
-            with self._condition:
+            with self._lock:
                 self._failures.append((process.id, error))
-                self._aborted = True
+                self._abort()
         finally:
-            with self._condition:
+            with self._lock:
                 self._finished.add(process.id)
-                self._pass_turn()
+                if len(self._finished) == self.size:
+                    self._done.set()
+                else:
+                    self._pass_turn()
 
     def _wait_for_turn(self, process_id: int) -> None:
-        while self._turn != process_id and not self._aborted:
-            self._condition.wait()
+        """Sleep until this process has the turn (or the grid is stopped)."""
+        self._gates[process_id].acquire()
+
+    def _abort(self) -> None:
+        """Stop the grid: every process still to run or waiting wakes up and stops."""
+        self._aborted = True
+        self._turn = None
+        for process_id, gate in enumerate(self._gates):
+            if process_id not in self._finished:
+                gate.release()
 
     def _pass_turn(self) -> None:
         """Let the next ready process run; if none is ready but some wait, they never will."""
         if self._aborted:
-            self._turn = None
-        elif self._ready:
-            self._turn = self._ready.popleft()
-        elif self._waiting:
-            self._turn = None
+            return
+        if not self._ready and self._waiting:
             self._fail_waiting()
-        else:
-            self._turn = None
-        self._condition.notify_all()
+        if self._ready:
+            self._turn = self._ready.popleft()
+            self._gates[self._turn].release()
 
     def _fail_waiting(self) -> None:
         message = self._deadlock_report()
-        for op_name, meeting in self._waiting.values():
+        for _, meeting in self._waiting.values():
             meeting.error = CollectiveError(message)
         self._ready.extend(sorted(self._waiting))
         self._waiting.clear()
-        self._turn = self._ready.popleft()
 
     def _deadlock_report(self) -> str:
         lines = ["the collective can never complete:"]
@@ -223,23 +232,25 @@ class Grid:
             return [payload]
         if process.id not in group:
             raise CollectiveError(f"{process} exchanges in group {list(group)}, which does not contain it")
-        with self._condition:
+        with self._lock:
             key = (group, self._arrivals[(process.id, group)])
             self._arrivals[(process.id, group)] += 1
             meeting = self._meetings.setdefault(key, _Meeting(group))
             meeting.arrived[process.id] = (op_name, payload)
-            if meeting.missing:
-                self._waiting[process.id] = (op_name, meeting)
-                self._pass_turn()
-                self._wait_for_turn(process.id)
-                if self._aborted:
-                    raise GridAborted(f"{process} stopped: another process failed")
-            else:
+            complete = not meeting.missing
+            if complete:
                 del self._meetings[key]
                 meeting.error = _mismatch(meeting, self)
                 for member in group:
                     if self._waiting.pop(member, None) is not None:
                         self._ready.append(member)
+            else:
+                self._waiting[process.id] = (op_name, meeting)
+                self._pass_turn()
+        if not complete:
+            self._wait_for_turn(process.id)
+            if self._aborted:
+                raise GridAborted(f"{process} stopped: another process failed")
         if meeting.error is not None:
             raise meeting.error
         return meeting.payloads()
@@ -269,6 +280,39 @@ def _with_process_context(body, process: Process):
         raise
 
 
+class _Workers:
+    """Daemon threads that run the processes of grids, kept for the next grid once idle
+    (a grid of n processes needs n threads at once; the pool grows to what is used)."""
+
+    def __init__(self):
+        self._idle: deque = deque()
+
+    def start(self, function, *args) -> None:
+        try:
+            worker = self._idle.pop()
+        except IndexError:
+            worker = _Worker(self._idle)
+        worker.task = (function, args)
+        worker.wake.release()
+
+
+class _Worker:
+    def __init__(self, idle: deque):
+        self.idle = idle
+        self.task = None
+        self.wake = threading.Semaphore(0)
+        threading.Thread(target=self._loop, name="stablehlo_interp process", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.wake.acquire()
+            function, args = self.task
+            self.task = None
+            function(*args)
+            self.idle.append(self)
+
+
+_WORKERS = _Workers()
 _SINGLE = Grid(1, 1)
 
 
