@@ -46,13 +46,14 @@ def reduction(op: str, element: str) -> str:
     return ADD.replace("OP", op).replace("ELEMENT", element)
 
 
-def run_xla_replicas(text: str, per_process: list) -> list:
-    """The module as a replica program on XLA CPU: one process per host device."""
+def run_xla_replicas(text: str, per_process: list, platform: str = "cpu") -> list:
+    """The module as a replica program on XLA CPU (or another JAX platform): one process
+    per device, each with its own arguments."""
     count = len(per_process)
     options = xla_client.CompileOptions()
     options.num_replicas, options.num_partitions = count, 1
     options.device_assignment = xla_client.DeviceAssignment.create(np.arange(count).reshape(count, 1))
-    devices = jax.devices("cpu")[:count]
+    devices = jax.devices(platform)[:count]
     executable = devices[0].client.compile_and_load(text.encode(), xla_client.DeviceList(tuple(devices)), options)
     mesh = Mesh(np.array(devices), ("replicas",))
     arguments = [jax.make_array_from_single_device_arrays(
@@ -185,6 +186,21 @@ def test_collective_permute(pairs):
     return %r : tensor<2x2xi32>"""
     text = module(body, "%a: tensor<2x2xi32>", "tensor<2x2xi32>", replicas=4)
     check_against_xla(text, [[np.arange(4, dtype=np.int32).reshape(2, 2) + 10 * i] for i in range(4)])
+
+
+def test_replica_programs_on_the_interp_device():
+    """A program with num_replicas = 8 compiled for the interp devices: each device runs
+    one process of the replica grid."""
+    body = f"""    %r = "stablehlo.all_reduce"(%a) {reduction("add", "f32")}
+        {{replica_groups = dense<{GROUPS["strided"]}> : tensor<2x4xi64>}} : (tensor<3xf32>) -> tensor<3xf32>
+    %id = stablehlo.replica_id : tensor<ui32>
+    %f = stablehlo.convert %id : (tensor<ui32>) -> tensor<f32>
+    %b = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f32>) -> tensor<3xf32>
+    %o = stablehlo.multiply %r, %b : tensor<3xf32>
+    return %o : tensor<3xf32>"""
+    text = module(body, "%a: tensor<3xf32>", "tensor<3xf32>", replicas=8)
+    per_process = per_process_arguments(8, (3,), np.float32)
+    assert_same(run_xla_replicas(text, per_process), run_xla_replicas(text, per_process, "interp"))
 
 
 def test_replica_id_and_partition_id():
