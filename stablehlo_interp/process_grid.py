@@ -8,9 +8,9 @@ values.
 
 Each process gets its own thread (from a pool of daemon threads, with a copy of
 the caller's ``contextvars`` context, so the host queues of the run are found),
-but only one runs at a time: a process runs until it finishes or waits at a collective, then hands
-over to the next process that can go on, in a fixed order. Runs are therefore
-deterministic, do not depend on the number of CPU cores, and a collective that
+but only one runs at a time: a process runs until it finishes or waits at a
+collective, then hands over to the next process that can go on, in a fixed
+order. Runs are therefore deterministic, do not depend on the number of CPU cores, and a collective that
 can never complete is known exactly: when no process can go on while some
 wait, every waiting process fails with an error naming its op, its group and
 what the missing processes are doing, instead of hanging.
@@ -74,7 +74,7 @@ def current() -> Process:
 
 
 def in_grid() -> bool:
-    """Whether this code runs as one process of a grid of several."""
+    """Whether this code runs as a process of a grid (inside :meth:`Grid.run`)."""
     return _CURRENT.get() is not None
 
 
@@ -97,9 +97,8 @@ class _Meeting:
 class Grid:
     """``num_replicas`` x ``num_partitions`` processes (see the module docstring).
 
-    Scheduling: ``_turn`` is the one process allowed to run; each process sleeps on
-    its own gate (a semaphore) until handed the turn, so a hand-over wakes exactly
-    one thread.
+    Scheduling: one process runs at a time; the others sleep, each on its own gate
+    (a semaphore), until handed the turn, so a hand-over wakes exactly one thread.
     """
 
     def __init__(self, num_replicas: int = 1, num_partitions: int = 1):
@@ -119,7 +118,6 @@ class Grid:
     def _reset(self) -> None:
         self._gates = [threading.Semaphore(0) for _ in self.processes]
         self._done = threading.Event()
-        self._turn: int | None = None
         self._ready: deque = deque()
         self._waiting: dict = {}                 # process id -> (op name, meeting)
         self._finished: set = set()
@@ -145,7 +143,6 @@ class Grid:
         self._reset()
         results = [None] * self.size
         self._ready.extend(range(1, self.size))
-        self._turn = 0
         self._gates[0].release()
         for process in self.processes:
             _WORKERS.start(self._process_main, process, body, results, contextvars.copy_context())
@@ -185,7 +182,6 @@ class Grid:
     def _abort(self) -> None:
         """Stop the grid: every process still to run or waiting wakes up and stops."""
         self._aborted = True
-        self._turn = None
         for process_id, gate in enumerate(self._gates):
             if process_id not in self._finished:
                 gate.release()
@@ -197,8 +193,7 @@ class Grid:
         if not self._ready and self._waiting:
             self._fail_waiting()
         if self._ready:
-            self._turn = self._ready.popleft()
-            self._gates[self._turn].release()
+            self._gates[self._ready.popleft()].release()
 
     def _fail_waiting(self) -> None:
         message = self._deadlock_report()

@@ -22,10 +22,12 @@ This module does the same on the program's plan:
 * element-wise ops first, then every op forward, then every op both ways, each
   until nothing changes (Shardy's op-priority propagation).
 
-The members of an ``sdy.sharding_group`` get the same sharding. Simplifications:
-whole mesh axes only (no sub-axes), a module with one mesh, no user priorities,
-and only the ops whose rules are below (others stop propagation). A value produced directly by a custom call with an
-``mhlo.sharding`` (modules lowered without Shardy) gets that sharding.
+The members of an ``sdy.sharding_group`` get the same sharding; the free axes
+of a manual computation flow through its body. Simplifications: whole mesh axes
+only (no sub-axes), a module with one mesh, no user priorities, and only the
+ops whose rules are below (others stop propagation). A value produced directly
+by a custom call with an ``mhlo.sharding`` (modules lowered without Shardy)
+gets that sharding.
 """
 
 from __future__ import annotations
