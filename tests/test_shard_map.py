@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+import stablehlo_interp as si
 from test_sharding_device import PLATFORMS, assert_same_placement, mesh, on_both
 
 X = (np.arange(96, dtype=np.float32).reshape(8, 12) % 13) - 6
@@ -213,6 +214,26 @@ def test_without_shardy(without_shardy, name):
 
 def test_partially_manual_without_shardy(without_shardy):
     run_on_both(lambda a: lax.psum(a, "x") + lax.axis_index("x"), P("x"), P("x"), X, axis_names={"x"})
+
+
+# ------------------------------------------------------------------ without the device
+
+
+@pytest.mark.parametrize("shardy", [True, False], ids=["shardy", "gspmd"])
+def test_si_run_runs_the_global_program(shardy):
+    """``si.run`` on a lowered shard_map: global arguments in, global results out (the
+    manual code runs per device inside)."""
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        f = shard_mapped("cpu", lambda a: (lax.psum(a, "x") * lax.axis_index("y"), lax.all_gather(a, "y", tiled=True)),
+                         P("x", "y"), (P(None, "y"), P("x")), check_vma=False)
+        expected = f(X)
+        actual = si.run(f.lower(X), X)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+    for want, got in zip(expected, actual):
+        np.testing.assert_allclose(got, np.asarray(want))
 
 
 # -------------------------------------------------------------------------------- pmap

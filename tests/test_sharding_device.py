@@ -216,6 +216,9 @@ PROPAGATION = {
     "concatenate": lambda v: jnp.concatenate([v, v]),
     "broadcast": lambda v: v[None, :, :] * jnp.ones((3, 1, 1)),
     "slice": lambda v: v[1:5],
+    "slice_uneven": lambda v: v[:6, :3],
+    "pad_uneven": lambda v: jnp.pad(v, ((0, 1), (2, 0))),
+    "reshape_sub_axes": lambda v: v.reshape(16, 2, 2),
     "sort": lambda v: jnp.sort(v, axis=0),
     "cond": lambda v: lax.cond(v[0, 0] > 0, jnp.sin, jnp.cos, v),
     "while": lambda v: lax.fori_loop(0, 3, lambda i, c: c * 2 + i, v),
@@ -228,6 +231,16 @@ PROPAGATION = {
 @pytest.mark.parametrize("spec", [P("x", "y"), P("y")])
 def test_result_shardings_xla_chooses(name, spec):
     on_both(lambda p: jax.jit(PROPAGATION[name])(jax.device_put(X, NamedSharding(mesh(p), spec))))
+
+
+def test_uneven_constraint_inside_jit():
+    """A constraint that does not divide the dimension (XLA pads the shards inside)."""
+    def build(platform):
+        m = mesh(platform)
+        f = jax.jit(lambda v: lax.with_sharding_constraint(v[:6] * 2, NamedSharding(m, P("x", "y"))) + 1)
+        return f(jax.device_put(X, NamedSharding(m, P("x", "y"))))
+
+    on_both(build)
 
 
 def test_two_inputs_with_compatible_shardings():
