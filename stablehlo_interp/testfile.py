@@ -5,7 +5,9 @@ every public function without arguments is one test: it passes when it runs to
 the end, and fails when a check op (``check.expect_eq`` ..., ops/check.py) finds
 a mismatch or anything else goes wrong. A module that does not load (parse or
 verifier error, unsupported op) is one failure; it does not stop the run.
-Private functions and functions with arguments are helpers, not tests.
+Private functions and functions with arguments are helpers, not tests; tests of
+collectives run helpers as a grid of processes with ``interpreter.run_parallel``
+(``programs = [[@f, @g], ...]``: replicas by partitions; ops/collectives.py).
 """
 
 from __future__ import annotations
