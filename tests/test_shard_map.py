@@ -216,6 +216,80 @@ def test_partially_manual_without_shardy(without_shardy):
     run_on_both(lambda a: lax.psum(a, "x") + lax.axis_index("x"), P("x"), P("x"), X, axis_names={"x"})
 
 
+# ------------------------------------------------- hand-written Shardy modules, compiled by XLA
+
+SHARDY_MODULES = {
+    # Logical devices in the order device_ids gives: partition_id is the logical id.
+    "device_ids": """
+module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=2], device_ids=[3, 1, 2, 0]>
+  func.func public @main(%arg0: tensor<4x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>})
+      -> (tensor<4x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x"}, {"y"}]>] out_shardings=[<@mesh, [{"x"}, {"y"}]>]
+        manual_axes={"x", "y"} (%a: tensor<2x2xf32>) {
+      %p = stablehlo.partition_id : tensor<ui32>
+      %f = stablehlo.convert %p : (tensor<ui32>) -> tensor<f32>
+      %b = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f32>) -> tensor<2x2xf32>
+      %g = "stablehlo.all_gather"(%a) {all_gather_dim = 1 : i64, replica_groups = dense<[[3, 1], [2, 0]]> : tensor<2x2xi64>,
+          channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, use_global_device_ids}
+          : (tensor<2x2xf32>) -> tensor<2x4xf32>
+      %h = stablehlo.slice %g [0:2, 1:3] : (tensor<2x4xf32>) -> tensor<2x2xf32>
+      %s = stablehlo.add %h, %b : tensor<2x2xf32>
+      sdy.return %s : tensor<2x2xf32>
+    } : (tensor<4x4xf32>) -> tensor<4x4xf32>
+    return %0 : tensor<4x4xf32>
+  }
+}""",
+    # Manual over "x" only; the body is global along the free axis "y".
+    "free_axis": """
+module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=2]>
+  func.func public @main(%arg0: tensor<4x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>})
+      -> (tensor<4x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>}) {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x"}, {"y"}]>] out_shardings=[<@mesh, [{}, {"y"}]>]
+        manual_axes={"x"} (%a: tensor<2x4xf32>) {
+      %r = "stablehlo.all_reduce"(%a) ({
+        ^bb0(%u: tensor<f32>, %v: tensor<f32>):
+          %w = stablehlo.add %u, %v : tensor<f32>
+          stablehlo.return %w : tensor<f32>
+      }) {replica_groups = dense<[[0, 2], [1, 3]]> : tensor<2x2xi64>,
+          channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, use_global_device_ids}
+          : (tensor<2x4xf32>) -> tensor<2x4xf32>
+      %c = stablehlo.concatenate %r, %r, dim = 0 : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+      sdy.return %c : tensor<4x4xf32>
+    } : (tensor<4x4xf32>) -> tensor<4x4xf32>
+    return %0 : tensor<4x4xf32>
+  }
+}""",
+}
+
+
+def run_compiled(text: str, x, platform: str) -> list:
+    """The module compiled with Shardy for 4 devices of ``platform``; each device's result."""
+    from jax._src.sharding_impls import GSPMDSharding
+    from jaxlib import xla_client
+
+    options = xla_client.CompileOptions()
+    options.num_replicas, options.num_partitions = 1, 4
+    options.executable_build_options.use_spmd_partitioning = True
+    options.executable_build_options.use_shardy_partitioner = True
+    options.device_assignment = xla_client.DeviceAssignment.create(np.arange(4).reshape(1, 4))
+    devices = jax.devices(platform)[:4]
+    executable = devices[0].client.compile_and_load(text.encode(), xla_client.DeviceList(tuple(devices)), options)
+    (parameter,) = executable.get_parameter_shardings()
+    argument = jax.device_put(x, GSPMDSharding(devices, xla_client.HloSharding.from_proto(parameter)))
+    (outputs,) = executable.execute_sharded([argument]).disassemble_into_single_device_arrays()
+    return [np.asarray(output) for output in outputs]
+
+
+@pytest.mark.parametrize("name", SHARDY_MODULES)
+def test_shardy_modules_compiled_by_xla(name):
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    expected, actual = (run_compiled(SHARDY_MODULES[name], x, platform) for platform in PLATFORMS)
+    for device, (want, got) in enumerate(zip(expected, actual)):
+        np.testing.assert_array_equal(got, want, err_msg=f"device {device}")
+
+
 # ------------------------------------------------------------------ without the device
 
 
