@@ -241,8 +241,8 @@ def coerce_arguments(function: Function, args) -> list:
         expected = ", ".join(map(str, function.arg_types))
         raise ArgumentError(f"@{function.name} takes {len(function.arg_types)} arguments ({expected}), "
                             f"got {len(args)}")
-    return [value if type(value) is np.ndarray and value.dtype == t.dtype and value.shape == t.shape
-            else _coerce(value, t, i, function)
+    return [value if type(value) is np.ndarray and type(t) is TensorType and value.dtype == t.dtype
+            and value.shape == t.shape else _coerce(value, t, i, function)
             for i, (value, t) in enumerate(zip(args, function.arg_types))]
 
 
