@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import hostio
 from ..engine import Execution
 from ..process_grid import Grid, current
 from ..registry import op
@@ -305,6 +306,7 @@ def run_parallel(info):
             arguments = inputs[starts[process.id]:starts[process.id + 1]]
             return Execution(process=process.id).run_region(function.region, arguments)
 
+        hostio.current()   # the run's host queues exist before the processes copy the context
         results = Grid(replicas, partitions).run(process_body)
         return _single([value for outputs in results for value in outputs])
 

@@ -34,7 +34,7 @@ import contextvars
 
 import numpy as np
 
-from .. import sharding
+from .. import hostio, sharding
 from ..process_grid import Grid, current, in_grid
 from ..registry import custom_call, op
 
@@ -128,6 +128,7 @@ def manual_computation(info):
             local = [_local(x, t, process.id) for x, t in zip(operands, in_tilings)]
             return regions[0].for_process(process.id)(*local)
 
+        hostio.current()   # the run's host queues exist before the processes copy the context
         per_process = Grid(replicas, partitions).run(per_device)
         outputs = [sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: per_process[d][j])
                    for j, (t, tiling) in enumerate(zip(result_types, out_tilings))]
