@@ -113,7 +113,8 @@ def _shape(groups: str) -> str:
 def test_all_reduce_variadic_and_empty_groups():
     """Two operands reduced at once; no replica_groups: one group of every replica."""
     body = f"""    %r:2 = "stablehlo.all_reduce"(%a, %b) {reduction("add", "f32")}
-        {{replica_groups = dense<> : tensor<0x0xi64>}} : (tensor<4xf32>, tensor<2xf32>) -> (tensor<4xf32>, tensor<2xf32>)
+        {{replica_groups = dense<> : tensor<0x0xi64>}}
+        : (tensor<4xf32>, tensor<2xf32>) -> (tensor<4xf32>, tensor<2xf32>)
     return %r#0, %r#1 : tensor<4xf32>, tensor<2xf32>"""
     text = module(body, "%a: tensor<4xf32>, %b: tensor<2xf32>", "tensor<4xf32>, tensor<2xf32>", replicas=4)
     rng = np.random.default_rng(1)
@@ -181,7 +182,8 @@ def test_all_to_all(groups, split, concat):
 def test_collective_permute(pairs):
     """Processes no pair targets get zeros."""
     count = len(eval(pairs))  # noqa: S307
-    body = f"""    %r = "stablehlo.collective_permute"(%a) {{source_target_pairs = dense<{pairs}> : tensor<{count}x2xi64>}}
+    body = f"""    %r = "stablehlo.collective_permute"(%a)
+        {{source_target_pairs = dense<{pairs}> : tensor<{count}x2xi64>}}
         : (tensor<2x2xi32>) -> tensor<2x2xi32>
     return %r : tensor<2x2xi32>"""
     text = module(body, "%a: tensor<2x2xi32>", "tensor<2x2xi32>", replicas=4)
@@ -407,7 +409,8 @@ def test_many_more_processes_than_cores():
     """128 processes in a 4 x 32 grid with collectives over replicas and partitions."""
     body = f"""    %r = "stablehlo.all_reduce"(%a) {reduction("add", "i64")}
         {{replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>}} : (tensor<1xi64>) -> tensor<1xi64>
-    %g = "stablehlo.all_gather"(%r) {{all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>,
+    %g = "stablehlo.all_gather"(%r) {{all_gather_dim = 0 : i64,
+        replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>,
         channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>}} : (tensor<1xi64>) -> tensor<128xi64>
     return %g : tensor<128xi64>"""
     text = module(body, "%a: tensor<1xi64>", "tensor<128xi64>", replicas=4, partitions=32)

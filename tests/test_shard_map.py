@@ -230,7 +230,8 @@ module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32
       %p = stablehlo.partition_id : tensor<ui32>
       %f = stablehlo.convert %p : (tensor<ui32>) -> tensor<f32>
       %b = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f32>) -> tensor<2x2xf32>
-      %g = "stablehlo.all_gather"(%a) {all_gather_dim = 1 : i64, replica_groups = dense<[[3, 1], [2, 0]]> : tensor<2x2xi64>,
+      %g = "stablehlo.all_gather"(%a) {all_gather_dim = 1 : i64,
+          replica_groups = dense<[[3, 1], [2, 0]]> : tensor<2x2xi64>,
           channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, use_global_device_ids}
           : (tensor<2x2xf32>) -> tensor<2x4xf32>
       %h = stablehlo.slice %g [0:2, 1:3] : (tensor<2x4xf32>) -> tensor<2x2xf32>

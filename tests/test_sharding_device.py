@@ -271,7 +271,8 @@ def test_explicit_axes_mesh(ran):
     def build(platform):
         m = mesh(platform, axis_types=(AxisType.Explicit, AxisType.Auto))
         x = jax.device_put(X, NamedSharding(m, P("x")))
-        f = jax.jit(lambda v: (jnp.matmul(jnp.sin(v), v.T, out_sharding=NamedSharding(m, P("x"))), v.sum(axis=1), v * 2))
+        rows = NamedSharding(m, P("x"))
+        f = jax.jit(lambda v: (jnp.matmul(jnp.sin(v), v.T, out_sharding=rows), v.sum(axis=1), v * 2))
         return f(x)
 
     on_both(build)
