@@ -178,3 +178,35 @@ def test_coarsened_tiles_keep_their_devices():
     assert tiling.tiles == (2, 1)
     assert sorted(int(d) for d in tiling.assignment[0, 0]) == [0, 1, 2, 3]
     assert sorted(int(d) for d in tiling.assignment[1, 0]) == [4, 5, 6, 7]
+
+
+SDY_OPS = """
+module @m attributes {mhlo.num_partitions = 2 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func @main(%a: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<8xf32> {
+    %0 = sdy.all_gather [{"x"}] %a out_sharding=<@mesh, [{}]> : tensor<8xf32>
+    %1 = sdy.all_slice [{"x"}] %0 out_sharding=<@mesh, [{"x"}]> : tensor<8xf32>
+    %2 = sdy.reshard %1 <@mesh, [{}]> : tensor<8xf32>
+    %3 = sdy.propagation_barrier %2 allowed_direction=FORWARD : tensor<8xf32>
+    %4 = sdy.named_computation<"double">(%3) (%arg1: tensor<8xf32>) {
+      %d = stablehlo.add %arg1, %arg1 : tensor<8xf32>
+      sdy.return %d : tensor<8xf32>
+    } : (tensor<8xf32>) -> tensor<8xf32>
+    %5 = sdy.sharding_constraint %4 <@mesh, [{"x"}]> : tensor<8xf32>
+    %6 = sdy.all_reduce {} %5 out_sharding=<@mesh, [{"x"}]> : tensor<8xf32>
+    %c = sdy.constant dense<1.0> : tensor<8xf32>
+    %7 = stablehlo.add %6, %c : tensor<8xf32>
+    sdy.sharding_group %7 group_id=0 : tensor<8xf32>
+    return %7 : tensor<8xf32>
+  }
+}"""
+
+
+def test_sdy_ops_on_global_values():
+    """Shardy's annotations and its resharding collectives keep a global value as it is;
+    a named computation runs its body (openxla/shardy, sdy dialect)."""
+    import stablehlo_interp as si
+
+    x = np.arange(8, dtype=np.float32)
+    (out,) = si.run(SDY_OPS, x)
+    np.testing.assert_array_equal(out, x * 2 + 1)
