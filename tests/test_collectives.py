@@ -512,3 +512,13 @@ module @cross_replica {
 def test_run_parallel_in_a_test_file():
     outcomes = testfile.run_text(TEST_FILE, "all_gather.mlir")
     assert [(o.test, o.passed) for o in outcomes] == [("main", True)], [o.report() for o in outcomes]
+
+
+def test_groups_naming_missing_processes_are_errors():
+    body = f"""    %r = "stablehlo.all_reduce"(%a) {reduction("add", "f32")}
+        {{replica_groups = dense<[[0, 5]]> : tensor<1x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>
+    return %r : tensor<2xf32>"""
+    text = module(body, "%a: tensor<2xf32>", "tensor<2xf32>", replicas=2)
+    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[0, 5\] names process 5, but the "
+                                         r"grid has 2 replica\(s\) x 1 partition\(s\)"):
+        si.load(text).run_grid([[np.zeros(2, np.float32)]] * 2)
