@@ -516,9 +516,9 @@ def test_run_parallel_in_a_test_file():
 
 def test_groups_naming_missing_processes_are_errors():
     body = f"""    %r = "stablehlo.all_reduce"(%a) {reduction("add", "f32")}
-        {{replica_groups = dense<[[0, 5]]> : tensor<1x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>
+        {{replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>
     return %r : tensor<2xf32>"""
     text = module(body, "%a: tensor<2xf32>", "tensor<2xf32>", replicas=2)
-    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[0, 5\] names process 5, but the "
+    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[2, 3\] names process 2, but the "
                                          r"grid has 2 replica\(s\) x 1 partition\(s\)"):
         si.load(text).run_grid([[np.zeros(2, np.float32)]] * 2)
