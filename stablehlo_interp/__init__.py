@@ -34,8 +34,9 @@ _TOOLS = ("break_at", "compare", "debug", "explain", "find_nonfinite", "graph", 
 
 def __getattr__(name):
     if name in _TOOLS or name == "tools":
-        from . import tools
+        import importlib
 
+        tools = importlib.import_module(f"{__name__}.tools")  # (from . import would recurse here)
         return tools if name == "tools" else getattr(tools, name)
     raise AttributeError(f"module 'stablehlo_interp' has no attribute {name!r}")
 
