@@ -13,6 +13,7 @@ import pathlib
 import re
 
 from . import registry
+from .plan import TERMINATORS
 
 # Ops of the stablehlo dialect that the spec lists as "not in HLO", dynamism
 # or otherwise outside the spec (spec: "Operations").
@@ -36,10 +37,15 @@ def dialect_ops(dialect: str) -> list[str]:
 
 
 def tests_mentioning(op_name: str) -> list[str]:
-    """Test files that name the op (as ``stablehlo.add`` or in a test id)."""
+    """Test files that name the op: ``stablehlo.add``; ``"add"`` quoted or a
+    ``test_add`` function (parametrized tests build the op from its short name);
+    or a template such as ``f"chlo.broadcast_{name}"`` that builds it."""
     if not _TESTS.is_dir():
         return []
-    pattern = re.compile(re.escape(op_name) + r"\b")
+    dialect, short = op_name.split(".", 1)
+    templates = [re.escape(f"{dialect}.{short[:i + 1]}") + r"\{" for i, ch in enumerate(short) if ch == "_" and i]
+    pattern = re.compile("|".join([re.escape(op_name) + r"\b", "[\"']" + re.escape(short) + "[\"']",
+                                   r"def test_" + re.escape(short) + r"\b", *templates]))
     return sorted(p.name for p in _TESTS.glob("test_*.py") if pattern.search(p.read_text()))
 
 
@@ -56,12 +62,13 @@ def table() -> str:
     ]
     for dialect in ("stablehlo", "chlo"):
         ops = dialect_ops(dialect)
-        done = sum(op in implemented for op in ops)
+        done = sum(op in implemented or op in TERMINATORS for op in ops)
         lines += [f"## {dialect} ({done} of {len(ops)} implemented)", "",
                   "| op | status | tests |", "|---|---|---|"]
         for name in ops:
             short = name.split(".", 1)[1]
-            status = "implemented" if name in implemented else "**not implemented**"
+            status = ("implemented" if name in implemented else
+                      "terminator (read by the compiler)" if name in TERMINATORS else "**not implemented**")
             if dialect == "stablehlo" and short in NOT_IN_SPEC:
                 status += " (not in the spec)"
             tests = ", ".join(f"[{t}](../tests/{t})" for t in tests_mentioning(name)) or "-"

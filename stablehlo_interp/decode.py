@@ -18,6 +18,7 @@ from .errors import ModuleError
 from .locations import UNKNOWN, Frame, SourceLocation
 from .types import (  # noqa: F401
     TOKEN,
+    FutureType,
     Quantization,
     TensorType,
     TokenType,
@@ -62,6 +63,8 @@ def _decode_type(t: ir.Type):
         return TokenType()
     if isinstance(t, ir.TupleType):
         return TupleType(tuple(decode_type(t.get_type(i)) for i in range(t.num_types)))
+    if stablehlo.FutureType.isinstance(t):
+        return FutureType(tuple(decode_type(e) for e in stablehlo.FutureType(t).types))
     if isinstance(t, ir.UnrankedTensorType):
         raise ModuleError(f"unranked tensor type {t} is not supported (StableHLO requires ranked tensors)")
     text = str(t)

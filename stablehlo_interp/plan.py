@@ -23,7 +23,7 @@ from .errors import ModuleError, OpError, UnsupportedOpError
 from .locations import SourceLocation
 from .quantized import build_quantized, has_quantized_types
 
-_TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
+TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
 _REQUIRED = object()
 # Ops that call other functions of the module, and the attribute that names them.
 _CALLEE_ATTRIBUTE = {
@@ -181,7 +181,7 @@ class Compiler:
         steps: list[Step] = []
         for operation in block.operations:
             name = operation.operation.name
-            if name in _TERMINATORS:
+            if name in TERMINATORS:
                 region.outputs = tuple(scope.lookup(v) for v in operation.operands)
                 region.output_types = tuple(decode_type(v.type) for v in operation.operands)
                 region.return_location = self.location(operation)

@@ -234,6 +234,15 @@ class TupleType:
         return f"tuple<{', '.join(map(str, self.elements))}>"
 
 
+@dataclass(frozen=True)
+class FutureType(TupleType):
+    """``!stablehlo.future<...>``: the results an ``async_start`` hands to its
+    ``async_done``, held as a tuple."""
+
+    def __str__(self) -> str:
+        return f"!stablehlo.future<{', '.join(map(str, self.elements))}>"
+
+
 class Token:
     """The runtime value of ``!stablehlo.token`` (spec: "Types", token)."""
 

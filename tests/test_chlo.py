@@ -31,7 +31,7 @@ import pytest
 import scipy.special
 
 import stablehlo_interp as si
-from oracles import (assert_same, element_values, op_module, run_interp, run_interp_text, run_xla,
+from oracles import (assert_same, dtype_id, element_values, op_module, run_interp, run_interp_text, run_xla,
                      run_xla_text, tensor_type)
 from stablehlo_interp.numerics import ulp_difference
 from stablehlo_interp.types import dtype_of
@@ -614,3 +614,23 @@ def test_unsupported_element_type_names_the_op():
     text = op_module("chlo.bessel_i1e", ["tensor<2xcomplex<f32>>"], "tensor<2xcomplex<f32>>")
     with pytest.raises(si.UnsupportedOpError, match="chlo.bessel_i1e"):
         si.load(text)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=dtype_id)
+def test_asin_acos_kernel_gives_asin_and_acos(dtype):
+    """The kernel's defining identities (ChloOps.td): asin(z) = (atan2(re z, re w),
+    sign(im z) im w) and acos(z) = (atan2(re w, re z), -sign(im z) im w), checked
+    against NumPy's complex asin/acos in complex128."""
+    rng = np.random.default_rng(3)
+    z = (rng.standard_normal(64) * rng.choice([0.1, 1.0, 30.0], 64)
+         + 1j * rng.standard_normal(64) * rng.choice([0.0, 0.1, 1.0, 30.0], 64)).astype(dtype)
+    element = "complex<f32>" if dtype == np.complex64 else "complex<f64>"
+    text = op_module("chlo._asin_acos_kernel", [f"tensor<64x{element}>"], [f"tensor<64x{element}>"])
+    (w,) = run_interp_text(text, z)
+    sign = np.where(z.imag < 0, -1.0, 1.0)
+    asin = np.arctan2(z.real, w.real) + 1j * sign * w.imag
+    acos = np.arctan2(w.real, z.real) - 1j * sign * w.imag
+    tolerance = 1e-5 if dtype == np.complex64 else 1e-12
+    wide = z.astype(np.complex128)
+    np.testing.assert_allclose(asin, np.arcsin(wide), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(acos, np.arccos(wide), rtol=tolerance, atol=tolerance)

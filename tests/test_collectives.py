@@ -105,6 +105,35 @@ def test_all_reduce(groups, op, element, dtype):
     check_against_xla(text, per_process_arguments(8, (3, 2), dtype))
 
 
+@pytest.mark.parametrize("groups", ["all", "strided", "pairs_out_of_order"])
+def test_cross_replica_sum(groups):
+    """The HLO-compatibility op: an all_reduce with add over replica groups."""
+    body = f"""    %r = "stablehlo.cross-replica-sum"(%a)
+        {{replica_groups = dense<{GROUPS[groups]}> : tensor<{_shape(GROUPS[groups])}xi64>}}
+        : (tensor<3x2xf32>) -> tensor<3x2xf32>
+    return %r : tensor<3x2xf32>"""
+    text = module(body, "%a: tensor<3x2xf32>", "tensor<3x2xf32>", replicas=8)
+    check_against_xla(text, per_process_arguments(8, (3, 2), np.float32))
+
+
+def test_async_start_and_done_around_a_collective():
+    """async_start runs its region, async_done hands over its results (XLA's async pair)."""
+    body = """    %f = "stablehlo.async_start"(%a) ({
+      ^bb0(%x: tensor<2xf32>):
+        %g = "stablehlo.all_gather"(%x) {all_gather_dim = 0 : i64,
+            replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : (tensor<2xf32>) -> tensor<8xf32>
+        stablehlo.return %g : tensor<8xf32>
+    }) : (tensor<2xf32>) -> !stablehlo.future<tensor<8xf32>>
+    %r = "stablehlo.async_done"(%f) : (!stablehlo.future<tensor<8xf32>>) -> tensor<8xf32>
+    return %r : tensor<8xf32>"""
+    text = module(body, "%a: tensor<2xf32>", "tensor<8xf32>", replicas=4)
+    per_process = per_process_arguments(4, (2,), np.float32)
+    results = si.load(text).run_grid(per_process)
+    gathered = np.concatenate([args[0] for args in per_process])
+    for (result,) in results:
+        np.testing.assert_array_equal(result, gathered)
+
+
 def _shape(groups: str) -> str:
     rows = eval(groups)  # noqa: S307 - a literal of this file
     return f"{len(rows)}x{len(rows[0])}"

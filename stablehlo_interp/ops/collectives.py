@@ -27,6 +27,7 @@ import numpy as np
 from .. import hostio
 from ..engine import Execution
 from ..process_grid import Grid, current
+from .. import registry
 from ..registry import op
 from .reduction import is_elementwise
 
@@ -158,6 +159,23 @@ def all_reduce(info):
         _, _, values = _exchange(info, groups, operands)
         return _single([combine(regions[0], [v[i] for v in values], t)
                         for i, t in enumerate(info.result_types)])
+
+    return run
+
+
+@op("stablehlo.cross-replica-sum")
+def cross_replica_sum(info):
+    """all_reduce with an add computation across ``replica_groups`` of replicas
+    (an op kept for HLO compatibility, not in the spec)."""
+    groups = _Groups(info, CROSS_REPLICA)
+    add = registry.op_builder("stablehlo.add")(info)
+
+    def run(operand):
+        _, _, values = _exchange(info, groups, (operand,))
+        total = values[0][0]
+        for (value,) in values[1:]:  # left-leaning, like all_reduce
+            total = add(total, value)
+        return np.asarray(total)
 
     return run
 

@@ -93,3 +93,17 @@ def call(info):
         return _results(regions[-1](*operands), count)
 
     return run
+
+
+@op("stablehlo.async_start")
+def async_start(info):
+    """Runs its region at once (ops run in program order here: there is nothing to
+    overlap) and holds the region's results as the future."""
+    return lambda regions, *operands: tuple(regions[0](*operands))
+
+
+@op("stablehlo.async_done")
+def async_done(info):
+    """The results held by an ``async_start``'s future."""
+    count = len(info.result_types)
+    return lambda future: _results(list(future), count)
