@@ -13,8 +13,8 @@ process-wide table and emits ``stablehlo.custom_call @stablehlo_interp.host_call
 whose ``backend_config`` is the table key (other platforms go to JAX's
 function unchanged). The lowering adds the entry to the module's keep-alives,
 so it lives as long as the compiled executable that may call it. The
-interpreter's implementation of that custom call (below) calls the function
-with NumPy arrays, in program order, and checks what it returns.
+interpreter's implementation of that custom call (ops/host_callback.py) calls
+the function with NumPy arrays, in program order, and checks what it returns.
 
 As on the CPU, JAX runs the user's function with its arguments on a CPU
 device: with ``JAX_PLATFORMS``, list ``cpu`` too (``JAX_PLATFORMS=interp,cpu``).
@@ -22,35 +22,9 @@ device: with ``JAX_PLATFORMS``, list ``cpu`` too (``JAX_PLATFORMS=interp,cpu``).
 
 from __future__ import annotations
 
-import itertools
-import threading
-import weakref
+from ..ops.host_callback import TARGET, HostCallback
 
-import numpy as np
-
-from ..registry import custom_call
-from ..types import TOKEN, TokenType
-
-TARGET = "stablehlo_interp.host_callback"
 PLATFORM = "interp"
-
-_callbacks: "weakref.WeakValueDictionary[int, HostCallback]" = weakref.WeakValueDictionary()
-_keys = itertools.count(1)
-_lock = threading.Lock()
-
-
-class HostCallback:
-    """A Python function called from a program, and the table key the program names it by."""
-
-    def __init__(self, function):
-        self.function = function
-        with _lock:
-            self.key = next(_keys)
-            _callbacks[self.key] = self
-
-
-def lookup(key: int) -> HostCallback | None:
-    return _callbacks.get(key)
 
 
 def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_side_effect,
@@ -92,39 +66,3 @@ def register() -> None:
     emit_python_callback.__doc__ = original.__doc__
     jax_callback.emit_python_callback = emit_python_callback
     mlir.emit_python_callback = emit_python_callback
-
-
-@custom_call(TARGET)
-def host_callback(info):
-    """Call the registered function with the operands (a leading token passes through)."""
-    key = int(info.attr("backend_config"))
-    entry = lookup(key)
-    if entry is None:
-        raise info.unsupported(f"host callback #{key} no longer exists: the jitted function that "
-                               "registered it is gone")
-    function = entry.function
-    takes_token = bool(info.operand_types) and isinstance(info.operand_types[0], TokenType)
-    outputs = info.result_types[1:] if takes_token else info.result_types
-
-    def run(*operands):
-        values = function(*(operands[1:] if takes_token else operands))
-        results = _checked(values, outputs)
-        if takes_token:
-            return (TOKEN, *results) if results else TOKEN
-        return results[0] if len(results) == 1 else tuple(results)
-
-    return run
-
-
-def _checked(values, types) -> list:
-    values = list(values or ())
-    if len(values) != len(types):
-        raise RuntimeError(f"the host callback returned {len(values)} values, expected {len(types)}")
-    results = []
-    for index, (value, expected) in enumerate(zip(values, types)):
-        array = np.asarray(value)
-        if array.shape != tuple(expected.shape) or array.dtype != expected.dtype:
-            raise RuntimeError(f"the host callback returned {array.dtype}{list(array.shape)} for result "
-                               f"#{index}, expected {expected.dtype}{list(expected.shape)}")
-        results.append(array)
-    return results

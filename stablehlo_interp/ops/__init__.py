@@ -20,6 +20,7 @@ FAMILIES = (
     "dynamic",
     "elementwise",
     "fft",
+    "host_callback",
     "indexing",
     "io",
     "lapack",
