@@ -8,6 +8,7 @@ import functools
 import jax
 import ml_dtypes
 import numpy as np
+import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.numerics import ulp_difference
@@ -251,3 +252,38 @@ def _small_float_values(dtype, bits: int) -> np.ndarray:
             (1 + m / 2 ** mantissa) * 2.0 ** (e - bias)
         values.append(sign * magnitude)
     return np.array(values).astype(dtype)
+
+
+# ------------------------------------------------------------ differential checks
+
+
+def same_as_xla(fn, *args, max_ulp: int = 0) -> list:
+    """fn on the interpreter and on XLA CPU: same results (within ``max_ulp`` for floats)."""
+    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert_same(a, e, max_ulp=max_ulp, context=f"result {i}: ")
+    return actual
+
+
+def same_as_xla_text(text: str, *args, max_ulp: int = 0) -> list:
+    """An MLIR module on the interpreter and on XLA CPU (skipped where XLA cannot compile it)."""
+    try:
+        expected = run_xla_text(text, *args)
+    except XlaUnsupported as e:
+        pytest.skip(f"XLA CPU: {e}")
+    actual = run_interp_text(text, *args)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e, max_ulp=max_ulp, context=text + "\n")
+    return actual
+
+
+def same_as_reference(reference, text: str, *args, max_ulp: int = 0) -> list:
+    """An MLIR module on the interpreter and on the C++ reference interpreter."""
+    actual = run_interp_text(text, *args)
+    expected = reference.evaluate(text, list(args))
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e, max_ulp=max_ulp, context=text + "\n")
+    return actual

@@ -8,28 +8,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from oracles import assert_same, run_interp, run_xla
-
-
-def same_as_xla(fn, *args):
-    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
-    assert len(actual) == len(expected)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_same(a, e, context=f"result {i}: ")
-    return actual
-
-
-def same_as_reference(reference, text, *args):
-    actual = si.run(text, *args, listeners=[si.validation.ResultTypeChecker()])
-    expected = reference.evaluate(text, args)
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        # decode.parse_elements_text (not this module's) gives 0-d results shape (1,);
-        # our shapes are checked against the module by the ResultTypeChecker.
-        assert_same(a, e.reshape(a.shape) if a.shape == () else e)
-    return actual
-
-
+from oracles import assert_same, same_as_reference, same_as_xla
 # ------------------------------------------------------------------- JAX loops
 
 

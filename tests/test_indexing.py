@@ -22,37 +22,9 @@ from jax import lax
 
 import stablehlo_interp as si
 import strategies
-from oracles import (XlaUnsupported, assert_same, dtype_id, edge_values, run_interp, run_interp_text, run_xla,
-                     run_xla_text)
+from oracles import (assert_same, dtype_id, edge_values, run_interp_text, run_xla_text, same_as_reference,
+                     same_as_xla, same_as_xla_text)
 from stablehlo_interp.types import element_type_of
-
-
-def same_as_xla(fn, *args, max_ulp=0):
-    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
-    assert len(actual) == len(expected)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_same(a, e, max_ulp=max_ulp, context=f"result {i}: ")
-    return actual
-
-
-def same_as_xla_text(text, *args):
-    try:
-        expected = run_xla_text(text, *args)
-    except XlaUnsupported as e:
-        pytest.skip(f"XLA CPU: {e}")
-    actual = run_interp_text(text, *args)
-    for a, e in zip(actual, expected):
-        assert_same(a, e, context=text + "\n")
-    return actual
-
-
-def same_as_reference(reference, text, *args):
-    actual = run_interp_text(text, *args)
-    expected = reference.evaluate(text, list(args))
-    for a, e in zip(actual, expected):
-        # tests/reference_interpreter.py decodes 0-d results with shape (1,).
-        assert_same(a, e.reshape(a.shape), context=text + "\n")
-    return actual
 
 
 def values(shape, dtype, seed=0):

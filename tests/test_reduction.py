@@ -19,28 +19,12 @@ from jax import lax
 
 import stablehlo_interp as si
 import strategies
-from oracles import assert_same, dtype_id, element_values, run_interp, run_interp_text, run_xla
+from oracles import dtype_id, element_values, run_interp, run_xla, same_as_reference, same_as_xla
 from stablehlo_interp.types import element_type_of
 
 INTEGER = [np.int8, np.uint8, np.int16, np.uint32, np.int64, np.uint64]
 FLOATS = [ml_dtypes.bfloat16, np.float16, np.float32, np.float64]
 SHAPES = [(0,), (5,), (3, 4), (2, 0, 3), (2, 3, 4)]
-
-
-def same_as_xla(fn, *args, max_ulp=0):
-    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
-    assert len(actual) == len(expected)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_same(a, e, max_ulp=max_ulp, context=f"result {i}: ")
-    return actual
-
-
-def same_as_reference(reference, text, *args):
-    actual = run_interp_text(text, *args)
-    expected = reference.evaluate(text, list(args))
-    for a, e in zip(actual, expected):
-        assert_same(a, e.reshape(a.shape), context=text + "\n")  # 0-d results come back as (1,)
-    return actual
 
 
 def edges(shape, dtype, seed=0):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import stablehlo_interp as si
-from oracles import assert_same, dtype_id, edge_values, run_interp, run_xla
+from oracles import assert_same, dtype_id, edge_values, same_as_reference, same_as_xla
 from stablehlo_interp.types import element_type_of
 
 # Data movement must be bit-exact for every element type, sub-byte and complex included.
@@ -23,22 +23,6 @@ def values(shape, dtype, seed=0):
     """Edge values of ``dtype`` (NaN, inf, -0.0, min, max ...) then random ones, in ``shape``."""
     count = int(np.prod(shape))
     return np.resize(edge_values(dtype, max(count, 1), seed), shape).astype(dtype)
-
-
-def same_as_xla(fn, *args):
-    actual, expected = run_interp(fn, *args), run_xla(fn, *args)
-    assert len(actual) == len(expected)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_same(a, e, context=f"result {i}: ")
-
-
-def same_as_reference(reference, text, *args):
-    actual = si.run(text, *args, listeners=[si.validation.ResultTypeChecker()])
-    expected = reference.evaluate(text, args)
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        assert_same(a, e)
-    return actual
 
 
 # ---------------------------------------------------------------- constant, iota

@@ -19,38 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax import lax
 
-from oracles import (XlaUnsupported, assert_same, dtype_id, element_values, run_interp, run_interp_text, run_xla,
-                     run_xla_text)
+from oracles import (assert_same, dtype_id, element_values, run_interp_text, same_as_reference,
+                     same_as_xla, same_as_xla_text)
 from stablehlo_interp.types import element_type_of
 
 DTYPES = [np.bool_, np.int8, np.uint16, np.int32, np.uint64, ml_dtypes.int4, ml_dtypes.bfloat16, np.float16,
           np.float32, np.float64, np.complex64, ml_dtypes.float8_e4m3fn]
-
-
-def same_as_xla(fn, *args):
-    actual = run_interp(fn, *args)
-    expected = run_xla(fn, *args)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_same(a, e, context=f"result {i}: ")
-    return actual
-
-
-def same_as_xla_text(text, *args):
-    try:
-        expected = run_xla_text(text, *args)
-    except XlaUnsupported as e:
-        pytest.skip(f"XLA CPU: {e}")
-    actual = run_interp_text(text, *args)
-    for a, e in zip(actual, expected):
-        assert_same(a, e, context=text + "\n")
-    return actual
-
-
-def same_as_reference(reference, text, *args):
-    actual = run_interp_text(text, *args)
-    for a, e in zip(actual, reference.evaluate(text, list(args))):
-        assert_same(a, e, context=text + "\n")
-    return actual
 
 
 def with_ties(shape, dtype, seed=0):
