@@ -12,22 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
-from .support import in_integer_precision, integer_compute_dtype, unsigned_view_dtype
+from .support import integer_compute_dtype, same_ufunc, unsigned_view_dtype
 
 
-def _logical_or_bitwise(ufunc):
-    """i1: logical; integers: bitwise (NumPy's bitwise ufuncs on bool are logical)."""
-
-    def build(info):
-        return in_integer_precision(ufunc, info.operand_types[0].dtype)
-
-    return build
-
-
-op("stablehlo.and", elementwise=True)(_logical_or_bitwise(np.bitwise_and))
-op("stablehlo.or", elementwise=True)(_logical_or_bitwise(np.bitwise_or))
-op("stablehlo.xor", elementwise=True)(_logical_or_bitwise(np.bitwise_xor))
-op("stablehlo.not", elementwise=True)(_logical_or_bitwise(np.invert))
+op("stablehlo.and", elementwise=True)(same_ufunc(np.bitwise_and))
+op("stablehlo.or", elementwise=True)(same_ufunc(np.bitwise_or))
+op("stablehlo.xor", elementwise=True)(same_ufunc(np.bitwise_xor))
+op("stablehlo.not", elementwise=True)(same_ufunc(np.invert))
 
 
 class _Bits:

@@ -22,6 +22,7 @@ from .support import (
     in_integer_precision,
     in_wider_precision,
     integer_compute_dtype,
+    same_ufunc,
 )
 
 
@@ -38,24 +39,12 @@ def _by_kind(info, *, integer=None, floating=None, complex_=None, boolean=None, 
     return choice
 
 
-def _same_ufunc(ufunc):
-    """Builder of an op that is one NumPy ufunc on every element type it allows.
-
-    For bf16 and the f8/f6/f4 types, ml_dtypes computes these in f32 and rounds
-    once, which is correctly rounded for all of them."""
-
-    def build(info):
-        return in_integer_precision(ufunc, info.operand_types[0].dtype)
-
-    return build
-
-
 # add/multiply of i1 are OR/AND, which is what NumPy's bool add/multiply are.
-op("stablehlo.add", elementwise=True)(_same_ufunc(np.add))
-op("stablehlo.subtract", elementwise=True)(_same_ufunc(np.subtract))
-op("stablehlo.multiply", elementwise=True)(_same_ufunc(np.multiply))
+op("stablehlo.add", elementwise=True)(same_ufunc(np.add))
+op("stablehlo.subtract", elementwise=True)(same_ufunc(np.subtract))
+op("stablehlo.multiply", elementwise=True)(same_ufunc(np.multiply))
 # Unsigned negate wraps (spec: bitcast to signed, negate, bitcast back).
-op("stablehlo.negate", elementwise=True)(_same_ufunc(np.negative))
+op("stablehlo.negate", elementwise=True)(same_ufunc(np.negative))
 
 
 @op("stablehlo.abs", elementwise=True)

@@ -72,6 +72,20 @@ def in_float32_if_needed(fn, dtype):
     return _cast_operands(fn, _F32, dtype)
 
 
+def same_ufunc(ufunc):
+    """Builder of an op that is one NumPy ufunc on every element type it allows
+    (integers wrap at their own width, sub-byte ones too).
+
+    For i1, NumPy's add/multiply and bitwise ufuncs are the logical OR/AND/XOR/NOT
+    the spec asks for. For bf16 and the f8/f6/f4 types, ml_dtypes computes in f32
+    and rounds once, which is correctly rounded for them."""
+
+    def build(info):
+        return in_integer_precision(ufunc, info.operand_types[0].dtype)
+
+    return build
+
+
 def in_integer_precision(fn, dtype):
     """``fn`` applied in the compute dtype of ``dtype`` and wrapped back to it."""
     dtype = np.dtype(dtype)
