@@ -13,21 +13,11 @@ the times side by side with the ratios and the targets:
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timing import best_time, format_time
 
 import stablehlo_interp as si
-
-
-def best_time(fn, repeat: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def reference_runner(text: str, args):
@@ -134,17 +124,12 @@ def main() -> None:
     measure("(c) while loop, 10000 iterations", while_loop(10000), [np.float32(1)],
             lambda x: numpy_while(x, 10000), target="interp < C++")
 
-    def fmt(seconds):
-        if seconds is None:
-            return "-"
-        return f"{seconds * 1e6:.2f} us" if seconds < 1e-3 else f"{seconds * 1e3:.1f} ms"
-
     header = f"{'program':38} {'interp':>11} {'C++ ref':>11} {'NumPy':>11} {'/C++':>7} {'/NumPy':>7}  target"
     print(header)
     print("-" * len(header))
     for name, ours, reference, numpy_time, target in rows:
         vs_ref = f"{ours / reference:.2f}x" if reference else "-"
-        print(f"{name:38} {fmt(ours):>11} {fmt(reference):>11} {fmt(numpy_time):>11} "
+        print(f"{name:38} {format_time(ours):>11} {format_time(reference):>11} {format_time(numpy_time):>11} "
               f"{vs_ref:>7} {ours / numpy_time:>6.2f}x  {target}")
 
 

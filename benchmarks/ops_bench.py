@@ -15,25 +15,15 @@ import argparse
 import pickle
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import best_time, format_time
 
 import stablehlo_interp as si
 
 rng = np.random.default_rng(0)
-
-
-def best_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 # ------------------------------------------------------------------ programs
@@ -146,8 +136,6 @@ def reference_time(text: str, args, timeout: float) -> str:
     return format_time(float(done.stdout.decode().strip().splitlines()[-1]))
 
 
-def format_time(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def main() -> None:

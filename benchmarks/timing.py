@@ -1,0 +1,24 @@
+"""Timing helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import time
+
+
+def best_time(fn, repeat: int) -> float:
+    """The best of ``repeat`` timed calls, after one warm-up call (seconds)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def format_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
