@@ -99,7 +99,7 @@ def numpy_while(x, iterations: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--skip-reference", action="store_true", help="do not time the C++ interpreter")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = []
