@@ -12,8 +12,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .plan import BINARY, SINGLE, UNARY, WITH_REGIONS, Region, Step
+
+
+class numpy_warnings_off:
+    """``with numpy_warnings_off():`` NumPy's floating-point warnings are off.
+
+    NaN, inf and overflow are values the spec defines, not errors. The same as
+    ``np.errstate(all="ignore")``, with the setting built once instead of at every
+    entry (it is entered once per run, which matters for short programs).
+    """
+
+    __slots__ = ("_token",)
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as _setting, _make_extobj
+
+        _IGNORE = _make_extobj(all="ignore")
+        del _make_extobj
+    except ImportError:  # another NumPy layout
+        _setting = None
+
+    def __enter__(self):
+        if self._setting is None:
+            self._token = np.errstate(all="ignore")
+            self._token.__enter__()
+        else:
+            self._token = self._setting.set(self._IGNORE)
+
+    def __exit__(self, *error):
+        if self._setting is None:
+            self._token.__exit__(*error)
+        else:
+            self._setting.reset(self._token)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import hostio, process_grid, sharding, sources
 from .decode import decode_attribute, decode_location, decode_type
-from .engine import Execution
+from .engine import Execution, numpy_warnings_off
 from .errors import ArgumentError, ModuleError
 from .plan import Compiler, Function, Region
 from .refinement import refinable, refine, static_types
@@ -95,7 +95,7 @@ class Program:
                                  io=io)[0]
         token = hostio.activate(io)
         try:
-            with np.errstate(all="ignore"):
+            with numpy_warnings_off():
                 outputs = Execution(listeners, context=io).run_region(target.region, values)
         finally:
             hostio.deactivate(token)
@@ -129,7 +129,7 @@ class Program:
         queues = io if io is not None else hostio.HostQueues()
         token = hostio.activate(queues)
         try:
-            with np.errstate(all="ignore"):
+            with numpy_warnings_off():
                 outputs = process_grid.Grid(self.num_replicas, self.num_partitions).run(
                     lambda process: Execution(listeners, process.id, queues).run_region(
                         target.region, values[process.id]))
@@ -295,6 +295,8 @@ def _as_result(value, arguments):
     if isinstance(value, np.generic):
         return np.asarray(value)
     if isinstance(value, np.ndarray):
+        if value.base is None and value.flags.writeable:
+            return value  # owns its data: a fresh array
         if not value.flags.writeable or any(
                 isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in arguments):
             return value.copy()
