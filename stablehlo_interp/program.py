@@ -295,8 +295,8 @@ def _as_result(value, arguments):
     if isinstance(value, np.generic):
         return np.asarray(value)
     if isinstance(value, np.ndarray):
-        if value.base is None and value.flags.writeable:
-            return value  # owns its data: a fresh array
+        if value.base is None and value.flags.writeable and not any(value is a for a in arguments):
+            return value  # owns its data and is no argument: a fresh array
         if not value.flags.writeable or any(
                 isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in arguments):
             return value.copy()
