@@ -83,23 +83,33 @@ class Program:
         observe (and may alter or stop) the run. ``io`` holds the host side of
         infeed, outfeed, send and recv (see :class:`~stablehlo_interp.hostio.HostQueues`).
         """
+        target = self.runnable(function)
+        values = coerce_arguments(target, args)
+        return [_as_result(value, values) for value in self.execute(target, values, listeners, io)]
+
+    def runnable(self, function: str | None = None) -> Function:
+        """The function ``run`` would run (``main`` by default); it must have a body."""
         target = self.function(function or self.entry_name)
         if not target.has_body:
             raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
-        values = coerce_arguments(target, args)
+        return target
+
+    def execute(self, target: Function, values: list, listeners=(), io=None) -> list:
+        """:meth:`run` without its argument checks and result copies, for callers
+        whose values already have the function's types and who never write into
+        the results (which may be constants or the arguments themselves): the device."""
         if self.shape_polymorphic:
-            return self.refined(*values, function=target.name).run(
-                *values, function=target.name, listeners=listeners, io=io)
+            refined = self.refined(*values, function=target.name)
+            return refined.execute(refined.function(target.name), values, listeners, io)
         if self.num_processes > 1 and not process_grid.in_grid() and self._runs_per_process(target):
             return self.run_grid([values] * self.num_processes, function=target.name, listeners=listeners,
                                  io=io)[0]
         token = hostio.activate(io)
         try:
             with numpy_warnings_off():
-                outputs = Execution(listeners, context=io).run_region(target.region, values)
+                return Execution(listeners, context=io).run_region(target.region, values)
         finally:
             hostio.deactivate(token)
-        return [_as_result(value, values) for value in outputs]
 
     @property
     def num_processes(self) -> int:
@@ -114,9 +124,7 @@ class Program:
         ``i = replica_id * num_partitions + partition_id``; returns the list of
         each process's results, in the same order. The processes share ``io``.
         """
-        target = self.function(function or self.entry_name)
-        if not target.has_body:
-            raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
+        target = self.runnable(function)
         per_process_args = list(per_process_args)
         if len(per_process_args) != self.num_processes:
             raise ArgumentError(f"the module runs as {self.num_processes} process(es) ({self.num_replicas} "

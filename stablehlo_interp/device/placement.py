@@ -47,7 +47,7 @@ class Placement:
 
     def run(self, arguments: list, listeners) -> list:
         """``arguments[d]``: the argument arrays of device d; returns each device's results."""
-        return [self.program.run(*arguments[0], function=self.function.name, listeners=listeners)]
+        return [self.program.execute(self.function, arguments[0], listeners)]
 
 
 class PerProcess(Placement):
