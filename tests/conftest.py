@@ -39,3 +39,24 @@ def reference():
     interpreter = reference_interpreter()
     yield interpreter
     interpreter.close()
+
+
+def _jax_option(name: str, value):
+    import jax
+
+    previous = getattr(jax.config, name)
+    jax.config.update(name, value)
+    yield
+    jax.config.update(name, previous)
+
+
+@pytest.fixture
+def x64():
+    """64-bit types on (jax_enable_x64)."""
+    yield from _jax_option("jax_enable_x64", True)
+
+
+@pytest.fixture
+def without_shardy():
+    """JAX lowers shardings to ``Sharding`` custom calls (GSPMD) instead of sdy ops."""
+    yield from _jax_option("jax_use_shardy_partitioner", False)

@@ -13,15 +13,6 @@ from oracles import op_module, run_interp, run_interp_text, run_xla_text
 from stablehlo_interp import registry
 
 
-@pytest.fixture
-def without_shardy():
-    """JAX lowers shardings to ``Sharding`` custom calls (GSPMD) instead of sdy ops."""
-    previous = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", False)
-    yield
-    jax.config.update("jax_use_shardy_partitioner", previous)
-
-
 def lowered_targets(fn, *args) -> str:
     return jax.jit(fn).lower(*args).as_text()
 

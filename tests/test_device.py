@@ -307,14 +307,6 @@ def test_compiled_executable_metadata():
     assert [o.devices() for o in out] == [{DEV}, {DEV}]
 
 
-@pytest.fixture
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
-
-
 def test_float64_and_int64(ran, x64):
     values = np.linspace(0, 1, 5)
     check(ran, lambda v: (jnp.exp(v) * 3, jnp.cumsum(v.astype(jnp.int64) + 2**40)), values, rtol=1e-12)

@@ -53,14 +53,6 @@ def test_reductions_on_a_2d_mesh(name):
     run_on_both(REDUCTIONS[name], P("x", "y"), P("x", "y"), X, check_vma=False)
 
 
-@pytest.fixture
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
-
-
 @pytest.mark.parametrize("dtype", [np.int32, np.float64, np.int64, np.bool_])
 def test_reductions_of_other_dtypes_on_a_1d_mesh(x64, dtype):
     values = (X > 0) if dtype == np.bool_ else X.astype(dtype)
@@ -196,14 +188,6 @@ def test_data_parallel_gradient_step():
         return f(w, X, y)
 
     on_both(build)
-
-
-@pytest.fixture
-def without_shardy():
-    previous = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", False)
-    yield
-    jax.config.update("jax_use_shardy_partitioner", previous)
 
 
 @pytest.mark.parametrize("name", ["psum_xy", "pmax_y"])

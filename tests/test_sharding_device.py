@@ -303,14 +303,6 @@ def test_make_mesh_default_axis_types():
 # --------------------------------------------------------------- modules lowered without Shardy
 
 
-@pytest.fixture
-def without_shardy():
-    previous = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", False)
-    yield
-    jax.config.update("jax_use_shardy_partitioner", previous)
-
-
 def test_hlo_shardings_without_shardy(without_shardy):
     """mhlo.sharding on arguments and results, Sharding custom calls for constraints."""
     def build(platform):
