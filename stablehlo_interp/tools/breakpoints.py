@@ -19,7 +19,8 @@ import numpy as np
 from ..engine import Listener
 from ..errors import StopExecution
 from ..locations import SourceLocation
-from .regions import RegionCall, describe_location, describe_stack, op_label, region_calls, source_text
+from .regions import (RegionCall, describe_location, describe_stack, op_heading, op_label, region_calls,
+                      source_text)
 from .selection import matcher
 from .subject import prepare
 from .summary import summarize
@@ -37,11 +38,7 @@ class BreakHit:
     step: object
 
     def __str__(self) -> str:
-        where = describe_location(self.location)
-        lines = [f"{self.op}" + (f" at {where}" if where else "")]
-        text = source_text(self.location)
-        if text:
-            lines.append(f"  source: {text}")
+        lines = op_heading(self.op, self.location)
         lines += [f"  operand #{i}: {summarize(v)}" for i, v in enumerate(self.operands)]
         lines += [f"  result #{i}: {summarize(v)}" for i, v in enumerate(self.results)]
         lines += ["  " + line for line in describe_stack(self.stack)]

@@ -18,7 +18,7 @@ import numpy as np
 from ..engine import Listener
 from ..errors import StopExecution
 from ..locations import SourceLocation
-from .regions import RegionCall, describe_location, describe_stack, op_label, region_calls, source_text
+from .regions import RegionCall, describe_stack, op_heading, op_label, region_calls
 from .subject import prepare
 from .summary import summarize, widened
 
@@ -42,11 +42,7 @@ class NonFiniteReport:
     new: list
 
     def __str__(self) -> str:
-        where = describe_location(self.location)
-        lines = [f"first non-finite value: {self.op}" + (f" at {where}" if where else "")]
-        text = source_text(self.location)
-        if text:
-            lines.append(f"  source: {text}")
+        lines = op_heading(f"first non-finite value: {self.op}", self.location)
         for index in sorted({entry[0] for entry in self.new}):
             found = [f"{count} {'NaN' if kind == 'nan' else 'inf'}" + (f" (first at {list(first)})" if first else "")
                      for i, kind, count, first in self.new if i == index]

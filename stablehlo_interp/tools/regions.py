@@ -105,6 +105,16 @@ def source_text(location: SourceLocation | None) -> str:
     return linecache.getline(frame.file, frame.line).strip() if frame else ""
 
 
+def op_heading(title: str, location: SourceLocation | None) -> list[str]:
+    """``title at file:line (function)`` and, when readable, ``  source: <the line>``."""
+    where = describe_location(location)
+    lines = [title + (f" at {where}" if where else "")]
+    text = source_text(location)
+    if text:
+        lines.append(f"  source: {text}")
+    return lines
+
+
 def describe_stack(calls) -> list[str]:
     """``inside ...`` lines, innermost first, as in error messages."""
     return [f"inside {call}" for call in reversed(calls)]
