@@ -31,7 +31,7 @@ class Program:
 
     def __init__(self, source, *, verify: bool = True):
         parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
-        self.module = parsed.module
+        self.module = sharding.annotate_manual_borders(parsed.module, parsed.owned)
         self.file_name = parsed.file_name
         if verify:
             _verify(self.module)
@@ -39,7 +39,6 @@ class Program:
         self.num_replicas = _int_attribute(attributes, "mhlo.num_replicas", 1)
         self.num_partitions = _int_attribute(attributes, "mhlo.num_partitions", 1)
         self.meshes = sharding.module_meshes(self.module)   # sdy.mesh ops, by name
-        sharding.annotate_manual_borders(self.module)
         self._process_ops: dict = {}
         self.functions: dict[str, Function] = {}
         func_ops = {}

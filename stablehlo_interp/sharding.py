@@ -467,11 +467,31 @@ def value_tiling(attributes: dict, rank: int, meshes: dict, num_devices: int) ->
 OPERAND_SHARDING = "stablehlo_interp.operand_sharding"
 
 
-def annotate_manual_borders(module) -> None:
+def annotate_manual_borders(module, owned: bool):
     """Give every ``SPMDFullToShardShape`` custom call the ``mhlo.sharding`` of the
     ``Sharding`` custom call that produces its operand (JAX always emits the pair),
-    as attribute :data:`OPERAND_SHARDING`: an op's builder sees only its own attributes."""
+    as attribute :data:`OPERAND_SHARDING`: an op's builder sees only its own attributes.
+
+    Returns the annotated module: a copy, when the caller handed us its module
+    (``owned`` false) and there is something to annotate."""
+    borders = _manual_borders(module)
+    if not borders:
+        return module
+    if not owned:
+        from .sources import copy_module
+
+        module = copy_module(module)
+        borders = _manual_borders(module)
+    for operation, operand_sharding in borders:
+        operation.attributes[OPERAND_SHARDING] = operand_sharding
+    return module
+
+
+def _manual_borders(module) -> list:
+    """``(SPMDFullToShardShape op, mhlo.sharding of its Sharding operand)`` pairs."""
     from jaxlib.mlir import ir
+
+    borders = []
 
     def visit(operation):
         if operation.name == "stablehlo.custom_call" and _target(operation) == "SPMDFullToShardShape":
@@ -480,11 +500,12 @@ def annotate_manual_borders(module) -> None:
                 producer = producer.operation
             if (isinstance(producer, ir.Operation) and _target(producer) == "Sharding"
                     and "mhlo.sharding" in producer.attributes):
-                operation.attributes[OPERAND_SHARDING] = producer.attributes["mhlo.sharding"]
+                borders.append((operation, producer.attributes["mhlo.sharding"]))
         return ir.WalkResult.ADVANCE
 
     with module.context:
         module.operation.walk(visit)
+    return borders
 
 
 def _target(operation) -> str | None:

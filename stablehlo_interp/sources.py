@@ -26,6 +26,19 @@ _BYTECODE_MAGIC = b"ML\xefR"
 class ParsedModule:
     module: ir.Module
     file_name: str | None  # for locations of text parsed from a file
+    owned: bool = True     # False: the caller's module, which must not be modified
+
+
+def copy_module(module: ir.Module) -> ir.Module:
+    """A deep copy of a module (attributes, and every op of its body)."""
+    with module.context, ir.Location.unknown():
+        copy = ir.Module.create()
+        for name in module.operation.attributes:
+            copy.operation.attributes[name] = module.operation.attributes[name]
+        with ir.InsertionPoint(copy.body):
+            for operation in module.body.operations:
+                operation.operation.clone()
+    return copy
 
 
 def make_context() -> ir.Context:
@@ -43,7 +56,7 @@ def make_context() -> ir.Context:
 
 def parse(source) -> ParsedModule:
     if isinstance(source, ir.Module):
-        return ParsedModule(source, None)
+        return ParsedModule(source, None, owned=False)
     if isinstance(source, pathlib.Path):
         return _parse_file(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -54,7 +67,7 @@ def parse(source) -> ParsedModule:
         return ParsedModule(_parse_text(source), None)
     compiler_ir = getattr(source, "compiler_ir", None)
     if callable(compiler_ir):  # jax.stages.Lowered
-        return ParsedModule(compiler_ir("stablehlo"), None)
+        return ParsedModule(compiler_ir("stablehlo"), None, owned=False)
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
         return ParsedModule(_parse_bytes(bytes(serialized)), None)

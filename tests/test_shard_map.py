@@ -196,6 +196,19 @@ def test_without_shardy(without_shardy, name):
     run_on_both(REDUCTIONS[name], P("x", "y"), P("x", "y"), X, check_vma=False)
 
 
+def test_loading_leaves_the_callers_module_unchanged(without_shardy):
+    """si.load annotates the SPMDFullToShardShape borders on its own copy of an
+    ir.Module it is handed, never on the caller's."""
+    m = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    f = jax.jit(jax.shard_map(lambda a: lax.psum(a, "x"), mesh=m, in_specs=P("x"), out_specs=P()))
+    module = f.lower(np.arange(8.0, dtype=np.float32)).compiler_ir("stablehlo")
+    before = str(module)
+    assert "SPMDFullToShardShape" in before
+    (out,) = si.run(module, np.arange(8.0, dtype=np.float32))
+    assert str(module) == before
+    np.testing.assert_array_equal(out, [28.0])
+
+
 def test_partially_manual_without_shardy(without_shardy):
     run_on_both(lambda a: lax.psum(a, "x") + lax.axis_index("x"), P("x"), P("x"), X, axis_names={"x"})
 
