@@ -287,3 +287,14 @@ def same_as_reference(reference, text: str, *args, max_ulp: int = 0) -> list:
     for a, e in zip(actual, expected):
         assert_same(a, e, max_ulp=max_ulp, context=text + "\n")
     return actual
+
+
+def training_step_matches_xla(step, params, *batch, rtol: float, atol: float) -> None:
+    """A training step ``step(params, *batch)`` (pytrees) on the interpreter and on
+    XLA CPU: every updated leaf within the tolerances."""
+    leaves, tree = jax.tree_util.tree_flatten((params, *batch))
+    flat_step = lambda *leaves: step(*jax.tree_util.tree_unflatten(tree, leaves))  # noqa: E731
+    expected, actual = run_xla(flat_step, *leaves), run_interp(flat_step, *leaves)
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jax import lax
 
 from oracles import (assert_same, dtype_id, op_module, run_interp, run_interp_text, run_xla, run_xla_text,
-                     tensor_type)
+                     tensor_type, training_step_matches_xla)
 from test_linalg import _values, assert_dot_close
 
 
@@ -282,9 +282,4 @@ def test_cnn_training_step_matches_xla():
               (f32(8, 5), np.zeros(5, np.float32))]
     images = rng.standard_normal((4, 12, 12, 3)).astype(np.float32)
     labels = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 4)]
-    leaves, tree = jax.tree_util.tree_flatten((params, images, labels))
-    step = lambda *leaves: cnn_step(*jax.tree_util.tree_unflatten(tree, leaves))  # noqa: E731
-    expected, actual = run_xla(step, *leaves), run_interp(step, *leaves)
-    assert len(actual) == len(expected)
-    for got, want in zip(actual, expected):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    training_step_matches_xla(cnn_step, params, images, labels, rtol=1e-4, atol=1e-5)

@@ -19,7 +19,7 @@ from jax import lax
 
 import stablehlo_interp as si
 from oracles import (assert_same, dtype_id, op_module, run_interp, run_interp_text,
-                     run_xla, run_xla_text, tensor_type)
+                     run_xla, run_xla_text, tensor_type, training_step_matches_xla)
 
 FLOAT_DOT_TYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128]
 INT_DOT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -482,9 +482,4 @@ def test_mlp_training_step_matches_xla():
     params = _mlp_params(rng)
     x = rng.standard_normal((16, 32)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
-    leaves, tree = jax.tree_util.tree_flatten((params, x, y))
-    step = lambda *leaves: mlp_step(*jax.tree_util.tree_unflatten(tree, leaves))  # noqa: E731
-    expected, actual = run_xla(step, *leaves), run_interp(step, *leaves)
-    assert len(actual) == len(expected)
-    for got, want in zip(actual, expected):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    training_step_matches_xla(mlp_step, params, x, y, rtol=2e-5, atol=2e-6)
