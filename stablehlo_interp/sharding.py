@@ -179,6 +179,15 @@ class _Parser:
             return True
         return False
 
+    def bracketed(self, item) -> list:
+        """``[a, b, ...]``, each element read by ``item()``."""
+        self.take("[")
+        values = []
+        while not self.maybe("]"):
+            values.append(item())
+            self.maybe(",")
+        return values
+
     def skip_to_body(self) -> None:
         """Past the attribute's name (``#sdy.sharding``), to its ``<``."""
         while not self.peek("<"):
@@ -187,30 +196,22 @@ class _Parser:
     def mesh(self) -> Mesh:
         """``<["x"=4, "y"=2], device_ids=[...]>`` (after ``mesh`` or ``#sdy.mesh``)."""
         self.take("<")
-        self.take("[")
-        axes = []
-        while not self.maybe("]"):
-            name = self.take()
-            self.take("=")
-            axes.append((name, self.take()))
-            self.maybe(",")
+        axes = self.bracketed(self.mesh_axis)
         device_ids = None
         if self.maybe(","):
             self.take("device_ids")
             self.take("=")
-            device_ids = self.int_list()
+            device_ids = self.bracketed(self.take)
         self.take(">")
         if device_ids is None:
             device_ids = list(range(math.prod(size for _, size in axes)))
         return Mesh(tuple(axes), tuple(device_ids))
 
-    def int_list(self) -> list:
-        self.take("[")
-        values = []
-        while not self.maybe("]"):
-            values.append(self.take())
-            self.maybe(",")
-        return values
+    def mesh_axis(self) -> tuple:
+        """``"x"=4``"""
+        name = self.take()
+        self.take("=")
+        return name, self.take()
 
     def axis(self) -> AxisRef:
         name = self.take()
@@ -248,20 +249,15 @@ class _Parser:
             self.take("mesh")
             mesh = self.mesh()
         self.take(",")
-        self.take("[")
-        dims, open_dims = [], []
-        while not self.maybe("]"):
-            axes, is_open = self.axis_set()
-            dims.append(axes)
-            open_dims.append(is_open)
-            self.maybe(",")
+        dim_sets = self.bracketed(self.axis_set)
+        dims, open_dims = tuple(a for a, _ in dim_sets), tuple(o for _, o in dim_sets)
         extra = {"replicated": (), "unreduced": ()}
         while self.maybe(","):
             key = self.take()
             self.take("=")
             extra[key] = self.axis_set()[0]
         self.take(">")
-        return TensorSharding(mesh, tuple(dims), extra["replicated"], extra["unreduced"], tuple(open_dims))
+        return TensorSharding(mesh, dims, extra["replicated"], extra["unreduced"], open_dims)
 
 
 def parse_mesh(text: str) -> Mesh:
@@ -283,12 +279,7 @@ def parse_sharding_per_value(text: str, meshes: dict) -> list:
     parser = _Parser(text, meshes)
     parser.skip_to_body()
     parser.take("<")
-    parser.take("[")
-    shardings = []
-    while not parser.maybe("]"):
-        shardings.append(parser.tensor_sharding())
-        parser.maybe(",")
-    return shardings
+    return parser.bracketed(parser.tensor_sharding)
 
 
 def parse_manual_axes(text: str) -> tuple:
