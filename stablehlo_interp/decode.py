@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 from jaxlib.mlir import ir, passmanager
-from jaxlib.mlir.dialects import stablehlo
+from jaxlib.mlir.dialects import chlo, stablehlo
 
 from .errors import ModuleError
 from .locations import UNKNOWN, Frame, SourceLocation
@@ -177,6 +177,16 @@ class DotAlgorithm:
 
 
 @dataclass(frozen=True)
+class RaggedDotDimensionNumbers:
+    lhs_batching_dimensions: tuple
+    rhs_batching_dimensions: tuple
+    lhs_contracting_dimensions: tuple
+    rhs_contracting_dimensions: tuple
+    lhs_ragged_dimensions: tuple
+    rhs_group_dimensions: tuple
+
+
+@dataclass(frozen=True)
 class ChannelHandle:
     handle: int
     type: int
@@ -214,6 +224,9 @@ def _plain(value):
 
 # Enum-like StableHLO attributes: decoded to their spelling ("LT", "FLOAT", "DEFAULT" ...).
 _ENUM_ATTRIBUTES = (
+    chlo.ComparisonDirectionAttr,
+    chlo.ComparisonTypeAttr,
+    chlo.PrecisionAttr,
     stablehlo.ComparisonDirectionAttr,
     stablehlo.ComparisonTypeAttr,
     stablehlo.PrecisionAttr,
@@ -281,7 +294,17 @@ def decode_attribute(attr: ir.Attribute):
         accuracy = stablehlo.ResultAccuracyAttr(attr)
         return ResultAccuracy(accuracy.atol, accuracy.rtol, accuracy.ulps,
                               str(accuracy.mode).split()[-1].rstrip(">"))
-    return str(attr)
+    if chlo.RaggedDotDimensionNumbers.isinstance(attr):
+        return _fields(RaggedDotDimensionNumbers, chlo.RaggedDotDimensionNumbers(attr))
+    text = str(attr)
+    number = _COMPLEX_NUMBER.fullmatch(text)
+    if number:
+        return complex(float(number.group(1)), float(number.group(2)))
+    return text
+
+
+# ``#complex.number<:f32 1.0, 2.0> : complex<f32>`` (a complex scalar attribute)
+_COMPLEX_NUMBER = re.compile(r"#complex\.number<:\w+ ([^,]+), ([^>]+)>.*", re.S)
 
 
 def decode_op_attributes(operation: ir.Operation) -> dict:

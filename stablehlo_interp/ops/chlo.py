@@ -10,14 +10,10 @@
   ``broadcast_dimensions`` map) and then run the stablehlo (or chlo) op they
   mirror, through that op's own builder: see :func:`_broadcasting`.
 - ``top_k``, ``ragged_dot`` and ``scan`` as described at their builders.
-
-CHLO's own attributes (comparison directions, ragged-dot dimension numbers,
-complex constants) reach the builders as their MLIR text and are parsed here.
 """
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import scipy.special
@@ -28,14 +24,6 @@ from ..registry import op, op_builder
 from ..types import TensorType
 from .comparison import total_order_key
 from .support import contiguous, in_wider_precision, integer_compute_dtype, unsigned_view_dtype
-
-
-def _chlo_enum(text: str) -> str:
-    """``#chlo<comparison_direction LT>`` -> ``LT``."""
-    match = re.fullmatch(r"#chlo<\w+ (\w+)>", text)
-    if not match:
-        raise ValueError(f"cannot decode CHLO attribute {text}")
-    return match.group(1)
 
 
 # ------------------------------------------------------------------ element-wise math
@@ -255,11 +243,8 @@ def constant_like(info):
     """A splat of ``value`` in the shape of the operand."""
     value = info.attr("value")
     result = info.result_type
-    if isinstance(value, str):  # complex: #complex.number<:f32 1.0, 2.0> : complex<f32>
-        parts = re.fullmatch(r"#complex\.number<:\w+ ([^,]+), ([^>]+)>.*", value, re.S)
-        if not parts:
-            raise info.error(f"cannot decode constant value {value}")
-        value = complex(float(parts.group(1)), float(parts.group(2)))
+    if isinstance(value, str):
+        raise info.error(f"cannot decode constant value {value}")
     scalar = np.array(value).astype(result.dtype)
     return lambda operand: np.full(np.shape(operand), scalar, result.dtype)
 
@@ -323,10 +308,10 @@ def _operand_layout(info, index: int, rank: int):
 
 
 def _compare_attributes(info):
-    attributes = {"comparison_direction": _chlo_enum(info.attr("comparison_direction"))}
+    attributes = {"comparison_direction": info.attr("comparison_direction")}
     compare_type = info.attributes.get("compare_type")
-    if compare_type is not None and _chlo_enum(compare_type) != "NOTYPE":
-        attributes["compare_type"] = _chlo_enum(compare_type)
+    if compare_type is not None and compare_type != "NOTYPE":
+        attributes["compare_type"] = compare_type
     return attributes
 
 
@@ -375,16 +360,6 @@ def top_k(info):
 # ------------------------------------------------------------------ ragged_dot
 
 
-def _ragged_dot_numbers(text: str) -> dict:
-    """``#chlo.ragged_dot<lhs_batching_dimensions = [0], ...>`` -> {field: tuple}."""
-    fields = {name: () for name in ("lhs_batching_dimensions", "rhs_batching_dimensions",
-                                    "lhs_contracting_dimensions", "rhs_contracting_dimensions",
-                                    "lhs_ragged_dimensions", "rhs_group_dimensions")}
-    for name, dims in re.findall(r"(\w+) = \[([\d,\s]*)\]", text):
-        fields[name] = tuple(int(d) for d in dims.replace(",", " ").split())
-    return fields
-
-
 @op("chlo.ragged_dot")
 def ragged_dot(info):
     """dot_general where one lhs dimension is split into groups of consecutive
@@ -402,10 +377,10 @@ def ragged_dot(info):
     so an inf or NaN in another group's rhs does not leak into it. Products and
     sums are those of stablehlo.dot_general, whose builder does the work.
     """
-    numbers = _ragged_dot_numbers(info.attr("ragged_dot_dimension_numbers"))
-    lhs_batch, rhs_batch = numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"]
-    lhs_contract, rhs_contract = numbers["lhs_contracting_dimensions"], numbers["rhs_contracting_dimensions"]
-    (ragged,) = numbers["lhs_ragged_dimensions"]
+    numbers = info.attr("ragged_dot_dimension_numbers")
+    lhs_batch, rhs_batch = numbers.lhs_batching_dimensions, numbers.rhs_batching_dimensions
+    lhs_contract, rhs_contract = numbers.lhs_contracting_dimensions, numbers.rhs_contracting_dimensions
+    (ragged,) = numbers.lhs_ragged_dimensions
     lhs_type, rhs_type, sizes_type = info.operand_types
     groups = sizes_type.shape[-1]
 
@@ -441,7 +416,7 @@ def ragged_dot(info):
 
         return contracting
 
-    (rhs_group,) = numbers["rhs_group_dimensions"]
+    (rhs_group,) = numbers.rhs_group_dimensions
     lhs_free = [d for d in range(lhs_type.rank) if d not in lhs_batch + lhs_contract]
     prefix = lhs_batch + tuple(d for d in lhs_free if d < ragged)
     result_rank = info.result_type.rank
