@@ -162,6 +162,11 @@ class Execution:
                      for index, (region, slots) in enumerate(zip(step.regions, step.captures)))
 
 
+# The execution of every run without listeners or context: it holds no state of its own
+# (the stack of regions is only kept while observed).
+UNOBSERVED = Execution()
+
+
 def _run_steps(program, env, execution) -> None:
     step = None
     try:

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import hostio, process_grid, sharding, sources
 from .decode import decode_attribute, decode_location, decode_type
-from .engine import Execution, numpy_warnings_off
+from .engine import UNOBSERVED, Execution, numpy_warnings_off
 from .errors import ArgumentError, ModuleError
 from .plan import Compiler, Function, Region
 from .refinement import refinable, refine, static_types
@@ -103,10 +103,11 @@ class Program:
         if self.num_processes > 1 and not process_grid.in_grid() and self._runs_per_process(target):
             return self.run_grid([values] * self.num_processes, function=target.name, listeners=listeners,
                                  io=io)[0]
+        execution = Execution(listeners, context=io) if listeners or io is not None else UNOBSERVED
         token = hostio.activate(io)
         try:
             with numpy_warnings_off():
-                return Execution(listeners, context=io).run_region(target.region, values)
+                return execution.run_region(target.region, values)
         finally:
             hostio.deactivate(token)
 

@@ -10,10 +10,14 @@ interpreter failures, the failing op and its source location), which JAX
 raises as ``JaxRuntimeError``. Slots without an implementation return
 ``UNIMPLEMENTED``.
 
-Opaque PJRT pointers (``PJRT_Client*``, ``PJRT_Buffer*`` ...) are the ``id()``
+Opaque PJRT pointers (``PJRT_Client*``, ``PJRT_Device*`` ...) are the ``id()``
 of a Python object, kept alive in ``objects`` until the matching
-``*_Destroy``. Outputs that the header says live as long as their object
-(dimensions, strings, device lists) are ctypes arrays stored on that object.
+``*_Destroy``. Buffers and executables are pointed to by a *header* instead:
+a small array of 64-bit words (a buffer's device and memory, an executable's
+counts) that the native fast paths read without entering Python
+(``native.py``, :func:`header_getter`). Outputs that the header says live as
+long as their object (dimensions, strings, device lists) are ctypes arrays
+stored on that object.
 
 Events: every computation finishes before its call returns, so all events are
 created complete (the header allows it); ``COMPLETE_EVENT`` is one shared
@@ -25,7 +29,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from ctypes import addressof, c_void_p
+from ctypes import addressof, c_uint64, c_void_p
 
 from ..errors import InterpreterError
 from . import abi, native, runtime
@@ -53,6 +57,66 @@ def lookup(address, kind: str):
 
 def release(address) -> None:
     objects.pop(address, None)
+
+
+# ---------------------------------------------------------------- C memory
+
+# The address space as an array of 64-bit words: reading or writing one word of C
+# memory costs an index instead of a new ctypes object (jaxlib's argument and
+# output lists are arrays of 8-byte-aligned pointers; so are headers).
+_WORDS = (c_uint64 * (1 << 45)).from_address(0)
+
+HEADER_WORDS = 4
+_HEADERS_PER_CHUNK = 1024
+_header_chunks: list[ctypes.Array] = []   # never freed: a header may be reused, not unmapped
+_free_headers: list[int] = []
+
+
+def header_handle(obj, words) -> int:
+    """The opaque pointer for ``obj``: the address of a header holding ``words``
+    (at most HEADER_WORDS 64-bit words), which native fast paths read; live until
+    :func:`release_header`."""
+    if not _free_headers:
+        chunk = (c_uint64 * (HEADER_WORDS * _HEADERS_PER_CHUNK))()
+        _header_chunks.append(chunk)
+        _free_headers.extend(range(addressof(chunk) + 8 * HEADER_WORDS * (_HEADERS_PER_CHUNK - 1),
+                                   addressof(chunk) - 1, -8 * HEADER_WORDS))
+    address = _free_headers.pop()
+    index = address >> 3
+    for word in words:
+        _WORDS[index] = word
+        index += 1
+    objects[address] = obj
+    return address
+
+
+def header_word(address: int, index: int) -> int:
+    """Word ``index`` of the header of a live handle."""
+    if address not in objects:
+        raise PluginError(abi.INVALID_ARGUMENT, f"unknown or destroyed handle {address!r}")
+    return _WORDS[(address >> 3) + index]
+
+
+def release_header(address) -> None:
+    if objects.pop(address, None) is not None:
+        _free_headers.append(address)
+
+
+def read_pointers(address: int, count: int) -> list:
+    """The ``count`` pointers of the C array at ``address``."""
+    if address & 7:
+        return list((c_void_p * count).from_address(address))
+    first = address >> 3
+    return _WORDS[first:first + count]
+
+
+def write_pointers(address: int, values) -> None:
+    """Store pointers (ints) into the C array at ``address``."""
+    if address & 7:
+        (c_void_p * len(values)).from_address(address)[:] = values
+        return
+    first = address >> 3
+    _WORDS[first:first + len(values)] = values
 
 
 # ---------------------------------------------------------------- C data handed out
@@ -155,14 +219,36 @@ COMPLETE_EVENT = handle(_COMPLETE)
 _IMPLEMENTATIONS: dict[str, tuple] = {}
 
 
-def implements(name: str, args_type):
-    """Register the implementation of ``PJRT_<name>``, which takes an ``args_type`` structure."""
+_FAST_PATHS: dict[str, tuple] = {}
+
+
+def implements(name: str, args_type, fast_path=None):
+    """Register the implementation of ``PJRT_<name>``, which takes an ``args_type`` structure.
+
+    ``fast_path`` (a ``native.CompleteEvent``) handles the common case natively
+    and leaves the rest to ``function``.
+    """
 
     def decorate(function):
         _IMPLEMENTATIONS[name] = (function, args_type)
+        if fast_path is not None:
+            _FAST_PATHS[name] = (fast_path, args_type)
         return function
 
     return decorate
+
+
+def header_getter(name: str, args_type, handle_field: str, **outputs: int) -> None:
+    """``PJRT_<name>`` copies words of the header of ``args.<handle_field>``
+    (:func:`header_handle`) into the outputs: ``args.<field> = header[index]``."""
+    getter = native.HeaderWords(handle_field, tuple(outputs.items()))
+    implements(name, args_type, getter)(lambda args: getter.python(args, header_word))
+
+
+def constant_getter(name: str, args_type, **outputs: int) -> None:
+    """``PJRT_<name>`` writes the same values at every call: ``args.<field> = value``."""
+    getter = native.Constants(tuple(outputs.items()))
+    implements(name, args_type, getter)(getter.python)
 
 
 _TRACE = bool(os.environ.get("STABLEHLO_INTERP_PJRT_TRACE"))
@@ -204,8 +290,9 @@ def _traced(name: str, thunk):
 class Table:
     """The PJRT_Api structure, its Shardings extension and every thunk they point to.
 
-    Each slot points at the native guard of its thunk (``native.py``). The
-    thunks are never freed (see ``plugin.py``): jaxlib may call them until the
+    Each slot points at the native guard of its thunk, or at its native fast
+    path (``native.py``; none while tracing calls, so the trace sees every
+    call). The thunks are never freed (see ``plugin.py``): jaxlib may call them until the
     process ends.
     """
 
@@ -215,8 +302,9 @@ class Table:
         from . import calls_buffers, calls_executables, calls_platform  # noqa: F401 - they register the calls
 
         self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._EXTENSION_SLOTS}
-        self.entry_points = native.guarded({name: ctypes.cast(thunk, c_void_p).value
-                                            for name, thunk in self.thunks.items()})
+        self.entry_points = native.entry_points({name: ctypes.cast(thunk, c_void_p).value
+                                                 for name, thunk in self.thunks.items()},
+                                                {} if _TRACE else _FAST_PATHS, COMPLETE_EVENT)
         self.api = abi.PJRT_Api()
         self.api.struct_size = ctypes.sizeof(abi.PJRT_Api)
         self.api.pjrt_api_version.struct_size = ctypes.sizeof(abi.PJRT_Api_Version)

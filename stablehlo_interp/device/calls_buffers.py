@@ -12,8 +12,16 @@ from ctypes import addressof, c_int64
 import numpy as np
 
 from . import abi, runtime
-from .api import COMPLETE_EVENT, handle, implements, lookup, release
+from .api import COMPLETE_EVENT, header_getter, header_handle, implements, lookup, release_header
 from .runtime import PluginError
+
+# A buffer handle points at its header: the handles of the buffer's device and memory.
+HEADER_DEVICE, HEADER_MEMORY = 0, 1
+
+
+def buffer_handle(buffer: runtime.Buffer) -> int:
+    device = buffer.device
+    return header_handle(buffer, (id(device), id(device.memory)))
 
 
 @implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
@@ -28,7 +36,7 @@ def client_buffer_from_host_buffer(args):
     strides = tuple((c_int64 * args.num_byte_strides).from_address(args.byte_strides)) \
         if args.byte_strides and args.num_byte_strides else None
     array = array_from_host(args.data, dtype, shape, strides)
-    args.buffer = handle(runtime.Buffer(device, array))
+    args.buffer = buffer_handle(runtime.Buffer(device, array))
     args.done_with_host_buffer = COMPLETE_EVENT
 
 
@@ -48,7 +56,7 @@ def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -
 
 @implements("Buffer_Destroy", abi.PJRT_Buffer_Destroy_Args)
 def buffer_destroy(args):
-    release(args.buffer)
+    release_header(args.buffer)
 
 
 @implements("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args)
@@ -103,14 +111,8 @@ def buffer_on_device_size(args):
     args.on_device_size_in_bytes = lookup(args.buffer, "buffer").nbytes
 
 
-@implements("Buffer_Device", abi.PJRT_Buffer_Device_Args)
-def buffer_device(args):
-    args.device = id(lookup(args.buffer, "buffer").device)
-
-
-@implements("Buffer_Memory", abi.PJRT_Buffer_Memory_Args)
-def buffer_memory(args):
-    args.memory = id(lookup(args.buffer, "buffer").device.memory)
+header_getter("Buffer_Device", abi.PJRT_Buffer_Device_Args, "buffer", device=HEADER_DEVICE)
+header_getter("Buffer_Memory", abi.PJRT_Buffer_Memory_Args, "buffer", memory=HEADER_MEMORY)
 
 
 @implements("Buffer_Delete", abi.PJRT_Buffer_Destroy_Args)
@@ -136,7 +138,7 @@ def buffer_ready_event(args):
 def _copy_to(buffer_address, device: runtime.Device) -> int:
     """A copy on another device shares the (immutable) array."""
     buffer = lookup(buffer_address, "buffer")
-    return handle(runtime.Buffer(device, buffer.array()))
+    return buffer_handle(runtime.Buffer(device, buffer.array()))
 
 
 @implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)

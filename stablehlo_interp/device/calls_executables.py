@@ -11,8 +11,9 @@ import ctypes
 from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 
 from . import abi, runtime
-from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, immortal_string, implements, lookup,
-                  pointer_array, release)
+from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, header_getter, header_handle,
+                  immortal_string, implements, lookup, pointer_array, read_pointers, release, release_header, write_pointers)
+from .calls_buffers import buffer_handle
 from .runtime import PluginError
 
 
@@ -21,6 +22,15 @@ class ExecutableView:
 
     def __init__(self, executable: runtime.Executable):
         self.executable = executable
+
+
+# An executable view's handle points at its header: the counts JAX asks for at every call.
+HEADER_NUM_REPLICAS, HEADER_NUM_PARTITIONS, HEADER_NUM_OUTPUTS = 0, 1, 2
+
+
+def view_handle(executable: runtime.Executable) -> int:
+    return header_handle(ExecutableView(executable),
+                         (executable.num_replicas, executable.num_partitions, executable.num_outputs))
 
 
 def _executable(address) -> runtime.Executable:
@@ -45,7 +55,7 @@ def client_compile(args):
 
 @implements("Executable_Destroy", abi.PJRT_Executable_Destroy_Args)
 def executable_destroy(args):
-    release(args.executable)
+    release_header(args.executable)
 
 
 @implements("Executable_Name", abi.PJRT_Executable_Name_Args)
@@ -54,19 +64,12 @@ def executable_name(args):
     args.executable_name, args.executable_name_size = c_bytes(executable, "c_name", executable.name.encode())
 
 
-@implements("Executable_NumReplicas", abi.PJRT_Executable_NumReplicas_Args)
-def executable_num_replicas(args):
-    args.num_replicas = _executable(args.executable).num_replicas
-
-
-@implements("Executable_NumPartitions", abi.PJRT_Executable_NumPartitions_Args)
-def executable_num_partitions(args):
-    args.num_partitions = _executable(args.executable).num_partitions
-
-
-@implements("Executable_NumOutputs", abi.PJRT_Executable_NumOutputs_Args)
-def executable_num_outputs(args):
-    args.num_outputs = _executable(args.executable).num_outputs
+header_getter("Executable_NumReplicas", abi.PJRT_Executable_NumReplicas_Args, "executable",
+              num_replicas=HEADER_NUM_REPLICAS)
+header_getter("Executable_NumPartitions", abi.PJRT_Executable_NumPartitions_Args, "executable",
+              num_partitions=HEADER_NUM_PARTITIONS)
+header_getter("Executable_NumOutputs", abi.PJRT_Executable_NumOutputs_Args, "executable",
+              num_outputs=HEADER_NUM_OUTPUTS)
 
 
 @implements("Executable_SizeOfGeneratedCodeInBytes", abi.PJRT_Executable_SizeOfGeneratedCodeInBytes_Args)
@@ -181,7 +184,7 @@ def loaded_executable_destroy(args):
 
 @implements("LoadedExecutable_GetExecutable", abi.PJRT_LoadedExecutable_GetExecutable_Args)
 def loaded_executable_get_executable(args):
-    args.executable = handle(ExecutableView(lookup(args.loaded_executable, "executable")))
+    args.executable = view_handle(lookup(args.loaded_executable, "executable"))
 
 
 @implements("LoadedExecutable_AddressableDevices", abi.PJRT_LoadedExecutable_AddressableDevices_Args)
@@ -231,22 +234,16 @@ def loaded_executable_execute(args):
     go into the caller's ``output_lists``, one list per device, and every event is complete."""
     executable = lookup(args.executable, "executable")
     num_devices, num_args = args.num_devices, args.num_args
-    argument_lists = [[] for _ in range(num_devices)]
-    if num_args and num_devices:
-        for arguments, argument_list in zip(argument_lists, (c_void_p * num_devices).from_address(args.argument_lists)):
-            arguments.extend(lookup(address, "buffer") for address in (c_void_p * num_args).from_address(argument_list))
+    argument_lists = [[lookup(address, "buffer") for address in read_pointers(argument_list, num_args)]
+                      for argument_list in read_pointers(args.argument_lists, num_devices)]
     device = lookup(args.execute_device, "device") if args.execute_device else None
     non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
     per_device = executable.execute(argument_lists, device, non_donatable)
     if executable.num_outputs:
-        for outputs, output_list in zip(per_device, (c_void_p * num_devices).from_address(args.output_lists)):
-            slots = (c_void_p * len(outputs)).from_address(output_list)
-            for index, buffer in enumerate(outputs):
-                slots[index] = handle(buffer)
+        for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
+            write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
     if args.device_complete_events:
-        events = (c_void_p * num_devices).from_address(args.device_complete_events)
-        for index in range(num_devices):
-            events[index] = COMPLETE_EVENT
+        write_pointers(args.device_complete_events, [COMPLETE_EVENT] * num_devices)
 
 
 def _non_donatable(options_address) -> frozenset:

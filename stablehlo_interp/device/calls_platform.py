@@ -10,10 +10,10 @@ import ctypes
 import hashlib
 from ctypes import addressof, c_int, c_int64
 
-from . import abi, runtime
+from . import abi, native, runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
-from .api import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Error, ReturnError, handle,
-                  immortal_string, implements, lookup, objects, pointer_array, release)
+from .api import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Error, ReturnError, constant_getter,
+                  handle, immortal_string, implements, lookup, objects, pointer_array, release)
 from .runtime import PluginError
 
 # ---------------------------------------------------------------- errors
@@ -99,7 +99,7 @@ def _event_error(event) -> int | None:
     return None if error is None else handle(Error(error.code, error.text))
 
 
-@implements("Event_Destroy", abi.PJRT_Event_Destroy_Args)
+@implements("Event_Destroy", abi.PJRT_Event_Destroy_Args, native.CompleteEvent())
 def event_destroy(args):
     if args.event != COMPLETE_EVENT:
         release(args.event)
@@ -125,7 +125,7 @@ def event_await(args):
 _on_ready_callbacks: dict[int, object] = {}
 
 
-@implements("Event_OnReady", abi.PJRT_Event_OnReady_Args)
+@implements("Event_OnReady", abi.PJRT_Event_OnReady_Args, native.CompleteEvent(on_ready=True))
 def event_on_ready(args):
     """The event is complete: call back at once (the callback owns the error it gets)."""
     address = args.callback
@@ -315,9 +315,8 @@ def memory_id(args):
     args.id = lookup(args.memory, "memory").id
 
 
-@implements("Memory_Kind", abi.PJRT_Memory_Kind_Args)
-def memory_kind(args):
-    args.kind, args.kind_size = immortal_string(lookup(args.memory, "memory").kind)
+_kind, _kind_size = immortal_string(runtime.MEMORY_KIND)
+constant_getter("Memory_Kind", abi.PJRT_Memory_Kind_Args, kind=_kind, kind_size=_kind_size)   # one kind of memory
 
 
 @implements("Memory_Kind_Id", abi.PJRT_Memory_Kind_Id_Args)

@@ -166,14 +166,19 @@ class Executable:
         if len(argument_lists) != len(self.devices):
             raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
                                                     f"got arguments for {len(argument_lists)}")
-        values = [[buffer.array() for buffer in arguments] for arguments in argument_lists]
-        results = self.placement.run(values, listeners)
+        values = []
         for arguments in argument_lists:
-            for index in self.donated_parameters:
-                if index not in non_donatable:
-                    arguments[index].delete()
-        devices = [device] if device is not None else self.devices
-        return [[Buffer(target, value) for value in outputs] for target, outputs in zip(devices, results)]
+            values.append([buffer.array() for buffer in arguments])
+        results = self.placement.run(values, listeners)
+        if self.donated_parameters:
+            for arguments in argument_lists:
+                for index in self.donated_parameters:
+                    if index not in non_donatable:
+                        arguments[index].delete()
+        per_device = []
+        for target, outputs in zip([device] if device is not None else self.devices, results):
+            per_device.append([Buffer(target, value) for value in outputs])
+        return per_device
 
 
 def _donated_parameters(program, function_name: str) -> tuple:
