@@ -3,8 +3,9 @@
 Measures, per call, on ``cpu`` and on ``interp``:
 
 * a trivial jitted call (``jax.jit(lambda v: v + 1)`` on a scalar), whose cost
-  on interp is the plugin's overhead (about a dozen PJRT calls through ctypes)
-  plus one interpreted ``stablehlo.add``; target: under 20 us;
+  on interp is jaxlib's C API path, 12 PJRT calls (two enter Python: Execute
+  and Buffer_Destroy; the rest are native fast paths) and one interpreted
+  ``stablehlo.add``; target: under 20 us;
 * an eager op (``x + x``: JAX dispatches it as a small jitted program);
 * a host-to-device transfer and its read-back (``device_put`` + ``np.asarray``);
 * a slightly larger jitted function (a dozen ops) to show the per-op share.
