@@ -242,6 +242,16 @@ _DENSE_ARRAYS = (
 )
 
 
+def _string(attr: ir.StringAttr) -> str | bytes:
+    """A string attribute's text; its bytes when they are not UTF-8 (a custom call's
+    ``backend_config`` may carry raw bytes, as JAX's ``InspectSharding`` does)."""
+    raw = attr.value_bytes
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw
+
+
 def decode_attribute(attr: ir.Attribute):
     """An MLIR attribute as a plain Python value (ints, floats, str, tuples, ndarrays ...).
 
@@ -255,7 +265,7 @@ def decode_attribute(attr: ir.Attribute):
     if isinstance(attr, ir.FloatAttr):
         return float(attr.value)
     if isinstance(attr, ir.StringAttr):
-        return attr.value
+        return _string(attr)
     if isinstance(attr, ir.UnitAttr):
         return True
     if isinstance(attr, ir.FlatSymbolRefAttr):

@@ -127,3 +127,41 @@ def test_every_jaxlib_cpu_linalg_target_is_implemented():
     targets = {name for name, _, _ in lapack.registrations()["cpu"]}
     assert len(targets) >= 61  # 15 LAPACK routines x 4 types, and tridiagonal_solve_perturbed_ffi
     assert sorted(targets - set(registry.registered_custom_calls())) == []
+
+
+def inspect_sharding_program():
+    """jax.debug.inspect_array_sharding over two devices: XLA's partitioner calls the
+    callback; its ``backend_config`` is raw pointer bytes, not UTF-8."""
+    mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+
+    def fn(a):
+        jax.debug.inspect_array_sharding(a, callback=lambda sharding: None)
+        return a * 2
+
+    x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
+    return jax.jit(fn).lower(x), x
+
+
+def test_custom_call_with_non_utf8_backend_config_loads():
+    """The program loads (bytes decoded as bytes); the target itself says it is missing."""
+    lowered, _ = inspect_sharding_program()
+    assert "@InspectSharding" in lowered.as_text()
+    with pytest.raises(si.UnsupportedOpError, match="'InspectSharding' is not implemented"):
+        si.load(lowered)
+
+
+def test_custom_call_sees_non_utf8_backend_config_as_bytes():
+    lowered, x = inspect_sharding_program()
+    seen = []
+
+    def builder(info):
+        seen.append(info.attr("backend_config"))
+        return lambda a: a
+
+    si.register_custom_call("InspectSharding", builder)
+    try:
+        (out,) = si.run(lowered, np.asarray(x))
+    finally:
+        registry.unregister_custom_call("InspectSharding")
+    assert isinstance(seen[0], bytes) and seen[0]
+    np.testing.assert_array_equal(out, np.asarray(jax.jit(lambda a: a * 2)(x)))
