@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -169,3 +171,155 @@ def test_every_call_through_python():
     for name in ("Executable_NumOutputs", "Buffer_Device", "Buffer_Memory", "Memory_Kind", "Event_OnReady",
                  "Event_Destroy"):
         assert f"[interp pjrt] PJRT_{name}\n" in result.stderr
+
+
+# ---------------------------------------------------------------- the AArch64 code, under qemu
+
+QEMU, CROSS_GCC = shutil.which("qemu-aarch64"), shutil.which("aarch64-linux-gnu-gcc")
+
+# check_call(fn, arg): fn(arg) with markers in the callee-saved registers x19-x28;
+# returns fn's result, or 0xDEAD if a marker or sp changed.
+CHECK_CALL = """
+    .text
+    .globl check_call
+check_call:
+    stp x29, x30, [sp, #-96]!
+    stp x19, x20, [sp, #16]
+    stp x21, x22, [sp, #32]
+    stp x23, x24, [sp, #48]
+    stp x25, x26, [sp, #64]
+    stp x27, x28, [sp, #80]
+    mov x29, sp
+    mov x9, x0
+    mov x0, x1
+""" + "".join(f"    mov x{r}, #{r}\n" for r in range(19, 29)) + """
+    blr x9
+    mov x9, sp
+    cmp x9, x29
+    b.ne 1f
+""" + "".join(f"    cmp x{r}, #{r}\n    b.ne 1f\n" for r in range(19, 29)) + """
+    b 2f
+1:  mov x0, #0xDEAD
+2:  ldp x19, x20, [sp, #16]
+    ldp x21, x22, [sp, #32]
+    ldp x23, x24, [sp, #48]
+    ldp x25, x26, [sp, #64]
+    ldp x27, x28, [sp, #80]
+    ldp x29, x30, [sp], #96
+    ret
+"""
+
+HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+extern uint64_t check_call(void *fn, void *arg);
+static char trail[256];
+static int pending;
+#define NOTE(...) sprintf(trail + strlen(trail), __VA_ARGS__)
+static int ensure(void) { NOTE("E "); return 7; }
+static void fetch(void **t, void **v, void **tb) { NOTE("F "); *t = pending ? (void *)0x10 : 0; *v = (void *)0x20; *tb = (void *)0x30; }
+static void *thunk(void *args) { NOTE("T%lx ", (long)args); return (void *)0x1234; }
+static void restore(void *t, void *v, void *tb) { NOTE("R%lx,%lx,%lx ", (long)t, (long)v, (long)tb); }
+static void release(int state) { NOTE("L%d ", state); }
+static void *fallback(uint64_t *args) { NOTE("fallback(%lx) ", (long)args[2]); return (void *)0x4321; }
+static void callback(void *error, void *user_arg) { NOTE("callback(%lx,%lx) ", (long)error, (long)user_arg); }
+static void *install(const unsigned char *code, size_t size) {
+  unsigned char *page = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  memcpy(page, code, size);
+  uint64_t marks[7][2] = {{MARK_ENSURE, (uint64_t)ensure}, {MARK_FETCH, (uint64_t)fetch}, {MARK_THUNK, (uint64_t)thunk},
+                          {MARK_RESTORE, (uint64_t)restore}, {MARK_RELEASE, (uint64_t)release},
+                          {MARK_FALLBACK, (uint64_t)fallback}, {0, 0}};
+  for (size_t i = 0; i + 8 <= size; i += 4)
+    for (int m = 0; marks[m][0]; m++)
+      if (!memcmp(page + i, &marks[m][0], 8)) memcpy(page + i, &marks[m][1], 8);
+  mprotect(page, 4096, PROT_READ | PROT_EXEC);
+  __builtin___clear_cache((char *)page, (char *)page + size);
+  return page;
+}
+static void report(const char *name, uint64_t result, uint64_t *args, int n) {
+  printf("%s: %s-> %lx", name, trail, (long)result);
+  for (int i = 0; i < n; i++) printf(" %lx", (long)args[i]);
+  printf("\n");
+  trail[0] = 0;
+}
+int main(void) {
+  uint64_t header[4] = {0x1111, 0x2222, 0x3333, 0x4444}, args[16], result;
+CASES
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not (QEMU and CROSS_GCC), reason="needs qemu-aarch64 and aarch64-linux-gnu-gcc")
+def test_aarch64_code_under_qemu(tmp_path):
+    """The AArch64 guard and fast paths, run by an AArch64 program under qemu with stub
+    functions in place of CPython's and jaxlib's: calls, arguments, results, outputs,
+    and the registers the calling convention says they keep."""
+    machine = native.AArch64()
+    marks = {name: 0x0101010101010101 * byte for name, byte in (
+        ("ENSURE", 0xA1), ("FETCH", 0xA2), ("THUNK", 0xA3), ("RESTORE", 0xA4), ("RELEASE", 0xA5), ("FALLBACK", 0xA6))}
+    complete = 0xC0FFEE
+    guard = native.guard_code(machine, marks["THUNK"], {name.lower(): marks[name] for name in
+                                                        ("ENSURE", "FETCH", "RESTORE", "RELEASE")})
+    cases, expected = [], []
+
+    def case(name, code, fill, shown, outcome):
+        hex_bytes = ",".join(str(b) for b in code)
+        cases.append(f"  {{ static const unsigned char code[] = {{{hex_bytes}}}; memset(args, 0, sizeof args); {fill}\n"
+                     f"    result = check_call(install(code, sizeof code), args); report(\"{name}\", result, args, {shown}); }}")
+        expected.append(f"{name}: {outcome}")
+
+    for is_pending in (0, 1):
+        restored = "R10,20,30 " if is_pending else ""
+        case(f"guard{is_pending}", guard, f"pending = {is_pending};", 0, f"E F T{{args}} {restored}L7 -> 1234")
+    for name, (shape, args_type) in sorted(api._FAST_PATHS.items()):
+        words = ctypes.sizeof(args_type) // 8
+        if isinstance(shape, native.CompleteEvent):
+            for event in (complete, 0xBAD):
+                fill = (f"args[{args_type.event.offset // 8}] = {event:#x};" +
+                        (f" args[{args_type.callback.offset // 8}] = (uint64_t)callback;"
+                         f" args[{args_type.user_arg.offset // 8}] = 0x77;" if shape.on_ready else ""))
+                code = shape.native(machine, args_type, marks["FALLBACK"], complete)
+                if event == complete:
+                    outcome = ("callback(0,77) " if shape.on_ready else "") + "-> 0"
+                else:
+                    outcome = f"fallback({event:x}) -> 4321"
+                case(f"{name}/{event:x}", code, fill, 0, outcome)
+            continue
+        code = shape.native(machine, args_type, marks["FALLBACK"], complete)
+        by_python = args_type()
+        if isinstance(shape, native.HeaderWords):
+            fill = f"args[{getattr(args_type, shape.handle).offset // 8}] = (uint64_t)header;"
+            setattr(by_python, shape.handle, 0x5150)
+            shape.python(by_python, lambda handle, index: [0x1111, 0x2222, 0x3333, 0x4444][index])
+            setattr(by_python, shape.handle, 0)   # the harness's header address is not known here
+        else:
+            fill = ""
+            shape.python(by_python)
+        words_by_python = list((ctypes.c_uint64 * words).from_buffer(by_python))
+        shown = " ".join("{header}" if isinstance(shape, native.HeaderWords) and
+                         i == getattr(args_type, shape.handle).offset // 8 else f"{w:x}"
+                         for i, w in enumerate(words_by_python))
+        case(name, code, fill, words, f"-> 0 {shown}")
+
+    (tmp_path / "check_call.s").write_text(CHECK_CALL)
+    source = HARNESS.replace("CASES", "\n".join(cases))
+    for name, value in marks.items():
+        source = source.replace(f"MARK_{name}", f"{value:#x}ULL")
+    (tmp_path / "harness.c").write_text(source)
+    subprocess.run([CROSS_GCC, "-O1", "-static", "-o", str(tmp_path / "harness"), str(tmp_path / "harness.c"),
+                    str(tmp_path / "check_call.s")], check=True, capture_output=True)
+    run = subprocess.run([QEMU, str(tmp_path / "harness")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == len(expected)
+    for line, want in zip(lines, expected):
+        if "{args}" in want or "{header}" in want:
+            # addresses of the harness's own arrays: any value, as long as the rest matches
+            pattern = re.escape(want).replace(re.escape("{args}"), "[0-9a-f]+").replace(re.escape("{header}"),
+                                                                                          "[0-9a-f]+")
+            assert re.fullmatch(pattern, line), (line, want)
+        else:
+            assert line == want

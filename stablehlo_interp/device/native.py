@@ -1,13 +1,13 @@
-"""Native guards around the Python thunks: keep a pending Python exception out of them.
+"""Native code in front of the Python thunks: guards, and fast paths for the hottest calls.
 
-jaxlib calls some PJRT functions from deallocators: a ``jax.Array`` that dies
-on the value stack while an exception unwinds calls ``PJRT_Buffer_Destroy``
-with that exception still *pending* in the thread state. A ctypes callback
-cannot return a value in that state: CPython flags "a result with an exception
-set", ctypes reports it as unraisable (clearing the exception) and returns
-garbage to C, so jaxlib aborts on a bogus ``PJRT_Error*``; and even if the
-thunk took the exception out and returned NULL, the unwinding interpreter would
-find its exception gone and crash.
+*Guards.* jaxlib calls some PJRT functions from deallocators: a ``jax.Array``
+that dies on the value stack while an exception unwinds calls
+``PJRT_Buffer_Destroy`` with that exception still *pending* in the thread
+state. A ctypes callback cannot return a value in that state: CPython flags "a
+result with an exception set", ctypes reports it as unraisable (clearing the
+exception) and returns garbage to C, so jaxlib aborts on a bogus
+``PJRT_Error*``; and even if the thunk took the exception out and returned
+NULL, the unwinding interpreter would find its exception gone and crash.
 
 The fix has to run around the ctypes callback, in native code: a guard that
 takes the GIL (jaxlib may have released it around the destruction), takes the
@@ -25,54 +25,263 @@ its value::
         return result;
     }
 
-There is no compiler at install time, so the guard is this x86-64 machine
-code (assembled once with GNU as; listing below), copied into an executable
-page once per thunk with the five addresses filled in. On other machines
-:func:`entry_points` returns the thunks unchanged (the hazard remains there).
-
 *Fast paths.* A ctypes callback costs about a microsecond, and a jitted call
 makes a dozen PJRT calls, most of them getters that copy a value JAX could
 have kept (``Executable_NumReplicas`` twice per call, ``Buffer_Device`` of
 every output ...). Those get native code of three shapes (:class:`Constants`,
 :class:`HeaderWords`, :class:`CompleteEvent`) that never enters Python; the
 data they read lives in C (the *header* of a handle, ``api.header_handle``).
-Each fast path has the Python implementation that serves it on other
-machines and with ``STABLEHLO_INTERP_PJRT_TRACE``.
+Each fast path has the Python implementation that serves it where there is no
+native code and with ``STABLEHLO_INTERP_PJRT_TRACE``.
+
+There is no compiler at install time, so all of it is machine code, for x86-64
+(System V: Linux, macOS) and for AArch64 Linux: each guard is a fixed listing
+(assembled once with GNU as) with five addresses filled in; the fast paths are
+a few instructions encoded below. The code is copied into pages that are
+written while read-write and then made read-execute once (on AArch64 Linux the
+kernel makes the instruction cache coherent when a page becomes executable).
+Elsewhere :func:`entry_points` returns the thunks unchanged: the calls all go
+through Python, and the pending-exception hazard remains.
+tests/test_device_native.py runs the AArch64 code under qemu where it is
+installed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import platform
 import struct
+import sys
 from dataclasses import dataclass
 
-# x86-64 System V; "movabs rax, imm64" placeholders 0x11.. to 0x55..
-#   push rbx; push r12; push r13; sub rsp, 32   (rsp 16-byte aligned for the calls)
-#   mov rbx, rdi                                (the args pointer)
-#   movabs rax, PyGILState_Ensure; call rax; mov r13d, eax
-#   lea rdi, [rsp]; lea rsi, [rsp+8]; lea rdx, [rsp+16]
-#   movabs rax, PyErr_Fetch; call rax
-#   mov rdi, rbx; movabs rax, thunk; call rax; mov r12, rax
-#   mov rdi, [rsp]; test rdi, rdi; je 1f
-#   mov rsi, [rsp+8]; mov rdx, [rsp+16]; movabs rax, PyErr_Restore; call rax
-# 1: mov edi, r13d; movabs rax, PyGILState_Release; call rax
-#   mov rax, r12; add rsp, 32; pop r13; pop r12; pop rbx; ret
-_X86_64_GUARD = bytes.fromhex(
-    "53415441554883ec204889fb48b81111111111111111ffd04189c5488d3c24488d742408488d"
-    "54241048b82222222222222222ffd04889df48b83333333333333333ffd04989c4488b3c2448"
-    "85ff7416488b742408488b54241048b84444444444444444ffd04489ef48b855555555555555"
-    "55ffd04c89e04883c420415d415c5bc3")
+# The placeholders of the five addresses in a guard listing.
 _PLACEHOLDERS = {name: bytes([byte]) * 8 for name, byte in (
     ("ensure", 0x11), ("fetch", 0x22), ("thunk", 0x33), ("restore", 0x44), ("release", 0x55))}
-_SLOT = 144   # bytes per guard in the code pages
+_SLOT = 192   # bytes per guard or fast path in the code pages
+
+
+class X86_64:
+    """x86-64, System V calling convention: the args pointer arrives in rdi."""
+
+    #   push rbx; push r12; push r13; sub rsp, 32   (rsp 16-byte aligned for the calls)
+    #   mov rbx, rdi                                (the args pointer)
+    #   movabs rax, PyGILState_Ensure; call rax; mov r13d, eax
+    #   lea rdi, [rsp]; lea rsi, [rsp+8]; lea rdx, [rsp+16]
+    #   movabs rax, PyErr_Fetch; call rax
+    #   mov rdi, rbx; movabs rax, thunk; call rax; mov r12, rax
+    #   mov rdi, [rsp]; test rdi, rdi; je 1f
+    #   mov rsi, [rsp+8]; mov rdx, [rsp+16]; movabs rax, PyErr_Restore; call rax
+    # 1: mov edi, r13d; movabs rax, PyGILState_Release; call rax
+    #   mov rax, r12; add rsp, 32; pop r13; pop r12; pop rbx; ret
+    GUARD = bytes.fromhex(
+        "53415441554883ec204889fb48b81111111111111111ffd04189c5488d3c24488d742408488d"
+        "54241048b82222222222222222ffd04889df48b83333333333333333ffd04989c4488b3c2448"
+        "85ff7416488b742408488b54241048b84444444444444444ffd04489ef48b855555555555555"
+        "55ffd04c89e04883c420415d415c5bc3")
+    _RETURN_NULL = b"\x31\xc0\xc3"                                    # xor eax, eax; ret
+
+    @staticmethod
+    def _load_rax(offset: int) -> bytes:                              # mov rax, [rdi + offset]
+        return b"\x48\x8b\x87" + struct.pack("<i", offset)
+
+    @staticmethod
+    def _store_rcx(offset: int) -> bytes:                             # mov [rdi + offset], rcx
+        return b"\x48\x89\x8f" + struct.pack("<i", offset)
+
+    @staticmethod
+    def _move_rcx(value: int) -> bytes:                               # movabs rcx, value
+        return b"\x48\xb9" + struct.pack("<Q", value)
+
+    def constants(self, outputs) -> bytes:
+        """``[(offset, value)]``: store each value at args + offset; return NULL."""
+        return b"".join(self._move_rcx(value) + self._store_rcx(offset) for offset, value in outputs) + \
+            self._RETURN_NULL
+
+    def header_words(self, handle_offset: int, copies) -> bytes:
+        """``[(word offset, output offset)]``: copy words of the header the handle at
+        args + handle_offset points to into the args; return NULL."""
+        code = self._load_rax(handle_offset)
+        for word_offset, output_offset in copies:                     # mov rcx, [rax + word_offset]
+            code += b"\x48\x8b\x88" + struct.pack("<i", word_offset) + self._store_rcx(output_offset)
+        return code + self._RETURN_NULL
+
+    def complete_event(self, event_offset: int, complete: int, fallback: int, call_back) -> bytes:
+        """If the event at args + event_offset is ``complete``: call ``callback(NULL,
+        user_arg)`` if ``call_back`` gives their offsets, return NULL; otherwise jump to
+        ``fallback`` with the same args."""
+        handled = b""
+        if call_back is not None:
+            callback_offset, user_arg_offset = call_back
+            handled = (b"\x48\x83\xec\x08"                                         # sub rsp, 8
+                       + b"\x48\x8b\xb7" + struct.pack("<i", user_arg_offset)       # mov rsi, [rdi + ..]
+                       + self._load_rax(callback_offset)
+                       + b"\x31\xff\xff\xd0"                                        # xor edi, edi; call rax
+                       + b"\x48\x83\xc4\x08")                                       # add rsp, 8
+        handled += self._RETURN_NULL
+        return (self._load_rax(event_offset) + self._move_rcx(complete)
+                + b"\x48\x39\xc8\x75" + bytes([len(handled)]) + handled            # cmp rax, rcx; jne
+                + b"\x48\xb8" + struct.pack("<Q", fallback) + b"\xff\xe0")          # movabs rax, ..; jmp rax
+
+
+class _A64Code:
+    """AArch64 instructions, with 64-bit literals in a pool after the code."""
+
+    NOP = 0xD503201F
+
+    def __init__(self):
+        self.words: list[int] = []
+        self.literals: list[tuple[int, int, int]] = []   # (instruction index, register, value)
+
+    def emit(self, *words: int) -> "_A64Code":
+        self.words.extend(words)
+        return self
+
+    def load(self, register: int, base: int, offset: int) -> "_A64Code":       # ldr xR, [xB, #offset]
+        assert offset % 8 == 0 and 0 <= offset < 32768, offset
+        return self.emit(0xF9400000 | (offset // 8) << 10 | base << 5 | register)
+
+    def store(self, register: int, base: int, offset: int) -> "_A64Code":      # str xR, [xB, #offset]
+        assert offset % 8 == 0 and 0 <= offset < 32768, offset
+        return self.emit(0xF9000000 | (offset // 8) << 10 | base << 5 | register)
+
+    def load_literal(self, register: int, value: int) -> "_A64Code":          # ldr xR, =value
+        self.literals.append((len(self.words), register, value))
+        return self.emit(self.NOP)
+
+    def code(self) -> bytes:
+        words = list(self.words) + [self.NOP] * (len(self.words) % 2)        # the pool is 8-byte aligned
+        for slot, (at, register, _) in enumerate(self.literals):
+            distance = len(words) + 2 * slot - at                                # in instructions
+            words[at] = 0x58000000 | distance << 5 | register
+        return struct.pack(f"<{len(words)}I", *words) + b"".join(
+            struct.pack("<Q", value) for _, _, value in self.literals)
+
+
+class AArch64:
+    """AArch64 (AAPCS64): the args pointer arrives in x0."""
+
+    # stp x29, x30, [sp, #-64]!; mov x29, sp; stp x19, x20, [sp, #16]; str x21, [sp, #32]
+    # mov x19, x0; ldr x16, =PyGILState_Ensure; blr x16; mov w20, w0
+    # add x0, sp, #40; add x1, sp, #48; add x2, sp, #56; ldr x16, =PyErr_Fetch; blr x16
+    # mov x0, x19; ldr x16, =thunk; blr x16; mov x21, x0
+    # ldr x0, [sp, #40]; cbz x0, 1f; ldr x1, [sp, #48]; ldr x2, [sp, #56]
+    # ldr x16, =PyErr_Restore; blr x16
+    # 1: mov w0, w20; ldr x16, =PyGILState_Release; blr x16
+    # mov x0, x21; ldr x21, [sp, #32]; ldp x19, x20, [sp, #16]; ldp x29, x30, [sp], #64; ret
+    GUARD = bytes.fromhex(
+        "fd7bbca9fd030091f35301a9f51300f9f30300aa7003005800023fd6f403002ae0a30091e1c30091"
+        "e2e30091f002005800023fd6e00313aad002005800023fd6f50300aae01740f9a00000b4e11b40f9"
+        "e21f40f93002005800023fd6e003142a1002005800023fd6e00315aaf51340f9f35341a9fd7bc4a8"
+        "c0035fd61f2003d51111111111111111222222222222222233333333333333334444444444444444"
+        "5555555555555555")
+    _RETURN_NULL = (0xD2800000, 0xD65F03C0)                            # mov x0, #0; ret
+
+    def constants(self, outputs) -> bytes:
+        code = _A64Code()
+        for offset, value in outputs:
+            code.load_literal(10, value).store(10, 0, offset)
+        return code.emit(*self._RETURN_NULL).code()
+
+    def header_words(self, handle_offset: int, copies) -> bytes:
+        code = _A64Code().load(9, 0, handle_offset)
+        for word_offset, output_offset in copies:
+            code.load(10, 9, word_offset).store(10, 0, output_offset)
+        return code.emit(*self._RETURN_NULL).code()
+
+    def complete_event(self, event_offset: int, complete: int, fallback: int, call_back) -> bytes:
+        handled = []
+        if call_back is not None:
+            callback_offset, user_arg_offset = call_back
+            handled = [0xA9BF7BFD,                                     # stp x29, x30, [sp, #-16]!
+                       0xF9400001 | (user_arg_offset // 8) << 10,      # ldr x1, [x0, #user_arg]
+                       0xF9400009 | (callback_offset // 8) << 10,      # ldr x9, [x0, #callback]
+                       0xD2800000, 0xD63F0120,                         # mov x0, #0; blr x9
+                       0xA8C17BFD]                                     # ldp x29, x30, [sp], #16
+        handled += self._RETURN_NULL
+        code = _A64Code().load(9, 0, event_offset).load_literal(10, complete)
+        code.emit(0xEB0A013F, 0x54000001 | (len(handled) + 1) << 5)    # cmp x9, x10; b.ne fallback
+        return code.emit(*handled).load_literal(16, fallback).emit(0xD61F0200).code()   # br x16
+
+
+def architecture():
+    """The machine code for this machine, or None where the plugin has none."""
+    machine = platform.machine().lower()
+    if os.name == "posix" and machine in ("x86_64", "amd64"):
+        return X86_64()
+    if sys.platform.startswith("linux") and machine in ("aarch64", "arm64"):
+        return AArch64()
+    return None
+
+
+def guards_supported() -> bool:
+    return architecture() is not None
+
+
+def _offset(args_type, field: str) -> int:
+    """Offset of ``field`` in ``args_type``, which must be an 8-byte field."""
+    descriptor = getattr(args_type, field)
+    if descriptor.size != 8:
+        raise TypeError(f"{args_type.__name__}.{field} is {descriptor.size} bytes, not 8")
+    return descriptor.offset
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Writes the same values into ``args`` at every call: ``{field: value}``."""
+
+    outputs: tuple
+
+    def python(self, args) -> None:
+        for field, value in self.outputs:
+            setattr(args, field, value)
+
+    def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
+        return machine.constants([(_offset(args_type, field), value) for field, value in self.outputs])
+
+
+@dataclass(frozen=True)
+class HeaderWords:
+    """Copies words of a handle's header into ``args``: ``args.field = header[index]``.
+
+    The handle in ``args.<handle>`` is the address of its header
+    (``api.header_handle``), an array of 64-bit words.
+    """
+
+    handle: str
+    outputs: tuple   # (field, index) pairs
+
+    def python(self, args, header_word) -> None:
+        handle = getattr(args, self.handle)
+        for field, index in self.outputs:
+            setattr(args, field, header_word(handle, index))
+
+    def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
+        return machine.header_words(_offset(args_type, self.handle),
+                                    [(8 * index, _offset(args_type, field)) for field, index in self.outputs])
+
+
+@dataclass(frozen=True)
+class CompleteEvent:
+    """For the shared complete event, what the call does with it natively; any other
+    event goes on to the Python implementation.
+
+    With ``on_ready``, calls ``args.callback(NULL, args.user_arg)``
+    (PJRT_Event_OnReady); without, does nothing (PJRT_Event_Destroy).
+    """
+
+    on_ready: bool = False
+
+    def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
+        call_back = (_offset(args_type, "callback"), _offset(args_type, "user_arg")) if self.on_ready else None
+        return machine.complete_event(_offset(args_type, "event"), complete_event, fallback, call_back)
 
 
 class _CodePages:
-    """Executable memory for guards: written while read-write, then made read-execute.
+    """Executable memory: written while read-write, then made read-execute.
 
-    Mapped with libc's ``mmap`` and never unmapped: jaxlib may call a guard
+    Mapped with libc's ``mmap`` and never unmapped: jaxlib may call this code
     until the process ends.
     """
 
@@ -107,124 +316,29 @@ def _address(function) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value
 
 
-def guards_supported() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64")
-
-
-def _offset(args_type, field: str, size: int = 8) -> int:
-    """Offset of ``field`` in ``args_type``, which must be a ``size``-byte field."""
-    descriptor = getattr(args_type, field)
-    if descriptor.size != size:
-        raise TypeError(f"{args_type.__name__}.{field} is {descriptor.size} bytes, not {size}")
-    return descriptor.offset
-
-
-# x86-64 instructions the fast paths are made of (rdi: the args pointer).
-def _load_rax_from_args(offset: int) -> bytes:        # mov rax, [rdi + offset]
-    return b"\x48\x8b\x87" + struct.pack("<i", offset)
-
-
-def _load_rcx_from_rax(offset: int) -> bytes:         # mov rcx, [rax + offset]
-    return b"\x48\x8b\x88" + struct.pack("<i", offset)
-
-
-def _store_rcx_to_args(offset: int) -> bytes:         # mov [rdi + offset], rcx
-    return b"\x48\x89\x8f" + struct.pack("<i", offset)
-
-
-def _move_rcx(value: int) -> bytes:                   # movabs rcx, value
-    return b"\x48\xb9" + struct.pack("<Q", value)
-
-
-_RETURN_NULL = b"\x31\xc0\xc3"                        # xor eax, eax; ret
-
-
-def _unless_rax_is_rcx_jump_to(fallback: int, code: bytes) -> bytes:
-    """cmp rax, rcx; jne L; <code>; L: movabs rax, fallback; jmp rax (a tail call: same args)."""
-    return b"\x48\x39\xc8\x75" + bytes([len(code)]) + code + b"\x48\xb8" + struct.pack("<Q", fallback) + b"\xff\xe0"
-
-
-@dataclass(frozen=True)
-class Constants:
-    """Writes the same values into ``args`` at every call: ``{field: value}``."""
-
-    outputs: tuple
-
-    def python(self, args) -> None:
-        for field, value in self.outputs:
-            setattr(args, field, value)
-
-    def x86_64(self, args_type, fallback: int, complete_event: int) -> bytes:
-        code = b"".join(_move_rcx(value) + _store_rcx_to_args(_offset(args_type, field))
-                        for field, value in self.outputs)
-        return code + _RETURN_NULL
-
-
-@dataclass(frozen=True)
-class HeaderWords:
-    """Copies words of a handle's header into ``args``: ``args.field = header[index]``.
-
-    The handle in ``args.<handle>`` is the address of its header
-    (``api.header_handle``), an array of 64-bit words.
-    """
-
-    handle: str
-    outputs: tuple   # (field, index) pairs
-
-    def python(self, args, header_word) -> None:
-        handle = getattr(args, self.handle)
-        for field, index in self.outputs:
-            setattr(args, field, header_word(handle, index))
-
-    def x86_64(self, args_type, fallback: int, complete_event: int) -> bytes:
-        code = _load_rax_from_args(_offset(args_type, self.handle))
-        for field, index in self.outputs:
-            code += _load_rcx_from_rax(8 * index) + _store_rcx_to_args(_offset(args_type, field))
-        return code + _RETURN_NULL
-
-
-@dataclass(frozen=True)
-class CompleteEvent:
-    """For the shared complete event, what the call does with it natively; any other
-    event goes on to the Python implementation.
-
-    With ``on_ready``, calls ``args.callback(NULL, args.user_arg)``
-    (PJRT_Event_OnReady); without, does nothing (PJRT_Event_Destroy).
-    """
-
-    on_ready: bool = False
-
-    def x86_64(self, args_type, fallback: int, complete_event: int) -> bytes:
-        code = b""
-        if self.on_ready:
-            code = (b"\x48\x83\xec\x08"                                                  # sub rsp, 8
-                    + b"\x48\x8b\xb7" + struct.pack("<i", _offset(args_type, "user_arg"))   # mov rsi, [rdi+..]
-                    + _load_rax_from_args(_offset(args_type, "callback"))
-                    + b"\x31\xff\xff\xd0"                                                 # xor edi, edi; call rax
-                    + b"\x48\x83\xc4\x08")                                                # add rsp, 8
-        return (_load_rax_from_args(_offset(args_type, "event")) + _move_rcx(complete_event)
-                + _unless_rax_is_rcx_jump_to(fallback, code + _RETURN_NULL))
+def guard_code(machine, thunk: int, python_api: dict[str, int]) -> bytes:
+    """The guard of ``thunk``: the machine's listing with the five addresses filled in."""
+    code = machine.GUARD
+    for key, address in {**python_api, "thunk": thunk}.items():
+        code = code.replace(_PLACEHOLDERS[key], address.to_bytes(8, "little"))
+    return code
 
 
 def entry_points(thunks: dict[str, int], fast_paths: dict[str, tuple], complete_event: int) -> dict[str, int]:
     """The native entry point of each slot: for thunks ``{name: address}``, their
     guards; for ``fast_paths`` ``{name: (shape, args_type)}``, the fast path, which
     falls back to the guard. Without native code, the thunks themselves."""
-    if not guards_supported() or not thunks:
+    machine = architecture()
+    if machine is None or not thunks:
         return dict(thunks)
     python = ctypes.pythonapi
-    fixed = {"ensure": _address(python.PyGILState_Ensure), "fetch": _address(python.PyErr_Fetch),
-             "restore": _address(python.PyErr_Restore), "release": _address(python.PyGILState_Release)}
+    python_api = {"ensure": _address(python.PyGILState_Ensure), "fetch": _address(python.PyErr_Fetch),
+                  "restore": _address(python.PyErr_Restore), "release": _address(python.PyGILState_Release)}
     try:
         pages = _CodePages(len(thunks) + len(fast_paths))
-        result = {}
-        for name, thunk in thunks.items():
-            code = _X86_64_GUARD
-            for key, address in {**fixed, "thunk": thunk}.items():
-                code = code.replace(_PLACEHOLDERS[key], address.to_bytes(8, "little"))
-            result[name] = pages.add(code)
+        result = {name: pages.add(guard_code(machine, thunk, python_api)) for name, thunk in thunks.items()}
         for name, (shape, args_type) in fast_paths.items():
-            result[name] = pages.add(shape.x86_64(args_type, result[name], complete_event))
+            result[name] = pages.add(shape.native(machine, args_type, result[name], complete_event))
         pages.seal()
     except OSError:   # no executable memory (a W^X policy): fall back to the bare thunks
         return dict(thunks)
