@@ -262,6 +262,17 @@ def test_donation_deletes_the_input_like_the_cpu(ran):
     np.testing.assert_array_equal(outcome["interp"][1], outcome["cpu"][1])
 
 
+def test_exported_for_interp_and_cpu_calls_on_either(ran):
+    """jax.export with platforms=("cpu", "interp"): one module, a branch per platform."""
+    exported = jax.export.export(jax.jit(lambda v: jnp.sin(v) * 2), platforms=("cpu", "interp"))(
+        jax.ShapeDtypeStruct(X.shape, X.dtype))
+    on_interp = jax.jit(exported.call)(jax.device_put(X, DEV))
+    on_cpu = jax.jit(exported.call)(jax.device_put(X, CPU))
+    assert on_interp.devices() == {DEV} and on_cpu.devices() == {CPU}
+    np.testing.assert_allclose(np.asarray(on_interp), np.asarray(on_cpu), rtol=1e-6)
+    assert "stablehlo.sine" in ran.ops
+
+
 def test_runtime_error_names_the_op_and_leaves_the_device_usable():
     def fails(v):
         return jax.pure_callback(_raise_value_error, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
