@@ -306,15 +306,39 @@ def _assign_releases(region: Region) -> None:
 UNARY, BINARY, SINGLE, MULTIPLE, WITH_REGIONS = range(5)
 
 
+# Ops whose result depends on nothing but their operands, cheap to keep: with
+# constant operands (a literal broadcast to a shape, ...) the run loop gets their
+# result computed once, at load. The observed loop still runs every op.
+FOLDABLE = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stablehlo.broadcast", "stablehlo.reshape",
+                      "stablehlo.transpose", "stablehlo.convert"})
+
+
+def _folded(step, constants: dict):
+    """The value of a foldable step whose operands are all constants, or None."""
+    if step.info.name not in FOLDABLE or has_quantized_types(step.info) \
+            or not all(slot in constants for slot in step.operands):
+        return None
+    try:
+        return step.run(*[constants[slot] for slot in step.operands])
+    except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
+        return None
+
+
 def compile_program(steps) -> tuple:
     """Flatten steps to ``(runner, operands, results, release, kind, step)`` tuples.
 
     Unary and binary single-result ops (most of a program) get their operand and
-    result slots as plain ints so the loop skips building argument lists.
+    result slots as plain ints so the loop skips building argument lists; foldable
+    ops of constants (FOLDABLE) get a runner that returns the value computed now.
     """
     program = []
+    constants: dict[int, object] = {}
     for step in steps:
-        if step.regions:
+        value = _folded(step, constants)
+        if value is not None:
+            constants[step.results[0]] = value
+            entry = ((lambda value=value: value), (), step.results[0], step.release, SINGLE, step)
+        elif step.regions:
             entry = (step.run, step.operands, step.results, step.release, WITH_REGIONS, step)
         elif len(step.results) == 1 and len(step.operands) == 1:
             entry = (step.run, step.operands[0], step.results[0], step.release, UNARY, step)

@@ -277,6 +277,36 @@ def test_results_are_writable_arrays_even_for_constants():
     np.testing.assert_array_equal(again, [1, 2])
 
 
+def test_ops_of_constants_are_folded_at_load_but_still_observed():
+    """A literal broadcast to a shape (JAX's `x * 2`) is computed once, at load; the
+    observed run (every tool) still sees the op, with the same value."""
+    text = """func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %c = stablehlo.constant dense<[1.5, -2.0, 4.0]> : tensor<3xf32>
+  %b = stablehlo.broadcast_in_dim %c, dims = [1] : (tensor<3xf32>) -> tensor<2x3xf32>
+  %h = stablehlo.convert %b : (tensor<2x3xf32>) -> tensor<2x3xf16>
+  %f = stablehlo.convert %h : (tensor<2x3xf16>) -> tensor<2x3xf32>
+  %y = stablehlo.multiply %x, %f : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}"""
+    program = si.load(text)
+    folded = [step.info.name for run, operands, _, _, _, step in program.runnable().region.program
+              if operands == () and step.info.name != "stablehlo.constant"]
+    assert folded == ["stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.convert"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    expected = x * np.array([1.5, -2.0, 4.0], np.float32)
+    np.testing.assert_array_equal(program.run(x)[0], expected)
+
+    class Seen(Listener):
+        names = []
+
+        def after_op(self, step, operands, results, stack):
+            self.names.append((step.info.name, np.asarray(results[0]).tolist()))
+
+    np.testing.assert_array_equal(program.run(x, listeners=[Seen()])[0], expected)
+    assert ("stablehlo.broadcast_in_dim", [[1.5, -2.0, 4.0]] * 2) in Seen.names
+    assert [name for name, _ in Seen.names].count("stablehlo.convert") == 2
+
+
 def test_tuples_tokens_and_0d_constants_of_small_types():
     text = """func.func @main(%x: tensor<f32>) -> (tuple<tensor<f32>, !stablehlo.token>, tensor<bf16>, tensor<i4>) {
   %t = stablehlo.create_token : !stablehlo.token
