@@ -86,8 +86,8 @@ def monoid_reducer(name: str, ttype):
     ufunc = monoid_ufunc(name, kind)
 
     def floating(values, axes, init):
-        if not all(np.shape(values)[axis] for axis in axes):  # nothing to reduce: init, -0.0 kept
-            return np.full(_reduced_shape(np.shape(values), axes), init, dtype)
+        if not values.size:  # nothing to reduce: init, -0.0 kept
+            return np.full(_reduced_shape(values.shape, axes), init, dtype)
         reduced = ufunc.reduce(values, axis=axes, dtype=dtype)
         return ufunc(init, reduced).astype(dtype)
 
@@ -95,26 +95,26 @@ def monoid_reducer(name: str, ttype):
 
 
 def _float_extremum(is_max: bool, dtype):
-    """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum."""
+    """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum.
+
+    NumPy returns either zero of (-0.0, +0.0). Where the extremum is zero, its sign
+    comes from a sum of the zeros, which is +0.0 unless all are -0.0: the
+    maximum's zero; the minimum's is the negated sum of the negated zeros.
+    """
     ufunc = np.maximum if is_max else np.minimum
+    sign = dtype.type(1 if is_max else -1)
+    no_zero = dtype.type(-0.0)   # adds nothing to a sum of zeros
 
     def run(values, axes, init):
-        values = np.asarray(values)
-        extremum = ufunc.reduce(values, axis=axes, initial=np.asarray(init, dtype)[()]) \
-            if values.size else np.full(_reduced_shape(values.shape, axes), init, dtype)
-        extremum = np.asarray(extremum, dtype)
-        zero = extremum == 0
-        if zero.any():
-            positive = (values == 0) & ~np.signbit(values)
-            negative = (values == 0) & np.signbit(values)
-            init_positive = (init == 0) and not np.signbit(init)
-            if is_max:
-                pick_positive = np.any(positive, axis=axes) | init_positive
-            else:
-                pick_positive = ~(np.any(negative, axis=axes) | ((init == 0) and np.signbit(init)))
-            signed_zero = np.where(pick_positive, dtype.type(0), -dtype.type(0)).astype(dtype)
-            extremum = np.where(zero, signed_zero, extremum)
-        return extremum
+        if not values.size:
+            return np.full(_reduced_shape(values.shape, axes), init, dtype)
+        extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
+        if extremum.all():  # no zeros (NaN counts as true)
+            return extremum
+        zeros = np.where(values == 0, sign * values, no_zero)
+        init_zero = sign * init if init == 0 else no_zero
+        signed_zero = sign * (np.add.reduce(zeros, axis=axes, dtype=dtype) + init_zero)
+        return np.where(extremum == 0, signed_zero, extremum).astype(dtype, copy=False)
 
     return run
 
@@ -239,13 +239,20 @@ def reduction(info, n: int):
     reducer = monoid and monoid_reducer(monoid, body_types[0])
     argminmax = argminmax_of(body_region) if n == 2 else None
     vectorized = is_elementwise(body_region)
+    if reducer is not None:
+        body_dtype, result_dtype = body_dtypes[0], result_types[0].dtype
+
+        def run_monoid(body, inputs, inits, axes):
+            values = np.asarray(inputs[0]).astype(body_dtype, copy=False)
+            init = np.asarray(inits[0]).astype(body_dtype, copy=False)
+            return [np.asarray(reducer(values, axes, init)).astype(result_dtype, copy=False)]
+
+        return run_monoid, body_dtypes
 
     def run(body, inputs, inits, axes):
         inputs = [np.asarray(x).astype(d, copy=False) for x, d in zip(inputs, body_dtypes)]
         inits = [np.asarray(x).astype(d, copy=False) for x, d in zip(inits, body_dtypes)]
-        if reducer is not None:
-            results = [reducer(inputs[0], axes, inits[0])]
-        elif argminmax is not None:
+        if argminmax is not None:
             results = argminmax_reduce(argminmax, *inputs, *inits, axes)
         elif vectorized:
             results = tree_reduce(body.as_vectorized(), inputs, inits, axes)
