@@ -311,6 +311,17 @@ def test_multi_device_programs_run():
     assert y.sharding == x.sharding
 
 
+def test_functions_without_results():
+    """jaxlib expects the sharding of the empty tuple such a program returns."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharded = jax.device_put(np.arange(8.0, dtype=np.float32),
+                             NamedSharding(Mesh(np.array(jax.devices("interp")[:4]), ("x",)), PartitionSpec("x")))
+    for x in (jax.device_put(X, DEV), sharded):
+        assert jax.jit(lambda v: None)(x) is None
+        assert jax.jit(lambda v: ((), {}))(x) == ((), {})
+
+
 def test_compiled_executable_metadata():
     compiled = jax.jit(lambda a, b: (a + b, a * b)).lower(jax.device_put(X, DEV), X).compile()
     assert compiled.input_shardings[0][0].device_set == {DEV}

@@ -57,6 +57,19 @@ def test_debug_print(capfd):
     assert "value [0. 1. 2.] sum 3.0" in capfd.readouterr().out
 
 
+def test_callbacks_of_a_function_without_results():
+    """Only side effects: the program returns the empty tuple. (Unordered callbacks:
+    XLA's CPU may run them in either order.)"""
+    log = []
+
+    def f(v):
+        jax.debug.callback(lambda a: log.append(("sum", float(a))), v.sum())
+        jax.debug.callback(lambda a: log.append(("max", float(a))), v.max())
+
+    assert jax.jit(f)(jax.device_put(X, DEV)) is None
+    assert sorted(log) == [("max", pytest.approx(X.max())), ("sum", pytest.approx(X.sum()))]
+
+
 def test_pure_callback_values():
     def make(log):
         def f(v):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 
-from . import abi, runtime
+from . import abi, placement, runtime
 from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, header_getter, header_handle,
                   immortal_string, implements, lookup, pointer_array, read_pointers, release, release_header, write_pointers)
 from .calls_buffers import buffer_handle
@@ -149,11 +149,13 @@ def executable_optimized_program(args):
 
 @implements("Shardings_OutputShardings", abi.PJRT_Shardings_PJRT_Executable_OutputShardings_Args)
 def shardings_output_shardings(args):
-    """Serialized ``xla.OpSharding`` of each output (device/placement.py)."""
+    """Serialized ``xla.OpSharding`` of each output (device/placement.py). A program
+    without outputs returns an empty tuple, which has a sharding of its own: jaxlib
+    expects exactly that one."""
     executable = _executable(args.executable)
-    args.num_outputs = executable.num_outputs
-    args.shardings, args.sharding_sizes = _string_array(executable, "c_output_shardings",
-                                                        executable.placement.output_shardings)
+    shardings = executable.placement.output_shardings or [placement.REPLICATED]
+    args.num_outputs = len(shardings)
+    args.shardings, args.sharding_sizes = _string_array(executable, "c_output_shardings", shardings)
 
 
 @implements("Shardings_ParameterShardings", abi.PJRT_Shardings_PJRT_Executable_ParameterShardings_Args)
