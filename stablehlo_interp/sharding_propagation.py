@@ -477,9 +477,10 @@ def _compatible(candidates: list) -> tuple:
 # ------------------------------------------------------------------------------------ entry
 
 
-def value_tilings(program, function, num_devices: int) -> tuple[list, list]:
+def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[list, list, list]:
     """The tiling of each argument and result of ``function`` (None for tokens and tuples):
-    its annotation, else what propagation infers, else replicated."""
+    its annotation, else what propagation infers, else replicated; and the same for
+    the ``inspected`` values, ``(id(region), slot)`` keys of values in its regions."""
     arg_attributes, result_attributes = sharding.function_value_attributes(program.module, function.name)
     meshes = program.meshes
     region = function.region
@@ -509,14 +510,14 @@ def value_tilings(program, function, num_devices: int) -> tuple[list, list]:
             return graph.annotation(pin).tiling()
         if graph is not None and key in graph.nodes:
             return graph.annotation(key).tiling()
-        if key[1] in producers:
+        if key[0] == id(region) and key[1] in producers:
             return sharding.hlo_tiling(producers[key[1]], value_type.rank, num_devices)
         return sharding.replicated(value_type.rank, range(num_devices))
 
     args = [tiling(a, t, key, key) for a, t, key in zip(arg_attributes, function.arg_types, arg_keys)]
     results = [tiling(a, t, (id(region), slot), (("result", index), (id(region), slot)))
                for index, (a, t, slot) in enumerate(zip(result_attributes, function.result_types, region.outputs))]
-    return args, results
+    return args, results, [tiling({}, value_type, key, key) for key, value_type in inspected]
 
 
 def _is_open(attributes: dict) -> bool:

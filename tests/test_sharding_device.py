@@ -233,6 +233,48 @@ def test_result_shardings_xla_chooses(name, spec):
     on_both(lambda p: jax.jit(PROPAGATION[name])(jax.device_put(X, NamedSharding(mesh(p), spec))))
 
 
+def inspected_specs(platform: str, function, spec) -> list:
+    """The shardings jax.debug.inspect_array_sharding reports inside ``function``,
+    jitted on ``platform``, as (spec, mesh shape)."""
+    seen = []
+    m = mesh(platform)
+    x = jax.device_put(X, NamedSharding(m, spec))
+    jax.jit(lambda v: function(v, seen.append, m))(x).block_until_ready()
+    return [(s.spec, tuple(s.mesh.shape.items())) for s in seen]
+
+
+INSPECTED = {
+    "argument": lambda v, report, m: jax.debug.inspect_array_sharding(v, callback=report) or v * 2,
+    "propagated": lambda v, report, m: [jax.debug.inspect_array_sharding(w, callback=report)
+                                        for w in (v @ v.T, v.sum(0), jnp.tanh(v).T)] and v,
+    "constrained": lambda v, report, m: jax.debug.inspect_array_sharding(
+        lax.with_sharding_constraint(v * 2, NamedSharding(m, P("y", "x"))), callback=report) or v,
+    "in_a_loop": lambda v, report, m: lax.fori_loop(
+        0, 2, lambda i, c: jax.debug.inspect_array_sharding(c, callback=report) or c + 1, v),
+}
+
+
+@pytest.mark.parametrize("name", INSPECTED)
+@pytest.mark.parametrize("spec", [P("x", "y"), P("y")])
+def test_inspect_array_sharding_reports_what_xla_chooses(name, spec):
+    """Answered when the program is compiled, as XLA's partitioner does."""
+    on_interp = inspected_specs("interp", INSPECTED[name], spec)
+    assert on_interp == inspected_specs("cpu", INSPECTED[name], spec) and on_interp
+
+
+def test_inspect_array_sharding_in_shard_map_and_on_one_device():
+    seen = []
+    m = mesh("interp")
+    body = jax.shard_map(lambda b: jax.debug.inspect_array_sharding(b, callback=seen.append) or b * 2,
+                         mesh=m, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    jax.jit(body)(jax.device_put(X, NamedSharding(m, P("x", "y")))).block_until_ready()
+    jax.jit(lambda v: jax.debug.inspect_array_sharding(v, callback=seen.append) or v)(
+        jax.device_put(X, jax.devices("interp")[2]))
+    (manual, single) = seen
+    assert manual.spec == P() and manual.mesh == m
+    assert single.device_set == {jax.devices("interp")[2]}
+
+
 def test_uneven_constraint_inside_jit():
     """A constraint that does not divide the dimension (XLA pads the shards inside)."""
     def build(platform):

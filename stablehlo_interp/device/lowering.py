@@ -16,7 +16,9 @@ otherwise ignores ``donate_argnums`` with a warning); the device does, see
 ``runtime.Executable.execute``.
 
 Host callbacks are the exception: ``emit_python_callback`` refuses platforms
-other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them.
+other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them. So is
+``jax.debug.inspect_array_sharding``, which XLA answers while it partitions:
+``inspect_sharding.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def register() -> None:
     rules[PLATFORM] = collections.ChainMap(dict(current or {}), rules["cpu"])
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
-    from . import host_callbacks
+    from . import host_callbacks, inspect_sharding
 
     host_callbacks.register()
+    inspect_sharding.register()

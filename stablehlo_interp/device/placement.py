@@ -24,6 +24,7 @@ from .. import process_grid, sharding
 from ..ops.shardy import local_results
 from ..sharding_propagation import value_tilings
 from ..types import TOKEN, TensorType
+from . import inspect_sharding
 
 # A serialized xla.OpSharding {type: REPLICATED}.
 REPLICATED = b"\x08\x00"
@@ -62,7 +63,11 @@ class Global(Placement):
 
     def __init__(self, program, function, num_devices: int):
         super().__init__(program, function, num_devices)
-        self.arg_tilings, self.result_tilings = value_tilings(program, function, num_devices)
+        inspected = inspect_sharding.inspections(function.region)
+        self.arg_tilings, self.result_tilings, tilings = value_tilings(
+            program, function, num_devices, [(key, value_type) for _, key, value_type, _ in inspected])
+        for (report, _, _, manual), tiling in zip(inspected, tilings):   # XLA's partitioner does it here
+            report(inspect_sharding.MANUAL if manual else tiling.op_sharding(num_devices) if tiling else REPLICATED)
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
         # runs the whole program as a process (ops/shardy.py).
         self.per_process = bool(process_grid.MANUAL_BORDERS & process_grid.process_ops(function.region))

@@ -17,7 +17,10 @@ and ``xla.sdy.FuncResultSharding``):
 * ``annotate_device_placement`` (``_xla_buffer_placement`` frontend attribute),
   ``MoveToHost`` / ``MoveToDevice``: memory kinds (``pinned_host``, ``device``);
 * ``dce_sink`` (``lax.dce_sink(x, prevent_mlir_dce=True)``): keeps a value alive,
-  has no results.
+  has no results;
+* ``stablehlo_interp.inspect_sharding``: ``jax.debug.inspect_array_sharding``
+  on the interp device, answered when the device compiles the program
+  (device/inspect_sharding.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from ..registry import custom_call
 
 
 @custom_call("Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
-             "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink")
+             "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink",
+             "stablehlo_interp.inspect_sharding")
 def forward(info):
     """Result i is operand i (no results: nothing to do)."""
     target = info.attr("call_target_name")
