@@ -12,7 +12,7 @@ from ctypes import addressof, c_int64
 import numpy as np
 
 from . import abi, runtime
-from .api import COMPLETE_EVENT, header_getter, header_handle, implements, lookup, release_header
+from .api import COMPLETE_EVENT, constant_getter, header_getter, header_handle, implements, lookup, release_header
 from .runtime import PluginError
 
 # A buffer handle points at its header: the handles of the buffer's device and memory.
@@ -82,9 +82,8 @@ def buffer_unpadded_dimensions(args):
     buffer_dimensions(args)
 
 
-@implements("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args)
-def buffer_dynamic_dimension_indices(args):
-    args.dynamic_dim_indices, args.num_dynamic_dims = None, 0
+constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args,
+                dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
 
 
 _MINOR_TO_MAJOR: dict[int, ctypes.Array] = {}
