@@ -208,6 +208,56 @@ def _matching_dims(info) -> Rule:
     return rule
 
 
+def _gather_scatter_factors(input_shape, slices_shape, index_vector_dim, offset_dims, collapsed_dims,
+                            input_batching_dims, indices_batching_dims):
+    """``(input dim, indices dim, slices dim, size)`` of each factor of a gather (slices:
+    its result) or a scatter (slices: its updates); None where a tensor lacks the factor
+    (Shardy's ``addGatherScatterFactors``). An offset dimension taken whole is one factor
+    with its input dimension, a sliced one is two; a batch dimension of the slices is one
+    factor with its dimension of the indices and, for explicit batching, of the input."""
+    skipped = set(collapsed_dims) | set(input_batching_dims)
+    input_dims = iter(d for d in range(len(input_shape)) if d not in skipped)
+    batching = dict(zip(indices_batching_dims, input_batching_dims))
+    batch = 0
+    for slices_dim, size in enumerate(slices_shape):
+        if slices_dim in offset_dims:
+            d = next(input_dims)
+            if input_shape[d] == size:
+                yield d, None, slices_dim, size
+            else:
+                yield d, None, None, input_shape[d]
+                yield None, None, slices_dim, size
+        else:
+            indices_dim = batch if batch < index_vector_dim else batch + 1
+            yield batching.get(indices_dim), indices_dim, slices_dim, size
+            batch += 1
+    for d in collapsed_dims:
+        yield d, None, None, input_shape[d]
+
+
+def _gather(info) -> Rule:
+    rule = _empty_rule(info)
+    dims = info.attr("dimension_numbers")
+    for input_dim, indices_dim, slices_dim, size in _gather_scatter_factors(
+            info.operand_types[0].shape, info.result_type.shape, dims.index_vector_dim, dims.offset_dims,
+            dims.collapsed_slice_dims, dims.operand_batching_dims, dims.start_indices_batching_dims):
+        rule.factor(size, [input_dim, indices_dim], [slices_dim])
+    return rule
+
+
+def _scatter(info) -> Rule:
+    """Operands: n inputs, the indices, n updates; results: n, like the inputs."""
+    rule = _empty_rule(info)
+    n = len(info.result_types)
+    dims = info.attr("scatter_dimension_numbers")
+    for input_dim, indices_dim, update_dim, size in _gather_scatter_factors(
+            info.operand_types[0].shape, info.operand_types[n + 1].shape, dims.index_vector_dim,
+            dims.update_window_dims, dims.inserted_window_dims, dims.input_batching_dims,
+            dims.scatter_indices_batching_dims):
+        rule.factor(size, [input_dim] * n + [indices_dim] + [update_dim] * n, [input_dim] * n)
+    return rule
+
+
 _RULES = {
     "stablehlo.broadcast_in_dim": _broadcast_in_dim,
     "stablehlo.transpose": _transpose,
@@ -216,6 +266,8 @@ _RULES = {
     "stablehlo.dot_general": _dot_general,
     "stablehlo.dynamic_slice": _matching_dims,
     "stablehlo.dynamic_update_slice": _matching_dims,
+    "stablehlo.gather": _gather,
+    "stablehlo.scatter": _scatter,
     "stablehlo.sort": lambda info: _pointwise(info, info.operand_types[0].shape),
 }
 

@@ -224,6 +224,13 @@ PROPAGATION = {
     "while": lambda v: lax.fori_loop(0, 3, lambda i, c: c * 2 + i, v),
     "nested_jit": lambda v: jax.jit(lambda w: w + 1)(v) * 3,
     "scan": lambda v: lax.scan(lambda c, row: (c + row, c * row), jnp.zeros(8), v),
+    "gather_rows": lambda v: v[jnp.array([3, 1, 2])],
+    "gather_columns": lambda v: jnp.take(v, jnp.array([5, 0]), axis=1),
+    "gather_points": lambda v: v[jnp.array([0, 7, 2]), jnp.array([1, 1, 6])],
+    "gather_batched": lambda v: jax.vmap(lambda row, i: row[i])(v, jnp.arange(8) % 3),
+    "scatter_rows": lambda v: v.at[jnp.array([0, 3])].add(1.0),
+    "scatter_columns": lambda v: v.at[:, jnp.array([6, 2])].set(jnp.ones((8, 2))),
+    "scatter_batched": lambda v: jax.vmap(lambda row, i: row.at[i].set(0.0))(v, jnp.arange(8) % 3),
 }
 
 
