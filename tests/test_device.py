@@ -322,6 +322,22 @@ def test_functions_without_results():
         assert jax.jit(lambda v: ((), {}))(x) == ((), {})
 
 
+def test_unsafe_buffer_pointer_reads_and_writes_this_buffer_only():
+    import ctypes
+
+    x = jax.device_put(np.arange(4, dtype=np.float32), DEV)
+    copied = jax.device_put(x, DEV1)
+    address = x.unsafe_buffer_pointer()
+    assert address == x.unsafe_buffer_pointer() != jnp.array(x, copy=True).unsafe_buffer_pointer()
+    data = (ctypes.c_float * 4).from_address(address)
+    assert list(data) == [0, 1, 2, 3]
+    earlier = jax.jit(lambda v: v)(x)
+    data[0] = 42
+    later = jax.jit(lambda v: v * 1)(x)
+    assert np.asarray(later).tolist() == [42, 1, 2, 3]
+    assert np.asarray(earlier).tolist() == np.asarray(copied).tolist() == [0, 1, 2, 3]
+
+
 def test_compiled_executable_metadata():
     compiled = jax.jit(lambda a, b: (a + b, a * b)).lower(jax.device_put(X, DEV), X).compile()
     assert compiled.input_shardings[0][0].device_set == {DEV}

@@ -69,6 +69,8 @@ def assert_same_placement(expected, actual) -> None:
     for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(actual)):
         assert {d.platform for d in got.devices()} == {"interp"}
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+        # the shards are usable as they are (shapes included) by the next computation
+        np.testing.assert_allclose(np.asarray(got * 2), np.asarray(want * 2), rtol=1e-6, atol=1e-6)
         want_sharding, want_shards = placement(want)
         got_sharding, got_shards = placement(got)
         assert got_sharding == want_sharding

@@ -475,6 +475,10 @@ class PJRT_Buffer_CopyToMemory_Args(Args):
     _fields_ = [("buffer", c_void_p), ("dst_memory", c_void_p), ("dst_buffer", c_void_p)]
 
 
+class PJRT_Buffer_UnsafePointer_Args(Args):
+    _fields_ = [("buffer", c_void_p), ("buffer_pointer", c_size_t)]
+
+
 class PJRT_Buffer_Device_Args(Args):
     _fields_ = [("buffer", c_void_p), ("device", c_void_p)]
 

@@ -129,15 +129,20 @@ def buffer_is_on_cpu(args):
     args.is_on_cpu = False
 
 
+@implements("Buffer_UnsafePointer", abi.PJRT_Buffer_UnsafePointer_Args)
+def buffer_unsafe_pointer(args):
+    args.buffer_pointer = lookup(args.buffer, "buffer").data_address()
+
+
 @implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
 def buffer_ready_event(args):
     args.event = COMPLETE_EVENT
 
 
 def _copy_to(buffer_address, device: runtime.Device) -> int:
-    """A copy on another device shares the (immutable) array."""
+    """A copy on another device shares the array (nothing modifies it; see Buffer.shared)."""
     buffer = lookup(buffer_address, "buffer")
-    return buffer_handle(runtime.Buffer(device, buffer.array()))
+    return buffer_handle(runtime.Buffer(device, buffer.shared()))
 
 
 @implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)

@@ -110,7 +110,10 @@ class Global(Placement):
         if tiling is None:
             return value
         located = tiling.locate(device)
-        return value if located is None else np.ascontiguousarray(value[tiling.slices(value.shape, located[0])])
+        if located is None:
+            return value
+        shard = np.asarray(value[tiling.slices(value.shape, located[0])])   # 0-d stays 0-d
+        return shard if shard.flags.c_contiguous else np.ascontiguousarray(shard)
 
     @staticmethod
     def _assemble(index: int, value_type, tiling, arguments):

@@ -90,7 +90,7 @@ class Device:
 class Buffer:
     """A device array: a NumPy array (or the token) on a device, until deleted."""
 
-    __slots__ = ("device", "value", "dtype", "shape", "c_dims")
+    __slots__ = ("device", "value", "dtype", "shape", "c_dims", "exposed")
 
     def __init__(self, device: Device, value):
         self.device = device
@@ -100,6 +100,7 @@ class Buffer:
         else:
             self.dtype, self.shape = value.dtype, value.shape
         self.c_dims = None   # the int64 array Buffer_Dimensions hands out, made on first use
+        self.exposed = False   # its data address was handed out: the array may change under us
 
     @property
     def buffer_type(self) -> int:
@@ -115,13 +116,36 @@ class Buffer:
     def array(self):
         value = self.value
         if value is None:
-            raise PluginError(abi.FAILED_PRECONDITION,
-                              "the buffer has been deleted or donated to an earlier computation")
+            raise _deleted()
         return value
+
+    def shared(self):
+        """The array for a program or another buffer to hold: the same one, unless the
+        user may write to it (then a copy)."""
+        value = self.value
+        if value is None:
+            raise _deleted()
+        return value.copy() if self.exposed else value
+
+    def data_address(self) -> int:
+        """The address of the buffer's data, dense and row-major, for the user to read
+        or write (``unsafe_buffer_pointer``). Arrays are shared between buffers and with
+        programs, so the buffer first takes its own copy, and from then on hands out
+        copies (:meth:`shared`): writes reach this buffer alone."""
+        if self.dtype is None:
+            raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
+        if not self.exposed:
+            self.value = np.array(self.array(), order="C")
+            self.exposed = True
+        return self.value.ctypes.data
 
     @property
     def nbytes(self) -> int:
         return 0 if self.dtype is None else int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def _deleted() -> PluginError:
+    return PluginError(abi.FAILED_PRECONDITION, "the buffer has been deleted or donated to an earlier computation")
 
 
 class Executable:
@@ -168,7 +192,7 @@ class Executable:
                                                     f"got arguments for {len(argument_lists)}")
         values = []
         for arguments in argument_lists:
-            values.append([buffer.array() for buffer in arguments])
+            values.append([buffer.shared() for buffer in arguments])
         results = self.placement.run(values, listeners)
         if self.donated_parameters:
             for arguments in argument_lists:
