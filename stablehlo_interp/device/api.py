@@ -107,7 +107,7 @@ def read_pointers(address: int, count: int) -> list:
     if address & 7:
         return list((c_void_p * count).from_address(address))
     first = address >> 3
-    return _WORDS[first:first + count]
+    return [_WORDS[first]] if count == 1 else _WORDS[first:first + count]   # one device: no slice
 
 
 def write_pointers(address: int, values) -> None:
@@ -116,7 +116,10 @@ def write_pointers(address: int, values) -> None:
         (c_void_p * len(values)).from_address(address)[:] = values
         return
     first = address >> 3
-    _WORDS[first:first + len(values)] = values
+    if len(values) == 1:
+        _WORDS[first] = values[0]
+    else:
+        _WORDS[first:first + len(values)] = values
 
 
 # ---------------------------------------------------------------- C data handed out
