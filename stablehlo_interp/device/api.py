@@ -15,12 +15,12 @@ of a Python object, kept alive in ``objects`` until the matching
 ``*_Destroy``. Buffers and executables are pointed to by a *header* instead:
 a small array of 64-bit words (a buffer's device and memory, an executable's
 counts) that the native fast paths read without entering Python
-(``native.py``, :func:`header_getter`). Outputs that the header says live as
-long as their object (dimensions, strings, device lists) are ctypes arrays
-stored on that object.
+(``native.py``, :func:`header_getter`). Outputs that ``pjrt_c_api.h`` says
+live as long as their object (dimensions, strings, device lists) are ctypes
+arrays stored on that object.
 
 Events: every computation finishes before its call returns, so all events are
-created complete (the header allows it); ``COMPLETE_EVENT`` is one shared
+created complete (``pjrt_c_api.h`` allows it); ``COMPLETE_EVENT`` is one shared
 event whose ``Destroy`` does nothing.
 """
 
