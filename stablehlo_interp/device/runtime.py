@@ -3,7 +3,7 @@
 Nothing here knows about ctypes or the PJRT function table (the ``calls_*``
 modules adapt these objects to it). A buffer holds a NumPy array; an executable holds the
 :class:`~stablehlo_interp.Program` that ``si.load`` built from the portable
-artifact JAX compiled, and runs it with ``Program.run``. Arrays are never
+artifact JAX compiled, and runs it with ``Program.execute``. Arrays are never
 modified in place (by the interpreter's contract), so copies between devices
 and donation share them freely.
 """
