@@ -1,4 +1,5 @@
-"""Everything JAX lowers for the CPU lowers identically for ``interp`` (except host callbacks).
+"""Everything JAX lowers for the CPU lowers identically for ``interp`` (except host
+callbacks, and dot algorithms the CPU refuses).
 
 Platform-specific lowering rules (LAPACK custom calls, RNG, special functions
 ...) reach ``interp`` through the CPU's rules; the modules must be the same
@@ -66,3 +67,25 @@ def test_host_callbacks_lower_to_the_interpreter_target():
     text = lowered_text(f, VECTOR, "interp")
     assert text.count("stablehlo.custom_call @stablehlo_interp.host_callback") == 2
     assert "xla_ffi_python_cpu_callback" in lowered_text(f, VECTOR, "cpu")
+
+
+def dot_with(algorithm):
+    return lambda a: lax.dot(a, a.T, precision=algorithm)
+
+
+@pytest.mark.parametrize("algorithm", ["BF16_BF16_F32", "BF16_BF16_F32_X6", "F32_F32_F32"])
+def test_dot_algorithms_the_cpu_implements_lower_like_the_cpu(algorithm):
+    assert lowered_text(dot_with(algorithm), SQUARE, "interp") == lowered_text(dot_with(algorithm), SQUARE, "cpu")
+
+
+@pytest.mark.parametrize("algorithm, rtol", [("BF16_BF16_F32_X9", 1e-6), ("TF32_TF32_F32_X3", 1e-6),
+                                             ("TF32_TF32_F32", 1e-3), ("F16_F16_F32", 1e-3)])
+def test_dot_algorithms_the_cpu_refuses_run_on_interp(algorithm, rtol):
+    """JAX's CPU rule refuses them; the interpreter runs what the spec defines."""
+    with pytest.raises(ValueError, match="not supported by dot_general on CPU"):
+        lowered_text(dot_with(algorithm), SQUARE, "cpu")
+    assert "algorithm = <" in lowered_text(dot_with(algorithm), SQUARE, "interp")
+    x = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+    result = jax.jit(dot_with(algorithm))(jax.device_put(x, jax.devices("interp")[0]))
+    exact = x.astype(np.float64) @ x.T.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(result), exact, rtol=rtol, atol=rtol * np.abs(exact).max())

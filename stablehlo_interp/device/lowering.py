@@ -9,7 +9,8 @@ those primitives could not be lowered for it at all. JAX looks rules up in
 those registered later, by modules imported after the plugin) also lowers
 for ``interp``, and a rule registered for ``interp`` itself takes precedence.
 The resulting custom calls (``lapack_*``, ``ducc_fft`` ...) are implemented by
-the interpreter's custom-call registry.
+the interpreter's custom-call registry. Where a CPU rule only adds the limits
+of XLA's CPU (:func:`_cpu_limits_only`), ``interp`` keeps the generic rule.
 
 JAX also keeps a list of the platforms that implement buffer donation (and
 otherwise ignores ``donate_argnums`` with a warning); the device does, see
@@ -28,6 +29,16 @@ import collections
 PLATFORM = "interp"
 
 
+def _cpu_limits_only() -> tuple:
+    """Primitives whose CPU rule only adds limits of XLA's CPU: ``dot_general``
+    refuses the dot algorithms it does not implement (``BF16_BF16_F32_X9``,
+    ``TF32_TF32_F32`` ...). ``interp`` lowers them with the generic rule and the
+    interpreter runs every algorithm the spec defines."""
+    from jax._src.lax import lax as lax_internal
+
+    return (lax_internal.dot_general_p,)
+
+
 def register() -> None:
     from jax._src.interpreters import mlir
 
@@ -36,6 +47,8 @@ def register() -> None:
     if isinstance(current, collections.ChainMap):
         return
     rules[PLATFORM] = collections.ChainMap(dict(current or {}), rules["cpu"])
+    for primitive in _cpu_limits_only():
+        rules[PLATFORM].maps[0].setdefault(primitive, mlir._lowerings[primitive])
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     from . import host_callbacks, inspect_sharding
