@@ -60,3 +60,23 @@ def x64():
 def without_shardy():
     """JAX lowers shardings to ``Sharding`` custom calls (GSPMD) instead of sdy ops."""
     yield from _jax_option("jax_use_shardy_partitioner", False)
+
+
+@pytest.fixture
+def ran():
+    """The names of the ops the interpreter runs on the interp device during the test
+    (``ran.ops``): proof that nothing fell back silently to the CPU."""
+    import stablehlo_interp as si
+    from stablehlo_interp import device as interp_device
+
+    class OpRecorder(si.Listener):
+        def __init__(self):
+            self.ops: list[str] = []
+
+        def after_op(self, step, operands, results, stack):
+            self.ops.append(step.info.name)
+
+    recorder = OpRecorder()
+    interp_device.listeners.append(recorder)
+    yield recorder
+    interp_device.listeners.remove(recorder)

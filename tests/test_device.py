@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-import stablehlo_interp as si
 from stablehlo_interp import device as interp_device
 
 DEV = jax.devices("interp")[0]
@@ -24,24 +23,6 @@ CPU = jax.devices("cpu")[0]
 KEY = np.array([0, 42], dtype=np.uint32)   # a raw threefry key
 X = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
 SPD = np.array([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], np.float32)
-
-
-class OpRecorder(si.Listener):
-    """Records the name of every op the interpreter runs on the device."""
-
-    def __init__(self):
-        self.ops: list[str] = []
-
-    def after_op(self, step, operands, results, stack):
-        self.ops.append(step.info.name)
-
-
-@pytest.fixture
-def ran():
-    recorder = OpRecorder()
-    interp_device.listeners.append(recorder)
-    yield recorder
-    interp_device.listeners.remove(recorder)
 
 
 def on_both(f, *args, **jit_options):
