@@ -319,9 +319,12 @@ def _folded(step, constants: dict):
             or not all(slot in constants for slot in step.operands):
         return None
     try:
-        return step.run(*[constants[slot] for slot in step.operands])
+        value = step.run(*[constants[slot] for slot in step.operands])
     except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
         return None
+    if hasattr(value, "flags"):
+        value.flags.writeable = False   # every run returns this array: read-only, as constants are
+    return value
 
 
 def compile_program(steps) -> tuple:
