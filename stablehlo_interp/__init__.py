@@ -8,7 +8,7 @@
 
 import os
 
-from .engine import Listener
+from .engine.run import Listener
 from .errors import (
     ArgumentError,
     InterpreterError,
@@ -18,11 +18,11 @@ from .errors import (
     StopExecution,
     UnsupportedOpError,
 )
-from .hostio import HostQueues
-from .program import Program, load, run
-from .registry import register_custom_call, register_op
-from . import validation
-from .types import TOKEN, TensorType, Token
+from .engine.hostio import HostQueues
+from .program.program import Program, load, run
+from .engine.registry import register_custom_call, register_op
+from .tools import validation
+from .ir.types import TOKEN, TensorType, Token
 
 __version__ = "0.1.0"
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from . import __version__
 from .errors import InterpreterError
-from .program import Program
-from .testfile import expand_paths, run_file
-from .types import TOKEN, TensorType, Token, TokenType, TupleType
+from .program.program import Program
+from .frontends.testfile import expand_paths, run_file
+from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
 
 
 class UsageError(Exception):

@@ -25,7 +25,7 @@ class OpError(InterpreterError):
 
     Attributes:
       op_name: e.g. ``"stablehlo.divide"``.
-      location: a :class:`~stablehlo_interp.locations.SourceLocation` (or None).
+      location: a :class:`~stablehlo_interp.ir.locations.SourceLocation` (or None).
       reason: what went wrong, without the op prefix.
       enclosing: list of ``(op_name, location, detail)`` of the ops whose regions
         contain this op, innermost first (filled in as the error propagates).

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.numerics import ulp_difference
-from stablehlo_interp.types import element_type_of
+from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.ir.types import element_type_of
 
 jax.config.update("jax_enable_x64", True)
 
@@ -194,7 +194,7 @@ def element_values(element_type: str, size: int = 64, seed: int = 0) -> np.ndarr
     """Test values of an element type: every value for types of at most 8 bits,
     else the edge values (NaN, +-inf, +-0, denormals, min/max ...) followed by
     ``size`` random ones (random bit patterns for floats, so every exponent shows up)."""
-    from stablehlo_interp.types import bit_width, dtype_of
+    from stablehlo_interp.ir.types import bit_width, dtype_of
 
     dtype = dtype_of(element_type)
     rng = np.random.default_rng(seed)

@@ -62,7 +62,7 @@ class ReferenceInterpreter:
             raise ReferenceCrashed("the C++ reference interpreter aborted on this module") from None
         if status != "ok":
             raise ReferenceError_(payload)
-        from stablehlo_interp.decode import parse_elements_text
+        from stablehlo_interp.ir.decode import parse_elements_text
 
         return [parse_elements_text(text) for text in payload]
 
@@ -74,7 +74,7 @@ class ReferenceInterpreter:
 
 
 def _encode(array: np.ndarray):
-    from stablehlo_interp.types import element_type_of
+    from stablehlo_interp.ir.types import element_type_of
 
     element = element_type_of(array.dtype)
     return element, array.shape, _storage_bytes(array)
@@ -82,7 +82,7 @@ def _encode(array: np.ndarray):
 
 def _storage_bytes(array: np.ndarray) -> bytes:
     """Bytes as MLIR stores dense elements: one whole byte per sub-byte element."""
-    from stablehlo_interp.types import bit_width
+    from stablehlo_interp.ir.types import bit_width
 
     width = bit_width(array.dtype)
     if array.dtype == np.bool_:
@@ -97,7 +97,7 @@ def _serve() -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from stablehlo_interp.decode import load_quant_dialect
+    from stablehlo_interp.ir.decode import load_quant_dialect
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:

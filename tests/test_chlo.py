@@ -33,8 +33,8 @@ import scipy.special
 import stablehlo_interp as si
 from oracles import (assert_same, dtype_id, element_values, op_module, run_interp, run_interp_text, run_xla,
                      run_xla_text, tensor_type)
-from stablehlo_interp.numerics import ulp_difference
-from stablehlo_interp.types import dtype_of
+from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.ir.types import dtype_of
 
 REAL_TYPES = ["f16", "bf16", "f32", "f64"]
 COMPLEX_TYPES = ["complex<f32>", "complex<f64>"]
@@ -232,7 +232,7 @@ def legalized(text: str) -> str:
     from jaxlib.mlir.dialects import stablehlo
     from jaxlib.mlir.passmanager import PassManager
 
-    from stablehlo_interp.sources import make_context
+    from stablehlo_interp.ir.sources import make_context
 
     stablehlo.register_stablehlo_passes()
     with make_context():

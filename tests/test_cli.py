@@ -12,7 +12,7 @@ import pytest
 
 from oracles import run_xla
 from stablehlo_interp.cli import main
-from stablehlo_interp.testfile import run_text, split_modules
+from stablehlo_interp.frontends.testfile import run_text, split_modules
 
 DATA = pathlib.Path(__file__).parent / "data"
 PASSING, FAILING = DATA / "checks_pass.mlir", DATA / "checks_fail.mlir"
@@ -111,7 +111,7 @@ func.func @second() {
     try:
         first, second = run_text(text, "m.mlir")
     finally:
-        from stablehlo_interp import registry
+        from stablehlo_interp.engine import registry
         registry.unregister_custom_call("crashes")
     assert not first.passed and first.op == "stablehlo.custom_call" and first.location == "m.mlir:3:8"
     assert "ZeroDivisionError" in first.message

@@ -23,8 +23,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxlib import xla_client
 
 import stablehlo_interp as si
-from stablehlo_interp import testfile
-from stablehlo_interp.process_grid import Grid, current
+from stablehlo_interp.frontends import testfile
+from stablehlo_interp.engine.grid import Grid, current
 
 ADD = """({
       ^bb0(%x: tensor<ELEMENT>, %y: tensor<ELEMENT>):
@@ -428,7 +428,7 @@ def test_a_failing_process_stops_the_grid_and_is_named():
         with pytest.raises(si.OpError) as raised:
             program.run_grid([[np.zeros(2, np.float32)]] * 4)
     finally:
-        from stablehlo_interp import registry
+        from stablehlo_interp.engine import registry
         registry.unregister_custom_call("fails_on_partition_2")
     assert "partition 2 is broken" in str(raised.value)
     assert "inside process 2 (replica 0, partition 2)" in str(raised.value)

@@ -434,7 +434,7 @@ func.func @main(%x: tensor<i32>) -> tensor<i32> {
         with pytest.raises(si.OpExecutionError) as error:
             si.run(text, np.int32(0))
     finally:
-        from stablehlo_interp import registry
+        from stablehlo_interp.engine import registry
         if previous is None:
             registry.unregister_custom_call("fails_on_three")
         else:

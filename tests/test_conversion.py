@@ -12,7 +12,7 @@ import pytest
 from oracles import (ALL_TYPES, F8_TYPES, XlaUnsupported, element_values, op_module, run_interp_text,
                      run_xla_text, tensor_type)
 from test_elementwise import assert_close, is_subnormal
-from stablehlo_interp.types import dtype_of
+from stablehlo_interp.ir.types import dtype_of
 
 FAST = {"i1", "i4", "ui8", "i64", "f8E5M2", "f8E8M0FNU", "bf16", "f32", "f64", "complex<f32>"}
 

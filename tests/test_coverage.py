@@ -2,8 +2,9 @@
 
 import pathlib
 
-from stablehlo_interp import coverage, registry
-from stablehlo_interp.plan import TERMINATORS
+from stablehlo_interp.engine import registry
+from stablehlo_interp.frontends import coverage
+from stablehlo_interp.engine.plan import TERMINATORS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -23,4 +24,4 @@ def test_every_op_has_a_test_file():
 
 def test_docs_coverage_is_up_to_date():
     committed = (ROOT / "docs" / "coverage.md").read_text()
-    assert committed == coverage.table(), "regenerate: python -m stablehlo_interp.coverage > docs/coverage.md"
+    assert committed == coverage.table(), "regenerate: python -m stablehlo_interp.frontends.coverage > docs/coverage.md"

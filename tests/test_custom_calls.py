@@ -10,7 +10,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSh
 
 import stablehlo_interp as si
 from oracles import op_module, run_interp, run_interp_text, run_xla_text
-from stablehlo_interp import registry
+from stablehlo_interp.engine import registry
 
 
 def lowered_targets(fn, *args) -> str:

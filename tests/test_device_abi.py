@@ -15,7 +15,7 @@ import pathlib
 
 import pytest
 
-from stablehlo_interp.device import abi
+from stablehlo_interp.device.pjrt import abi
 
 # shared/ sits beside the repository (locally and in CI).
 ABI_JSON = pathlib.Path(os.environ.get(
@@ -56,7 +56,8 @@ def test_api_slots_in_order():
 
 def test_the_args_of_every_implemented_call_match():
     """Each implementation reads the args structure its slot takes (or one laid out the same)."""
-    from stablehlo_interp.device import api, plugin
+    from stablehlo_interp.device import plugin
+    from stablehlo_interp.device.pjrt import api
 
     plugin.table()
     arg_structs = {slot["name"].removeprefix("PJRT_"): slot["args"] for slot in LAYOUT["api_slots"]}

@@ -21,8 +21,9 @@ import pytest
 
 import jax
 
-from stablehlo_interp.device import abi, api, native, plugin, runtime
-from stablehlo_interp.device.calls_buffers import HEADER_DEVICE, HEADER_MEMORY, buffer_handle
+from stablehlo_interp.device import plugin, runtime
+from stablehlo_interp.device.pjrt import abi, api, native
+from stablehlo_interp.device.pjrt.calls_buffers import HEADER_DEVICE, HEADER_MEMORY, buffer_handle
 
 DEV = jax.devices("interp")[3]
 TABLE = plugin.table()

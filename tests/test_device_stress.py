@@ -18,7 +18,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from stablehlo_interp.device import api
+from stablehlo_interp.device.pjrt import api
 
 DEV = jax.devices("interp")[0]
 

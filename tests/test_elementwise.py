@@ -22,8 +22,8 @@ from oracles import (
     ALL_TYPES, COMPLEX_TYPES, FLOAT_TYPES, F8_TYPES, SIGNED_TYPES, UNSIGNED_TYPES, XlaUnsupported,
     element_values, op_module, run_interp_text, run_xla_text, tensor_type,
 )
-from stablehlo_interp.numerics import ulp_difference
-from stablehlo_interp.types import dtype_of
+from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.ir.types import dtype_of
 
 INTEGER_TYPES = SIGNED_TYPES + UNSIGNED_TYPES
 REAL_TYPES = FLOAT_TYPES  # floating-point element types

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.engine import Listener
+from stablehlo_interp.engine.run import Listener
 
 ADD_TEXT = """
 func.func @main(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {

@@ -24,7 +24,7 @@ import stablehlo_interp as si
 import strategies
 from oracles import (assert_same, dtype_id, edge_values, run_interp_text, run_xla_text, same_as_reference,
                      same_as_xla, same_as_xla_text)
-from stablehlo_interp.types import element_type_of
+from stablehlo_interp.ir.types import element_type_of
 
 
 def values(shape, dtype, seed=0):

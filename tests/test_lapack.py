@@ -24,7 +24,7 @@ from jax import lax
 
 import stablehlo_interp as si
 from oracles import op_module, run_interp, run_interp_text, run_xla, run_xla_text, tensor_type
-from stablehlo_interp.types import element_type_of
+from stablehlo_interp.ir.types import element_type_of
 
 # Compiling a module that calls jaxlib's LAPACK kernels needs their LAPACK
 # function pointers, which jaxlib fills in when JAX first lowers a linalg op.

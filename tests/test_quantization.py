@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.types import Quantization
+from stablehlo_interp.ir.types import Quantization
 
 QA = "!quant.uniform<i8:f32, 0.05:-3>"
 QB = "!quant.uniform<i8:f32, 0.2:5>"

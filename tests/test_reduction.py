@@ -20,7 +20,7 @@ from jax import lax
 import stablehlo_interp as si
 import strategies
 from oracles import dtype_id, element_values, run_interp, run_xla, same_as_reference, same_as_xla
-from stablehlo_interp.types import element_type_of
+from stablehlo_interp.ir.types import element_type_of
 
 INTEGER = [np.int8, np.uint8, np.int16, np.uint32, np.int64, np.uint64]
 FLOATS = [ml_dtypes.bfloat16, np.float16, np.float32, np.float64]

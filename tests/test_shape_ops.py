@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 import stablehlo_interp as si
 from oracles import assert_same, dtype_id, edge_values, same_as_reference, same_as_xla
-from stablehlo_interp.types import element_type_of
+from stablehlo_interp.ir.types import element_type_of
 
 # Data movement must be bit-exact for every element type, sub-byte and complex included.
 DTYPES = [np.bool_, np.int8, np.uint16, np.int32, np.uint32, np.int64, ml_dtypes.int4, ml_dtypes.uint4,

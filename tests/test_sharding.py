@@ -16,7 +16,7 @@ from jax._src.sharding_impls import GSPMDSharding
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxlib import xla_client
 
-from stablehlo_interp import sharding
+from stablehlo_interp.sharding import tiling as sharding
 from stablehlo_interp.errors import ModuleError
 
 CPUS = jax.devices("cpu")

@@ -21,7 +21,7 @@ from jax import lax
 
 from oracles import (assert_same, dtype_id, element_values, run_interp_text, same_as_reference,
                      same_as_xla, same_as_xla_text)
-from stablehlo_interp.types import element_type_of
+from stablehlo_interp.ir.types import element_type_of
 
 DTYPES = [np.bool_, np.int8, np.uint16, np.int32, np.uint64, ml_dtypes.int4, ml_dtypes.bfloat16, np.float16,
           np.float32, np.float64, np.complex64, ml_dtypes.float8_e4m3fn]

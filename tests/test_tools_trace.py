@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp import registry
+from stablehlo_interp.engine import registry
 from stablehlo_interp.tools import TraceRecorder, summarize
 
 # x doubled n times in a while loop, then summed. Line numbers matter: the

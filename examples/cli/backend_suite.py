@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import stablehlo_interp as si
-from stablehlo_interp.types import TensorType
+from stablehlo_interp.ir.types import TensorType
 
 jax.config.update("jax_enable_x64", True)
 MAX_ULP = 2

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import process_grid, sharding
+from ..engine import grid as process_grid
+from ..sharding import tiling as sharding
 from ..ops.shardy import local_results
-from ..sharding_propagation import value_tilings
-from ..types import TOKEN, TensorType
+from ..sharding.propagation import value_tilings
+from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
 
 # A serialized xla.OpSharding {type: REPLICATED}.

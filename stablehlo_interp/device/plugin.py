@@ -27,7 +27,8 @@ from __future__ import annotations
 import atexit
 import ctypes
 
-from . import abi, api
+from .pjrt import abi
+from .pjrt import api
 
 PLATFORM = "interp"
 # Below the CPU's 0: the CPU stays JAX's default device unless the user picks interp

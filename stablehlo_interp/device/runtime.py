@@ -15,10 +15,12 @@ import os
 import ml_dtypes
 import numpy as np
 
-from .. import program as program_module
+from ..program import program as program_module
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
-from ..types import TOKEN
-from . import abi, placement, protobuf
+from ..ir.types import TOKEN
+from .pjrt import abi
+from . import placement
+from .pjrt import protobuf
 
 PLATFORM_NAME = "interp"
 DEVICE_KIND = "interp"
@@ -207,7 +209,7 @@ class Executable:
 
 def _donated_parameters(program, function_name: str) -> tuple:
     """Parameters JAX donated: ``tf.aliasing_output`` or ``jax.buffer_donor`` on the argument."""
-    from ..decode import decode_attribute
+    from ..ir.decode import decode_attribute
 
     for operation in program.module.body.operations:
         attributes = operation.operation.attributes

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 from .support import integer_compute_dtype, same_ufunc, unsigned_view_dtype
 
 

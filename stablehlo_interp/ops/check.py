@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from ..registry import custom_call, op
-from ..types import TensorType
-from ..numerics import ulp_difference
+from ..engine.registry import custom_call, op
+from ..ir.types import TensorType
+from .numerics import ulp_difference
 
 DEFAULT_TOLERANCE = 1e-4
 

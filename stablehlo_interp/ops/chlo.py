@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.special
 
-from ..decode import DotDimensionNumbers
-from ..plan import OpInfo
-from ..registry import op, op_builder
-from ..types import TensorType
+from ..ir.decode import DotDimensionNumbers
+from ..engine.plan import OpInfo
+from ..engine.registry import op, op_builder
+from ..ir.types import TensorType
 from .comparison import total_order_key
 from .support import contiguous, in_wider_precision, integer_compute_dtype, unsigned_view_dtype
 

@@ -2,7 +2,7 @@
 all_to_all, collective_permute, collective_broadcast, replica_id, partition_id),
 and ``interpreter.run_parallel``, which runs a grid of processes.
 
-Each op runs in a process of a :class:`~stablehlo_interp.process_grid.Grid`
+Each op runs in a process of a :class:`~stablehlo_interp.engine.grid.Grid`
 (the one process of a 1 x 1 grid outside any). It splits the grid into
 process groups by one of the spec's strategies (Execution, "Collective ops"):
 
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hostio
-from ..engine import Execution
-from ..process_grid import Grid, current
-from .. import registry
-from ..registry import op
+from ..engine import hostio
+from ..engine.run import Execution
+from ..engine.grid import Grid, current
+from ..engine import registry
+from ..engine.registry import op
 from .reduction import is_elementwise
 
 CROSS_REPLICA, CROSS_PARTITION, CROSS_REPLICA_AND_PARTITION, FLATTENED_IDS = (

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..registry import op
-from ..types import bit_width
+from ..engine.registry import op
+from ..ir.types import bit_width
 from .support import contiguous
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 from .reduction import is_elementwise
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..registry import op
-from ..types import bit_width
+from ..engine.registry import op
+from ..ir.types import bit_width
 from .support import NATIVE_FLOATS, contiguous, integer_compute_dtype
 
 

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..registry import op
+from ..engine.registry import op
 from .linalg import accumulation_dtype, result_converter
 
 

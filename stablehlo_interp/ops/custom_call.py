@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import registry
-from ..registry import op
+from ..engine import registry
+from ..engine.registry import op
 
 
 @op("stablehlo.custom_call")

@@ -15,8 +15,8 @@ import dataclasses
 
 import numpy as np
 
-from .. import registry
-from ..registry import custom_call, op
+from ..engine import registry
+from ..engine.registry import custom_call, op
 
 _MAX_VARIANTS = 256  # static twins kept per op; more distinct shapes rebuild them
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 from .support import (
     NATIVE_FLOATS,
     in_float32_if_needed,

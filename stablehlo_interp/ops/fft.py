@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 
 _TRANSFORMS = {
     "FFT": lambda x, lengths, axes: np.fft.fftn(x, lengths, axes),

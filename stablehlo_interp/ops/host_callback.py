@@ -15,8 +15,8 @@ import weakref
 
 import numpy as np
 
-from ..registry import custom_call
-from ..types import TOKEN, TokenType
+from ..engine.registry import custom_call
+from ..ir.types import TOKEN, TokenType
 
 TARGET = "stablehlo_interp.host_callback"
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from ..decode import GatherDimensionNumbers
-from ..registry import op
+from ..ir.decode import GatherDimensionNumbers
+from ..engine.registry import op
 from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc
 from .support import integer_compute_dtype, static_shape
 

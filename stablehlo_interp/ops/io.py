@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hostio
-from ..registry import op
-from ..types import TOKEN, TensorType
+from ..engine import hostio
+from ..engine.registry import op
+from ..ir.types import TOKEN, TensorType
 
 
 def _checked(entry, types, source: str) -> list:

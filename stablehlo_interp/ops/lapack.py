@@ -39,7 +39,7 @@ import numpy as np
 import scipy.linalg.blas
 import scipy.linalg.lapack
 
-from ..registry import custom_call
+from ..engine.registry import custom_call
 
 _TYPE_LETTERS = {"s": np.dtype(np.float32), "d": np.dtype(np.float64),
                  "c": np.dtype(np.complex64), "z": np.dtype(np.complex128)}

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import scipy.linalg.blas
 
-from ..decode import DotDimensionNumbers
-from ..registry import op
-from ..types import dtype_of
+from ..ir.decode import DotDimensionNumbers
+from ..engine.registry import op
+from ..ir.types import dtype_of
 from .support import integer_compute_dtype
 
 _F32 = np.dtype(np.float32)

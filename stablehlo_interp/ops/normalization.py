@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 from .support import wider_float
 
 

@@ -3,8 +3,8 @@ quantized tensors go through quantized.build_quantized."""
 
 from __future__ import annotations
 
-from ..quantized import dequantize, quantize
-from ..registry import op
+from ..engine.quantized import dequantize, quantize
+from ..engine.registry import op
 
 
 @op("stablehlo.uniform_quantize", elementwise=True)

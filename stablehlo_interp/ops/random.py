@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 from .conversion import _from_bits as bits_to_values
 
 _U32 = np.uint32

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..registry import ELEMENTWISE_OPS, op
+from ..engine.registry import ELEMENTWISE_OPS, op
 from .shape import pad_array
 from .support import integer_compute_dtype
 

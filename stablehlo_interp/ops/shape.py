@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from ..engine.registry import op
 from .support import static_shape
 
 

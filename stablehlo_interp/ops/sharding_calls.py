@@ -25,7 +25,7 @@ and ``xla.sdy.FuncResultSharding``):
 
 from __future__ import annotations
 
-from ..registry import custom_call
+from ..engine.registry import custom_call
 
 
 @custom_call("Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",

@@ -34,9 +34,10 @@ import contextvars
 
 import numpy as np
 
-from .. import hostio, sharding
-from ..process_grid import Grid, current, in_grid
-from ..registry import custom_call, op
+from ..engine import hostio
+from ..sharding import tiling as sharding
+from ..engine.grid import Grid, current, in_grid
+from ..engine.registry import custom_call, op
 
 
 @op("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier", "sdy.data_flow_edge",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..registry import ELEMENTWISE_OPS, op
+from ..engine.registry import ELEMENTWISE_OPS, op
 from .reduction import is_elementwise
 from .support import integer_compute_dtype
 

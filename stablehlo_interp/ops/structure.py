@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..registry import op
-from ..types import TOKEN
+from ..engine.registry import op
+from ..ir.types import TOKEN
 
 
 @op("stablehlo.tuple")

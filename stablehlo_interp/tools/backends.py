@@ -16,8 +16,8 @@ import functools
 
 import numpy as np
 
-from .. import registry
-from ..program import load
+from ..engine import registry
+from ..program.program import load
 
 
 class JaxBackend:

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine import Listener
+from ..engine.run import Listener
 from ..errors import InterpreterError
-from ..locations import SourceLocation
-from ..program import coerce_arguments, load
-from ..types import Token
+from ..ir.locations import SourceLocation
+from ..program.program import coerce_arguments, load
+from ..ir.types import Token
 from .backends import resolve
 from .difference import Difference, difference, tolerances
 from .mlir_edit import inline_calls, prefix_module

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..numerics import ulp_difference
-from ..types import Token
+from ..ops.numerics import ulp_difference
+from ..ir.types import Token
 from .summary import element_name, format_number, is_float_dtype
 
 # (rtol, atol) by element type. Integers, booleans: exact.

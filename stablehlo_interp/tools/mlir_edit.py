@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..sources import make_context
+from ..ir.sources import make_context
 
 _ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
 

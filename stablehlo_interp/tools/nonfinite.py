@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import Listener
+from ..engine.run import Listener
 from ..errors import StopExecution
-from ..locations import SourceLocation
+from ..ir.locations import SourceLocation
 from .regions import RegionCall, describe_stack, op_heading, op_label, region_calls
 from .subject import prepare
 from .summary import summarize, widened

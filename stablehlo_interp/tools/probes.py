@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import Listener
-from ..types import Token
+from ..engine.run import Listener
+from ..ir.types import Token
 from .regions import describe_location, op_label, region_calls
 from .selection import matcher
 from .subject import prepare

@@ -1,6 +1,6 @@
 """Where an op runs: the chain of region calls around it, as plain data.
 
-The run loop hands listeners a stack of :class:`~stablehlo_interp.engine.RegionFrame`;
+The run loop hands listeners a stack of :class:`~stablehlo_interp.engine.run.RegionFrame`;
 tools keep :class:`RegionCall` records instead (no reference to the plan) and
 print them as ``stablehlo.while at model.py:8 (f): body, iteration 2``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import linecache
 from dataclasses import dataclass
 
-from ..locations import SourceLocation
+from ..ir.locations import SourceLocation
 
 # Names of the regions of ops that have several (or a meaningful one).
 _REGION_NAMES = {

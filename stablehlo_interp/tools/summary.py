@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModuleError
-from ..types import Token, element_type_of
+from ..ir.types import Token, element_type_of
 
 SMALL = 8  # values with at most this many elements are shown in full
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine import Listener
+from ..engine.run import Listener
 from ..errors import InterpreterError, OpError
-from ..locations import SourceLocation
+from ..ir.locations import SourceLocation
 from .regions import RegionCall, describe_location, op_label, region_calls
 from .selection import matcher
 from .subject import prepare

@@ -17,7 +17,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .check_dialect import to_generic_form
 from .decode import load_quant_dialect
-from .errors import ModuleError
+from ..errors import ModuleError
 
 _BYTECODE_MAGIC = b"ML\xefR"
 

@@ -17,8 +17,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from .errors import InterpreterError, OpError
-from .program import Program
+from ..errors import InterpreterError, OpError
+from ..program.program import Program
 
 SPLIT_MARKER = re.compile(r"^\s*// -----")
 _PARSER_LOCATION = re.compile(r'loc\("-":(\d+):(\d+)\)')  # in MLIR diagnostics

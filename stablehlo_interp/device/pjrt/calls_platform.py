@@ -10,11 +10,13 @@ import ctypes
 import hashlib
 from ctypes import addressof, c_int, c_int64
 
-from . import abi, native, runtime
+from . import abi
+from . import native
+from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
 from .api import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Error, ReturnError, constant_getter,
                   handle, immortal_string, implements, lookup, objects, pointer_array, release)
-from .runtime import PluginError
+from ..runtime import PluginError
 
 # ---------------------------------------------------------------- errors
 
@@ -152,7 +154,7 @@ class ClientView:
 
 
 def _platform_version() -> str:
-    from .. import __version__
+    from ... import __version__
 
     return f"stablehlo_interp {__version__}"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InterpreterError, OpError, OpExecutionError, StopExecution
+from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .plan import BINARY, SINGLE, UNARY, WITH_REGIONS, Region, Step
 
 

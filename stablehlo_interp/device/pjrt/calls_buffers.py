@@ -11,9 +11,10 @@ from ctypes import addressof, c_int64
 
 import numpy as np
 
-from . import abi, runtime
+from . import abi
+from .. import runtime
 from .api import COMPLETE_EVENT, constant_getter, header_getter, header_handle, implements, lookup, release_header
-from .runtime import PluginError
+from ..runtime import PluginError
 
 # A buffer handle points at its header: the handles of the buffer's device and memory.
 HEADER_DEVICE, HEADER_MEMORY = 0, 1

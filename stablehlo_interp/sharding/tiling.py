@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .decode import decode_attribute
-from .errors import ModuleError
+from ..ir.decode import decode_attribute
+from ..errors import ModuleError
 
 # ------------------------------------------------------------------ meshes and Shardy shardings
 
@@ -469,7 +469,7 @@ def annotate_manual_borders(module, owned: bool):
     if not borders:
         return module
     if not owned:
-        from .sources import copy_module
+        from ..ir.sources import copy_module
 
         module = copy_module(module)
         borders = _manual_borders(module)

@@ -14,7 +14,7 @@ import numpy as np
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import chlo, stablehlo
 
-from .errors import ModuleError
+from ..errors import ModuleError
 from .locations import UNKNOWN, Frame, SourceLocation
 from .types import (  # noqa: F401
     TOKEN,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import ctypes
 from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 
-from . import abi, placement, runtime
+from . import abi
+from .. import placement
+from .. import runtime
 from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, header_getter, header_handle,
                   immortal_string, implements, lookup, pointer_array, read_pointers, release, release_header,
                   write_pointers)
 from .calls_buffers import buffer_handle
-from .runtime import PluginError
+from ..runtime import PluginError
 
 
 class ExecutableView:

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hostio, process_grid, sharding, sources
-from .decode import decode_attribute, decode_location, decode_type
-from .engine import UNOBSERVED, Execution, numpy_warnings_off
-from .errors import ArgumentError, ModuleError
-from .plan import Compiler, Function, Region
-from .refinement import refinable, refine, static_types
-from .types import TensorType, TokenType, TupleType
+from ..engine import hostio
+from ..engine import grid as process_grid
+from ..sharding import tiling as sharding
+from ..ir import sources
+from ..ir.decode import decode_attribute, decode_location, decode_type
+from ..engine.run import UNOBSERVED, Execution, numpy_warnings_off
+from ..errors import ArgumentError, ModuleError
+from ..engine.plan import Compiler, Function, Region
+from ..ir.refinement import refinable, refine, static_types
+from ..ir.types import TensorType, TokenType, TupleType
 
 
 class Program:
     """A loaded module: every function compiled to a plan, ready to run many times.
 
-    ``functions`` maps each function name to its :class:`~stablehlo_interp.plan.Function`
+    ``functions`` maps each function name to its :class:`~stablehlo_interp.engine.plan.Function`
     (signature, argument and result names from JAX's ``jax.result_info``, plan).
 
     A module whose functions take arguments with dynamic dimensions is
@@ -78,9 +81,9 @@ class Program:
             io: hostio.HostQueues | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
-        ``listeners`` are :class:`~stablehlo_interp.engine.Listener` objects that
+        ``listeners`` are :class:`~stablehlo_interp.engine.run.Listener` objects that
         observe (and may alter or stop) the run. ``io`` holds the host side of
-        infeed, outfeed, send and recv (see :class:`~stablehlo_interp.hostio.HostQueues`).
+        infeed, outfeed, send and recv (see :class:`~stablehlo_interp.engine.hostio.HostQueues`).
         """
         target = self.runnable(function)
         values = coerce_arguments(target, args)
@@ -258,7 +261,7 @@ def _coerce(value, expected, index: int, function: Function):
     label = function.arg_names[index] or f"#{index}"
     where = f"argument {label} of @{function.name}"
     if isinstance(expected, TokenType):
-        from .types import TOKEN
+        from ..ir.types import TOKEN
 
         return TOKEN
     if isinstance(expected, TupleType):

@@ -1,7 +1,7 @@
 """The one place that maps op names and custom-call targets to implementations.
 
 An implementation is a *builder*: a function called once per op at load time
-with the op's :class:`~stablehlo_interp.plan.OpInfo` (decoded attributes,
+with the op's :class:`~stablehlo_interp.engine.plan.OpInfo` (decoded attributes,
 types, compiled regions, location). It returns the *runner*, the callable that
 the run loop calls with the op's operand values (NumPy arrays, tokens, tuples).
 A runner returns the op's result, or a tuple of results when the op has several.
@@ -107,6 +107,6 @@ def _load_implementations() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import ops
+        from .. import ops
 
         ops.load_all()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import Listener
-from .errors import OpError
-from .types import Token, TensorType, TokenType, TupleType
+from ..engine.run import Listener
+from ..errors import OpError
+from ..ir.types import Token, TensorType, TokenType, TupleType
 
 
 class ResultTypeChecker(Listener):

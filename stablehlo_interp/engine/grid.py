@@ -27,7 +27,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import InterpreterError, OpError
+from ..errors import InterpreterError, OpError
 
 # Ops whose results depend on the process that runs them, and the custom calls that
 # begin and end manual code in modules lowered without Shardy.

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import ModuleError
+from ..errors import ModuleError
 
 _CHECK_START = re.compile(r"^(\s*)check\.(\w+)(?=[\s%]|$)")
 _SCALAR_TYPE = re.compile(r"^(?:[su]?i\d+|f\d+|bf16|index)$")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-from .errors import ModuleError
+from ..errors import ModuleError
 
 # MLIR element type spelling -> NumPy dtype. Signless integers (i8, i32 ...) are
 # signed in StableHLO; i1 is the boolean type (spec: "Types").

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .ops.support import contiguous
+from .support import contiguous
 
 
 def ulp_difference(actual, expected) -> np.ndarray:

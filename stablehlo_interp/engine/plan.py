@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 
 from . import registry
-from .decode import decode_location, decode_op_attributes, decode_type
-from .errors import ModuleError, OpError, UnsupportedOpError
-from .locations import SourceLocation
+from ..ir.decode import decode_location, decode_op_attributes, decode_type
+from ..errors import ModuleError, OpError, UnsupportedOpError
+from ..ir.locations import SourceLocation
 from .quantized import build_quantized, has_quantized_types
 
 TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})

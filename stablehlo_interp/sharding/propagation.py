@@ -35,9 +35,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import sharding
-from .registry import ELEMENTWISE_OPS
-from .types import TensorType
+from . import tiling as sharding
+from ..engine.registry import ELEMENTWISE_OPS
+from ..ir.types import TensorType
 
 _POINTWISE = frozenset({
     "stablehlo.convert", "stablehlo.bitcast_convert", "stablehlo.reverse", "stablehlo.select",

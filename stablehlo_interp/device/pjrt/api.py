@@ -31,10 +31,12 @@ import os
 import sys
 from ctypes import addressof, c_uint64, c_void_p
 
-from ..errors import InterpreterError
-from . import abi, native, runtime
+from ...errors import InterpreterError
+from . import abi
+from . import native
+from .. import runtime
 from .abi import API_FUNCTION, VOID_API_FUNCTION
-from .runtime import PluginError
+from ..runtime import PluginError
 
 # ---------------------------------------------------------------- handles
 
@@ -302,7 +304,9 @@ class Table:
     _EXTENSION_SLOTS = ("Shardings_ParameterShardings", "Shardings_OutputShardings")
 
     def __init__(self):
-        from . import calls_buffers, calls_executables, calls_platform  # noqa: F401 - they register the calls
+        from . import calls_buffers
+        from . import calls_executables
+        from . import calls_platform  # noqa: F401 - they register the calls
 
         self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._EXTENSION_SLOTS}
         self.entry_points = native.entry_points({name: ctypes.cast(thunk, c_void_p).value

@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from .types import TensorType
+from ..ir.types import TensorType
 
 # Ops defined on quantized tensors directly by the spec (no dequantization).
 QUANTIZATION_OPS = frozenset({"stablehlo.uniform_quantize", "stablehlo.uniform_dequantize"})

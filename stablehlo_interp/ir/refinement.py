@@ -21,7 +21,7 @@ from jax.extend.mlir import refine_polymorphic_shapes
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
-from .errors import ModuleError
+from ..errors import ModuleError
 from .types import TensorType
 
 

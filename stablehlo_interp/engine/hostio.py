@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 from collections import defaultdict, deque
 
-from .errors import InterpreterError
+from ..errors import InterpreterError
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_host_queues", default=None)
 
