@@ -19,7 +19,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .engine.hostio import HostQueues
-from .program.program import Program, load, run
+from .program import Program, load, run
 from .engine.registry import register_custom_call, register_op
 from .tools import validation
 from .ir.types import TOKEN, TensorType, Token

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InterpreterError
-from .program.program import Program
+from .program import Program
 from .frontends.testfile import expand_paths, run_file
 from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
 

@@ -10,6 +10,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSh
 
 import stablehlo_interp as si
 from oracles import op_module, run_interp, run_interp_text, run_xla_text
+from stablehlo_interp import ops
 from stablehlo_interp.engine import registry
 
 
@@ -126,6 +127,7 @@ def test_every_jaxlib_cpu_linalg_target_is_implemented():
 
     targets = {name for name, _, _ in lapack.registrations()["cpu"]}
     assert len(targets) >= 61  # 15 LAPACK routines x 4 types, and tridiagonal_solve_perturbed_ffi
+    ops.load_all()
     assert sorted(targets - set(registry.registered_custom_calls())) == []
 
 

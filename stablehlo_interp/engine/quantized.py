@@ -6,7 +6,7 @@ carries the scales and zero points (types.Quantization). ``dequantize`` and
 spec defines them.
 
 Op builders never see quantized types, except the quantization ops themselves:
-:func:`build_quantized` (called by plan.build when an op has quantized operands
+:func:`build_quantized` (called by the compiler when an op has quantized operands
 or results) chooses one of two ways to run the op at load time:
 
 * on the stored integers, for ops with regions (their bodies are typed with
@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from ..ir.types import TensorType
+from .plan import OpInfo, Region, Step, compile_program
 
 # Ops defined on quantized tensors directly by the spec (no dequantization).
 QUANTIZATION_OPS = frozenset({"stablehlo.uniform_quantize", "stablehlo.uniform_dequantize"})
@@ -96,10 +97,6 @@ def build_quantized(info, builder):
     return _dequantize_op_quantize(info, builder(_retyped(info, TensorType.expressed)))
 
 
-def has_quantized_types(info) -> bool:
-    return any(map(is_quantized, info.operand_types)) or any(map(is_quantized, info.result_types))
-
-
 def _retyped(info, convert):
     def retype(ttype):
         return convert(ttype) if is_quantized(ttype) else ttype
@@ -112,8 +109,6 @@ def _opaque(region):
     """``region`` behind one step that calls it: the same computation, which op
     builders cannot recognize as a NumPy reduction or comparison of the stored
     integers (their meaning depends on the quantization parameters)."""
-    from .plan import OpInfo, Region, Step, compile_program  # plan.py imports this module
-
     n_captures, n_args, n_results = region.n_captures, region.n_args, len(region.output_types)
     wrapper = Region(region.description)
     wrapper.n_captures, wrapper.n_args = n_captures, n_args

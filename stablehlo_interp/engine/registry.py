@@ -24,8 +24,12 @@ from typing import Callable
 
 Builder = Callable[["OpInfo"], Callable]  # noqa: F821
 
+# The built-in implementations (stablehlo_interp.ops registers them by decorator when
+# the compiler loads it) and the ones users register, which take precedence.
 _OPS: dict[str, Builder] = {}
 _CUSTOM_CALLS: dict[str, Builder] = {}
+_USER_OPS: dict[str, Builder] = {}
+_USER_CUSTOM_CALLS: dict[str, Builder] = {}
 # Ops whose result element i depends only on operand elements i (and that accept
 # any shape): a region made of these can run on whole tensors at once.
 ELEMENTWISE_OPS: set[str] = set()
@@ -58,55 +62,42 @@ def custom_call(*targets: str):
 def register_op(name: str, builder: Builder) -> Builder | None:
     """Register (or replace) the implementation of an op; returns the previous one.
 
-    Takes effect for modules loaded afterwards.
+    Takes effect for modules loaded afterwards. A user's registration wins over
+    the built-in one whenever it was made.
     """
-    previous = _OPS.get(name)
-    _OPS[name] = builder
+    previous = op_builder(name)
+    _USER_OPS[name] = builder
     return previous
 
 
 def register_custom_call(target: str, builder: Builder) -> Builder | None:
     """Register (or replace) the implementation of a custom-call target."""
-    previous = _CUSTOM_CALLS.get(target)
-    _CUSTOM_CALLS[target] = builder
+    previous = custom_call_builder(target)
+    _USER_CUSTOM_CALLS[target] = builder
     return previous
 
 
 def unregister_op(name: str) -> None:
-    _OPS.pop(name, None)
+    """Drop a user's registration (the built-in implementation, if any, applies again)."""
+    _USER_OPS.pop(name, None)
 
 
 def unregister_custom_call(target: str) -> None:
-    _CUSTOM_CALLS.pop(target, None)
+    _USER_CUSTOM_CALLS.pop(target, None)
 
 
 def op_builder(name: str) -> Builder | None:
-    _load_implementations()
-    return _OPS.get(name)
+    return _USER_OPS.get(name) or _OPS.get(name)
 
 
 def custom_call_builder(target: str) -> Builder | None:
-    _load_implementations()
-    return _CUSTOM_CALLS.get(target)
+    return _USER_CUSTOM_CALLS.get(target) or _CUSTOM_CALLS.get(target)
 
 
 def registered_ops() -> list[str]:
-    _load_implementations()
-    return sorted(_OPS)
+    """Every op with an implementation (the built-in ones once stablehlo_interp.ops is loaded)."""
+    return sorted(_OPS.keys() | _USER_OPS.keys())
 
 
 def registered_custom_calls() -> list[str]:
-    _load_implementations()
-    return sorted(_CUSTOM_CALLS)
-
-
-_loaded = False
-
-
-def _load_implementations() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        from .. import ops
-
-        ops.load_all()
+    return sorted(_CUSTOM_CALLS.keys() | _USER_CUSTOM_CALLS.keys())

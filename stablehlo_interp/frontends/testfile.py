@@ -18,7 +18,7 @@ import textwrap
 from dataclasses import dataclass
 
 from ..errors import InterpreterError, OpError
-from ..program.program import Program
+from ..program import Program
 
 SPLIT_MARKER = re.compile(r"^\s*// -----")
 _PARSER_LOCATION = re.compile(r'loc\("-":(\d+):(\d+)\)')  # in MLIR diagnostics

@@ -1,8 +1,8 @@
 """Built-in op implementations, one module per family.
 
-The registry imports them all (:func:`load_all`) the first time an op is
-looked up, so that importing stablehlo_interp (e.g. when JAX discovers the
-device plugin) does not pay for SciPy and every op module.
+The compiler imports them all (:func:`load_all`) when it first compiles a
+module, so that importing stablehlo_interp (e.g. when JAX discovers the device
+plugin) does not pay for SciPy and every op module.
 """
 
 import importlib
@@ -38,6 +38,6 @@ FAMILIES = (
 
 
 def load_all() -> None:
-    """Import every family module; each registers its ops by decorator."""
+    """Import every family module; each registers its ops by decorator (on first import)."""
     for name in FAMILIES:
         importlib.import_module(f"{__name__}.{name}")

@@ -11,7 +11,8 @@ from ..ir import sources
 from ..ir.decode import decode_attribute, decode_location, decode_type
 from ..engine.run import UNOBSERVED, Execution, numpy_warnings_off
 from ..errors import ArgumentError, ModuleError
-from ..engine.plan import Compiler, Function, Region
+from ..engine.plan import Function, Region
+from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
 

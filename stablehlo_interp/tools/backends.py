@@ -17,7 +17,7 @@ import functools
 import numpy as np
 
 from ..engine import registry
-from ..program.program import load
+from ..program import load
 
 
 class JaxBackend:

@@ -25,7 +25,7 @@ import numpy as np
 from ..engine.run import Listener
 from ..errors import InterpreterError
 from ..ir.locations import SourceLocation
-from ..program.program import coerce_arguments, load
+from ..program import coerce_arguments, load
 from ..ir.types import Token
 from .backends import resolve
 from .difference import Difference, difference, tolerances

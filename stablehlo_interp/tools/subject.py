@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError
-from ..program.program import Program, load
+from ..program import Program, load
 
 
 @dataclass
