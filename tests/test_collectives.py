@@ -24,7 +24,7 @@ from jaxlib import xla_client
 
 import stablehlo_interp as si
 from stablehlo_interp.frontends import testfile
-from stablehlo_interp.engine.grid import Grid, current
+from stablehlo_interp.engine.grid import Grid
 
 ADD = """({
       ^bb0(%x: tensor<ELEMENT>, %y: tensor<ELEMENT>):
@@ -496,7 +496,7 @@ def test_listeners_see_which_process_runs_an_op():
             self.seen = []
 
         def after_op(self, step, operands, results, stack):
-            self.seen.append((current().id, step.info.name, int(results[0])))
+            self.seen.append((stack.process.id, step.info.name, int(results[0])))
 
     listener = Processes()
     si.load(text).run_grid([[], []], listeners=[listener])

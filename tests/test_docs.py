@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCUMENTS = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
+DOCUMENTS = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
 # Documents written before this convention that do not follow it yet (strict:
 # once fixed, the entry must go).
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import grid as process_grid
+from ..engine.grid import MANUAL_BORDERS, process_ops
+from ..engine.run import RunContext
 from ..sharding import tiling as sharding
-from ..ops.shardy import local_results
 from ..sharding.propagation import value_tilings
 from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
@@ -49,7 +49,7 @@ class Placement:
 
     def run(self, arguments: list, listeners) -> list:
         """``arguments[d]``: the argument arrays of device d; returns each device's results."""
-        return [self.program.execute(self.function, arguments[0], listeners)]
+        return [self.program.execute(self.function, arguments[0], RunContext(listeners))]
 
 
 class PerProcess(Placement):
@@ -71,7 +71,7 @@ class Global(Placement):
             report(inspect_sharding.MANUAL if manual else tiling.op_sharding(num_devices) if tiling else REPLICATED)
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
         # runs the whole program as a process (ops/shardy.py).
-        self.per_process = bool(process_grid.MANUAL_BORDERS & process_grid.process_ops(function.region))
+        self.per_process = bool(MANUAL_BORDERS & process_ops(function.region))
 
     @property
     def parameter_shardings(self) -> list:
@@ -92,11 +92,11 @@ class Global(Placement):
             views = self.program.run_grid([values] * self.num_devices, function=name, listeners=listeners)
             return [[self._shard(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
                     for device, view in enumerate(views)]
-        with local_results() as recorded:
-            results = self.program.run(*values, function=name, listeners=listeners)
+        context = RunContext(listeners, local_results={})
+        results = self.program.execute(self.function, values, context)
         per_device = [[] for _ in range(self.num_devices)]
         for value, tiling in zip(results, self.result_tilings):
-            own = recorded.get(id(value))
+            own = context.local_results.get(id(value))
             for device, outputs in enumerate(per_device):
                 if own is not None and own[0] is value and own[1].same_placement(tiling):
                     outputs.append(own[2][device])

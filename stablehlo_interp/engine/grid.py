@@ -7,16 +7,17 @@ independent except at collective ops, where each process group exchanges
 values.
 
 Each process gets its own thread (from a pool of daemon threads, with a copy of
-the caller's ``contextvars`` context, so the host queues of the run are found),
-but only one runs at a time: a process runs until it finishes or waits at a
+the caller's ``contextvars`` context, so NumPy's floating-point error settings
+of the run apply), but only one runs at a time: a process runs until it finishes or waits at a
 collective, then hands over to the next process that can go on, in a fixed
 order. Runs are therefore deterministic, do not depend on the number of CPU cores, and a collective that
 can never complete is known exactly: when no process can go on while some
 wait, every waiting process fails with an error naming its op, its group and
 what the missing processes are doing, instead of hanging.
 
-Ops find their process with :func:`current`; outside any grid they run as the
-one process of a 1 x 1 grid.
+The body a grid runs gets its :class:`Process`; the run loop hands it to the
+runners that ask for it through the Execution (engine/run.py). Outside any grid
+code runs as :data:`OUTSIDE_GRID`, the one process of a 1 x 1 grid.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ PROCESS_OPS = frozenset({
     "stablehlo.collective_permute", "stablehlo.reduce_scatter", "stablehlo.replica_id", "stablehlo.partition_id",
 })
 MANUAL_BORDERS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
-
-_CURRENT: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_process", default=None)
 
 
 class CollectiveError(InterpreterError):
@@ -66,16 +65,6 @@ class Process:
         if self.grid.size == 1:
             return "process 0"
         return f"process {self.id} (replica {self.replica_id}, partition {self.partition_id})"
-
-
-def current() -> Process:
-    """The process running this code: the one of a 1 x 1 grid outside any grid."""
-    return _CURRENT.get() or _SINGLE.processes[0]
-
-
-def in_grid() -> bool:
-    """Whether this code runs as a process of a grid (inside :meth:`Grid.run`)."""
-    return _CURRENT.get() is not None
 
 
 @dataclass
@@ -135,11 +124,7 @@ class Grid:
         """``[body(process) for each process]``, each in its own thread, with
         collectives between them; raises the first failure of any process."""
         if self.size == 1:
-            token = _CURRENT.set(self.processes[0])
-            try:
-                return [_with_process_context(body, self.processes[0])]
-            finally:
-                _CURRENT.reset(token)
+            return [_with_process_context(body, self.processes[0])]
         self._reset()
         results = [None] * self.size
         self._ready.extend(range(1, self.size))
@@ -160,7 +145,7 @@ class Grid:
         self._wait_for_turn(process.id)
         try:
             if not self._aborted:
-                results[process.id] = context.run(_run_as, process, body)
+                results[process.id] = context.run(_with_process_context, body, process)
         except GridAborted:
             pass
         except BaseException as error:  # noqa: BLE001 - reported by run()
@@ -259,11 +244,6 @@ def _mismatch(meeting: _Meeting, grid: Grid) -> CollectiveError | None:
     return CollectiveError(f"the processes of group {list(meeting.group)} reached different collectives: {reached}")
 
 
-def _run_as(process: Process, body):
-    _CURRENT.set(process)
-    return _with_process_context(body, process)
-
-
 def _with_process_context(body, process: Process):
     """``body(process)``; an op error says which process it happened in."""
     try:
@@ -308,7 +288,8 @@ class _Worker:
 
 
 _WORKERS = _Workers()
-_SINGLE = Grid(1, 1)
+# The process of code that runs outside any grid.
+OUTSIDE_GRID = Grid(1, 1).processes[0]
 
 
 def process_ops(region) -> set:

@@ -13,17 +13,15 @@ first in, first out, and tokens order the ops that use them. A channel is one
 queue shared by the ``send`` and ``recv`` ops with its channel id, so a
 device-to-device pair in one program talks through it too. Quantized tensors
 cross as their stored integers. The queues outlive a run: run the program again
-to go on consuming them.
+to go on consuming them. A run without queues of the caller's gets empty ones
+(its RunContext makes them on first use, engine/run.py).
 """
 
 from __future__ import annotations
 
-import contextvars
 from collections import defaultdict, deque
 
 from ..errors import InterpreterError
-
-_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_host_queues", default=None)
 
 
 class HostQueues:
@@ -53,23 +51,3 @@ class HostQueues:
     def __repr__(self) -> str:
         channels = {c: len(q) for c, q in self.channels.items() if q}
         return f"<HostQueues infeed={len(self.infeed)} outfeed={len(self.outfeed)} channels={channels}>"
-
-
-def activate(queues: HostQueues | None):
-    """Make ``queues`` the ones the transfer ops of this context use; returns the
-    token for :func:`deactivate`. With None, a run gets empty queues on first use."""
-    return _ACTIVE.set(queues)
-
-
-def deactivate(token) -> None:
-    _ACTIVE.reset(token)
-
-
-def current() -> HostQueues:
-    """The queues of the run in progress (empty ones if the caller gave none;
-    they are dropped when the run's :func:`deactivate` restores the context)."""
-    queues = _ACTIVE.get()
-    if queues is None:
-        queues = HostQueues()
-        _ACTIVE.set(queues)
-    return queues

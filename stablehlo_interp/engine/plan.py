@@ -14,12 +14,39 @@ time, run.py runs the plans.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
-from ..errors import OpError, UnsupportedOpError
+from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.locations import SourceLocation
 
 _REQUIRED = object()
+class ModuleInfo:
+    """What an op's builder may know of its module beyond the op itself: the process
+    grid the module runs as (``mhlo.num_replicas`` x ``mhlo.num_partitions``), its
+    meshes (``sdy.mesh``, by name), its functions (for ops that run functions by
+    name) and a numbering of its ``rng`` ops (ops/random.py)."""
+
+    def __init__(self, num_replicas: int = 1, num_partitions: int = 1, meshes: dict | None = None,
+                 functions: dict | None = None):
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+        self.meshes = meshes or {}
+        self.functions = functions if functions is not None else {}
+        self._rng_ops = itertools.count()
+
+    def function(self, name: str) -> "Function":
+        try:
+            return self.functions[name]
+        except KeyError:
+            known = ", ".join(f"@{n}" for n in self.functions) or "none"
+            raise ModuleError(f"no function @{name} in the module (functions: {known})") from None
+
+    def next_rng_op(self) -> int:
+        """The number of the next rng op built for this module: 0, 1, 2 ..."""
+        return next(self._rng_ops)
+
+
 @dataclass
 class OpInfo:
     """What an op's builder sees at load time: everything decoded to plain values."""
@@ -30,7 +57,7 @@ class OpInfo:
     result_types: tuple
     regions: tuple = ()
     location: SourceLocation = field(default_factory=SourceLocation)
-    program: "Program | None" = None
+    module: "ModuleInfo | None" = None
 
     def attr(self, name: str, default=_REQUIRED):
         """A decoded attribute; a missing required attribute is an OpError."""
@@ -48,6 +75,11 @@ class OpInfo:
         """Whether an operand or result is a quantized tensor (engine/quantized.py)."""
         return any(getattr(t, "is_quantized", False) for t in (*self.operand_types, *self.result_types))
 
+    def derived(self, name: str, attributes: dict, operand_types: tuple, result_types: tuple) -> "OpInfo":
+        """The info of another op that implements this one (same location and module,
+        no regions): for builders that build a runner from another op's builder."""
+        return OpInfo(name, attributes, operand_types, result_types, (), self.location, self.module)
+
     def error(self, reason: str) -> OpError:
         return OpError(self.name, self.location, reason)
 
@@ -56,11 +88,14 @@ class OpInfo:
 
 
 class Step:
-    """One op in a plan. ``run`` is the runner its builder returned."""
+    """One op in a plan. ``run`` is the runner its builder returned; ``variadic`` and
+    ``execution`` are its calling convention (engine/registry.py)."""
 
-    __slots__ = ("info", "run", "operands", "results", "release", "regions", "captures", "index")
+    __slots__ = ("info", "run", "operands", "results", "release", "regions", "captures", "index", "variadic",
+                 "execution")
 
-    def __init__(self, info, run, operands, results, release, regions, captures, index):
+    def __init__(self, info, run, operands, results, release, regions, captures, index, variadic=False,
+                 execution=False):
         self.info: OpInfo = info
         self.run = run
         self.operands: tuple[int, ...] = operands
@@ -69,6 +104,8 @@ class Step:
         self.regions: tuple[Region, ...] = regions
         self.captures: tuple[tuple[int, ...], ...] = captures  # per region: outer slots
         self.index = index
+        self.variadic: bool = variadic
+        self.execution: bool = execution
 
     @property
     def name(self) -> str:
@@ -138,8 +175,9 @@ def assign_releases(region: Region) -> None:
         step.release = tuple(sorted(set(release)))
 
 
-# Step kinds of the run loop (engine._run_steps): how to fetch operands and store results.
-UNARY, BINARY, SINGLE, MULTIPLE, WITH_REGIONS = range(5)
+# Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
+# BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides.
+UNARY, BINARY, SINGLE, GENERAL = range(4)
 
 
 # Ops whose result depends on nothing but their operands, cheap to keep: with
@@ -151,7 +189,7 @@ FOLDABLE = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stabl
 
 def _folded(step, constants: dict):
     """The value of a foldable step whose operands are all constants, or None."""
-    if step.info.name not in FOLDABLE or step.info.has_quantized_types \
+    if step.info.name not in FOLDABLE or step.info.has_quantized_types or step.variadic or step.execution \
             or not all(slot in constants for slot in step.operands):
         return None
     try:
@@ -166,9 +204,10 @@ def _folded(step, constants: dict):
 def compile_program(steps) -> tuple:
     """Flatten steps to ``(runner, operands, results, release, kind, step)`` tuples.
 
-    Unary and binary single-result ops (most of a program) get their operand and
-    result slots as plain ints so the loop skips building argument lists; foldable
-    ops of constants (FOLDABLE) get a runner that returns the value computed now.
+    Plain single-result ops (most of a program) get their result slot as a plain
+    int, and unary ones their operand slot too, so the loop skips building
+    argument lists; foldable ops of constants (FOLDABLE) get a runner that returns
+    the value computed now.
     """
     program = []
     constants: dict[int, object] = {}
@@ -177,15 +216,13 @@ def compile_program(steps) -> tuple:
         if value is not None:
             constants[step.results[0]] = value
             entry = ((lambda value=value: value), (), step.results[0], step.release, SINGLE, step)
-        elif step.regions:
-            entry = (step.run, step.operands, step.results, step.release, WITH_REGIONS, step)
-        elif len(step.results) == 1 and len(step.operands) == 1:
+        elif step.regions or step.variadic or step.execution:
+            entry = (step.run, step.operands, step.results, step.release, GENERAL, step)
+        elif len(step.operands) == 1:
             entry = (step.run, step.operands[0], step.results[0], step.release, UNARY, step)
-        elif len(step.results) == 1 and len(step.operands) == 2:
+        elif len(step.operands) == 2:
             entry = (step.run, step.operands, step.results[0], step.release, BINARY, step)
-        elif len(step.results) == 1:
-            entry = (step.run, step.operands, step.results[0], step.release, SINGLE, step)
         else:
-            entry = (step.run, step.operands, step.results, step.release, MULTIPLE, step)
+            entry = (step.run, step.operands, step.results[0], step.release, SINGLE, step)
         program.append(entry)
     return tuple(program)

@@ -82,8 +82,9 @@ def quantize(value, ttype: TensorType) -> np.ndarray:
     return np.rint(clamped.astype(np.float64)).astype(quantization.storage_dtype)
 
 
-def build_quantized(info, builder):
+def build_quantized(info, implementation):
     """The runner of an op with quantized operands or results (see the module docstring)."""
+    builder = implementation.builder
     if info.name in QUANTIZATION_OPS:
         return builder(info)
     quantized = [t for t in (*info.operand_types, *info.result_types) if is_quantized(t)]
@@ -94,7 +95,7 @@ def build_quantized(info, builder):
         return builder(retyped)
     if info.name in _ON_STORED_INTEGERS or (info.name in _MOVES_ELEMENTS and agree):
         return builder(_retyped(info, TensorType.storage))
-    return _dequantize_op_quantize(info, builder(_retyped(info, TensorType.expressed)))
+    return _dequantize_op_quantize(info, builder(_retyped(info, TensorType.expressed)), implementation)
 
 
 def _retyped(info, convert):
@@ -119,11 +120,10 @@ def _opaque(region):
     info = OpInfo("stablehlo_interp.quantized_region", {}, region.arg_types, region.output_types, (region,))
 
     def call(regions, *args):
-        results = regions[0](*args)
-        return results[0] if n_results == 1 else tuple(results)
+        return regions[0](*args)
 
     step = Step(info, call, tuple(range(n_captures, n_captures + n_args)), wrapper.outputs, (), (region,),
-                (tuple(range(n_captures)),), 0)
+                (tuple(range(n_captures)),), 0, variadic=True)
     wrapper.steps = [step]
     wrapper.program = compile_program(wrapper.steps)
     wrapper.result_slots = (None,) * n_results
@@ -136,17 +136,25 @@ def _converter(ttype, convert):
     return None
 
 
-def _dequantize_op_quantize(info, run):
+def _dequantize_op_quantize(info, run, implementation):
     """Spec: ``dequantize_op_quantize(op, *inputs, output_type)`` (and its variants
-    for several results and non-quantized operands or results)."""
+    for several results and non-quantized operands or results). A runner that takes
+    the Execution first gets it unchanged."""
     inputs = [_converter(t, dequantize) for t in info.operand_types]
     outputs = [_converter(t, quantize) for t in info.result_types]
-    single = len(outputs) == 1
+    leading = 1 if implementation.execution else 0
 
-    def runner(*operands):
-        results = run(*[x if f is None else f(x) for f, x in zip(inputs, operands)])
-        if single:
-            return results if outputs[0] is None else outputs[0](results)
-        return tuple(r if f is None else f(r) for f, r in zip(outputs, results))
+    def converted(values, converters):
+        return [x if f is None else f(x) for f, x in zip(converters, values)]
+
+    if implementation.variadic:
+        def runner(*arguments):
+            results = run(*arguments[:leading], *converted(arguments[leading:], inputs))
+            return converted(results, outputs)
+    else:
+        quantize_result = outputs[0] or (lambda value: value)
+
+        def runner(*arguments):
+            return quantize_result(run(*arguments[:leading], *converted(arguments[leading:], inputs)))
 
     return runner

@@ -4,9 +4,20 @@ An implementation is a *builder*: a function called once per op at load time
 with the op's :class:`~stablehlo_interp.engine.plan.OpInfo` (decoded attributes,
 types, compiled regions, location). It returns the *runner*, the callable that
 the run loop calls with the op's operand values (NumPy arrays, tokens, tuples).
-A runner returns the op's result, or a tuple of results when the op has several.
-Ops with regions get their bound regions first: ``runner(regions, *operands)``,
-each region callable as ``region(*block_args) -> list of values``.
+
+The calling convention of the runner is declared with the builder:
+
+* ``runner(*operands)`` returns the op's one result. The compiler refuses an op
+  with any other number of results unless the builder is ``variadic``.
+* ``variadic=True``: the runner returns a sequence (tuple or list) of all the
+  op's results, however many there are (none, one, several); the run loop
+  checks the count.
+* Ops with regions get their bound regions first: ``runner(regions, *operands)``,
+  each region callable as ``region(*block_args) -> list of values``.
+* ``execution=True``: the runner gets the run's
+  :class:`~stablehlo_interp.engine.run.Execution` first (its process in a grid,
+  the run context with the host queues), before the regions if any:
+  ``runner(execution, *operands)`` or ``runner(execution, regions, *operands)``.
 
 Runners must never modify their operands in place.
 
@@ -20,27 +31,38 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 Builder = Callable[["OpInfo"], Callable]  # noqa: F821
+CUSTOM_CALL = "stablehlo.custom_call"   # dispatched on call_target_name to the custom-call table
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A builder and the calling convention of the runners it returns (module docstring)."""
+
+    builder: Builder
+    variadic: bool = False
+    execution: bool = False
 
 # The built-in implementations (stablehlo_interp.ops registers them by decorator when
 # the compiler loads it) and the ones users register, which take precedence.
-_OPS: dict[str, Builder] = {}
-_CUSTOM_CALLS: dict[str, Builder] = {}
-_USER_OPS: dict[str, Builder] = {}
-_USER_CUSTOM_CALLS: dict[str, Builder] = {}
+_OPS: dict[str, Implementation] = {}
+_CUSTOM_CALLS: dict[str, Implementation] = {}
+_USER_OPS: dict[str, Implementation] = {}
+_USER_CUSTOM_CALLS: dict[str, Implementation] = {}
 # Ops whose result element i depends only on operand elements i (and that accept
 # any shape): a region made of these can run on whole tensors at once.
 ELEMENTWISE_OPS: set[str] = set()
 
 
-def op(*names: str, elementwise: bool = False):
-    """Decorator: register a builder for one or more op names."""
+def op(*names: str, elementwise: bool = False, variadic: bool = False, execution: bool = False):
+    """Decorator: register a builder for one or more op names (module docstring)."""
 
     def decorate(builder: Builder) -> Builder:
         for name in names:
-            _OPS[name] = builder
+            _OPS[name] = Implementation(builder, variadic, execution)
             if elementwise:
                 ELEMENTWISE_OPS.add(name)
         return builder
@@ -48,32 +70,35 @@ def op(*names: str, elementwise: bool = False):
     return decorate
 
 
-def custom_call(*targets: str):
-    """Decorator: register a builder for ``stablehlo.custom_call`` targets."""
+def custom_call(*targets: str, variadic: bool = False, execution: bool = False):
+    """Decorator: register a builder for ``stablehlo.custom_call`` targets; it receives
+    the custom call's OpInfo."""
 
     def decorate(builder: Builder) -> Builder:
         for target in targets:
-            _CUSTOM_CALLS[target] = builder
+            _CUSTOM_CALLS[target] = Implementation(builder, variadic, execution)
         return builder
 
     return decorate
 
 
-def register_op(name: str, builder: Builder) -> Builder | None:
-    """Register (or replace) the implementation of an op; returns the previous one.
+def register_op(name: str, builder: Builder, *, variadic: bool = False,
+                execution: bool = False) -> Builder | None:
+    """Register (or replace) the implementation of an op; returns the previous builder.
 
     Takes effect for modules loaded afterwards. A user's registration wins over
     the built-in one whenever it was made.
     """
     previous = op_builder(name)
-    _USER_OPS[name] = builder
+    _USER_OPS[name] = Implementation(builder, variadic, execution)
     return previous
 
 
-def register_custom_call(target: str, builder: Builder) -> Builder | None:
+def register_custom_call(target: str, builder: Builder, *, variadic: bool = False,
+                         execution: bool = False) -> Builder | None:
     """Register (or replace) the implementation of a custom-call target."""
     previous = custom_call_builder(target)
-    _USER_CUSTOM_CALLS[target] = builder
+    _USER_CUSTOM_CALLS[target] = Implementation(builder, variadic, execution)
     return previous
 
 
@@ -86,17 +111,28 @@ def unregister_custom_call(target: str) -> None:
     _USER_CUSTOM_CALLS.pop(target, None)
 
 
-def op_builder(name: str) -> Builder | None:
+def op_implementation(name: str) -> Implementation | None:
     return _USER_OPS.get(name) or _OPS.get(name)
 
 
-def custom_call_builder(target: str) -> Builder | None:
+def custom_call_implementation(target: str) -> Implementation | None:
     return _USER_CUSTOM_CALLS.get(target) or _CUSTOM_CALLS.get(target)
 
 
+def op_builder(name: str) -> Builder | None:
+    implementation = op_implementation(name)
+    return implementation and implementation.builder
+
+
+def custom_call_builder(target: str) -> Builder | None:
+    implementation = custom_call_implementation(target)
+    return implementation and implementation.builder
+
+
 def registered_ops() -> list[str]:
-    """Every op with an implementation (the built-in ones once stablehlo_interp.ops is loaded)."""
-    return sorted(_OPS.keys() | _USER_OPS.keys())
+    """Every op with an implementation (the built-in ones once stablehlo_interp.ops is
+    loaded); ``stablehlo.custom_call`` dispatches to the custom-call targets."""
+    return sorted(_OPS.keys() | _USER_OPS.keys() | {CUSTOM_CALL})
 
 
 def registered_custom_calls() -> list[str]:

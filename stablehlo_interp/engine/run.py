@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
-from .plan import BINARY, SINGLE, UNARY, WITH_REGIONS, Region, Step
+from .grid import OUTSIDE_GRID, Process
+from .hostio import HostQueues
+from .plan import BINARY, SINGLE, UNARY, Region, Step
 
 
 class numpy_warnings_off:
@@ -66,11 +68,23 @@ class RegionFrame:
     vectorized: bool = False
 
 
+class RegionStack(tuple):
+    """The regions enclosing an op: a tuple of :class:`RegionFrame`, outermost first
+    (empty for ops of the entry function), and ``process``, the
+    :class:`~stablehlo_interp.engine.grid.Process` running the op (its ``id``,
+    ``replica_id``, ``partition_id``)."""
+
+    def __new__(cls, frames, process):
+        stack = super().__new__(cls, frames)
+        stack.process = process
+        return stack
+
+
 class Listener:
     """Base class for tools that observe a run. Override what you need.
 
-    ``stack`` is a tuple of :class:`RegionFrame`, outermost first (empty for ops
-    of the entry function).
+    ``stack`` is a :class:`RegionStack`: the enclosing regions, outermost first,
+    and ``stack.process``, the process that runs the op.
     """
 
     def before_op(self, step: Step, operands: list, stack: tuple) -> None:
@@ -79,6 +93,26 @@ class Listener:
     def after_op(self, step: Step, operands: list, results: list, stack: tuple):
         """Called after an op ran. Return a list to replace its results, or None."""
         return None
+
+
+class RunContext:
+    """The state of one run, shared by every process of it: the listeners, the host
+    side of transfer ops (``io``, empty queues made on first use when the caller gave
+    none) and, when a caller asks for them, the per-device results of manual
+    computations (``local_results``, see ops/shardy.py)."""
+
+    __slots__ = ("listeners", "_io", "local_results")
+
+    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None):
+        self.listeners = tuple(listeners)
+        self._io = io
+        self.local_results = local_results
+
+    @property
+    def io(self) -> HostQueues:
+        if self._io is None:
+            self._io = HostQueues()
+        return self._io
 
 
 class BoundRegion:
@@ -100,11 +134,10 @@ class BoundRegion:
         """The same region, called on whole tensors (see RegionFrame.vectorized)."""
         return BoundRegion(self.region, self.captures, self.execution, self.step, self.index, True)
 
-    def for_process(self, process: int) -> "BoundRegion":
-        """The same region run by simulated process ``process`` (process_grid.py): its own
-        Execution, with the same listeners and context and the enclosing frames so far."""
-        execution = Execution(self.execution.listeners, process, self.execution.context)
-        execution._stack = list(self.execution._stack)
+    def for_process(self, process: Process) -> "BoundRegion":
+        """The same region run by ``process`` of a grid: its own Execution in the same
+        run, with the enclosing frames so far."""
+        execution = self.execution.for_process(process)
         return BoundRegion(self.region, self.captures, execution, self.step, self.index, self.vectorized)
 
     def __call__(self, *args) -> list:
@@ -127,17 +160,26 @@ class BoundRegion:
 
 
 class Execution:
-    """One run of a program: its listeners and, while observed, the stack of regions.
+    """One process's part of a run: the run's context, the process running (in a
+    grid, or the one process outside any) and, while observed, the stack of regions.
+    Runners registered with ``execution=True`` receive it."""
 
-    ``process`` identifies the simulated process (replica/partition) for
-    collectives; ``context`` carries per-run state such as infeed queues.
-    """
+    __slots__ = ("context", "listeners", "process", "_stack")
 
-    def __init__(self, listeners=(), process: int = 0, context=None):
-        self.listeners = tuple(listeners)
-        self.process = process
+    def __init__(self, context: RunContext, process: Process = OUTSIDE_GRID, stack=()):
         self.context = context
-        self._stack: list[RegionFrame] = []
+        self.listeners = context.listeners
+        self.process = process
+        self._stack: list[RegionFrame] = list(stack)
+
+    @property
+    def in_grid(self) -> bool:
+        """Whether this runs as a process of a grid (Grid.run) rather than on its own."""
+        return self.process is not OUTSIDE_GRID
+
+    def for_process(self, process: Process) -> "Execution":
+        """The execution of ``process`` in the same run (listeners see it too)."""
+        return Execution(self.context, process, self._stack)
 
     def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
                    call: int = 0) -> list:
@@ -147,11 +189,11 @@ class Execution:
         if not self.listeners:
             _run_steps(region.program, env, self)
         else:
-            frame = bound and RegionFrame(bound.step, bound.index, call, self.process, bound.vectorized)
+            frame = bound and RegionFrame(bound.step, bound.index, call, self.process.id, bound.vectorized)
             if frame:
                 self._stack.append(frame)
             try:
-                _run_steps_observed(region.steps, env, self, tuple(self._stack))
+                _run_steps_observed(region.steps, env, self, RegionStack(self._stack, self.process))
             finally:
                 if frame:
                     self._stack.pop()
@@ -162,9 +204,24 @@ class Execution:
                      for index, (region, slots) in enumerate(zip(step.regions, step.captures)))
 
 
-# The execution of every run without listeners or context: it holds no state of its own
-# (the stack of regions is only kept while observed).
-UNOBSERVED = Execution()
+def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:
+    """What a GENERAL step's runner takes before its operands: the Execution, the bound regions."""
+    if step.regions:
+        regions = execution.bind(step, env)
+        return (execution, regions) if step.execution else (regions,)
+    return (execution,) if step.execution else ()
+
+
+def _results_of(step: Step, out) -> list | tuple:
+    """The results a GENERAL step's runner returned, as a sequence of the op's result count."""
+    if not step.variadic:
+        return (out,)
+    if type(out) not in (tuple, list) or len(out) != len(step.results):
+        got = f"{len(out)} values" if type(out) in (tuple, list) else f"a {type(out).__name__}"
+        raise OpExecutionError(step.info.name, step.info.location,
+                               f"the implementation returned {got}; the op has {len(step.results)} results "
+                               "(a variadic runner returns a tuple or list of all of them)")
+    return out
 
 
 def _run_steps(program, env, execution) -> None:
@@ -178,13 +235,8 @@ def _run_steps(program, env, execution) -> None:
             elif kind == SINGLE:
                 env[results] = run(*[env[i] for i in operands])
             else:
-                if kind == WITH_REGIONS:
-                    out = run(execution.bind(step, env), *[env[i] for i in operands])
-                    if len(results) == 1:
-                        out = (out,)
-                else:
-                    out = run(*[env[i] for i in operands])
-                for slot, value in zip(results, out or ()):
+                out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
+                for slot, value in zip(results, _results_of(step, out)):
                     env[slot] = value
             for slot in release:
                 env[slot] = None
@@ -202,11 +254,7 @@ def _run_steps_observed(steps, env, execution, stack) -> None:
             operands = [env[i] for i in step.operands]
             for listener in listeners:
                 listener.before_op(step, operands, stack)
-            if step.regions:
-                out = step.run(execution.bind(step, env), *operands)
-            else:
-                out = step.run(*operands)
-            results = [out] if len(step.results) == 1 else list(out) if step.results else []
+            results = list(_results_of(step, step.run(*_leading_arguments(step, execution, env), *operands)))
             for listener in listeners:
                 replaced = listener.after_op(step, operands, results, stack)
                 if replaced is not None:
@@ -225,4 +273,3 @@ def _op_failure(step: Step | None, error: Exception) -> Exception:
     if step is None:
         return error
     return OpExecutionError(step.info.name, step.info.location, f"{type(error).__name__}: {error}")
-

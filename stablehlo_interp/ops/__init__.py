@@ -16,7 +16,6 @@ FAMILIES = (
     "control_flow",
     "conversion",
     "convolution",
-    "custom_call",
     "dynamic",
     "elementwise",
     "fft",

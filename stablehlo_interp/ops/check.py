@@ -87,7 +87,7 @@ def _checker(info, compare, describe="", detail=None):
         if not np.all(ok):
             raise CheckFailure(name, info.location, describe + _first_mismatch(
                 actual, expected, ok, detail and (lambda i: detail(actual, expected, i))))
-        return passed[0] if len(passed) == 1 else passed
+        return passed
 
     return run
 
@@ -135,33 +135,33 @@ def _expect_close(info):
     return _checker(info, within, f"ULP difference outside [{low}, {high}]: ", distance)
 
 
-op("check.expect_eq")(_expect_eq)
-op("check.expect_almost_eq")(_expect_almost_eq)
-op("check.expect_close")(_expect_close)
+op("check.expect_eq", variadic=True)(_expect_eq)
+op("check.expect_almost_eq", variadic=True)(_expect_almost_eq)
+op("check.expect_close", variadic=True)(_expect_close)
 
 
-@op("check.expect_eq_const", "check.eq")
+@op("check.expect_eq_const", "check.eq", variadic=True)
 def expect_eq_const(info):
     return _with_constant(info, _expect_eq(info))
 
 
-@op("check.expect_almost_eq_const", "check.almost_eq")
+@op("check.expect_almost_eq_const", "check.almost_eq", variadic=True)
 def expect_almost_eq_const(info):
     return _with_constant(info, _expect_almost_eq(info))
 
 
-@op("check.expect_serialized_eq")
+@op("check.expect_serialized_eq", variadic=True)
 def expect_serialized_eq(info):
     raise info.unsupported("compares with the files that interpreter.probe writes to a probe "
                            "directory; stablehlo-interp does not write them")
 
 
-custom_call("check.expect_eq")(_expect_eq)
-custom_call("check.expect_almost_eq")(_expect_almost_eq)
-custom_call("check.expect_close")(_expect_close)
+custom_call("check.expect_eq", variadic=True)(_expect_eq)
+custom_call("check.expect_almost_eq", variadic=True)(_expect_almost_eq)
+custom_call("check.expect_close", variadic=True)(_expect_close)
 
 
-@custom_call("check.eq")
+@custom_call("check.eq", variadic=True)
 def custom_check_eq(info):
     """StableHLO's testdata check: exact for integers and booleans, else almost_eq (1e-4)."""
     if info.operand_types[0].is_integer or info.operand_types[0].is_bool:

@@ -19,7 +19,6 @@ import numpy as np
 import scipy.special
 
 from ..ir.decode import DotDimensionNumbers
-from ..engine.plan import OpInfo
 from ..engine.registry import op, op_builder
 from ..ir.types import TensorType
 from .comparison import total_order_key
@@ -271,8 +270,7 @@ def _broadcasting(target: str, attributes=lambda info: {}):
         rank = len(result_shape)
         layouts = [_operand_layout(info, i, rank) for i in range(len(info.operand_types))]
         operand_types = tuple(TensorType.of(result_shape, t.element_type) for t in info.operand_types)
-        inner = builder(OpInfo(target, attributes(info), operand_types, info.result_types,
-                               location=info.location, program=info.program))
+        inner = builder(info.derived(target, attributes(info), operand_types, info.result_types))
 
         def run(*operands):
             return inner(*np.broadcast_arrays(*[layout(x) for x, layout in zip(operands, layouts)]))
@@ -334,7 +332,7 @@ op("chlo.broadcast_select")(_broadcasting("stablehlo.select"))
 # ------------------------------------------------------------------ top_k
 
 
-@op("chlo.top_k")
+@op("chlo.top_k", variadic=True)
 def top_k(info):
     """The k largest entries along the last dimension and their indices, largest
     first; equal entries in index order. Floats are ordered as XLA's sort with a
@@ -386,12 +384,11 @@ def ragged_dot(info):
 
     def dot(lhs_b, rhs_b, lhs_c, rhs_c, lhs_shape, rhs_shape, result_shape):
         """The dot_general runner for these dimension numbers and shapes."""
-        dot_info = OpInfo("stablehlo.dot_general",
-                          {"dot_dimension_numbers": DotDimensionNumbers(lhs_b, rhs_b, lhs_c, rhs_c)},
-                          (TensorType.of(lhs_shape, lhs_type.element_type),
-                           TensorType.of(rhs_shape, rhs_type.element_type)),
-                          (TensorType.of(result_shape, info.result_type.element_type),),
-                          location=info.location, program=info.program)
+        dot_info = info.derived("stablehlo.dot_general",
+                                {"dot_dimension_numbers": DotDimensionNumbers(lhs_b, rhs_b, lhs_c, rhs_c)},
+                                (TensorType.of(lhs_shape, lhs_type.element_type),
+                                 TensorType.of(rhs_shape, rhs_type.element_type)),
+                                (TensorType.of(result_shape, info.result_type.element_type),))
         return op_builder("stablehlo.dot_general")(dot_info)
 
     if ragged in lhs_batch:
@@ -462,7 +459,7 @@ def _group_mask(sizes_type, prefix_dims, ragged_dim, rank):
 # ------------------------------------------------------------------ scan
 
 
-@op("chlo.scan")
+@op("chlo.scan", variadic=True)
 def scan(info):
     """Run the body along ``dimension`` (from the end if ``is_reverse``): it takes
     the inputs' slices at the position and the carries, and returns the outputs'
@@ -488,7 +485,6 @@ def scan(info):
             carries = results[len(output_types):]
         outputs = [np.stack(s[::-1] if reverse else s, axis=dimension) if s else np.zeros(t.shape, t.dtype)
                    for s, t in zip(slices, output_types)]
-        results = (*outputs, *carries)
-        return results[0] if len(results) == 1 else results
+        return (*outputs, *carries)
 
     return run

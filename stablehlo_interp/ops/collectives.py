@@ -3,7 +3,8 @@ all_to_all, collective_permute, collective_broadcast, replica_id, partition_id),
 and ``interpreter.run_parallel``, which runs a grid of processes.
 
 Each op runs in a process of a :class:`~stablehlo_interp.engine.grid.Grid`
-(the one process of a 1 x 1 grid outside any). It splits the grid into
+(the one process of a 1 x 1 grid outside any), which its runner finds on the
+Execution it is given. It splits the grid into
 process groups by one of the spec's strategies (Execution, "Collective ops"):
 
 * ``cross_replica(replica_groups)``: each group of replica ids, in every partition;
@@ -24,10 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import hostio
-from ..engine.run import Execution
-from ..engine.grid import Grid, current
 from ..engine import registry
+from ..engine.grid import Grid
 from ..engine.registry import op
 from .reduction import is_elementwise
 
@@ -107,15 +106,10 @@ def _pairwise_strategy(info) -> str:
     return CROSS_PARTITION if _channel_id(info) > 0 else CROSS_REPLICA
 
 
-def _exchange(info, groups: _Groups, payload):
-    """``(process, its group, the payloads of the group in order)``."""
-    process = current()
+def _exchange(info, groups: _Groups, process, payload):
+    """``(its group, the payloads of the group in order)`` for ``process``."""
     group = groups.of(process)
-    return process, group, process.grid.exchange(process, group, payload, info.name)
-
-
-def _single(results: list):
-    return results[0] if len(results) == 1 else tuple(results)
+    return group, process.grid.exchange(process, group, payload, info.name)
 
 
 # ------------------------------------------------------------------------------ reductions
@@ -149,29 +143,28 @@ def _combiner(info):
     return combine
 
 
-@op("stablehlo.all_reduce")
+@op("stablehlo.all_reduce", variadic=True, execution=True)
 def all_reduce(info):
     """Each result: the group's operands combined by ``computation``."""
     groups = _Groups(info, _reducing_strategy(info))
     combine = _combiner(info)
 
-    def run(regions, *operands):
-        _, _, values = _exchange(info, groups, operands)
-        return _single([combine(regions[0], [v[i] for v in values], t)
-                        for i, t in enumerate(info.result_types)])
+    def run(execution, regions, *operands):
+        _, values = _exchange(info, groups, execution.process, operands)
+        return [combine(regions[0], [v[i] for v in values], t) for i, t in enumerate(info.result_types)]
 
     return run
 
 
-@op("stablehlo.cross-replica-sum")
+@op("stablehlo.cross-replica-sum", execution=True)
 def cross_replica_sum(info):
     """all_reduce with an add computation across ``replica_groups`` of replicas
     (an op kept for HLO compatibility, not in the spec)."""
     groups = _Groups(info, CROSS_REPLICA)
     add = registry.op_builder("stablehlo.add")(info)
 
-    def run(operand):
-        _, _, values = _exchange(info, groups, (operand,))
+    def run(execution, operand):
+        _, values = _exchange(info, groups, execution.process, (operand,))
         total = values[0][0]
         for (value,) in values[1:]:  # left-leaning, like all_reduce
             total = add(total, value)
@@ -180,17 +173,17 @@ def cross_replica_sum(info):
     return run
 
 
-@op("stablehlo.reduce_scatter")
+@op("stablehlo.reduce_scatter", execution=True)
 def reduce_scatter(info):
     """all_reduce, then the process's part of the result along ``scatter_dimension``."""
     groups = _Groups(info, _reducing_strategy(info))
     combine = _combiner(info)
     dimension = info.attr("scatter_dimension")
 
-    def run(regions, operand):
-        process, group, values = _exchange(info, groups, operand)
+    def run(execution, regions, operand):
+        group, values = _exchange(info, groups, execution.process, operand)
         reduced = combine(regions[0], values, info.result_type)
-        return np.split(reduced, len(group), axis=dimension)[group.index(process.id)]
+        return np.split(reduced, len(group), axis=dimension)[group.index(execution.process.id)]
 
     return run
 
@@ -198,20 +191,20 @@ def reduce_scatter(info):
 # ----------------------------------------------------------------------------- data movement
 
 
-@op("stablehlo.all_gather")
+@op("stablehlo.all_gather", variadic=True, execution=True)
 def all_gather(info):
     """Each result: the group's operands concatenated along ``all_gather_dim``."""
     groups = _Groups(info, _reducing_strategy(info))
     dimension = info.attr("all_gather_dim")
 
-    def run(*operands):
-        _, _, values = _exchange(info, groups, operands)
-        return _single([np.concatenate([v[i] for v in values], axis=dimension) for i in range(len(operands))])
+    def run(execution, *operands):
+        _, values = _exchange(info, groups, execution.process, operands)
+        return [np.concatenate([v[i] for v in values], axis=dimension) for i in range(len(operands))]
 
     return run
 
 
-@op("stablehlo.all_to_all")
+@op("stablehlo.all_to_all", variadic=True, execution=True)
 def all_to_all(info):
     """Each operand split in ``split_count`` parts along ``split_dimension``; part i goes
     to the i-th process of the group; each result concatenates the parts received
@@ -220,15 +213,16 @@ def all_to_all(info):
     split_dimension, concat_dimension = info.attr("split_dimension"), info.attr("concat_dimension")
     split_count = info.attr("split_count")
 
-    def run(*operands):
+    def run(execution, *operands):
         parts = [np.split(np.asarray(x), split_count, axis=split_dimension) for x in operands]
-        process, group, values = _exchange(info, groups, parts)
+        process = execution.process
+        group, values = _exchange(info, groups, process, parts)
         if len(group) != split_count:
             raise ValueError(f"{process} is in a group of {len(group)} processes {list(group)}, "
                              f"but split_count is {split_count}")
         receiver = group.index(process.id)
-        return _single([np.concatenate([sender[i][receiver] for sender in values], axis=concat_dimension)
-                        for i in range(len(operands))])
+        return [np.concatenate([sender[i][receiver] for sender in values], axis=concat_dimension)
+                for i in range(len(operands))]
 
     return run
 
@@ -246,14 +240,14 @@ def _zeros_like(ttype):
     return np.zeros(ttype.shape, ttype.dtype)
 
 
-@op("stablehlo.collective_permute")
+@op("stablehlo.collective_permute", execution=True)
 def collective_permute(info):
     """The operand of the process whose pair targets this one; zeros if none does."""
     strategy = _pairwise_strategy(info)
     pairs = _Groups(info, strategy, "source_target_pairs")
 
-    def run(operand):
-        process = current()
+    def run(execution, operand):
+        process = execution.process
         domain = _domain(process, strategy)
         values = dict(zip(domain, process.grid.exchange(process, domain, operand, info.name)))
         for source, target in pairs.all(process.grid):
@@ -264,14 +258,14 @@ def collective_permute(info):
     return run
 
 
-@op("stablehlo.collective_broadcast")
+@op("stablehlo.collective_broadcast", execution=True)
 def collective_broadcast(info):
     """The operand of the first process of this process's group; zeros outside any group."""
     strategy = _pairwise_strategy(info)
     groups = _Groups(info, strategy)
 
-    def run(operand):
-        process = current()
+    def run(execution, operand):
+        process = execution.process
         domain = _domain(process, strategy)
         values = dict(zip(domain, process.grid.exchange(process, domain, operand, info.name)))
         for group in groups.all(process.grid):
@@ -285,20 +279,20 @@ def collective_broadcast(info):
 # ------------------------------------------------------------------------------ process ids
 
 
-@op("stablehlo.replica_id")
+@op("stablehlo.replica_id", execution=True)
 def replica_id(info):
-    return lambda: np.asarray(current().replica_id, np.uint32)
+    return lambda execution: np.asarray(execution.process.replica_id, np.uint32)
 
 
-@op("stablehlo.partition_id")
+@op("stablehlo.partition_id", execution=True)
 def partition_id(info):
-    return lambda: np.asarray(current().partition_id, np.uint32)
+    return lambda execution: np.asarray(execution.process.partition_id, np.uint32)
 
 
 # ------------------------------------------------------------------------- the grid itself
 
 
-@op("interpreter.run_parallel")
+@op("interpreter.run_parallel", variadic=True, execution=True)
 def run_parallel(info):
     """Runs ``programs[replica][partition]`` as a grid of processes (StableHLO's
     reference interpreter, InterpreterOps.td). ``inputs`` and ``results`` are the
@@ -309,7 +303,7 @@ def run_parallel(info):
     replicas, partitions = len(names), len(names[0]) if names else 0
     if not replicas or any(len(row) != partitions for row in names):
         raise info.error(f"programs must be a non-empty rectangular grid of functions, got {names}")
-    functions = [info.program.function(name.lstrip("@")) for row in names for name in row]
+    functions = [info.module.function(name.lstrip("@")) for row in names for name in row]
     for function in functions:
         if not function.has_body:
             raise info.error(f"@{function.name} is declared without a body")
@@ -318,14 +312,13 @@ def run_parallel(info):
         raise info.error(f"the programs take {sum(counts)} inputs in all, the op has {len(info.operand_types)}")
     starts = np.cumsum([0] + counts)
 
-    def run(*inputs):
+    def run(execution, *inputs):
         def process_body(process):
             function = functions[process.id]
             arguments = inputs[starts[process.id]:starts[process.id + 1]]
-            return Execution(process=process.id).run_region(function.region, arguments)
+            return execution.for_process(process).run_region(function.region, arguments)
 
-        hostio.current()   # the run's host queues exist before the processes copy the context
         results = Grid(replicas, partitions).run(process_body)
-        return _single([value for outputs in results for value in outputs])
+        return [value for outputs in results for value in outputs]
 
     return run

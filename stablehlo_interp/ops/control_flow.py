@@ -13,45 +13,36 @@ from ..engine.registry import op
 from .reduction import is_elementwise
 
 
-def _results(values: list, count: int):
-    """A region's returned values as an op result (single value or tuple)."""
-    return values[0] if count == 1 else tuple(values)  # count 0: () is ignored
-
-
-@op("stablehlo.while")
+@op("stablehlo.while", variadic=True)
 def while_(info):
     """Run ``body`` while ``cond`` returns true; the loop-carried values are the results."""
-    count = len(info.result_types)
 
     def run(regions, *values):
         cond, body = regions
         while cond(*values)[0]:
             values = body(*values)
-        return _results(list(values), count)
+        return values
 
     return run
 
 
-@op("stablehlo.if")
+@op("stablehlo.if", variadic=True)
 def if_(info):
-    count = len(info.result_types)
-
     def run(regions, pred):
         true_branch, false_branch = regions
-        return _results((true_branch if pred else false_branch)(), count)
+        return (true_branch if pred else false_branch)()
 
     return run
 
 
-@op("stablehlo.case")
+@op("stablehlo.case", variadic=True)
 def case(info):
     """An index outside [0, number of branches) selects the last branch."""
-    count = len(info.result_types)
 
     def run(branches, index):
         index = int(index)
         branch = branches[index] if 0 <= index < len(branches) else branches[-1]
-        return _results(branch(), count)
+        return branch()
 
     return run
 
@@ -77,22 +68,16 @@ def map_(info):
     return run
 
 
-@op("stablehlo.optimization_barrier")
+@op("stablehlo.optimization_barrier", variadic=True)
 def optimization_barrier(info):
-    count = len(info.result_types)
-    return lambda *operands: operands[0] if count == 1 else operands
+    return lambda *operands: operands
 
 
-@op("func.call", "stablehlo.composite")
+@op("func.call", "stablehlo.composite", variadic=True)
 def call(info):
     """Call the function named by ``callee`` (func.call) or ``decomposition``
     (composite: running its decomposition is its semantics)."""
-    count = len(info.result_types)
-
-    def run(regions, *operands):
-        return _results(regions[-1](*operands), count)
-
-    return run
+    return lambda regions, *operands: regions[-1](*operands)
 
 
 @op("stablehlo.async_start")
@@ -102,8 +87,7 @@ def async_start(info):
     return lambda regions, *operands: tuple(regions[0](*operands))
 
 
-@op("stablehlo.async_done")
+@op("stablehlo.async_done", variadic=True)
 def async_done(info):
     """The results held by an ``async_start``'s future."""
-    count = len(info.result_types)
-    return lambda future: _results(list(future), count)
+    return lambda future: future

@@ -143,7 +143,7 @@ def set_dimension_size(info):
     return run
 
 
-@custom_call("shape_assertion")
+@custom_call("shape_assertion", variadic=True)
 def shape_assertion(info):
     """JAX's check that the arguments fit the polymorphic shapes of an export: fails
     with ``error_message`` (``{0}``, ``{1}`` ... are the extra operands) when the

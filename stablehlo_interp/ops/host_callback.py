@@ -39,7 +39,7 @@ def lookup(key: int) -> HostCallback | None:
     return _callbacks.get(key)
 
 
-@custom_call(TARGET)
+@custom_call(TARGET, variadic=True)
 def host_callback(info):
     """Call the registered function with the operands (a leading token passes through)."""
     key = int(info.attr("backend_config"))
@@ -54,9 +54,7 @@ def host_callback(info):
     def run(*operands):
         values = function(*(operands[1:] if takes_token else operands))
         results = _checked(values, outputs)
-        if takes_token:
-            return (TOKEN, *results) if results else TOKEN
-        return results[0] if len(results) == 1 else tuple(results)
+        return (TOKEN, *results) if takes_token else results
 
     return run
 

@@ -237,7 +237,7 @@ def _one_by_one(body, results, targets, updates):
             result[target] = value
 
 
-@op("stablehlo.scatter")
+@op("stablehlo.scatter", variadic=True)
 def scatter(info):
     """Spec: scatter. Each update element's result index is its start index (not
     clamped), plus its batching index, plus its window index; updates whose
@@ -305,8 +305,7 @@ def scatter(info):
             combine(regions[0], results, targets,
                     [(u.reshape(-1) if valid is None else u[valid]).astype(d, copy=False)
                      for u, d in zip(updates, body_dtypes)])
-        results = [r.reshape(input_shape) for r in results]
-        return results[0] if n == 1 else tuple(results)
+        return [r.reshape(input_shape) for r in results]
 
     return run
 

@@ -1,12 +1,11 @@
 """Host transfers (spec: infeed, outfeed, send, recv) on the queues of the run
-(hostio.HostQueues). Each op consumes a token and produces one, which orders
-the transfers; values are copied in and out."""
+(``execution.context.io``, engine/hostio.py). Each op consumes a token and
+produces one, which orders the transfers; values are copied in and out."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..engine import hostio
 from ..engine.registry import op
 from ..ir.types import TOKEN, TensorType
 
@@ -28,14 +27,14 @@ def _checked(entry, types, source: str) -> list:
     return arrays
 
 
-@op("stablehlo.infeed")
+@op("stablehlo.infeed", variadic=True, execution=True)
 def infeed(info):
     """Results: the oldest entry of the infeed queue, then a token. ``infeed_config``
     and ``layout`` are not used."""
     types = info.result_types[:-1]
 
-    def run(token):
-        queue = hostio.current().infeed
+    def run(execution, token):
+        queue = execution.context.io.infeed
         if not queue:
             raise ValueError("the infeed queue is empty (pass io=si.HostQueues(infeed=[...]) to run)")
         return (*_checked(queue.popleft(), types, "the infeed entry"), TOKEN)
@@ -43,36 +42,36 @@ def infeed(info):
     return run
 
 
-@op("stablehlo.outfeed")
+@op("stablehlo.outfeed", execution=True)
 def outfeed(info):
     """Appends its inputs to the outfeed list; ``outfeed_config`` is not used."""
-    def run(*operands):
-        hostio.current().outfeed.append([np.array(x) for x in operands[:-1]])
+    def run(execution, *operands):
+        execution.context.io.outfeed.append([np.array(x) for x in operands[:-1]])
         return TOKEN
 
     return run
 
 
-@op("stablehlo.send")
+@op("stablehlo.send", execution=True)
 def send(info):
     """Appends its inputs to the queue of its channel id."""
     channel = info.attr("channel_handle").handle
 
-    def run(*operands):
-        hostio.current().put(channel, *[np.array(x) for x in operands[:-1]])
+    def run(execution, *operands):
+        execution.context.io.put(channel, *[np.array(x) for x in operands[:-1]])
         return TOKEN
 
     return run
 
 
-@op("stablehlo.recv")
+@op("stablehlo.recv", variadic=True, execution=True)
 def recv(info):
     """Results: the oldest entry of the queue of its channel id, then a token."""
     channel = info.attr("channel_handle").handle
     types = info.result_types[:-1]
 
-    def run(token):
-        queue = hostio.current().channels[channel]
+    def run(execution, token):
+        queue = execution.context.io.channels[channel]
         if not queue:
             raise ValueError(f"nothing to receive on channel {channel} (queue values with "
                              f"io.put({channel}, ...) or send them first)")

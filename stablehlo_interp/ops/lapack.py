@@ -448,7 +448,7 @@ def _target_table() -> dict:
 _TARGETS = _target_table()
 
 
-@custom_call(*_TARGETS)
+@custom_call(*_TARGETS, variadic=True)
 def lapack_call(info):
     """Every target of ``_TARGETS``: check the types, prepare the kernel, loop it over the batch."""
     target = info.attr("call_target_name")
@@ -472,8 +472,7 @@ def lapack_call(info):
                     raise ValueError(f"{target}: result {number} holds {core} per batch element, "
                                      f"LAPACK returns {np.shape(value)}")
                 result[index] = value
-        results = [fix(x) if fix else x for fix, x in zip(from_kernel, results)]
-        return results[0] if len(results) == 1 else tuple(results)
+        return [fix(x) if fix else x for fix, x in zip(from_kernel, results)]
 
     return run
 

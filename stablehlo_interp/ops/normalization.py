@@ -45,7 +45,7 @@ def batch_norm_inference(info):
     return run
 
 
-@op("stablehlo.batch_norm_training")
+@op("stablehlo.batch_norm_training", variadic=True)
 def batch_norm_training(info):
     """Normalize with the batch statistics; returns (output, batch_mean, batch_var)."""
     axes, shape, wide = _layout(info)
@@ -65,7 +65,7 @@ def batch_norm_training(info):
     return run
 
 
-@op("stablehlo.batch_norm_grad")
+@op("stablehlo.batch_norm_grad", variadic=True)
 def batch_norm_grad(info):
     """Gradients of batch_norm_training w.r.t. operand, scale and offset, given the
     mean and variance it used (spec: batch_norm_grad)."""

@@ -11,7 +11,6 @@ Philox on CPU. Here the same arithmetic runs on whole uint32/uint64 arrays.
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
@@ -26,9 +25,8 @@ _MASK64 = (1 << 64) - 1
 # ------------------------------------------------------------------ rng
 
 
-# Number of rng ops built so far per loaded program: op k of a program draws
-# from its own generator seeded with (_RNG_SEED, k).
-_RNG_OPS_PER_PROGRAM: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# The k-th rng op of a module (ModuleInfo.next_rng_op) draws from its own generator
+# seeded with (_RNG_SEED, k).
 _RNG_SEED = 0x5EED
 
 
@@ -45,10 +43,8 @@ def rng(info):
     distribution = info.attr("rng_distribution")
     result = info.result_type
     dtype, kind = result.dtype, result.kind
-    count = _RNG_OPS_PER_PROGRAM.get(info.program, 0) if info.program is not None else 0
-    if info.program is not None:
-        _RNG_OPS_PER_PROGRAM[info.program] = count + 1
-    generator = np.random.default_rng((_RNG_SEED, count))
+    number = info.module.next_rng_op() if info.module is not None else 0
+    generator = np.random.default_rng((_RNG_SEED, number))
     static_shape = result.shape if result.is_static else None
 
     if distribution == "NORMAL":
@@ -182,7 +178,7 @@ def philox_bits(key, counter_low, counter_high, shape, bits: int):
     return values[:count].reshape(shape), new_low, new_high
 
 
-@op("stablehlo.rng_bit_generator")
+@op("stablehlo.rng_bit_generator", variadic=True)
 def rng_bit_generator(info):
     """Bit-exact with XLA CPU. State ``[key, counter]`` for THREE_FRY; PHILOX
     takes ``[key, counter_low]`` (XLA then uses ``key`` as the counter's high

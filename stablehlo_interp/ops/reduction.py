@@ -263,17 +263,12 @@ def reduction(info, n: int):
     return run, body_dtypes
 
 
-@op("stablehlo.reduce")
+@op("stablehlo.reduce", variadic=True)
 def reduce(info):
     n = len(info.result_types)
     axes = tuple(info.attr("dimensions"))
     run_reduction, _ = reduction(info, n)
-
-    def run(regions, *operands):
-        results = run_reduction(regions[0], operands[:n], operands[n:], axes)
-        return results[0] if n == 1 else tuple(results)
-
-    return run
+    return lambda regions, *operands: run_reduction(regions[0], operands[:n], operands[n:], axes)
 
 
 # ------------------------------------------------------------------------ windows
@@ -320,7 +315,7 @@ class Windows:
         return windows[step]
 
 
-@op("stablehlo.reduce_window")
+@op("stablehlo.reduce_window", variadic=True)
 def reduce_window(info):
     """``reduce`` over each window of the inputs padded with the init values and
     dilated by ``base_dilations`` (spec: reduce_window). Monoid bodies reduce a
@@ -340,7 +335,6 @@ def reduce_window(info):
         inputs, inits = operands[:n], operands[n:]
         views = [windows.view(windows.padded(np.asarray(x).astype(d, copy=False), np.asarray(init).astype(d)))
                  for x, init, d in zip(inputs, inits, body_dtypes)]
-        results = run_reduction(regions[0], views, inits, axes)
-        return results[0] if n == 1 else tuple(results)
+        return run_reduction(regions[0], views, inits, axes)
 
     return run

@@ -30,20 +30,16 @@ from ..engine.registry import custom_call
 
 @custom_call("Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
              "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink",
-             "stablehlo_interp.inspect_sharding")
+             "stablehlo_interp.inspect_sharding", variadic=True)
 def forward(info):
     """Result i is operand i (no results: nothing to do)."""
     target = info.attr("call_target_name")
     operands, results = info.operand_types, info.result_types
-    if not results:
-        return lambda *values: ()
-    if len(results) != len(operands):
+    if len(results) != len(operands) and results:
         raise info.error(f"{target}: {len(operands)} operands but {len(results)} results")
     for index, (operand, result) in enumerate(zip(operands, results)):
         if operand != result:
             raise info.unsupported(
                 f"{target}: operand {index} is {operand} but result {index} is {result}; a shard shape "
                 "other than the global shape needs one program per device (lower for a single device)")
-    if len(results) == 1:
-        return lambda value: value
-    return lambda *values: values
+    return lambda *values: values[:len(results)]

@@ -29,15 +29,11 @@ grid with real collectives (process_grid.py):
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import numpy as np
 
-from ..engine import hostio
-from ..sharding import tiling as sharding
-from ..engine.grid import Grid, current, in_grid
+from ..engine.grid import Grid
 from ..engine.registry import custom_call, op
+from ..sharding import tiling as sharding
 
 
 @op("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier", "sdy.data_flow_edge",
@@ -47,18 +43,14 @@ def identity(info):
     return lambda value: value
 
 
-@op("sdy.sharding_group")
+@op("sdy.sharding_group", variadic=True)
 def sharding_group(info):
     return lambda value: ()
 
 
-@op("sdy.named_computation")
+@op("sdy.named_computation", variadic=True)
 def named_computation(info):
-    def run(regions, *operands):
-        results = regions[0](*operands)
-        return results[0] if len(results) == 1 else tuple(results)
-
-    return run
+    return lambda regions, *operands: regions[0](*operands)
 
 
 @op("sdy.constant")
@@ -70,30 +62,11 @@ def constant(info):
 # ------------------------------------------------------------------------ manual computations
 
 
-# The per-device results of the manual computations of a run, while a caller that hands
-# each device its own shard (device/placement.py) records them: {id(global result):
-# (global result, tiling, [the result of each device])}. A result declared replicated
-# along an axis may differ per device (``shard_map(..., check_vma=False)``); each device
-# keeps its own, as on XLA.
-_LOCAL_RESULTS: contextvars.ContextVar = contextvars.ContextVar("stablehlo_interp_local_results", default=None)
-
-
-@contextlib.contextmanager
-def local_results():
-    """Record the per-device results of the manual computations run in this context."""
-    recorded: dict = {}
-    token = _LOCAL_RESULTS.set(recorded)
-    try:
-        yield recorded
-    finally:
-        _LOCAL_RESULTS.reset(token)
-
-
-def _process_grid(program, mesh: sharding.Mesh) -> tuple:
+def _process_grid(module, mesh: sharding.Mesh) -> tuple:
     """(num_replicas, num_partitions) of the processes running a mesh's devices: the
-    program's grid when it has as many processes as the mesh devices."""
-    if program is not None and program.num_replicas * program.num_partitions == mesh.size:
-        return program.num_replicas, program.num_partitions
+    module's grid when it has as many processes as the mesh devices."""
+    if module is not None and module.num_replicas * module.num_partitions == mesh.size:
+        return module.num_replicas, module.num_partitions
     return 1, mesh.size
 
 
@@ -104,14 +77,14 @@ def _local(value, tiling: sharding.Tiling, device: int):
     return np.asarray(value)[tiling.slices(np.shape(value), located[0])]
 
 
-def _results(values) -> object:
-    values = list(values)
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-@op("sdy.manual_computation")
+@op("sdy.manual_computation", variadic=True, execution=True)
 def manual_computation(info):
-    meshes = info.program.meshes if info.program is not None else {}
+    """The per-device results of a run whose caller asks for them
+    (``RunContext.local_results``: {id(global result): (global result, tiling, [the
+    result of each device])}, device/placement.py) are recorded: a result declared
+    replicated along an axis may differ per device (``shard_map(...,
+    check_vma=False)``), and each device keeps its own, as on XLA."""
+    meshes = info.module.meshes if info.module is not None else {}
     manual_axes = sharding.parse_manual_axes(info.attr("manual_axes"))
     ins = sharding.parse_sharding_per_value(info.attr("in_shardings"), meshes)
     outs = sharding.parse_sharding_per_value(info.attr("out_shardings"), meshes)
@@ -121,27 +94,26 @@ def manual_computation(info):
     in_tilings = [s.restricted_to(manual_axes).tiling() for s in ins]
     out_tilings = [s.restricted_to(manual_axes).tiling() for s in outs]
     result_types = info.result_types
-    replicas, partitions = _process_grid(info.program, mesh)
+    replicas, partitions = _process_grid(info.module, mesh)
 
-    def on_grid(regions, *operands):
+    def on_grid(execution, regions, *operands):
         """Outside a grid: one process per device of the mesh."""
         def per_device(process):
             local = [_local(x, t, process.id) for x, t in zip(operands, in_tilings)]
-            return regions[0].for_process(process.id)(*local)
+            return regions[0].for_process(process)(*local)
 
-        hostio.current()   # the run's host queues exist before the processes copy the context
         per_process = Grid(replicas, partitions).run(per_device)
         outputs = [sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: per_process[d][j])
                    for j, (t, tiling) in enumerate(zip(result_types, out_tilings))]
-        recorded = _LOCAL_RESULTS.get()
+        recorded = execution.context.local_results
         if recorded is not None:
             for j, (output, tiling) in enumerate(zip(outputs, out_tilings)):
                 recorded[id(output)] = (output, tiling, [results[j] for results in per_process])
-        return _results(outputs)
+        return outputs
 
-    def in_process(regions, *operands):
+    def in_process(execution, regions, *operands):
         """Inside a grid: this process's part, then a gather from its peers."""
-        process = current()
+        process = execution.process
         local = [_local(x, t, process.id) for x, t in zip(operands, in_tilings)]
         results = regions[0](*local)
         everyone = process.grid.exchange(process, tuple(range(process.grid.size)), results, info.name)
@@ -149,9 +121,10 @@ def manual_computation(info):
         for j, (t, tiling) in enumerate(zip(result_types, out_tilings)):
             _, replica = tiling.locate(process.id)
             outputs.append(sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: everyone[d][j], replica))
-        return _results(outputs)
+        return outputs
 
-    return lambda regions, *operands: (in_process if in_grid() else on_grid)(regions, *operands)
+    return lambda execution, regions, *operands: (in_process if execution.in_grid else on_grid)(
+        execution, regions, *operands)
 
 
 def _split_ratio(info, local_type, global_type) -> tuple:
@@ -184,38 +157,38 @@ def _needs_grid(info):
                       "Program.run_grid, or Program.run with num_partitions > 1)")
 
 
-@custom_call("SPMDFullToShardShape")
+@custom_call("SPMDFullToShardShape", execution=True)
 def full_to_shard(info):
     """The process's tile of the global operand."""
     operand_type, result_type = info.operand_types[0], info.result_type
     if operand_type.shape == result_type.shape:
-        return lambda value: value
+        return lambda execution, value: value
     text = info.attributes.get(sharding.OPERAND_SHARDING)
     if text is None:
         raise info.unsupported("the sharding of the operand is unknown (it must come from a Sharding custom call)")
     tiling = _TilingPerGridSize(text, _split_ratio(info, result_type, operand_type))
 
-    def run(value):
-        if not in_grid():
+    def run(execution, value):
+        if not execution.in_grid:
             raise _needs_grid(info)
-        process = current()
+        process = execution.process
         return _local(value, tiling(process.grid.size), process.id)
 
     return run
 
 
-@custom_call("SPMDShardToFullShape")
+@custom_call("SPMDShardToFullShape", execution=True)
 def shard_to_full(info):
     """The global value from the tiles of every process (``mhlo.sharding``: the result's)."""
     operand_type, result_type = info.operand_types[0], info.result_type
     if operand_type.shape == result_type.shape:
-        return lambda value: value
+        return lambda execution, value: value
     tiling = _TilingPerGridSize(info.attr("mhlo.sharding"), _split_ratio(info, operand_type, result_type))
 
-    def run(value):
-        if not in_grid():
+    def run(execution, value):
+        if not execution.in_grid:
             raise _needs_grid(info)
-        process = current()
+        process = execution.process
         everyone = process.grid.exchange(process, tuple(range(process.grid.size)), value, info.name)
         tiles = tiling(process.grid.size)
         _, replica = tiles.locate(process.id)

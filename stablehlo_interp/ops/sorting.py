@@ -265,7 +265,7 @@ def _gathered(inputs, order):
     return [x[order] if x.ndim == 1 else np.take_along_axis(x, order, axis=-1) for x in inputs]
 
 
-@op("stablehlo.sort")
+@op("stablehlo.sort", variadic=True)
 def sort(info):
     n = len(info.result_types)
     rank = info.operand_types[0].rank
@@ -307,7 +307,6 @@ def sort(info):
         inputs = [np.moveaxis(np.asarray(x), dimension, -1) for x in operands]
         if inputs[0].shape[-1] > 1 and inputs[0].size:
             inputs = (keys and key_sort(inputs)) or _gathered(inputs, general_order(regions[0], inputs))
-        results = [np.moveaxis(x, -1, dimension) for x in inputs]
-        return results[0] if n == 1 else tuple(results)
+        return [np.moveaxis(x, -1, dimension) for x in inputs]
 
     return run

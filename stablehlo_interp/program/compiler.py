@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import OpInfo, Region, Step, Function, assign_releases, compile_program
+from ..engine.plan import Function, ModuleInfo, OpInfo, Region, Step, assign_releases, compile_program
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.decode import decode_location, decode_op_attributes, decode_type
@@ -56,9 +56,9 @@ class _Scope:
 class Compiler:
     """Compiles the functions of one module into a Program's plans."""
 
-    def __init__(self, program: "Program", file_name: str | None):
+    def __init__(self, module: ModuleInfo, file_name: str | None):
         ops.load_all()
-        self.program = program
+        self.module = module
         self.file_name = file_name
 
     def location(self, operation) -> SourceLocation:
@@ -142,24 +142,26 @@ class Compiler:
                 result_types=tuple(decode_type(r.type) for r in op.results),
                 regions=nested + called,
                 location=location,
-                program=self.program,
+                module=self.module,
             )
             operands = tuple(scope.lookup(v) for v in op.operands)
         except OpError:
             raise
         except ModuleError as e:
             raise OpError(name, location, str(e)) from None
-        run = build(info)
+        implementation = _implementation(info)
+        run = build(info, implementation)
         results = tuple(scope.define(r) for r in op.results)
         captures += tuple(() for _ in called)
-        return Step(info, run, operands, results, (), info.regions, captures, index)
+        return Step(info, run, operands, results, (), info.regions, captures, index, implementation.variadic,
+                    implementation.execution)
 
     def _called_functions(self, name: str, attributes: dict) -> tuple:
         """Ops that call functions by symbol get the functions' bodies as extra regions."""
         if name in _CALLEE_ATTRIBUTE:
             symbols = attributes.get(_CALLEE_ATTRIBUTE[name], ())
             symbols = (symbols,) if isinstance(symbols, str) else symbols
-            functions = [self.program.function(s.lstrip("@")) for s in symbols]
+            functions = [self.module.function(s.lstrip("@")) for s in symbols]
             for function in functions:
                 if not function.has_body:
                     raise ModuleError(f"calls @{function.name}, which is declared without a body")
@@ -167,21 +169,34 @@ class Compiler:
         return ()
 
 
-def build(info: OpInfo):
-    """Look the op up in the registry and run its builder (through quantized.py
-    when the op has quantized operands or results)."""
-    builder = registry.op_builder(info.name)
-    if builder is None:
-        raise UnsupportedOpError(info.name, info.location, "op is not supported by stablehlo_interp")
+def _implementation(info: OpInfo) -> registry.Implementation:
+    """The registered implementation of the op (of its target, for a custom call)."""
+    if info.name == registry.CUSTOM_CALL:
+        target = info.attr("call_target_name")
+        implementation = registry.custom_call_implementation(target)
+        if implementation is None:
+            raise info.unsupported(f"custom call target {target!r} is not implemented "
+                                   "(register one with stablehlo_interp.register_custom_call)")
+    else:
+        implementation = registry.op_implementation(info.name)
+        if implementation is None:
+            raise info.unsupported("op is not supported by stablehlo_interp")
+    if not implementation.variadic and len(info.result_types) != 1:
+        raise info.error(f"the op has {len(info.result_types)} results, but its implementation returns one "
+                         "(register a builder whose runner returns them all with variadic=True)")
+    return implementation
+
+
+def build(info: OpInfo, implementation: registry.Implementation):
+    """Run the op's builder (through quantized.py when the op has quantized operands or
+    results); returns the runner."""
     try:
         if info.has_quantized_types:
-            return build_quantized(info, builder)
-        return builder(info)
+            return build_quantized(info, implementation)
+        return implementation.builder(info)
     except OpError:
         raise
     except (NotImplementedError, ModuleError) as e:
         raise UnsupportedOpError(info.name, info.location, str(e)) from e
     except Exception as e:
         raise OpError(info.name, info.location, f"cannot load op: {type(e).__name__}: {e}") from e
-
-

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import hostio
-from ..engine import grid as process_grid
+from ..engine.grid import MANUAL_BORDERS, Grid, process_ops
+from ..engine.hostio import HostQueues
 from ..sharding import tiling as sharding
 from ..ir import sources
 from ..ir.decode import decode_attribute, decode_location, decode_type
-from ..engine.run import UNOBSERVED, Execution, numpy_warnings_off
+from ..engine.run import Execution, RunContext, numpy_warnings_off
 from ..errors import ArgumentError, ModuleError
-from ..engine.plan import Function, Region
+from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
@@ -45,6 +45,7 @@ class Program:
         self.meshes = sharding.module_meshes(self.module)   # sdy.mesh ops, by name
         self._process_ops: dict = {}
         self.functions: dict[str, Function] = {}
+        self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions)
         func_ops = {}
         with self.module.context:
             for operation in self.module.body.operations:
@@ -57,16 +58,12 @@ class Program:
             self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
             self._refined: dict = {}
             if not self.shape_polymorphic:
-                compiler = Compiler(self, self.file_name)
+                compiler = Compiler(self.module_info, self.file_name)
                 for name, operation in func_ops.items():
                     compiler.compile_function(operation, self.functions[name])
 
     def function(self, name: str) -> Function:
-        try:
-            return self.functions[name]
-        except KeyError:
-            known = ", ".join(f"@{n}" for n in self.functions) or "none"
-            raise ModuleError(f"no function @{name} in the module (functions: {known})") from None
+        return self.module_info.function(name)
 
     @property
     def entry_name(self) -> str:
@@ -78,8 +75,7 @@ class Program:
             return public[0]
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
-    def run(self, *args, function: str | None = None, listeners=(),
-            io: hostio.HostQueues | None = None) -> list:
+    def run(self, *args, function: str | None = None, listeners=(), io: HostQueues | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
         ``listeners`` are :class:`~stablehlo_interp.engine.run.Listener` objects that
@@ -88,7 +84,7 @@ class Program:
         """
         target = self.runnable(function)
         values = coerce_arguments(target, args)
-        return [_as_result(value, values) for value in self.execute(target, values, listeners, io)]
+        return [_as_result(value, values) for value in self.execute(target, values, RunContext(listeners, io))]
 
     def runnable(self, function: str | None = None) -> Function:
         """The function ``run`` would run (``main`` by default); it must have a body."""
@@ -97,30 +93,26 @@ class Program:
             raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
         return target
 
-    def execute(self, target: Function, values: list, listeners=(), io=None) -> list:
+    def execute(self, target: Function, values: list, context: RunContext | None = None) -> list:
         """:meth:`run` without its argument checks and result copies, for callers
         whose values already have the function's types and who never write into
-        the results (which may be constants or the arguments themselves): the device."""
+        the results (which may be constants or the arguments themselves): the device.
+        ``context`` holds the run's listeners and host queues (a new one by default)."""
+        context = context if context is not None else RunContext()
         if self.shape_polymorphic:
             refined = self.refined(*values, function=target.name)
-            return refined.execute(refined.function(target.name), values, listeners, io)
-        if self.num_processes > 1 and not process_grid.in_grid() and self._runs_per_process(target):
-            return self.run_grid([values] * self.num_processes, function=target.name, listeners=listeners,
-                                 io=io)[0]
-        execution = Execution(listeners, context=io) if listeners or io is not None else UNOBSERVED
-        token = hostio.activate(io)
-        try:
-            with numpy_warnings_off():
-                return execution.run_region(target.region, values)
-        finally:
-            hostio.deactivate(token)
+            return refined.execute(refined.function(target.name), values, context)
+        if self.num_processes > 1 and self._runs_per_process(target):
+            return self._run_grid(target, [values] * self.num_processes, context)[0]
+        with numpy_warnings_off():
+            return Execution(context).run_region(target.region, values)
 
     @property
     def num_processes(self) -> int:
         return self.num_replicas * self.num_partitions
 
     def run_grid(self, per_process_args, *, function: str | None = None, listeners=(),
-                 io: hostio.HostQueues | None = None) -> list:
+                 io: HostQueues | None = None) -> list:
         """Run a function once per process of the module's grid, ``num_replicas`` x
         ``num_partitions`` (spec: Parallel execution), with collectives between them.
 
@@ -138,16 +130,15 @@ class Program:
         if self.shape_polymorphic:
             return self.refined(*values[0], function=target.name).run_grid(
                 values, function=target.name, listeners=listeners, io=io)
-        queues = io if io is not None else hostio.HostQueues()
-        token = hostio.activate(queues)
-        try:
-            with numpy_warnings_off():
-                outputs = process_grid.Grid(self.num_replicas, self.num_partitions).run(
-                    lambda process: Execution(listeners, process.id, queues).run_region(
-                        target.region, values[process.id]))
-        finally:
-            hostio.deactivate(token)
+        outputs = self._run_grid(target, values, RunContext(listeners, io))
         return [[_as_result(value, args) for value in out] for out, args in zip(outputs, values)]
+
+    def _run_grid(self, target: Function, per_process_values: list, context: RunContext) -> list:
+        """Each process's results of ``target`` (arguments already checked), in one run."""
+        with numpy_warnings_off():
+            return Grid(self.num_replicas, self.num_partitions).run(
+                lambda process: Execution(context, process).run_region(target.region,
+                                                                       per_process_values[process.id]))
 
     def _runs_per_process(self, function: Function) -> bool:
         """Whether the function's own code (outside manual computations) depends on the
@@ -155,9 +146,9 @@ class Program:
         SPMDFullToShardShape and SPMDShardToFullShape runs on every process with the
         same arguments; any other such function is a per-process program (run_grid)."""
         if function.name not in self._process_ops:
-            self._process_ops[function.name] = process_grid.process_ops(function.region)
+            self._process_ops[function.name] = process_ops(function.region)
         found = self._process_ops[function.name]
-        if found and not found & process_grid.MANUAL_BORDERS:
+        if found and not found & MANUAL_BORDERS:
             raise ArgumentError(f"@{function.name} runs as {self.num_processes} processes ({self.num_replicas} "
                                 f"replica(s) x {self.num_partitions} partition(s)) and uses "
                                 f"{', '.join(sorted(found))}: run it with program.run_grid([arguments of each "
@@ -194,8 +185,7 @@ def load(source, *, verify: bool = True) -> Program:
     return Program(source, verify=verify)
 
 
-def run(source, *args, function: str | None = None, listeners=(),
-        io: hostio.HostQueues | None = None) -> list:
+def run(source, *args, function: str | None = None, listeners=(), io: HostQueues | None = None) -> list:
     """Load ``source`` and run one function on ``args``; returns a list of NumPy arrays."""
     program = source if isinstance(source, Program) else load(source)
     return program.run(*args, function=function, listeners=listeners, io=io)
