@@ -78,6 +78,24 @@ def test_result_names_and_argument_names_from_jax():
     assert main.result_names == ("result['s']",)
 
 
+def test_module_and_function_declarations_are_decoded_once():
+    program = si.load("""
+module @m attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 3 : i32} {
+  func.func private @declared(tensor<f32>) -> tensor<f32>
+  func.func public @main(%x: tensor<f32> {jax.buffer_donor = true, mhlo.layout_mode = "default"} loc("x"),
+                         %y: tensor<f32>) -> (tensor<f32> {jax.result_info = "result"}) {
+    return %x : tensor<f32>
+  }
+}""")
+    assert (program.name, program.num_replicas, program.num_partitions) == ("m", 2, 3)
+    main, declared = program.functions["main"], program.functions["declared"]
+    assert main.arg_attributes == ({"jax.buffer_donor": True, "mhlo.layout_mode": "default"}, {})
+    assert main.result_attributes == ({"jax.result_info": "result"},)
+    assert (main.arg_names, main.result_names) == (("x", None), ("result",))
+    assert (main.visibility, main.has_body, declared.visibility, declared.has_body) == \
+        ("public", True, "private", False)
+
+
 def test_func_call_and_regions_capture_outer_values():
     def f(x, k):
         return jax.lax.fori_loop(0, 5, lambda i, acc: acc * k + i, x)

@@ -7,7 +7,7 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.tools import InterpreterBackend, JaxBackend
-from stablehlo_interp.tools.mlir_edit import inline_calls, prefix_module
+from stablehlo_interp.ir.edit import inline_calls, prefix_module
 
 
 def model(x, w):

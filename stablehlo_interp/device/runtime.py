@@ -167,11 +167,10 @@ class Executable:
         else:
             raise PluginError(abi.INVALID_ARGUMENT, "a multi-device program needs a device assignment")
         self.program = program_module.load(code)
-        attributes = self.program.module.operation.attributes
-        self.name = attributes["sym_name"].value if "sym_name" in attributes else "main"
+        self.name = self.program.name or "main"
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types
-        self.donated_parameters = _donated_parameters(self.program, self.function.name)
+        self.donated_parameters = _donated_parameters(self.function)
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd)
         self.deleted = False
@@ -207,22 +206,10 @@ class Executable:
         return per_device
 
 
-def _donated_parameters(program, function_name: str) -> tuple:
+def _donated_parameters(function) -> tuple:
     """Parameters JAX donated: ``tf.aliasing_output`` or ``jax.buffer_donor`` on the argument."""
-    from ..ir.decode import decode_attribute
-
-    for operation in program.module.body.operations:
-        attributes = operation.operation.attributes
-        if operation.operation.name != "func.func" or decode_attribute(attributes["sym_name"]) != function_name:
-            continue
-        if "arg_attrs" not in attributes:
-            return ()
-        donated = []
-        for index, entry in enumerate(decode_attribute(attributes["arg_attrs"])):
-            if isinstance(entry, dict) and ("tf.aliasing_output" in entry or entry.get("jax.buffer_donor")):
-                donated.append(index)
-        return tuple(donated)
-    return ()
+    return tuple(index for index, attributes in enumerate(function.arg_attributes)
+                 if "tf.aliasing_output" in attributes or attributes.get("jax.buffer_donor"))
 
 
 class Client:

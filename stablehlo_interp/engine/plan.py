@@ -15,9 +15,10 @@ time, run.py runs the plans.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..errors import ModuleError, OpError, UnsupportedOpError
+from ..ir.declarations import FunctionSignature
 from ..ir.locations import SourceLocation
 
 _REQUIRED = object()
@@ -141,16 +142,19 @@ class Region:
 
 
 @dataclass
-class Function:
-    name: str
-    visibility: str
-    arg_types: tuple
-    result_types: tuple
-    arg_names: tuple
-    result_names: tuple
+class Function(FunctionSignature):
+    """A function of a program: its signature (decoded once, by ir/declarations.py)
+    and its plan, ``region``, which the compiler fills (it stays empty for a
+    declaration without a body, and in a shape-polymorphic module, whose refined
+    copies are compiled instead)."""
+
     region: Region
-    location: SourceLocation
-    has_body: bool = False
+
+    @classmethod
+    def declared(cls, signature: FunctionSignature) -> "Function":
+        """The function of ``signature``, with an empty plan for the compiler to fill."""
+        return cls(**{f.name: getattr(signature, f.name) for f in fields(signature)},
+                   region=Region(f"@{signature.name}"))
 
 
 def assign_releases(region: Region) -> None:

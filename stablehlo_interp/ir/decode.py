@@ -1,7 +1,7 @@
 """Decoding of MLIR types, attributes and locations into plain Python values.
 
-This is the only module (with plan.py, which walks the IR) that touches MLIR
-objects; it runs once, when a module is loaded.
+It runs once, when a module is loaded: the compiler (program/compiler.py)
+decodes each op with it, so no MLIR object reaches the plans.
 """
 
 from __future__ import annotations

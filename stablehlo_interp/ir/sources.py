@@ -130,6 +130,14 @@ def _parse_bytes(data: bytes) -> ir.Module:
             raise ModuleError(f"cannot parse MLIR bytecode:\n{_diagnostics(e)}") from None
 
 
+def verify(module: ir.Module) -> None:
+    """Run MLIR's verifier on the module; a failure is a ModuleError carrying its diagnostics."""
+    try:
+        module.operation.verify()
+    except ir.MLIRError as e:
+        raise ModuleError(f"the module does not verify:\n{_diagnostics(e)}") from None
+
+
 def _diagnostics(error: ir.MLIRError) -> str:
     diagnostics = getattr(error, "error_diagnostics", None)
     if not diagnostics:

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..engine.grid import Grid
 from ..engine.registry import custom_call, op
+from ..ir.manual_borders import OPERAND_SHARDING
 from ..sharding import tiling as sharding
 
 
@@ -163,7 +164,7 @@ def full_to_shard(info):
     operand_type, result_type = info.operand_types[0], info.result_type
     if operand_type.shape == result_type.shape:
         return lambda execution, value: value
-    text = info.attributes.get(sharding.OPERAND_SHARDING)
+    text = info.attributes.get(OPERAND_SHARDING)
     if text is None:
         raise info.unsupported("the sharding of the operand is unknown (it must come from a Sharding custom call)")
     tiling = _TilingPerGridSize(text, _split_ratio(info, result_type, operand_type))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import Function, ModuleInfo, OpInfo, Region, Step, assign_releases, compile_program
+from ..engine.plan import ModuleInfo, OpInfo, Region, Step, assign_releases, compile_program
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
+from ..ir.declarations import function_operations
 from ..ir.decode import decode_location, decode_op_attributes, decode_type
 from ..ir.locations import SourceLocation
 
@@ -64,9 +65,13 @@ class Compiler:
     def location(self, operation) -> SourceLocation:
         return decode_location(operation.location, self.file_name)
 
-    def compile_function(self, func_op, function: Function) -> None:
-        if function.has_body:  # an external declaration has none: calling it is an error
-            self._compile_block(func_op.regions[0].blocks[0], function.region, parent=None)
+    def compile_functions(self, module) -> None:
+        """Fill the plan of each of the module's functions (the program's ``functions``)."""
+        with module.context:
+            for name, func_op in function_operations(module).items():
+                function = self.module.functions[name]
+                if function.has_body:  # an external declaration has none: calling it is an error
+                    self._compile_block(func_op.regions[0].blocks[0], function.region, parent=None)
 
     def compile_region(self, mlir_region, description: str, parent: _Scope) -> Region:
         blocks = list(mlir_region.blocks)

@@ -8,10 +8,11 @@ from ..engine.grid import MANUAL_BORDERS, Grid, process_ops
 from ..engine.hostio import HostQueues
 from ..sharding import tiling as sharding
 from ..ir import sources
-from ..ir.decode import decode_attribute, decode_location, decode_type
+from ..ir.declarations import decode_module
+from ..ir.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, RunContext, numpy_warnings_off
 from ..errors import ArgumentError, ModuleError
-from ..engine.plan import Function, ModuleInfo, Region
+from ..engine.plan import Function, ModuleInfo
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
@@ -21,7 +22,8 @@ class Program:
     """A loaded module: every function compiled to a plan, ready to run many times.
 
     ``functions`` maps each function name to its :class:`~stablehlo_interp.engine.plan.Function`
-    (signature, argument and result names from JAX's ``jax.result_info``, plan).
+    (signature, argument and result names and attributes, plan); ``name`` is the
+    module's name (None without one), ``meshes`` its Shardy meshes by name.
 
     A module whose functions take arguments with dynamic dimensions is
     *shape-polymorphic*: it is compiled per distinct argument shapes, each time
@@ -35,32 +37,24 @@ class Program:
 
     def __init__(self, source, *, verify: bool = True):
         parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
-        self.module = sharding.annotate_manual_borders(parsed.module, parsed.owned)
+        self.module = annotate_manual_borders(parsed.module, parsed.owned)
         self.file_name = parsed.file_name
         if verify:
-            _verify(self.module)
-        attributes = self.module.operation.attributes
-        self.num_replicas = _int_attribute(attributes, "mhlo.num_replicas", 1)
-        self.num_partitions = _int_attribute(attributes, "mhlo.num_partitions", 1)
-        self.meshes = sharding.module_meshes(self.module)   # sdy.mesh ops, by name
+            sources.verify(self.module)
+        declared = decode_module(self.module, self.file_name)
+        self.name = declared.name
+        self.num_replicas = declared.num_replicas
+        self.num_partitions = declared.num_partitions
+        self.meshes = {name: sharding.parse_mesh(text) for name, text in declared.meshes.items()}
         self._process_ops: dict = {}
-        self.functions: dict[str, Function] = {}
+        self.functions: dict[str, Function] = {f.name: Function.declared(f) for f in declared.functions}
+        self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
+                                     for f in self.functions.values() for t in f.arg_types)
+        self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
+        self._refined: dict = {}
         self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions)
-        func_ops = {}
-        with self.module.context:
-            for operation in self.module.body.operations:
-                if operation.operation.name == "func.func":
-                    function = _declare_function(operation, self.file_name)
-                    self.functions[function.name] = function
-                    func_ops[function.name] = operation
-            self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
-                                         for f in self.functions.values() for t in f.arg_types)
-            self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
-            self._refined: dict = {}
-            if not self.shape_polymorphic:
-                compiler = Compiler(self.module_info, self.file_name)
-                for name, operation in func_ops.items():
-                    compiler.compile_function(operation, self.functions[name])
+        if not self.shape_polymorphic:
+            Compiler(self.module_info, self.file_name).compile_functions(self.module)
 
     def function(self, name: str) -> Function:
         return self.module_info.function(name)
@@ -189,52 +183,6 @@ def run(source, *args, function: str | None = None, listeners=(), io: HostQueues
     """Load ``source`` and run one function on ``args``; returns a list of NumPy arrays."""
     program = source if isinstance(source, Program) else load(source)
     return program.run(*args, function=function, listeners=listeners, io=io)
-
-
-def _verify(module) -> None:
-    from jaxlib.mlir import ir
-
-    try:
-        module.operation.verify()
-    except ir.MLIRError as e:
-        raise ModuleError(f"the module does not verify:\n{sources._diagnostics(e)}") from None
-
-
-def _int_attribute(attributes, name: str, default: int) -> int:
-    try:
-        return int(decode_attribute(attributes[name]))
-    except (KeyError, IndexError, ValueError, TypeError):
-        return default
-
-
-def _declare_function(operation, file_name) -> Function:
-    attributes = operation.operation.attributes
-    name = decode_attribute(attributes["sym_name"])
-    visibility = decode_attribute(attributes["sym_visibility"]) if "sym_visibility" in attributes else "public"
-    function_type = operation.type
-    arg_types = tuple(decode_type(t) for t in function_type.inputs)
-    result_types = tuple(decode_type(t) for t in function_type.results)
-    arg_names = _value_names(attributes, "arg_attrs", len(arg_types), operation)
-    result_names = _value_names(attributes, "res_attrs", len(result_types), None)
-    region = Region(f"@{name}")
-    return Function(name, visibility, arg_types, result_types, arg_names, result_names, region,
-                    decode_location(operation.location, file_name),
-                    has_body=len(operation.regions[0].blocks) > 0)
-
-
-def _value_names(attributes, key: str, count: int, operation) -> tuple:
-    """Names JAX gives arguments (their ``loc("x")``) and results (``jax.result_info``)."""
-    names = [None] * count
-    if key in attributes:
-        for i, entry in enumerate(decode_attribute(attributes[key])):
-            if isinstance(entry, dict) and isinstance(entry.get("jax.result_info"), str):
-                names[i] = entry["jax.result_info"]
-    if operation is not None and len(operation.regions[0].blocks):
-        for i, arg in enumerate(operation.regions[0].blocks[0].arguments):
-            location = decode_location(arg.location)
-            if location.name and not location.frames:
-                names[i] = location.name
-    return tuple(names)
 
 
 def coerce_arguments(function: Function, args) -> list:

@@ -533,7 +533,7 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
     """The tiling of each argument and result of ``function`` (None for tokens and tuples):
     its annotation, else what propagation infers, else replicated; and the same for
     the ``inspected`` values, ``(id(region), slot)`` keys of values in its regions."""
-    arg_attributes, result_attributes = sharding.function_value_attributes(program.module, function.name)
+    arg_attributes, result_attributes = function.arg_attributes, function.result_attributes
     meshes = program.meshes
     region = function.region
     arg_keys = [(id(region), region.n_captures + i) for i in range(region.n_args)]

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.decode import decode_attribute
 from ..errors import ModuleError
 
 # ------------------------------------------------------------------ meshes and Shardy shardings
@@ -430,17 +429,7 @@ def assemble(shape: tuple, dtype, tiling: Tiling, shard_of, r: int = 0) -> np.nd
     return array
 
 
-# ------------------------------------------------------------------------ shardings of a module
-
-
-def module_meshes(module) -> dict:
-    """``{name: Mesh}`` of the module's ``sdy.mesh`` ops."""
-    meshes = {}
-    for operation in module.body.operations:
-        if operation.operation.name == "sdy.mesh":
-            attributes = operation.operation.attributes
-            meshes[decode_attribute(attributes["sym_name"])] = parse_mesh(str(attributes["mesh"]))
-    return meshes
+# ------------------------------------------------------------------- shardings of a function's values
 
 
 def value_tiling(attributes: dict, rank: int, meshes: dict, num_devices: int) -> Tiling | None:
@@ -451,69 +440,3 @@ def value_tiling(attributes: dict, rank: int, meshes: dict, num_devices: int) ->
     if "mhlo.sharding" in attributes:
         return hlo_tiling(attributes["mhlo.sharding"], rank, num_devices)
     return None
-
-
-# The HLO sharding of the operand of each SPMDFullToShardShape custom call, copied
-# there from the Sharding custom call before it (see annotate_manual_borders).
-OPERAND_SHARDING = "stablehlo_interp.operand_sharding"
-
-
-def annotate_manual_borders(module, owned: bool):
-    """Give every ``SPMDFullToShardShape`` custom call the ``mhlo.sharding`` of the
-    ``Sharding`` custom call that produces its operand (JAX always emits the pair),
-    as attribute :data:`OPERAND_SHARDING`: an op's builder sees only its own attributes.
-
-    Returns the annotated module: a copy, when the caller handed us its module
-    (``owned`` false) and there is something to annotate."""
-    borders = _manual_borders(module)
-    if not borders:
-        return module
-    if not owned:
-        from ..ir.sources import copy_module
-
-        module = copy_module(module)
-        borders = _manual_borders(module)
-    for operation, operand_sharding in borders:
-        operation.attributes[OPERAND_SHARDING] = operand_sharding
-    return module
-
-
-def _manual_borders(module) -> list:
-    """``(SPMDFullToShardShape op, mhlo.sharding of its Sharding operand)`` pairs."""
-    from jaxlib.mlir import ir
-
-    borders = []
-
-    def visit(operation):
-        if operation.name == "stablehlo.custom_call" and _target(operation) == "SPMDFullToShardShape":
-            producer = operation.operands[0].owner if len(operation.operands) else None
-            if isinstance(producer, ir.OpView):
-                producer = producer.operation
-            if (isinstance(producer, ir.Operation) and _target(producer) == "Sharding"
-                    and "mhlo.sharding" in producer.attributes):
-                borders.append((operation, producer.attributes["mhlo.sharding"]))
-        return ir.WalkResult.ADVANCE
-
-    with module.context:
-        module.operation.walk(visit)
-    return borders
-
-
-def _target(operation) -> str | None:
-    attributes = operation.attributes
-    return decode_attribute(attributes["call_target_name"]) if "call_target_name" in attributes else None
-
-
-def function_value_attributes(module, function_name: str) -> tuple[list, list]:
-    """The decoded attribute dictionaries of a function's arguments and results."""
-    for operation in module.body.operations:
-        attributes = operation.operation.attributes
-        if operation.operation.name == "func.func" and decode_attribute(attributes["sym_name"]) == function_name:
-            function_type = operation.type
-            found = []
-            for key, count in (("arg_attrs", len(function_type.inputs)), ("res_attrs", len(function_type.results))):
-                entries = decode_attribute(attributes[key]) if key in attributes else ()
-                found.append([dict(entries[i]) if i < len(entries) and isinstance(entries[i], dict) else {}
-                              for i in range(count)])
-            return found[0], found[1]
-    raise ModuleError(f"no function @{function_name} in the module")

@@ -29,7 +29,7 @@ from ..program import coerce_arguments, load
 from ..ir.types import Token
 from .backends import resolve
 from .difference import Difference, difference, tolerances
-from .mlir_edit import inline_calls, prefix_module
+from ..ir.edit import inline_calls, prefix_module
 from .regions import describe_location, op_label, region_name, source_text
 from .subject import prepare
 from .summary import summarize

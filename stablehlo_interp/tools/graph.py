@@ -54,10 +54,7 @@ def graph(target, *args, path=None, function: str | None = None) -> str:
         svg, nested = _region_svg(region, input_types, records)
         sections.append(f"<section><h2>{html.escape(title)}</h2>\n{svg}\n</section>")
         pending += nested
-    page = _PAGE.format(title=html.escape(subject.program.module.operation.attributes["sym_name"].value
-                                          if "sym_name" in subject.program.module.operation.attributes
-                                          else "module"),
-                        body="\n".join(sections))
+    page = _PAGE.format(title=html.escape(subject.program.name or "module"), body="\n".join(sections))
     if path is not None:
         with open(path, "w", encoding="utf-8") as out:
             out.write(page)

@@ -1,4 +1,4 @@
-"""Rewrites of a module for backend comparison, done with the MLIR bindings.
+"""Rewrites of a module for backend comparison (tools/compare.py), done with the MLIR bindings.
 
 * :func:`inline_calls` replaces every ``func.call`` in the entry function by
   the body of the function it calls, so that every op JAX emitted (nested
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..ir.sources import make_context
+from .declarations import function_operations
+from .sources import make_context
 
 _ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
 
@@ -24,7 +25,7 @@ def inline_calls(text: str, function: str) -> str:
     """The module with every ``func.call`` in ``@function``'s body inlined (recursively)."""
     with make_context():
         module = ir.Module.parse(text)
-        functions = _functions(module)
+        functions = function_operations(module)
         block = _body(functions[function])
         while True:
             calls = [op for op in block.operations if op.operation.name == "func.call"]
@@ -40,7 +41,7 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
     returning result ``r`` of op ``i`` for each ``(i, r)`` in ``returned``."""
     with make_context():
         module = ir.Module.parse(text)
-        func = _functions(module)[function]
+        func = function_operations(module)[function]
         block = _body(func)
         ops = list(block.operations)
         values = [ops[index].results[result] for index, result in returned]
@@ -55,11 +56,6 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
             del func.attributes["res_attrs"]
         _drop_aliasing(func)
         return _text(module)
-
-
-def _functions(module) -> dict:
-    return {op.operation.attributes["sym_name"].value: op.operation
-            for op in module.body.operations if op.operation.name == "func.func"}
 
 
 def _body(func) -> ir.Block:
