@@ -63,7 +63,7 @@ def test_the_args_of_every_implemented_call_match():
     arg_structs = {slot["name"].removeprefix("PJRT_"): slot["args"] for slot in LAYOUT["api_slots"]}
     arg_structs.update({"Shardings_OutputShardings": "PJRT_Shardings_PJRT_Executable_OutputShardings_Args",
                         "Shardings_ParameterShardings": "PJRT_Shardings_PJRT_Executable_ParameterShardings_Args"})
-    for name, (_, args_type) in api._IMPLEMENTATIONS.items():
+    for name, (_, args_type) in api.CALLS.implementations.items():
         reference = LAYOUT["structs"][arg_structs[name]]
         assert ctypes.sizeof(args_type) <= reference["size"], name
         for field in reference["fields"]:

@@ -22,7 +22,7 @@ import pytest
 import jax
 
 from stablehlo_interp.device import plugin, runtime
-from stablehlo_interp.device.pjrt import abi, api, native
+from stablehlo_interp.device.pjrt import abi, api, calls, native
 from stablehlo_interp.device.pjrt.calls_buffers import HEADER_DEVICE, HEADER_MEMORY, buffer_handle
 
 DEV = jax.devices("interp")[3]
@@ -36,7 +36,7 @@ def call_native(name: str, args) -> int | None:
 
 
 def call_python(name: str, args) -> None:
-    function, _ = api._IMPLEMENTATIONS[name]
+    function, _ = api.CALLS.implementations[name]
     function(args)
 
 
@@ -45,14 +45,14 @@ def outputs(args, fields) -> dict:
 
 
 def test_every_fast_path_has_a_python_implementation():
-    assert set(api._FAST_PATHS) <= set(api._IMPLEMENTATIONS)
+    assert set(api.CALLS.fast_paths) <= set(api.CALLS.implementations)
     assert {"Buffer_Device", "Buffer_Memory", "Executable_NumReplicas", "Executable_NumPartitions",
-            "Executable_NumOutputs", "Memory_Kind", "Event_OnReady", "Event_Destroy"} <= set(api._FAST_PATHS)
+            "Executable_NumOutputs", "Memory_Kind", "Event_OnReady", "Event_Destroy"} <= set(api.CALLS.fast_paths)
 
 
 @native_only
 def test_fast_paths_are_in_the_table():
-    for name in api._FAST_PATHS:
+    for name in api.CALLS.fast_paths:
         assert getattr(TABLE.api, f"PJRT_{name}") == TABLE.entry_points[name] != \
             ctypes.cast(TABLE.thunks[name], ctypes.c_void_p).value
 
@@ -62,9 +62,9 @@ def test_fast_paths_are_in_the_table():
     ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Executable_NumReplicas", "executable"),
     ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable")])
 def test_header_getters(name, handle_field):
-    getter, args_type = api._FAST_PATHS[name]
+    getter, args_type = api.CALLS.fast_paths[name]
     fields = [field for field, _ in getter.outputs]
-    handle = api.header_handle(object(), [0x1111_2222_3333_4444, 17, 2**63 + 5, 42])
+    handle = calls.header_handle(object(), [0x1111_2222_3333_4444, 17, 2**63 + 5, 42])
     try:
         by_native, by_python = args_type(), args_type()
         for args in (by_native, by_python):
@@ -74,7 +74,7 @@ def test_header_getters(name, handle_field):
         assert outputs(by_native, fields) == outputs(by_python, fields) == {
             field: [0x1111_2222_3333_4444, 17, 2**63 + 5, 42][index] for field, index in getter.outputs}
     finally:
-        api.release_header(handle)
+        calls.release_header(handle)
 
 
 @native_only
@@ -84,12 +84,12 @@ def test_buffer_getters_report_the_buffer_s_device_and_memory():
     try:
         args = abi.PJRT_Buffer_Memory_Args(buffer=handle)
         assert call_native("Buffer_Memory", args) is None
-        assert args.memory == id(buffer.device.memory) == api.header_word(handle, HEADER_MEMORY)
+        assert args.memory == id(buffer.device.memory) == calls.header_word(handle, HEADER_MEMORY)
         args = abi.PJRT_Buffer_Device_Args(buffer=handle)
         assert call_native("Buffer_Device", args) is None
-        assert args.device == id(buffer.device) == api.header_word(handle, HEADER_DEVICE)
+        assert args.device == id(buffer.device) == calls.header_word(handle, HEADER_DEVICE)
     finally:
-        api.release_header(handle)
+        calls.release_header(handle)
 
 
 @native_only
@@ -102,55 +102,55 @@ def test_memory_kind_is_a_constant():
 
 
 def on_ready_recorder():
-    calls = []
-    callback = abi.EVENT_ON_READY_CALLBACK(lambda error, user_arg: calls.append((error, user_arg)))
-    return calls, callback
+    received = []
+    callback = abi.EVENT_ON_READY_CALLBACK(lambda error, user_arg: received.append((error, user_arg)))
+    return received, callback
 
 
 @native_only
 def test_on_ready_of_the_complete_event_calls_back_natively():
-    calls, callback = on_ready_recorder()
-    args = abi.PJRT_Event_OnReady_Args(event=api.COMPLETE_EVENT, user_arg=0xABC0,
+    received, callback = on_ready_recorder()
+    args = abi.PJRT_Event_OnReady_Args(event=calls.COMPLETE_EVENT, user_arg=0xABC0,
                                        callback=ctypes.cast(callback, ctypes.c_void_p).value)
     assert call_native("Event_OnReady", args) is None
-    assert calls == [(None, 0xABC0)]
+    assert received == [(None, 0xABC0)]
 
 
 @native_only
 def test_other_events_fall_back_to_python():
     """A failed event: OnReady hands the callback a new error; Destroy releases the event."""
-    failed = api.handle(api.Event(api.Error(abi.INTERNAL, "it failed")))
-    calls, callback = on_ready_recorder()
+    failed = calls.handle(calls.Event(calls.Error(abi.INTERNAL, "it failed")))
+    received, callback = on_ready_recorder()
     args = abi.PJRT_Event_OnReady_Args(event=failed, user_arg=7, callback=ctypes.cast(callback, ctypes.c_void_p).value)
     assert call_native("Event_OnReady", args) is None
-    (error, user_arg), = calls
-    assert user_arg == 7 and api.objects.pop(error).text == "it failed"
+    (error, user_arg), = received
+    assert user_arg == 7 and calls.objects.pop(error).text == "it failed"
     assert call_native("Event_Destroy", abi.PJRT_Event_Destroy_Args(event=failed)) is None
-    assert failed not in api.objects
-    assert call_native("Event_Destroy", abi.PJRT_Event_Destroy_Args(event=api.COMPLETE_EVENT)) is None
-    assert api.COMPLETE_EVENT in api.objects
+    assert failed not in calls.objects
+    assert call_native("Event_Destroy", abi.PJRT_Event_Destroy_Args(event=calls.COMPLETE_EVENT)) is None
+    assert calls.COMPLETE_EVENT in calls.objects
 
 
 def test_headers_are_reused_after_release():
-    first = api.header_handle("a", [1, 2])
-    api.release_header(first)
-    api.release_header(first)   # a second release must not free the header twice
-    second, third = api.header_handle("b", [3]), api.header_handle("c", [4])
+    first = calls.header_handle("a", [1, 2])
+    calls.release_header(first)
+    calls.release_header(first)   # a second release must not free the header twice
+    second, third = calls.header_handle("b", [3]), calls.header_handle("c", [4])
     assert first == second != third
-    assert (api.header_word(second, 0), api.header_word(third, 0)) == (3, 4)
-    api.release_header(second)
-    api.release_header(third)
+    assert (calls.header_word(second, 0), calls.header_word(third, 0)) == (3, 4)
+    calls.release_header(second)
+    calls.release_header(third)
     with pytest.raises(runtime.PluginError, match="destroyed handle"):
-        api.header_word(third, 0)
+        calls.header_word(third, 0)
 
 
 @pytest.mark.parametrize("offset", [0, 4])
 def test_pointer_arrays_aligned_or_not(offset):
     memory = (ctypes.c_char * 64)()
     address = ctypes.addressof(memory) + offset
-    api.write_pointers(address, [5, 2**64 - 1, 1 << 40])
-    assert api.read_pointers(address, 3) == [5, 2**64 - 1, 1 << 40]
-    assert api.read_pointers(address, 0) == []
+    calls.write_pointers(address, [5, 2**64 - 1, 1 << 40])
+    assert calls.read_pointers(address, 3) == [5, 2**64 - 1, 1 << 40]
+    assert calls.read_pointers(address, 0) == []
 
 
 def test_every_call_through_python():
@@ -275,7 +275,7 @@ def test_aarch64_code_under_qemu(tmp_path):
     for is_pending in (0, 1):
         restored = "R10,20,30 " if is_pending else ""
         case(f"guard{is_pending}", guard, f"pending = {is_pending};", 0, f"E F T{{args}} {restored}L7 -> 1234")
-    for name, (shape, args_type) in sorted(api._FAST_PATHS.items()):
+    for name, (shape, args_type) in sorted(api.CALLS.fast_paths.items()):
         words = ctypes.sizeof(args_type) // 8
         if isinstance(shape, native.CompleteEvent):
             for event in (complete, 0xBAD):

@@ -18,7 +18,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from stablehlo_interp.device.pjrt import api
+from stablehlo_interp.device.pjrt import calls
 
 DEV = jax.devices("interp")[0]
 
@@ -33,11 +33,11 @@ def assert_flat(action, count: int):
     for _ in range(200):
         action()
     gc.collect()
-    handles, rss = len(api.objects), resident_bytes()
+    handles, rss = len(calls.objects), resident_bytes()
     for _ in range(count):
         action()
     gc.collect()
-    assert len(api.objects) <= handles
+    assert len(calls.objects) <= handles
     assert resident_bytes() < rss * 1.05, (rss, resident_bytes())
 
 

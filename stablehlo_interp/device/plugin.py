@@ -29,6 +29,7 @@ import ctypes
 
 from .pjrt import abi
 from .pjrt import api
+from .pjrt import native
 
 PLATFORM = "interp"
 # Below the CPU's 0: the CPU stays JAX's default device unless the user picks interp
@@ -76,7 +77,7 @@ def initialize() -> None:
 
 def _silence_destroy_calls() -> None:
     """Hazard 3: from now on, Destroy calls must not enter Python."""
-    no_op = api.native_no_op()
+    no_op = native.no_op()
     for name in abi.API_SLOTS:
         if name.endswith("_Destroy"):
             setattr(_table.api, f"PJRT_{name}", no_op)

@@ -1,27 +1,11 @@
-"""The machinery of the PJRT_Api function table: handles, errors, events, thunks.
+"""The PJRT_Api function table: every slot, its thunk, and the native code in front of it.
 
-Each PJRT function ``PJRT_Error* PJRT_X(PJRT_X_Args* args)`` is a Python
-function registered with ``@implements("X", PJRT_X_Args)`` (in the ``calls_*``
-modules): it reads its inputs from the ``args`` structure, writes its outputs
-into it, and raises to report an error. :class:`Table` wraps every function in
-a *thunk* (a ctypes callback) that never lets an exception escape into C: an
-exception becomes a ``PJRT_Error`` carrying a code and the message (for
-interpreter failures, the failing op and its source location), which JAX
-raises as ``JaxRuntimeError``. Slots without an implementation return
-``UNIMPLEMENTED``.
-
-Opaque PJRT pointers (``PJRT_Client*``, ``PJRT_Device*`` ...) are the ``id()``
-of a Python object, kept alive in ``objects`` until the matching
-``*_Destroy``. Buffers and executables are pointed to by a *header* instead:
-a small array of 64-bit words (a buffer's device and memory, an executable's
-counts) that the native fast paths read without entering Python
-(``native.py``, :func:`header_getter`). Outputs that ``pjrt_c_api.h`` says
-live as long as their object (dimensions, strings, device lists) are ctypes
-arrays stored on that object.
-
-Events: every computation finishes before its call returns, so all events are
-created complete (``pjrt_c_api.h`` allows it); ``COMPLETE_EVENT`` is one shared
-event whose ``Destroy`` does nothing.
+The calls come from the ``calls_*`` modules (each a :class:`calls.Calls`).
+:class:`Table` wraps every implementation in a *thunk* (a ctypes callback) that
+never lets an exception escape into C: an exception becomes a ``PJRT_Error``
+carrying a code and the message (for interpreter failures, the failing op and
+its source location), which JAX raises as ``JaxRuntimeError``. Slots without an
+implementation return ``UNIMPLEMENTED``.
 """
 
 from __future__ import annotations
@@ -29,232 +13,18 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from ctypes import addressof, c_uint64, c_void_p
+from ctypes import addressof, c_void_p
 
-from ...errors import InterpreterError
 from . import abi
+from . import calls_buffers
+from . import calls_executables
+from . import calls_platform
 from . import native
-from .. import runtime
 from .abi import API_FUNCTION, VOID_API_FUNCTION
+from .calls import COMPLETE_EVENT, Calls, ReturnError, error_handle
 from ..runtime import PluginError
 
-# ---------------------------------------------------------------- handles
-
-objects: dict[int, object] = {}
-
-
-def handle(obj) -> int:
-    """The opaque pointer handed to JAX for ``obj`` (kept alive until its Destroy)."""
-    key = id(obj)
-    objects[key] = obj
-    return key
-
-
-def lookup(address, kind: str):
-    try:
-        return objects[address]
-    except KeyError:
-        raise PluginError(abi.INVALID_ARGUMENT, f"unknown or destroyed {kind} handle {address!r}") from None
-
-
-def release(address) -> None:
-    objects.pop(address, None)
-
-
-# ---------------------------------------------------------------- C memory
-
-# The address space as an array of 64-bit words: reading or writing one word of C
-# memory costs an index instead of a new ctypes object (jaxlib's argument and
-# output lists are arrays of 8-byte-aligned pointers; so are headers).
-_WORDS = (c_uint64 * (1 << 45)).from_address(0)
-
-HEADER_WORDS = 4
-_HEADERS_PER_CHUNK = 1024
-_header_chunks: list[ctypes.Array] = []   # never freed: a header may be reused, not unmapped
-_free_headers: list[int] = []
-
-
-def header_handle(obj, words) -> int:
-    """The opaque pointer for ``obj``: the address of a header holding ``words``
-    (at most HEADER_WORDS 64-bit words), which native fast paths read; live until
-    :func:`release_header`."""
-    if not _free_headers:
-        chunk = (c_uint64 * (HEADER_WORDS * _HEADERS_PER_CHUNK))()
-        _header_chunks.append(chunk)
-        _free_headers.extend(range(addressof(chunk) + 8 * HEADER_WORDS * (_HEADERS_PER_CHUNK - 1),
-                                   addressof(chunk) - 1, -8 * HEADER_WORDS))
-    address = _free_headers.pop()
-    index = address >> 3
-    for word in words:
-        _WORDS[index] = word
-        index += 1
-    objects[address] = obj
-    return address
-
-
-def header_word(address: int, index: int) -> int:
-    """Word ``index`` of the header of a live handle."""
-    if address not in objects:
-        raise PluginError(abi.INVALID_ARGUMENT, f"unknown or destroyed handle {address!r}")
-    return _WORDS[(address >> 3) + index]
-
-
-def release_header(address) -> None:
-    if objects.pop(address, None) is not None:
-        _free_headers.append(address)
-
-
-def read_pointers(address: int, count: int) -> list:
-    """The ``count`` pointers of the C array at ``address``."""
-    if address & 7:
-        return list((c_void_p * count).from_address(address))
-    first = address >> 3
-    return [_WORDS[first]] if count == 1 else _WORDS[first:first + count]   # one device: no slice
-
-
-def write_pointers(address: int, values) -> None:
-    """Store pointers (ints) into the C array at ``address``."""
-    if address & 7:
-        (c_void_p * len(values)).from_address(address)[:] = values
-        return
-    first = address >> 3
-    if len(values) == 1:
-        _WORDS[first] = values[0]
-    else:
-        _WORDS[first:first + len(values)] = values
-
-
-# ---------------------------------------------------------------- C data handed out
-
-_immortal_strings: dict[str, ctypes.Array] = {}
-
-
-def immortal_string(text: str) -> tuple[int, int]:
-    """(address, size) of a C string that lives for the process (names, kinds, versions)."""
-    buffer = _immortal_strings.get(text)
-    if buffer is None:
-        buffer = _immortal_strings[text] = ctypes.create_string_buffer(text.encode())
-    return addressof(buffer), len(buffer) - 1
-
-
-def c_bytes(owner, attribute: str, data: bytes) -> tuple[int, int]:
-    """(address, size) of a copy of ``data`` stored on ``owner`` (lives as long as it)."""
-    buffer = getattr(owner, attribute, None)
-    if buffer is None:
-        buffer = ctypes.create_string_buffer(data, len(data) + 1)
-        setattr(owner, attribute, buffer)
-    return addressof(buffer), len(buffer) - 1
-
-
-def pointer_array(addresses) -> ctypes.Array:
-    return (c_void_p * len(addresses))(*addresses)
-
-
-NO_ATTRIBUTES = (abi.PJRT_NamedValue * 0)()
-
-
-def native_no_op() -> int:
-    """A native function that ignores its argument and returns 0 (NULL): libc's ``sched_yield``.
-
-    The deleter of outputs that live as long as their object, and (see
-    plugin.py) the Destroy calls that arrive while the interpreter shuts down.
-    """
-    return ctypes.cast(ctypes.CDLL(None).sched_yield, c_void_p).value
-
-
-NO_OP_DELETER = native_no_op()
-
-# ---------------------------------------------------------------- errors and events
-
-
-class Error:
-    """A PJRT_Error: a code and a message that lives until PJRT_Error_Destroy."""
-
-    __slots__ = ("code", "message")
-
-    def __init__(self, code: int, text: str):
-        self.code = code
-        self.message = ctypes.create_string_buffer(text.encode("utf-8", "replace"))
-
-    @property
-    def text(self) -> str:
-        return self.message.value.decode("utf-8", "replace")
-
-
-def error_message(error: BaseException) -> str:
-    if isinstance(error, (InterpreterError, PluginError)):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
-
-
-# Returned when even building an Error fails (e.g. MemoryError); never destroyed.
-FALLBACK_ERROR = Error(abi.INTERNAL, "internal error in the interp PJRT plugin")
-objects[id(FALLBACK_ERROR)] = FALLBACK_ERROR
-
-
-def error_handle(error: BaseException) -> int:
-    try:
-        return handle(Error(runtime.error_code(error), error_message(error)))
-    except BaseException:  # noqa: BLE001 - nothing may escape into C
-        return id(FALLBACK_ERROR)
-
-
-class ReturnError(Exception):
-    """Raised by an implementation to return this PJRT_Error (Event_Error reports one)."""
-
-    def __init__(self, error_handle: int):
-        super().__init__()
-        self.error_handle = error_handle
-
-
-class Event:
-    """A completed event, successful (``error`` None) or failed."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: Error | None = None):
-        self.error = error
-
-
-_COMPLETE = Event()
-COMPLETE_EVENT = handle(_COMPLETE)
-
-# ---------------------------------------------------------------- the table
-
-_IMPLEMENTATIONS: dict[str, tuple] = {}
-
-
-_FAST_PATHS: dict[str, tuple] = {}
-
-
-def implements(name: str, args_type, fast_path=None):
-    """Register the implementation of ``PJRT_<name>``, which takes an ``args_type`` structure.
-
-    ``fast_path`` (a ``native.CompleteEvent``) handles the common case natively
-    and leaves the rest to ``function``.
-    """
-
-    def decorate(function):
-        _IMPLEMENTATIONS[name] = (function, args_type)
-        if fast_path is not None:
-            _FAST_PATHS[name] = (fast_path, args_type)
-        return function
-
-    return decorate
-
-
-def header_getter(name: str, args_type, handle_field: str, **outputs: int) -> None:
-    """``PJRT_<name>`` copies words of the header of ``args.<handle_field>``
-    (:func:`header_handle`) into the outputs: ``args.<field> = header[index]``."""
-    getter = native.HeaderWords(handle_field, tuple(outputs.items()))
-    implements(name, args_type, getter)(lambda args: getter.python(args, header_word))
-
-
-def constant_getter(name: str, args_type, **outputs: int) -> None:
-    """``PJRT_<name>`` writes the same values at every call: ``args.<field> = value``."""
-    getter = native.Constants(tuple(outputs.items()))
-    implements(name, args_type, getter)(getter.python)
-
+CALLS = Calls.union(calls_platform.CALLS, calls_buffers.CALLS, calls_executables.CALLS)
 
 _TRACE = bool(os.environ.get("STABLEHLO_INTERP_PJRT_TRACE"))
 
@@ -304,14 +74,10 @@ class Table:
     _EXTENSION_SLOTS = ("Shardings_ParameterShardings", "Shardings_OutputShardings")
 
     def __init__(self):
-        from . import calls_buffers
-        from . import calls_executables
-        from . import calls_platform  # noqa: F401 - they register the calls
-
         self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._EXTENSION_SLOTS}
         self.entry_points = native.entry_points({name: ctypes.cast(thunk, c_void_p).value
                                                  for name, thunk in self.thunks.items()},
-                                                {} if _TRACE else _FAST_PATHS, COMPLETE_EVENT)
+                                                {} if _TRACE else CALLS.fast_paths, COMPLETE_EVENT)
         self.api = abi.PJRT_Api()
         self.api.struct_size = ctypes.sizeof(abi.PJRT_Api)
         self.api.pjrt_api_version.struct_size = ctypes.sizeof(abi.PJRT_Api_Version)
@@ -329,8 +95,8 @@ class Table:
 
     @staticmethod
     def _thunk(name: str):
-        if name in _IMPLEMENTATIONS:
-            function, args_type = _IMPLEMENTATIONS[name]
+        if name in CALLS.implementations:
+            function, args_type = CALLS.implementations[name]
             python = _thunk(name, function, args_type)
         else:
             python = _unimplemented(name)

@@ -13,8 +13,10 @@ import numpy as np
 
 from . import abi
 from .. import runtime
-from .api import COMPLETE_EVENT, constant_getter, header_getter, header_handle, implements, lookup, release_header
+from .calls import COMPLETE_EVENT, Calls, header_handle, lookup, release_header
 from ..runtime import PluginError
+
+CALLS = Calls()
 
 # A buffer handle points at its header: the handles of the buffer's device and memory.
 HEADER_DEVICE, HEADER_MEMORY = 0, 1
@@ -25,7 +27,7 @@ def buffer_handle(buffer: runtime.Buffer) -> int:
     return header_handle(buffer, (id(device), id(device.memory)))
 
 
-@implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
+@CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
 def client_buffer_from_host_buffer(args):
     """Always copies, so the host buffer is released at once (``done_with_host_buffer`` is complete)."""
     if args.memory:
@@ -55,12 +57,12 @@ def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -
     return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
 
 
-@implements("Buffer_Destroy", abi.PJRT_Buffer_Destroy_Args)
+@CALLS.implements("Buffer_Destroy", abi.PJRT_Buffer_Destroy_Args)
 def buffer_destroy(args):
     release_header(args.buffer)
 
 
-@implements("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args)
+@CALLS.implements("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args)
 def buffer_element_type(args):
     args.type = lookup(args.buffer, "buffer").buffer_type
 
@@ -72,25 +74,25 @@ def _dimensions(buffer: runtime.Buffer) -> int:
     return addressof(dims)
 
 
-@implements("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args)
+@CALLS.implements("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args)
 def buffer_dimensions(args):
     buffer = lookup(args.buffer, "buffer")
     args.dims, args.num_dims = _dimensions(buffer), len(buffer.shape)
 
 
-@implements("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args)
+@CALLS.implements("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args)
 def buffer_unpadded_dimensions(args):
     buffer_dimensions(args)
 
 
-constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args,
-                dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
+CALLS.constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args,
+                      dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
 
 
 _MINOR_TO_MAJOR: dict[int, ctypes.Array] = {}
 
 
-@implements("Buffer_GetMemoryLayout", abi.PJRT_Buffer_GetMemoryLayout_Args)
+@CALLS.implements("Buffer_GetMemoryLayout", abi.PJRT_Buffer_GetMemoryLayout_Args)
 def buffer_get_memory_layout(args):
     """Dense row-major: minor_to_major = (rank-1, ..., 0), no tiles."""
     rank = len(lookup(args.buffer, "buffer").shape)
@@ -106,36 +108,36 @@ def buffer_get_memory_layout(args):
     tiled.tile_dims, tiled.tile_dim_sizes, tiled.num_tiles = None, None, 0
 
 
-@implements("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args)
+@CALLS.implements("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args)
 def buffer_on_device_size(args):
     args.on_device_size_in_bytes = lookup(args.buffer, "buffer").nbytes
 
 
-header_getter("Buffer_Device", abi.PJRT_Buffer_Device_Args, "buffer", device=HEADER_DEVICE)
-header_getter("Buffer_Memory", abi.PJRT_Buffer_Memory_Args, "buffer", memory=HEADER_MEMORY)
+CALLS.header_getter("Buffer_Device", abi.PJRT_Buffer_Device_Args, "buffer", device=HEADER_DEVICE)
+CALLS.header_getter("Buffer_Memory", abi.PJRT_Buffer_Memory_Args, "buffer", memory=HEADER_MEMORY)
 
 
-@implements("Buffer_Delete", abi.PJRT_Buffer_Destroy_Args)
+@CALLS.implements("Buffer_Delete", abi.PJRT_Buffer_Destroy_Args)
 def buffer_delete(args):
     lookup(args.buffer, "buffer").delete()
 
 
-@implements("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args)
+@CALLS.implements("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args)
 def buffer_is_deleted(args):
     args.is_deleted = lookup(args.buffer, "buffer").is_deleted
 
 
-@implements("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args)
+@CALLS.implements("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args)
 def buffer_is_on_cpu(args):
     args.is_on_cpu = False
 
 
-@implements("Buffer_UnsafePointer", abi.PJRT_Buffer_UnsafePointer_Args)
+@CALLS.implements("Buffer_UnsafePointer", abi.PJRT_Buffer_UnsafePointer_Args)
 def buffer_unsafe_pointer(args):
     args.buffer_pointer = lookup(args.buffer, "buffer").data_address()
 
 
-@implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
+@CALLS.implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
 def buffer_ready_event(args):
     args.event = COMPLETE_EVENT
 
@@ -146,12 +148,12 @@ def _copy_to(buffer_address, device: runtime.Device) -> int:
     return buffer_handle(runtime.Buffer(device, buffer.shared()))
 
 
-@implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)
+@CALLS.implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)
 def buffer_copy_to_device(args):
     args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_device, "device"))
 
 
-@implements("Buffer_CopyToMemory", abi.PJRT_Buffer_CopyToMemory_Args)
+@CALLS.implements("Buffer_CopyToMemory", abi.PJRT_Buffer_CopyToMemory_Args)
 def buffer_copy_to_memory(args):
     args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_memory, "memory").device)
 
@@ -174,7 +176,7 @@ def _host_bytes(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-@implements("Buffer_ToHostBuffer", abi.PJRT_Buffer_ToHostBuffer_Args)
+@CALLS.implements("Buffer_ToHostBuffer", abi.PJRT_Buffer_ToHostBuffer_Args)
 def buffer_to_host_buffer(args):
     """With ``dst`` NULL, reports the size needed; otherwise copies and completes at once."""
     buffer = lookup(args.src, "buffer")
@@ -190,7 +192,7 @@ def buffer_to_host_buffer(args):
     args.event = COMPLETE_EVENT
 
 
-@implements("Buffer_CopyRawToHost", abi.PJRT_Buffer_CopyRawToHost_Args)
+@CALLS.implements("Buffer_CopyRawToHost", abi.PJRT_Buffer_CopyRawToHost_Args)
 def buffer_copy_raw_to_host(args):
     buffer = lookup(args.buffer, "buffer")
     data = _host_bytes(buffer, None).view(np.uint8).reshape(-1)

@@ -13,11 +13,12 @@ from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 from . import abi
 from .. import placement
 from .. import runtime
-from .api import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, c_bytes, handle, header_getter, header_handle,
-                  immortal_string, implements, lookup, pointer_array, read_pointers, release, release_header,
-                  write_pointers)
+from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
+                    immortal_string, lookup, pointer_array, read_pointers, release, release_header, write_pointers)
 from .calls_buffers import buffer_handle
 from ..runtime import PluginError
+
+CALLS = Calls()
 
 
 class ExecutableView:
@@ -40,7 +41,7 @@ def _executable(address) -> runtime.Executable:
     return lookup(address, "executable").executable
 
 
-@implements("Client_Compile", abi.PJRT_Client_Compile_Args)
+@CALLS.implements("Client_Compile", abi.PJRT_Client_Compile_Args)
 def client_compile(args):
     """Deserialize the StableHLO portable artifact and build the interpreter's plan, once."""
     view = lookup(args.client, "client")
@@ -56,31 +57,31 @@ def client_compile(args):
 
 # ---------------------------------------------------------------- PJRT_Executable
 
-@implements("Executable_Destroy", abi.PJRT_Executable_Destroy_Args)
+@CALLS.implements("Executable_Destroy", abi.PJRT_Executable_Destroy_Args)
 def executable_destroy(args):
     release_header(args.executable)
 
 
-@implements("Executable_Name", abi.PJRT_Executable_Name_Args)
+@CALLS.implements("Executable_Name", abi.PJRT_Executable_Name_Args)
 def executable_name(args):
     executable = _executable(args.executable)
     args.executable_name, args.executable_name_size = c_bytes(executable, "c_name", executable.name.encode())
 
 
-header_getter("Executable_NumReplicas", abi.PJRT_Executable_NumReplicas_Args, "executable",
-              num_replicas=HEADER_NUM_REPLICAS)
-header_getter("Executable_NumPartitions", abi.PJRT_Executable_NumPartitions_Args, "executable",
-              num_partitions=HEADER_NUM_PARTITIONS)
-header_getter("Executable_NumOutputs", abi.PJRT_Executable_NumOutputs_Args, "executable",
-              num_outputs=HEADER_NUM_OUTPUTS)
+CALLS.header_getter("Executable_NumReplicas", abi.PJRT_Executable_NumReplicas_Args, "executable",
+                    num_replicas=HEADER_NUM_REPLICAS)
+CALLS.header_getter("Executable_NumPartitions", abi.PJRT_Executable_NumPartitions_Args, "executable",
+                    num_partitions=HEADER_NUM_PARTITIONS)
+CALLS.header_getter("Executable_NumOutputs", abi.PJRT_Executable_NumOutputs_Args, "executable",
+                    num_outputs=HEADER_NUM_OUTPUTS)
 
 
-@implements("Executable_SizeOfGeneratedCodeInBytes", abi.PJRT_Executable_SizeOfGeneratedCodeInBytes_Args)
+@CALLS.implements("Executable_SizeOfGeneratedCodeInBytes", abi.PJRT_Executable_SizeOfGeneratedCodeInBytes_Args)
 def executable_size_of_generated_code(args):
     args.size_in_bytes = 0
 
 
-@implements("Executable_GetCostAnalysis", abi.PJRT_Executable_GetCostAnalysis_Args)
+@CALLS.implements("Executable_GetCostAnalysis", abi.PJRT_Executable_GetCostAnalysis_Args)
 def executable_get_cost_analysis(args):
     args.num_properties, args.properties = 0, addressof(NO_ATTRIBUTES)
 
@@ -90,7 +91,7 @@ def _buffer_type(output_type) -> int:
     return abi.BUFFER_TYPE_TOKEN if dtype is None else runtime.BUFFER_TYPE_OF[dtype]
 
 
-@implements("Executable_OutputElementTypes", abi.PJRT_Executable_OutputElementTypes_Args)
+@CALLS.implements("Executable_OutputElementTypes", abi.PJRT_Executable_OutputElementTypes_Args)
 def executable_output_element_types(args):
     executable = _executable(args.executable)
     if not hasattr(executable, "c_output_types"):
@@ -99,7 +100,7 @@ def executable_output_element_types(args):
     args.output_types, args.num_output_types = addressof(executable.c_output_types), executable.num_outputs
 
 
-@implements("Executable_OutputDimensions", abi.PJRT_Executable_OutputDimensions_Args)
+@CALLS.implements("Executable_OutputDimensions", abi.PJRT_Executable_OutputDimensions_Args)
 def executable_output_dimensions(args):
     executable = _executable(args.executable)
     if not hasattr(executable, "c_output_dims"):
@@ -120,7 +121,7 @@ def _strings(executable, attribute: str, value: bytes, count: int) -> tuple[int,
     return addressof(pointers), addressof(sizes)
 
 
-@implements("Executable_OutputMemoryKinds", abi.PJRT_Executable_OutputMemoryKinds_Args)
+@CALLS.implements("Executable_OutputMemoryKinds", abi.PJRT_Executable_OutputMemoryKinds_Args)
 def executable_output_memory_kinds(args):
     executable = _executable(args.executable)
     args.num_outputs = executable.num_outputs
@@ -128,7 +129,7 @@ def executable_output_memory_kinds(args):
                                                          runtime.MEMORY_KIND.encode(), executable.num_outputs)
 
 
-@implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)
+@CALLS.implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)
 def executable_optimized_program(args):
     """The program as StableHLO text (format "mlir"): it is what the interpreter runs, unoptimized.
 
@@ -150,7 +151,7 @@ def executable_optimized_program(args):
 
 # ---------------------------------------------------------------- the Shardings extension
 
-@implements("Shardings_OutputShardings", abi.PJRT_Shardings_PJRT_Executable_OutputShardings_Args)
+@CALLS.implements("Shardings_OutputShardings", abi.PJRT_Shardings_PJRT_Executable_OutputShardings_Args)
 def shardings_output_shardings(args):
     """Serialized ``xla.OpSharding`` of each output (device/placement.py). A program
     without outputs returns an empty tuple, which has a sharding of its own: jaxlib
@@ -161,7 +162,7 @@ def shardings_output_shardings(args):
     args.shardings, args.sharding_sizes = _string_array(executable, "c_output_shardings", shardings)
 
 
-@implements("Shardings_ParameterShardings", abi.PJRT_Shardings_PJRT_Executable_ParameterShardings_Args)
+@CALLS.implements("Shardings_ParameterShardings", abi.PJRT_Shardings_PJRT_Executable_ParameterShardings_Args)
 def shardings_parameter_shardings(args):
     executable = _executable(args.executable)
     args.num_parameters = executable.num_parameters
@@ -182,17 +183,17 @@ def _string_array(executable, attribute: str, values: list) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- PJRT_LoadedExecutable
 
-@implements("LoadedExecutable_Destroy", abi.PJRT_LoadedExecutable_Destroy_Args)
+@CALLS.implements("LoadedExecutable_Destroy", abi.PJRT_LoadedExecutable_Destroy_Args)
 def loaded_executable_destroy(args):
     release(args.executable)
 
 
-@implements("LoadedExecutable_GetExecutable", abi.PJRT_LoadedExecutable_GetExecutable_Args)
+@CALLS.implements("LoadedExecutable_GetExecutable", abi.PJRT_LoadedExecutable_GetExecutable_Args)
 def loaded_executable_get_executable(args):
     args.executable = view_handle(lookup(args.loaded_executable, "executable"))
 
 
-@implements("LoadedExecutable_AddressableDevices", abi.PJRT_LoadedExecutable_AddressableDevices_Args)
+@CALLS.implements("LoadedExecutable_AddressableDevices", abi.PJRT_LoadedExecutable_AddressableDevices_Args)
 def loaded_executable_addressable_devices(args):
     executable = lookup(args.executable, "executable")
     if not hasattr(executable, "c_devices"):
@@ -200,8 +201,8 @@ def loaded_executable_addressable_devices(args):
     args.addressable_devices, args.num_addressable_devices = addressof(executable.c_devices), len(executable.devices)
 
 
-@implements("LoadedExecutable_AddressableDeviceLogicalIds",
-            abi.PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args)
+@CALLS.implements("LoadedExecutable_AddressableDeviceLogicalIds",
+                  abi.PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args)
 def loaded_executable_logical_ids(args):
     executable = lookup(args.executable, "executable")
     count = len(executable.devices)
@@ -213,7 +214,7 @@ def loaded_executable_logical_ids(args):
         addressof(executable.c_logical_ids), count
 
 
-@implements("LoadedExecutable_GetDeviceAssignment", abi.PJRT_LoadedExecutable_GetDeviceAssignment_Args)
+@CALLS.implements("LoadedExecutable_GetDeviceAssignment", abi.PJRT_LoadedExecutable_GetDeviceAssignment_Args)
 def loaded_executable_get_device_assignment(args):
     """The serialized DeviceAssignmentProto; empty for a portable executable."""
     executable = lookup(args.executable, "executable")
@@ -223,17 +224,17 @@ def loaded_executable_get_device_assignment(args):
     args.serialized_device_assignment_deleter = NO_OP_DELETER
 
 
-@implements("LoadedExecutable_Delete", abi.PJRT_LoadedExecutable_Destroy_Args)
+@CALLS.implements("LoadedExecutable_Delete", abi.PJRT_LoadedExecutable_Destroy_Args)
 def loaded_executable_delete(args):
     lookup(args.executable, "executable").deleted = True
 
 
-@implements("LoadedExecutable_IsDeleted", abi.PJRT_LoadedExecutable_IsDeleted_Args)
+@CALLS.implements("LoadedExecutable_IsDeleted", abi.PJRT_LoadedExecutable_IsDeleted_Args)
 def loaded_executable_is_deleted(args):
     args.is_deleted = lookup(args.executable, "executable").deleted
 
 
-@implements("LoadedExecutable_Execute", abi.PJRT_LoadedExecutable_Execute_Args)
+@CALLS.implements("LoadedExecutable_Execute", abi.PJRT_LoadedExecutable_Execute_Args)
 def loaded_executable_execute(args):
     """Run on ``num_devices`` devices, one argument list each (device/placement.py); outputs
     go into the caller's ``output_lists``, one list per device, and every event is complete."""

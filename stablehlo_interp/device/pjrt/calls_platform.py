@@ -8,37 +8,40 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.metadata
 from ctypes import addressof, c_int, c_int64
 
 from . import abi
 from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
-from .api import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Error, ReturnError, constant_getter,
-                  handle, immortal_string, implements, lookup, objects, pointer_array, release)
+from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
+                    immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
+
+CALLS = Calls()
 
 # ---------------------------------------------------------------- errors
 
 
-@implements("Error_Destroy", abi.PJRT_Error_Destroy_Args)
+@CALLS.implements("Error_Destroy", abi.PJRT_Error_Destroy_Args)
 def error_destroy(args):
     if args.error != id(FALLBACK_ERROR):
         release(args.error)
 
 
-@implements("Error_Message", abi.PJRT_Error_Message_Args)
+@CALLS.implements("Error_Message", abi.PJRT_Error_Message_Args)
 def error_message(args):
     error = lookup(args.error, "error")
     args.message, args.message_size = addressof(error.message), len(error.message) - 1
 
 
-@implements("Error_GetCode", abi.PJRT_Error_GetCode_Args)
+@CALLS.implements("Error_GetCode", abi.PJRT_Error_GetCode_Args)
 def error_get_code(args):
     args.code = lookup(args.error, "error").code
 
 
-@implements("Error_ForEachPayload", abi.PJRT_Error_ForEachPayload_Args)
+@CALLS.implements("Error_ForEachPayload", abi.PJRT_Error_ForEachPayload_Args)
 def error_for_each_payload(args):
     """Our errors carry no payloads: nothing to visit."""
 
@@ -74,12 +77,12 @@ def _version(text: str) -> tuple:
 _plugin_attributes: list = []
 
 
-@implements("Plugin_Initialize", abi.Args)
+@CALLS.implements("Plugin_Initialize", abi.Args)
 def plugin_initialize(args):
     """Nothing to set up: Client_Create builds the client."""
 
 
-@implements("Plugin_Attributes", abi.PJRT_Plugin_Attributes_Args)
+@CALLS.implements("Plugin_Attributes", abi.PJRT_Plugin_Attributes_Args)
 def plugin_attributes(args):
     """The StableHLO versions JAX serializes for: jaxlib's own."""
     if not _plugin_attributes:
@@ -101,25 +104,25 @@ def _event_error(event) -> int | None:
     return None if error is None else handle(Error(error.code, error.text))
 
 
-@implements("Event_Destroy", abi.PJRT_Event_Destroy_Args, native.CompleteEvent())
+@CALLS.implements("Event_Destroy", abi.PJRT_Event_Destroy_Args, native.CompleteEvent())
 def event_destroy(args):
     if args.event != COMPLETE_EVENT:
         release(args.event)
 
 
-@implements("Event_IsReady", abi.PJRT_Event_IsReady_Args)
+@CALLS.implements("Event_IsReady", abi.PJRT_Event_IsReady_Args)
 def event_is_ready(args):
     args.is_ready = True
 
 
-@implements("Event_Error", abi.PJRT_Event_Error_Args)
+@CALLS.implements("Event_Error", abi.PJRT_Event_Error_Args)
 def event_error(args):
     error = _event_error(lookup(args.event, "event"))
     if error is not None:
         raise ReturnError(error)
 
 
-@implements("Event_Await", abi.PJRT_Event_Error_Args)
+@CALLS.implements("Event_Await", abi.PJRT_Event_Error_Args)
 def event_await(args):
     event_error(args)
 
@@ -127,7 +130,7 @@ def event_await(args):
 _on_ready_callbacks: dict[int, object] = {}
 
 
-@implements("Event_OnReady", abi.PJRT_Event_OnReady_Args, native.CompleteEvent(on_ready=True))
+@CALLS.implements("Event_OnReady", abi.PJRT_Event_OnReady_Args, native.CompleteEvent(on_ready=True))
 def event_on_ready(args):
     """The event is complete: call back at once (the callback owns the error it gets)."""
     address = args.callback
@@ -153,71 +156,79 @@ class ClientView:
             device.memory.c_devices = pointer_array([id(device)])
 
 
-def _platform_version() -> str:
-    from ... import __version__
+def _package_version() -> str:
+    """The installed distribution's version (pyproject.toml's); a source tree that was
+    never installed has none."""
+    try:
+        return importlib.metadata.version("stablehlo-interp")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
-    return f"stablehlo_interp {__version__}"
+
+# Part of the topology fingerprint, so JAX's compilation cache never serves one version's
+# executables to another.
+PLATFORM_VERSION = f"stablehlo_interp {_package_version()}"
 
 
-@implements("Client_Create", abi.PJRT_Client_Create_Args)
+@CALLS.implements("Client_Create", abi.PJRT_Client_Create_Args)
 def client_create(args):
     args.client = handle(ClientView(runtime.Client()))
 
 
-@implements("Client_Destroy", abi.PJRT_Client_Destroy_Args)
+@CALLS.implements("Client_Destroy", abi.PJRT_Client_Destroy_Args)
 def client_destroy(args):
     """Devices and memories stay: buffers and executables may still refer to them."""
 
 
-@implements("Client_PlatformName", abi.PJRT_Client_PlatformName_Args)
+@CALLS.implements("Client_PlatformName", abi.PJRT_Client_PlatformName_Args)
 def client_platform_name(args):
     args.platform_name, args.platform_name_size = immortal_string(runtime.PLATFORM_NAME)
 
 
-@implements("Client_ProcessIndex", abi.PJRT_Client_ProcessIndex_Args)
+@CALLS.implements("Client_ProcessIndex", abi.PJRT_Client_ProcessIndex_Args)
 def client_process_index(args):
     args.process_index = 0
 
 
-@implements("Client_PlatformVersion", abi.PJRT_Client_PlatformVersion_Args)
+@CALLS.implements("Client_PlatformVersion", abi.PJRT_Client_PlatformVersion_Args)
 def client_platform_version(args):
-    args.platform_version, args.platform_version_size = immortal_string(_platform_version())
+    args.platform_version, args.platform_version_size = immortal_string(PLATFORM_VERSION)
 
 
-@implements("Client_Devices", abi.PJRT_Client_Devices_Args)
+@CALLS.implements("Client_Devices", abi.PJRT_Client_Devices_Args)
 def client_devices(args):
     view = lookup(args.client, "client")
     args.devices, args.num_devices = addressof(view.c_devices), len(view.devices)
 
 
-@implements("Client_AddressableDevices", abi.PJRT_Client_AddressableDevices_Args)
+@CALLS.implements("Client_AddressableDevices", abi.PJRT_Client_AddressableDevices_Args)
 def client_addressable_devices(args):
     view = lookup(args.client, "client")
     args.addressable_devices, args.num_addressable_devices = addressof(view.c_devices), len(view.devices)
 
 
-@implements("Client_LookupDevice", abi.PJRT_Client_LookupDevice_Args)
+@CALLS.implements("Client_LookupDevice", abi.PJRT_Client_LookupDevice_Args)
 def client_lookup_device(args):
     args.device = id(lookup(args.client, "client").client.lookup_device(args.id))
 
 
-@implements("Client_LookupAddressableDevice", abi.PJRT_Client_LookupAddressableDevice_Args)
+@CALLS.implements("Client_LookupAddressableDevice", abi.PJRT_Client_LookupAddressableDevice_Args)
 def client_lookup_addressable_device(args):
     args.addressable_device = id(lookup(args.client, "client").client.lookup_device(args.local_hardware_id))
 
 
-@implements("Client_AddressableMemories", abi.PJRT_Client_AddressableMemories_Args)
+@CALLS.implements("Client_AddressableMemories", abi.PJRT_Client_AddressableMemories_Args)
 def client_addressable_memories(args):
     view = lookup(args.client, "client")
     args.addressable_memories, args.num_addressable_memories = addressof(view.c_memories), len(view.memories)
 
 
-@implements("Client_TopologyDescription", abi.PJRT_Client_TopologyDescription_Args)
+@CALLS.implements("Client_TopologyDescription", abi.PJRT_Client_TopologyDescription_Args)
 def client_topology_description(args):
     args.topology = args.client
 
 
-@implements("Client_DefaultDeviceAssignment", abi.PJRT_Client_DefaultDeviceAssignment_Args)
+@CALLS.implements("Client_DefaultDeviceAssignment", abi.PJRT_Client_DefaultDeviceAssignment_Args)
 def client_default_device_assignment(args):
     devices = lookup(args.client, "client").client.devices
     count = args.num_replicas * args.num_partitions
@@ -230,64 +241,64 @@ def client_default_device_assignment(args):
 
 # ---------------------------------------------------------------- devices
 
-@implements("DeviceDescription_Id", abi.PJRT_DeviceDescription_Id_Args)
+@CALLS.implements("DeviceDescription_Id", abi.PJRT_DeviceDescription_Id_Args)
 def device_description_id(args):
     args.id = lookup(args.device_description, "device").id
 
 
-@implements("DeviceDescription_ProcessIndex", abi.PJRT_DeviceDescription_ProcessIndex_Args)
+@CALLS.implements("DeviceDescription_ProcessIndex", abi.PJRT_DeviceDescription_ProcessIndex_Args)
 def device_description_process_index(args):
     args.process_index = lookup(args.device_description, "device").process_index
 
 
-@implements("DeviceDescription_Attributes", abi.PJRT_DeviceDescription_Attributes_Args)
+@CALLS.implements("DeviceDescription_Attributes", abi.PJRT_DeviceDescription_Attributes_Args)
 def device_description_attributes(args):
     args.attributes, args.num_attributes = addressof(NO_ATTRIBUTES), 0
 
 
-@implements("DeviceDescription_Kind", abi.PJRT_DeviceDescription_Kind_Args)
+@CALLS.implements("DeviceDescription_Kind", abi.PJRT_DeviceDescription_Kind_Args)
 def device_description_kind(args):
     args.device_kind, args.device_kind_size = immortal_string(lookup(args.device_description, "device").kind)
 
 
-@implements("DeviceDescription_DebugString", abi.PJRT_DeviceDescription_DebugString_Args)
+@CALLS.implements("DeviceDescription_DebugString", abi.PJRT_DeviceDescription_DebugString_Args)
 def device_description_debug_string(args):
     device = lookup(args.device_description, "device")
     args.debug_string, args.debug_string_size = immortal_string(device.debug_string)
 
 
-@implements("DeviceDescription_ToString", abi.PJRT_DeviceDescription_ToString_Args)
+@CALLS.implements("DeviceDescription_ToString", abi.PJRT_DeviceDescription_ToString_Args)
 def device_description_to_string(args):
     device = lookup(args.device_description, "device")
     args.to_string, args.to_string_size = immortal_string(device.to_string)
 
 
-@implements("Device_GetDescription", abi.PJRT_Device_GetDescription_Args)
+@CALLS.implements("Device_GetDescription", abi.PJRT_Device_GetDescription_Args)
 def device_get_description(args):
     args.device_description = args.device
 
 
-@implements("Device_IsAddressable", abi.PJRT_Device_IsAddressable_Args)
+@CALLS.implements("Device_IsAddressable", abi.PJRT_Device_IsAddressable_Args)
 def device_is_addressable(args):
     args.is_addressable = True
 
 
-@implements("Device_LocalHardwareId", abi.PJRT_Device_LocalHardwareId_Args)
+@CALLS.implements("Device_LocalHardwareId", abi.PJRT_Device_LocalHardwareId_Args)
 def device_local_hardware_id(args):
     args.local_hardware_id = lookup(args.device, "device").local_hardware_id
 
 
-@implements("Device_AddressableMemories", abi.PJRT_Device_AddressableMemories_Args)
+@CALLS.implements("Device_AddressableMemories", abi.PJRT_Device_AddressableMemories_Args)
 def device_addressable_memories(args):
     args.memories, args.num_memories = addressof(lookup(args.device, "device").c_memories), 1
 
 
-@implements("Device_DefaultMemory", abi.PJRT_Device_DefaultMemory_Args)
+@CALLS.implements("Device_DefaultMemory", abi.PJRT_Device_DefaultMemory_Args)
 def device_default_memory(args):
     args.memory = id(lookup(args.device, "device").memory)
 
 
-@implements("Device_MemoryStats", abi.PJRT_Device_MemoryStats_Args)
+@CALLS.implements("Device_MemoryStats", abi.PJRT_Device_MemoryStats_Args)
 def device_memory_stats(args):
     """Bytes held by the device's live buffers (counted on request: nothing is tracked per call).
 
@@ -302,7 +313,7 @@ def device_memory_stats(args):
     args.num_allocs, args.num_allocs_is_set = len(buffers), True
 
 
-@implements("Device_GetAttributes", abi.PJRT_Device_GetAttributes_Args)
+@CALLS.implements("Device_GetAttributes", abi.PJRT_Device_GetAttributes_Args)
 def device_get_attributes(args):
     """No attributes; jaxlib requires a non-NULL deleter all the same."""
     args.attributes, args.num_attributes = addressof(NO_ATTRIBUTES), 0
@@ -312,66 +323,67 @@ def device_get_attributes(args):
 
 # ---------------------------------------------------------------- memories
 
-@implements("Memory_Id", abi.PJRT_Memory_Id_Args)
+@CALLS.implements("Memory_Id", abi.PJRT_Memory_Id_Args)
 def memory_id(args):
     args.id = lookup(args.memory, "memory").id
 
 
+# One kind of memory.
 _kind, _kind_size = immortal_string(runtime.MEMORY_KIND)
-constant_getter("Memory_Kind", abi.PJRT_Memory_Kind_Args, kind=_kind, kind_size=_kind_size)   # one kind of memory
+CALLS.constant_getter("Memory_Kind", abi.PJRT_Memory_Kind_Args, kind=_kind, kind_size=_kind_size)
 
 
-@implements("Memory_Kind_Id", abi.PJRT_Memory_Kind_Id_Args)
+@CALLS.implements("Memory_Kind_Id", abi.PJRT_Memory_Kind_Id_Args)
 def memory_kind_id(args):
     args.kind_id = 0
 
 
-@implements("Memory_DebugString", abi.PJRT_Memory_DebugString_Args)
+@CALLS.implements("Memory_DebugString", abi.PJRT_Memory_DebugString_Args)
 def memory_debug_string(args):
     args.debug_string, args.debug_string_size = immortal_string(lookup(args.memory, "memory").debug_string)
 
 
-@implements("Memory_ToString", abi.PJRT_Memory_ToString_Args)
+@CALLS.implements("Memory_ToString", abi.PJRT_Memory_ToString_Args)
 def memory_to_string(args):
     args.to_string, args.to_string_size = immortal_string(lookup(args.memory, "memory").debug_string)
 
 
-@implements("Memory_AddressableByDevices", abi.PJRT_Memory_AddressableByDevices_Args)
+@CALLS.implements("Memory_AddressableByDevices", abi.PJRT_Memory_AddressableByDevices_Args)
 def memory_addressable_by_devices(args):
     args.devices, args.num_devices = addressof(lookup(args.memory, "memory").c_devices), 1
 
 
 # ---------------------------------------------------------------- topology (the client)
 
-@implements("TopologyDescription_Destroy", abi.PJRT_TopologyDescription_Destroy_Args)
+@CALLS.implements("TopologyDescription_Destroy", abi.PJRT_TopologyDescription_Destroy_Args)
 def topology_destroy(args):
     """The topology is the client: nothing to free."""
 
 
-@implements("TopologyDescription_PlatformName", abi.PJRT_TopologyDescription_PlatformName_Args)
+@CALLS.implements("TopologyDescription_PlatformName", abi.PJRT_TopologyDescription_PlatformName_Args)
 def topology_platform_name(args):
     args.platform_name, args.platform_name_size = immortal_string(runtime.PLATFORM_NAME)
 
 
-@implements("TopologyDescription_PlatformVersion", abi.PJRT_TopologyDescription_PlatformVersion_Args)
+@CALLS.implements("TopologyDescription_PlatformVersion", abi.PJRT_TopologyDescription_PlatformVersion_Args)
 def topology_platform_version(args):
-    args.platform_version, args.platform_version_size = immortal_string(_platform_version())
+    args.platform_version, args.platform_version_size = immortal_string(PLATFORM_VERSION)
 
 
-@implements("TopologyDescription_GetDeviceDescriptions", abi.PJRT_TopologyDescription_GetDeviceDescriptions_Args)
+@CALLS.implements("TopologyDescription_GetDeviceDescriptions", abi.PJRT_TopologyDescription_GetDeviceDescriptions_Args)
 def topology_get_device_descriptions(args):
     view = lookup(args.topology, "topology")
     args.descriptions, args.num_descriptions = addressof(view.c_devices), len(view.devices)
 
 
-@implements("TopologyDescription_Attributes", abi.PJRT_TopologyDescription_Attributes_Args)
+@CALLS.implements("TopologyDescription_Attributes", abi.PJRT_TopologyDescription_Attributes_Args)
 def topology_attributes(args):
     args.attributes, args.num_attributes = addressof(NO_ATTRIBUTES), 0
 
 
-@implements("TopologyDescription_Fingerprint", abi.PJRT_TopologyDescription_Fingerprint_Args)
+@CALLS.implements("TopologyDescription_Fingerprint", abi.PJRT_TopologyDescription_Fingerprint_Args)
 def topology_fingerprint(args):
     """Identifies the platform and its device count (part of JAX's compilation cache key)."""
     view = lookup(args.topology, "topology")
-    text = f"{runtime.PLATFORM_NAME}/{_platform_version()}/{len(view.devices)}".encode()
+    text = f"{runtime.PLATFORM_NAME}/{PLATFORM_VERSION}/{len(view.devices)}".encode()
     args.fingerprint = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")

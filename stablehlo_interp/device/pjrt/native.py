@@ -30,7 +30,7 @@ makes a dozen PJRT calls, most of them getters that copy a value JAX could
 have kept (``Executable_NumReplicas`` twice per call, ``Buffer_Device`` of
 every output ...). Those get native code of three shapes (:class:`Constants`,
 :class:`HeaderWords`, :class:`CompleteEvent`) that never enters Python; the
-data they read lives in C (the *header* of a handle, ``api.header_handle``).
+data they read lives in C (the *header* of a handle, ``calls.header_handle``).
 Each fast path has the Python implementation that serves it where there is no
 native code and with ``STABLEHLO_INTERP_PJRT_TRACE``.
 
@@ -246,7 +246,7 @@ class HeaderWords:
     """Copies words of a handle's header into ``args``: ``args.field = header[index]``.
 
     The handle in ``args.<handle>`` is the address of its header
-    (``api.header_handle``), an array of 64-bit words.
+    (``calls.header_handle``), an array of 64-bit words.
     """
 
     handle: str
@@ -314,6 +314,15 @@ class _CodePages:
 
 def _address(function) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def no_op() -> int:
+    """A native function that ignores its argument and returns 0 (NULL): libc's ``sched_yield``.
+
+    The deleter of outputs that live as long as their object (``calls.NO_OP_DELETER``), and
+    (see plugin.py) the Destroy calls that arrive while the interpreter shuts down.
+    """
+    return _address(ctypes.CDLL(None).sched_yield)
 
 
 def guard_code(machine, thunk: int, python_api: dict[str, int]) -> bytes:
