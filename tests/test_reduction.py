@@ -144,7 +144,7 @@ func.func @main(%x: tensor<3x5xf32>, %i: tensor<3x5xi32>, %x0: tensor<f32>, %i0:
 def test_argmax_body_fast_path_matches_the_reference(reference, direction, seed):
     """The closed form for JAX's argmax/argmin body (any indices, any init) against
     the C++ interpreter's fold: NaN first, ties of values and of +-0.0."""
-    from stablehlo_interp.ops.reduction import argminmax_of
+    from stablehlo_interp.engine.regions import argminmax_of
 
     text = ARGMAX_TEXT.replace("DIRECTION", direction)
     program = si.load(text)

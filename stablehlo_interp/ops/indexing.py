@@ -16,7 +16,8 @@ import numpy as np
 
 from ..ir.decode import GatherDimensionNumbers
 from ..engine.registry import op
-from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc
+from ..engine.regions import is_elementwise, monoid_of, monoid_ufunc
+from .reduction import Windows
 from .support import integer_compute_dtype, static_shape
 
 _INT64_MAX = np.iinfo(np.int64).max
