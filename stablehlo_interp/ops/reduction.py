@@ -24,7 +24,7 @@ import numpy as np
 from ..engine.registry import op
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import integer_compute_dtype
+from .support import ExtremumOfZeros, integer_compute_dtype
 
 
 def monoid_reducer(name: str, ttype):
@@ -61,15 +61,11 @@ def monoid_reducer(name: str, ttype):
 
 
 def _float_extremum(is_max: bool, dtype):
-    """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum.
-
-    NumPy returns either zero of (-0.0, +0.0). Where the extremum is zero, its sign
-    comes from a sum of the zeros, which is +0.0 unless all are -0.0: the
-    maximum's zero; the minimum's is the negated sum of the negated zeros.
-    """
+    """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum:
+    where NumPy's extremum is zero, the zero comes from a sum over the reduced
+    axes (ExtremumOfZeros)."""
     ufunc = np.maximum if is_max else np.minimum
-    sign = dtype.type(1 if is_max else -1)
-    no_zero = dtype.type(-0.0)   # adds nothing to a sum of zeros
+    zeros = ExtremumOfZeros(is_max)
 
     def run(values, axes, init):
         if not values.size:
@@ -77,10 +73,8 @@ def _float_extremum(is_max: bool, dtype):
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
         if extremum.all():  # no zeros (NaN counts as true)
             return extremum
-        zeros = np.where(values == 0, sign * values, no_zero)
-        init_zero = sign * init if init == 0 else no_zero
-        signed_zero = sign * (np.add.reduce(zeros, axis=axes, dtype=dtype) + init_zero)
-        return np.where(extremum == 0, signed_zero, extremum).astype(dtype, copy=False)
+        total = np.add.reduce(zeros.terms(values), axis=axes, dtype=dtype) + zeros.terms(init)
+        return np.where(extremum == 0, zeros.from_sum(total), extremum).astype(dtype, copy=False)
 
     return run
 
