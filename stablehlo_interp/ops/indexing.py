@@ -201,7 +201,7 @@ def _monoid_at(name: str, ttype):
 
 def _float_extremum_at(is_max: bool):
     """``maximum.at`` / ``minimum.at`` with stablehlo's -0.0 < +0.0: where the result
-    is zero, the zero comes from a sum over each target's updates (ExtremumOfZeros)."""
+    is zero, the zero comes from a sum over each target's value and updates (ExtremumOfZeros)."""
     ufunc = np.maximum if is_max else np.minimum
     zeros = ExtremumOfZeros(is_max)
 

@@ -73,8 +73,8 @@ def _float_extremum(is_max: bool, dtype):
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
         if extremum.all():  # no zeros (NaN counts as true)
             return extremum
-        total = np.add.reduce(zeros.terms(values), axis=axes, dtype=dtype) + zeros.terms(init)
-        return np.where(extremum == 0, zeros.from_sum(total), extremum).astype(dtype, copy=False)
+        return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
+            dtype, copy=False)
 
     return run
 
