@@ -11,7 +11,7 @@ from ..ir import sources
 from ..ir.decode import decode_attribute, decode_location, decode_type
 from ..engine.run import UNOBSERVED, Execution, numpy_warnings_off
 from ..errors import ArgumentError, ModuleError
-from ..engine.plan import Function, Region
+from ..engine.plan import Function
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
@@ -57,9 +57,9 @@ class Program:
             self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
             self._refined: dict = {}
             if not self.shape_polymorphic:
-                compiler = Compiler(self, self.file_name)
-                for name, operation in func_ops.items():
-                    compiler.compile_function(operation, self.functions[name])
+                compiler = Compiler(self, self.file_name, func_ops)
+                for function in self.functions.values():
+                    compiler.compile_function(function)
 
     def function(self, name: str) -> Function:
         try:
@@ -226,8 +226,7 @@ def _declare_function(operation, file_name) -> Function:
     result_types = tuple(decode_type(t) for t in function_type.results)
     arg_names = _value_names(attributes, "arg_attrs", len(arg_types), operation)
     result_names = _value_names(attributes, "res_attrs", len(result_types), None)
-    region = Region(f"@{name}")
-    return Function(name, visibility, arg_types, result_types, arg_names, result_names, region,
+    return Function(name, visibility, arg_types, result_types, arg_names, result_names,
                     decode_location(operation.location, file_name),
                     has_body=len(operation.regions[0].blocks) > 0)
 
