@@ -138,8 +138,10 @@ class ExtremumOfZeros:
         """The extremum's zero of ``values`` reduced over ``axes`` from ``init``.
 
         NumPy's sum starts from +0.0, which turns a sum of -0.0 terms into +0.0:
-        this one starts from the init's term."""
-        initial = self.terms(init)[()]
+        this one starts from the init's term (a scalar: ``terms`` of a 0-d array
+        costs more than the rest)."""
+        init = np.asarray(init)[()]
+        initial = self.sign * init if init == 0 else -0.0
         return self.from_sum(np.add.reduce(self.terms(values), axis=axes, dtype=dtype, initial=initial))
 
     def terms(self, values):
