@@ -162,6 +162,72 @@ func.func private @countdown(%x: tensor<i32>) -> tensor<i32> {
     assert out == 20  # countdown(5) = 2 * 5, then doubled
 
 
+MUTUAL_RECURSION = """
+func.func @main(%x: tensor<i32>) -> tensor<i1> {
+  %0 = func.call @is_even(%x) : (tensor<i32>) -> tensor<i1>
+  return %0 : tensor<i1>
+}
+func.func private @is_even(%x: tensor<i32>) -> tensor<i1> {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %done = stablehlo.compare EQ, %x, %zero : (tensor<i32>, tensor<i32>) -> tensor<i1>
+  %r = "stablehlo.if"(%done) ({
+    %true = stablehlo.constant dense<true> : tensor<i1>
+    stablehlo.return %true : tensor<i1>
+  }, {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %y = stablehlo.subtract %x, %one : tensor<i32>
+    %odd = func.call @is_odd(%y) : (tensor<i32>) -> tensor<i1>
+    stablehlo.return %odd : tensor<i1>
+  }) : (tensor<i1>) -> tensor<i1>
+  return %r : tensor<i1>
+}
+func.func private @is_odd(%x: tensor<i32>) -> tensor<i1> {
+  %0 = func.call @is_even(%x) : (tensor<i32>) -> tensor<i1>
+  %1 = stablehlo.not %0 : tensor<i1>
+  return %1 : tensor<i1>
+}"""
+
+
+def test_mutual_recursion_declared_after_its_caller():
+    """Callees compile before their callers, whatever the order of declaration; a call
+    back into a function being compiled gets that function's own plan."""
+    program = si.load(MUTUAL_RECURSION)
+    is_even, is_odd = program.function("is_even").region, program.function("is_odd").region
+    (call_odd,) = [step for step in is_even.steps[-1].regions[1].steps if step.name == "func.call"]
+    assert call_odd.regions == (is_odd,) and is_odd.steps[0].regions == (is_even,)
+    assert [bool(program.run(np.int32(n))[0]) for n in range(5)] == [True, False, True, False, True]
+    deepest = max(si.tools.trace(program, np.int32(2)), key=lambda record: len(record.stack))
+    assert [call.region for call in deepest.stack if call.region.startswith("@")] == \
+        ["@is_even", "@is_odd", "@is_even", "@is_odd", "@is_even"]
+
+
+def test_recursive_call_of_quantized_values():
+    quantized = "tensor<!quant.uniform<i8:f32, 0.5:2>>"
+    text = f"""
+func.func @main(%n: tensor<i32>, %x: tensor<f32>) -> tensor<f32> {{
+  %q = stablehlo.uniform_quantize %x : (tensor<f32>) -> {quantized}
+  %r = func.call @add_n_times(%n, %q, %q) : (tensor<i32>, {quantized}, {quantized}) -> {quantized}
+  %y = stablehlo.uniform_dequantize %r : ({quantized}) -> tensor<f32>
+  return %y : tensor<f32>
+}}
+func.func private @add_n_times(%n: tensor<i32>, %step: {quantized}, %sum: {quantized}) -> {quantized} {{
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %done = stablehlo.compare LE, %n, %zero : (tensor<i32>, tensor<i32>) -> tensor<i1>
+  %r = "stablehlo.if"(%done) ({{
+    stablehlo.return %sum : {quantized}
+  }}, {{
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %m = stablehlo.subtract %n, %one : tensor<i32>
+    %more = stablehlo.add %sum, %step : {quantized}
+    %s = func.call @add_n_times(%m, %step, %more) : (tensor<i32>, {quantized}, {quantized}) -> {quantized}
+    stablehlo.return %s : {quantized}
+  }}) : (tensor<i1>) -> {quantized}
+  return %r : {quantized}
+}}"""
+    (out,) = si.run(text, np.int32(3), np.float32(1.5))
+    assert out == 6.0
+
+
 # -------------------------------------------- against the C++ reference interpreter
 
 IF_TEXT = """

@@ -108,6 +108,23 @@ def test_reduce_signed_zeros_and_empty_inputs(init):
     same_as_xla(fn, x)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=dtype_id)
+def test_reduce_extremum_of_zeros_has_xla_sign(dtype):
+    """max of zeros is -0.0 only when all of them and init are, min is +0.0 only when
+    all are +0.0 (spec: maximum, minimum). Compared sign bit by sign bit: the ULP
+    distance of same_as_xla counts -0.0 and +0.0 as equal. (NumPy's sum of -0.0s
+    is +0.0, which once gave max(-0.0, -0.0, -0.0) = +0.0.)"""
+    x = np.array([[-0.0, -0.0, -0.0], [0.0, 0.0, 0.0], [-0.0, 0.0, -0.0], [-0.0, 3.0, 0.0]], dtype)
+
+    def fn(x):
+        return tuple(lax.reduce(x, dtype(init), computation, axes)
+                     for computation in (lax.max, lax.min) for init in (-0.0, 0.0) for axes in ((1,), (0, 1)))
+
+    for actual, expected in zip(run_interp(fn, x), run_xla(fn, x)):
+        np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected))
+        np.testing.assert_array_equal(actual, expected)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, np.int8, np.uint32, np.bool_],
                          ids=dtype_id)
 def test_argmax_argmin_with_nan_and_ties(dtype):
@@ -144,7 +161,7 @@ func.func @main(%x: tensor<3x5xf32>, %i: tensor<3x5xi32>, %x0: tensor<f32>, %i0:
 def test_argmax_body_fast_path_matches_the_reference(reference, direction, seed):
     """The closed form for JAX's argmax/argmin body (any indices, any init) against
     the C++ interpreter's fold: NaN first, ties of values and of +-0.0."""
-    from stablehlo_interp.ops.reduction import argminmax_of
+    from stablehlo_interp.engine.regions import argminmax_of
 
     text = ARGMAX_TEXT.replace("DIRECTION", direction)
     program = si.load(text)

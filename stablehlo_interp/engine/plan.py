@@ -50,7 +50,13 @@ class ModuleInfo:
 
 @dataclass
 class OpInfo:
-    """What an op's builder sees at load time: everything decoded to plain values."""
+    """What an op's builder sees at load time: everything decoded to plain values.
+
+    ``regions`` are the op's compiled regions, then the bodies of the functions
+    it calls (func.call, composite, custom_call's called_computations). A call
+    to a function whose body is still being compiled, a recursive call, has None
+    there until that body is built; the compiler fills it in before anything runs.
+    """
 
     name: str
     attributes: dict
@@ -121,21 +127,32 @@ class Step:
 
 
 class Region:
-    """A compiled block: captures in slots ``[0, n_captures)``, then arguments, then results."""
+    """A compiled block: captures in slots ``[0, n_captures)``, then arguments, then results.
 
-    def __init__(self, description: str):
+    Built whole, from what the block is: its steps (their slots already in that
+    layout), how many values it captures, its argument types, the slots and
+    types of what it returns, where it returns, and how many slots it uses. The
+    rest follows here: each step's releases, the program the run loop reads
+    and the result slots of a fresh environment.
+    """
+
+    __slots__ = ("description", "steps", "n_captures", "arg_types", "n_args", "outputs", "output_types",
+                 "return_location", "n_slots", "program", "result_slots")
+
+    def __init__(self, description: str, steps, n_captures: int, arg_types, outputs, output_types,
+                 return_location: SourceLocation | None, n_slots: int):
         self.description = description
-        self.steps: list[Step] = []
-        self.n_captures = 0
-        self.n_args = 0
-        self.n_slots = 0
-        self.arg_types: tuple = ()
-        self.outputs: tuple[int, ...] = ()
-        self.output_types: tuple = ()
-        self.return_location: SourceLocation | None = None
-        self.captured_values: list = []  # the outer MLIR values; load time only
-        self.program: tuple = ()  # the steps as the run loop reads them (see compile_program)
-        self.result_slots: tuple = ()  # one None per slot after the arguments: the env's tail
+        self.steps: tuple[Step, ...] = tuple(steps)
+        self.n_captures = n_captures
+        self.arg_types: tuple = tuple(arg_types)
+        self.n_args = len(self.arg_types)
+        self.outputs: tuple[int, ...] = tuple(outputs)
+        self.output_types: tuple = tuple(output_types)
+        self.return_location = return_location
+        self.n_slots = n_slots
+        assign_releases(self.steps, self.outputs)
+        self.program = compile_program(self.steps)  # the steps as the run loop reads them
+        self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
 
     def __repr__(self) -> str:
         return f"<Region {self.description}: {len(self.steps)} steps>"
@@ -144,38 +161,39 @@ class Region:
 @dataclass
 class Function(FunctionSignature):
     """A function of a program: its signature (decoded once, by ir/declarations.py)
-    and its plan, ``region``, which the compiler fills (it stays empty for a
-    declaration without a body, and in a shape-polymorphic module, whose refined
-    copies are compiled instead)."""
+    and, once compiled, its plan ``region``.
 
-    region: Region
+    ``region`` is None for a declaration without a body, for the functions of a
+    shape-polymorphic program, which runs refined copies (Program.refined), and
+    for a function the compiler has not reached yet while it compiles the module."""
+
+    region: Region | None = None
 
     @classmethod
     def declared(cls, signature: FunctionSignature) -> "Function":
-        """The function of ``signature``, with an empty plan for the compiler to fill."""
-        return cls(**{f.name: getattr(signature, f.name) for f in fields(signature)},
-                   region=Region(f"@{signature.name}"))
+        """The function of ``signature``, not compiled yet."""
+        return cls(**{f.name: getattr(signature, f.name) for f in fields(signature)})
 
 
-def assign_releases(region: Region) -> None:
+def assign_releases(steps, outputs) -> None:
     """Give each step the slots whose last use it is (and results nobody uses)."""
     last_use: dict[int, int] = {}
-    for step in region.steps:
+    for step in steps:
         for slot in step.operands:
             last_use[slot] = step.index
         for slots in step.captures:
             for slot in slots:
                 last_use[slot] = step.index
-    kept = set(region.outputs)
-    releases: list[list[int]] = [[] for _ in region.steps]
+    kept = set(outputs)
+    releases: list[list[int]] = [[] for _ in steps]
     for slot, index in last_use.items():
         if slot not in kept:
             releases[index].append(slot)
-    for step in region.steps:
+    for step in steps:
         for slot in step.results:
             if slot not in last_use and slot not in kept:
                 releases[step.index].append(slot)
-    for step, release in zip(region.steps, releases):
+    for step, release in zip(steps, releases):
         step.release = tuple(sorted(set(release)))
 
 

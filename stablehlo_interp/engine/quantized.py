@@ -29,7 +29,7 @@ import dataclasses
 import numpy as np
 
 from ..ir.types import TensorType
-from .plan import OpInfo, Region, Step, compile_program
+from .plan import OpInfo, Region, Step
 
 # Ops defined on quantized tensors directly by the spec (no dequantization).
 QUANTIZATION_OPS = frozenset({"stablehlo.uniform_quantize", "stablehlo.uniform_dequantize"})
@@ -91,7 +91,7 @@ def build_quantized(info, implementation):
     agree = len({t.quantization for t in quantized}) == 1
     if info.regions:
         retyped = _retyped(info, TensorType.storage)
-        retyped.regions = tuple(map(_opaque, info.regions))
+        retyped.regions = tuple(region and _opaque(region) for region in info.regions)  # None: a recursive call (OpInfo)
         return builder(retyped)
     if info.name in _ON_STORED_INTEGERS or (info.name in _MOVES_ELEMENTS and agree):
         return builder(_retyped(info, TensorType.storage))
@@ -111,23 +111,17 @@ def _opaque(region):
     builders cannot recognize as a NumPy reduction or comparison of the stored
     integers (their meaning depends on the quantization parameters)."""
     n_captures, n_args, n_results = region.n_captures, region.n_args, len(region.output_types)
-    wrapper = Region(region.description)
-    wrapper.n_captures, wrapper.n_args = n_captures, n_args
-    wrapper.n_slots = n_captures + n_args + n_results
-    wrapper.arg_types, wrapper.output_types = region.arg_types, region.output_types
-    wrapper.outputs = tuple(range(n_captures + n_args, wrapper.n_slots))
-    wrapper.return_location = region.return_location
+    arguments = tuple(range(n_captures, n_captures + n_args))
+    outputs = tuple(range(n_captures + n_args, n_captures + n_args + n_results))
     info = OpInfo("stablehlo_interp.quantized_region", {}, region.arg_types, region.output_types, (region,))
 
     def call(regions, *args):
         return regions[0](*args)
 
-    step = Step(info, call, tuple(range(n_captures, n_captures + n_args)), wrapper.outputs, (), (region,),
-                (tuple(range(n_captures)),), 0, variadic=True)
-    wrapper.steps = [step]
-    wrapper.program = compile_program(wrapper.steps)
-    wrapper.result_slots = (None,) * n_results
-    return wrapper
+    step = Step(info, call, arguments, outputs, (), (region,), (tuple(range(n_captures)),), 0,
+                variadic=True)
+    return Region(region.description, [step], n_captures, region.arg_types, outputs, region.output_types,
+                  region.return_location, n_captures + n_args + n_results)
 
 
 def _converter(ttype, convert):

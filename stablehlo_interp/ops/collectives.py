@@ -28,7 +28,7 @@ import numpy as np
 from ..engine import registry
 from ..engine.grid import Grid
 from ..engine.registry import op
-from .reduction import is_elementwise
+from ..engine.regions import is_elementwise
 
 CROSS_REPLICA, CROSS_PARTITION, CROSS_REPLICA_AND_PARTITION, FLATTENED_IDS = (
     "cross_replica", "cross_partition", "cross_replica_and_partition", "flattened_ids")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.registry import op
-from .reduction import is_elementwise
+from ..engine.regions import is_elementwise
 
 
 @op("stablehlo.while", variadic=True)

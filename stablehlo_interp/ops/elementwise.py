@@ -18,6 +18,7 @@ import numpy as np
 from ..engine.registry import op
 from .support import (
     NATIVE_FLOATS,
+    ExtremumOfZeros,
     in_float32_if_needed,
     in_integer_precision,
     in_wider_precision,
@@ -178,19 +179,14 @@ def minimum(info, ttype=None):
 
 def _float_extremum(ufunc, dtype):
     """NumPy's maximum/minimum propagate NaN but return either zero of (-0, +0):
-    only a result that is zero needs a second look."""
-    if ufunc is np.maximum:
-        def signed_zero(lhs, rhs):  # -0.0 only when both are -0.0
-            return lhs + rhs
-    else:
-        def signed_zero(lhs, rhs):  # -0.0 when either is -0.0
-            return -(-lhs - rhs)
+    only a result that is zero needs a second look (ExtremumOfZeros)."""
+    zeros = ExtremumOfZeros(ufunc is np.maximum)
 
     def run(lhs, rhs):
         result = ufunc(lhs, rhs)
         if result.all():  # no zeros (NaN counts as true)
             return result
-        return np.where((lhs == 0) & (rhs == 0), signed_zero(lhs, rhs), result)
+        return np.where((lhs == 0) & (rhs == 0), zeros.of_two(lhs, rhs), result)
 
     return in_float32_if_needed(run, dtype)
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..ir.decode import GatherDimensionNumbers
 from ..engine.registry import op
-from .reduction import Windows, is_elementwise, monoid_of, monoid_ufunc
-from .support import integer_compute_dtype, static_shape
+from ..engine.regions import is_elementwise, monoid_of, monoid_ufunc
+from .reduction import Windows
+from .support import ExtremumOfZeros, integer_compute_dtype, static_shape
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -199,16 +200,18 @@ def _monoid_at(name: str, ttype):
 
 
 def _float_extremum_at(is_max: bool):
-    """``maximum.at`` / ``minimum.at`` with stablehlo's -0.0 < +0.0 for ties of zeros."""
+    """``maximum.at`` / ``minimum.at`` with stablehlo's -0.0 < +0.0: where the result
+    is zero, the zero comes from a sum over each target's value and updates (ExtremumOfZeros)."""
     ufunc = np.maximum if is_max else np.minimum
+    zeros = ExtremumOfZeros(is_max)
 
     def combine(body, results, targets, updates):
         (result,), (update,) = results, updates
-        sign_wins = np.signbit(result) != is_max  # +0.0 wins a max, -0.0 a min
+        total = zeros.terms(result)
         ufunc.at(result, targets, update)
-        np.logical_or.at(sign_wins, targets, np.signbit(update) != is_max)
+        np.add.at(total, targets, zeros.terms(update))
         zero = result == 0
-        result[zero] = np.where(sign_wins[zero] == is_max, 0.0, -0.0).astype(result.dtype)
+        result[zero] = zeros.from_sum(total[zero])
 
     return combine
 

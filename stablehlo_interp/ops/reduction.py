@@ -3,7 +3,8 @@
 The spec lets ``reduce`` apply ``body`` along any full binary tree whose leaves
 are the input elements in order, with init values at implementation-defined
 positions. ``reduce_window`` is ``reduce`` over each window of the padded and
-dilated inputs. Three strategies, chosen at load time:
+dilated inputs. Three strategies, chosen at load time from the body's pattern
+(engine/regions.py):
 
 1. ``body`` is one monoid op (add, multiply, maximum, minimum, and, or, xor) on
    its two arguments: NumPy's reduction of that op (pairwise for float sums).
@@ -20,45 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.registry import ELEMENTWISE_OPS, op
+from ..engine.registry import op
+from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import integer_compute_dtype
-
-MONOID_OPS = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
-              "stablehlo.and", "stablehlo.or", "stablehlo.xor")
-
-
-def monoid_of(region) -> str | None:
-    """The op name if ``region`` computes ``op(arg0, arg1)`` of one monoid op, else None."""
-    if len(region.steps) != 1 or region.n_args != 2 or region.n_captures:
-        return None
-    step = region.steps[0]
-    if step.info.name not in MONOID_OPS or set(step.operands) != {0, 1} or len(step.operands) != 2:
-        return None
-    if region.outputs != step.results:
-        return None
-    return step.info.name
-
-
-def is_elementwise(region) -> bool:
-    """Whether ``region`` can run on whole tensors: element-wise ops and (0-d) constants."""
-    return all(step.info.name in ELEMENTWISE_OPS or step.info.name == "stablehlo.constant"
-               for step in region.steps)
-
-
-_BOOL_UFUNCS = {"stablehlo.add": np.logical_or, "stablehlo.multiply": np.logical_and,
-                "stablehlo.maximum": np.logical_or, "stablehlo.minimum": np.logical_and,
-                "stablehlo.and": np.logical_and, "stablehlo.or": np.logical_or,
-                "stablehlo.xor": np.logical_xor}
-_NUMBER_UFUNCS = {"stablehlo.add": np.add, "stablehlo.multiply": np.multiply,
-                  "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum,
-                  "stablehlo.and": np.bitwise_and, "stablehlo.or": np.bitwise_or,
-                  "stablehlo.xor": np.bitwise_xor}
-
-
-def monoid_ufunc(name: str, kind: str):
-    """The NumPy ufunc of a monoid op on booleans or integers (and add/multiply on floats)."""
-    return (_BOOL_UFUNCS if kind == "bool" else _NUMBER_UFUNCS)[name]
+from .support import ExtremumOfZeros, integer_compute_dtype
 
 
 def monoid_reducer(name: str, ttype):
@@ -95,15 +61,11 @@ def monoid_reducer(name: str, ttype):
 
 
 def _float_extremum(is_max: bool, dtype):
-    """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum.
-
-    NumPy returns either zero of (-0.0, +0.0). Where the extremum is zero, its sign
-    comes from a sum of the zeros, which is +0.0 unless all are -0.0: the
-    maximum's zero; the minimum's is the negated sum of the negated zeros.
-    """
+    """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum:
+    where NumPy's extremum is zero, the zero comes from a sum over the reduced
+    axes (ExtremumOfZeros)."""
     ufunc = np.maximum if is_max else np.minimum
-    sign = dtype.type(1 if is_max else -1)
-    no_zero = dtype.type(-0.0)   # adds nothing to a sum of zeros
+    zeros = ExtremumOfZeros(is_max)
 
     def run(values, axes, init):
         if not values.size:
@@ -111,10 +73,8 @@ def _float_extremum(is_max: bool, dtype):
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
         if extremum.all():  # no zeros (NaN counts as true)
             return extremum
-        zeros = np.where(values == 0, sign * values, no_zero)
-        init_zero = sign * init if init == 0 else no_zero
-        signed_zero = sign * (np.add.reduce(zeros, axis=axes, dtype=dtype) + init_zero)
-        return np.where(extremum == 0, signed_zero, extremum).astype(dtype, copy=False)
+        return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
+            dtype, copy=False)
 
     return run
 
@@ -166,32 +126,6 @@ def sequential_reduce(body, inputs, inits, axes, result_types):
         for result, value in zip(results, accumulators):
             result[index] = value
     return results
-
-
-# JAX's argmax/argmin body (jax._src.lax.lax._compute_argminmax), as step
-# templates over the region's slots: args 0-3 are (value, index) of the
-# accumulator, then of the element; each step's result takes the next slot.
-def _argminmax_template(direction: str) -> tuple:
-    return (("stablehlo.compare", direction, (0, 2)), ("stablehlo.compare", "NE", (0, 0)),
-            ("stablehlo.or", None, (4, 5)), ("stablehlo.compare", "EQ", (0, 2)),
-            ("stablehlo.compare", "LT", (1, 3)), ("stablehlo.and", None, (7, 8)),
-            ("stablehlo.or", None, (6, 9)), ("stablehlo.select", None, (6, 0, 2)),
-            ("stablehlo.select", None, (10, 1, 3)))
-
-
-_ARGMINMAX = {_argminmax_template("GT"): np.greater, _argminmax_template("LT"): np.less}
-
-
-def argminmax_of(region):
-    """``np.greater`` (argmax) or ``np.less`` (argmin) if ``region`` is JAX's
-    argmax/argmin body over (values, indices), else None."""
-    if region.n_args != 4 or region.n_captures or region.outputs != (11, 12):
-        return None
-    template = tuple((step.info.name, step.info.attributes.get("comparison_direction"), step.operands)
-                     for step in region.steps)
-    if any(step.info.attributes.get("compare_type") == "TOTALORDER" for step in region.steps):
-        return None
-    return _ARGMINMAX.get(template)
 
 
 def argminmax_reduce(better, values, indices, init_value, init_index, axes):

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.registry import ELEMENTWISE_OPS, op
-from .reduction import is_elementwise
+from ..engine.registry import op
+from ..engine.regions import is_elementwise, is_elementwise_step
 from .support import integer_compute_dtype
 
 _INDEX_BITS = 32  # keys of up to 32 bits sort packed with their index in one uint64
@@ -57,7 +57,7 @@ class _Dataflow:
         a, b = self.producers[lhs], self.producers[rhs]
         if a.info.name != b.info.name or len(a.operands) != len(b.operands):
             return False
-        if a.info.name not in ELEMENTWISE_OPS and a.info.name != "stablehlo.constant":
+        if not is_elementwise_step(a):
             return False
         if not _same_attributes(a.info.attributes, b.info.attributes):
             return False

@@ -109,3 +109,45 @@ def static_shape(ttype, op_info) -> tuple:
     if not ttype.is_static:
         raise op_info.unsupported(f"dynamic shape {ttype} needs shape refinement")
     return ttype.shape
+
+
+class ExtremumOfZeros:
+    """Which zero ``stablehlo.maximum`` / ``minimum`` of floats return among zeros.
+
+    Spec (maximum, minimum): IEEE-754 maximum and minimum, which order -0.0 below
+    +0.0; reduce, reduce_window and scatter with such a body combine by the same
+    op. NumPy's maximum and minimum return either zero, so where their result is
+    zero the sign has to be decided again: the maximum of zeros is +0.0 unless
+    all are -0.0, which is exactly their IEEE-754 sum (-0.0 + -0.0 = -0.0,
+    -0.0 + +0.0 = +0.0); the minimum of zeros is -0.0 unless all are +0.0, the
+    negated sum of the negated zeros. With ``sign`` 1 for maximum and -1 for
+    minimum the zero is ``sign * sum(sign * zeros)``; a value that is not zero
+    adds the term -0.0, which changes no sum of zeros. (The scalars are Python
+    numbers, so values keep their float type.)
+    """
+
+    def __init__(self, is_max: bool):
+        self.is_max = is_max
+        self.sign = 1 if is_max else -1
+
+    def of_two(self, lhs, rhs):
+        """The extremum of two zeros: the sum of their two terms, without the multiplications."""
+        return lhs + rhs if self.is_max else -(-lhs - rhs)
+
+    def of_reduction(self, values, axes, init, dtype):
+        """The extremum's zero of ``values`` reduced over ``axes`` from ``init``.
+
+        NumPy's sum starts from +0.0, which turns a sum of -0.0 terms into +0.0:
+        this one starts from the init's term (a scalar: ``terms`` of a 0-d array
+        costs more than the rest)."""
+        init = np.asarray(init)[()]
+        initial = self.sign * init if init == 0 else -0.0
+        return self.from_sum(np.add.reduce(self.terms(values), axis=axes, dtype=dtype, initial=initial))
+
+    def terms(self, values):
+        """What each value adds to the sum: ``sign * value`` for a zero, else -0.0."""
+        return np.where(values == 0, self.sign * values, -0.0)
+
+    def from_sum(self, total):
+        """The extremum's zero, from a sum of :meth:`terms` that starts from a term."""
+        return self.sign * total

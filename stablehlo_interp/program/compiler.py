@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import ModuleInfo, OpInfo, Region, Step, assign_releases, compile_program
+from ..engine.plan import Function, ModuleInfo, OpInfo, Region, Step
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
@@ -30,16 +30,18 @@ _CALLEE_ATTRIBUTE = {
 
 
 class _Scope:
-    """Maps MLIR values to slots while one region is compiled."""
+    """What the compiler keeps while it compiles one block: the slot of each MLIR
+    value, the values the block captures from enclosing ones, the slots so far."""
 
-    def __init__(self, region: Region, parent: "_Scope | None"):
-        self.region = region
+    def __init__(self, parent: "_Scope | None"):
         self.parent = parent
         self.slots: dict = {}
+        self.n_slots = 0
+        self.captured_values: list = []  # the outer MLIR values, in the order of their slots
 
     def define(self, value) -> int:
-        slot = self.region.n_slots
-        self.region.n_slots += 1
+        slot = self.n_slots
+        self.n_slots += 1
         self.slots[value] = slot
         return slot
 
@@ -50,128 +52,142 @@ class _Scope:
         if self.parent is None:
             raise ModuleError(f"value {value.get_name()} is used but not defined in scope")
         self.parent.lookup(value)  # must exist in an enclosing region
-        self.region.captured_values.append(value)
+        self.captured_values.append(value)
         return self.define(value)
 
-
-class Compiler:
-    """Compiles the functions of one module into a Program's plans."""
-
-    def __init__(self, module: ModuleInfo, file_name: str | None):
-        ops.load_all()
-        self.module = module
-        self.file_name = file_name
-
-    def location(self, operation) -> SourceLocation:
-        return decode_location(operation.location, self.file_name)
-
-    def compile_functions(self, module) -> None:
-        """Fill the plan of each of the module's functions (the program's ``functions``)."""
-        with module.context:
-            for name, func_op in function_operations(module).items():
-                function = self.module.functions[name]
-                if function.has_body:  # an external declaration has none: calling it is an error
-                    self._compile_block(func_op.regions[0].blocks[0], function.region, parent=None)
-
-    def compile_region(self, mlir_region, description: str, parent: _Scope) -> Region:
-        blocks = list(mlir_region.blocks)
-        if len(blocks) != 1:
-            raise ModuleError(f"{description}: regions must have exactly one block, found {len(blocks)}")
-        region = Region(description)
-        self._compile_block(blocks[0], region, parent)
-        return region
-
-    def _compile_block(self, block, region: Region, parent: _Scope | None) -> None:
-        scope = _Scope(region, parent)
-        # Captures are discovered while compiling; they are renumbered to the front below.
-        arguments = list(block.arguments)
-        region.arg_types = tuple(decode_type(a.type) for a in arguments)
-        region.n_args = len(arguments)
-        arg_slots = [scope.define(a) for a in arguments]
-        steps: list[Step] = []
-        for operation in block.operations:
-            name = operation.operation.name
-            if name in TERMINATORS:
-                region.outputs = tuple(scope.lookup(v) for v in operation.operands)
-                region.output_types = tuple(decode_type(v.type) for v in operation.operands)
-                region.return_location = self.location(operation)
-                break
-            steps.append(self._compile_op(operation, scope, len(steps)))
-        else:
-            raise ModuleError(f"{region.description}: block has no terminator")
-        self._renumber_captures(region, scope, arg_slots, steps)
-        region.steps = steps
-        assign_releases(region)
-        region.program = compile_program(steps)
-        region.result_slots = (None,) * (region.n_slots - region.n_captures - region.n_args)
-
-    def _renumber_captures(self, region: Region, scope: _Scope, arg_slots, steps) -> None:
-        """Move capture slots to the front: [captures][args][results]."""
-        n_captures = len(region.captured_values)
-        region.n_captures = n_captures
-        if not n_captures:
-            return
-        old_capture_slots = [scope.slots[v] for v in region.captured_values]
-        mapping = {}
-        for new, old in enumerate(old_capture_slots):
-            mapping[old] = new
-        next_slot = n_captures
-        for old in range(region.n_slots):
+    def captures_first(self, n_args: int, steps, outputs) -> tuple:
+        """Renumber the slots to a Region's layout, [captures][args][results] (captures
+        are found while compiling, after the arguments took the first slots): the
+        steps' slots change in place; returns ``outputs`` renumbered."""
+        if not self.captured_values:
+            return outputs
+        mapping = {self.slots[v]: new for new, v in enumerate(self.captured_values)}
+        for old in range(self.n_slots):
             if old not in mapping:
-                mapping[old] = next_slot
-                next_slot += 1
+                mapping[old] = len(mapping)
         remap = lambda slots: tuple(mapping[s] for s in slots)  # noqa: E731
         for step in steps:
             step.operands = remap(step.operands)
             step.results = remap(step.results)
             step.captures = tuple(remap(c) for c in step.captures)
-        region.outputs = remap(region.outputs)
-        assert remap(arg_slots) == tuple(range(n_captures, n_captures + len(arg_slots)))
+        n_captures = len(self.captured_values)
+        assert remap(range(n_args)) == tuple(range(n_captures, n_captures + n_args))
+        return remap(outputs)
+
+
+class Compiler:
+    """Compiles the functions of one module into a Program's plans.
+
+    A function is compiled before the first op that calls it (a func.call,
+    composite or custom_call gets the called function's Region as a region), so
+    it may be declared anywhere in the module. A call to a function whose body is
+    being compiled (recursion) gets that function's Region once it is built.
+    """
+
+    def __init__(self, module: ModuleInfo, file_name: str | None):
+        ops.load_all()
+        self.module = module
+        self.file_name = file_name
+        self._func_ops: dict = {}   # function name -> its func.func operation
+        self._compiling: set[str] = set()
+        self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
+
+    def location(self, operation) -> SourceLocation:
+        return decode_location(operation.location, self.file_name)
+
+    def compile_functions(self, mlir_module) -> None:
+        """Compile each of the module's functions into its ``region`` (ModuleInfo.functions)."""
+        with mlir_module.context:
+            self._func_ops = function_operations(mlir_module)
+            for function in self.module.functions.values():
+                self.compile_function(function)
+
+    def compile_function(self, function: Function) -> None:
+        """Compile ``function``'s body into ``function.region`` (once; an external
+        declaration has no body: calling it is an error)."""
+        if function.region is not None or not function.has_body or function.name in self._compiling:
+            return
+        self._compiling.add(function.name)
+        block = self._func_ops[function.name].regions[0].blocks[0]
+        function.region, _ = self._compile_block(block, f"@{function.name}", parent=None)
+        self._compiling.remove(function.name)
+        for step, index in self._recursive_calls.pop(function.name, ()):
+            regions = list(step.regions)
+            regions[index] = function.region
+            step.regions = step.info.regions = tuple(regions)
+
+    def compile_region(self, mlir_region, description: str, parent: _Scope) -> tuple:
+        """An op's region: ``(Region, the outer values it captures)``."""
+        blocks = list(mlir_region.blocks)
+        if len(blocks) != 1:
+            raise ModuleError(f"{description}: regions must have exactly one block, found {len(blocks)}")
+        return self._compile_block(blocks[0], description, parent)
+
+    def _compile_block(self, block, description: str, parent: _Scope | None) -> tuple:
+        scope = _Scope(parent)
+        arguments = list(block.arguments)
+        arg_types = tuple(decode_type(a.type) for a in arguments)
+        for argument in arguments:
+            scope.define(argument)
+        steps: list[Step] = []
+        for operation in block.operations:
+            if operation.operation.name in TERMINATORS:
+                outputs = tuple(scope.lookup(v) for v in operation.operands)
+                output_types = tuple(decode_type(v.type) for v in operation.operands)
+                return_location = self.location(operation)
+                break
+            steps.append(self._compile_op(operation, scope, len(steps)))
+        else:
+            raise ModuleError(f"{description}: block has no terminator")
+        outputs = scope.captures_first(len(arguments), steps, outputs)
+        region = Region(description, steps, len(scope.captured_values), arg_types, outputs, output_types,
+                        return_location, scope.n_slots)
+        return region, scope.captured_values
 
     def _compile_op(self, operation, scope: _Scope, index: int) -> Step:
         op = operation.operation
         name = op.name
         location = self.location(op)
         try:
-            nested = tuple(self.compile_region(r, f"region {i} of {name}", scope)
-                           for i, r in enumerate(op.regions))
-            captures = tuple(tuple(scope.lookup(v) for v in r.captured_values) for r in nested)
-            for r in nested:
-                r.captured_values = []
+            compiled = [self.compile_region(r, f"region {i} of {name}", scope) for i, r in enumerate(op.regions)]
+            nested = tuple(region for region, _ in compiled)
+            captures = tuple(tuple(scope.lookup(v) for v in captured) for _, captured in compiled)
             attributes = decode_op_attributes(op)
-            called = self._called_functions(name, attributes)
-            info = OpInfo(
-                name=name,
-                attributes=attributes,
-                operand_types=tuple(decode_type(v.type) for v in op.operands),
-                result_types=tuple(decode_type(r.type) for r in op.results),
-                regions=nested + called,
-                location=location,
-                module=self.module,
-            )
+            callees = self._callees(name, attributes)
+            operand_types = tuple(decode_type(v.type) for v in op.operands)
+            result_types = tuple(decode_type(r.type) for r in op.results)
             operands = tuple(scope.lookup(v) for v in op.operands)
         except OpError:
             raise
         except ModuleError as e:
             raise OpError(name, location, str(e)) from None
+        for function in callees:
+            self.compile_function(function)
+        called = tuple(function.region for function in callees)   # None: a recursive call
+        info = OpInfo(name=name, attributes=attributes, operand_types=operand_types, result_types=result_types,
+                      regions=nested + called, location=location, module=self.module)
         implementation = _implementation(info)
         run = build(info, implementation)
         results = tuple(scope.define(r) for r in op.results)
         captures += tuple(() for _ in called)
-        return Step(info, run, operands, results, (), info.regions, captures, index, implementation.variadic,
+        step = Step(info, run, operands, results, (), info.regions, captures, index, implementation.variadic,
                     implementation.execution)
+        for offset, (function, region) in enumerate(zip(callees, called)):
+            if region is None:
+                self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
+        return step
 
-    def _called_functions(self, name: str, attributes: dict) -> tuple:
-        """Ops that call functions by symbol get the functions' bodies as extra regions."""
-        if name in _CALLEE_ATTRIBUTE:
-            symbols = attributes.get(_CALLEE_ATTRIBUTE[name], ())
-            symbols = (symbols,) if isinstance(symbols, str) else symbols
-            functions = [self.module.function(s.lstrip("@")) for s in symbols]
-            for function in functions:
-                if not function.has_body:
-                    raise ModuleError(f"calls @{function.name}, which is declared without a body")
-            return tuple(function.region for function in functions)
-        return ()
+    def _callees(self, name: str, attributes: dict) -> tuple:
+        """The functions an op calls by symbol (their bodies become its last regions)."""
+        if name not in _CALLEE_ATTRIBUTE:
+            return ()
+        symbols = attributes.get(_CALLEE_ATTRIBUTE[name], ())
+        symbols = (symbols,) if isinstance(symbols, str) else symbols
+        functions = tuple(self.module.function(s.lstrip("@")) for s in symbols)
+        for function in functions:
+            if not function.has_body:
+                raise ModuleError(f"calls @{function.name}, which is declared without a body")
+        return functions
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:

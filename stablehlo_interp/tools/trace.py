@@ -163,7 +163,7 @@ def _entry_function(step):
     """The function whose first op is ``step`` (None for an unknown plan)."""
     module = step.info.module
     for function in (module.functions.values() if module is not None else ()):
-        if function.region.steps and function.region.steps[0] is step:
+        if function.region and function.region.steps and function.region.steps[0] is step:
             return function
     return None
 
