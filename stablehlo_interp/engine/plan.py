@@ -137,7 +137,7 @@ class Region:
     """
 
     __slots__ = ("description", "steps", "n_captures", "arg_types", "n_args", "outputs", "output_types",
-                 "return_location", "n_slots", "program", "result_slots")
+                 "return_location", "n_slots", "flat_steps", "result_slots")
 
     def __init__(self, description: str, steps, n_captures: int, arg_types, outputs, output_types,
                  return_location: SourceLocation | None, n_slots: int):
@@ -151,7 +151,7 @@ class Region:
         self.return_location = return_location
         self.n_slots = n_slots
         assign_releases(self.steps, self.outputs)
-        self.program = compile_program(self.steps)  # the steps as the run loop reads them
+        self.flat_steps = flatten_steps(self.steps)  # the steps as the run loop reads them
         self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
 
     def __repr__(self) -> str:
@@ -223,7 +223,7 @@ def _folded(step, constants: dict):
     return value
 
 
-def compile_program(steps) -> tuple:
+def flatten_steps(steps) -> tuple:
     """Flatten steps to ``(runner, operands, results, release, kind, step)`` tuples.
 
     Plain single-result ops (most of a program) get their result slot as a plain

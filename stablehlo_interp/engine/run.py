@@ -187,7 +187,7 @@ class Execution:
             raise InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
         env = [*captures, *args, *region.result_slots]
         if not self.listeners:
-            _run_steps(region.program, env, self)
+            _run_steps(region.flat_steps, env, self)
         else:
             frame = bound and RegionFrame(bound.step, bound.index, call, self.process.id, bound.vectorized)
             if frame:

@@ -26,7 +26,7 @@ from .explain import Explanation, explain
 from .graph import graph
 from .nonfinite import NonFiniteFinder, NonFiniteReport, find_nonfinite
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
-from .regions import RegionCall
+from .region_calls import RegionCall
 from .session import install_from_environment, on_device
 from .summary import ValueSummary, summarize
 from .trace import OpRecord, Trace, TraceRecorder, trace

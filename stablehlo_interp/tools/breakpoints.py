@@ -19,7 +19,7 @@ import numpy as np
 from ..engine.run import Listener
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
-from .regions import (RegionCall, describe_location, describe_stack, op_heading, op_label, region_calls,
+from .region_calls import (RegionCall, describe_location, describe_stack, op_heading, op_label, region_calls,
                       source_text)
 from .selection import matcher
 from .subject import prepare

@@ -30,7 +30,7 @@ from ..ir.types import Token
 from .backends import resolve
 from .difference import Difference, difference, tolerances
 from ..ir.edit import inline_calls, prefix_module
-from .regions import describe_location, op_label, region_name, source_text
+from .region_calls import describe_location, op_label, region_name, source_text
 from .subject import prepare
 from .summary import summarize
 

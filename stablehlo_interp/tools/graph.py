@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from .regions import describe_location, op_label, region_name
+from .region_calls import describe_location, op_label, region_name
 from .subject import prepare
 from .trace import record_run
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..engine.run import Listener
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
-from .regions import RegionCall, describe_stack, op_heading, op_label, region_calls
+from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls
 from .subject import prepare
 from .summary import summarize, widened
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..engine.run import Listener
 from ..ir.types import Token
-from .regions import describe_location, op_label, region_calls
+from .region_calls import describe_location, op_label, region_calls
 from .selection import matcher
 from .subject import prepare
 from .summary import summarize, type_text

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..engine.run import Listener
 from ..errors import InterpreterError, OpError
 from ..ir.locations import SourceLocation
-from .regions import RegionCall, describe_location, op_label, region_calls
+from .region_calls import RegionCall, describe_location, op_label, region_calls
 from .selection import matcher
 from .subject import prepare
 from .summary import ValueSummary, summarize

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .regions import describe_location, source_text
+from .region_calls import describe_location, source_text
 
 INDENT = "  "
 VALUE_COLUMN = 36   # where result summaries start, unless the op's name is longer
