@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
+from stablehlo_interp import ops
+from stablehlo_interp.engine import registry
 from stablehlo_interp.engine.run import Listener
 
 ADD_TEXT = """
@@ -380,3 +382,43 @@ def test_index_typed_attributes_decode_as_int64():
     (step,) = program.functions["main"].region.steps
     layouts = step.info.attributes["operand_layouts"]
     assert layouts[0].dtype == np.int64 and list(layouts[0]) == [0, 1]
+
+
+def test_replaced_implementations_keep_the_convention_and_are_restored_exactly():
+    """registry.replaced: a replacement of a variadic op runs with the variadic convention;
+    afterwards the built-in (and a user's earlier registration) apply again."""
+    ops.load_all()
+    builtin = registry.op_implementation("stablehlo.optimization_barrier")
+    text = """func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %0:2 = stablehlo.optimization_barrier %a, %b : tensor<2xf32>, tensor<2xf32>
+  return %0#0, %0#1 : tensor<2xf32>, tensor<2xf32>
+}"""
+    a, b = np.ones(2, np.float32), np.full(2, 2.0, np.float32)
+    swapped = lambda info: lambda x, y: (y, x)  # noqa: E731
+    with registry.replaced(ops={"stablehlo.optimization_barrier": swapped}):
+        first, second = si.run(text, a, b)
+    np.testing.assert_array_equal(first, b)
+    np.testing.assert_array_equal(second, a)
+    assert registry.op_implementation("stablehlo.optimization_barrier") is builtin
+    first, second = si.run(text, a, b)
+    np.testing.assert_array_equal(first, a)
+
+
+def test_a_multi_result_op_needs_a_variadic_implementation():
+    text = """func.func @main(%a: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %0:2 = stablehlo.custom_call @two_results(%a) : (tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>)
+  return %0#0, %0#1 : tensor<2xf32>, tensor<2xf32>
+}"""
+    x = np.arange(2, dtype=np.float32)
+    si.register_custom_call("two_results", lambda info: lambda v: (v, v + 1))
+    try:
+        with pytest.raises(si.OpError, match="has 2 results, but its implementation returns one"):
+            si.load(text)
+        si.register_custom_call("two_results", lambda info: lambda v: (v,), variadic=True)
+        with pytest.raises(si.OpExecutionError, match="returned 1 values; the op has 2 results"):
+            si.run(text, x)
+        si.register_custom_call("two_results", lambda info: lambda v: (v, v + 1), variadic=True)
+        first, second = si.run(text, x)
+        np.testing.assert_array_equal(second, x + 1)
+    finally:
+        registry.unregister_custom_call("two_results")

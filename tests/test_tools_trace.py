@@ -125,12 +125,8 @@ def test_failed_run_keeps_the_trace_up_to_the_op():
             raise ValueError("boom")
         return run
 
-    previous = registry.op_builder("stablehlo.cosine")
-    registry.register_op("stablehlo.cosine", broken)
-    try:
+    with registry.replaced(ops={"stablehlo.cosine": broken}):
         trace = si.trace(lambda x: jnp.cos(jnp.sin(x)), np.float32(1))
-    finally:
-        registry.register_op("stablehlo.cosine", previous)
     assert trace.records[-1].op == "stablehlo.cosine" and trace.records[-1].results is None
     assert "boom" in str(trace.error) and str(trace).splitlines()[-1].startswith("error: stablehlo.cosine")
 
@@ -141,9 +137,7 @@ def test_vectorized_regions_are_shown_as_such():
     def vectorized_map(info):
         return lambda regions, *inputs: regions[0].as_vectorized()(*inputs)[0]
 
-    previous = registry.op_builder("stablehlo.map")
-    registry.register_op("stablehlo.map", vectorized_map)
-    try:
+    with registry.replaced(ops={"stablehlo.map": vectorized_map}):
         text = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = "stablehlo.map"(%x, %x) ({
   ^bb0(%a: tensor<f32>, %b: tensor<f32>):
@@ -153,8 +147,6 @@ def test_vectorized_regions_are_shown_as_such():
   return %0 : tensor<4xf32>
 }"""
         trace = si.trace(text, np.arange(4, dtype=np.float32))
-    finally:
-        registry.register_op("stablehlo.map", previous)
     multiply = trace.find("multiply")[0]
     assert multiply.stack[-1].vectorized and multiply.results[0].shape == (4,)
     assert "  body, call 0, vectorized" in str(trace).splitlines()

@@ -31,6 +31,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -109,6 +111,28 @@ def unregister_op(name: str) -> None:
 
 def unregister_custom_call(target: str) -> None:
     _USER_CUSTOM_CALLS.pop(target, None)
+
+
+@contextlib.contextmanager
+def replaced(ops: dict | None = None, custom_calls: dict | None = None):
+    """``with replaced(ops={name: builder}, custom_calls={target: builder}):`` the builders
+    are registered for the block, each with the calling convention of the
+    implementation it replaces; afterwards the registrations are as they were."""
+    replacements = [(_USER_OPS, op_implementation, ops or {}),
+                    (_USER_CUSTOM_CALLS, custom_call_implementation, custom_calls or {})]
+    saved = [(table, name, table.get(name)) for table, _, builders in replacements for name in builders]
+    try:
+        for table, implementation_of, builders in replacements:
+            for name, builder in builders.items():
+                previous = implementation_of(name)
+                table[name] = dataclasses.replace(previous, builder=builder) if previous else Implementation(builder)
+        yield
+    finally:
+        for table, name, entry in saved:
+            if entry is None:
+                table.pop(name, None)
+            else:
+                table[name] = entry
 
 
 def op_implementation(name: str) -> Implementation | None:

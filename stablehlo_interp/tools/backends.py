@@ -16,6 +16,7 @@ import functools
 
 import numpy as np
 
+from .. import ops as op_families
 from ..engine import registry
 from ..program import load
 
@@ -55,8 +56,9 @@ class InterpreterBackend:
     """This interpreter, with op (or custom-call) implementations replaced.
 
     ``ops`` and ``custom_calls`` map names to builders, as for
-    :func:`stablehlo_interp.register_op`; the replacements apply only to the
-    modules this backend loads.
+    :func:`stablehlo_interp.register_op`; each replacement's runners follow the
+    calling convention of the implementation it replaces (engine/registry.py),
+    and the replacements apply only to the modules this backend loads.
     """
 
     def __init__(self, ops: dict | None = None, custom_calls: dict | None = None,
@@ -66,31 +68,10 @@ class InterpreterBackend:
         self.name = name
 
     def __call__(self, module_text: str, args) -> list:
-        with _replaced(self.ops, registry.op_builder, registry.register_op, registry.unregister_op), \
-                _replaced(self.custom_calls, registry.custom_call_builder, registry.register_custom_call,
-                          registry.unregister_custom_call):
+        op_families.load_all()   # the built-in implementations whose conventions the replacements follow
+        with registry.replaced(self.ops, self.custom_calls):
             program = load(module_text)   # builders run at load time: the plan keeps the replacements
         return program.run(*args)
-
-
-class _replaced:
-    """Register builders for the duration of a ``with`` block, then restore the old ones."""
-
-    def __init__(self, builders: dict, lookup, register, unregister):
-        self.builders, self.lookup, self.register, self.unregister = builders, lookup, register, unregister
-        self.previous: dict = {}
-
-    def __enter__(self):
-        for name, builder in self.builders.items():
-            self.previous[name] = self.lookup(name)   # (the lookup loads the built-in ones first)
-            self.register(name, builder)
-
-    def __exit__(self, *exc):
-        for name, builder in self.previous.items():
-            if builder is None:
-                self.unregister(name)
-            else:
-                self.register(name, builder)
 
 
 def resolve(backend):
