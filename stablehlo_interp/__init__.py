@@ -21,7 +21,6 @@ from .errors import (
 from .engine.hostio import HostQueues
 from .program import Program, load, run
 from .engine.registry import register_custom_call, register_op
-from .tools import validation
 from .ir.types import TOKEN, TensorType, Token
 
 __version__ = "0.1.0"
@@ -33,7 +32,7 @@ _TOOLS = ("break_at", "compare", "debug", "explain", "find_nonfinite", "graph", 
 
 
 def __getattr__(name):
-    if name in _TOOLS or name == "tools":
+    if name in _TOOLS or name in ("tools", "validation"):
         import importlib
 
         tools = importlib.import_module(f"{__name__}.tools")  # (from . import would recurse here)

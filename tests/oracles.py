@@ -82,8 +82,10 @@ def edge_values(dtype, size: int = 0, seed: int = 0) -> np.ndarray:
     return np.array(special + list(randoms), dtype=np.float64).astype(dtype)
 
 
-def assert_same(actual, expected, *, max_ulp: int = 0, context: str = ""):
-    """Bit-exact equality (NaN matches NaN), or within ``max_ulp`` for floats."""
+def assert_same(actual, expected, *, max_ulp: int = 0, context: str = "", zero_signs: bool = True):
+    """Bit-exact equality (NaN matches NaN), or within ``max_ulp`` for floats. With
+    ``zero_signs=False`` a zero matches a zero of either sign: for results whose zero
+    signs depend on an order the spec leaves to the implementation."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.dtype == expected.dtype, f"{context}dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{context}shape {actual.shape} != {expected.shape}"
@@ -93,6 +95,8 @@ def assert_same(actual, expected, *, max_ulp: int = 0, context: str = ""):
     if inexact:
         distance = ulp_difference(actual, expected)
         bad = distance > max_ulp
+        if max_ulp == 0 and zero_signs:   # bit-exact: -0.0 and +0.0 are 0 ULP apart, their bits differ
+            bad |= _zero_signs_differ(actual, expected)
     else:
         bad = actual != expected
     if np.any(bad):
@@ -100,6 +104,14 @@ def assert_same(actual, expected, *, max_ulp: int = 0, context: str = ""):
         raise AssertionError(
             f"{context}{int(np.sum(bad))} of {actual.size} elements differ (max_ulp={max_ulp}); first at "
             f"{list(index)}: got {actual[index]!r}, expected {expected[index]!r}")
+
+
+def _zero_signs_differ(actual, expected) -> np.ndarray:
+    """Where both are zeros of opposite signs (per part, for complex values)."""
+    if actual.dtype.kind == "c":
+        return _zero_signs_differ(actual.real, expected.real) | _zero_signs_differ(actual.imag, expected.imag)
+    wide_actual, wide_expected = actual.astype(np.float64), expected.astype(np.float64)
+    return (wide_actual == 0) & (wide_expected == 0) & (np.signbit(wide_actual) != np.signbit(wide_expected))
 
 
 @functools.lru_cache(maxsize=None)
@@ -257,12 +269,13 @@ def _small_float_values(dtype, bits: int) -> np.ndarray:
 # ------------------------------------------------------------ differential checks
 
 
-def same_as_xla(fn, *args, max_ulp: int = 0) -> list:
-    """fn on the interpreter and on XLA CPU: same results (within ``max_ulp`` for floats)."""
+def same_as_xla(fn, *args, max_ulp: int = 0, zero_signs: bool = True) -> list:
+    """fn on the interpreter and on XLA CPU: same results (within ``max_ulp`` for floats;
+    ``zero_signs`` as for assert_same)."""
     actual, expected = run_interp(fn, *args), run_xla(fn, *args)
     assert len(actual) == len(expected)
     for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_same(a, e, max_ulp=max_ulp, context=f"result {i}: ")
+        assert_same(a, e, max_ulp=max_ulp, context=f"result {i}: ", zero_signs=zero_signs)
     return actual
 
 

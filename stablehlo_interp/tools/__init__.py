@@ -13,11 +13,13 @@ jit-able Python function) on its arguments:
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``graph``              dataflow graph as HTML+SVG (:mod:`.graph`)
 ``on_device``          any listener on every run of the interp device (:mod:`.session`)
+``validation``         results checked against the declared types (:mod:`.validation`)
 =====================  =====================================================
 
 See docs/tools.md.
 """
 
+from . import validation
 from .backends import InterpreterBackend, JaxBackend
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, compare
