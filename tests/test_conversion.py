@@ -92,6 +92,17 @@ def test_bitcast_convert_matches_xla(source, target, shape, result_shape):
                                   xla.view(f"u{xla.dtype.itemsize}") if xla.dtype != np.bool_ else xla)
 
 
+def test_bitcast_convert_complex_f64_to_f32_by_hand():
+    """A complex number's bits: the real part's, then the imaginary part's, least significant first
+    (StableHLO's interpret/bitcast_convert.mlir; XLA CPU refuses the op, jaxlib's C++ interpreter aborts)."""
+    value = np.array([0x0123456789ABCDEF, 0x0000000011111111], np.uint64).view(np.complex128).reshape(())
+    text = op_module("stablehlo.bitcast_convert", ["tensor<complex<f64>>"], "tensor<2xcomplex<f32>>")
+    (ours,) = run_interp_text(text, value)
+    assert [hex(w) for w in ours.view(np.uint32)] == ["0x89abcdef", "0x1234567", "0x11111111", "0x0"]
+    back = op_module("stablehlo.bitcast_convert", ["tensor<2xcomplex<f32>>"], "tensor<complex<f64>>")
+    assert run_interp_text(back, ours)[0].reshape(1).view(np.uint64).tolist() == [0x0123456789ABCDEF, 0x11111111]
+
+
 @pytest.mark.parametrize("element_type", ["bf16", "f16", "f32", "f64"])
 @pytest.mark.parametrize("exponent_bits, mantissa_bits", [(5, 10), (8, 7), (4, 3), (5, 2), (8, 23), (2, 1), (11, 0)])
 def test_reduce_precision_matches_xla(element_type, exponent_bits, mantissa_bits):
