@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from oracles import (ALL_TYPES, F8_TYPES, XlaUnsupported, element_values, op_module, run_interp_text,
-                     run_xla_text, tensor_type)
+                     run_xla_text, same_as_reference, tensor_type)
 from test_elementwise import assert_close, is_subnormal
 from stablehlo_interp.ir.types import dtype_of
 
@@ -114,4 +114,24 @@ def test_reduce_precision_matches_xla(element_type, exponent_bits, mantissa_bits
     (ours,) = run_interp_text(text, values)
     (xla,) = run_xla_text(text, values)
     keep = ~(is_subnormal(values) | is_subnormal(xla) | is_subnormal(ours))
+    if mantissa_bits == 0:  # NaN: XLA CPU keeps it, the reference and we give +inf (checked below)
+        keep &= ~np.isnan(values)
     assert_close(ours[keep], xla[keep], 0, f"reduce_precision {element_type} e{exponent_bits}m{mantissa_bits}")
+
+
+@pytest.mark.parametrize("mantissa_bits", [0, 2])
+@pytest.mark.parametrize("element_type", ["f16", "f32", "f64"])
+def test_reduce_precision_of_nan_matches_the_reference(reference, element_type, mantissa_bits):
+    """A format without mantissa bits cannot hold NaN: NaN (of either sign) becomes +inf."""
+    dtype = dtype_of(element_type)
+    values = np.array([np.nan, -np.nan, np.inf, -np.inf, 1.0, -3.0], dtype)
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    values[:1].view(unsigned)[0] = np.iinfo(unsigned).max >> 1  # the NaN with every mantissa bit set
+    t = tensor_type((6,), element_type)
+    text = op_module("stablehlo.reduce_precision", [t], t,
+                     f"exponent_bits = 5 : i32, mantissa_bits = {mantissa_bits} : i32")
+    (ours,) = same_as_reference(reference, text, values)
+    if mantissa_bits == 0:
+        assert ours[:2].tolist() == [np.inf, np.inf]
+    else:
+        assert np.isnan(ours[:2]).all()

@@ -134,7 +134,9 @@ def bitcast_convert(info):
 def reduce_precision(info):
     """Round to a float format with ``exponent_bits`` and ``mantissa_bits``
     (round to nearest even), overflow to infinity, underflow to zero (no
-    denormals in the reduced format), NaN stays NaN."""
+    denormals in the reduced format). NaN stays NaN, except that a format
+    without mantissa bits has no NaN: there NaN becomes +inf, as in the C++
+    reference interpreter (XLA CPU keeps the NaN)."""
     dtype = info.operand_types[0].dtype
     exponent_bits = info.attr("exponent_bits")
     mantissa_bits = info.attr("mantissa_bits")
@@ -168,6 +170,6 @@ def reduce_precision(info):
             bits = np.where(exponent > max_exponent, signed_zero | exponent_mask,
                             np.where(exponent <= min_exponent, signed_zero, bits))
         result = np.asarray(bits, unsigned).view(dtype)
-        return np.where(np.isnan(x), x, result)
+        return np.where(np.isnan(x), x if mantissa_bits > 0 else dtype.type(np.inf), result)
 
     return run

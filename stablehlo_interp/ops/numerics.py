@@ -46,7 +46,8 @@ def ulp_difference(actual, expected, *, subnormals_as_one_step: bool = False) ->
 
     def collapse_subnormals(m):
         z = np.uint64(smallest_normal_bits)
-        return np.where(m > z, np.maximum(m, z) - z, np.where(m < (z + np.uint64(1)) // np.uint64(2), 0, 1)).astype(np.uint64)
+        below_half = m < (z + np.uint64(1)) // np.uint64(2)
+        return np.where(m > z, np.maximum(m, z) - z, np.where(below_half, 0, 1)).astype(np.uint64)
 
     finite = np.isfinite(wide_a) & np.isfinite(wide_b)
     ca, cb = (collapse_subnormals(a), collapse_subnormals(b)) if subnormals_as_one_step else (a, b)
