@@ -251,8 +251,8 @@ def test_ulp_difference_with_subnormals_as_one_step():
 
 
 def test_custom_call_checks_use_the_bounds_of_stablehlo_translate():
-    """@check.expect_close allows 3 ULP and @check.expect_almost_eq 1e-3, as stablehlo-translate does
-    (the check dialect's own ops keep their defaults: 1 ULP and 1e-4)."""
+    """@check.expect_close allows 3 ULP and @check.expect_almost_eq 1e-3 unless told otherwise, as
+    stablehlo-translate does (the check dialect's own ops keep their defaults: 1 ULP and 1e-4)."""
     close = """func.func @main(%a: tensor<f16>, %b: tensor<f16>) {
   stablehlo.custom_call @check.expect_close(%a, %b) {has_side_effect = true} : (tensor<f16>, tensor<f16>) -> ()
   return
@@ -262,6 +262,9 @@ def test_custom_call_checks_use_the_bounds_of_stablehlo_translate():
         si.run(close, np.float16(5.0), _f16_bits_apart(5.0, 4))
     fails("  check.expect_close %a, %b : tensor<f16>, tensor<f16>", np.float16(5.0), _f16_bits_apart(5.0, 2),
           signature="%a: tensor<f16>, %b: tensor<f16>")
+    strict = close.replace("{has_side_effect = true}", "{has_side_effect = true, max_ulp_difference = 0 : ui64}")
+    with pytest.raises(CheckFailure, match=r"outside \[0, 0\]"):  # a bound given on the call is taken
+        si.run(strict, np.float16(5.0), _f16_bits_apart(5.0, 1))
     almost = close.replace("check.expect_close", "check.expect_almost_eq").replace("f16", "f64")
     si.run(almost, 5.0, 5.0009)
     with pytest.raises(CheckFailure, match="tolerance 0.001"):
