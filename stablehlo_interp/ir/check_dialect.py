@@ -38,7 +38,7 @@ import re
 from ..errors import ModuleError
 
 _CHECK_START = re.compile(r"^(\s*)check\.(\w+)(?=[\s%]|$)")
-_GENERIC_CHECK_START = re.compile(r'^(\s*(?:%[\w#:]+\s*=\s*)?)"check\.(\w+)"(?=\()')
+_GENERIC_CHECK_START = re.compile(r'^(\s*)"check\.(\w+)"(?=\()')
 _SCALAR_TYPE = re.compile(r"^(?:[su]?i\d+|f\d+|bf16|index)$")
 _CONST_CHECKS = {"expect_eq_const", "expect_almost_eq_const", "eq", "almost_eq"}
 # Keyword arguments of the custom syntax: attribute name and type.

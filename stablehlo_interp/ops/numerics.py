@@ -50,7 +50,9 @@ def ulp_difference(actual, expected, *, subnormals_as_one_step: bool = False) ->
         return np.where(m > z, np.maximum(m, z) - z, np.where(below_half, 0, 1)).astype(np.uint64)
 
     finite = np.isfinite(wide_a) & np.isfinite(wide_b)
-    ca, cb = (collapse_subnormals(a), collapse_subnormals(b)) if subnormals_as_one_step else (a, b)
+    has_subnormals = smallest_normal_bits > 0  # f8E8M0FNU has none
+    ca, cb = (collapse_subnormals(a), collapse_subnormals(b)) if subnormals_as_one_step and has_subnormals \
+        else (a, b)
     # uint64 throughout: the distance between -max and +max of f64 exceeds int64.
     finite_distance = np.where(negative_a != negative_b, ca + cb, np.maximum(ca, cb) - np.minimum(ca, cb))
     bits_equal = bits(actual) == bits(expected)
