@@ -2,6 +2,7 @@
 syntax (check_dialect.py) and the semantics of each check (ops/check.py),
 with hand-checked expectations."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -208,25 +209,83 @@ def test_expect_close_bounds(steps, low, high, ok):
 
 
 def test_ulp_difference_by_hand():
+    """StableHLO's rule (CheckOps.cpp): the distance of the magnitudes' bits, summed across signs."""
     f32 = np.float32
     tiny = np.finfo(f32).smallest_normal
     subnormal = np.finfo(f32).smallest_subnormal
+    one_bits = int(np.array(1.0, f32).view(np.uint32))
     cases = [
         (f32(1.0), np.nextafter(f32(1.0), f32(2.0)), 1),
-        (f32(1.0), f32(-1.0), 2 * (int(np.array(1.0, f32).view(np.uint32)) - int(np.array(tiny, f32).view(
-            np.uint32)) + 1)),
+        (f32(1.0), f32(-1.0), 2 * one_bits),
         (f32(0.0), f32(-0.0), 0),
-        (f32(0.0), subnormal, 0),       # a subnormal below half the smallest normal rounds to 0
-        (f32(0.0), tiny, 1),            # the subnormal range counts as one step
+        (f32(0.0), subnormal, 1),       # every subnormal is a step
+        (-subnormal, subnormal, 2),
+        (f32(0.0), tiny, 2**23),
         (tiny, np.nextafter(tiny, f32(1)), 1),
         (f32(np.inf), f32(np.inf), 0),
         (f32(np.nan), -f32(np.nan), 0),
     ]
     for a, b, expected in cases:
         assert int(ulp_difference(np.array(a), np.array(b))) == expected, (a, b)
-    assert int(ulp_difference(np.array(f32(np.inf)), np.array(np.finfo(f32).max))) > 2**62
+    assert int(ulp_difference(np.array(f32(np.inf)), np.array(np.finfo(f32).max))) == 2**64 - 1
     both = ulp_difference(np.array([1 + 2j], np.complex64), np.array([1 + 2.0000005j], np.complex64))
     assert int(both[0]) == 2
+    largest = np.finfo(np.float64).max  # -max to +max: 2 * 0x7FEFFFFFFFFFFFFF, more than int64 holds
+    assert int(ulp_difference(np.array(-largest), np.array(largest))) == 2 * 0x7FEFFFFFFFFFFFFF
+
+
+def test_ulp_difference_with_subnormals_as_one_step():
+    """For comparing with XLA CPU, which flushes subnormals: the subnormal range is one step."""
+    f32 = np.float32
+    tiny = np.finfo(f32).smallest_normal
+    subnormal = np.finfo(f32).smallest_subnormal
+    cases = [
+        (f32(1.0), f32(-1.0), 2 * (int(np.array(1.0, f32).view(np.uint32)) - int(np.array(tiny, f32).view(
+            np.uint32)) + 1)),
+        (f32(0.0), subnormal, 0),       # a subnormal below half the smallest normal counts as 0
+        (f32(0.0), tiny, 1),
+        (tiny, np.nextafter(tiny, f32(1)), 1),
+    ]
+    for a, b, expected in cases:
+        assert int(ulp_difference(np.array(a), np.array(b), subnormals_as_one_step=True)) == expected, (a, b)
+
+
+def test_custom_call_checks_use_the_bounds_of_stablehlo_translate():
+    """@check.expect_close allows 3 ULP and @check.expect_almost_eq 1e-3 unless told otherwise, as
+    stablehlo-translate does (the check dialect's own ops keep their defaults: 1 ULP and 1e-4)."""
+    close = """func.func @main(%a: tensor<f16>, %b: tensor<f16>) {
+  stablehlo.custom_call @check.expect_close(%a, %b) {has_side_effect = true} : (tensor<f16>, tensor<f16>) -> ()
+  return
+}"""
+    si.run(close, np.float16(5.0), _f16_bits_apart(5.0, 3))
+    with pytest.raises(CheckFailure, match=r"outside \[0, 3\].*\(4 ULP\)"):
+        si.run(close, np.float16(5.0), _f16_bits_apart(5.0, 4))
+    fails("  check.expect_close %a, %b : tensor<f16>, tensor<f16>", np.float16(5.0), _f16_bits_apart(5.0, 2),
+          signature="%a: tensor<f16>, %b: tensor<f16>")
+    strict = close.replace("{has_side_effect = true}", "{has_side_effect = true, max_ulp_difference = 0 : ui64}")
+    with pytest.raises(CheckFailure, match=r"outside \[0, 0\]"):  # a bound given on the call is taken
+        si.run(strict, np.float16(5.0), _f16_bits_apart(5.0, 1))
+    almost = close.replace("check.expect_close", "check.expect_almost_eq").replace("f16", "f64")
+    si.run(almost, 5.0, 5.0009)
+    with pytest.raises(CheckFailure, match="tolerance 0.001"):
+        si.run(almost, 5.0, 5.0011)
+    assert "tolerance 0.0001" in str(fails("  check.expect_almost_eq %a, %b : tensor<f64>", 5.0, 5.0009,
+                                           signature="%a: tensor<f64>, %b: tensor<f64>"))
+
+
+def test_generic_check_ops_with_properties():
+    """``<{value = ...}>``: the properties of an unregistered op, read as its attributes."""
+    text = """func.func @main(%a: tensor<2xcomplex<f32>>, %b: tensor<2xbf16>) {
+  "check.expect_almost_eq_const"(%a) <{value = dense<[(1.0,2.0), (3.0,-4.0)]> : tensor<2xcomplex<f32>>}> : (tensor<2xcomplex<f32>>) -> ()
+  "check.expect_eq_const"(%b) <{value = dense<[1.5, -2.0]> : tensor<2xbf16>}> {note = "{x}"} : (tensor<2xbf16>) -> ()
+  return
+}"""
+    b = np.array([1.5, -2.0], ml_dtypes.bfloat16)
+    si.run(text, np.array([1 + 2j, 3 - 4j], np.complex64), b)
+    with pytest.raises(CheckFailure, match=r"check.expect_almost_eq_const at -:2: .*first at index \[1\]"):
+        si.run(text, np.array([1 + 2j, 3 - 4.5j], np.complex64), b)
+    with pytest.raises(CheckFailure, match=r"check.expect_eq_const at -:3"):
+        si.run(text, np.array([1 + 2j, 3 - 4j], np.complex64), -b)
 
 
 def test_custom_call_check_eq_returns_true_and_uses_tolerance_for_floats():

@@ -567,6 +567,21 @@ def test_scan(reverse):
         assert_same(a, e)
 
 
+def test_reverse_scan_in_custom_syntax_by_hand():
+    """``attributes {is_reverse = true}``: suffix sums, the outputs in input order (issue 12)."""
+    text = """func.func @main(%input: tensor<4xi32>) -> (tensor<4xi32>, tensor<i32>) {
+  %init = stablehlo.constant dense<0> : tensor<i32>
+  %0:2 = chlo.scan(%input) inits(%init) dimension=0 attributes {is_reverse = true} {
+  ^bb0(%x: tensor<i32>, %carry: tensor<i32>):
+    %1 = stablehlo.add %x, %carry : tensor<i32>
+    stablehlo.return %1, %1 : tensor<i32>, tensor<i32>
+  } : (tensor<4xi32>, tensor<i32>) -> (tensor<4xi32>, tensor<i32>)
+  return %0#0, %0#1 : tensor<4xi32>, tensor<i32>
+}"""
+    sums, total = si.run(text, np.array([1, 2, 3, 4], np.int32))
+    assert sums.tolist() == [10, 9, 7, 4] and int(total) == 10
+
+
 # ------------------------------------------------- constants, conj, is_inf, JAX programs
 
 

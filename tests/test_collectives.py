@@ -551,3 +551,34 @@ def test_groups_naming_missing_processes_are_errors():
     with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[2, 3\] names process 2, but the "
                                          r"grid has 2 replica\(s\) x 1 partition\(s\)"):
         si.load(text).run_grid([[np.zeros(2, np.float32)]] * 2)
+
+
+INFEED_GRID = """module {
+  func.func @read_twice(%token: !stablehlo.token) -> (tensor<2xi32>, tensor<2xi32>) {
+    %first:2 = "stablehlo.infeed"(%token) : (!stablehlo.token) -> (tensor<2xi32>, !stablehlo.token)
+    %second:2 = "stablehlo.infeed"(%first#1) : (!stablehlo.token) -> (tensor<2xi32>, !stablehlo.token)
+    return %first#0, %second#0 : tensor<2xi32>, tensor<2xi32>
+  }
+  func.func @feed_a() -> tensor<2xi32> {
+    %a = stablehlo.constant dense<[3, -1]> : tensor<2xi32>
+    return %a : tensor<2xi32>
+  }
+  func.func @feed_b() -> tensor<2xi32> {
+    %b = stablehlo.constant dense<[7, 9]> : tensor<2xi32>
+    return %b : tensor<2xi32>
+  }
+  func.func @main() -> (tensor<2xi32>, tensor<2xi32>) {
+    %token = stablehlo.after_all : !stablehlo.token
+    %r:2 = "interpreter.run_parallel"(%token) {infeed = [@feed_b, @feed_a], programs = [[@read_twice]]}
+        : (!stablehlo.token) -> (tensor<2xi32>, tensor<2xi32>)
+    return %r#0, %r#1 : tensor<2xi32>, tensor<2xi32>
+  }
+}"""
+
+
+def test_run_parallel_infeed_feeds_the_grid_in_order(reference):
+    """``infeed = [@f, ...]``: the functions' values are the grid's infeed queue, in order."""
+    first, second = si.run(INFEED_GRID)
+    assert first.tolist() == [7, 9] and second.tolist() == [3, -1]
+    for want, got in zip(reference.evaluate(INFEED_GRID, []), (first, second)):
+        np.testing.assert_array_equal(got, want)

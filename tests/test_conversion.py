@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from oracles import (ALL_TYPES, F8_TYPES, XlaUnsupported, element_values, op_module, run_interp_text,
-                     run_xla_text, tensor_type)
+                     run_xla_text, same_as_reference, tensor_type)
 from test_elementwise import assert_close, is_subnormal
 from stablehlo_interp.ir.types import dtype_of
 
@@ -92,6 +92,17 @@ def test_bitcast_convert_matches_xla(source, target, shape, result_shape):
                                   xla.view(f"u{xla.dtype.itemsize}") if xla.dtype != np.bool_ else xla)
 
 
+def test_bitcast_convert_complex_f64_to_f32_by_hand():
+    """A complex number's bits: the real part's, then the imaginary part's, least significant first
+    (StableHLO's interpret/bitcast_convert.mlir; XLA CPU refuses the op, jaxlib's C++ interpreter aborts)."""
+    value = np.array([0x0123456789ABCDEF, 0x0000000011111111], np.uint64).view(np.complex128).reshape(())
+    text = op_module("stablehlo.bitcast_convert", ["tensor<complex<f64>>"], "tensor<2xcomplex<f32>>")
+    (ours,) = run_interp_text(text, value)
+    assert [hex(w) for w in ours.view(np.uint32)] == ["0x89abcdef", "0x1234567", "0x11111111", "0x0"]
+    back = op_module("stablehlo.bitcast_convert", ["tensor<2xcomplex<f32>>"], "tensor<complex<f64>>")
+    assert run_interp_text(back, ours)[0].reshape(1).view(np.uint64).tolist() == [0x0123456789ABCDEF, 0x11111111]
+
+
 @pytest.mark.parametrize("element_type", ["bf16", "f16", "f32", "f64"])
 @pytest.mark.parametrize("exponent_bits, mantissa_bits", [(5, 10), (8, 7), (4, 3), (5, 2), (8, 23), (2, 1), (11, 0)])
 def test_reduce_precision_matches_xla(element_type, exponent_bits, mantissa_bits):
@@ -103,4 +114,24 @@ def test_reduce_precision_matches_xla(element_type, exponent_bits, mantissa_bits
     (ours,) = run_interp_text(text, values)
     (xla,) = run_xla_text(text, values)
     keep = ~(is_subnormal(values) | is_subnormal(xla) | is_subnormal(ours))
+    if mantissa_bits == 0:  # NaN: XLA CPU keeps it, the reference and we give +inf (checked below)
+        keep &= ~np.isnan(values)
     assert_close(ours[keep], xla[keep], 0, f"reduce_precision {element_type} e{exponent_bits}m{mantissa_bits}")
+
+
+@pytest.mark.parametrize("mantissa_bits", [0, 2])
+@pytest.mark.parametrize("element_type", ["f16", "f32", "f64"])
+def test_reduce_precision_of_nan_matches_the_reference(reference, element_type, mantissa_bits):
+    """A format without mantissa bits cannot hold NaN: NaN (of either sign) becomes +inf."""
+    dtype = dtype_of(element_type)
+    values = np.array([np.nan, -np.nan, np.inf, -np.inf, 1.0, -3.0], dtype)
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    values[:1].view(unsigned)[0] = np.iinfo(unsigned).max >> 1  # the NaN with every mantissa bit set
+    t = tensor_type((6,), element_type)
+    text = op_module("stablehlo.reduce_precision", [t], t,
+                     f"exponent_bits = 5 : i32, mantissa_bits = {mantissa_bits} : i32")
+    (ours,) = same_as_reference(reference, text, values)
+    if mantissa_bits == 0:
+        assert ours[:2].tolist() == [np.inf, np.inf]
+    else:
+        assert np.isnan(ours[:2]).all()

@@ -234,7 +234,7 @@ def assert_close(actual, expected, max_ulp, context):
             ml_dtypes.int2, ml_dtypes.int4, ml_dtypes.uint2, ml_dtypes.uint4)):
         bad = actual != expected
     else:
-        bad = ulp_difference(actual, expected) > max_ulp
+        bad = ulp_difference(actual, expected, subnormals_as_one_step=True) > max_ulp
     if bad.any():
         i = int(np.argmax(bad))
         raise AssertionError(f"{context}: {int(bad.sum())} of {bad.size} differ (max_ulp={max_ulp}); "

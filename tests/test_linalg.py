@@ -19,7 +19,7 @@ from jax import lax
 
 import stablehlo_interp as si
 from oracles import (assert_same, dtype_id, op_module, run_interp, run_interp_text,
-                     run_xla, run_xla_text, tensor_type, training_step_matches_xla)
+                     run_xla, run_xla_text, same_as_reference, tensor_type, training_step_matches_xla)
 
 FLOAT_DOT_TYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128]
 INT_DOT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -288,6 +288,21 @@ def test_dot_algorithm_narrow_accumulation():
     rounded = lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float64)  # noqa: E731
     expected = (rounded(lhs) @ rounded(rhs)).astype(ml_dtypes.bfloat16)
     assert_dot_close(actual, expected, np.abs(rounded(lhs)) @ np.abs(rounded(rhs)), 64)
+
+
+def test_dot_algorithm_on_integers_is_exact_as_in_the_reference(reference):
+    """i64 x i64 -> i64 with a tf32 algorithm: nothing to round, the product is exact (it wraps)."""
+    text = op_module("stablehlo.dot_general", ["tensor<2x3xi64>", "tensor<3x2xi64>"], "tensor<2x2xi64>",
+                     "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], "
+                     "rhs_contracting_dimensions = [0]>, algorithm = #stablehlo.dot_algorithm<"
+                     "lhs_precision_type = tf32, rhs_precision_type = tf32, accumulation_type = f32, "
+                     "lhs_component_count = 1, rhs_component_count = 1, num_primitive_operations = 1, "
+                     "allow_imprecise_accumulation = false>")
+    lhs = np.array([[2**40 + 1, 3, -5], [7, 2**62, 1]], np.int64)  # 2**40 + 1 is no tf32 value
+    rhs = np.array([[1, 2], [3, 4], [5, 6]], np.int64)
+    (ours,) = same_as_reference(reference, text, lhs, rhs)
+    assert ours[0, 0] == 2**40 + 1 + 9 - 25
+    assert ours[1, 1] == 20  # 7 * 2 + 2**62 * 4 (wraps to 0) + 1 * 6
 
 
 # ------------------------------------------------------------------ einsum

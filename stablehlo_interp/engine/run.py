@@ -114,6 +114,10 @@ class RunContext:
             self._io = HostQueues()
         return self._io
 
+    def with_io(self, io: HostQueues) -> "RunContext":
+        """The same run with other host queues (a grid fed by its own infeed)."""
+        return RunContext(self.listeners, io, self.local_results)
+
 
 class BoundRegion:
     """A region bound to the values it captures, callable by its op's runner."""
@@ -177,9 +181,10 @@ class Execution:
         """Whether this runs as a process of a grid (Grid.run) rather than on its own."""
         return self.process is not OUTSIDE_GRID
 
-    def for_process(self, process: Process) -> "Execution":
-        """The execution of ``process`` in the same run (listeners see it too)."""
-        return Execution(self.context, process, self._stack)
+    def for_process(self, process: Process, context: RunContext | None = None) -> "Execution":
+        """The execution of ``process`` in the same run (listeners see it too), in
+        ``context`` if given (the same run with other host queues)."""
+        return Execution(context or self.context, process, self._stack)
 
     def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
                    call: int = 0) -> list:

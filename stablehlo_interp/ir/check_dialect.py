@@ -21,7 +21,14 @@ The custom syntax of each op (StableHLO's CheckOps.td), ``[...]`` optional::
 
 An op may span several lines; the rewrite keeps it on its first line and leaves
 the others empty, so line numbers (and the locations of later ops) are kept.
-Ops already in generic syntax (``"check.expect_eq"(...)``) are left alone.
+
+Ops already in generic syntax keep it, but their properties become attributes:
+MLIR keeps the properties of an unregistered op (``<{...}>``, as StableHLO's
+quantized testdata spells the checks) apart from its attributes, and the Python
+bindings cannot read them::
+
+    "check.expect_eq_const"(%0) <{value = dense<1> : tensor<i32>}> : (tensor<i32>) -> ()
+ -> "check.expect_eq_const"(%0) {value = dense<1> : tensor<i32>} : (tensor<i32>) -> ()
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import re
 from ..errors import ModuleError
 
 _CHECK_START = re.compile(r"^(\s*)check\.(\w+)(?=[\s%]|$)")
+_GENERIC_CHECK_START = re.compile(r'^(\s*)"check\.(\w+)"(?=\()')
 _SCALAR_TYPE = re.compile(r"^(?:[su]?i\d+|f\d+|bf16|index)$")
 _CONST_CHECKS = {"expect_eq_const", "expect_almost_eq_const", "eq", "almost_eq"}
 # Keyword arguments of the custom syntax: attribute name and type.
@@ -50,7 +58,9 @@ def to_generic_form(text: str) -> str:
     lines = text.split("\n")
     number = 0
     while number < len(lines):
-        match = _CHECK_START.match(lines[number])
+        custom = _CHECK_START.match(lines[number])
+        generic = None if custom else _GENERIC_CHECK_START.match(lines[number])
+        match = custom or generic
         if not match:
             number += 1
             continue
@@ -64,12 +74,26 @@ def to_generic_form(text: str) -> str:
             statement += " " + more.strip()
             lines[number] = ""
         try:
-            generic = _rewrite(name, statement.strip())
+            rewritten = (_rewrite(name, statement.strip()) if custom
+                         else f'"check.{name}"' + _properties_as_attributes(statement.strip()))
         except ValueError as e:
             raise ModuleError(f"line {first + 1}: cannot parse check.{name}: {e}") from None
-        lines[first] = indent + generic + (f" {comment}" if comment else "")
+        lines[first] = indent + rewritten + (f" {comment}" if comment else "")
         number += 1
     return "\n".join(lines)
+
+
+def _properties_as_attributes(rest: str) -> str:
+    """``(operands) <{props}> [{attrs}] : type`` -> ``(operands) {props, attrs} : type``."""
+    tokens = _tokenize(rest)
+    if len(tokens) < 2 or not tokens[0].startswith("(") or not tokens[1].startswith("<{"):
+        return " ".join(tokens)
+    operands, properties = tokens[0], tokens[1][2:-2].strip()
+    del tokens[:2]
+    attributes = [properties] if properties else []
+    _take_attribute_dict(tokens, attributes)
+    attribute_text = f" {{{', '.join(attributes)}}}" if attributes else ""
+    return f"{operands}{attribute_text} {' '.join(tokens)}"
 
 
 def _rewrite(name: str, rest: str) -> str:

@@ -8,10 +8,17 @@ raises :class:`CheckFailure`; ``stablehlo-interp test`` reports it.
 - expect_almost_eq / expect_almost_eq_const / almost_eq: as StableHLO's
   reference: equal, or both NaN, or finite with the same sign and
   ``|a - b| <= tolerance`` (default 1e-4); complex parts are compared separately.
-- expect_close: ULP distance within ``[min_ulp_difference, max_ulp_difference]``
-  (defaults 0 and 1); non-finite values must match exactly (any NaN matches any NaN).
-- custom call ``@check.eq`` (StableHLO's testdata): exact for integer and boolean
-  types, almost_eq with tolerance 1e-4 otherwise; its ``tensor<i1>`` result is true.
+- expect_close: ULP distance (:func:`~.numerics.ulp_difference`) within
+  ``[min_ulp_difference, max_ulp_difference]`` (defaults 0 and 1); non-finite
+  values must match exactly (any NaN matches any NaN).
+- The custom-call spellings of StableHLO's testdata are judged as
+  ``stablehlo-translate --interpret`` judges them
+  (stablehlo/tools/StablehloTranslateMain.cpp): ``@check.expect_close`` with ULP
+  bounds [0, 3], ``@check.expect_almost_eq`` with tolerance 1e-3,
+  ``@check.expect_eq`` exactly, and ``@check.eq`` exactly for integer and boolean
+  types, else almost_eq with tolerance 1e-4; a declared ``tensor<i1>`` result is
+  true. (stablehlo-translate ignores attributes on them; we take ``tolerance``,
+  ``min_ulp_difference`` and ``max_ulp_difference`` if given.)
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from ..ir.types import TensorType
 from .numerics import ulp_difference
 
 DEFAULT_TOLERANCE = 1e-4
+# The bounds stablehlo-translate --interpret applies to the custom-call checks.
+CUSTOM_CALL_MAX_ULP_DIFFERENCE = 3
+CUSTOM_CALL_TOLERANCE = 1e-3
 
 
 class CheckFailure(OpError):
@@ -114,14 +124,14 @@ def _expect_eq(info):
     return _checker(info, _equal)
 
 
-def _expect_almost_eq(info, tolerance=None):
-    tolerance = info.attributes.get("tolerance", DEFAULT_TOLERANCE) if tolerance is None else tolerance
+def _expect_almost_eq(info, default_tolerance=DEFAULT_TOLERANCE):
+    tolerance = info.attributes.get("tolerance", default_tolerance)
     return _checker(info, lambda a, b: _almost_equal(a, b, tolerance), f"tolerance {tolerance}: ")
 
 
-def _expect_close(info):
-    high = info.attributes.get("max_ulp_difference", 1)
+def _expect_close(info, default_max_ulp_difference=1):
     low = info.attributes.get("min_ulp_difference", 0)
+    high = info.attributes.get("max_ulp_difference", default_max_ulp_difference)
     if not (info.operand_types[0].is_float or info.operand_types[0].is_complex):
         raise info.error(f"expects floating-point or complex operands, got {info.operand_types[0]}")
 
@@ -157,8 +167,16 @@ def expect_serialized_eq(info):
 
 
 custom_call("check.expect_eq", variadic=True)(_expect_eq)
-custom_call("check.expect_almost_eq", variadic=True)(_expect_almost_eq)
-custom_call("check.expect_close", variadic=True)(_expect_close)
+
+
+@custom_call("check.expect_almost_eq", variadic=True)
+def custom_expect_almost_eq(info):
+    return _expect_almost_eq(info, CUSTOM_CALL_TOLERANCE)
+
+
+@custom_call("check.expect_close", variadic=True)
+def custom_expect_close(info):
+    return _expect_close(info, CUSTOM_CALL_MAX_ULP_DIFFERENCE)
 
 
 @custom_call("check.eq", variadic=True)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..engine import registry
 from ..engine.grid import Grid
+from ..engine.hostio import HostQueues
 from ..engine.registry import op
 from ..engine.regions import is_elementwise
 
@@ -296,15 +297,19 @@ def partition_id(info):
 def run_parallel(info):
     """Runs ``programs[replica][partition]`` as a grid of processes (StableHLO's
     reference interpreter, InterpreterOps.td). ``inputs`` and ``results`` are the
-    processes' arguments and results one process after another, replica-major."""
-    if info.attributes.get("infeed"):
-        raise info.unsupported("the infeed attribute (infeed queues per process) is not supported")
+    processes' arguments and results one process after another, replica-major.
+
+    ``infeed = [@f, @g, ...]``: functions without arguments returning one tensor
+    each; their values, in order, make the one infeed queue the grid's processes
+    share (the C++ interpreter's ProcessGrid does the same).
+    """
+    infeed = [info.module.function(name.lstrip("@")) for name in info.attributes.get("infeed", ())]
     names = info.attr("programs")
     replicas, partitions = len(names), len(names[0]) if names else 0
     if not replicas or any(len(row) != partitions for row in names):
         raise info.error(f"programs must be a non-empty rectangular grid of functions, got {names}")
     functions = [info.module.function(name.lstrip("@")) for row in names for name in row]
-    for function in functions:
+    for function in functions + infeed:
         if not function.has_body:
             raise info.error(f"@{function.name} is declared without a body")
     counts = [len(f.arg_types) for f in functions]
@@ -313,10 +318,15 @@ def run_parallel(info):
     starts = np.cumsum([0] + counts)
 
     def run(execution, *inputs):
+        context = None
+        if infeed:
+            entries = [execution.run_region(function.region, ()) for function in infeed]
+            context = execution.context.with_io(HostQueues(infeed=entries))
+
         def process_body(process):
             function = functions[process.id]
             arguments = inputs[starts[process.id]:starts[process.id + 1]]
-            return execution.for_process(process).run_region(function.region, arguments)
+            return execution.for_process(process, context).run_region(function.region, arguments)
 
         results = Grid(replicas, partitions).run(process_body)
         return [value for outputs in results for value in outputs]

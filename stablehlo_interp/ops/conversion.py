@@ -101,14 +101,16 @@ def _from_bits(bits, dtype) -> np.ndarray:
 def bitcast_convert(info):
     """Reinterpret bits. With different widths the last dimension of the wider
     side holds the narrower elements, least significant first (little-endian,
-    as XLA on CPU)."""
+    as XLA on CPU). A complex number's bits are its real part's, then its
+    imaginary part's (complex<f64> -> 2 x complex<f32> gives the real part's
+    low and high words, then the imaginary part's)."""
     source, target = info.operand_types[0], info.result_type
     source_width, target_width = bit_width(source.dtype), bit_width(target.dtype)
     shape = target.shape
 
-    if source_width == target_width and source.dtype.itemsize == target.dtype.itemsize \
-            and source_width == 8 * source.dtype.itemsize:
-        return lambda x: contiguous(x).view(target.dtype).reshape(shape)
+    if source_width == 8 * source.dtype.itemsize and target_width == 8 * target.dtype.itemsize:
+        # Whole bytes on both sides: the little-endian memory layout is the rule.
+        return lambda x: contiguous(x).reshape(-1).view(target.dtype).reshape(shape)
 
     def run(x):
         bits = _to_bits(x, source.dtype)
@@ -132,7 +134,9 @@ def bitcast_convert(info):
 def reduce_precision(info):
     """Round to a float format with ``exponent_bits`` and ``mantissa_bits``
     (round to nearest even), overflow to infinity, underflow to zero (no
-    denormals in the reduced format), NaN stays NaN."""
+    denormals in the reduced format). NaN stays NaN, except that a format
+    without mantissa bits has no NaN: there NaN becomes +inf, as in the C++
+    reference interpreter (XLA CPU keeps the NaN)."""
     dtype = info.operand_types[0].dtype
     exponent_bits = info.attr("exponent_bits")
     mantissa_bits = info.attr("mantissa_bits")
@@ -166,6 +170,6 @@ def reduce_precision(info):
             bits = np.where(exponent > max_exponent, signed_zero | exponent_mask,
                             np.where(exponent <= min_exponent, signed_zero, bits))
         result = np.asarray(bits, unsigned).view(dtype)
-        return np.where(np.isnan(x), x, result)
+        return np.where(np.isnan(x), x if mantissa_bits > 0 else dtype.type(np.inf), result)
 
     return run

@@ -6,7 +6,8 @@ element type (i8 x i8 -> i32 multiplies in i32, as XLA and the C++ reference
 interpreter do) and summed in it. Floats narrower than f32 are summed in f32
 and rounded once (XLA CPU does the same); integers wrap. ``precision_config``
 only matters on accelerators: every dot runs at full precision. A ``DotAlgorithm``
-is honoured (see :func:`_algorithm_product`).
+is honoured (see :func:`_algorithm_product`), except on integers, which it cannot
+round (ignored, as in the C++ reference interpreter).
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ def _contraction(info, numbers):
     lhs_order, rhs_order = lhs_batch + lhs_free + lhs_contract, rhs_batch + rhs_contract + rhs_free
     n_batch, n_free_l, n_contract = len(lhs_batch), len(lhs_free), len(lhs_contract)
     algorithm = info.attributes.get("algorithm")
+    if all(t.is_integer or t.is_bool for t in (lhs_type, rhs_type, result)):
+        # An integer dot product is exact (it wraps): an algorithm's precision types
+        # have nothing to round, so it is ignored, as the C++ reference interpreter does.
+        algorithm = None
     if algorithm is not None and result.kind != "float":
         raise info.unsupported(f"dot algorithm with result type {result.element_type}")
     multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None

@@ -8,16 +8,25 @@ import numpy as np
 from .support import contiguous
 
 
-def ulp_difference(actual, expected) -> np.ndarray:
-    """ULP distance of StableHLO's check.expect_close, element-wise (uint64).
+def ulp_difference(actual, expected, *, subnormals_as_one_step: bool = False) -> np.ndarray:
+    """ULP distance, element-wise (uint64).
 
-    Subnormals count as one step between zero and the smallest normal; non-finite
-    values are 0 apart when they match (any NaN matches any NaN), else maximal.
+    By default the rule of StableHLO's ``check.expect_close``
+    (``ULPDifference`` in stablehlo/tests/CheckOps.cpp): the distance of the
+    magnitudes' bit patterns, their sum when the signs differ (so 0.0 and -0.0
+    are 0 apart, and every subnormal is a step); complex values take the larger
+    distance of their parts; non-finite values are 0 apart when they match (any
+    NaN matches any NaN), else maximal.
+
+    ``subnormals_as_one_step`` is for comparing with XLA CPU, which flushes
+    subnormals to zero: the whole subnormal range counts as one step between
+    zero and the smallest normal (a subnormal below half of it as zero).
     """
     actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.dtype.kind == "c":
-        return np.maximum(ulp_difference(actual.real, expected.real),
-                          ulp_difference(actual.imag, expected.imag))
+        return np.maximum(
+            ulp_difference(actual.real, expected.real, subnormals_as_one_step=subnormals_as_one_step),
+            ulp_difference(actual.imag, expected.imag, subnormals_as_one_step=subnormals_as_one_step))
     dtype = actual.dtype
     finfo = ml_dtypes.finfo(dtype)
     unsigned = np.dtype(f"u{dtype.itemsize}")
@@ -27,7 +36,7 @@ def ulp_difference(actual, expected) -> np.ndarray:
         return contiguous(x).view(unsigned)
 
     def magnitude(x):
-        return (bits(x) & ~sign_bit).astype(np.int64)
+        return (bits(x) & ~sign_bit).astype(np.uint64)
 
     smallest_normal_bits = int(np.array(finfo.smallest_normal, dtype).view(unsigned)) - 1
     a, b = magnitude(actual), magnitude(expected)
@@ -36,13 +45,17 @@ def ulp_difference(actual, expected) -> np.ndarray:
     negative_a, negative_b = np.signbit(wide_a), np.signbit(wide_b)
 
     def collapse_subnormals(m):
-        return np.where(m > smallest_normal_bits, m - smallest_normal_bits,
-                        np.where(m < (smallest_normal_bits + 1) // 2, 0, 1))  # 2m < z, no overflow
+        z = np.uint64(smallest_normal_bits)
+        below_half = m < (z + np.uint64(1)) // np.uint64(2)
+        return np.where(m > z, np.maximum(m, z) - z, np.where(below_half, 0, 1)).astype(np.uint64)
 
     finite = np.isfinite(wide_a) & np.isfinite(wide_b)
-    ca, cb = collapse_subnormals(a), collapse_subnormals(b)
-    finite_distance = np.where(negative_a != negative_b, ca + cb, np.abs(ca - cb))
+    has_subnormals = smallest_normal_bits > 0  # f8E8M0FNU has none
+    ca, cb = (collapse_subnormals(a), collapse_subnormals(b)) if subnormals_as_one_step and has_subnormals \
+        else (a, b)
+    # uint64 throughout: the distance between -max and +max of f64 exceeds int64.
+    finite_distance = np.where(negative_a != negative_b, ca + cb, np.maximum(ca, cb) - np.minimum(ca, cb))
     bits_equal = bits(actual) == bits(expected)
     both_nan = np.isnan(wide_a) & np.isnan(wide_b)
-    nonfinite_distance = np.where(bits_equal | both_nan, 0, np.iinfo(np.int64).max)
+    nonfinite_distance = np.where(bits_equal | both_nan, np.uint64(0), np.iinfo(np.uint64).max)
     return np.where(finite, finite_distance, nonfinite_distance).astype(np.uint64)

@@ -103,7 +103,7 @@ def difference(ours, theirs, table: dict) -> Difference | None:
         finite_errors = error[~ok & np.isfinite(error)]
         max_abs = float(finite_errors.max()) if finite_errors.size else float("inf")
         both_finite = np.isfinite(a) & np.isfinite(b)
-        max_ulp = int(ulp_difference(theirs, ours)[both_finite].max()) if both_finite.any() else None
+        max_ulp = int(ulp_difference(theirs, ours, subnormals_as_one_step=True)[both_finite].max()) if both_finite.any() else None
     else:
         flat, max_abs, max_ulp = int(np.argmax(~ok.reshape(-1))), None, None
     index = tuple(int(i) for i in np.unravel_index(flat, ours.shape)) if ours.shape else ()
