@@ -63,7 +63,7 @@ class JaxSignature:
 
         if isinstance(source, jax.stages.Lowered):
             lowering = source._lowering
-            const_args = tuple(np.asarray(value) for value in lowering.const_args)
+            const_args = tuple(np.asarray(value) for value in getattr(lowering, "const_args", ()))
             offset = len(const_args)  # kept_var_idx counts the hoisted constants first
             kept = frozenset(i - offset for i in lowering.compile_args["kept_var_idx"] if i >= offset)
             return cls(_lowered_name(source), source.in_tree, tuple(jax.tree.leaves(source.in_avals)), kept,
