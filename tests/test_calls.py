@@ -115,6 +115,9 @@ def test_what_a_jax_target_cannot_take():
         si.run(lowered, X, 3, function="main")
     with pytest.raises(si.ArgumentError, match=r"keyword arguments \(b\) need a JAX function"):
         si.run(si.load(jax.jit(weighted).lower(X, b=2.0)), X, b=2.0)
+    with pytest.raises(si.ArgumentError, match="this module was not lowered from a JAX function: run it with "
+                                               r"@main's arguments, program.run\(\*args\)"):
+        si.load("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }").call(np.float32(1))
 
 
 def test_a_module_for_several_platforms_runs_the_cpu_lowering():
