@@ -1,8 +1,8 @@
 """stablehlo_interp: a pure-Python reference interpreter for StableHLO.
 
     import stablehlo_interp as si
-    (out,) = si.run(jax.jit(f).lower(x, y), x, y)
-    program = si.load("model.mlir"); program.run(x, function="main")
+    out = si.run(jax.jit(f), x, y)          # or a Lowered, an Exported: called as the function
+    program = si.load("model.mlir"); program.run(x, function="main")   # a module: @main's arguments
     print(si.trace(f, x)); si.find_nonfinite(f, x); si.compare(f, x, backend="cpu"); si.explain(f, x)
 """
 

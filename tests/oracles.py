@@ -42,7 +42,8 @@ def run_xla(fn, *args):
 def run_interp(fn, *args):
     """fn lowered by jax.jit and run by stablehlo_interp (with result type checks)."""
     lowered = jax.jit(fn).lower(*args)
-    return si.run(lowered, *args, listeners=[si.validation.ResultTypeChecker()])
+    outputs = si.run(lowered, *args, listeners=[si.validation.ResultTypeChecker()])
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
 
 
 def edge_values(dtype, size: int = 0, seed: int = 0) -> np.ndarray:

@@ -515,7 +515,7 @@ def test_ragged_dot(case, dtype):
 
     lowered = jax.jit(f).trace(lhs, rhs, group_sizes).lower(lowering_platforms=("tpu",))
     assert "chlo.ragged_dot" in lowered.as_text()
-    (ours,) = si.run(lowered, lhs, rhs, group_sizes, listeners=[si.validation.ResultTypeChecker()])
+    ours = si.run(lowered, lhs, rhs, group_sizes, listeners=[si.validation.ResultTypeChecker()])
     (xla,) = run_xla(f, lhs, rhs, group_sizes)
     assert_same(ours, xla)
 
@@ -528,7 +528,7 @@ def test_ragged_dot_uses_only_the_rows_group():
     numbers = ragged_dot_numbers(([1], [1]), ([], []), [0], [0])
     f = lambda lhs, rhs, sizes: jax.lax.ragged_dot_general(lhs, rhs, sizes, numbers)  # noqa: E731
     lowered = jax.jit(f).trace(lhs, rhs, np.array([3, 1], np.int32)).lower(lowering_platforms=("tpu",))
-    (ours,) = si.run(lowered, lhs, rhs, np.array([3, 1], np.int32))
+    ours = si.run(lowered, lhs, rhs, np.array([3, 1], np.int32))
     np.testing.assert_array_equal(ours, [[4, 4, 4]] * 3 + [[np.inf] * 3])
 
 

@@ -48,7 +48,7 @@ def test_annotate_device_placement():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     text = fn.lower(x).as_text()
     assert "@annotate_device_placement" in text and "pinned_host" in text
-    (out,) = si.run(fn.lower(x), x)
+    out = si.run(fn.lower(x), x)
     np.testing.assert_array_equal(out, np.asarray(fn(x)))
 
 
@@ -162,7 +162,7 @@ def test_custom_call_sees_non_utf8_backend_config_as_bytes():
 
     si.register_custom_call("InspectSharding", builder)
     try:
-        (out,) = si.run(lowered, np.asarray(x))
+        out = si.run(lowered, np.asarray(x))
     finally:
         registry.unregister_custom_call("InspectSharding")
     assert isinstance(seen[0], bytes) and seen[0]

@@ -33,7 +33,7 @@ def _xy():
 
 def test_run_lowered_matches_xla():
     x, y = _xy()
-    (out,) = si.run(jax.jit(_f).lower(x, y), x, y)
+    out = si.run(jax.jit(_f).lower(x, y), x, y)
     expected = np.asarray(jax.jit(_f)(x, y))
     assert out.dtype == np.float32 and out.shape == (5,)
     np.testing.assert_allclose(out, expected, rtol=1e-6)
@@ -54,10 +54,12 @@ def test_sources_text_path_bytes_module_exported(tmp_path):
     module = lowered.compiler_ir("stablehlo")
     bytecode_path = tmp_path / "add.mlirbc"
     bytecode_path.write_bytes(artifact)
-    for source in [ADD_TEXT, str(path), path, ADD_TEXT.encode(), module, lowered, exported,
-                   artifact, bytecode_path]:
+    for source in [ADD_TEXT, str(path), path, ADD_TEXT.encode(), module, si.load(lowered), si.load(exported),
+                   artifact, bytecode_path]:   # the module's form: a list of @main's results
         (out,) = si.run(source, x, y)
         np.testing.assert_array_equal(out, expected, err_msg=type(source).__name__)
+    for source in [lowered, exported]:         # the function's form: its output
+        np.testing.assert_array_equal(si.run(source, x, y), expected, err_msg=type(source).__name__)
 
 
 def test_program_functions_and_named_function():
@@ -103,7 +105,7 @@ def test_func_call_and_regions_capture_outer_values():
         return jax.lax.fori_loop(0, 5, lambda i, acc: acc * k + i, x)
 
     x, k = np.float32(1.0), np.float32(2.0)
-    (out,) = si.run(jax.jit(f).lower(x, k), x, k)
+    out = si.run(jax.jit(f).lower(x, k), x, k)
     assert out == np.float32(jax.jit(f)(x, k))
 
 
@@ -155,7 +157,7 @@ def test_listener_sees_every_op_including_regions_and_can_replace_values():
             if step.name == "stablehlo.multiply":
                 return [np.asarray(results[0] + 100, results[0].dtype)]
 
-    (out,) = si.run(lowered, np.float32(0), listeners=[Record()])
+    out = si.run(lowered, np.float32(0), listeners=[Record()])
     assert out == 106.0
     assert ("stablehlo.while", ()) in seen
     body_calls = sorted({calls for name, calls in seen if name == "stablehlo.add" and calls})

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import stablehlo_interp as si
-from stablehlo_interp.tools.subject import prepare
+from stablehlo_interp.program import prepare
 
 
 def relu_sum(x, y):

@@ -1,4 +1,5 @@
-"""The public entry points: ``load`` a module into a Program, ``run`` it."""
+"""A module loaded into a Program: ``program.run`` takes ``@main``'s own arguments;
+``program.call`` takes those of the JAX function it was lowered from."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..engine.plan import Function, ModuleInfo
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
+from .signature import JaxSignature, is_jax_function
 
 
 class Program:
@@ -31,11 +33,19 @@ class Program:
     functions have no plans. (Except a module with ops of unregistered dialects,
     which the refinement passes cannot take: it is compiled as it is, and its
     ops find dynamic sizes at run time or fail to load.)
+
+    ``signature`` is the calling convention of the JAX function a ``Lowered`` or
+    an ``Exported`` came from (None for a module in any other form): :meth:`call`
+    takes that function's arguments; :meth:`run` always takes the module's.
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
 
     def __init__(self, source, *, verify: bool = True):
+        if is_jax_function(source):
+            raise ModuleError("a function becomes a module for its arguments: si.run(f, *args), or "
+                              "si.load(jax.jit(f).lower(*args))")
+        self.signature = JaxSignature.of(source)
         parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
         self.module = annotate_manual_borders(parsed.module, parsed.owned)
         self.file_name = parsed.file_name
@@ -79,6 +89,31 @@ class Program:
         target = self.runnable(function)
         values = coerce_arguments(target, args)
         return [_as_result(value, values) for value in self.execute(target, values, RunContext(listeners, io))]
+
+    def call(self, *args, listeners=(), io: HostQueues | None = None, **kwargs):
+        """Call the program as the JAX function it was lowered from: the same positional
+        and keyword arguments, pytrees and static arguments (see :meth:`bind`); returns
+        the function's output pytree of NumPy arrays, as ``jax.jit(f)(*args, **kwargs)``
+        would. ``listeners`` and ``io`` are :meth:`run`'s."""
+        main = self.runnable()
+        outputs = self.run(*self.bind(args, kwargs), listeners=listeners, io=io)
+        return self.signature.results(main, outputs)
+
+    def bind(self, args: tuple, kwargs: dict, static_argnums=None) -> list:
+        """``@main``'s checked arguments for a call of the function this program was
+        lowered from. A ``Lowered`` or ``Exported`` is specialized to the static
+        arguments it was lowered with and does not keep them: they may stand in the
+        call, but they are not compared with the lowered ones (``static_argnums``
+        says where they are, when known; see :class:`~.signature.JaxSignature`)."""
+        if self.signature is None:
+            raise ArgumentError("this module was not lowered from a JAX function: run it with @main's "
+                                "arguments, program.run(*args)")
+        main = self.runnable()
+        values = self.signature.arguments(main, args, kwargs, static_argnums)
+        try:
+            return coerce_arguments(main, values)
+        except ArgumentError as error:
+            raise self.signature.mismatch(args, kwargs, str(error)) from None
 
     def runnable(self, function: str | None = None) -> Function:
         """The function ``run`` would run (``main`` by default); it must have a body."""
@@ -177,12 +212,6 @@ class Program:
 def load(source, *, verify: bool = True) -> Program:
     """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported)."""
     return Program(source, verify=verify)
-
-
-def run(source, *args, function: str | None = None, listeners=(), io: HostQueues | None = None) -> list:
-    """Load ``source`` and run one function on ``args``; returns a list of NumPy arrays."""
-    program = source if isinstance(source, Program) else load(source)
-    return program.run(*args, function=function, listeners=listeners, io=io)
 
 
 def coerce_arguments(function: Function, args) -> list:

@@ -1,8 +1,9 @@
 """Tools for people who debug lowered programs, test other backends, or learn how jit lowers.
 
 Every tool is a :class:`~stablehlo_interp.Listener` on the one run loop, with
-a function that runs a target (a module in any form ``si.load`` accepts, or a
-jit-able Python function) on its arguments:
+a function that runs a target on its arguments as ``si.run`` does
+(:mod:`stablehlo_interp.program.calls`: a JAX function, a ``Lowered`` or an
+``Exported`` with the function's arguments, a module with ``@main``'s):
 
 =====================  =====================================================
 ``trace``              every op run, with value summaries (:mod:`.trace`)

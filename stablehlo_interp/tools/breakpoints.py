@@ -22,7 +22,7 @@ from ..ir.locations import SourceLocation
 from .region_calls import (RegionCall, describe_location, describe_stack, op_heading, op_label, region_calls,
                       source_text)
 from .selection import matcher
-from .subject import prepare
+from ..program import prepare
 from .summary import summarize
 
 
@@ -74,11 +74,11 @@ def _stop(hit: BreakHit):
     raise StopExecution(f"breakpoint at {hit.op}", values=hit)
 
 
-def break_at(target, *args, at, condition=None, function: str | None = None) -> BreakHit | None:
+def break_at(target, *args, at, condition=None, function: str | None = None, **kwargs) -> BreakHit | None:
     """Run until the first op ``at`` selects (and ``condition(hit)`` accepts); None if none did."""
-    subject = prepare(target, args, function)
+    call = prepare(target, args, kwargs, function)
     try:
-        subject.run([Breakpoint(at, condition)])
+        call.run([Breakpoint(at, condition)])
     except StopExecution as stopped:
         if isinstance(stopped.values, BreakHit):
             return stopped.values
@@ -218,12 +218,13 @@ class Debugger(Listener, cmd.Cmd):
         return {"operands": self.hit.operands, "results": self._results(), "hit": self.hit}
 
 
-def debug(target, *args, breakpoints=(), function: str | None = None, stdin=None, stdout=None):
+def debug(target, *args, breakpoints=(), function: str | None = None, stdin=None, stdout=None,
+          **kwargs):
     """Run ``target`` under the interactive :class:`Debugger`; returns the outputs
     (None when the session quit)."""
-    subject = prepare(target, args, function)
+    call = prepare(target, args, kwargs, function)
     debugger = Debugger(breakpoints, stdin=stdin, stdout=stdout or sys.stdout)
     try:
-        return subject.run([debugger])
+        return call.run([debugger])
     except StopExecution:
         return None

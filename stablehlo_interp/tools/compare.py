@@ -25,13 +25,13 @@ import numpy as np
 from ..engine.run import Listener
 from ..errors import InterpreterError
 from ..ir.locations import SourceLocation
-from ..program import coerce_arguments, load
+from ..program import load
 from ..ir.types import Token
 from .backends import resolve
 from .difference import Difference, difference, tolerances
 from ..ir.edit import inline_calls, prefix_module
 from .region_calls import describe_location, op_label, region_name, source_text
-from .subject import prepare
+from ..program import prepare
 from .summary import summarize
 
 WINDOW_BYTES = 64 << 20
@@ -113,7 +113,7 @@ class _EntryValues(Listener):
 
 
 def compare(target, *args, backend="cpu", tolerance=None, function: str | None = None,
-            window_bytes: int = WINDOW_BYTES) -> Comparison:
+            window_bytes: int = WINDOW_BYTES, **kwargs) -> Comparison:
     """Run ``target`` on ``args`` here and on ``backend``; find the first divergent op.
 
     ``backend``: a JAX platform name, an :class:`~stablehlo_interp.tools.backends.InterpreterBackend`
@@ -121,13 +121,13 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     for every float type, or a dict by element type (``{"f32": (1e-4, 1e-5)}``)
     over :data:`~stablehlo_interp.tools.difference.DEFAULT_TOLERANCES`.
     """
-    subject = prepare(target, args, function)
-    if subject.function != "main":
-        raise InterpreterError(f"compare runs @main (backends compile a module's @main), not @{subject.function}")
+    call = prepare(target, args, kwargs, function)
+    if call.function != "main":
+        raise InterpreterError(f"compare runs @main (backends compile a module's @main), not @{call.function}")
     table = tolerances(tolerance)
     run_backend = resolve(backend)
-    values = coerce_arguments(subject.program.function("main"), subject.args)
-    text = inline_calls(subject.module_text, "main")
+    values = call.arguments
+    text = inline_calls(_module_text(call.program), "main")
     recorder = _EntryValues()
     ours = load(text).run(*values, listeners=[recorder])
     theirs = run_backend(text, values)
@@ -147,6 +147,16 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     comparison.note = ("every intermediate value of the entry function is within tolerance: the results "
                        "differ only when the whole program is compiled at once")
     return comparison
+
+
+def _module_text(program) -> str:
+    """The module as MLIR text with locations (what backends compile). Text parsed
+    from a file has locations in file ``"-"``; they name the file here."""
+    text = program.module.operation.get_asm(enable_debug_info=True)
+    if program.file_name:
+        quoted = program.file_name.replace("\\", "\\\\").replace('"', '\\"')
+        text = text.replace('loc("-":', 'loc("' + quoted + '":')
+    return text
 
 
 def _tensor_results(results) -> list[int]:

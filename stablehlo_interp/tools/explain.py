@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from .subject import prepare
+from ..program import prepare
 from .summary import summarize
 from .trace import Trace, record_run
 
@@ -44,11 +44,11 @@ class Explanation:
 
 
 def explain(target, *args, function: str | None = None, file=None, head: int = 2,
-            tail: int = 1) -> Explanation:
+            tail: int = 1, **kwargs) -> Explanation:
     """Print (to ``file``, default stdout) and return the explanation of ``target`` on ``args``."""
-    subject = prepare(target, args, function)
-    jaxpr = str(subject.traced.jaxpr) if subject.traced is not None else None
-    stablehlo = subject.program.module.operation.get_asm(large_elements_limit=16)
-    explanation = Explanation(jaxpr, stablehlo, record_run(subject), head, tail)
+    call = prepare(target, args, kwargs, function)
+    jaxpr = str(call.traced.jaxpr) if call.traced is not None else None
+    stablehlo = call.program.module.operation.get_asm(large_elements_limit=16)
+    explanation = Explanation(jaxpr, stablehlo, record_run(call), head, tail)
     print(explanation, file=file or sys.stdout)
     return explanation

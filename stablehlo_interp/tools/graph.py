@@ -15,7 +15,7 @@ import html
 from dataclasses import dataclass
 
 from .region_calls import describe_location, op_label, region_name
-from .subject import prepare
+from ..program import Program, load, prepare
 from .trace import record_run
 
 NODE_WIDTH, NODE_HEIGHT, COLUMN, ROW, MARGIN = 190, 46, 210, 96, 20
@@ -33,17 +33,22 @@ class _Node:
     y: float = 0.0
 
 
-def graph(target, *args, path=None, function: str | None = None) -> str:
+def graph(target, *args, path=None, function: str | None = None, **kwargs) -> str:
     """The HTML page of ``target``'s dataflow graph; written to ``path`` when given.
 
     With arguments, the program runs first and nodes show its values.
     """
-    subject = prepare(target, args, function)
+    if args or kwargs:
+        call = prepare(target, args, kwargs, function)
+        program, function_plan = call.program, call.program.function(call.function)
+    else:
+        program = target if isinstance(target, Program) else load(target)
+        function_plan = program.runnable(function)
+        call = prepare(program, (), {}, function_plan.name) if not function_plan.arg_types else None
     records = {}
-    if args or not subject.program.function(subject.function).arg_types:
-        for record in record_run(subject):
+    if call is not None:
+        for record in record_run(call):
             records[record.step] = record     # the last run of each op
-    function_plan = subject.program.function(subject.function)
     sections, seen = [], set()
     pending = [(f"@{function_plan.name}", function_plan.region, _input_types(function_plan))]
     while pending:
@@ -54,7 +59,7 @@ def graph(target, *args, path=None, function: str | None = None) -> str:
         svg, nested = _region_svg(region, input_types, records)
         sections.append(f"<section><h2>{html.escape(title)}</h2>\n{svg}\n</section>")
         pending += nested
-    page = _PAGE.format(title=html.escape(subject.program.name or "module"), body="\n".join(sections))
+    page = _PAGE.format(title=html.escape(program.name or "module"), body="\n".join(sections))
     if path is not None:
         with open(path, "w", encoding="utf-8") as out:
             out.write(page)

@@ -19,7 +19,7 @@ from ..engine.run import Listener
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
 from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls
-from .subject import prepare
+from ..program import prepare
 from .summary import summarize, widened
 
 
@@ -92,12 +92,12 @@ class NonFiniteFinder(Listener):
         return None
 
 
-def find_nonfinite(target, *args, function: str | None = None) -> NonFiniteReport | None:
+def find_nonfinite(target, *args, function: str | None = None, **kwargs) -> NonFiniteReport | None:
     """Run ``target`` on ``args`` and report the first op that made a NaN or inf (None if none did)."""
-    subject = prepare(target, args, function)
+    call = prepare(target, args, kwargs, function)
     finder = NonFiniteFinder(stop=True)
     try:
-        subject.run([finder])
+        call.run([finder])
     except StopExecution as stopped:
         if stopped.values is not finder.report:
             raise

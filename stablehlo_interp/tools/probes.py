@@ -22,7 +22,7 @@ from ..engine.run import Listener
 from ..ir.types import Token
 from .region_calls import describe_location, op_label, region_calls
 from .selection import matcher
-from .subject import prepare
+from ..program import prepare
 from .summary import summarize, type_text
 
 INDEX_KEY = "__index__"
@@ -124,11 +124,11 @@ class ProbeFile:
 
 
 def probe(target, *args, path, select=None, every_iteration: bool = False,
-          function: str | None = None) -> ProbeRecorder:
+          function: str | None = None, **kwargs) -> ProbeRecorder:
     """Run ``target`` on ``args`` and save the values of the selected ops to ``path``."""
-    subject = prepare(target, args, function)
+    call = prepare(target, args, kwargs, function)
     recorder = ProbeRecorder(select, every_iteration)
-    subject.run([recorder])
+    call.run([recorder])
     recorder.save(path)
     return recorder
 

@@ -20,7 +20,7 @@ from ..errors import InterpreterError, OpError
 from ..ir.locations import SourceLocation
 from .region_calls import RegionCall, describe_location, op_label, region_calls
 from .selection import matcher
-from .subject import prepare
+from ..program import prepare
 from .summary import ValueSummary, summarize
 from .transcript import render
 
@@ -168,23 +168,23 @@ def _entry_function(step):
     return None
 
 
-def trace(target, *args, function: str | None = None, values: bool = False) -> Trace:
+def trace(target, *args, function: str | None = None, values: bool = False, **kwargs) -> Trace:
     """Run ``target`` (a module, or a jit-able function) on ``args`` and record every op.
 
     A run that fails returns the trace up to the failing op, with ``trace.error``
     set (the failing op is the last record, with ``results is None``).
     """
-    return record_run(prepare(target, args, function), values=values)
+    return record_run(prepare(target, args, kwargs, function), values=values)
 
 
-def record_run(subject, values: bool = False) -> Trace:
-    """The trace of one run of a prepared :class:`~stablehlo_interp.tools.subject.Subject`."""
+def record_run(call, values: bool = False) -> Trace:
+    """The trace of one run of a prepared :class:`~stablehlo_interp.program.calls.Call`."""
     recorder = TraceRecorder(values=values)
     try:
-        outputs = subject.run([recorder])
+        outputs = call.run([recorder])
     except OpError as error:
         recorder.trace.error = error
     else:
         recorder.trace.outputs = outputs
-    recorder.trace.function = subject.function
+    recorder.trace.function = call.function
     return recorder.trace

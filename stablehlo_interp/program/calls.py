@@ -1,0 +1,121 @@
+"""The front door of ``si.run`` and of every tool: a target and its arguments become a
+program, the arguments of the function it runs, and a way back to the caller's results.
+
+Two forms (docs/programs.md):
+
+* **the function's form**, for a Python function, a jitted function, a
+  ``jax.stages.Lowered`` or a ``jax.export.Exported``: the same positional and
+  keyword arguments, pytrees and static arguments as the function, and its
+  output pytree back, as ``jax.jit(f)(*args, **kwargs)`` returns it;
+* **the module's form**, for MLIR text, a path, bytes, an ``ir.Module`` and a
+  loaded :class:`~stablehlo_interp.Program` (``si.load(lowered)`` asks for it):
+  ``@main``'s (or ``function=``'s) flat arguments, a list of results back.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from dataclasses import dataclass
+
+from ..engine.hostio import HostQueues
+from ..errors import ArgumentError
+from .program import Program, coerce_arguments, load
+from .signature import JaxSignature, is_jax_function
+
+
+@dataclass
+class Call:
+    """A program ready to run one call: ``program.run(*arguments, function=function)``.
+
+    ``signature`` is set for a call in the function's form (results go back as its
+    output pytree). ``traced`` is JAX's ``jax.stages.Traced`` when the target was a
+    Python function (its ``.jaxpr`` is what ``si.explain`` prints), else None.
+    """
+
+    program: Program
+    arguments: list           # the function's arguments, checked against its types
+    function: str
+    signature: JaxSignature | None = None
+    traced: object = None
+
+    def run(self, listeners=(), io: HostQueues | None = None) -> list:
+        """The function's results as a flat list (the module's results)."""
+        return self.program.run(*self.arguments, function=self.function, listeners=listeners, io=io)
+
+    def results(self, outputs: list):
+        """``outputs`` of :meth:`run` as the caller expects them: the function's output
+        pytree in the function's form, the list itself in the module's form."""
+        if self.signature is None:
+            return outputs
+        return self.signature.results(self.program.function(self.function), outputs)
+
+
+def prepare(target, args=(), kwargs=None, function: str | None = None) -> Call:
+    """Load ``target`` for the call with ``args`` and ``kwargs`` (see the module's docstring)."""
+    kwargs = kwargs or {}
+    if is_jax_function(target):
+        _no_function_name(target, function)
+        traced, static_argnums = _trace(target, args, kwargs)
+        program = load(traced.lower())
+        return Call(program, program.bind(args, kwargs, static_argnums), "main", program.signature, traced)
+    program = target if isinstance(target, Program) else load(target)
+    if program.signature is not None and program is not target:
+        _no_function_name(target, function)
+        return Call(program, program.bind(args, kwargs), "main", program.signature)
+    if kwargs:
+        raise ArgumentError(f"keyword arguments ({', '.join(kwargs)}) need a JAX function, a Lowered or an Exported: "
+                            "a module takes its function's arguments in order")
+    runnable = program.runnable(function)
+    return Call(program, coerce_arguments(runnable, args), runnable.name)
+
+
+def run(target, *args, function: str | None = None, listeners=(), io: HostQueues | None = None, **kwargs):
+    """Run ``target`` on its arguments.
+
+    A Python function, a jitted function, a ``Lowered`` or an ``Exported`` is called
+    as the function: ``si.run(f, *args, **kwargs)`` returns what ``jax.jit(f)(*args,
+    **kwargs)`` returns, with NumPy arrays. MLIR text, a path, bytes, an ``ir.Module``
+    or a loaded ``Program`` runs ``@main`` (or ``function``) on its flat arguments
+    and returns the list of its results. ``listeners`` observe the run (see
+    :class:`~stablehlo_interp.Listener`); ``io`` holds its host queues.
+    """
+    call = prepare(target, args, kwargs, function)
+    return call.results(call.run(listeners, io))
+
+
+def _no_function_name(target, function: str | None) -> None:
+    if function is not None:
+        raise ArgumentError(f"function={function!r} names a function of a module, and a "
+                            f"{type(target).__name__} is called as its JAX function; to run @{function}, "
+                            "load its module: si.load(lowered).run(*arguments, function=...)")
+
+
+def _trace(function, args, kwargs):
+    """``jax.jit``'s trace of ``function`` for the call, and the positions of its static
+    arguments (a jitted function's own; a plain function has none).
+
+    A plain function is traced with ``keep_unused=True``, so that the module shows
+    every argument; a jitted function keeps its own options.
+    """
+    import jax
+
+    _hide_our_frames()
+    if hasattr(function, "trace"):
+        jit_info = getattr(function, "_jit_info", None)
+        return function.trace(*args, **kwargs), getattr(jit_info, "static_argnums", None)
+    return jax.jit(function, keep_unused=True).trace(*args, **kwargs), ()
+
+
+@functools.cache
+def _hide_our_frames() -> None:
+    """Keep this package's frames out of the source locations JAX records, so an
+    op's location is the user's line (as for JAX's own frames). The battery's
+    programs are user code: their frames stay."""
+    from jax._src import source_info_util
+
+    package = pathlib.Path(__file__).resolve().parent.parent
+    for path in sorted(package.rglob("*.py")):
+        if path.name != "battery.py" and str(path) not in source_info_util._exclude_paths:
+            source_info_util.register_exclusion(str(path))
+
