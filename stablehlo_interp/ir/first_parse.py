@@ -48,6 +48,10 @@ class _ParseChild:
                 how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
                 raise ModuleError(f"cannot parse MLIR bytecode: the parser crashed on it ({how} in the child "
                                   "process that parses untrusted bytecode first)") from None
+            except BaseException:  # KeyboardInterrupt mid-exchange: the child's reply would answer the next check
+                self._process.kill()
+                self._process.wait()
+                raise
         if status == _ERROR:
             raise ModuleError(message.decode("utf-8"))
 
