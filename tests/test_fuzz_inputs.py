@@ -164,6 +164,17 @@ def test_bytes_parse_errors_carry_the_parsers_diagnostics():
         si.run(data[:len(data) // 2], x)
 
 
+def test_a_location_name_that_is_not_utf8_is_a_module_error():
+    """``\\FF`` escapes a byte that is not UTF-8 into the name: jaxlib aborts reading it."""
+    text = ('func.func @main(%a: tensor<f32>) -> tensor<f32> {\n'
+            '  %0 = stablehlo.add %a, %a : tensor<f32> loc("x\\FFy")\n'
+            '  return %0 : tensor<f32>\n}')
+    with pytest.raises(si.ModuleError, match=r"killed the child process .* \(signal 6\)"):
+        si.load(text)
+    (result,) = si.run(text.replace("\\FF", "\\41"), np.float32(2))   # an ASCII escape: loaded here
+    assert result == 4
+
+
 def test_text_with_lone_surrogates_is_a_module_error():
     with pytest.raises(si.ModuleError, match="not valid Unicode.*surrogates not allowed"):
         si.load("func.func @main() {\n  \udcff\n}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -22,6 +23,9 @@ from .first_parse import check_in_child
 from ..errors import ModuleError
 
 _BYTECODE_MAGIC = b"ML\xefR"
+
+# A string escape of a byte past ASCII (``loc("x\FF")``): it can make a name that is not UTF-8.
+_HIGH_BYTE_ESCAPE = re.compile(r"\\[89a-fA-F][0-9a-fA-F]")
 
 
 @dataclass
@@ -105,12 +109,14 @@ def _parse_file(path: pathlib.Path) -> ParsedModule:
     return ParsedModule(_parse_text(text, str(path)), str(path))
 
 
-def _parse_text(text: str, file_name: str | None = None) -> ir.Module:
+def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False) -> ir.Module:
     where = f" in {file_name}" if file_name else ""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:  # lone surrogates, which the parser's binding cannot take
         raise ModuleError(f"cannot parse MLIR text{where}: it is not valid Unicode ({error})") from None
+    if not trusted and _HIGH_BYTE_ESCAPE.search(text):
+        check_in_child(text.encode())   # reading a name that is not UTF-8 would abort this process
     with make_context() as context, _captured_diagnostics(context) as diagnostics:
         try:
             return ir.Module.parse(to_generic_form(text))
@@ -119,19 +125,24 @@ def _parse_text(text: str, file_name: str | None = None) -> ir.Module:
 
 
 def _parse_untrusted_bytes(data: bytes) -> ir.Module:
-    if data.startswith(_BYTECODE_MAGIC):
-        check_in_child(data)
+    if not data.startswith(_BYTECODE_MAGIC):
+        return _parse_text(_text_of(data))
+    check_in_child(data)
     return parse_bytes(data)
 
 
+def _text_of(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ModuleError("bytes are neither MLIR bytecode nor MLIR text") from None
+
+
 def parse_bytes(data: bytes) -> ir.Module:
-    """MLIR bytecode, a portable artifact or UTF-8 text, parsed in this process."""
+    """MLIR bytecode, a portable artifact or UTF-8 text, parsed in this process with
+    no first parse in a child: for JAX's own bytecode, and for that child."""
     if not data.startswith(_BYTECODE_MAGIC):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ModuleError("bytes are neither MLIR bytecode nor MLIR text") from None
-        return _parse_text(text)
+        return _parse_text(_text_of(data), trusted=True)
     with make_context() as context, _captured_diagnostics(context) as diagnostics:
         if b"StableHLO_v" in data[:64]:
             try:
