@@ -15,6 +15,7 @@ import os
 import ml_dtypes
 import numpy as np
 
+from ..ir import sources
 from ..program import program as program_module
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN
@@ -166,7 +167,7 @@ class Executable:
             self.device_assignment = b""
         else:
             raise PluginError(abi.INVALID_ARGUMENT, "a multi-device program needs a device assignment")
-        self.program = program_module.load(code)
+        self.program = program_module.load(sources.parse(code, trusted=True))  # JAX's own bytecode
         self.name = self.program.name or "main"
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types

@@ -8,8 +8,10 @@ a ``jaxlib.mlir.ir.Module``, a ``jax.stages.Lowered`` and a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import re
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -17,9 +19,13 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .check_dialect import to_generic_form
 from .decode import load_quant_dialect
+from .first_parse import check_in_child
 from ..errors import ModuleError
 
 _BYTECODE_MAGIC = b"ML\xefR"
+
+# A string escape of a byte past ASCII (``loc("x\FF")``): it can make a name that is not UTF-8.
+_HIGH_BYTE_ESCAPE = re.compile(r"\\[89a-fA-F][0-9a-fA-F]")
 
 
 @dataclass
@@ -54,13 +60,16 @@ def make_context() -> ir.Context:
     return context
 
 
-def parse(source) -> ParsedModule:
+def parse(source, *, trusted: bool = False) -> ParsedModule:
+    """``source`` as a module. Bytecode is parsed first in a child process (see
+    first_parse.py) unless ``trusted``: bytes JAX made in this process."""
     if isinstance(source, ir.Module):
         return ParsedModule(source, None, owned=False)
     if isinstance(source, pathlib.Path):
         return _parse_file(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return ParsedModule(_parse_bytes(bytes(source)), None)
+        data = bytes(source)
+        return ParsedModule(parse_bytes(data) if trusted else _parse_untrusted_bytes(data), None)
     if isinstance(source, str):
         if _looks_like_path(source):
             return _parse_file(pathlib.Path(source))
@@ -70,7 +79,7 @@ def parse(source) -> ParsedModule:
         return ParsedModule(compiler_ir("stablehlo"), None, owned=False)
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
-        return ParsedModule(_parse_bytes(bytes(serialized)), None)
+        return ParsedModule(_parse_untrusted_bytes(bytes(serialized)), None)
     raise ModuleError(
         f"cannot load a module from {type(source).__name__}: expected MLIR text, a path, bytes, "
         "an ir.Module, a jax.stages.Lowered or a jax.export.Exported")
@@ -92,7 +101,7 @@ def _parse_file(path: pathlib.Path) -> ParsedModule:
     except OSError as e:
         raise ModuleError(f"cannot read {path}: {e}") from e
     if data.startswith(_BYTECODE_MAGIC):
-        return ParsedModule(_parse_bytes(data), str(path))
+        return ParsedModule(_parse_untrusted_bytes(data), str(path))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -100,51 +109,98 @@ def _parse_file(path: pathlib.Path) -> ParsedModule:
     return ParsedModule(_parse_text(text, str(path)), str(path))
 
 
-def _parse_text(text: str, file_name: str | None = None) -> ir.Module:
-    context = make_context()
-    with context:
+def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False) -> ir.Module:
+    where = f" in {file_name}" if file_name else ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # lone surrogates, which the parser's binding cannot take
+        raise ModuleError(f"cannot parse MLIR text{where}: it is not valid Unicode ({error})") from None
+    if not trusted and _HIGH_BYTE_ESCAPE.search(text):
+        check_in_child(text.encode())   # reading a name that is not UTF-8 would abort this process
+    with make_context() as context, _captured_diagnostics(context) as diagnostics:
         try:
             return ir.Module.parse(to_generic_form(text))
-        except ir.MLIRError as e:
-            where = f" in {file_name}" if file_name else ""
-            raise ModuleError(f"cannot parse MLIR text{where}:\n{_diagnostics(e)}") from None
+        except ir.MLIRError:
+            raise ModuleError(f"cannot parse MLIR text{where}:\n{diagnostics.text()}") from None
 
 
-def _parse_bytes(data: bytes) -> ir.Module:
-    context = make_context()
+def _parse_untrusted_bytes(data: bytes) -> ir.Module:
     if not data.startswith(_BYTECODE_MAGIC):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ModuleError("bytes are neither MLIR bytecode nor MLIR text") from None
-        return _parse_text(text)
-    with context:
+        return _parse_text(_text_of(data))
+    check_in_child(data)
+    return parse_bytes(data)
+
+
+def _text_of(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ModuleError("bytes are neither MLIR bytecode nor MLIR text") from None
+
+
+def parse_bytes(data: bytes) -> ir.Module:
+    """MLIR bytecode, a portable artifact or UTF-8 text, parsed in this process with
+    no first parse in a child: for JAX's own bytecode, and for that child."""
+    if not data.startswith(_BYTECODE_MAGIC):
+        return _parse_text(_text_of(data), trusted=True)
+    with make_context() as context, _captured_diagnostics(context) as diagnostics:
         if b"StableHLO_v" in data[:64]:
             try:
                 return stablehlo.deserialize_portable_artifact(context, data)
-            except Exception as e:  # noqa: BLE001 - the bindings raise several types
-                raise ModuleError(f"cannot deserialize StableHLO portable artifact: {e}") from None
+            except Exception:  # noqa: BLE001 - the bindings raise several types; the diagnostics tell why
+                raise ModuleError(f"cannot deserialize StableHLO portable artifact:\n{diagnostics.text()}") from None
         try:
             return ir.Module.parse(data)
-        except ir.MLIRError as e:
-            raise ModuleError(f"cannot parse MLIR bytecode:\n{_diagnostics(e)}") from None
+        except ir.MLIRError:
+            raise ModuleError(f"cannot parse MLIR bytecode:\n{diagnostics.text()}") from None
 
 
 def verify(module: ir.Module) -> None:
     """Run MLIR's verifier on the module; a failure is a ModuleError carrying its diagnostics."""
+    with _captured_diagnostics(module.context) as diagnostics:
+        try:
+            module.operation.verify()
+        except ir.MLIRError:
+            raise ModuleError(f"the module does not verify:\n{diagnostics.text()}") from None
+
+
+class _Diagnostics:
+    """The diagnostics MLIR emitted during one parse or verification, as lines of text."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def handle(self, diagnostic) -> bool:
+        self.lines.append(f"  {_describe(diagnostic)}")
+        self.lines.extend(f"    note: {_describe(note)}" for note in diagnostic.notes)
+        return True
+
+    def text(self) -> str:
+        return "\n".join(self.lines) or "  (no diagnostic)"
+
+
+def _describe(diagnostic) -> str:
     try:
-        module.operation.verify()
-    except ir.MLIRError as e:
-        raise ModuleError(f"the module does not verify:\n{_diagnostics(e)}") from None
+        return f"{diagnostic.location}: {diagnostic.message}"
+    except RuntimeError:  # nanobind's "conversion error": the text quotes damaged bytes
+        return "(a diagnostic whose text is not valid UTF-8)"
 
 
-def _diagnostics(error: ir.MLIRError) -> str:
-    diagnostics = getattr(error, "error_diagnostics", None)
-    if not diagnostics:
-        return str(error)
-    lines = []
-    for d in diagnostics:
-        lines.append(f"  {d.location}: {d.message}")
-        for note in d.notes:
-            lines.append(f"    note: {note.location}: {note.message}")
-    return "\n".join(lines)
+@contextlib.contextmanager
+def _captured_diagnostics(context: ir.Context):
+    """Catch the context's diagnostics with a handler of ours, not in jaxlib's ``MLIRError``.
+
+    jaxlib gathers a failed parse's diagnostics and converts them to Python strings
+    when it raises ``MLIRError``; a diagnostic that is not valid UTF-8 (a note quoting
+    bytes of damaged bytecode) makes that conversion throw inside nanobind's exception
+    translation, which aborts the process. A handler gets each diagnostic as an object
+    whose text, read in Python, raises an ordinary ``RuntimeError`` instead.
+    """
+    diagnostics = _Diagnostics()
+    context.emit_error_diagnostics = True  # errors go to the handlers, not into MLIRError
+    handler = context.attach_diagnostic_handler(diagnostics.handle)
+    try:
+        yield diagnostics
+    finally:
+        handler.detach()
+        context.emit_error_diagnostics = False

@@ -1,0 +1,58 @@
+"""The child process of first_parse.py: parses the bytes it is sent, reads every
+name in the module, and replies (see :class:`~stablehlo_interp.ir.first_parse._ParseChild`)."""
+
+from __future__ import annotations
+
+import sys
+
+from jaxlib.mlir import ir
+
+from ..errors import ModuleError
+from .decode import decode_location, decode_op_attributes
+from .first_parse import ERROR, OK, read, write
+from .sources import parse_bytes
+
+
+def _read_everything(module) -> None:
+    """Read each string of ``module`` that loading it reads: the op and attribute
+    names, the attributes and the locations of ops and block arguments."""
+    def visit(operation):
+        operation.name
+        decode_location(operation.location)
+        try:
+            decode_op_attributes(operation)
+        except RuntimeError:   # a name that is not UTF-8: reported by _serve
+            raise
+        except Exception:  # noqa: BLE001 - an attribute the load rejects clearly: not this check's concern
+            pass
+        for region in operation.regions:
+            for block in region.blocks:
+                for argument in block.arguments:
+                    decode_location(argument.location)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+
+
+def _serve() -> None:
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            data = read(requests)
+        except EOFError:
+            return
+        try:
+            _read_everything(parse_bytes(data))
+            replies.write(OK)
+            write(replies, b"")
+        except ModuleError as error:
+            replies.write(ERROR)
+            write(replies, str(error).encode("utf-8"))
+        except RuntimeError as error:  # nanobind's "conversion error": a name that is not UTF-8
+            cause = str(error).strip().splitlines()[-1]   # the walk wraps it with the callback's traceback
+            replies.write(ERROR)
+            write(replies, f"cannot load the module: a name in it is not valid UTF-8 ({cause})".encode("utf-8"))
+
+
+if __name__ == "__main__":
+    _serve()
