@@ -19,7 +19,7 @@ x = rng.standard_normal((5, 4), np.float32)
 lowered = jax.jit(predict).lower(w, b, x)      # the StableHLO program jax.jit would run
 print(lowered.as_text(debug_info=False))
 
-(ours,) = si.run(lowered, w, b, x)             # evaluated op by op with NumPy
+ours = si.run(lowered, w, b, x)                # evaluated op by op with NumPy, returned as jit returns it
 xla = np.asarray(jax.jit(predict)(w, b, x))    # the same program compiled by XLA for CPU
 print("interpreter:", ours)
 print("XLA CPU:    ", xla)
