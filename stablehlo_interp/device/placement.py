@@ -18,6 +18,8 @@ The shardings are reported to JAX as serialized ``xla.OpSharding`` protos.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..engine.grid import MANUAL_BORDERS, process_ops
@@ -50,6 +52,11 @@ class Placement:
     def run(self, arguments: list, listeners) -> list:
         """``arguments[d]``: the argument arrays of device d; returns each device's results."""
         return [self.program.execute(self.function, arguments[0], RunContext(listeners))]
+
+    def result_types(self) -> list:
+        """Each device's type of each result (its shard's, for a global program): the
+        shapes a run hands out."""
+        return [list(self.function.result_types)] * self.num_devices
 
 
 class PerProcess(Placement):
@@ -104,17 +111,32 @@ class Global(Placement):
                     outputs.append(self._shard(value, tiling, device))
         return per_device
 
-    @staticmethod
-    def _shard(value, tiling, device: int):
+    def result_types(self) -> list:
+        types = []
+        for device in range(self.num_devices):
+            types.append([])
+            for value_type, tiling in zip(self.function.result_types, self.result_tilings):
+                if isinstance(value_type, TensorType):   # the shape of a view: nothing is allocated
+                    whole = np.broadcast_to(np.empty((), value_type.dtype), value_type.shape)
+                    value_type = dataclasses.replace(value_type, shape=self._shard_view(whole, tiling, device).shape)
+                types[-1].append(value_type)
+        return types
+
+    @classmethod
+    def _shard(cls, value, tiling, device: int):
         """The device's shard; a device without a tile (a maximal sharding elsewhere) keeps
         the whole value."""
+        shard = cls._shard_view(value, tiling, device)
+        return shard if shard is value or shard.flags.c_contiguous else np.ascontiguousarray(shard)
+
+    @staticmethod
+    def _shard_view(value, tiling, device: int):
         if tiling is None:
             return value
         located = tiling.locate(device)
         if located is None:
             return value
-        shard = np.asarray(value[tiling.slices(value.shape, located[0])])   # 0-d stays 0-d
-        return shard if shard.flags.c_contiguous else np.ascontiguousarray(shard)
+        return np.asarray(value[tiling.slices(value.shape, located[0])])   # 0-d stays 0-d
 
     @staticmethod
     def _assemble(index: int, value_type, tiling, arguments):

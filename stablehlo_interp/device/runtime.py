@@ -18,7 +18,7 @@ import numpy as np
 from ..ir import sources
 from ..program import program as program_module
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
-from ..ir.types import TOKEN
+from ..ir.types import TOKEN, TensorType
 from .pjrt import abi
 from . import placement
 from .pjrt import protobuf
@@ -147,6 +147,46 @@ class Buffer:
         return 0 if self.dtype is None else int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
+class InterruptedBuffer(Buffer):
+    """An output of a run that a KeyboardInterrupt stopped: it has the output's type but no
+    value, and every use of it fails with CANCELLED (see :class:`Interrupted`)."""
+
+    __slots__ = ()
+
+    def __init__(self, device: Device, value_type):
+        super().__init__(device, np.empty((0,), value_type.dtype) if isinstance(value_type, TensorType) else TOKEN)
+        if self.dtype is not None:
+            self.shape = value_type.shape
+
+    def array(self):
+        raise interrupted_error()
+
+    shared = array
+
+    def data_address(self) -> int:
+        raise interrupted_error()
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+
+def interrupted_error() -> PluginError:
+    return PluginError(abi.CANCELLED, "KeyboardInterrupt: the computation of this array was interrupted")
+
+
+class Interrupted(Exception):
+    """A KeyboardInterrupt stopped a run. ``outputs`` are its outputs, one list per
+    device, as :class:`InterruptedBuffer`: JAX gets them instead of an error, and the
+    KeyboardInterrupt itself is raised again once control is back in Python
+    (``calls.interrupt_after_return``), so the user sees ``KeyboardInterrupt`` as on
+    the CPU, not a ``JaxRuntimeError``."""
+
+    def __init__(self, outputs: list):
+        super().__init__("KeyboardInterrupt")
+        self.outputs = outputs
+
+
 def _deleted() -> PluginError:
     return PluginError(abi.FAILED_PRECONDITION, "the buffer has been deleted or donated to an earlier computation")
 
@@ -195,14 +235,19 @@ class Executable:
         values = []
         for arguments in argument_lists:
             values.append([buffer.shared() for buffer in arguments])
-        results = self.placement.run(values, listeners)
+        targets = [device] if device is not None else self.devices
+        try:
+            results = self.placement.run(values, listeners)
+        except KeyboardInterrupt:
+            raise Interrupted([[InterruptedBuffer(target, value_type) for value_type in types]
+                               for target, types in zip(targets, self.placement.result_types())]) from None
         if self.donated_parameters:
             for arguments in argument_lists:
                 for index in self.donated_parameters:
                     if index not in non_donatable:
                         arguments[index].delete()
         per_device = []
-        for target, outputs in zip([device] if device is not None else self.devices, results):
+        for target, outputs in zip(targets, results):
             per_device.append([Buffer(target, value) for value in outputs])
         return per_device
 

@@ -30,8 +30,11 @@ _TRACE = bool(os.environ.get("STABLEHLO_INTERP_PJRT_TRACE"))
 
 
 def _thunk(name: str, function, args_type):
-    """The C-callable wrapper of one implementation: returns NULL or a PJRT_Error*."""
+    """The C-callable wrapper of one implementation: returns NULL or a PJRT_Error*.
+    Every thunk runs this one code object (``interrupts.py`` recognizes it)."""
     from_address = args_type.from_address
+    if _TRACE:
+        function = _traced(name, function)
 
     def thunk(address):
         try:
@@ -42,22 +45,22 @@ def _thunk(name: str, function, args_type):
         except BaseException as error:  # noqa: BLE001 - nothing may escape into C
             return error_handle(error)
 
-    return _traced(name, thunk) if _TRACE else thunk
+    return thunk
 
 
 def _unimplemented(name: str):
-    def thunk(address):
-        return error_handle(PluginError(abi.UNIMPLEMENTED, f"PJRT_{name} is not implemented by the interp plugin"))
+    def unimplemented(args):
+        raise PluginError(abi.UNIMPLEMENTED, f"PJRT_{name} is not implemented by the interp plugin")
 
-    return _traced(f"{name} (unimplemented)", thunk) if _TRACE else thunk
+    return unimplemented
 
 
-def _traced(name: str, thunk):
+def _traced(name: str, function):
     """With STABLEHLO_INTERP_PJRT_TRACE set, every call is logged to stderr."""
 
-    def traced(address):
+    def traced(args):
         print(f"[interp pjrt] PJRT_{name}", file=sys.stderr)
-        return thunk(address)
+        return function(args)
 
     return traced
 
@@ -99,7 +102,7 @@ class Table:
             function, args_type = CALLS.implementations[name]
             python = _thunk(name, function, args_type)
         else:
-            python = _unimplemented(name)
+            python = _thunk(f"{name} (unimplemented)", _unimplemented(name), ctypes.c_void_p)
         return (VOID_API_FUNCTION if name in abi.VOID_SLOTS else API_FUNCTION)(python)
 
     @property

@@ -203,6 +203,12 @@ class Event:
 _COMPLETE = Event()
 COMPLETE_EVENT = handle(_COMPLETE)
 
+
+def failed_event(error: BaseException) -> int:
+    """A new completed event that failed with ``error`` (released by its Event_Destroy)."""
+    return handle(Event(Error(runtime.error_code(error), error_message(error))))
+
+
 # ---------------------------------------------------------------- registration
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import abi
 from .. import runtime
-from .calls import COMPLETE_EVENT, Calls, header_handle, lookup, release_header
+from .calls import COMPLETE_EVENT, Calls, failed_event, header_handle, lookup, release_header
 from ..runtime import PluginError
 
 CALLS = Calls()
@@ -139,7 +139,9 @@ def buffer_unsafe_pointer(args):
 
 @CALLS.implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
 def buffer_ready_event(args):
-    args.event = COMPLETE_EVENT
+    buffer = lookup(args.buffer, "buffer")
+    args.event = failed_event(runtime.interrupted_error()) if isinstance(buffer, runtime.InterruptedBuffer) \
+        else COMPLETE_EVENT
 
 
 def _copy_to(buffer_address, device: runtime.Device) -> int:

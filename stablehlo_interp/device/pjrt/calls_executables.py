@@ -11,10 +11,12 @@ import ctypes
 from ctypes import addressof, c_int, c_int64, c_size_t, c_void_p
 
 from . import abi
+from . import interrupts
 from .. import placement
 from .. import runtime
 from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
-                    immortal_string, lookup, pointer_array, read_pointers, release, release_header, write_pointers)
+                    immortal_string, lookup, pointer_array, read_pointers, release,
+                    release_header, write_pointers)
 from .calls_buffers import buffer_handle
 from ..runtime import PluginError
 
@@ -237,14 +239,22 @@ def loaded_executable_is_deleted(args):
 @CALLS.implements("LoadedExecutable_Execute", abi.PJRT_LoadedExecutable_Execute_Args)
 def loaded_executable_execute(args):
     """Run on ``num_devices`` devices, one argument list each (device/placement.py); outputs
-    go into the caller's ``output_lists``, one list per device, and every event is complete."""
+    go into the caller's ``output_lists``, one list per device, and every event is complete.
+
+    A run that a KeyboardInterrupt stops hands out outputs that fail with CANCELLED, and
+    the KeyboardInterrupt is raised again in the caller (``interrupts.py``)."""
     executable = lookup(args.executable, "executable")
     num_devices, num_args = args.num_devices, args.num_args
     argument_lists = [[lookup(address, "buffer") for address in read_pointers(argument_list, num_args)]
                       for argument_list in read_pointers(args.argument_lists, num_devices)]
     device = lookup(args.execute_device, "device") if args.execute_device else None
     non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
-    per_device = executable.execute(argument_lists, device, non_donatable)
+    try:
+        per_device = executable.execute(argument_lists, device, non_donatable)
+    except runtime.Interrupted as interrupted:
+        if not interrupts.raise_in_caller():
+            raise runtime.interrupted_error() from None
+        per_device = interrupted.outputs
     if executable.num_outputs:
         for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
             write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
