@@ -20,7 +20,7 @@ from ..program import program as program_module
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN, TensorType
 from .pjrt import abi
-from . import placement
+from . import compiler_options, placement
 from .pjrt import protobuf
 
 PLATFORM_NAME = "interp"
@@ -197,6 +197,9 @@ class Executable:
     def __init__(self, client: "Client", code: bytes, options: bytes):
         self.client = client
         build = protobuf.compile_options(options)
+        unacceptable = compiler_options.problem(build.option_overrides)
+        if unacceptable:
+            raise PluginError(abi.INVALID_ARGUMENT, unacceptable)
         self.num_replicas = build.num_replicas
         self.num_partitions = build.num_partitions
         if build.device_ids:
@@ -232,6 +235,10 @@ class Executable:
         if len(argument_lists) != len(self.devices):
             raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
                                                     f"got arguments for {len(argument_lists)}")
+        donated = frozenset(self.donated_parameters) - non_donatable
+        if donated:
+            for index, arguments in enumerate(argument_lists):
+                self._check_donations(arguments, donated, index)
         values = []
         for arguments in argument_lists:
             values.append([buffer.shared() for buffer in arguments])
@@ -241,15 +248,35 @@ class Executable:
         except KeyboardInterrupt:
             raise Interrupted([[InterruptedBuffer(target, value_type) for value_type in types]
                                for target, types in zip(targets, self.placement.result_types())]) from None
-        if self.donated_parameters:
+        if donated:
             for arguments in argument_lists:
-                for index in self.donated_parameters:
-                    if index not in non_donatable:
-                        arguments[index].delete()
+                for index in donated:
+                    arguments[index].delete()
         per_device = []
         for target, outputs in zip(targets, results):
             per_device.append([Buffer(target, value) for value in outputs])
         return per_device
+
+
+    def _check_donations(self, arguments: list, donated: frozenset, device_index: int) -> None:
+        """A buffer donated to a call cannot also be another of its arguments (XLA's rule
+        and message, so that the error is the CPU's)."""
+        first_use: dict[int, int] = {}
+        for index, buffer in enumerate(arguments):
+            first = first_use.setdefault(id(buffer), index)
+            if first == index:
+                continue
+            if first in donated:
+                problem, example = "use a buffer that was previously donated in", "f(donate(a), a)"
+            elif index in donated:
+                problem, example = "donate a buffer which is also used by", "f(a, donate(a))"
+            else:
+                continue
+            replica, partition = divmod(device_index, self.num_partitions)
+            raise PluginError(abi.INVALID_ARGUMENT,
+                              f"Attempt to {problem} the same call to Execute() (flattened argument {index}, "
+                              f"replica {replica}, partition {partition}, first use: {first}). Toy example for "
+                              f"this bug: `{example}`.")
 
 
 def _donated_parameters(function) -> tuple:

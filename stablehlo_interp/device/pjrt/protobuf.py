@@ -27,6 +27,7 @@ class BuildOptions:
     device_ids: tuple          # device of (replica r, partition p) at r * num_partitions + p; () if portable
     device_assignment: bytes   # the serialized DeviceAssignmentProto, b"" if portable
     spmd: bool = False         # use_spmd_partitioning: the program is global, its partitions are shards
+    option_overrides: tuple = ()   # XLA compiler options: ((name, value), ...) (device/compiler_options.py)
 
 
 def compile_options(serialized: bytes) -> BuildOptions:
@@ -36,10 +37,11 @@ def compile_options(serialized: bytes) -> BuildOptions:
     build = options.executable_build_options
     assignment = build.device_assignment
     spmd = bool(build.use_spmd_partitioning)
+    overrides = tuple(sorted(options.env_option_overrides))
     if assignment is None or options.compile_portable_executable:
-        return BuildOptions(build.num_replicas, build.num_partitions, (), b"", spmd)
+        return BuildOptions(build.num_replicas, build.num_partitions, (), b"", spmd, overrides)
     data = assignment.serialize()
-    return BuildOptions(build.num_replicas, build.num_partitions, device_ids(data), data, spmd)
+    return BuildOptions(build.num_replicas, build.num_partitions, device_ids(data), data, spmd, overrides)
 
 
 def device_ids(device_assignment: bytes) -> tuple:
