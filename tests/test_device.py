@@ -190,13 +190,6 @@ def test_device_get_block_until_ready_delete():
         np.asarray(a)
 
 
-def test_memory_kinds():
-    a = jax.device_put(X, DEV)
-    assert a.sharding.memory_kind == "device"
-    assert DEV.default_memory().kind == "device"
-    assert [m.kind for m in DEV.addressable_memories()] == ["device"]
-
-
 def test_devices_of_the_platform():
     devices = jax.devices("interp")
     assert len(devices) == interp_device.runtime.device_count()

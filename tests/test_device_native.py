@@ -22,7 +22,7 @@ import pytest
 import jax
 
 from stablehlo_interp.device import plugin, runtime
-from stablehlo_interp.device.pjrt import abi, api, calls, native
+from stablehlo_interp.device.pjrt import abi, api, calls, calls_platform, native
 from stablehlo_interp.device.pjrt.calls_buffers import HEADER_DEVICE, HEADER_MEMORY, buffer_handle
 
 DEV = jax.devices("interp")[3]
@@ -60,7 +60,7 @@ def test_fast_paths_are_in_the_table():
 @native_only
 @pytest.mark.parametrize("name, handle_field", [
     ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Executable_NumReplicas", "executable"),
-    ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable")])
+    ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable"), ("Memory_Kind", "memory")])
 def test_header_getters(name, handle_field):
     getter, args_type = api.CALLS.fast_paths[name]
     fields = [field for field, _ in getter.outputs]
@@ -78,13 +78,15 @@ def test_header_getters(name, handle_field):
 
 
 @native_only
-def test_buffer_getters_report_the_buffer_s_device_and_memory():
-    buffer = runtime.Buffer(runtime.Client().devices[0], np.zeros(3, np.float32))
+@pytest.mark.parametrize("kind", runtime.MEMORY_KINDS)
+def test_buffer_getters_report_the_buffer_s_device_and_memory(kind):
+    device = calls_platform.ClientView(runtime.Client()).client.devices[0]
+    buffer = runtime.Buffer(device, np.zeros(3, np.float32), device.memory_of_kind[kind])
     handle = buffer_handle(buffer)
     try:
         args = abi.PJRT_Buffer_Memory_Args(buffer=handle)
         assert call_native("Buffer_Memory", args) is None
-        assert args.memory == id(buffer.device.memory) == calls.header_word(handle, HEADER_MEMORY)
+        assert args.memory == buffer.memory.handle == calls.header_word(handle, HEADER_MEMORY)
         args = abi.PJRT_Buffer_Device_Args(buffer=handle)
         assert call_native("Buffer_Device", args) is None
         assert args.device == id(buffer.device) == calls.header_word(handle, HEADER_DEVICE)
@@ -93,12 +95,13 @@ def test_buffer_getters_report_the_buffer_s_device_and_memory():
 
 
 @native_only
-def test_memory_kind_is_a_constant():
-    by_native, by_python = abi.PJRT_Memory_Kind_Args(), abi.PJRT_Memory_Kind_Args()
-    assert call_native("Memory_Kind", by_native) is None
-    call_python("Memory_Kind", by_python)
-    assert (by_native.kind, by_native.kind_size) == (by_python.kind, by_python.kind_size)
-    assert ctypes.string_at(by_native.kind, by_native.kind_size) == b"device"
+def test_memory_kind_is_the_memory_s():
+    for memory in calls_platform.ClientView(runtime.Client()).client.devices[1].memories:
+        by_native, by_python = (abi.PJRT_Memory_Kind_Args(memory=memory.handle) for _ in range(2))
+        assert call_native("Memory_Kind", by_native) is None
+        call_python("Memory_Kind", by_python)
+        assert (by_native.kind, by_native.kind_size) == (by_python.kind, by_python.kind_size)
+        assert ctypes.string_at(by_native.kind, by_native.kind_size) == memory.kind.encode()
 
 
 def on_ready_recorder():

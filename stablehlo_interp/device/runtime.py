@@ -25,7 +25,9 @@ from .pjrt import protobuf
 
 PLATFORM_NAME = "interp"
 DEVICE_KIND = "interp"
-MEMORY_KIND = "device"
+# A device's memories, as XLA's CPU has them: the default first. A buffer in any of
+# them is the same NumPy array; the kind is what JAX sees (``.sharding.memory_kind``).
+MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
 DEFAULT_DEVICE_COUNT = 8
 
 # Listeners (stablehlo_interp.Listener) attached to every execution on the device.
@@ -69,13 +71,14 @@ def dtype_of_buffer_type(code: int) -> np.dtype:
 
 
 class Memory:
-    """The one memory space of a device (kind ``"device"``)."""
+    """A memory space of a device, of one of the :data:`MEMORY_KINDS`."""
 
-    def __init__(self, device: "Device"):
+    def __init__(self, device: "Device", kind: str):
         self.device = device
-        self.id = device.id
-        self.kind = MEMORY_KIND
-        self.debug_string = f"InterpMemory(device={device.id}, kind={MEMORY_KIND})"
+        self.kind_id = MEMORY_KINDS.index(kind)
+        self.id = device.id * len(MEMORY_KINDS) + self.kind_id
+        self.kind = kind
+        self.debug_string = f"InterpMemory(device={device.id}, kind={kind})"
 
 
 class Device:
@@ -87,16 +90,20 @@ class Device:
         self.kind = DEVICE_KIND
         self.debug_string = f"INTERP_{device_id}"
         self.to_string = f"InterpDevice(id={device_id})"
-        self.memory = Memory(self)
+        self.memories = [Memory(self, kind) for kind in MEMORY_KINDS]
+        self.memory = self.memories[0]   # the default
+        self.memory_of_kind = {memory.kind: memory for memory in self.memories}
 
 
 class Buffer:
-    """A device array: a NumPy array (or the token) on a device, until deleted."""
+    """A device array: a NumPy array (or the token) in a memory of a device (its
+    default one unless given), until deleted."""
 
-    __slots__ = ("device", "value", "dtype", "shape", "c_dims", "exposed")
+    __slots__ = ("device", "memory", "value", "dtype", "shape", "c_dims", "exposed")
 
-    def __init__(self, device: Device, value):
+    def __init__(self, device: Device, value, memory: Memory | None = None):
         self.device = device
+        self.memory = memory or device.memory
         self.value = value
         if value is TOKEN:
             self.dtype, self.shape = None, ()
@@ -153,8 +160,9 @@ class InterruptedBuffer(Buffer):
 
     __slots__ = ()
 
-    def __init__(self, device: Device, value_type):
-        super().__init__(device, np.empty((0,), value_type.dtype) if isinstance(value_type, TensorType) else TOKEN)
+    def __init__(self, device: Device, value_type, memory: Memory):
+        super().__init__(device, np.empty((0,), value_type.dtype) if isinstance(value_type, TensorType) else TOKEN,
+                         memory)
         if self.dtype is not None:
             self.shape = value_type.shape
 
@@ -214,6 +222,8 @@ class Executable:
         self.name = self.program.name or "main"
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types
+        self.output_memory_kinds = tuple(_memory_kind(attributes) for attributes in self.function.result_attributes)
+        self.outputs_in_default_memory = set(self.output_memory_kinds) <= {MEMORY_KINDS[0]}
         self.donated_parameters = _donated_parameters(self.function)
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd)
@@ -246,7 +256,8 @@ class Executable:
         try:
             results = self.placement.run(values, listeners)
         except KeyboardInterrupt:
-            raise Interrupted([[InterruptedBuffer(target, value_type) for value_type in types]
+            raise Interrupted([[InterruptedBuffer(target, value_type, target.memory_of_kind[kind])
+                                for value_type, kind in zip(types, self.output_memory_kinds)]
                                for target, types in zip(targets, self.placement.result_types())]) from None
         if donated:
             for arguments in argument_lists:
@@ -254,7 +265,11 @@ class Executable:
                     arguments[index].delete()
         per_device = []
         for target, outputs in zip(targets, results):
-            per_device.append([Buffer(target, value) for value in outputs])
+            if self.outputs_in_default_memory:
+                per_device.append([Buffer(target, value) for value in outputs])
+            else:
+                per_device.append([Buffer(target, value, target.memory_of_kind[kind])
+                                   for value, kind in zip(outputs, self.output_memory_kinds)])
         return per_device
 
 
@@ -277,6 +292,16 @@ class Executable:
                               f"Attempt to {problem} the same call to Execute() (flattened argument {index}, "
                               f"replica {replica}, partition {partition}, first use: {first}). Toy example for "
                               f"this bug: `{example}`.")
+
+
+def _memory_kind(result_attributes: dict) -> str:
+    """The memory an output goes to: ``mhlo.memory_kind`` (JAX's ``out_shardings``,
+    ``compute_on``), by default the device's."""
+    kind = result_attributes.get("mhlo.memory_kind", MEMORY_KINDS[0])
+    if kind not in MEMORY_KINDS:
+        raise PluginError(abi.INVALID_ARGUMENT, f"the program puts a result in memory kind {kind!r}; the interp "
+                                                f"device has {', '.join(MEMORY_KINDS)}")
+    return kind
 
 
 def _donated_parameters(function) -> tuple:

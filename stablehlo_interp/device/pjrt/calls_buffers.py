@@ -23,23 +23,24 @@ HEADER_DEVICE, HEADER_MEMORY = 0, 1
 
 
 def buffer_handle(buffer: runtime.Buffer) -> int:
-    device = buffer.device
-    return header_handle(buffer, (id(device), id(device.memory)))
+    return header_handle(buffer, (id(buffer.device), buffer.memory.handle))
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
 def client_buffer_from_host_buffer(args):
     """Always copies, so the host buffer is released at once (``done_with_host_buffer`` is complete)."""
     if args.memory:
-        device = lookup(args.memory, "memory").device
+        memory = lookup(args.memory, "memory")
+        device = memory.device
     else:
         device = lookup(args.device, "device")
+        memory = device.memory
     dtype = runtime.dtype_of_buffer_type(args.type)
     shape = tuple((c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
     strides = tuple((c_int64 * args.num_byte_strides).from_address(args.byte_strides)) \
         if args.byte_strides and args.num_byte_strides else None
     array = array_from_host(args.data, dtype, shape, strides)
-    args.buffer = buffer_handle(runtime.Buffer(device, array))
+    args.buffer = buffer_handle(runtime.Buffer(device, array, memory))
     args.done_with_host_buffer = COMPLETE_EVENT
 
 
@@ -144,20 +145,21 @@ def buffer_ready_event(args):
         else COMPLETE_EVENT
 
 
-def _copy_to(buffer_address, device: runtime.Device) -> int:
-    """A copy on another device shares the array (nothing modifies it; see Buffer.shared)."""
+def _copy_to(buffer_address, memory: runtime.Memory) -> int:
+    """A copy to another memory or device shares the array (nothing modifies it; see
+    Buffer.shared)."""
     buffer = lookup(buffer_address, "buffer")
-    return buffer_handle(runtime.Buffer(device, buffer.shared()))
+    return buffer_handle(runtime.Buffer(memory.device, buffer.shared(), memory))
 
 
 @CALLS.implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)
 def buffer_copy_to_device(args):
-    args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_device, "device"))
+    args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_device, "device").memory)
 
 
 @CALLS.implements("Buffer_CopyToMemory", abi.PJRT_Buffer_CopyToMemory_Args)
 def buffer_copy_to_memory(args):
-    args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_memory, "memory").device)
+    args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_memory, "memory"))
 
 
 def _host_bytes(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:

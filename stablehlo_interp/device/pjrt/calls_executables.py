@@ -114,21 +114,12 @@ def executable_output_dimensions(args):
     args.dims, args.dim_sizes = addressof(executable.c_output_dims), addressof(executable.c_output_dim_sizes)
 
 
-def _strings(executable, attribute: str, value: bytes, count: int) -> tuple[int, int]:
-    """Arrays of ``count`` pointers to the same bytes and their sizes, stored on the executable."""
-    if not hasattr(executable, attribute):
-        address, size = c_bytes(executable, f"{attribute}_value", value)
-        setattr(executable, attribute, ((c_void_p * count)(*[address] * count), (c_size_t * count)(*[size] * count)))
-    pointers, sizes = getattr(executable, attribute)
-    return addressof(pointers), addressof(sizes)
-
-
 @CALLS.implements("Executable_OutputMemoryKinds", abi.PJRT_Executable_OutputMemoryKinds_Args)
 def executable_output_memory_kinds(args):
     executable = _executable(args.executable)
     args.num_outputs = executable.num_outputs
-    args.memory_kinds, args.memory_kind_sizes = _strings(executable, "c_output_memory_kinds",
-                                                         runtime.MEMORY_KIND.encode(), executable.num_outputs)
+    args.memory_kinds, args.memory_kind_sizes = _string_array(
+        executable, "c_output_memory_kinds", [kind.encode() for kind in executable.output_memory_kinds])
 
 
 @CALLS.implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)

@@ -16,7 +16,7 @@ from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
 from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
-                    immortal_string, lookup, objects, pointer_array, release)
+                    header_handle, immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
 
 CALLS = Calls()
@@ -148,12 +148,15 @@ class ClientView:
     def __init__(self, client: runtime.Client):
         self.client = client
         self.devices = [handle(device) for device in client.devices]
-        self.memories = [handle(device.memory) for device in client.devices]
+        self.memories = []
+        for device in client.devices:
+            for memory in device.memories:
+                memory.handle = memory_handle(memory)
+                memory.c_devices = pointer_array([id(device)])
+                self.memories.append(memory.handle)
+            device.c_memories = pointer_array([memory.handle for memory in device.memories])
         self.c_devices = pointer_array(self.devices)
         self.c_memories = pointer_array(self.memories)
-        for device, memory in zip(client.devices, self.memories):
-            device.c_memories = pointer_array([memory])
-            device.memory.c_devices = pointer_array([id(device)])
 
 
 def _package_version() -> str:
@@ -290,12 +293,13 @@ def device_local_hardware_id(args):
 
 @CALLS.implements("Device_AddressableMemories", abi.PJRT_Device_AddressableMemories_Args)
 def device_addressable_memories(args):
-    args.memories, args.num_memories = addressof(lookup(args.device, "device").c_memories), 1
+    device = lookup(args.device, "device")
+    args.memories, args.num_memories = addressof(device.c_memories), len(device.memories)
 
 
 @CALLS.implements("Device_DefaultMemory", abi.PJRT_Device_DefaultMemory_Args)
 def device_default_memory(args):
-    args.memory = id(lookup(args.device, "device").memory)
+    args.memory = lookup(args.device, "device").memory.handle
 
 
 @CALLS.implements("Device_MemoryStats", abi.PJRT_Device_MemoryStats_Args)
@@ -328,14 +332,20 @@ def memory_id(args):
     args.id = lookup(args.memory, "memory").id
 
 
-# One kind of memory.
-_kind, _kind_size = immortal_string(runtime.MEMORY_KIND)
-CALLS.constant_getter("Memory_Kind", abi.PJRT_Memory_Kind_Args, kind=_kind, kind_size=_kind_size)
+# A memory handle points at its header: its kind, as a C string and its size.
+HEADER_KIND, HEADER_KIND_SIZE = 0, 1
+
+
+def memory_handle(memory: runtime.Memory) -> int:
+    return header_handle(memory, immortal_string(memory.kind))
+
+
+CALLS.header_getter("Memory_Kind", abi.PJRT_Memory_Kind_Args, "memory", kind=HEADER_KIND, kind_size=HEADER_KIND_SIZE)
 
 
 @CALLS.implements("Memory_Kind_Id", abi.PJRT_Memory_Kind_Id_Args)
 def memory_kind_id(args):
-    args.kind_id = 0
+    args.kind_id = lookup(args.memory, "memory").kind_id
 
 
 @CALLS.implements("Memory_DebugString", abi.PJRT_Memory_DebugString_Args)
