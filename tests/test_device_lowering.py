@@ -89,3 +89,40 @@ def test_dot_algorithms_the_cpu_refuses_run_on_interp(algorithm, rtol):
     result = jax.jit(dot_with(algorithm))(jax.device_put(x, jax.devices("interp")[0]))
     exact = x.astype(np.float64) @ x.T.astype(np.float64)
     np.testing.assert_allclose(np.asarray(result), exact, rtol=rtol, atol=rtol * np.abs(exact).max())
+
+
+def platform_marked(v):
+    """``sin(v)`` plus a term that shows which platform's lowering ran."""
+    return jnp.sin(v) + lax.platform_dependent(v, cpu=lambda u: u * 10, tpu=lambda u: u * 100, default=lambda u: u)
+
+
+@pytest.mark.parametrize("platforms", [("cpu", "tpu"), ("tpu", "cpu"), ("cpu",)])
+def test_an_export_that_includes_the_cpu_runs_its_cpu_lowering_on_interp(platforms):
+    exported = jax.export.export(jax.jit(platform_marked), platforms=platforms)(
+        jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
+    expected = np.asarray(jax.jit(platform_marked)(jax.device_put(VECTOR, jax.devices("cpu")[0])))
+    argument = jax.device_put(VECTOR, jax.devices("interp")[0])
+    for result in (exported.call(argument), jax.jit(exported.call)(argument)):
+        assert result.devices() == {jax.devices("interp")[0]}
+        np.testing.assert_allclose(np.asarray(result), expected, rtol=1e-6)
+
+
+def test_an_export_for_interp_keeps_its_own_branch():
+    exported = jax.export.export(jax.jit(platform_marked), platforms=("cpu", "interp"))(
+        jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
+    result = exported.call(jax.device_put(VECTOR, jax.devices("interp")[0]))
+    np.testing.assert_allclose(np.asarray(result), np.sin(VECTOR) + VECTOR, rtol=1e-6)
+
+
+def test_an_export_without_the_cpu_is_refused_and_si_run_runs_it():
+    import stablehlo_interp as si
+
+    exported = jax.export.export(jax.jit(platform_marked), platforms=("tpu",))(
+        jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
+    with pytest.raises(ValueError) as raised:
+        exported.call(jax.device_put(VECTOR, jax.devices("interp")[0]))
+    assert str(raised.value).startswith(
+        "Function 'platform_marked' was exported for platforms '('tpu',)' but it is used on '('interp',)'. The "
+        "interp device runs the 'cpu' lowering of an export made for it (platforms=(..., 'cpu', ...)); "
+        "stablehlo_interp.run(exported, *args) runs this one.")
+    np.testing.assert_allclose(si.run(exported, VECTOR), np.sin(VECTOR) + VECTOR * 100, rtol=1e-6)

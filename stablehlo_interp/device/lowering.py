@@ -39,6 +39,32 @@ def _cpu_limits_only() -> tuple:
     return (lax_internal.dot_general_p,)
 
 
+def _call_exported_like_the_cpu(generic_rule):
+    """The lowering of ``Exported.call`` on ``interp``: a function exported for platforms
+    that include ``cpu`` but not ``interp`` (``platforms=("cpu", "tpu")``) runs its CPU
+    lowering, as every primitive on ``interp`` lowers like the CPU. JAX's own rule
+    picks the exported module's branch for the platform being lowered for and refuses
+    one it was not exported for; to it, ``interp`` is presented as ``cpu``. An
+    export that names ``interp`` keeps its own branch; one with neither is refused,
+    with JAX's message and the way to run it all the same."""
+    from jax.export import DisabledSafetyCheck
+
+    def rule(ctx, *args, exported):
+        platforms = ctx.module_context.platforms
+        if PLATFORM in platforms and PLATFORM not in exported.platforms:
+            if "cpu" in exported.platforms:
+                as_cpu = tuple("cpu" if platform == PLATFORM else platform for platform in platforms)
+                ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
+            elif DisabledSafetyCheck.platform() not in exported.disabled_safety_checks:
+                raise ValueError(
+                    f"Function '{exported.fun_name}' was exported for platforms '{exported.platforms}' but it is "
+                    f"used on '{tuple(platforms)}'. The interp device runs the 'cpu' lowering of an export made "
+                    "for it (platforms=(..., 'cpu', ...)); stablehlo_interp.run(exported, *args) runs this one.")
+        return generic_rule(ctx, *args, exported=exported)
+
+    return rule
+
+
 def register() -> None:
     from jax._src.interpreters import mlir
 
@@ -49,6 +75,11 @@ def register() -> None:
     rules[PLATFORM] = collections.ChainMap(dict(current or {}), rules["cpu"])
     for primitive in _cpu_limits_only():
         rules[PLATFORM].maps[0].setdefault(primitive, mlir._lowerings[primitive])
+    from jax._src.export import _export
+
+    generic = mlir._lowerings[_export.call_exported_p]
+    mlir.register_lowering(_export.call_exported_p, _call_exported_like_the_cpu(generic.rule), platform=PLATFORM,
+                           inline=generic.inline)
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     from . import host_callbacks, inspect_sharding
