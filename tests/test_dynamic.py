@@ -270,3 +270,20 @@ def test_polymorphic_module_text_with_listeners():
 def test_unsupported_refinements_are_clear_errors(text, message):
     with pytest.raises(si.ModuleError, match=message):
         si.run(text, np.zeros(3, np.int8))
+
+
+def test_a_refinement_that_fails_reports_the_passes_diagnostics():
+    """The passes' diagnostics come through the diagnostic handler of ir/sources.py
+    (never through jaxlib's MLIRError text), each with its location and notes."""
+    text = """func.func @main(%a: tensor<?xf32>, %b: tensor<?xf32>) -> tensor<?xf32> {
+      %0 = stablehlo.add %a, %b : tensor<?xf32>
+      return %0 : tensor<?xf32>
+    }"""
+    with pytest.raises(si.ModuleError) as raised:
+        si.run(text, np.ones(3, np.float32), np.ones(4, np.float32))
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "cannot refine the shapes of @main for arguments of types (tensor<3xf32>, tensor<4xf32>):"
+    assert lines[1] == ("""  loc("-":2:12): 'stablehlo.add' op requires the same shape for all operands and """
+                        """results""")
+    assert lines[2].startswith("""    note: loc("-":2:12): see current operation: %0 = "stablehlo.add\"""")
+    assert len(lines) == 3

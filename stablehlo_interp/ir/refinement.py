@@ -22,6 +22,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from ..errors import ModuleError
+from .sources import captured_diagnostics
 from .types import TensorType
 
 
@@ -42,15 +43,19 @@ def refine(module: ir.Module, function: str, arg_types) -> ir.Module:
         pipeline = f"stablehlo-refine-arguments{{types={types}}}"
         if not from_jax:
             pipeline += ",stablehlo-refine-shapes"
-        try:
-            passmanager.PassManager.parse(f"builtin.module({pipeline})").run(copy.operation)
-            if from_jax:
+        cannot = f"cannot refine the shapes of @{function} for arguments of types ({', '.join(map(str, arg_types))})"
+        with captured_diagnostics(copy.context) as diagnostics:
+            try:
+                passmanager.PassManager.parse(f"builtin.module({pipeline})").run(copy.operation)
+            except ir.MLIRError:
+                raise ModuleError(f"{cannot}:\n{diagnostics.text()}") from None
+        if from_jax:
+            try:
                 copy = ir.Module.parse(refine_polymorphic_shapes(
                     mlir_module=_bytecode(copy), enable_shape_assertions=True, validate_static_shapes=False,
                     enable_shardy=False))
-        except Exception as error:  # noqa: BLE001 - MLIRError, or the XlaRuntimeError of JAX's refinement
-            raise ModuleError(f"cannot refine the shapes of @{function} for arguments of types "
-                              f"({', '.join(map(str, arg_types))}):\n{error}") from None
+            except Exception as error:  # noqa: BLE001 - the XlaRuntimeError of JAX's refinement, in its own context
+                raise ModuleError(f"{cannot}:\n{error}") from None
         return copy
 
 

@@ -117,7 +117,7 @@ def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = Fals
         raise ModuleError(f"cannot parse MLIR text{where}: it is not valid Unicode ({error})") from None
     if not trusted and _HIGH_BYTE_ESCAPE.search(text):
         check_in_child(text.encode())   # reading a name that is not UTF-8 would abort this process
-    with make_context() as context, _captured_diagnostics(context) as diagnostics:
+    with make_context() as context, captured_diagnostics(context) as diagnostics:
         try:
             return ir.Module.parse(to_generic_form(text))
         except ir.MLIRError:
@@ -143,7 +143,7 @@ def parse_bytes(data: bytes) -> ir.Module:
     no first parse in a child: for JAX's own bytecode, and for that child."""
     if not data.startswith(_BYTECODE_MAGIC):
         return _parse_text(_text_of(data), trusted=True)
-    with make_context() as context, _captured_diagnostics(context) as diagnostics:
+    with make_context() as context, captured_diagnostics(context) as diagnostics:
         if b"StableHLO_v" in data[:64]:
             try:
                 return stablehlo.deserialize_portable_artifact(context, data)
@@ -157,7 +157,7 @@ def parse_bytes(data: bytes) -> ir.Module:
 
 def verify(module: ir.Module) -> None:
     """Run MLIR's verifier on the module; a failure is a ModuleError carrying its diagnostics."""
-    with _captured_diagnostics(module.context) as diagnostics:
+    with captured_diagnostics(module.context) as diagnostics:
         try:
             module.operation.verify()
         except ir.MLIRError:
@@ -187,7 +187,7 @@ def _describe(diagnostic) -> str:
 
 
 @contextlib.contextmanager
-def _captured_diagnostics(context: ir.Context):
+def captured_diagnostics(context: ir.Context):
     """Catch the context's diagnostics with a handler of ours, not in jaxlib's ``MLIRError``.
 
     jaxlib gathers a failed parse's diagnostics and converts them to Python strings
