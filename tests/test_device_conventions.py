@@ -66,7 +66,6 @@ def sqrt_plus_one(x):
     {"exec_time_optimization_effort": 0.0},                           # on JAX's build options
     {"optimization_level": config.EffortLevel.O1.value},
     {"memory_fitting_level": config.EffortLevel.O0.value},
-    {"xla_dump_to": "unused-directory"},
 ])
 def test_known_compiler_options_are_accepted(options):
     for platform in PLATFORMS:
@@ -74,6 +73,14 @@ def test_known_compiler_options_are_accepted(options):
         assert float(jax.jit(sqrt_plus_one, compiler_options=options)(jax.device_put(-2.0, device))) == 3.0
         lowered = jax.jit(sqrt_plus_one).lower(jax.device_put(-2.0, device))
         assert float(lowered.compile(compiler_options=options)(jax.device_put(-2.0, device))) == 3.0
+
+
+def test_checking_the_options_dumps_nothing(tmp_path):
+    """XLA dumps what it compiles to ``xla_dump_to``: on interp, nothing is compiled."""
+    options = {"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True}
+    argument = jax.device_put(-2.0, jax.devices("interp")[0])
+    assert float(jax.jit(sqrt_plus_one, compiler_options=options)(argument)) == 3.0
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("options, message", [

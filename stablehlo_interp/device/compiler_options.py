@@ -9,11 +9,14 @@ must fail as it does on the CPU (``No such compile option: 'invalid_key'``,
 is not published in Python, so the options are checked by XLA: an empty program is
 compiled with them on a CPU client of this plugin's own (XLA applies the options
 before it compiles). That costs a few milliseconds (about 35 ms the first time),
-once per set of options, and only for programs compiled with options.
+once per set of options, and only for programs compiled with options. Whatever
+XLA dumps of that empty program (``xla_dump_to`` and the ``xla_dump_*`` options)
+goes to a temporary directory that is removed at once.
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
 
 _EMPTY_PROGRAM = "module @check_compiler_options { func.func public @main() { return } }"
@@ -36,14 +39,23 @@ def problem(overrides: tuple) -> str | None:
     with _lock:
         if _client is None:
             _client = xla_client.make_cpu_client()
-        options = xla_client.CompileOptions()
-        options.env_option_overrides = list(overrides)
         with mlir.make_ir_context():
             program = ir.Module.parse(_EMPTY_PROGRAM)
-        try:
-            _client.compile_and_load(program, executable_devices=xla_client.DeviceList(tuple(_client.devices()[:1])),
-                                     compile_options=options)
-        except xla_client.XlaRuntimeError as error:
-            return str(error).removeprefix("INVALID_ARGUMENT: ")
+        with tempfile.TemporaryDirectory(prefix="stablehlo_interp_options_") as dumps:
+            options = xla_client.CompileOptions()
+            options.env_option_overrides = _dumping_to(overrides, dumps)
+            try:
+                _client.compile_and_load(program, compile_options=options,
+                                         executable_devices=xla_client.DeviceList(tuple(_client.devices()[:1])))
+            except xla_client.XlaRuntimeError as error:
+                return str(error).removeprefix("INVALID_ARGUMENT: ")
         _accepted.add(overrides)
     return None
+
+
+def _dumping_to(overrides: tuple, directory: str) -> list:
+    """The options with ``xla_dump_to`` set to ``directory`` (one that is not a string
+    stays, for XLA to refuse)."""
+    if not isinstance(dict(overrides).get("xla_dump_to", ""), str):
+        return list(overrides)
+    return [(name, value) for name, value in overrides if name != "xla_dump_to"] + [("xla_dump_to", directory)]

@@ -245,8 +245,9 @@ class Executable:
         if len(argument_lists) != len(self.devices):
             raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
                                                     f"got arguments for {len(argument_lists)}")
-        donated = frozenset(self.donated_parameters) - non_donatable
+        donated = self.donated_parameters
         if donated:
+            donated -= non_donatable
             for index, arguments in enumerate(argument_lists):
                 self._check_donations(arguments, donated, index)
         values = []
@@ -271,7 +272,6 @@ class Executable:
                 per_device.append([Buffer(target, value, target.memory_of_kind[kind])
                                    for value, kind in zip(outputs, self.output_memory_kinds)])
         return per_device
-
 
     def _check_donations(self, arguments: list, donated: frozenset, device_index: int) -> None:
         """A buffer donated to a call cannot also be another of its arguments (XLA's rule
@@ -304,10 +304,10 @@ def _memory_kind(result_attributes: dict) -> str:
     return kind
 
 
-def _donated_parameters(function) -> tuple:
+def _donated_parameters(function) -> frozenset:
     """Parameters JAX donated: ``tf.aliasing_output`` or ``jax.buffer_donor`` on the argument."""
-    return tuple(index for index, attributes in enumerate(function.arg_attributes)
-                 if "tf.aliasing_output" in attributes or attributes.get("jax.buffer_donor"))
+    return frozenset(index for index, attributes in enumerate(function.arg_attributes)
+                     if "tf.aliasing_output" in attributes or attributes.get("jax.buffer_donor"))
 
 
 class Client:
