@@ -4,19 +4,21 @@ jaxlib turns a failed ``PJRT_LoadedExecutable_Execute`` into a ``JaxRuntimeError
 (``ValueError`` on its fast path), whatever the plugin's error says. So a run that
 a KeyboardInterrupt stops does not fail: Execute hands out outputs that fail with
 CANCELLED when used (``runtime.Interrupted``) and :func:`raise_in_caller` arranges
-for the KeyboardInterrupt to be raised again in the caller's Python code, right
-where the call returns, as it is on the CPU (whose runs are not interrupted at all:
-the signal waits for them to end).
+for the KeyboardInterrupt to be raised again in the caller's Python code, where the
+call returns. That is what the user gets on the CPU, where the KeyboardInterrupt
+comes from jaxlib's wait for the result (while the computation runs on).
 
 Raising it again means setting the interrupt (``PyErr_SetInterrupt``, as SIGINT
-does), which Python handles at the next check of pending signals, in whatever
-Python code runs next. That may be this plugin's own: the rest of the Execute
-thunk, or another PJRT call jaxlib makes before it returns (``Buffer_Destroy`` of
-a temporary argument), where an exception would escape into C. So a SIGINT handler
-is installed for one use: called inside a PJRT call (a thunk's frame on the stack), it sets the interrupt again once it has returned (a capsule whose
-destructor is ``PyErr_SetInterrupt``, freed with the handler's frame: set earlier,
-the interrupt would be handled again inside the handler); called anywhere else, it
-puts the previous handler back and calls it, which raises ``KeyboardInterrupt``.
+does), which Python handles at its next check of pending signals, in whatever
+Python code runs next (an error returned to jaxlib would propagate before any such
+check). That code may be this plugin's own: the rest of the Execute thunk, or
+another PJRT call jaxlib makes before it returns (``Buffer_Destroy`` of a temporary
+argument), where an exception would escape into C. So a SIGINT handler is
+installed for one use: called inside a PJRT call (a thunk's frame on the stack), it
+sets the interrupt again once it has returned (a capsule whose destructor is
+``PyErr_SetInterrupt``, freed with the handler's frame: set earlier, the interrupt
+would be handled again inside the handler); called anywhere else, it puts the
+previous handler back and calls it, which raises ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
