@@ -31,21 +31,17 @@ def problem(overrides: tuple) -> str | None:
     ``CompileOptions.env_option_overrides``), or None if it accepts them all."""
     if not overrides or overrides in _accepted:
         return None
-    from jax._src.interpreters import mlir
     from jaxlib import xla_client
-    from jaxlib.mlir import ir
 
     global _client
     with _lock:
         if _client is None:
             _client = xla_client.make_cpu_client()
-        with mlir.make_ir_context():
-            program = ir.Module.parse(_EMPTY_PROGRAM)
         with tempfile.TemporaryDirectory(prefix="stablehlo_interp_options_") as dumps:
             options = xla_client.CompileOptions()
             options.env_option_overrides = _dumping_to(overrides, dumps)
             try:
-                _client.compile_and_load(program, compile_options=options,
+                _client.compile_and_load(_EMPTY_PROGRAM, compile_options=options,
                                          executable_devices=xla_client.DeviceList(tuple(_client.devices()[:1])))
             except xla_client.XlaRuntimeError as error:
                 return str(error).removeprefix("INVALID_ARGUMENT: ")
