@@ -1,7 +1,7 @@
 """The ``stablehlo-interp`` command (also ``python -m stablehlo_interp``).
 
     stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz]
-    stablehlo-interp test FILE_OR_DIR... [--verbose]
+    stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
     stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...] [--graph OUT.html]
     stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
@@ -21,7 +21,7 @@ import numpy as np
 from . import __version__
 from .errors import InterpreterError
 from .program import Program
-from .frontends.testfile import expand_paths, run_file
+from .frontends.testfile import FAILED, expand_paths, report, run_files
 from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
 
 
@@ -67,7 +67,14 @@ def _parser() -> argparse.ArgumentParser:
                                            "public function without arguments is a test, and its check "
                                            "ops (check.expect_eq ...) decide whether it passes.")
     test.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
-    test.add_argument("--verbose", "-v", action="store_true", help="list every test, not only failures")
+    test.add_argument("--verbose", "-v", action="store_true",
+                      help="list every test, not only failures, with the time of each file")
+    test.add_argument("--include-disabled", action="store_true",
+                      help="also run files whose interpreter RUN line upstream disabled (RUN-DISABLED)")
+    test.add_argument("--probe-output-dir", metavar="DIR",
+                      help="where interpreter.probe saves values (default: a temporary directory per file)")
+    test.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
+    test.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
     test.set_defaults(command=_test, name="test")
 
     trace = commands.add_parser("trace", help="run a function and print every op it executes",
@@ -286,14 +293,6 @@ def _test(args) -> int:
     files = expand_paths(args.paths)
     if not files:
         raise UsageError("no .mlir files under " + ", ".join(args.paths))
-    passed = failed = 0
-    for path in files:
-        for outcome in run_file(path):
-            if outcome.passed:
-                passed += 1
-            else:
-                failed += 1
-            if args.verbose or not outcome.passed:
-                print(outcome.report(), flush=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    results = run_files(files, args.include_disabled, args.probe_output_dir, args.jobs)
+    totals = report(results, sys.stdout, total_files=len(files), verbose=args.verbose, junit_path=args.junit_xml)
+    return 1 if totals[FAILED] else 0
