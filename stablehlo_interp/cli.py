@@ -2,6 +2,7 @@
 
     stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz]
     stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
+    stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...] [--graph OUT.html]
     stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
@@ -76,6 +77,20 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
     test.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
     test.set_defaults(command=_test, name="test")
+
+    conform = commands.add_parser("conform", help="judge a backend with test files (StableHLO's format)",
+                                  description="Run each test of the files on a JAX backend with its check "
+                                              "ops turned into results, judge the backend's values with the "
+                                              "file's checks and against the interpreter (docs/conformance.md).")
+    conform.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
+    conform.add_argument("--backend", "-b", default="cpu", help="a JAX platform name (default: cpu)")
+    conform.add_argument("--verbose", "-v", action="store_true", help="list every test, not only the others")
+    conform.add_argument("--include-disabled", action="store_true",
+                         help="also run files whose interpreter RUN line upstream disabled")
+    conform.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
+    conform.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    conform.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
+    conform.set_defaults(command=_conform, name="conform")
 
     trace = commands.add_parser("trace", help="run a function and print every op it executes",
                                 description="Run a function and print each executed op (inside regions "
@@ -286,7 +301,7 @@ def _compare(args) -> int:
     return 0 if comparison.ok else 1
 
 
-# --------------------------------------------------------------------- test
+# --------------------------------------------------------------------- test and conform
 
 
 def _test(args) -> int:
@@ -296,3 +311,18 @@ def _test(args) -> int:
     results = run_files(files, args.include_disabled, args.probe_output_dir, args.jobs)
     totals = report(results, sys.stdout, total_files=len(files), verbose=args.verbose, junit_path=args.junit_xml)
     return 1 if totals[FAILED] else 0
+
+
+def _conform(args) -> int:
+    from .frontends.conform import BACKEND_ERROR, FAIL, conform
+
+    if not expand_paths(args.paths):
+        raise UsageError("no .mlir files under " + ", ".join(args.paths))
+    report = conform(args.paths, args.backend, args.jobs, args.include_disabled)
+    print(report.table(everything=args.verbose))
+    if args.junit_xml:
+        report.write_junit(args.junit_xml)
+    if args.json:
+        report.write_json(args.json)
+    counts = report.counts()
+    return 1 if counts[FAIL] or counts[BACKEND_ERROR] else 0

@@ -26,6 +26,7 @@ each module starting a new index (ops/interpreter.py).
 
 from __future__ import annotations
 
+import functools
 import io
 import pathlib
 import re
@@ -39,6 +40,7 @@ from ..engine.run import RunContext
 from ..errors import InterpreterError, OpError, ParseError
 from ..program import Program
 from . import junit
+from .workers import ordered_map
 
 SPLIT_MARKER = re.compile(r"^\s*// -----")
 _PARSER_LOCATION = re.compile(r'loc\("-":(\d+):(\d+)\)')  # in MLIR diagnostics
@@ -186,24 +188,16 @@ def run_file(path, include_disabled: bool = False, probe_directory=None) -> File
 
 def run_files(files, include_disabled: bool = False, probe_directory=None, jobs: int = 1):
     """Yield the :class:`FileResult` of each file, in the order of ``files``;
-    ``jobs > 1`` runs that many worker processes (the same verdicts and order)."""
-    if jobs <= 1 or len(files) <= 1:
-        for path in files:
-            yield run_file(path, include_disabled, probe_directory)
-        return
-    import concurrent.futures
-    import functools
-    import multiprocessing
-
-    task = functools.partial(_run_file_in_worker, include_disabled=include_disabled,
-                             probe_directory=probe_directory)
-    context = multiprocessing.get_context("spawn")   # a clean interpreter; jaxlib's threads do not fork
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-        yield from pool.map(task, [str(f) for f in files])
+    ``jobs > 1`` runs that many worker processes (the same verdicts and order).
+    Files that run at the same time must not share a probe index: with ``jobs > 1``
+    each file's probes go to a subdirectory of ``probe_directory`` named after it."""
+    task = functools.partial(_run_file_task, include_disabled=include_disabled, probe_directory=probe_directory,
+                             own_directory=jobs > 1)
+    yield from ordered_map(task, [str(f) for f in files], jobs)
 
 
-def _run_file_in_worker(path: str, include_disabled: bool, probe_directory) -> FileResult:
-    if probe_directory is not None:   # workers must not share one probe index
+def _run_file_task(path: str, include_disabled: bool, probe_directory, own_directory: bool) -> FileResult:
+    if probe_directory is not None and own_directory:
         probe_directory = pathlib.Path(probe_directory) / pathlib.Path(path).stem
     return run_file(path, include_disabled, probe_directory)
 
