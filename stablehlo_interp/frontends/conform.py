@@ -14,8 +14,9 @@ finds them, frontends/testfile.py):
    values given as arguments;
 2. the backend compiles and runs that program (tools/backends.py: any JAX platform);
 3. the judge checks the backend's values: **pass** or **fail**;
-4. the interpreter runs the same program; the backend's checked values are
-   compared with the interpreter's, element by element, as ULP distances
+4. the interpreter runs the same program; the backend's checked values (the first
+   operand of each check) are compared with the interpreter's, element by element,
+   as ULP distances
    (:func:`~stablehlo_interp.ops.numerics.ulp_difference`, the rule of
    ``check.expect_close``), in a histogram;
 5. for a failure, :func:`~stablehlo_interp.tools.compare.compare` finds the first op
@@ -186,7 +187,8 @@ def _conform_test(path: str, source: str, function: str, line: int, backend: str
 
     result = ConformResult(path, function, line, INTERPRETER_ERROR)
     try:
-        program_text, judge_text, result.checks = checks_as_results(source, function)
+        program_text, judge_text, actual = checks_as_results(source, function)
+        result.checks = len(actual)
         program, judge = Program(program_text), Program(judge_text)
         ours = program.run()
     except Exception as error:  # noqa: BLE001 - no verdict on the backend without the interpreter's values
@@ -198,7 +200,7 @@ def _conform_test(path: str, source: str, function: str, line: int, backend: str
         result.verdict = BACKEND_ERROR
         result.message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
         return result
-    result.histogram, result.max_ulp = _ulp_histogram(ours, theirs)
+    result.histogram, result.max_ulp = _ulp_histogram([ours[i] for i in actual], [theirs[i] for i in actual])
     result.interpreter_passes = _passes(judge, ours) is None
     failure = _passes(judge, theirs)
     result.verdict = PASS if failure is None else FAIL

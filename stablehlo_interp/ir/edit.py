@@ -16,6 +16,9 @@ They take and return MLIR text (with locations) and leave their input alone.
 
 from __future__ import annotations
 
+import itertools
+import re
+
 from jaxlib.mlir import ir
 
 from ..errors import ModuleError
@@ -24,6 +27,7 @@ from .declarations import function_operations
 from .sources import make_context
 
 _ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
+_SYMBOL = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w.$-]+))')
 
 
 def inline_calls(text: str, function: str) -> str:
@@ -63,8 +67,8 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
         return _text(module)
 
 
-def checks_as_results(text: str, function: str) -> tuple[str, str, int]:
-    """``(program, judge, count)`` for the test function ``@function`` of a module.
+def checks_as_results(text: str, function: str) -> tuple[str, str, list]:
+    """``(program, judge, actual)`` for the test function ``@function`` of a module.
 
     ``program``: the module with calls in ``@function`` inlined, its check ops
     (``check.*`` ops and ``stablehlo.custom_call @check.*``) removed, and the
@@ -72,8 +76,10 @@ def checks_as_results(text: str, function: str) -> tuple[str, str, int]:
     function is renamed ``@main``; functions it does not refer to (other tests) are
     dropped.
     ``judge``: a module whose ``@main`` takes those values as arguments and applies
-    the same checks (same attributes, same locations) to them. ``count``: the
-    number of checks. Checks must be ops of the function itself, not of a region.
+    the same checks (same attributes, same locations) to them. ``actual``: for each
+    check, the position among the results of its first operand, the value it checks
+    (the others are expectations). Checks must be ops of the function itself, not of
+    a region.
     """
     text = inline_calls(to_generic_form(text), function)
     with make_context():
@@ -90,6 +96,7 @@ def checks_as_results(text: str, function: str) -> tuple[str, str, int]:
             raise ModuleError(f"{nested[0].name} inside a region of @{function}: only checks of the function "
                               "itself can become results")
         values = [value for check in checks for value in check.operands]
+        actual = list(itertools.accumulate([0] + [len(check.operands) for check in checks[:-1]]))
         judge = _judge_module(checks, values)
         terminator = list(block.operations)[-1].operation   # returning a check's result is no use of it
         location = terminator.location
@@ -116,7 +123,7 @@ def checks_as_results(text: str, function: str) -> tuple[str, str, int]:
             _rename(module, func, function, "main")
         if "sym_visibility" in func.attributes:
             del func.attributes["sym_visibility"]
-        return _text(module), judge, len(checks)
+        return _text(module), judge, actual if checks else []
 
 
 def _is_check(op: ir.Operation) -> bool:
@@ -151,29 +158,18 @@ def _judge_module(checks: list, values: list) -> str:
 
 
 def _reachable(function: str, functions: dict) -> set:
-    """``function`` and the functions its ops refer to by symbol, transitively."""
+    """``function`` and the functions its ops refer to by symbol, transitively. The
+    symbols are read from the printed functions (reading every attribute through the
+    bindings would also decode large constants, which some element types crash)."""
     found, pending = set(), [function]
     while pending:
         name = pending.pop()
         if name in found or name not in functions:
             continue
         found.add(name)
-
-        def visit(op):
-            for index in range(len(op.attributes)):
-                pending.extend(_symbols(op.attributes[index].attr))
-            return ir.WalkResult.ADVANCE
-
-        functions[name].walk(visit)
+        body = functions[name].get_asm(large_elements_limit=16)
+        pending.extend(quoted or plain for quoted, plain in _SYMBOL.findall(body))
     return found
-
-
-def _symbols(attribute) -> list:
-    if isinstance(attribute, ir.FlatSymbolRefAttr):
-        return [attribute.value]
-    if isinstance(attribute, ir.ArrayAttr):
-        return [name for element in attribute for name in _symbols(element)]
-    return []
 
 
 def _rename(module, func, old: str, new: str) -> None:
