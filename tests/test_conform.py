@@ -2,6 +2,7 @@
 as the backend under test; expectations are hand-checked."""
 
 import json
+import os
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
@@ -10,6 +11,7 @@ import stablehlo_interp as si
 from stablehlo_interp.cli import main
 from stablehlo_interp.frontends.conform import (BACKEND_ERROR, CANNOT_PARSE, FAIL, INTERPRETER_ERROR, PASS,
                                                 conform_file)
+from stablehlo_interp.frontends.workers import ordered_map
 from stablehlo_interp.ir.edit import checks_as_results
 from stablehlo_interp.ops.numerics import ulp_difference
 
@@ -143,3 +145,14 @@ def test_the_command_writes_a_table_json_and_junit(tmp_path, capsys):
     assert [(r["test"], r["verdict"]) for r in document["results"]] == [("adds", "pass"), ("main", "fail")]
     root = ElementTree.parse(xml_path).getroot()
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "1", "0")
+
+
+def _dies_on_two(item):
+    if item == 2:
+        os._exit(3)   # as a backend's compiler that aborts
+    return item * 10
+
+
+def test_an_item_that_kills_its_process_is_reported_and_the_others_go_on():
+    results = list(ordered_map(_dies_on_two, [1, 2, 3, 4], jobs=2, on_crash=lambda item: f"crashed {item}"))
+    assert results == [10, "crashed 2", 30, 40]

@@ -44,7 +44,7 @@ from ..errors import ParseError
 from ..ops.numerics import ulp_difference
 from ..program import Program
 from . import junit
-from .testfile import _failure, _where, disabled_reason, expand_paths, split_modules
+from .testfile import disabled_reason, expand_paths, location_in_file, outcome_of_error, split_modules
 from .workers import ordered_map
 
 PASS, FAIL, BACKEND_ERROR, CANNOT_PARSE, INTERPRETER_ERROR = (
@@ -142,16 +142,24 @@ class ConformReport:
 def conform(paths, backend: str = "cpu", jobs: int = 1, include_disabled: bool = False,
             progress=None) -> ConformReport:
     """Run the tests of ``paths`` (files, or directories of ``*.mlir``) on the JAX
-    platform ``backend`` and judge them (module docstring). ``progress``: called with
-    each file's results as they come, in order."""
+    platform ``backend`` and judge them (module docstring). Files run in ``jobs``
+    worker processes (at least one: a backend that aborts takes only its process
+    down, and its file gets a backend error). ``progress``: called with each file's
+    results as they come, in order."""
     files = [str(f) for f in expand_paths([paths] if isinstance(paths, (str, pathlib.Path)) else paths)]
     report = ConformReport(backend)
     task = functools.partial(conform_file, backend=backend, include_disabled=include_disabled)
-    for results in ordered_map(task, files, jobs):
+    for results in ordered_map(task, files, jobs, on_crash=_crashed):
         report.results.extend(results)
         if progress is not None:
             progress(results)
     return report
+
+
+def _crashed(path: str) -> list[ConformResult]:
+    return [ConformResult(path, None, 1, BACKEND_ERROR,
+                          "the process running this file died (e.g. the backend's compiler aborted on a "
+                          "CHECK failure); run the file alone to see the message")]
 
 
 def conform_file(path: str, backend: str = "cpu", include_disabled: bool = False) -> list[ConformResult]:
@@ -219,7 +227,7 @@ def _passes(judge: Program, values) -> Exception | None:
 
 
 def _message(path: str, error: Exception) -> str:
-    outcome = _failure(path, None, 0, error)
+    outcome = outcome_of_error(path, None, 0, error)
     where = f" at {outcome.location}" if outcome.location else ""
     head = f"{outcome.op}{where}: " if outcome.op else ""
     return head + outcome.message.replace("\n", "; ")
@@ -276,5 +284,5 @@ def _first_divergence(program_text: str, backend: str, path: str) -> str | None:
         return comparison.note or ("the backend's values are the interpreter's: "
                                    "the test's expectation does not hold under the interpreter either")
     text = comparison.divergence.describe(backend)
-    where = _where(comparison.divergence.location, path)
+    where = location_in_file(comparison.divergence.location, path)
     return text.replace(f" at {comparison.divergence.location}", f" at {where}", 1) if where else text

@@ -140,7 +140,7 @@ def run_text(text: str, file: str, probe_directory=None, printed=None) -> list[O
         try:
             program = Program(part)
         except Exception as error:  # noqa: BLE001 - reported as this module's failure
-            outcomes.append(_failure(file, None, first, error))
+            outcomes.append(outcome_of_error(file, None, first, error))
             continue
         instruments = Instruments(printed, probe_directory)   # a new probe index per module
         for function in program.functions.values():
@@ -150,7 +150,7 @@ def run_text(text: str, file: str, probe_directory=None, printed=None) -> list[O
             try:
                 program.execute(program.runnable(function.name), [], RunContext(instruments=instruments))
             except Exception as error:  # noqa: BLE001 - every failure is reported, none stops the run
-                outcomes.append(_failure(file, function.name, line, error))
+                outcomes.append(outcome_of_error(file, function.name, line, error))
             else:
                 outcomes.append(Outcome(file, function.name, line, PASSED))
     return outcomes
@@ -210,13 +210,16 @@ def expand_paths(paths) -> list[pathlib.Path]:
     return files
 
 
-def _failure(file: str, test: str | None, line: int, error: BaseException) -> Outcome:
+def outcome_of_error(file: str, test: str | None, line: int, error: BaseException) -> Outcome:
+    """The verdict on a test (or a module) that raised ``error``: cannot parse for a
+    parse error, else failed, with the op, its location in ``file`` and the reason."""
     if isinstance(error, OpError):
         lines = [error.reason]
         for name, location, detail in error.enclosing:
-            where = f" at {_where(location, file)}" if location else ""
+            where = f" at {location_in_file(location, file)}" if location else ""
             lines.append(f"inside {name}{where}{f' ({detail})' if detail else ''}")
-        return Outcome(file, test, line, FAILED, error.op_name, _where(error.location, file), "\n".join(lines))
+        return Outcome(file, test, line, FAILED, error.op_name, location_in_file(error.location, file),
+                       "\n".join(lines))
     if isinstance(error, InterpreterError):
         message = _PARSER_LOCATION.sub(lambda m: f"{file}:{m.group(1)}:{m.group(2)}", str(error))
         message = _CHECK_SYNTAX_LINE.sub(lambda m: f"{file}:{m.group(1)}: ", message)
@@ -225,7 +228,7 @@ def _failure(file: str, test: str | None, line: int, error: BaseException) -> Ou
     return Outcome(file, test, line, FAILED, message=f"internal error: {type(error).__name__}: {error}")
 
 
-def _where(location, file: str) -> str | None:
+def location_in_file(location, file: str) -> str | None:
     """An op's location; text parsed from a string is ``-`` to MLIR: name the file."""
     if not location:
         return None
