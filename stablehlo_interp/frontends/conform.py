@@ -41,8 +41,11 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import ParseError
+from ..ir.edit import checks_as_results
 from ..ops.numerics import ulp_difference
 from ..program import Program
+from ..tools.backends import resolve
+from ..tools.compare import compare
 from . import junit
 from .testfile import disabled_reason, expand_paths, location_in_file, outcome_of_error, split_modules
 from .workers import ordered_map
@@ -190,9 +193,6 @@ def conform_file(path: str, backend: str = "cpu", include_disabled: bool = False
 
 
 def _conform_test(path: str, source: str, function: str, line: int, backend: str) -> ConformResult:
-    from ..ir.edit import checks_as_results
-    from ..tools.backends import resolve
-
     result = ConformResult(path, function, line, INTERPRETER_ERROR)
     try:
         program_text, judge_text, actual = checks_as_results(source, function)
@@ -274,8 +274,6 @@ def _is_float(dtype) -> bool:
 
 
 def _first_divergence(program_text: str, backend: str, path: str) -> str | None:
-    from ..tools.compare import compare
-
     try:
         comparison = compare(program_text, backend=backend, tolerance=(0.0, 0.0))
     except Exception as error:  # noqa: BLE001 - the search is extra information, not the verdict
