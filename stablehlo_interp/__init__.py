@@ -4,6 +4,7 @@
     out = si.run(jax.jit(f), x, y)          # or a Lowered, an Exported: called as the function
     program = si.load("model.mlir"); program.run(x, function="main")   # a module: @main's arguments
     print(si.trace(f, x)); si.find_nonfinite(f, x); si.compare(f, x, backend="cpu"); si.explain(f, x)
+    print(si.conform("tests/", backend="cpu").table())   # judge a backend with StableHLO-style test files
 """
 
 import os
@@ -32,6 +33,10 @@ _TOOLS = ("break_at", "compare", "debug", "explain", "find_nonfinite", "graph", 
 
 
 def __getattr__(name):
+    if name == "conform":
+        from .frontends.conform import conform
+
+        return conform
     if name in _TOOLS or name in ("tools", "validation"):
         import importlib
 
@@ -49,7 +54,7 @@ __all__ = [
     "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",
     "OpExecutionError",
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
-    "register_custom_call", "register_op", "run", "validation",
+    "conform", "register_custom_call", "register_op", "run", "validation",
     # tools (see docs/tools.md)
     "break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes", "on_device",
     "probe", "tools", "trace",

@@ -1,7 +1,8 @@
 """The ``stablehlo-interp`` command (also ``python -m stablehlo_interp``).
 
     stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz]
-    stablehlo-interp test FILE_OR_DIR... [--verbose]
+    stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
+    stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...] [--graph OUT.html]
     stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
@@ -21,7 +22,7 @@ import numpy as np
 from . import __version__
 from .errors import InterpreterError
 from .program import Program
-from .frontends.testfile import expand_paths, run_file
+from .frontends.testfile import FAILED, expand_paths, report, run_files
 from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
 
 
@@ -67,8 +68,29 @@ def _parser() -> argparse.ArgumentParser:
                                            "public function without arguments is a test, and its check "
                                            "ops (check.expect_eq ...) decide whether it passes.")
     test.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
-    test.add_argument("--verbose", "-v", action="store_true", help="list every test, not only failures")
+    test.add_argument("--verbose", "-v", action="store_true",
+                      help="list every test, not only failures, with the time of each file")
+    test.add_argument("--include-disabled", action="store_true",
+                      help="also run files whose interpreter RUN line upstream disabled (RUN-DISABLED)")
+    test.add_argument("--probe-output-dir", metavar="DIR",
+                      help="where interpreter.probe saves values (default: a temporary directory per file)")
+    test.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
+    test.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
     test.set_defaults(command=_test, name="test")
+
+    conform = commands.add_parser("conform", help="judge a backend with test files (StableHLO's format)",
+                                  description="Run each test of the files on a JAX backend with its check "
+                                              "ops turned into results, judge the backend's values with the "
+                                              "file's checks and against the interpreter (docs/conformance.md).")
+    conform.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
+    conform.add_argument("--backend", "-b", default="cpu", help="a JAX platform name (default: cpu)")
+    conform.add_argument("--verbose", "-v", action="store_true", help="list every test, not only the others")
+    conform.add_argument("--include-disabled", action="store_true",
+                         help="also run files whose interpreter RUN line upstream disabled")
+    conform.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
+    conform.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    conform.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
+    conform.set_defaults(command=_conform, name="conform")
 
     trace = commands.add_parser("trace", help="run a function and print every op it executes",
                                 description="Run a function and print each executed op (inside regions "
@@ -279,21 +301,28 @@ def _compare(args) -> int:
     return 0 if comparison.ok else 1
 
 
-# --------------------------------------------------------------------- test
+# --------------------------------------------------------------------- test and conform
 
 
 def _test(args) -> int:
     files = expand_paths(args.paths)
     if not files:
         raise UsageError("no .mlir files under " + ", ".join(args.paths))
-    passed = failed = 0
-    for path in files:
-        for outcome in run_file(path):
-            if outcome.passed:
-                passed += 1
-            else:
-                failed += 1
-            if args.verbose or not outcome.passed:
-                print(outcome.report(), flush=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    results = run_files(files, args.include_disabled, args.probe_output_dir, args.jobs)
+    totals = report(results, sys.stdout, total_files=len(files), verbose=args.verbose, junit_path=args.junit_xml)
+    return 1 if totals[FAILED] else 0
+
+
+def _conform(args) -> int:
+    from .frontends.conform import BACKEND_ERROR, FAIL, conform
+
+    if not expand_paths(args.paths):
+        raise UsageError("no .mlir files under " + ", ".join(args.paths))
+    report = conform(args.paths, args.backend, args.jobs, args.include_disabled)
+    print(report.table(everything=args.verbose))
+    if args.junit_xml:
+        report.write_junit(args.junit_xml)
+    if args.json:
+        report.write_json(args.json)
+    counts = report.counts()
+    return 1 if counts[FAIL] or counts[BACKEND_ERROR] else 0

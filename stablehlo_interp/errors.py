@@ -16,6 +16,12 @@ class ModuleError(InterpreterError):
     """The module could not be parsed, deserialized or verified."""
 
 
+class ParseError(ModuleError):
+    """The text is not a module MLIR's parser (jaxlib's) can read and verify, or a
+    check op's custom syntax is malformed; ``stablehlo-interp test`` reports it as
+    "cannot parse", apart from failures."""
+
+
 class ArgumentError(InterpreterError, TypeError):
     """The arguments given to a function do not match its signature."""
 

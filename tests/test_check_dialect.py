@@ -131,10 +131,11 @@ def test_dynamic_shapes_are_compared_at_run_time():
         si.run(text, np.array([1, 2, 3], np.int32), np.array([1, 2], np.int32))
 
 
-def test_serialized_eq_is_reported_unsupported():
-    with pytest.raises(si.UnsupportedOpError, match="check.expect_serialized_eq.*interpreter.probe"):
-        si.load(module('  check.expect_serialized_eq %a, probe_id = "p", iter = 2 : tensor<2xi32>',
-                       "%a: tensor<2xi32>"))
+def test_serialized_eq_needs_a_probe_directory():
+    """Outside the test runner no probe directory is set: a clear error, not a crash."""
+    with pytest.raises(si.OpError, match="check.expect_serialized_eq.*no probe directory.*--probe-output-dir"):
+        si.run(module('  check.expect_serialized_eq %a, probe_id = "p", iter = 2 : tensor<2xi32>',
+                      "%a: tensor<2xi32>"), np.array([1, 2], np.int32))
 
 
 # ---------------------------------------------------------------- semantics

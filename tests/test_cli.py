@@ -54,7 +54,7 @@ def test_failing_file_reports_each_failure_and_goes_on(capsys):
     assert status == 1
     lines = out.splitlines()
     f = str(FAILING)
-    assert lines[-1] == "2 passed, 7 failed"
+    assert lines[-1] == "2 passed, 5 failed, 2 cannot parse"
     assert not any(line.startswith("PASSED") for line in lines)  # listed only with --verbose
     expected = [
         f"FAILED {f} @wrong_value: check.expect_eq_const at {f}:12:3: 1 of 3 elements differ; "
@@ -64,11 +64,11 @@ def test_failing_file_reports_each_failure_and_goes_on(capsys):
         f"FAILED {f} @fails_in_iteration_two: check.expect_eq_const at {f}:35:5: 1 of 1 elements differ; "
         "first: False (actual) vs True (expected)",
         f"    inside stablehlo.while at {f}:27:8 (region 1, call 2)",
-        f"FAILED {f} (module at line 44): cannot parse MLIR text:",
+        f"CANNOT PARSE {f} (module at line 44): cannot parse MLIR text:",
         f"    {f}:48:25: expected SSA operand",
         f"FAILED {f} (module at line 53): stablehlo.custom_call at {f}:56:8: custom call target "
         "'no_such_target' is not implemented (register one with stablehlo_interp.register_custom_call)",
-        f"FAILED {f} (module at line 61): {f}:64: cannot parse check.expect_eq: missing ': type'",
+        f"CANNOT PARSE {f} (module at line 61): {f}:64: cannot parse check.expect_eq: missing ': type'",
         f"FAILED {f} @custom_call_check_eq_fails: stablehlo.custom_call @check.eq at {f}:73:8: "
         "tolerance 0.0001: 1 of 2 elements differ; first at index [1]: 2.0 (actual) vs 2.5 (expected)",
     ]
@@ -77,7 +77,7 @@ def test_failing_file_reports_each_failure_and_goes_on(capsys):
 
 def test_directory_and_missing_files(capsys, tmp_path):
     status, out, _ = cli(capsys, "test", DATA)
-    assert status == 1 and out.splitlines()[-1] == "9 passed, 7 failed"
+    assert status == 1 and out.splitlines()[-1] == "9 passed, 5 failed, 2 cannot parse"
     status, out, _ = cli(capsys, "test", PASSING, tmp_path / "missing.mlir")
     assert status == 1
     assert out.splitlines()[-1] == "7 passed, 1 failed"
@@ -210,7 +210,7 @@ def test_console_script_and_module_entry_point():
         result = subprocess.run(command + ["test", PASSING, FAILING], capture_output=True, text=True,
                                 timeout=120)
         assert result.returncode == 1
-        assert result.stdout.splitlines()[-1] == "9 passed, 7 failed"
+        assert result.stdout.splitlines()[-1] == "9 passed, 5 failed, 2 cannot parse"
         result = subprocess.run(command + ["--version"], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and result.stdout.startswith("stablehlo-interp ")
 

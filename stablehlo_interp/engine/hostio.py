@@ -51,3 +51,34 @@ class HostQueues:
     def __repr__(self) -> str:
         channels = {c: len(q) for c, q in self.channels.items() if q}
         return f"<HostQueues infeed={len(self.infeed)} outfeed={len(self.outfeed)} channels={channels}>"
+
+
+class Instruments:
+    """Where the instrumentation ops of StableHLO's interpreter dialect write, as
+    ``stablehlo-translate --interpret`` (stablehlo/reference/InterpreterOps.cpp):
+
+    * ``interpreter.print`` writes its operand to ``stream`` (standard output by default);
+    * ``interpreter.probe`` saves its operand to ``probe_directory`` as
+      ``probe<N>.npy`` (N = 1, 2, ... in the order the probes run) and appends the line
+      ``probe_id,type,path`` to ``index.csv`` there, which ``check.expect_serialized_eq``
+      reads back (ops/interpreter.py).
+
+    One Instruments serves one run of a module (every process of its grid); its first
+    probe starts a new index file. Without a ``probe_directory`` a probe is an error.
+    """
+
+    INDEX_FILE = "index.csv"
+
+    def __init__(self, stream=None, probe_directory=None):
+        import threading
+
+        self.stream = stream
+        self.probe_directory = probe_directory
+        self.probes_written = 0
+        self.lock = threading.Lock()   # processes of a grid run in threads: one print, one probe at a time
+
+    def write(self, text: str) -> None:
+        import sys
+
+        with self.lock:
+            (self.stream or sys.stdout).write(text)

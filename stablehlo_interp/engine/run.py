@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .grid import OUTSIDE_GRID, Process
-from .hostio import HostQueues
+from .hostio import HostQueues, Instruments
 from .plan import BINARY, SINGLE, UNARY, Region, Step
 
 
@@ -98,15 +98,18 @@ class Listener:
 class RunContext:
     """The state of one run, shared by every process of it: the listeners, the host
     side of transfer ops (``io``, empty queues made on first use when the caller gave
-    none) and, when a caller asks for them, the per-device results of manual
-    computations (``local_results``, see ops/shardy.py)."""
+    none), where ``interpreter.print`` and ``interpreter.probe`` write (``instruments``,
+    made on first use too) and, when a caller asks for them, the per-device results of
+    manual computations (``local_results``, see ops/shardy.py)."""
 
-    __slots__ = ("listeners", "_io", "local_results")
+    __slots__ = ("listeners", "_io", "local_results", "_instruments")
 
-    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None):
+    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
+                 instruments: Instruments | None = None):
         self.listeners = tuple(listeners)
         self._io = io
         self.local_results = local_results
+        self._instruments = instruments
 
     @property
     def io(self) -> HostQueues:
@@ -114,9 +117,15 @@ class RunContext:
             self._io = HostQueues()
         return self._io
 
+    @property
+    def instruments(self) -> Instruments:
+        if self._instruments is None:
+            self._instruments = Instruments()
+        return self._instruments
+
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
-        return RunContext(self.listeners, io, self.local_results)
+        return RunContext(self.listeners, io, self.local_results, self.instruments)
 
 
 class BoundRegion:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ModuleError
+from ..errors import ParseError
 
 _CHECK_START = re.compile(r"^(\s*)check\.(\w+)(?=[\s%]|$)")
 _GENERIC_CHECK_START = re.compile(r'^(\s*)"check\.(\w+)"(?=\()')
@@ -77,7 +77,7 @@ def to_generic_form(text: str) -> str:
             rewritten = (_rewrite(name, statement.strip()) if custom
                          else f'"check.{name}"' + _properties_as_attributes(statement.strip()))
         except ValueError as e:
-            raise ModuleError(f"line {first + 1}: cannot parse check.{name}: {e}") from None
+            raise ParseError(f"line {first + 1}: cannot parse check.{name}: {e}") from None
         lines[first] = indent + rewritten + (f" {comment}" if comment else "")
         number += 1
     return "\n".join(lines)

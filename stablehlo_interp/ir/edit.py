@@ -7,18 +7,27 @@
 * :func:`prefix_module` keeps the entry function's ops up to one op and
   returns the values of chosen ops instead of the function's results: a
   program any backend can compile and run to show its intermediate values.
+* :func:`checks_as_results` takes the check ops out of a test function and
+  returns the values they check instead, for a backend that cannot compile
+  check ops (frontends/conform.py), and puts the checks in a module of their own.
 
-Both take and return MLIR text (with locations) and leave their input alone.
+They take and return MLIR text (with locations) and leave their input alone.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
+
 from jaxlib.mlir import ir
 
+from ..errors import ModuleError
+from .check_dialect import to_generic_form
 from .declarations import function_operations
 from .sources import make_context
 
 _ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
+_SYMBOL = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w.$-]+))')
 
 
 def inline_calls(text: str, function: str) -> str:
@@ -56,6 +65,116 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
             del func.attributes["res_attrs"]
         _drop_aliasing(func)
         return _text(module)
+
+
+def checks_as_results(text: str, function: str) -> tuple[str, str, list]:
+    """``(program, judge, actual)`` for the test function ``@function`` of a module.
+
+    ``program``: the module with calls in ``@function`` inlined, its check ops
+    (``check.*`` ops and ``stablehlo.custom_call @check.*``) removed, and the
+    operands of those checks, in order, returned as its results instead; the
+    function is renamed ``@main``; functions it does not refer to (other tests) are
+    dropped.
+    ``judge``: a module whose ``@main`` takes those values as arguments and applies
+    the same checks (same attributes, same locations) to them. ``actual``: for each
+    check, the position among the results of its first operand, the value it checks
+    (the others are expectations). Checks must be ops of the function itself, not of
+    a region.
+    """
+    text = inline_calls(to_generic_form(text), function)
+    with make_context():
+        module = ir.Module.parse(text)
+        functions = function_operations(module)
+        func = functions[function]
+        block = _body(func)
+        checks = [op.operation for op in block.operations if _is_check(op.operation)]
+        nested = []
+        for op in block.operations:
+            for region in op.operation.regions:
+                _find_checks(region, nested)
+        if nested:
+            raise ModuleError(f"{nested[0].name} inside a region of @{function}: only checks of the function "
+                              "itself can become results")
+        values = [value for check in checks for value in check.operands]
+        actual = list(itertools.accumulate([0] + [len(check.operands) for check in checks[:-1]]))
+        judge = _judge_module(checks, values)
+        terminator = list(block.operations)[-1].operation   # returning a check's result is no use of it
+        location = terminator.location
+        terminator.erase()
+        for check in checks:
+            if any(len(list(result.uses)) for result in check.results):
+                raise ModuleError(f"the result of {check.name} is used: it cannot be taken out")
+            check.erase()
+        with ir.InsertionPoint(block), location:
+            ir.Operation.create("func.return", operands=values)
+        inputs = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
+        func.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(inputs, [value.type for value in values]))
+        if "res_attrs" in func.attributes:
+            del func.attributes["res_attrs"]
+        _drop_aliasing(func)
+        reachable = _reachable(function, functions)
+        for name, other in functions.items():   # other tests, with checks of their own
+            if name not in reachable:
+                other.erase()
+        if function != "main":
+            if "main" in reachable:
+                raise ModuleError(f"@{function} calls @main: it cannot be renamed @main for the backend")
+            _rename(module, func, function, "main")
+        if "sym_visibility" in func.attributes:
+            del func.attributes["sym_visibility"]
+        return _text(module), judge, actual if checks else []
+
+
+def _is_check(op: ir.Operation) -> bool:
+    if op.name.startswith("check."):
+        return True
+    return (op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value.startswith("check."))
+
+
+def _find_checks(region, found: list) -> None:
+    for block in region.blocks:
+        for op in block.operations:
+            if _is_check(op.operation):
+                found.append(op.operation)
+            for inner in op.operation.regions:
+                _find_checks(inner, found)
+
+
+def _judge_module(checks: list, values: list) -> str:
+    """A module whose ``@main(values...)`` applies ``checks`` to its arguments."""
+    arguments = ", ".join(f"%v{i}: {value.type}" for i, value in enumerate(values))
+    judge = ir.Module.parse(f"func.func @main({arguments}) {{\n  func.return\n}}")
+    block = _body(function_operations(judge)["main"])
+    terminator = list(block.operations)[-1]
+    position = 0
+    for check in checks:
+        clone = check.clone(ip=ir.InsertionPoint(terminator))
+        for index in range(len(check.operands)):
+            clone.operands[index] = block.arguments[position]
+            position += 1
+    return _text(judge)
+
+
+def _reachable(function: str, functions: dict) -> set:
+    """``function`` and the functions its ops refer to by symbol, transitively. The
+    symbols are read from the printed functions (reading every attribute through the
+    bindings would also decode large constants, which some element types crash)."""
+    found, pending = set(), [function]
+    while pending:
+        name = pending.pop()
+        if name in found or name not in functions:
+            continue
+        found.add(name)
+        body = functions[name].get_asm(large_elements_limit=16)
+        pending.extend(quoted or plain for quoted, plain in _SYMBOL.findall(body))
+    return found
+
+
+def _rename(module, func, old: str, new: str) -> None:
+    ir.SymbolTable.replace_all_symbol_uses(old, new, module.operation)
+    func.attributes["sym_name"] = ir.StringAttr.get(new)
 
 
 def _body(func) -> ir.Block:

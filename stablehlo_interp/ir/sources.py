@@ -20,7 +20,7 @@ from jaxlib.mlir.dialects import stablehlo
 from .check_dialect import to_generic_form
 from .decode import load_quant_dialect
 from .first_parse import check_in_child
-from ..errors import ModuleError
+from ..errors import ModuleError, ParseError
 
 _BYTECODE_MAGIC = b"ML\xefR"
 
@@ -121,7 +121,7 @@ def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = Fals
         try:
             return ir.Module.parse(to_generic_form(text))
         except ir.MLIRError:
-            raise ModuleError(f"cannot parse MLIR text{where}:\n{diagnostics.text()}") from None
+            raise ParseError(f"cannot parse MLIR text{where}:\n{diagnostics.text()}") from None
 
 
 def _parse_untrusted_bytes(data: bytes) -> ir.Module:

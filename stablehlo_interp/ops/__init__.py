@@ -21,6 +21,7 @@ FAMILIES = (
     "fft",
     "host_callback",
     "indexing",
+    "interpreter",
     "io",
     "lapack",
     "linalg",

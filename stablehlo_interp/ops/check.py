@@ -11,6 +11,7 @@ raises :class:`CheckFailure`; ``stablehlo-interp test`` reports it.
 - expect_close: ULP distance (:func:`~.numerics.ulp_difference`) within
   ``[min_ulp_difference, max_ulp_difference]`` (defaults 0 and 1); non-finite
   values must match exactly (any NaN matches any NaN).
+- expect_serialized_eq (with interpreter.probe): ops/interpreter.py.
 - The custom-call spellings of StableHLO's testdata are judged as
   ``stablehlo-translate --interpret`` judges them
   (stablehlo/tools/StablehloTranslateMain.cpp): ``@check.expect_close`` with ULP
@@ -158,12 +159,6 @@ def expect_eq_const(info):
 @op("check.expect_almost_eq_const", "check.almost_eq", variadic=True)
 def expect_almost_eq_const(info):
     return _with_constant(info, _expect_almost_eq(info))
-
-
-@op("check.expect_serialized_eq", variadic=True)
-def expect_serialized_eq(info):
-    raise info.unsupported("compares with the files that interpreter.probe writes to a probe "
-                           "directory; stablehlo-interp does not write them")
 
 
 custom_call("check.expect_eq", variadic=True)(_expect_eq)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import ops as op_families
 from ..engine import registry
+from ..ir.decode import load_quant_dialect
 from ..program import load
 
 
@@ -45,7 +46,8 @@ def _compile(platform: str, module_text: str):
     from jaxlib.mlir import ir
 
     backend = xla_bridge.get_backend(platform)
-    with mlir.make_ir_context():
+    with mlir.make_ir_context() as context:
+        load_quant_dialect(context)   # for modules with !quant.uniform types
         module = ir.Module.parse(module_text)
         options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
         devices = xla_client.DeviceList(tuple(backend.local_devices()[:1]))

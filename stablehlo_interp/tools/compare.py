@@ -127,7 +127,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     table = tolerances(tolerance)
     run_backend = resolve(backend)
     values = call.arguments
-    text = inline_calls(_module_text(call.program), "main")
+    text = inline_calls(module_text(call.program), "main")
     recorder = _EntryValues()
     ours = load(text).run(*values, listeners=[recorder])
     theirs = run_backend(text, values)
@@ -149,7 +149,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     return comparison
 
 
-def _module_text(program) -> str:
+def module_text(program) -> str:
     """The module as MLIR text with locations (what backends compile). Text parsed
     from a file has locations in file ``"-"``; they name the file here."""
     text = program.module.operation.get_asm(enable_debug_info=True)
