@@ -23,7 +23,8 @@ import numpy as np
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
 from ..sharding import tiling as sharding
-from ..sharding.propagation import value_tilings
+from ..sharding import unreduced
+from ..sharding.propagation import dimension_axes, value_tilings
 from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
 
@@ -72,6 +73,8 @@ class Global(Placement):
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
         # runs the whole program as a process (ops/shardy.py).
         self.per_process = bool(MANUAL_BORDERS & process_ops(function.region))
+        if unreduced.has_unreduced(function):   # per-device partial values (sharding/unreduced.py)
+            unreduced.carry_partials(function, program.meshes, dimension_axes(program, function))
 
     @property
     def parameter_shardings(self) -> list:
@@ -96,6 +99,8 @@ class Global(Placement):
         results = self.program.execute(self.function, values, context)
         per_device = [[] for _ in range(self.num_devices)]
         for value, tiling in zip(results, self.result_tilings):
+            if tiling is not None:
+                value = unreduced.retarget(value, tiling.unreduced)
             own = context.local_results.get(id(value))
             for device, outputs in enumerate(per_device):
                 if own is not None and own[0] is value and own[1].same_placement(tiling):
@@ -113,6 +118,8 @@ class Global(Placement):
         located = tiling.locate(device)
         if located is None:
             return value
+        if tiling.unreduced:
+            value = value.parts[tiling.partial_of(located[1])]
         shard = np.asarray(value[tiling.slices(value.shape, located[0])])   # 0-d stays 0-d
         return shard if shard.flags.c_contiguous else np.ascontiguousarray(shard)
 
@@ -120,6 +127,11 @@ class Global(Placement):
     def _assemble(index: int, value_type, tiling, arguments):
         if tiling is None:
             return TOKEN if not isinstance(value_type, TensorType) else arguments[0][index]
+        if tiling.unreduced:   # one partial per coordinate, read from its first holders
+            holders = tiling.replication // tiling.partials
+            return unreduced.Partials(tiling.unreduced, [
+                sharding.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index], r)
+                for r in range(0, tiling.replication, holders)])
         return sharding.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
 
 

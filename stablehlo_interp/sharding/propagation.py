@@ -537,19 +537,7 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
     meshes = program.meshes
     region = function.region
     arg_keys = [(id(region), region.n_captures + i) for i in range(region.n_args)]
-    graph = None
-    mesh = _only_mesh(meshes)
-    if mesh is not None:
-        graph = _Graph(mesh, meshes)
-        for key, attributes, value_type in zip(arg_keys, arg_attributes, function.arg_types):
-            if graph.node(key, value_type) is not None and "sdy.sharding" in attributes:
-                graph.nodes[key].constrain(sharding.parse_sharding(attributes["sdy.sharding"], meshes))
-        graph.add_region(region)
-        for index, (slot, attributes) in enumerate(zip(region.outputs, result_attributes)):
-            if "sdy.sharding" in attributes and (id(region), slot) in graph.nodes:
-                graph.pinned((id(region), slot), sharding.parse_sharding(attributes["sdy.sharding"], meshes),
-                             ("result", index))
-        graph.propagate()
+    graph = _propagated(program, function)
     producers = _mhlo_producers(region)
 
     def tiling(attributes, value_type, key, pin):
@@ -570,6 +558,40 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
     results = [tiling(a, t, (id(region), slot), (("result", index), (id(region), slot)))
                for index, (a, t, slot) in enumerate(zip(result_attributes, function.result_types, region.outputs))]
     return args, results, [tiling({}, value_type, key, key) for key, value_type in inspected]
+
+
+def _propagated(program, function) -> "_Graph | None":
+    """The propagated graph of ``function``'s values (None without exactly one mesh)."""
+    meshes = program.meshes
+    mesh = _only_mesh(meshes)
+    if mesh is None:
+        return None
+    region = function.region
+    arg_keys = [(id(region), region.n_captures + i) for i in range(region.n_args)]
+    graph = _Graph(mesh, meshes)
+    for key, attributes, value_type in zip(arg_keys, function.arg_attributes, function.arg_types):
+        if graph.node(key, value_type) is not None and "sdy.sharding" in attributes:
+            graph.nodes[key].constrain(sharding.parse_sharding(attributes["sdy.sharding"], meshes))
+    graph.add_region(region)
+    for index, (slot, attributes) in enumerate(zip(region.outputs, function.result_attributes)):
+        if "sdy.sharding" in attributes and (id(region), slot) in graph.nodes:
+            graph.pinned((id(region), slot), sharding.parse_sharding(attributes["sdy.sharding"], meshes),
+                         ("result", index))
+    graph.propagate()
+    return graph
+
+
+def dimension_axes(program, function):
+    """``axes((id(region), slot))``: the mesh axes (names, major to minor) sharding each
+    dimension of that value of ``function`` or a region it runs, as propagation finds
+    them; None for a value it does not know."""
+    graph = _propagated(program, function)
+
+    def axes(key):
+        node = graph.nodes.get(key) if graph is not None else None
+        return None if node is None else list(node.dims)
+
+    return axes
 
 
 def _is_open(attributes: dict) -> bool:
