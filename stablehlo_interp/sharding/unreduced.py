@@ -156,7 +156,7 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
                 step.run = (lambda value, axes=axes, dims=dims, sizes=sizes: retarget(value, axes, dims, sizes))
                 producer = producers.get(step.operands[0])
                 if axes and producer is not None:
-                    producer.run = _producer(producer, axes, region, dimension_axes, annotation.mesh.axis_sizes)
+                    producer.run = _producer(producer, axes, region, dimension_axes, annotation.mesh.axes)
             elif name == "sdy.manual_computation":
                 step.run = _refusing(step)
             elif name not in _PASS_THROUGH and not getattr(step.run, "per_partial", False):
@@ -219,10 +219,13 @@ def _refusing(step):
     return runner
 
 
-def _producer(step, axes: tuple, region, dimension_axes, axis_sizes: dict):
-    """The runner of a dot_general / reduce whose result is unreduced along ``axes``:
-    partial c is the op on its operands with the elements outside coordinate c's part of
-    the summed dimensions set to zero."""
+def _producer(step, axes: tuple, region, dimension_axes, mesh_axes: tuple):
+    """The runner of a dot_general / reduce whose result is unreduced along ``axes``.
+
+    On operands unreduced along V it runs per partial; along each axis of ``axes`` not
+    in V (which must shard a summed dimension), partial c is the op on its operands with
+    the elements outside coordinate c's part of the summed dimensions set to zero: the
+    same terms as the device's own sum."""
     info = step.info
     if info.name == "stablehlo.reduce":
         if monoid_of(info.regions[0]) != "stablehlo.add":
@@ -241,37 +244,54 @@ def _producer(step, axes: tuple, region, dimension_axes, axis_sizes: dict):
         found = dimension_axes((id(region), step.operands[index]))
         if found is not None:
             known[index] = [found[d] for d in dims]
-    names = ", ".join(f'"{name}"' for name, _ in axes)
-    if not known:
-        raise info.error(f"the result is unreduced along {names}, but the interpreter cannot tell which "
-                         "mesh axes shard the summed dimensions of its operands")
     covered = {a for axes_of in known.values() for dim in axes_of for a in dim}
-    if not {name for name, _ in axes} <= covered:
-        raise info.error(f"the result is unreduced along {names}, which do not all shard the summed "
-                         "dimensions of its operands")
-    reference = next(iter(known.values()))
-    masks = []
-    for c in range(math.prod(size for _, size in axes)):
-        coordinate = dict(zip((name for name, _ in axes), np.unravel_index(c, [size for _, size in axes])))
-        masks.append({index: _mask(info.operand_types[index].shape, dims, known.get(index, reference),
-                                   coordinate, axis_sizes)
-                      for index, dims in summed.items()})
+    axis_sizes = dict(mesh_axes)
+    masks_for: dict = {}
+
+    def masks(new: tuple) -> list:
+        """Per coordinate of the ``new`` axes, the mask of each summed operand."""
+        if new not in masks_for:
+            missing = [name for name, _ in new if name not in covered]
+            if missing:
+                raise ValueError(f"the result is unreduced along {', '.join(missing)}, which shard none of "
+                                 "the summed dimensions of its operands (as far as the interpreter can tell)")
+            reference = next(iter(known.values()))
+            per_coordinate = []
+            for c in range(math.prod(size for _, size in new)):
+                coordinate = dict(zip((name for name, _ in new), np.unravel_index(c, [size for _, size in new])))
+                per_coordinate.append({index: _mask(info.operand_types[index].shape, dims,
+                                                    known.get(index, reference), coordinate, axis_sizes)
+                                       for index, dims in summed.items()})
+            masks_for[new] = per_coordinate
+        return masks_for[new]
+
     run = step.run
     leading = _leading(step)
+    count = len(info.result_types)
 
     def runner(*arguments):
-        operands = arguments[leading:]
-        if any(isinstance(x, Partials) for x in operands):
+        head, operands = arguments[:leading], arguments[leading:]
+        unreduced = [x for x in operands if isinstance(x, Partials)]
+        old = unreduced[0].axes if unreduced else ()
+        if any(x.axes != old for x in unreduced):
+            raise ValueError("operands unreduced along different mesh axes")
+        new = tuple(axis for axis in axes if axis not in old)
+        if not new:
             return per_partial(*arguments)
-        head = arguments[:leading]
-        outs = []
-        for per_operand in masks:
-            masked = [np.where(per_operand[i], x, np.zeros((), np.asarray(x).dtype)) if i in per_operand else x
-                      for i, x in enumerate(operands)]
-            outs.append(run(*head, *masked))
-        if not step.variadic:
-            return Partials(axes, outs)
-        return [Partials(axes, [out[j] for out in outs]) for j in range(len(outs[0]))]
+        both = tuple(axis for axis in mesh_axes if axis in old or axis in new)
+        outs = {}
+        for v in range(max(1, math.prod(size for _, size in old))):
+            local = [x.parts[v] if isinstance(x, Partials) else x for x in operands]
+            at = dict(zip((name for name, _ in old), np.unravel_index(v, [size for _, size in old])))
+            for w, per_operand in enumerate(masks(new)):
+                at.update(zip((name for name, _ in new), np.unravel_index(w, [size for _, size in new])))
+                masked = [np.where(per_operand[i], x, np.zeros((), np.asarray(x).dtype)) if i in per_operand
+                          else x for i, x in enumerate(local)]
+                out = run(*head, *masked)
+                outs[tuple(int(at[name]) for name, _ in both)] = out if step.variadic else (out,)
+        flat = [outs[index] for index in np.ndindex(*[size for _, size in both])]
+        results = [Partials(both, [out[j] for out in flat]) for j in range(count)]
+        return results if step.variadic else results[0]
 
     per_partial = _per_partial(step, run)
     runner.per_partial = True
