@@ -7,8 +7,11 @@
 * :func:`prefix_module` keeps the entry function's ops up to one op and
   returns the values of chosen ops instead of the function's results: a
   program any backend can compile and run to show its intermediate values.
+* :func:`sharding_ops_as_custom_calls` writes Shardy's ``sdy.sharding_constraint``
+  and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, which XLA's
+  StableHLO-to-HLO converter reads (the device's optimized program, device/).
 
-Both take and return MLIR text (with locations) and leave their input alone.
+They take and return MLIR text (with locations) and leave their input alone.
 """
 
 from __future__ import annotations
@@ -55,6 +58,31 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
         if "res_attrs" in func.attributes:
             del func.attributes["res_attrs"]
         _drop_aliasing(func)
+        return _text(module)
+
+
+def sharding_ops_as_custom_calls(text: str, hlo_sharding) -> str:
+    """The module with each ``sdy.sharding_constraint`` / ``sdy.reshard`` (in any region)
+    replaced by ``stablehlo.custom_call @Sharding`` whose ``mhlo.sharding`` is
+    ``hlo_sharding(the op's sdy sharding as text)``."""
+    with make_context():
+        module = ir.Module.parse(text)
+        found = []
+
+        def visit(op):
+            if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
+                found.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        for op in found:
+            with ir.InsertionPoint(op), op.location:
+                call = ir.Operation.create(
+                    "stablehlo.custom_call", results=[op.results[0].type], operands=list(op.operands),
+                    attributes={"call_target_name": ir.StringAttr.get("Sharding"),
+                                "mhlo.sharding": ir.StringAttr.get(hlo_sharding(str(op.attributes["sharding"])))})
+            op.results[0].replace_all_uses_with(call.results[0])
+            op.erase()
         return _text(module)
 
 

@@ -409,6 +409,14 @@ class Tiling:
             proto.replicate_on_last_tile_dim = self.replication > 1
         return proto.SerializeToString()
 
+    def hlo_text(self, num_devices: int) -> str:
+        """The HLO sharding string (``{devices=[2,1]<=[2]}``) of :meth:`op_sharding`."""
+        from jaxlib import xla_client
+
+        proto = xla_client.OpSharding()
+        proto.ParseFromString(self.op_sharding(num_devices))
+        return str(xla_client.HloSharding.from_proto(proto))
+
     def __repr__(self) -> str:
         return f"<Tiling tiles={self.tiles} devices={self.assignment.tolist()}>"
 
