@@ -156,3 +156,53 @@ def test_compiled_text_shows_constraints_as_sharding_calls():
     assert len(calls) == 2
     assert f"sharding={unreduced}" in calls[0]
     assert f"sharding={reduced}" in calls[1]
+
+
+def test_out_sharding_alone_makes_a_result_unreduced():
+    """An identity whose out_shardings is unreduced: a device keeps the part of the value
+    it held (its slice of a sharded input; the whole of a replicated one at coordinate 0)
+    and zeros elsewhere."""
+    def build(platform):
+        identity = jax.jit(lambda v: v, out_shardings=P(unreduced={"x"}))
+        return identity(jnp.arange(4)), identity(put(np.arange(4), P("x")))
+
+    cpu, interp = on_both((2,), ("x",), build)
+    assert_same(cpu, interp)
+    shards = sorted(interp[1].addressable_shards, key=lambda s: s.device.id)
+    assert [np.asarray(s.data).tolist() for s in shards] == [[0, 1, 0, 0], [0, 0, 2, 3]]
+
+
+def shard_map_matmul():
+    """A shard_map whose body's product stays unreduced along y (the contracting axis)."""
+    return jax.jit(jax.shard_map(lambda a, b: jnp.einsum("ab,bc->ac", a, b), in_specs=(P("x", "y"), P("y", None)),
+                                 out_specs=P("x", None, unreduced={"y"})))
+
+
+def test_shard_map_unreduced_out_and_in_and_grad():
+    """Each device's product leaves shard_map as its partial; an unreduced in_spec hands
+    each device its own partial back; grad through the reshard that sums them."""
+    lhs, rhs = np.arange(8.0, dtype=np.float32).reshape(2, 4), np.arange(8.0, dtype=np.float32).reshape(4, 2)
+
+    def build(platform):
+        matmul = shard_map_matmul()
+        a, b = put(lhs, P("x", "y")), put(rhs, P("y", None))
+        out = matmul(a, b)
+        doubled = jax.jit(jax.shard_map(lambda v: v + v, in_specs=P("x", None, unreduced={"y"}),
+                                        out_specs=P("x", None, unreduced={"y"})))(out)
+        loss = lambda a, b: reshard(matmul(a, b), P("x", None)).sum()   # noqa: E731
+        return out, doubled, reshard(out, P("x", None)), jax.jit(jax.grad(loss, argnums=(0, 1)))(a, b)
+
+    cpu, interp = on_both((2, 2), ("x", "y"), build)
+    assert_same(cpu, interp)
+    np.testing.assert_array_equal(np.asarray(interp[2]), lhs @ rhs)
+
+
+def test_shard_map_unreduced_out_is_summed_by_si_run():
+    """Outside the device (si.run, one global view) an unreduced result is its sum."""
+    import stablehlo_interp as si
+
+    with jax.set_mesh(explicit_mesh("cpu", (2, 2), ("x", "y"))):
+        lhs, rhs = put(ROWS.T[:, :4].copy(), P("x", "y")), put(ROWS[:4, :].copy(), P("y", None))
+        lowered = shard_map_matmul().lower(lhs, rhs)
+    np.testing.assert_array_equal(np.asarray(si.run(lowered, np.asarray(lhs), np.asarray(rhs))),
+                                  np.asarray(lhs) @ np.asarray(rhs))

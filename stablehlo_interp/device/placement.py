@@ -73,8 +73,14 @@ class Global(Placement):
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
         # runs the whole program as a process (ops/shardy.py).
         self.per_process = bool(MANUAL_BORDERS & process_ops(function.region))
-        if unreduced.has_unreduced(function):   # per-device partial values (sharding/unreduced.py)
-            unreduced.carry_partials(function, program.meshes, dimension_axes(program, function))
+        # Per-device partial values (sharding/unreduced.py); a result made unreduced by its
+        # out-sharding alone keeps, on each device, the part of it the device held.
+        self.result_dims = [None] * len(function.result_types)
+        self.axis_sizes = {name: size for mesh in program.meshes.values() for name, size in mesh.axes}
+        if unreduced.has_unreduced(function):
+            axes_of = dimension_axes(program, function)
+            unreduced.carry_partials(function, program.meshes, axes_of)
+            self.result_dims = [axes_of((id(function.region), slot)) for slot in function.region.outputs]
 
     @property
     def parameter_shardings(self) -> list:
@@ -95,12 +101,12 @@ class Global(Placement):
             views = self.program.run_grid([values] * self.num_devices, function=name, listeners=listeners)
             return [[self._shard(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
                     for device, view in enumerate(views)]
-        context = RunContext(listeners, local_results={})
+        context = RunContext(listeners, local_results={}, partials=True)
         results = self.program.execute(self.function, values, context)
         per_device = [[] for _ in range(self.num_devices)]
-        for value, tiling in zip(results, self.result_tilings):
+        for value, tiling, dims in zip(results, self.result_tilings, self.result_dims):
             if tiling is not None:
-                value = unreduced.retarget(value, tiling.unreduced)
+                value = unreduced.retarget(value, tiling.unreduced, dims, self.axis_sizes)
             own = context.local_results.get(id(value))
             for device, outputs in enumerate(per_device):
                 if own is not None and own[0] is value and own[1].same_placement(tiling):
@@ -115,24 +121,16 @@ class Global(Placement):
         the whole value."""
         if tiling is None:
             return value
-        located = tiling.locate(device)
-        if located is None:
+        shard = unreduced.held_by(value, tiling, device)
+        if shard is None:
             return value
-        if tiling.unreduced:
-            value = value.parts[tiling.partial_of(located[1])]
-        shard = np.asarray(value[tiling.slices(value.shape, located[0])])   # 0-d stays 0-d
         return shard if shard.flags.c_contiguous else np.ascontiguousarray(shard)
 
     @staticmethod
     def _assemble(index: int, value_type, tiling, arguments):
         if tiling is None:
             return TOKEN if not isinstance(value_type, TensorType) else arguments[0][index]
-        if tiling.unreduced:   # one partial per coordinate, read from its first holders
-            holders = tiling.replication // tiling.partials
-            return unreduced.Partials(tiling.unreduced, [
-                sharding.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index], r)
-                for r in range(0, tiling.replication, holders)])
-        return sharding.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
+        return unreduced.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
 
 
 def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool) -> Placement:

@@ -99,14 +99,18 @@ class RunContext:
     """The state of one run, shared by every process of it: the listeners, the host
     side of transfer ops (``io``, empty queues made on first use when the caller gave
     none) and, when a caller asks for them, the per-device results of manual
-    computations (``local_results``, see ops/shardy.py)."""
+    computations (``local_results``, see ops/shardy.py). ``partials``: values unreduced
+    along mesh axes are carried as per-device partials (the device's global programs,
+    sharding/unreduced.py); otherwise manual code's unreduced results are summed."""
 
-    __slots__ = ("listeners", "_io", "local_results")
+    __slots__ = ("listeners", "_io", "local_results", "partials")
 
-    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None):
+    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
+                 partials: bool = False):
         self.listeners = tuple(listeners)
         self._io = io
         self.local_results = local_results
+        self.partials = partials
 
     @property
     def io(self) -> HostQueues:
@@ -116,7 +120,7 @@ class RunContext:
 
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
-        return RunContext(self.listeners, io, self.local_results)
+        return RunContext(self.listeners, io, self.local_results, self.partials)
 
 
 class BoundRegion:

@@ -84,7 +84,8 @@ class TensorSharding:
     def restricted_to(self, axis_names) -> "TensorSharding":
         """The sharding along the named axes only (the manual axes of a manual computation)."""
         keep = set(axis_names)
-        return TensorSharding(self.mesh, tuple(tuple(a for a in dim if a.name in keep) for dim in self.dims))
+        return TensorSharding(self.mesh, tuple(tuple(a for a in dim if a.name in keep) for dim in self.dims),
+                              unreduced=tuple(a for a in self.unreduced if a.name in keep))
 
     def unreduced_axes(self) -> tuple:
         """The unreduced axes as ``((name, size), ...)`` in mesh order (whole axes only)."""

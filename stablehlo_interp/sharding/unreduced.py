@@ -41,7 +41,8 @@ _ANNOTATIONS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops that hand their operands to their regions (or return them): partials flow through
 # them to the ops inside, which run per partial.
 _PASS_THROUGH = frozenset({"func.call", "stablehlo.composite", "sdy.named_computation", "stablehlo.while",
-                           "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier"})
+                           "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier",
+                           "sdy.manual_computation"})
 
 
 class Partials:
@@ -128,6 +129,30 @@ def _summed(value: Partials, kept: list):
     return Partials(tuple(current[i] for i in keep), sums) if keep else sums[0]
 
 
+def assemble(shape: tuple, dtype, tiling: sharding.Tiling, shard_of):
+    """The global value from ``shard_of(device)``: an array, or Partials when ``tiling`` is
+    unreduced (partial c read from the first holders of coordinate c)."""
+    if not tiling.unreduced:
+        return sharding.assemble(shape, dtype, tiling, shard_of)
+    holders = tiling.replication // tiling.partials
+    return Partials(tiling.unreduced, [sharding.assemble(shape, dtype, tiling, shard_of, r)
+                                       for r in range(0, tiling.replication, holders)])
+
+
+def held_by(value, tiling: sharding.Tiling, device: int):
+    """What ``device`` holds of the global ``value`` (an array or Partials) under ``tiling``:
+    its tile, of its own partial when the tiling is unreduced; None when it holds no tile."""
+    located = tiling.locate(device)
+    if located is None:
+        return None
+    tile, r = located
+    if tiling.unreduced:
+        value = retarget(value, tiling.unreduced).parts[tiling.partial_of(r)]
+    elif isinstance(value, Partials):
+        value = retarget(value, ())
+    return np.asarray(np.asarray(value)[tiling.slices(np.shape(value), tile)])   # 0-d stays 0-d
+
+
 # ------------------------------------------------------------------------------ the plan
 
 
@@ -157,8 +182,6 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
                 producer = producers.get(step.operands[0])
                 if axes and producer is not None:
                     producer.run = _producer(producer, axes, region, dimension_axes, annotation.mesh.axes)
-            elif name == "sdy.manual_computation":
-                step.run = _refusing(step)
             elif name not in _PASS_THROUGH and not getattr(step.run, "per_partial", False):
                 step.run = _per_partial(step, step.run)
         region.flat_steps = flatten_steps(region.steps)
@@ -204,18 +227,6 @@ def _per_partial(step, run):
         return [Partials(axes, [out[j] for out in outs]) for j in range(len(outs[0]))]
 
     runner.per_partial = True
-    return runner
-
-
-def _refusing(step):
-    run = step.run
-
-    def runner(*arguments):
-        if any(isinstance(x, Partials) for x in arguments[_leading(step):]):
-            raise NotImplementedError("an unreduced operand of a manual computation (shard_map) is not "
-                                      "supported yet")
-        return run(*arguments)
-
     return runner
 
 
