@@ -11,8 +11,9 @@ op JAX lets through on an unreduced value (``add`` of two unreduced values,
 ``transpose``, ``reshape``, ``convert``, ``multiply`` by a value reduced on U
 ...) runs on each device's partial. A ``sharding_constraint`` or ``reshard``
 to a sharding without some of the axes sums the partials over them (an
-all-reduce); one that adds unreduced axes keeps the value on the devices at
-coordinate 0 of the new axes and zeros on the others (as XLA does).
+all-reduce); one that adds unreduced axes keeps on each device what it held
+and zeros elsewhere (as XLA does). A ``shard_map`` whose ``out_specs`` are
+unreduced returns each device's own result as its partial (ops/shardy.py).
 
 The interpreter keeps its global view: such a value is a :class:`Partials`,
 the list of global-shaped partial arrays, one per coordinate of U (row-major
@@ -33,13 +34,13 @@ import numpy as np
 
 from ..engine.plan import flatten_steps
 from ..engine.regions import monoid_of
-from ..errors import ModuleError
 from . import tiling as sharding
 
 _PRODUCERS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.reduce")
 _ANNOTATIONS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops that hand their operands to their regions (or return them): partials flow through
-# them to the ops inside, which run per partial.
+# them to the ops inside, which run per partial; a manual computation cuts each device's
+# own partial (ops/shardy.py).
 _PASS_THROUGH = frozenset({"func.call", "stablehlo.composite", "sdy.named_computation", "stablehlo.while",
                            "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier",
                            "sdy.manual_computation"})
@@ -161,8 +162,9 @@ def has_unreduced(function) -> bool:
     attributes = list(function.arg_attributes) + list(function.result_attributes)
     if any("unreduced" in a.get("sdy.sharding", "") for a in attributes):
         return True
-    return any(step.info.name in _ANNOTATIONS and "unreduced" in step.info.attr("sharding")
-               for region in _regions(function.region) for step in region.steps)
+    return any("unreduced" in str(step.info.attributes.get(key, ""))
+               for region in _regions(function.region) for step in region.steps
+               for key in ("sharding", "in_shardings", "out_shardings"))
 
 
 def carry_partials(function, meshes: dict, dimension_axes) -> None:
@@ -171,9 +173,9 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
     each dimension of that value (propagation.py), or None when unknown."""
     for region in _regions(function.region):
         producers = {slot: step for step in region.steps if step.info.name in _PRODUCERS for slot in step.results}
+        unreduced_results = {}   # producer step -> (its result's unreduced axes, their mesh)
         for step in region.steps:
-            name = step.info.name
-            if name in _ANNOTATIONS:
+            if step.info.name in _ANNOTATIONS:
                 annotation = sharding.parse_sharding(step.info.attr("sharding"), meshes)
                 axes = annotation.unreduced_axes()
                 dims = dimension_axes((id(region), step.operands[0]))
@@ -181,8 +183,12 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
                 step.run = (lambda value, axes=axes, dims=dims, sizes=sizes: retarget(value, axes, dims, sizes))
                 producer = producers.get(step.operands[0])
                 if axes and producer is not None:
-                    producer.run = _producer(producer, axes, region, dimension_axes, annotation.mesh.axes)
-            elif name not in _PASS_THROUGH and not getattr(step.run, "per_partial", False):
+                    unreduced_results[producer] = (axes, annotation.mesh)
+        for step in region.steps:
+            if step in unreduced_results:
+                axes, mesh = unreduced_results[step]
+                step.run = _producer(step, axes, region, dimension_axes, mesh.axes)
+            elif step.info.name not in _PASS_THROUGH and step.info.name not in _ANNOTATIONS:
                 step.run = _per_partial(step, step.run)
         region.flat_steps = flatten_steps(region.steps)
 
@@ -226,7 +232,6 @@ def _per_partial(step, run):
             return Partials(axes, outs)
         return [Partials(axes, [out[j] for out in outs]) for j in range(len(outs[0]))]
 
-    runner.per_partial = True
     return runner
 
 
@@ -305,7 +310,6 @@ def _producer(step, axes: tuple, region, dimension_axes, mesh_axes: tuple):
         return results if step.variadic else results[0]
 
     per_partial = _per_partial(step, run)
-    runner.per_partial = True
     return runner
 
 
