@@ -22,7 +22,6 @@ import numpy as np
 
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
-from ..sharding import tiling as sharding
 from ..sharding import unreduced
 from ..sharding.propagation import dimension_axes, value_tilings
 from ..ir.types import TOKEN, TensorType

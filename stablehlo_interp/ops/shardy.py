@@ -29,8 +29,6 @@ grid with real collectives (process_grid.py):
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..engine.grid import Grid
 from ..engine.registry import custom_call, op
 from ..ir.manual_borders import OPERAND_SHARDING
