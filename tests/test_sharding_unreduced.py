@@ -206,3 +206,22 @@ def test_shard_map_unreduced_out_is_summed_by_si_run():
         lowered = shard_map_matmul().lower(lhs, rhs)
     np.testing.assert_array_equal(np.asarray(si.run(lowered, np.asarray(lhs), np.asarray(rhs))),
                                   np.asarray(lhs) @ np.asarray(rhs))
+
+
+def test_scatter_add_unreduced():
+    """segment_sum / bincount / .at[].add with an unreduced out_sharding: each device scatters
+    its slice of the updates; only the devices at coordinate 0 start from the operand."""
+    def build(platform):
+        values = put(jnp.arange(8, dtype=jnp.int32), P("x"))
+        segments = put(jnp.array([0, 0, 1, 1, 1, 2, 2, 3]), P("x"))
+        unreduced = P(unreduced={"x"})
+        summed = jax.jit(lambda v, s: jax.ops.segment_sum(v, s, num_segments=4, out_sharding=unreduced))(
+            values, segments)
+        counts = jax.jit(lambda s: jnp.bincount(s, length=4, out_sharding=unreduced))(segments)
+        added = jax.jit(lambda base, v, s: base.at[s].add(v, out_sharding=unreduced))(
+            put(jnp.arange(4.0), P()), put(jnp.arange(8.0), P("x")), segments)
+        return summed, counts, added, reshard(added, P())
+
+    cpu, interp = on_both((4,), ("x",), build)
+    assert_same(cpu, interp)
+    np.testing.assert_array_equal(np.asarray(interp[3]), [1.0, 10.0, 13.0, 10.0])

@@ -36,7 +36,7 @@ from ..engine.plan import flatten_steps
 from ..engine.regions import monoid_of
 from . import tiling as sharding
 
-_PRODUCERS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.reduce")
+_PRODUCERS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.reduce", "stablehlo.scatter")
 _ANNOTATIONS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops that hand their operands to their regions (or return them): partials flow through
 # them to the ops inside, which run per partial; a manual computation cuts each device's
@@ -236,17 +236,26 @@ def _per_partial(step, run):
 
 
 def _producer(step, axes: tuple, region, dimension_axes, mesh_axes: tuple):
-    """The runner of a dot_general / reduce whose result is unreduced along ``axes``.
+    """The runner of a dot_general / reduce / scatter whose result is unreduced along ``axes``.
 
     On operands unreduced along V it runs per partial; along each axis of ``axes`` not
     in V (which must shard a summed dimension), partial c is the op on its operands with
     the elements outside coordinate c's part of the summed dimensions set to zero: the
-    same terms as the device's own sum."""
+    same terms as the device's own sum. A scatter (add) sums its updates' scatter
+    dimensions into its inputs, which only the devices at coordinate 0 keep (the others
+    start from zeros), so that the partials add up to the scatter's result."""
     info = step.info
+    origin_only = ()   # operands that only coordinate 0 of the new axes keeps
+    if info.name in ("stablehlo.reduce", "stablehlo.scatter") and monoid_of(info.regions[0]) != "stablehlo.add":
+        raise info.unsupported(f"an unreduced result of a {info.name.split('.')[1]} other than a sum")
     if info.name == "stablehlo.reduce":
-        if monoid_of(info.regions[0]) != "stablehlo.add":
-            raise info.unsupported("an unreduced result of a reduce other than a sum")
         summed = {i: tuple(info.attr("dimensions")) for i in range(len(info.result_types))}
+    elif info.name == "stablehlo.scatter":
+        count = len(info.result_types)
+        windows = info.attr("scatter_dimension_numbers").update_window_dims
+        scatter_dims = tuple(d for d in range(info.operand_types[count + 1].rank) if d not in windows)
+        summed = {count + 1 + i: scatter_dims for i in range(count)}
+        origin_only = tuple(range(count))
     else:
         numbers = info.attr("dot_dimension_numbers", None)
         if numbers is None:   # stablehlo.dot
@@ -302,7 +311,7 @@ def _producer(step, axes: tuple, region, dimension_axes, mesh_axes: tuple):
             for w, per_operand in enumerate(masks(new)):
                 at.update(zip((name for name, _ in new), np.unravel_index(w, [size for _, size in new])))
                 masked = [np.where(per_operand[i], x, np.zeros((), np.asarray(x).dtype)) if i in per_operand
-                          else x for i, x in enumerate(local)]
+                          else np.zeros_like(x) if w and i in origin_only else x for i, x in enumerate(local)]
                 out = run(*head, *masked)
                 outs[tuple(int(at[name]) for name, _ in both)] = out if step.variadic else (out,)
         flat = [outs[index] for index in np.ndindex(*[size for _, size in both])]
