@@ -506,10 +506,22 @@ class _Graph:
                 changed = True
         return changed
 
-    def annotation(self, key) -> sharding.TensorSharding:
+    def annotation(self, key, evenly: bool = False) -> sharding.TensorSharding:
+        """The tensor's sharding; ``evenly``: each dimension's axes only while their product
+        divides it."""
         node = self.nodes[key]
-        return sharding.TensorSharding(self.mesh, tuple(tuple(sharding.AxisRef(a) for a in axes)
-                                                        for axes in node.dims))
+        dims = []
+        for size, axes in zip(node.shape, node.dims):
+            if evenly:
+                kept, product = [], 1
+                for axis in axes:
+                    if size % (product * self._axis_size(axis)):
+                        break
+                    product *= self._axis_size(axis)
+                    kept.append(axis)
+                axes = kept
+            dims.append(tuple(sharding.AxisRef(a) for a in axes))
+        return sharding.TensorSharding(self.mesh, tuple(dims))
 
 
 # How values flow into and out of the regions of ops that run them.
@@ -540,7 +552,9 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
     graph = _propagated(program, function)
     producers = _mhlo_producers(region)
 
-    def tiling(attributes, value_type, key, pin):
+    def tiling(attributes, value_type, key, pin, result=False):
+        """A result left open takes its value's sharding as far as it divides each dimension
+        evenly (Shardy's edge from a value to the function's result)."""
         if not isinstance(value_type, TensorType):
             return None
         annotated = sharding.value_tiling(attributes, value_type.rank, meshes, num_devices)
@@ -549,13 +563,13 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
         if graph is not None and pin in graph.nodes:
             return graph.annotation(pin).tiling()
         if graph is not None and key in graph.nodes:
-            return graph.annotation(key).tiling()
+            return graph.annotation(key, evenly=result).tiling()
         if key[0] == id(region) and key[1] in producers:
             return sharding.hlo_tiling(producers[key[1]], value_type.rank, num_devices)
         return sharding.replicated(value_type.rank, range(num_devices))
 
     args = [tiling(a, t, key, key) for a, t, key in zip(arg_attributes, function.arg_types, arg_keys)]
-    results = [tiling(a, t, (id(region), slot), (("result", index), (id(region), slot)))
+    results = [tiling(a, t, (id(region), slot), (("result", index), (id(region), slot)), result=True)
                for index, (a, t, slot) in enumerate(zip(result_attributes, function.result_types, region.outputs))]
     return args, results, [tiling({}, value_type, key, key) for key, value_type in inspected]
 
