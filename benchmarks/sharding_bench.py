@@ -7,6 +7,11 @@ it, and the gradients are summed across devices with ``psum`` (one
 runs on the whole batch, without collectives. Both run on ``interp`` (and, for
 reference, on XLA's CPU with 8 host devices).
 
+The third column is the same step with sharding in types (an Explicit mesh axis,
+no ``shard_map``): the parameters are *reduced* along ``batch``, so their
+gradients come out *unreduced* (each device's partial sum, no communication)
+and one ``reshard`` per parameter all-reduces them before the update.
+
 The interpreter runs the 8 devices one at a time, so the 8-device step costs
 about the single-device step (the same arithmetic, cut in 8) plus the cost of
 the grid: 8 threads taking turns at every collective, and the per-device
@@ -28,7 +33,7 @@ import numpy as np  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard  # noqa: E402
 
 
 def loss(params, x, y):
@@ -58,6 +63,16 @@ def data_parallel_step(mesh: Mesh):
                                  check_vma=False))
 
 
+def unreduced_step(params, x, y):
+    """The data-parallel step on an Explicit mesh: the reduced parameters are used as
+    replicated ones, so their gradients come back unreduced; a reshard sums them."""
+    def typed_loss(params, x, y):
+        return loss(jax.tree.map(lambda p: reshard(p, P()), params), x, y)
+
+    grads = jax.grad(typed_loss)(params, x, y)
+    return sgd(reshard(params, P()), jax.tree.map(lambda g: reshard(g, P()), grads))
+
+
 def problem(batch: int, features: int, hidden: int, outputs: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     params = (((rng.standard_normal((features, hidden)) / np.sqrt(features)).astype(np.float32),
@@ -79,7 +94,7 @@ def seconds(run, repeat: int) -> float:
     return best
 
 
-def measure(platform: str, params, x, y, repeat: int) -> tuple[float, float, object, object]:
+def measure(platform: str, params, x, y, repeat: int) -> tuple:
     devices = jax.devices(platform)
     mesh = Mesh(np.array(devices[:8]), ("batch",))
     single = jax.jit(one_device_step)
@@ -89,7 +104,14 @@ def measure(platform: str, params, x, y, repeat: int) -> tuple[float, float, obj
     parallel = data_parallel_step(mesh)
     one = seconds(lambda: single(*on_one), repeat)
     eight = seconds(lambda: parallel(*on_eight), repeat)
-    return one, eight, single(*on_one), parallel(*on_eight)
+    explicit = Mesh(np.array(devices[:8]), ("batch",), axis_types=(AxisType.Explicit,))
+    with jax.set_mesh(explicit):
+        typed = (jax.device_put(params, P(reduced={"batch"})), jax.device_put(x, P("batch")),
+                 jax.device_put(y, P("batch")))
+        unreduced = jax.jit(unreduced_step)
+        typed_seconds = seconds(lambda: unreduced(*typed), repeat)
+        typed_result = unreduced(*typed)
+    return one, eight, typed_seconds, single(*on_one), parallel(*on_eight), typed_result
 
 
 def main() -> None:
@@ -103,17 +125,19 @@ def main() -> None:
 
     params, x, y = problem(options.batch, options.features, options.hidden, options.outputs)
     results = {platform: measure(platform, params, x, y, options.repeat) for platform in ("cpu", "interp")}
-    for platform, (_, _, one, eight) in results.items():   # the two steps agree on each platform
-        for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(eight)):
+    for platform, (_, _, _, one, eight, typed) in results.items():   # the three steps agree on each platform
+        for a, b, c in zip(jax.tree.leaves(one), jax.tree.leaves(eight), jax.tree.leaves(typed)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
-    for a, b in zip(jax.tree.leaves(results["cpu"][3]), jax.tree.leaves(results["interp"][3])):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-4, atol=1e-5)
+    for index in (4, 5):
+        for a, b in zip(jax.tree.leaves(results["cpu"][index]), jax.tree.leaves(results["interp"][index])):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
 
     print(f"MLP {options.features}-{options.hidden}-{options.outputs}, batch {options.batch}: one SGD step "
           "(best of {})".format(options.repeat))
-    print(f"{'':<10}{'1 device':>12}{'8 devices':>12}{'8 / 1':>8}")
-    for platform, (one, eight, _, _) in results.items():
-        print(f"{platform:<10}{one * 1e3:>10.2f}ms{eight * 1e3:>10.2f}ms{eight / one:>7.1f}x")
+    print(f"{'':<10}{'1 device':>12}{'8 devices':>12}{'8 / 1':>8}{'unreduced':>12}")
+    for platform, (one, eight, typed, _, _, _) in results.items():
+        print(f"{platform:<10}{one * 1e3:>10.2f}ms{eight * 1e3:>10.2f}ms{eight / one:>7.1f}x{typed * 1e3:>10.2f}ms")
 
 
 if __name__ == "__main__":

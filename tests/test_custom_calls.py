@@ -167,3 +167,16 @@ def test_custom_call_sees_non_utf8_backend_config_as_bytes():
         registry.unregister_custom_call("InspectSharding")
     assert isinstance(seen[0], bytes) and seen[0]
     np.testing.assert_array_equal(out, np.asarray(jax.jit(lambda a: a * 2)(x)))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: lax.approx_max_k(v, 3),
+    lambda v: lax.approx_min_k(v, 2, reduction_dimension=0),
+    lambda v: lax.approx_max_k(v, 7, recall_target=0.5),
+], ids=["max_k", "min_k_dim0", "max_k_all"])
+def test_approx_top_k_is_the_exact_top_k(fn):
+    """ApproxTopK returns the exact top k (the recall target allows it; XLA's CPU does the
+    same): ties keep the order of their indices."""
+    x = np.random.default_rng(1).integers(0, 5, (3, 7)).astype(np.float32)
+    assert "@ApproxTopK" in lowered_targets(fn, x)
+    same_as_xla(fn, x)

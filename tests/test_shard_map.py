@@ -334,3 +334,21 @@ def test_pmap_result_placement_matches():
                                                                   P("i"))),
                           jax.device_put(actual, NamedSharding(Mesh(np.array(jax.devices("interp")[:4]), ("i",)),
                                                                P("i"))))
+
+
+def test_ordered_io_callback_in_shard_map():
+    """An ordered io_callback in the body threads a token through the manual computation:
+    each device calls it once with its block, as on XLA."""
+    calls = {platform: [] for platform in PLATFORMS}
+
+    def build(platform):
+        def body(block, offset):
+            jax.experimental.io_callback(lambda v: calls[platform].append(float(np.asarray(v).sum())), (), block,
+                                         ordered=True)
+            return block + offset[..., None]
+
+        f = shard_mapped(platform, body, (P(None, "x"), P(None)), P(None, "x"), shape=(4,), names=("x",))
+        return f(np.arange(32.0, dtype=np.float32).reshape(2, 16), np.ones(2, np.float32))
+
+    on_both(build)
+    assert sorted(calls["interp"]) == sorted(calls["cpu"]) == [76.0, 108.0, 140.0, 172.0]

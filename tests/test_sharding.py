@@ -13,7 +13,7 @@ import pytest
 
 import jax
 from jax._src.sharding_impls import GSPMDSharding
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from jaxlib import xla_client
 
 from stablehlo_interp.sharding import tiling as sharding
@@ -114,10 +114,27 @@ def test_maximal_sharding():
     assert str(xla_client.HloSharding.from_proto(reported)) == "{maximal device=5}"
 
 
-def test_unreduced_axes_are_refused():
-    meshes = {"mesh": sharding.parse_mesh('#sdy.mesh<["x"=2]>')}
-    with pytest.raises(ModuleError, match="unreduced axes"):
-        sharding.parse_sharding('#sdy.sharding<@mesh, [{}], unreduced={"x"}>', meshes).tiling()
+@pytest.mark.parametrize("text, spec", [
+    ('#sdy.sharding<@mesh, [{"x"}, {}], unreduced={"y"}>', P("x", None, unreduced={"y"})),
+    ('#sdy.sharding<@mesh, [{}, {}], unreduced={"z", "x"}>', P(None, None, unreduced={"x", "z"})),
+    ('#sdy.sharding<@mesh, [{"y"}, {}], unreduced={"z"}>', P("y", None, unreduced={"z"})),
+])
+def test_unreduced_tiling_is_the_one_xla_reports(text, spec):
+    """The replicas of a tile are ordered by their coordinate along the unreduced axes
+    first: ``last_tile_dims={unreduced, replicated}``, as JAX's NamedSharding says."""
+    meshes = {"mesh": sharding.parse_mesh('#sdy.mesh<["x"=2, "y"=2, "z"=2]>')}
+    tiling = sharding.parse_sharding(text, meshes).tiling()
+    reported = xla_client.OpSharding()
+    reported.ParseFromString(tiling.op_sharding(8))
+    mesh = Mesh(np.array(CPUS).reshape(2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Explicit,) * 3)
+    named = NamedSharding(mesh, spec)
+    assert xla_client.HloSharding.from_proto(reported) == named._to_xla_hlo_sharding(2)
+
+
+def test_unreduced_sub_axes_are_refused():
+    meshes = {"mesh": sharding.parse_mesh('#sdy.mesh<["x"=4]>')}
+    with pytest.raises(ModuleError, match="unreduced sub-axis"):
+        sharding.parse_sharding('#sdy.sharding<@mesh, [{}], unreduced={"x":(1)2}>', meshes).tiling()
 
 
 def test_unknown_mesh_and_axis_are_errors():

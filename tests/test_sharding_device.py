@@ -343,3 +343,17 @@ def test_hlo_shardings_without_shardy(without_shardy):
         return f(jax.device_put(X, NamedSharding(m, P("x", "y"))))
 
     on_both(build)
+
+
+def test_open_result_of_an_uneven_constraint_is_replicated():
+    """A constraint may shard a dimension unevenly; a result left open takes the value's
+    sharding only where it divides evenly (113 over 2: replicated, as on XLA)."""
+    def build(platform):
+        m = mesh(platform, (2,), ("data",))
+        uneven = NamedSharding(m, P("data"))
+        f = jax.jit(lambda: (lax.with_sharding_constraint(jnp.arange(113), uneven),
+                             lax.with_sharding_constraint(jnp.arange(64), uneven)))
+        return f()
+
+    actual = on_both(build)
+    assert [a.sharding.spec for a in actual] == [P(), P("data")]

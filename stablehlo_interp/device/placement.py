@@ -24,8 +24,8 @@ import numpy as np
 
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
-from ..sharding import tiling as sharding
-from ..sharding.propagation import value_tilings
+from ..sharding import unreduced
+from ..sharding.propagation import dimension_axes, value_tilings
 from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
 
@@ -79,6 +79,14 @@ class Global(Placement):
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
         # runs the whole program as a process (ops/shardy.py).
         self.per_process = bool(MANUAL_BORDERS & process_ops(function.region))
+        # Per-device partial values (sharding/unreduced.py); a result made unreduced by its
+        # out-sharding alone keeps, on each device, the part of it the device held.
+        self.result_dims = [None] * len(function.result_types)
+        self.axis_sizes = {name: size for mesh in program.meshes.values() for name, size in mesh.axes}
+        if unreduced.has_unreduced(function):
+            axes_of = dimension_axes(program, function)
+            unreduced.carry_partials(function, program.meshes, axes_of)
+            self.result_dims = [axes_of((id(function.region), slot)) for slot in function.region.outputs]
 
     @property
     def parameter_shardings(self) -> list:
@@ -99,10 +107,12 @@ class Global(Placement):
             views = self.program.run_grid([values] * self.num_devices, function=name, listeners=listeners)
             return [[self._shard(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
                     for device, view in enumerate(views)]
-        context = RunContext(listeners, local_results={})
+        context = RunContext(listeners, local_results={}, partials=True)
         results = self.program.execute(self.function, values, context)
         per_device = [[] for _ in range(self.num_devices)]
-        for value, tiling in zip(results, self.result_tilings):
+        for value, tiling, dims in zip(results, self.result_tilings, self.result_dims):
+            if tiling is not None:
+                value = unreduced.retarget(value, tiling.unreduced, dims, self.axis_sizes)
             own = context.local_results.get(id(value))
             for device, outputs in enumerate(per_device):
                 if own is not None and own[0] is value and own[1].same_placement(tiling):
@@ -133,16 +143,14 @@ class Global(Placement):
     def _shard_view(value, tiling, device: int):
         if tiling is None:
             return value
-        located = tiling.locate(device)
-        if located is None:
-            return value
-        return np.asarray(value[tiling.slices(value.shape, located[0])])   # 0-d stays 0-d
+        shard = unreduced.held_by(value, tiling, device)
+        return value if shard is None else shard
 
     @staticmethod
     def _assemble(index: int, value_type, tiling, arguments):
         if tiling is None:
             return TOKEN if not isinstance(value_type, TensorType) else arguments[0][index]
-        return sharding.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
+        return unreduced.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
 
 
 def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool) -> Placement:

@@ -15,7 +15,8 @@ import os
 import ml_dtypes
 import numpy as np
 
-from ..ir import sources
+from ..ir import edit, sources
+from ..sharding import tiling as sharding
 from ..program import program as program_module
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN, TensorType
@@ -232,6 +233,17 @@ class Executable:
     @property
     def num_outputs(self) -> int:
         return len(self.output_types)
+
+    def program_text(self) -> str:
+        """The program's text, with Shardy's sharding constraints and reshards as HLO's
+        ``Sharding`` custom calls: XLA's StableHLO-to-HLO converter (``compiled.as_text()``)
+        refuses ``sdy`` ops."""
+        meshes, count = self.program.meshes, len(self.devices)
+
+        def hlo_sharding(text: str) -> str:
+            return sharding.parse_sharding(text, meshes).tiling().hlo_text(count)
+
+        return edit.sharding_ops_as_custom_calls(str(self.program.module), hlo_sharding)
 
     @property
     def num_parameters(self) -> int:

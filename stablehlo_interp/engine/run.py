@@ -100,16 +100,19 @@ class RunContext:
     side of transfer ops (``io``, empty queues made on first use when the caller gave
     none), where ``interpreter.print`` and ``interpreter.probe`` write (``instruments``,
     made on first use too) and, when a caller asks for them, the per-device results of
-    manual computations (``local_results``, see ops/shardy.py)."""
+    manual computations (``local_results``, see ops/shardy.py). ``partials``: values
+    unreduced along mesh axes are carried as per-device partials (the device's global
+    programs, sharding/unreduced.py); otherwise manual code's unreduced results are summed."""
 
-    __slots__ = ("listeners", "_io", "local_results", "_instruments")
+    __slots__ = ("listeners", "_io", "local_results", "_instruments", "partials")
 
     def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
-                 instruments: Instruments | None = None):
+                 instruments: Instruments | None = None, partials: bool = False):
         self.listeners = tuple(listeners)
         self._io = io
         self.local_results = local_results
         self._instruments = instruments
+        self.partials = partials
 
     @property
     def io(self) -> HostQueues:
@@ -125,7 +128,7 @@ class RunContext:
 
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
-        return RunContext(self.listeners, io, self.local_results, self.instruments)
+        return RunContext(self.listeners, io, self.local_results, self.instruments, self.partials)
 
 
 class BoundRegion:

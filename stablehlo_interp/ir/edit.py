@@ -10,6 +10,9 @@
 * :func:`checks_as_results` takes the check ops out of a test function and
   returns the values they check instead, for a backend that cannot compile
   check ops (frontends/conform.py), and puts the checks in a module of their own.
+* :func:`sharding_ops_as_custom_calls` writes Shardy's ``sdy.sharding_constraint``
+  and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, which XLA's
+  StableHLO-to-HLO converter reads (the device's optimized program, device/).
 
 They take and return MLIR text (with locations) and leave their input alone.
 """
@@ -175,6 +178,31 @@ def _reachable(function: str, functions: dict) -> set:
 def _rename(module, func, old: str, new: str) -> None:
     ir.SymbolTable.replace_all_symbol_uses(old, new, module.operation)
     func.attributes["sym_name"] = ir.StringAttr.get(new)
+
+
+def sharding_ops_as_custom_calls(text: str, hlo_sharding) -> str:
+    """The module with each ``sdy.sharding_constraint`` / ``sdy.reshard`` (in any region)
+    replaced by ``stablehlo.custom_call @Sharding`` whose ``mhlo.sharding`` is
+    ``hlo_sharding(the op's sdy sharding as text)``."""
+    with make_context():
+        module = ir.Module.parse(text)
+        found = []
+
+        def visit(op):
+            if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
+                found.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        for op in found:
+            with ir.InsertionPoint(op), op.location:
+                call = ir.Operation.create(
+                    "stablehlo.custom_call", results=[op.results[0].type], operands=list(op.operands),
+                    attributes={"call_target_name": ir.StringAttr.get("Sharding"),
+                                "mhlo.sharding": ir.StringAttr.get(hlo_sharding(str(op.attributes["sharding"])))})
+            op.results[0].replace_all_uses_with(call.results[0])
+            op.erase()
+        return _text(module)
 
 
 def _body(func) -> ir.Block:

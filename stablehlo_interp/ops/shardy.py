@@ -29,12 +29,12 @@ grid with real collectives (process_grid.py):
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..engine.grid import Grid
 from ..engine.registry import custom_call, op
 from ..ir.manual_borders import OPERAND_SHARDING
+from ..ir.types import TOKEN, TensorType
 from ..sharding import tiling as sharding
+from ..sharding import unreduced
 
 
 @op("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier", "sdy.data_flow_edge",
@@ -72,10 +72,14 @@ def _process_grid(module, mesh: sharding.Mesh) -> tuple:
 
 
 def _local(value, tiling: sharding.Tiling, device: int):
-    located = tiling.locate(device)
-    if located is None:
+    """The device's part of an operand (of its own partial, when unreduced along manual axes);
+    a token passes as it is."""
+    if value is TOKEN:
+        return value
+    local = unreduced.held_by(value, tiling, device)
+    if local is None:
         raise ValueError(f"device {device} holds no part of the operand (devices {tiling.devices})")
-    return np.asarray(value)[tiling.slices(np.shape(value), located[0])]
+    return local
 
 
 @op("sdy.manual_computation", variadic=True, execution=True)
@@ -104,12 +108,16 @@ def manual_computation(info):
             return regions[0].for_process(process)(*local)
 
         per_process = Grid(replicas, partitions).run(per_device)
-        outputs = [sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: per_process[d][j])
+        outputs = [unreduced.assemble(t.shape, t.dtype, tiling, lambda d, j=j: per_process[d][j])
+                   if isinstance(t, TensorType) else TOKEN
                    for j, (t, tiling) in enumerate(zip(result_types, out_tilings))]
+        if not execution.context.partials:   # a global view: the sums
+            outputs = [unreduced.retarget(output, ()) for output in outputs]
         recorded = execution.context.local_results
         if recorded is not None:
             for j, (output, tiling) in enumerate(zip(outputs, out_tilings)):
-                recorded[id(output)] = (output, tiling, [results[j] for results in per_process])
+                if output is not TOKEN and not tiling.unreduced:
+                    recorded[id(output)] = (output, tiling, [results[j] for results in per_process])
         return outputs
 
     def in_process(execution, regions, *operands):
@@ -120,6 +128,11 @@ def manual_computation(info):
         everyone = process.grid.exchange(process, tuple(range(process.grid.size)), results, info.name)
         outputs = []
         for j, (t, tiling) in enumerate(zip(result_types, out_tilings)):
+            if not isinstance(t, TensorType):
+                outputs.append(TOKEN)
+                continue
+            if tiling.unreduced:
+                raise NotImplementedError("an unreduced result of nested manual code is not supported")
             _, replica = tiling.locate(process.id)
             outputs.append(sharding.assemble(t.shape, t.dtype, tiling, lambda d, j=j: everyone[d][j], replica))
         return outputs

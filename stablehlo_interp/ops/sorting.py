@@ -1,4 +1,4 @@
-"""sort (spec: sort).
+"""sort (spec: sort), and the ``ApproxTopK`` custom call (``jax.lax.approx_max_k``).
 
 Slices along ``dimension`` are sorted together, ordered by ``comparator``
 (``lhs < rhs`` of the element tuples). Strategies, chosen at load time:
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.registry import op
+from ..engine.plan import OpInfo
+from ..engine.registry import custom_call, op
 from ..engine.regions import is_elementwise, is_elementwise_step
 from .support import integer_compute_dtype
 
@@ -308,5 +309,27 @@ def sort(info):
         if inputs[0].shape[-1] > 1 and inputs[0].size:
             inputs = (keys and key_sort(inputs)) or _gathered(inputs, general_order(regions[0], inputs))
         return [np.moveaxis(x, -1, dimension) for x in inputs]
+
+    return run
+
+
+@custom_call("ApproxTopK", variadic=True)
+def approx_top_k(info):
+    """``jax.lax.approx_max_k`` / ``approx_min_k``: the exact top ``top_k`` along
+    ``reduction_dim``, which every recall target allows (JAX documents the result as
+    at least ``recall_target`` of the exact one; XLA's CPU runs the same exact fallback).
+    The operands are the values, their indices (an iota) and two initial values, unused;
+    the called comparator orders (value, index) pairs, as a sort's does."""
+    config = info.attr("mhlo.backend_config")
+    k, dimension = int(config["top_k"]), int(config["reduction_dim"])
+    if not config.get("aggregate_to_topk", True):
+        raise info.unsupported("ApproxTopK without aggregate_to_topk (the partial, per-bin reduction)")
+    sorted_pairs = sort(OpInfo("stablehlo.sort", {"dimension": dimension, "is_stable": True},
+                               info.operand_types[:2], info.operand_types[:2], info.regions[-1:], info.location,
+                               info.module))
+
+    def run(regions, values, indices, *initial):
+        ordered = sorted_pairs(regions[-1:], values, indices)
+        return [np.take(x, np.arange(k), axis=dimension) for x in ordered]
 
     return run

@@ -506,10 +506,22 @@ class _Graph:
                 changed = True
         return changed
 
-    def annotation(self, key) -> sharding.TensorSharding:
+    def annotation(self, key, evenly: bool = False) -> sharding.TensorSharding:
+        """The tensor's sharding; ``evenly``: each dimension's axes only while their product
+        divides it."""
         node = self.nodes[key]
-        return sharding.TensorSharding(self.mesh, tuple(tuple(sharding.AxisRef(a) for a in axes)
-                                                        for axes in node.dims))
+        dims = []
+        for size, axes in zip(node.shape, node.dims):
+            if evenly:
+                kept, product = [], 1
+                for axis in axes:
+                    if size % (product * self._axis_size(axis)):
+                        break
+                    product *= self._axis_size(axis)
+                    kept.append(axis)
+                axes = kept
+            dims.append(tuple(sharding.AxisRef(a) for a in axes))
+        return sharding.TensorSharding(self.mesh, tuple(dims))
 
 
 # How values flow into and out of the regions of ops that run them.
@@ -537,22 +549,12 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
     meshes = program.meshes
     region = function.region
     arg_keys = [(id(region), region.n_captures + i) for i in range(region.n_args)]
-    graph = None
-    mesh = _only_mesh(meshes)
-    if mesh is not None:
-        graph = _Graph(mesh, meshes)
-        for key, attributes, value_type in zip(arg_keys, arg_attributes, function.arg_types):
-            if graph.node(key, value_type) is not None and "sdy.sharding" in attributes:
-                graph.nodes[key].constrain(sharding.parse_sharding(attributes["sdy.sharding"], meshes))
-        graph.add_region(region)
-        for index, (slot, attributes) in enumerate(zip(region.outputs, result_attributes)):
-            if "sdy.sharding" in attributes and (id(region), slot) in graph.nodes:
-                graph.pinned((id(region), slot), sharding.parse_sharding(attributes["sdy.sharding"], meshes),
-                             ("result", index))
-        graph.propagate()
+    graph = _propagated(program, function)
     producers = _mhlo_producers(region)
 
-    def tiling(attributes, value_type, key, pin):
+    def tiling(attributes, value_type, key, pin, result=False):
+        """A result left open takes its value's sharding as far as it divides each dimension
+        evenly (Shardy's edge from a value to the function's result)."""
         if not isinstance(value_type, TensorType):
             return None
         annotated = sharding.value_tiling(attributes, value_type.rank, meshes, num_devices)
@@ -561,15 +563,49 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
         if graph is not None and pin in graph.nodes:
             return graph.annotation(pin).tiling()
         if graph is not None and key in graph.nodes:
-            return graph.annotation(key).tiling()
+            return graph.annotation(key, evenly=result).tiling()
         if key[0] == id(region) and key[1] in producers:
             return sharding.hlo_tiling(producers[key[1]], value_type.rank, num_devices)
         return sharding.replicated(value_type.rank, range(num_devices))
 
     args = [tiling(a, t, key, key) for a, t, key in zip(arg_attributes, function.arg_types, arg_keys)]
-    results = [tiling(a, t, (id(region), slot), (("result", index), (id(region), slot)))
+    results = [tiling(a, t, (id(region), slot), (("result", index), (id(region), slot)), result=True)
                for index, (a, t, slot) in enumerate(zip(result_attributes, function.result_types, region.outputs))]
     return args, results, [tiling({}, value_type, key, key) for key, value_type in inspected]
+
+
+def _propagated(program, function) -> "_Graph | None":
+    """The propagated graph of ``function``'s values (None without exactly one mesh)."""
+    meshes = program.meshes
+    mesh = _only_mesh(meshes)
+    if mesh is None:
+        return None
+    region = function.region
+    arg_keys = [(id(region), region.n_captures + i) for i in range(region.n_args)]
+    graph = _Graph(mesh, meshes)
+    for key, attributes, value_type in zip(arg_keys, function.arg_attributes, function.arg_types):
+        if graph.node(key, value_type) is not None and "sdy.sharding" in attributes:
+            graph.nodes[key].constrain(sharding.parse_sharding(attributes["sdy.sharding"], meshes))
+    graph.add_region(region)
+    for index, (slot, attributes) in enumerate(zip(region.outputs, function.result_attributes)):
+        if "sdy.sharding" in attributes and (id(region), slot) in graph.nodes:
+            graph.pinned((id(region), slot), sharding.parse_sharding(attributes["sdy.sharding"], meshes),
+                         ("result", index))
+    graph.propagate()
+    return graph
+
+
+def dimension_axes(program, function):
+    """``axes((id(region), slot))``: the mesh axes (names, major to minor) sharding each
+    dimension of that value of ``function`` or a region it runs, as propagation finds
+    them; None for a value it does not know."""
+    graph = _propagated(program, function)
+
+    def axes(key):
+        node = graph.nodes.get(key) if graph is not None else None
+        return None if node is None else list(node.dims)
+
+    return axes
 
 
 def _is_open(attributes: dict) -> bool:

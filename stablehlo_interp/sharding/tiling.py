@@ -84,13 +84,25 @@ class TensorSharding:
     def restricted_to(self, axis_names) -> "TensorSharding":
         """The sharding along the named axes only (the manual axes of a manual computation)."""
         keep = set(axis_names)
-        return TensorSharding(self.mesh, tuple(tuple(a for a in dim if a.name in keep) for dim in self.dims))
+        return TensorSharding(self.mesh, tuple(tuple(a for a in dim if a.name in keep) for dim in self.dims),
+                              unreduced=tuple(a for a in self.unreduced if a.name in keep))
+
+    def unreduced_axes(self) -> tuple:
+        """The unreduced axes as ``((name, size), ...)`` in mesh order (whole axes only)."""
+        names = set()
+        for axis in self.unreduced:
+            if axis.size is not None:
+                raise ModuleError(f"unreduced sub-axis {axis} is not supported (whole mesh axes only)")
+            names.add(axis.name)
+        return tuple((name, size) for name, size in self.mesh.axes if name in names)
 
     def tiling(self) -> "Tiling":
-        if self.unreduced:
-            raise ModuleError(f"unreduced axes ({', '.join(map(str, self.unreduced))}) are not supported: "
-                              "the interpreter holds reduced global values")
+        """The tiles and their devices. The devices of a tile that differ along the
+        unreduced axes hold different partial values: the tile's replicas are ordered
+        by their coordinate along those axes first (XLA's ``last_tile_dims={unreduced,
+        replicated}``)."""
         mesh = self.mesh
+        unreduced = self.unreduced_axes()
         if not mesh.axes:   # a maximal mesh: one device holds the tensor
             return Tiling((1,) * len(self.dims), np.array(mesh.device_ids).reshape((1,) * len(self.dims) + (1,)))
         used = [a for dim in self.dims for a in dim]
@@ -101,11 +113,13 @@ class TensorSharding:
             order.extend(dim_pieces)
             tiles.append(math.prod(pieces[p] for p in dim_pieces))
         rest = [p for p in pieces if p not in order]
+        names = {name for name, _ in unreduced}
+        rest = [p for p in rest if p[0] in names] + [p for p in rest if p[0] not in names]
         keys = list(pieces)
         sizes, permutation = tuple(pieces[p] for p in keys), tuple(keys.index(p) for p in order + rest)
         devices = mesh.devices().reshape(sizes).transpose(permutation)
         iota = (sizes, permutation) if mesh.device_ids == tuple(range(mesh.size)) else None
-        return Tiling(tuple(tiles), devices.reshape(tuple(tiles) + (-1,)), iota)
+        return Tiling(tuple(tiles), devices.reshape(tuple(tiles) + (-1,)), iota, unreduced)
 
     def __str__(self) -> str:
         dims = ", ".join("{" + ", ".join(map(str, dim)) + "}" for dim in self.dims)
@@ -302,6 +316,16 @@ class Tiling:
     tiles: tuple
     assignment: np.ndarray
     iota: tuple | None = None
+    unreduced: tuple = ()   # ((axis, size), ...): the replicas of a tile hold one partial per coordinate
+
+    @property
+    def partials(self) -> int:
+        """How many different partial values the replicas of a tile hold (1: reduced)."""
+        return math.prod(size for _, size in self.unreduced)
+
+    def partial_of(self, r: int) -> int:
+        """The partial (coordinate along the unreduced axes) the r-th holder of a tile holds."""
+        return r // (self.replication // self.partials)
 
     @property
     def devices(self) -> list:
@@ -344,10 +368,13 @@ class Tiling:
 
     def same_placement(self, other: "Tiling") -> bool:
         """Whether every device holds the same part of an array under both tilings."""
-        if self.tiles != other.tiles or self.devices != other.devices:
+        if self.tiles != other.tiles or self.devices != other.devices or self.unreduced != other.unreduced:
             return False
-        return all(sorted(self.assignment[index].tolist()) == sorted(other.assignment[index].tolist())
-                   for index in np.ndindex(*self.tiles))
+        return all(self._holders(index) == other._holders(index) for index in np.ndindex(*self.tiles))
+
+    def _holders(self, tile: tuple) -> list:
+        """The devices holding ``tile``, as a sorted list per partial."""
+        return [sorted(group) for group in self.assignment[tile].reshape(self.partials, -1).tolist()]
 
     def is_replicated(self) -> bool:
         return all(t == 1 for t in self.tiles)
@@ -357,7 +384,17 @@ class Tiling:
         from jaxlib import xla_client
 
         proto = xla_client.OpSharding()
-        if self.is_replicated() and self.replication == num_devices:
+        if self.unreduced:
+            replicas = self.replication // self.partials
+            proto.type = xla_client.OpSharding.Type.OTHER
+            proto.tile_assignment_dimensions = list(self.tiles) + [self.partials] + ([replicas] if replicas > 1 else [])
+            if self.iota is not None:
+                proto.iota_reshape_dims, proto.iota_transpose_perm = self.iota
+            else:
+                proto.tile_assignment_devices = [int(d) for d in self.assignment.flat]
+            proto.last_tile_dims = [xla_client.OpSharding.Type.UNREDUCED] + \
+                ([xla_client.OpSharding.Type.REPLICATED] if replicas > 1 else [])
+        elif self.is_replicated() and self.replication == num_devices:
             proto.type = xla_client.OpSharding.Type.REPLICATED
         elif self.is_replicated() and self.replication == 1:
             proto.type = xla_client.OpSharding.Type.MAXIMAL
@@ -372,6 +409,14 @@ class Tiling:
                 proto.tile_assignment_devices = [int(d) for d in self.assignment.flat]
             proto.replicate_on_last_tile_dim = self.replication > 1
         return proto.SerializeToString()
+
+    def hlo_text(self, num_devices: int) -> str:
+        """The HLO sharding string (``{devices=[2,1]<=[2]}``) of :meth:`op_sharding`."""
+        from jaxlib import xla_client
+
+        proto = xla_client.OpSharding()
+        proto.ParseFromString(self.op_sharding(num_devices))
+        return str(xla_client.HloSharding.from_proto(proto))
 
     def __repr__(self) -> str:
         return f"<Tiling tiles={self.tiles} devices={self.assignment.tolist()}>"

@@ -124,13 +124,14 @@ def executable_output_memory_kinds(args):
 
 @CALLS.implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)
 def executable_optimized_program(args):
-    """The program as StableHLO text (format "mlir"): it is what the interpreter runs, unoptimized.
+    """The program as StableHLO text (format "mlir"): it is what the interpreter runs, unoptimized
+    (Shardy's constraints written as the ``Sharding`` custom calls XLA's converter reads).
 
     Called twice: with ``code`` NULL to learn the size, then with a buffer that large.
     """
     executable = _executable(args.executable)
     if not hasattr(executable, "c_program_text"):
-        executable.c_program_text = str(executable.program.module).encode()
+        executable.c_program_text = executable.program_text().encode()
     text = executable.c_program_text
     program = abi.PJRT_Program.from_address(args.program)
     program.format, program.format_size = immortal_string("mlir")
