@@ -4,6 +4,7 @@
     out = si.run(jax.jit(f), x, y)          # or a Lowered, an Exported: called as the function
     program = si.load("model.mlir"); program.run(x, function="main")   # a module: @main's arguments
     print(si.trace(f, x)); si.find_nonfinite(f, x); si.compare(f, x, backend="cpu"); si.explain(f, x)
+    si.explore(f, x, path="f.html")         # one page: source, jaxpr, StableHLO, graph and values, linked
 """
 
 import os
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 
 # The tools load on first use: JAX imports this package when it discovers the
 # device plugin, and most programs never need them.
-_TOOLS = ("break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes",
+_TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes",
           "on_device", "probe", "trace")
 
 
@@ -51,6 +52,6 @@ __all__ = [
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
     "register_custom_call", "register_op", "run", "validation",
     # tools (see docs/tools.md)
-    "break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes", "on_device",
+    "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes", "on_device",
     "probe", "tools", "trace",
 ]

@@ -24,6 +24,7 @@ The convention for code blocks in the documentation:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -163,6 +164,27 @@ def test_document(document, scratch, tmp_path):
             assert matches(result["output"], wanted), (
                 f"{where}: the example prints\n{result['output']}\ninstead of\n{wanted}")
     assert len(results) == len(expected)
+    for entry in _explorer_pages(name):
+        page = scratch / entry["page"]
+        assert hashlib.sha256(page.read_bytes()).hexdigest() == entry["sha256"], (
+            f"{name}: the explorer page {entry['page']} changed since {entry['screenshot']} was taken: "
+            "run `python docs/screenshots.py` and commit the new screenshots")
+        assert (ROOT / entry["screenshot"]).is_file()
+
+
+def _explorer_pages(document: str) -> list[dict]:
+    """The explorer pages a document's examples write, with the hashes of those in its screenshots."""
+    manifest = json.loads((ROOT / "docs" / "images" / "explorer_pages.json").read_text())
+    return [entry for entry in manifest if entry["document"] == document]
+
+
+def test_explorer_screenshots_cover_the_documents():
+    """Every page the screenshot script takes is listed with the document that writes it."""
+    manifest = json.loads((ROOT / "docs" / "images" / "explorer_pages.json").read_text())
+    for entry in manifest:
+        text = (ROOT / entry["document"]).read_text(encoding="utf-8")
+        assert f'path="{entry["page"]}"' in text, entry
+        assert entry["screenshot"].removeprefix("docs/") in text, entry
 
 
 def test_block_parsing_and_matching(tmp_path):
