@@ -84,6 +84,8 @@ def test_the_readme_example_links_source_ops_and_values(open_page):
     assert [t.strip() for t in texts(page, "#python .line.hl .text")] == ['f = jax.jit(lambda x, y: {"h": jnp.tanh(x @ y).sum(0)})']
     details = page.inner_text("#details")
     assert "stablehlo.tanh" in details and "result #0: f32[3,5]" in details
+    dot = run_xla(lambda x, y: x @ y, X, Y)[0]
+    assert f"operand #0: f32[3,5]\n{si.tools.summarize(dot)}" in details   # the dot's result, consumed
     page.click("#details .show-full")
     shown = page.inner_text("#details pre.full")
     values = np.array(shown.replace("[", " ").replace("]", " ").split(), np.float32).reshape(3, 5)

@@ -55,6 +55,9 @@ def test_first_example_ops_lines_edges_and_values(tmp_path):
     assert data["regions"][main]["edges"] == [
         [f"{main}i0", dot, "f32[3,4]"], [f"{main}i1", dot, "f32[4,5]"], [dot, tanh, "f32[3,5]"],
         [tanh, reduce, "f32[3,5]"], [constant, reduce, "f32[]"], [reduce, f"{main}o", "f32[5]"]]
+    # each operand names its producer and which of its results
+    assert data["steps"][dot]["operands"] == [[f"{main}i0", 0], [f"{main}i1", 0]]
+    assert data["steps"][reduce]["operands"] == [[tanh, 0], [constant, 0]]
     # the reduction's body is drawn inside its op
     (body,) = data["steps"][reduce]["regions"]
     assert data["regions"][body]["owner"] == reduce and data["regions"][body]["title"] == "body"

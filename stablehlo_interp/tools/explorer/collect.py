@@ -153,15 +153,18 @@ class _Graph:
         entry = {"id": rid, "title": title, "owner": owner, "inputs": inputs, "steps": [], "edges": [],
                  "ret": {"id": f"{rid}o", "types": [type_text_of(t) for t in region.output_types]}}
         self.regions[rid] = entry
-        producers = {slot: (node["id"], node["type"]) for slot, node in enumerate(inputs)}
+        # slot -> (producing node, its type, which result of the node: 0 for an input)
+        producers = {slot: (node["id"], node["type"], 0) for slot, node in enumerate(inputs)}
         for step in region.steps:
             sid = self._step(step, rid)
             entry["steps"].append(sid)
+            self.steps[sid]["operands"] = [list(producers[slot][::2]) if slot in producers else None
+                                           for slot in step.operands]
             for slot in dict.fromkeys(step.operands):
                 if slot in producers:
                     entry["edges"].append([producers[slot][0], sid, producers[slot][1]])
-            for slot, declared in zip(step.results, step.info.result_types):
-                producers[slot] = (sid, type_text_of(declared))
+            for index, (slot, declared) in enumerate(zip(step.results, step.info.result_types)):
+                producers[slot] = (sid, type_text_of(declared), index)
             for index, (inner, captures) in enumerate(zip(step.regions, step.captures)):
                 if inner.description.startswith("@"):
                     continue                      # a called function: its own section

@@ -212,8 +212,6 @@
     const canvas = el("div", "canvas");
     canvas.dataset.region = rid;
     parent.appendChild(canvas);
-    const graph = new dagre.graphlib.Graph({multigraph: true});
-    graph.setGraph({rankdir: "TB", nodesep: 24, ranksep: 34, edgesep: 14, marginx: 6, marginy: 6});
     const nodes = [];
     const inputValues = rid === data.sections[0] ? data.records.arguments : null;
     region.inputs.forEach((input, index) => {
@@ -236,34 +234,28 @@
     ret.append(el("div", "opname", "return"), el("div", "value", region.ret.types.join(", ") || "()"));
     canvas.appendChild(ret);
     nodes.push([region.ret.id, ret]);
-    for (const [id, node] of nodes) graph.setNode(id, {width: node.offsetWidth, height: node.offsetHeight});
-    region.edges.forEach(([source, target, label], index) => {
-      graph.setEdge(source, target, {width: measure.measureText(label).width + 6, height: 12, labelpos: "c",
-                                     label}, "e" + index);
-    });
-    dagre.layout(graph);
+    const sizes = nodes.map(([id, node]) => [id, node.offsetWidth, node.offsetHeight]);
+    const layout = layoutOf(rid, sizes);
     for (const [id, node] of nodes) {
-      const placed = graph.node(id);
+      const placed = layout.nodes[id];
       node.style.left = (placed.x - placed.width / 2) + "px";
       node.style.top = (placed.y - placed.height / 2) + "px";
     }
-    const size = graph.graph();
-    canvas.style.width = Math.ceil(size.width) + "px";
-    canvas.style.height = Math.ceil(size.height) + "px";
+    canvas.style.width = Math.ceil(layout.width) + "px";
+    canvas.style.height = Math.ceil(layout.height) + "px";
     const svgNS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(svgNS, "svg");
-    svg.setAttribute("width", Math.ceil(size.width));
-    svg.setAttribute("height", Math.ceil(size.height));
+    svg.setAttribute("width", Math.ceil(layout.width));
+    svg.setAttribute("height", Math.ceil(layout.height));
     const marker = `arrow-${rid}`;
     svg.innerHTML = `<defs><marker id="${marker}" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7"
       markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#8d99ab"/></marker></defs>`;
-    for (const edge of graph.edges()) {
-      const routed = graph.edge(edge);
+    for (const routed of layout.edges) {
       const path = document.createElementNS(svgNS, "path");
       path.setAttribute("class", "edge");
       path.setAttribute("d", routed.points.map((p, i) => (i ? "L" : "M") + p.x.toFixed(1) + "," + p.y.toFixed(1)).join(" "));
       path.setAttribute("marker-end", `url(#${marker})`);
-      path.dataset.from = edge.v; path.dataset.to = edge.w;
+      path.dataset.from = routed.from; path.dataset.to = routed.to;
       svg.appendChild(path);
       const text = document.createElementNS(svgNS, "text");
       text.setAttribute("class", "edge-label");
@@ -274,6 +266,31 @@
       svg.appendChild(text);
     }
     canvas.insertBefore(svg, canvas.firstChild);
+  }
+
+  // dagre's layout of a region for its nodes' sizes; kept while the sizes stay the same
+  // (browsing calls changes values, rarely sizes: the graph keeps its shape).
+  const layouts = new Map();
+  function layoutOf(rid, sizes) {
+    const key = JSON.stringify(sizes), known = layouts.get(rid);
+    if (known && known.key === key) return known;
+    const graph = new dagre.graphlib.Graph({multigraph: true});
+    graph.setGraph({rankdir: "TB", nodesep: 24, ranksep: 34, edgesep: 14, marginx: 6, marginy: 6});
+    for (const [id, width, height] of sizes) graph.setNode(id, {width, height});
+    regions[rid].edges.forEach(([source, target, label], index) => {
+      graph.setEdge(source, target, {width: measure.measureText(label).width + 6, height: 12, labelpos: "c",
+                                     label}, "e" + index);
+    });
+    dagre.layout(graph);
+    const layout = {key, nodes: {}, edges: [], width: graph.graph().width, height: graph.graph().height};
+    for (const [id] of sizes) layout.nodes[id] = graph.node(id);
+    for (const edge of graph.edges()) {
+      const routed = graph.edge(edge);
+      layout.edges.push({from: edge.v, to: edge.w, points: routed.points, x: routed.x, y: routed.y,
+                         label: routed.label});
+    }
+    layouts.set(rid, layout);
+    return layout;
   }
 
   function renderRegion(rid, owner) {
@@ -418,6 +435,13 @@
       const calls = callsOf(rid), index = Math.min(state.call[rid] || 0, calls.length - 1);
       details.appendChild(el("p", null, "shown: " + callText(rid, calls[index], index, calls.length)));
     }
+    step.operands.forEach((operand, index) => {
+      const value = operandValue(step.region, operand);
+      const block = el("div", "operand");
+      block.append(el("dt", null, `operand #${index}` + (value ? `: ${value.t}` : "")),
+                   el("dd", null, value ? value.s : "(a value of the enclosing region)"));
+      details.appendChild(block);
+    });
     if (!record.res) { details.appendChild(el("p", "hint", "the op did not finish")); return; }
     record.res.forEach((value, index) => {
       const block = el("div", "result");
@@ -432,6 +456,19 @@
       }
       details.appendChild(block);
     });
+  }
+
+  // The value an operand had in the call shown: a result of an op of the same region,
+  // or an argument of the entry function.
+  function operandValue(rid, operand) {
+    if (operand === null) return null;
+    const [producer, index] = operand;
+    if (steps[producer]) {
+      const record = currentRecord(producer);
+      return record && record.res ? record.res[index] : null;
+    }
+    const input = regions[rid].inputs.findIndex(i => i.id === producer);
+    return rid === data.sections[0] && input >= 0 ? data.records.arguments[input] : null;
   }
 
   function showReport(text) {
