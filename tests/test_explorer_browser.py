@@ -123,14 +123,15 @@ def test_loop_iterations_are_browsable(open_page):
     page = open_page(doubling, np.float32(0.5))
     body = page.locator('.region:has(> .region-head .toggle:text("body"))')
     multiply = body.locator(".node", has=page.locator(".opname", has_text="stablehlo.multiply"))
+    carried = body.locator("> .canvas > .node.input", has=page.locator(".opname", has_text="%arg1"))
     shown = []
     for _ in range(3):
         shown.append((body.locator("> .region-head .call-text").inner_text().strip(),
-                      multiply.locator(".value").inner_text()))
+                      carried.locator(".value").inner_text(), multiply.locator(".value").inner_text()))
         body.locator("> .region-head .next").click()
-    # 0.5 doubled in iterations 0, 1, 2
-    assert shown == [("iteration 0 (1 of 3)", "f32[] 1"), ("iteration 1 (2 of 3)", "f32[] 2"),
-                     ("iteration 2 (3 of 3)", "f32[] 4")]
+    # 0.5 doubled in iterations 0, 1, 2: each iteration gets what the one before returned
+    assert shown == [("iteration 0 (1 of 3)", "f32[] 0.5", "f32[] 1"), ("iteration 1 (2 of 3)", "f32[] 1", "f32[] 2"),
+                     ("iteration 2 (3 of 3)", "f32[] 2", "f32[] 4")]
     # after the last, the first again; a collapsed region hides its ops
     assert body.locator("> .region-head .call-text").inner_text().strip() == "iteration 0 (1 of 3)"
     body.locator("> .region-head .toggle").click()
@@ -158,6 +159,8 @@ def test_the_nonfinite_banner_opens_the_iteration_where_the_nan_appeared(open_pa
     body = page.locator('.region:has(> .region-head .toggle:text("body"))')
     assert body.locator("> .region-head .call-text").inner_text().strip() == "iteration 2 (3 of 4)"
     assert "inside stablehlo.while" in page.inner_text("#details .report")
+    # its operand, the scan's element of that iteration, comes from the calling op
+    assert "operand #0: f32[]\nf32[] -3" in page.inner_text("#details")
 
 
 GEOMETRY = """() => {

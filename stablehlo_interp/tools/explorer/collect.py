@@ -142,14 +142,16 @@ class _Graph:
                           if function.region is not None}
         for name in sorted(self.functions, key=lambda name: name != entry):   # the entry function first
             region = self.functions[name].region
-            arguments = [(f"%arg{k}", type_text_of(t)) for k, t in enumerate(region.arg_types)]
+            arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(region.arg_types)]
             self.sections.append(self._region(region, f"@{name}", None, arguments))
 
-    def _region(self, region, title: str, owner: str | None, inputs: list[tuple[str, str]]) -> str:
-        """The region's entry: its inputs (captured values, then arguments), its steps,
-        its edges (producer, consumer, type) and its return; nested regions first."""
+    def _region(self, region, title: str, owner: str | None, inputs: list[dict]) -> str:
+        """The region's entry: its inputs (captured values, with ``from`` naming their
+        producer outside, then arguments), its steps, its edges (producer, consumer,
+        type) and its return (``sources``: the producer of each result); nested
+        regions first. A producer is ``[node id, which of its results]``."""
         rid = f"r{len(self.regions)}"
-        inputs = [{"id": f"{rid}i{k}", "name": name, "type": type_name} for k, (name, type_name) in enumerate(inputs)]
+        inputs = [dict(node, id=f"{rid}i{k}") for k, node in enumerate(inputs)]
         entry = {"id": rid, "title": title, "owner": owner, "inputs": inputs, "steps": [], "edges": [],
                  "ret": {"id": f"{rid}o", "types": [type_text_of(t) for t in region.output_types]}}
         self.regions[rid] = entry
@@ -168,14 +170,17 @@ class _Graph:
             for index, (inner, captures) in enumerate(zip(step.regions, step.captures)):
                 if inner.description.startswith("@"):
                     continue                      # a called function: its own section
-                captured = [(f"outer value {k}", producers[slot][1] if slot in producers else "?")
+                captured = [{"name": f"outer value {k}", "type": producers[slot][1] if slot in producers else "?",
+                             "from": list(producers[slot][::2]) if slot in producers else None}
                             for k, slot in enumerate(captures)]
-                arguments = [(f"%arg{k}", type_text_of(t)) for k, t in enumerate(inner.arg_types)]
+                arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(inner.arg_types)]
                 self.steps[sid]["regions"].append(
                     self._region(inner, region_name(step, index), sid, captured + arguments))
         for slot in dict.fromkeys(region.outputs):
             if slot in producers:
                 entry["edges"].append([producers[slot][0], entry["ret"]["id"], producers[slot][1]])
+        entry["ret"]["sources"] = [list(producers[slot][::2]) if slot in producers else None
+                                   for slot in region.outputs]
         return rid
 
     def _step(self, step, rid: str) -> str:

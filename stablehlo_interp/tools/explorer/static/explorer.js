@@ -213,12 +213,12 @@
     canvas.dataset.region = rid;
     parent.appendChild(canvas);
     const nodes = [];
-    const inputValues = rid === data.sections[0] ? data.records.arguments : null;
+    const call = currentCall(rid);
     region.inputs.forEach((input, index) => {
       const node = el("div", "node input");
       node.dataset.node = input.id;
       node.appendChild(el("div", "opname", input.name));
-      const value = inputValues && inputValues[index - (region.inputs.length - inputValues.length)];
+      const value = inputValue(rid, call, index);
       node.appendChild(el("div", "value", value ? value.s : input.type));
       nodes.push([input.id, node]);
       canvas.appendChild(node);
@@ -436,7 +436,7 @@
       details.appendChild(el("p", null, "shown: " + callText(rid, calls[index], index, calls.length)));
     }
     step.operands.forEach((operand, index) => {
-      const value = operandValue(step.region, operand);
+      const value = valueIn(step.region, currentCall(step.region), operand);
       const block = el("div", "operand");
       block.append(el("dt", null, `operand #${index}` + (value ? `: ${value.t}` : "")),
                    el("dd", null, value ? value.s : "(a value of the enclosing region)"));
@@ -458,17 +458,37 @@
     });
   }
 
-  // The value an operand had in the call shown: a result of an op of the same region,
-  // or an argument of the entry function.
-  function operandValue(rid, operand) {
-    if (operand === null) return null;
-    const [producer, index] = operand;
+  // Values not recorded as an op's result: what flowed into a region. ``ref`` is
+  // [producer node, which result]; ``call`` the region's call ({p, c}); ``depth``
+  // bounds the walk back through loop iterations.
+  function valueIn(rid, call, ref, depth = 0) {
+    if (!ref || !call || depth > 200) return null;
+    const [producer, index] = ref;
     if (steps[producer]) {
-      const record = currentRecord(producer);
+      const record = (recordsOfStep.get(producer) || []).find(r => r.p === call.p && r.c === call.c);
       return record && record.res ? record.res[index] : null;
     }
-    const input = regions[rid].inputs.findIndex(i => i.id === producer);
-    return rid === data.sections[0] && input >= 0 ? data.records.arguments[input] : null;
+    return inputValue(rid, call, regions[rid].inputs.findIndex(input => input.id === producer), depth + 1);
+  }
+
+  // Input ``k`` of region ``rid`` in a call: an argument of the entry function; the
+  // calling op's operand for a called function; a captured value from outside; for a
+  // while's cond and body, the loop's operand (iteration 0) or what the body returned
+  // in the iteration before.
+  function inputValue(rid, call, k, depth = 0) {
+    const region = regions[rid], input = region.inputs[k];
+    if (!input || !call) return null;
+    if (rid === data.sections[0]) return data.records.arguments[k] || null;
+    const caller = recordByNumber.get(call.p);
+    if (!caller) return null;
+    const callerStep = steps[caller.s], callerCall = {p: caller.p, c: caller.c};
+    if (region.owner === null) return valueIn(callerStep.region, callerCall, callerStep.operands[k], depth);
+    if (input.from !== undefined) return valueIn(callerStep.region, callerCall, input.from, depth);
+    if (callerStep.op !== "stablehlo.while") return null;
+    const argument = k - region.inputs.filter(i => i.from !== undefined).length;
+    if (call.c === 0) return valueIn(callerStep.region, callerCall, callerStep.operands[argument], depth);
+    const body = regions[callerStep.regions[1]];
+    return valueIn(body.id, {p: call.p, c: call.c - 1}, body.ret.sources[argument], depth);
   }
 
   function showReport(text) {
