@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                                   description="Run the function and write one self-contained HTML page: "
                                               "the module, its dataflow graph and each op's values, linked "
                                               "by source line, with the first non-finite value marked.")
-    _add_program_arguments(explore)
+    _add_program_arguments(explore)   # without --input, a function that takes arguments is drawn, not run
     explore.add_argument("--output", "-o", metavar="OUT.html", help="the page (default: FILE with .html)")
     explore.add_argument("--backend", "-b", help="also mark the first op whose value differs on this JAX "
                                                  "backend (e.g. cpu)")
@@ -277,7 +277,11 @@ def _explain(args) -> int:
 def _explore(args) -> int:
     from . import tools
 
-    program, name, inputs = _program_and_inputs(args)
+    if args.input:
+        program, name, inputs = _program_and_inputs(args)
+    else:   # a function with arguments is drawn without running it
+        program = Program(pathlib.Path(args.file))
+        name, inputs = args.function or program.entry_name, []
     path = pathlib.Path(args.output or pathlib.Path(args.file).with_suffix(".html"))
     exploration = tools.explore(program, *inputs, function=name, backend=args.backend, path=path)
     print(f"wrote {path}: {len(exploration.trace)} ops run")

@@ -218,3 +218,23 @@ def test_docs_examples_have_no_overlaps_no_edges_through_nodes_and_whole_names(o
     names = texts(page, ".node.op > .opname")
     assert len(names) == len(page.evaluate("Object.keys(explorer.data.steps)"))
     assert sorted(names) == sorted(page.evaluate("Object.values(explorer.data.steps).map(s => s.name)"))
+
+
+def test_a_large_program_opens_collapsed_and_search_finds_ops_inside_regions(open_page):
+    def long_program(x):
+        for i in range(60):          # 4 ops a line, 60 times
+            x = jnp.sin(x) * 1.01 + i
+        return jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, jnp.cos(c[1])), (0, x))
+
+    page = open_page(long_program, np.float32(0.5))
+    assert page.evaluate("Object.keys(explorer.data.steps).length") > 200
+    # op regions start collapsed: the loop's regions show their size, not their ops
+    assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▸ body"]
+    assert op_names(page, ".node") >= {"stablehlo.sine", "stablehlo.while"}
+    assert "stablehlo.cosine" not in op_names(page, ".node")
+    page.fill("#search", "cosine")
+    assert page.inner_text("#search-count") == "1 match"
+    page.press("#search", "Enter")
+    # the region holding it opens, and the op is selected
+    assert op_names(page, ".node.selected") == {"stablehlo.cosine"}
+    assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▾ body"]

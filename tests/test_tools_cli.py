@@ -79,6 +79,17 @@ def test_explore(capsys, tmp_path):
     assert record["s"] == multiply["id"] and record["c"] == 0 and record["res"][0]["s"] == "f32[3] [2 inf 6]"
 
 
+def test_explore_without_inputs_draws_the_module_without_running_it(capsys, tmp_path):
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "explore", path, "-o", tmp_path / "structure.html")
+    assert status == 0 and out == f"wrote {tmp_path / 'structure.html'}: 0 ops run\n"
+    data = explorer_data((tmp_path / "structure.html").read_text())
+    assert not data["ran"] and data["records"] == {"ops": [], "total": 0, "arguments": []}
+    # main: constant, while (cond: compare; body: constant, broadcast, multiply, constant, add), constant, reduce
+    # (and the reduce's body: add)
+    assert len(data["steps"]) == 11 and data["overlays"] == {}
+
+
 def explorer_data(page: str) -> dict:
     """The JSON an explorer page carries."""
     start = page.index('<script type="application/json" id="explorer-data">') + len(

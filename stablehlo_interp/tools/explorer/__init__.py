@@ -27,7 +27,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from ...program import prepare
+from ...program import Program, load, prepare
+from ...program.calls import Call
+from ...program.signature import is_jax_function
 from .collect import collect
 
 __all__ = ["Exploration", "explore", "page"]
@@ -67,18 +69,30 @@ class Exploration:
 def explore(target, *args, path=None, function: str | None = None, backend=None, tolerance=None,
             **kwargs) -> Exploration:
     """Run ``target`` on its arguments (as ``si.run`` does) and build the explorer page;
-    write it to ``path`` when given.
+    write it to ``path`` when given. A module given without the arguments its
+    function takes is drawn without running it (no values).
 
     ``backend`` (a JAX platform name such as ``"cpu"``, or any backend
     :func:`~..compare.compare` takes) also marks the first op whose value
     differs there, within ``tolerance``.
     """
-    call = prepare(target, args, kwargs, function)
+    call = _structure_only(target, function) if not args and not kwargs else None
+    call = call or prepare(target, args, kwargs, function)
     data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance)
     exploration = Exploration(page(data), None, trace, reports["nonfinite"], reports["comparison"])
     if path is not None:
         exploration.write(path)
     return exploration
+
+
+def _structure_only(target, function: str | None) -> Call | None:
+    """A module whose function takes arguments, given none: a call that does not run
+    (the page shows the program without values). None for anything else."""
+    if is_jax_function(target):
+        return None
+    program = target if isinstance(target, Program) else load(target)
+    runnable = program.runnable(function)
+    return Call(program, None, runnable.name) if runnable.arg_types else None
 
 
 def page(data: dict) -> str:

@@ -41,10 +41,11 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
     """The page data for one prepared call; also the trace and the overlays' reports
     (``{"nonfinite": NonFiniteReport | None, "comparison": Comparison | None}``)."""
     recorder, finder = TraceRecorder(values=True), NonFiniteFinder(stop=False)
-    try:
-        call.run([recorder, finder])
-    except OpError as error:      # an op that failed: the page shows the run up to it
-        recorder.trace.error = error
+    if call.arguments is not None:      # else the structure only
+        try:
+            call.run([recorder, finder])
+        except OpError as error:      # an op that failed: the page shows the run up to it
+            recorder.trace.error = error
     trace = recorder.trace
     files = _Files()
     graph = _Graph(call.program, call.function, files)
@@ -57,7 +58,8 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
         "regions": graph.regions,
         "sections": graph.sections,
         "steps": graph.steps,
-        "records": _records(trace, graph, call.arguments),
+        "records": _records(trace, graph, call.arguments or []),
+        "ran": call.arguments is not None,
         "error": None if trace.error is None else str(trace.error),
         "overlays": {},
     }
@@ -67,7 +69,7 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
     if finder.report is not None:
         number = _nonfinite_record(trace, finder.report)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(finder.report)}
-    if backend is not None:
+    if backend is not None and call.arguments is not None:
         from ..compare import compare
 
         comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,

@@ -33,8 +33,9 @@
       overlayStep[kind] = recordByNumber.get(overlay.record).s;
   }
   const totalSteps = Object.keys(steps).length;
+  const COLLAPSED_ABOVE = 200;   // ops: a larger program opens with its op regions collapsed
   const state = {
-    collapsed: new Set(totalSteps > 300 ? Object.values(regions).filter(r => r.owner !== null).map(r => r.id) : []),
+    collapsed: new Set(totalSteps > COLLAPSED_ABOVE ? Object.values(regions).filter(r => r.owner !== null).map(r => r.id) : []),
     call: {},           // region id -> index of the shown call among its calls
     selection: null,    // {kind: "step", sid} or {kind: "line", file, line}
     matches: [], matchIndex: -1,
@@ -155,6 +156,7 @@
       add("divergence", "first divergence: " + (sid ? where(sid) : "(see details)"), divergence.text,
           () => sid ? showRecord(divergence.record, divergence.text) : showReport(divergence.text));
     }
+    if (!data.ran) add("agree", "structure only: not run (no arguments given)", "", null);
     if (data.error) add("error", "the run failed", data.error, () => showReport(data.error));
     if (data.records.total > records.length)
       add("error", `first ${records.length} of ${data.records.total} ops kept`, "a long run keeps its first ops", null);
