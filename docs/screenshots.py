@@ -6,13 +6,14 @@ Runs each document below as tests/test_docs.py does (a fresh process in a
 scratch directory that links to the repository), opens each explorer page its
 examples write in Chromium, acts on it as a reader would (selects a line,
 follows the NaN banner) and saves a screenshot in docs/images/. The pages'
-SHA-256 go to docs/images/explorer_pages.json: tests/test_docs.py regenerates
-the pages and fails when one no longer matches its screenshot.
+fingerprints (SHA-256 of all but the whole arrays kept for "show all values",
+whose last digits depend on the machine) go to docs/images/explorer_pages.json:
+tests/test_docs.py regenerates the pages and fails when one no longer matches its
+screenshot.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pathlib
 import subprocess
@@ -35,10 +36,6 @@ PAGES = {
 }
 
 
-def sha256(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def act(page, action) -> None:
     """Do what the screenshot shows: click the source line holding a text, or a banner."""
     kind, what = action
@@ -51,6 +48,9 @@ def act(page, action) -> None:
 
 def main() -> None:
     from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_docs import explorer_page_fingerprint
 
     manifest = []
     with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
@@ -73,7 +73,8 @@ def main() -> None:
                 act(page, action)
                 page.screenshot(path=str(IMAGES / image))
                 page.close()
-                manifest.append({"document": document, "page": page_name, "sha256": sha256(page_path),
+                manifest.append({"document": document, "page": page_name,
+                                 "sha256": explorer_page_fingerprint(page_path),
                                  "screenshot": f"docs/images/{image}"})
                 print(f"{document}: {page_name} -> docs/images/{image}")
         browser.close()
