@@ -9,6 +9,7 @@ import numpy as np
 
 import stablehlo_interp as si
 from stablehlo_interp.tools import JaxBackend
+from stablehlo_interp.tools.explorer import page_data
 from oracles import run_xla
 from test_tools_cli import explorer_data
 
@@ -149,3 +150,20 @@ def test_jupyter_displays_explorations_and_traces():
     assert table.count("<tr><td") == len(trace) == 4   # dot_general, tanh, constant, reduce
     assert "stablehlo.tanh</td><td><code>f32[3,5] min=" in table
     assert f"test_tools_explorer.py:{LINE} (first_example)" in table
+
+
+def test_a_long_run_keeps_its_first_ops(monkeypatch):
+    monkeypatch.setattr(page_data, "MAX_RECORDS", 4)
+
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, a: a * 2.0, jnp.sin(x))
+
+    exploration = si.explore(f, np.float32(0.5))
+    data = explorer_data(exploration.html)
+    assert data["records"]["total"] == len(exploration.trace) > 4
+    assert [record["n"] for record in data["records"]["ops"]] == [0, 1, 2, 3]
+    # the loop started among the first four but ended after them: its summary stays, without the whole array
+    (loop,) = [r for r in data["records"]["ops"] if data["steps"][r["s"]]["op"] == "stablehlo.while"]
+    assert [value["full"] for value in loop["res"]] == [None] * len(loop["res"])
+    assert loop["res"][-1]["s"] == "f32[] 3.8354"    # sin(0.5) * 8
+    assert data["records"]["ops"][0]["res"][0]["full"] is not None

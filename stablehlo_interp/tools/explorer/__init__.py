@@ -30,7 +30,7 @@ from importlib import resources
 from ...program import Program, load, prepare
 from ...program.calls import Call
 from ...program.signature import is_jax_function
-from .collect import collect
+from .page_data import collect
 
 __all__ = ["Exploration", "explore", "page"]
 

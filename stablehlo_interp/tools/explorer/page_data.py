@@ -26,6 +26,7 @@ import numpy as np
 from ...errors import OpError
 from ...ir.types import Token
 from ...program import load
+from ..compare import compare
 from ..nonfinite import NonFiniteFinder
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
@@ -40,7 +41,7 @@ _JAXPR_SOURCE = re.compile(r"^(?P<code>.*?)\s+# (?P<file>\S.*?):(?P<line>\d+)(?:
 def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, object, dict]:
     """The page data for one prepared call; also the trace and the overlays' reports
     (``{"nonfinite": NonFiniteReport | None, "comparison": Comparison | None}``)."""
-    recorder, finder = TraceRecorder(values=True), NonFiniteFinder(stop=False)
+    recorder, finder = _FirstValuesRecorder(), NonFiniteFinder(stop=False)
     if call.arguments is not None:      # else the structure only
         try:
             call.run([recorder, finder])
@@ -70,8 +71,6 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
         number = _nonfinite_record(trace, finder.report)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(finder.report)}
     if backend is not None and call.arguments is not None:
-        from ..compare import compare
-
         comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
                              function=call.function)
         reports["comparison"] = comparison
@@ -81,6 +80,18 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
         data["overlays"]["divergence"] = overlay
     data["files"] = files.panel(_function_lines(target))
     return data, trace, reports
+
+
+class _FirstValuesRecorder(TraceRecorder):
+    """The trace, with the values of the ops that start among the first MAX_RECORDS
+    (the page keeps no more; a long run keeps only the summaries of the rest)."""
+
+    def __init__(self):
+        super().__init__(values=True)
+
+    def before_op(self, step, operands, stack) -> None:
+        super().before_op(step, operands, stack)
+        self.keep_values = len(self.trace.records) <= MAX_RECORDS
 
 
 class _Files:
@@ -262,12 +273,14 @@ def _records(trace, graph: _Graph, arguments) -> dict:
         sid = graph.step_ids.get(id(record.step))
         if sid is None:       # a step of a refined copy (shape-polymorphic program): not drawn
             continue
-        values = record.values if record.values is not None else ()
-        kept.append({
-            "n": record.number, "s": sid, "p": record.parent,
-            "c": record.stack[-1].call if record.stack else None,
-            "res": None if record.results is None else [_value(v, budget) for v in values],
-        })
+        if record.results is None:
+            results = None
+        elif record.values is None:      # closed after the recorder stopped keeping values
+            results = [{"t": summary.type, "s": str(summary), "full": None} for summary in record.results]
+        else:
+            results = [_value(value, budget) for value in record.values]
+        kept.append({"n": record.number, "s": sid, "p": record.parent,
+                     "c": record.stack[-1].call if record.stack else None, "res": results})
     return {"ops": kept, "total": len(trace.records),
             "arguments": [_value(value, budget) for value in arguments]}
 
