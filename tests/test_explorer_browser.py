@@ -74,8 +74,9 @@ def test_the_readme_example_links_source_ops_and_values(open_page):
     assert op_names(page, ".node.hl") == {"stablehlo.dot_general", "stablehlo.tanh", "stablehlo.constant",
                                           "stablehlo.reduce", "stablehlo.add"}
     assert hlo_lines(page, ".line.hl") == [3, 4, 5, 6]
-    assert [t.strip().split(" = ")[1].split("[")[0].split(" ")[0] for t in texts(page, "#jaxpr .line.hl")] == [
-        "dot_general", "tanh", "reduce_sum"]
+    assert [t.strip() for t in texts(page, "#jaxpr .line.hl")] == [
+        "c:f32[3,5] = dot_general[", "dimension_numbers=(([1], [0]), ([], []))", "preferred_element_type=float32",
+        "] a b", "d:f32[3,5] = tanh c", "e:f32[5] = reduce_sum[axes=(0,) out_sharding=None] d"]
     assert "became 5 op(s)" in page.inner_text("#details")
     # the other way round: the tanh node selects its module line and its source line, and shows its values
     page.locator(".node", has=page.locator(".opname", has_text="stablehlo.tanh")).click()

@@ -48,9 +48,15 @@ def test_first_example_ops_lines_edges_and_values(tmp_path):
     for step in ops:
         assert re.search(f" = {step['op']}[ (]", data["stablehlo"][step["hlo"] - 1])
     # the jaxpr's equations point at the same line
-    equations = [line for line in data["jaxpr"] if "line" in line]
+    equations = [line for line in data["jaxpr"] if "line" in line and not line.get("continues")]
     assert [re.search(r"= (\w+)", line["text"])[1] for line in equations] == ["dot_general", "tanh", "reduce_sum"]
     assert {line["line"] for line in equations} == {LINE}
+    # an equation's other lines go with it; the jaxpr's own frame goes with none
+    assert [(line["text"].strip(), line.get("line")) for line in data["jaxpr"]] == [
+        ("{ lambda ; a:f32[3,4] b:f32[4,5]. let", None), ("c:f32[3,5] = dot_general[", LINE),
+        ("dimension_numbers=(([1], [0]), ([], []))", LINE), ("preferred_element_type=float32", LINE),
+        ("] a b", LINE), ("d:f32[3,5] = tanh c", LINE), ("e:f32[5] = reduce_sum[axes=(0,) out_sharding=None] d", LINE),
+        ("in (e,) }", None)]
     # edges: producer, consumer, type
     dot, tanh, constant, reduce = (step["id"] for step in ops)
     assert data["regions"][main]["edges"] == [

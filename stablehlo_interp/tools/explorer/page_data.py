@@ -249,19 +249,30 @@ def _module_text(program, graph: _Graph) -> tuple[str, dict]:
 
 
 def _jaxpr_lines(traced, files: _Files) -> list[dict] | None:
-    """The jaxpr as lines; each equation's first line with the Python line it came from."""
+    """The jaxpr as lines, each equation's with the Python line it came from. An
+    equation's first line carries it; its other lines (parameters, a nested jaxpr's
+    frame, the closing ``]``) are indented deeper and take it with ``continues``."""
     if traced is None:
         return None
     text = traced.jaxpr.jaxpr.pretty_print(source_info=True, name_stack=False)
-    lines = []
+    lines, open_equations = [], []     # (indentation, source) of the equations around
     for raw in text.splitlines():
         match = _JAXPR_SOURCE.match(raw)
-        if match is None:
-            lines.append({"text": raw.rstrip()})
-            continue
-        line = int(match["line"])
-        lines.append({"text": match["code"].rstrip(), "file": files.index(match["file"], line), "line": line,
-                      "function": match["function"]})
+        code = (match["code"] if match else raw).rstrip()
+        indentation = len(code) - len(code.lstrip())
+        closing = code.lstrip().startswith("]")
+        while open_equations and (open_equations[-1][0] > indentation or
+                                  (open_equations[-1][0] == indentation and (match or not closing))):
+            open_equations.pop()
+        if match is not None:
+            line = int(match["line"])
+            source = {"file": files.index(match["file"], line), "line": line, "function": match["function"]}
+            open_equations.append((indentation, source))
+            lines.append({"text": code, **source})
+        elif open_equations:
+            lines.append({"text": code, **open_equations[-1][1], "continues": True})
+        else:
+            lines.append({"text": code})
     return lines
 
 

@@ -359,44 +359,43 @@
     refreshDetails();
   }
 
+  // Marks what belongs to the selection: for a line, its jaxpr equations, ops and
+  // nodes; for an op, its node and module line (selected), then the rest of its line.
+  // Each panel scrolls to its first mark.
   function applySelection(scroll) {
     for (const node of document.querySelectorAll(".hl, .selected")) node.classList.remove("hl", "selected");
     const selection = state.selection;
     if (!selection) return;
+    const firstOf = new Map();
+    const mark = (element, className) => {
+      if (!element || element.classList.contains("selected")) return;
+      element.classList.add(className);
+      const panel = element.closest("#python, #jaxpr, #stablehlo, #graphs");
+      if (!firstOf.has(panel)) firstOf.set(panel, element);
+    };
+    const nodeOf = sid => document.querySelector(`.node[data-step="${sid}"]`);
+    const rowOf = line => document.querySelector(`#stablehlo [data-hlo="${line}"]`);
     let key = null;
-    const first = [];
     if (selection.kind === "line") {
       key = lineKey(selection.file, selection.line);
     } else {
       const step = steps[selection.sid];
+      mark(nodeOf(selection.sid), "selected");
+      if (step.hlo !== null) mark(rowOf(step.hlo), "selected");
       if (step.file !== null) key = lineKey(step.file, step.line);
-      const node = document.querySelector(`.node[data-step="${selection.sid}"]`);
-      if (node) { node.classList.add("selected"); first.push(node); }
-      if (step.hlo !== null) {
-        const row = document.querySelector(`#stablehlo [data-hlo="${step.hlo}"]`);
-        row.classList.add("selected"); first.push(row);
-      }
     }
     if (key !== null) {
-      const related = document.querySelectorAll(`#python [data-key="${key}"], #jaxpr [data-key="${key}"]`);
-      for (const row of related) row.classList.add(selection.kind === "line" && row.closest("#python") ? "selected" : "hl");
-      if (related.length) first.push(...[...related].slice(0, 1));
-      const jaxprRow = document.querySelector(`#jaxpr [data-key="${key}"]`);
-      if (jaxprRow) first.push(jaxprRow);
+      for (const row of document.querySelectorAll(`#python [data-key="${key}"]`))
+        mark(row, selection.kind === "line" ? "selected" : "hl");
+      for (const row of document.querySelectorAll(`#jaxpr [data-key="${key}"]`)) mark(row, "hl");
       for (const sid in steps) {
         const step = steps[sid];
         if (step.file === null || lineKey(step.file, step.line) !== key) continue;
-        if (selection.kind === "step" && sid === selection.sid) continue;
-        const node = document.querySelector(`.node[data-step="${sid}"]`);
-        if (node) { node.classList.add("hl"); if (selection.kind === "line" && !first.some(n => n.classList.contains("node"))) first.push(node); }
-        if (step.hlo !== null) {
-          const row = document.querySelector(`#stablehlo [data-hlo="${step.hlo}"]`);
-          if (!row.classList.contains("selected")) row.classList.add("hl");
-          if (selection.kind === "line" && !first.some(n => n.closest && n.closest("#stablehlo"))) first.push(row);
-        }
+        mark(nodeOf(sid), "hl");
+        if (step.hlo !== null) mark(rowOf(step.hlo), "hl");
       }
     }
-    if (scroll) for (const target of first) target.scrollIntoView({block: "nearest", inline: "nearest"});
+    if (scroll) for (const element of firstOf.values()) element.scrollIntoView({block: "nearest", inline: "nearest"});
   }
 
   function refreshDetails() {
