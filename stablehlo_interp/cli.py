@@ -4,7 +4,8 @@
     stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
     stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
-    stablehlo-interp explain FILE [--input ...] [--graph OUT.html]
+    stablehlo-interp explain FILE [--input ...]
+    stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu]
     stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
 
 See docs/cli.md and docs/tools.md.
@@ -113,8 +114,17 @@ def _parser() -> argparse.ArgumentParser:
                                   description="Print the module, then run it and print each op with its "
                                               "results under the source line it came from.")
     _add_program_arguments(explain)
-    explain.add_argument("--graph", metavar="OUT.html", help="also draw the dataflow graph to an HTML file")
     explain.set_defaults(command=_explain, name="explain")
+
+    explore = commands.add_parser("explore", help="write the explorer page (module, graph, values; HTML)",
+                                  description="Run the function and write one self-contained HTML page: "
+                                              "the module, its dataflow graph and each op's values, linked "
+                                              "by source line, with the first non-finite value marked.")
+    _add_program_arguments(explore)   # without --input, a function that takes arguments is drawn, not run
+    explore.add_argument("--output", "-o", metavar="OUT.html", help="the page (default: FILE with .html)")
+    explore.add_argument("--backend", "-b", help="also mark the first op whose value differs on this JAX "
+                                                 "backend (e.g. cpu)")
+    explore.set_defaults(command=_explore, name="explore")
 
     compare = commands.add_parser("compare", help="compare with another backend; find the first divergent op",
                                   description="Run @main here and on a JAX backend; when the results "
@@ -283,10 +293,27 @@ def _explain(args) -> int:
 
     program, name, inputs = _program_and_inputs(args)
     explanation = tools.explain(program, *inputs, function=name)
-    if args.graph:
-        tools.graph(program, *inputs, function=name, path=args.graph)
-        print(f"\ndataflow graph: {args.graph}")
     return 1 if explanation.trace.error else 0
+
+
+def _explore(args) -> int:
+    from . import tools
+
+    if args.input:
+        program, name, inputs = _program_and_inputs(args)
+    else:   # a function with arguments is drawn without running it
+        program = Program(pathlib.Path(args.file))
+        name, inputs = args.function or program.entry_name, []
+    path = pathlib.Path(args.output or pathlib.Path(args.file).with_suffix(".html"))
+    exploration = tools.explore(program, *inputs, function=name, backend=args.backend, path=path)
+    print(f"wrote {path}: {len(exploration.trace)} ops run")
+    if exploration.nonfinite is not None:
+        print(exploration.nonfinite)
+    if exploration.comparison is not None:
+        print(exploration.comparison)
+    if exploration.trace.error is not None:
+        print(exploration.trace.error)
+    return 1 if exploration.trace.error else 0
 
 
 def _compare(args) -> int:

@@ -24,6 +24,7 @@ The convention for code blocks in the documentation:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -163,6 +164,45 @@ def test_document(document, scratch, tmp_path):
             assert matches(result["output"], wanted), (
                 f"{where}: the example prints\n{result['output']}\ninstead of\n{wanted}")
     assert len(results) == len(expected)
+    for entry in _explorer_pages(name):
+        page = scratch / entry["page"]
+        assert explorer_page_fingerprint(page) == entry["sha256"], (
+            f"{name}: the explorer page {entry['page']} changed since {entry['screenshot']} was taken: "
+            "run `python docs/screenshots.py` and commit the new screenshots")
+        assert (ROOT / entry["screenshot"]).is_file()
+
+
+def explorer_page_fingerprint(page: pathlib.Path) -> str:
+    """SHA-256 of an explorer page without the whole arrays it keeps for "show all
+    values": their last digits may vary with the machine's NumPy kernels, and the
+    screenshots show the summaries (5 digits), which are kept."""
+    text = page.read_text(encoding="utf-8")
+    marker = '<script type="application/json" id="explorer-data">'
+    start = text.index(marker) + len(marker)
+    end = text.index("</script>", start)
+    data = json.loads(text[start:end])
+    for record in data["records"]["ops"]:
+        for value in record["res"] or ():
+            value.pop("full")
+    for value in data["records"]["arguments"]:
+        value.pop("full")
+    canonical = text[:start] + json.dumps(data, sort_keys=True) + text[end:]
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _explorer_pages(document: str) -> list[dict]:
+    """The explorer pages a document's examples write, with the hashes of those in its screenshots."""
+    manifest = json.loads((ROOT / "docs" / "images" / "explorer_pages.json").read_text())
+    return [entry for entry in manifest if entry["document"] == document]
+
+
+def test_explorer_screenshots_cover_the_documents():
+    """Every page the screenshot script takes is listed with the document that writes it."""
+    manifest = json.loads((ROOT / "docs" / "images" / "explorer_pages.json").read_text())
+    for entry in manifest:
+        text = (ROOT / entry["document"]).read_text(encoding="utf-8")
+        assert f'path="{entry["page"]}"' in text, entry
+        assert entry["screenshot"].removeprefix("docs/") in text, entry
 
 
 def test_block_parsing_and_matching(tmp_path):

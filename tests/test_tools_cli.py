@@ -1,4 +1,4 @@
-"""The tools on .mlir files from the command line: trace, explain, compare."""
+"""The tools on .mlir files from the command line: trace, explain, explore, compare."""
 
 import json
 
@@ -52,15 +52,49 @@ def test_trace_first_nonfinite_and_probe(capsys, tmp_path):
     np.testing.assert_array_equal(values, [[2, 4, 6], [4, 8, 12], [8, 16, 24]])
 
 
-def test_explain_with_graph(capsys, tmp_path):
+def test_explain(capsys, tmp_path):
     path = write(tmp_path, "doubling.mlir", DOUBLING)
-    status, out, _ = cli(capsys, "explain", path, "-i", "[1, 2, 3]", "-i", "1", "--graph", tmp_path / "g.html")
+    status, out, _ = cli(capsys, "explain", path, "-i", "[1, 2, 3]", "-i", "1")
     assert status == 0
     assert out.startswith("== StableHLO ==\nmodule {\n  func.func @main(")
     assert "── doubling.mlir:10: %w = stablehlo.multiply %v, %b : tensor<3xf32>" in out
-    assert out.endswith(f"== results ==\nresult #0: f32[3] [2 4 6]\nresult #1: f32[] 12\n\n"
-                        f"dataflow graph: {tmp_path / 'g.html'}\n")
-    assert (tmp_path / "g.html").read_text().count("<svg") == 4   # main, cond, body, the reduce's body
+    assert out.endswith("== results ==\nresult #0: f32[3] [2 4 6]\nresult #1: f32[] 12\n")
+
+
+def test_explore(capsys, tmp_path):
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "explore", path, "-i", "[1, 3e38, 3]", "-i", "2")
+    page = tmp_path / "doubling.html"
+    # 1 constant, the while, cond 3 times (1 op), body twice (5 ops), then constant and reduce
+    assert status == 0 and out.splitlines()[0] == f"wrote {page}: 17 ops run"
+    assert out.splitlines()[1] == "first non-finite value: stablehlo.multiply at doubling.mlir:10"
+    data = explorer_data(page.read_text())
+    # a module from a file: its own text is the source the ops point at
+    multiply = next(step for step in data["steps"].values() if step["op"] == "stablehlo.multiply")
+    assert data["files"][0]["name"] == "doubling.mlir" and multiply["line"] == 10
+    # the module as printed (a "module {" line first) has it on line 11
+    assert multiply["hlo"] == 11 and " = stablehlo.multiply " in data["stablehlo"][10]
+    overlay = data["overlays"]["nonfinite"]
+    record = next(r for r in data["records"]["ops"] if r["n"] == overlay["record"])
+    assert record["s"] == multiply["id"] and record["c"] == 0 and record["res"][0]["s"] == "f32[3] [2 inf 6]"
+
+
+def test_explore_without_inputs_draws_the_module_without_running_it(capsys, tmp_path):
+    path = write(tmp_path, "doubling.mlir", DOUBLING)
+    status, out, _ = cli(capsys, "explore", path, "-o", tmp_path / "structure.html")
+    assert status == 0 and out == f"wrote {tmp_path / 'structure.html'}: 0 ops run\n"
+    data = explorer_data((tmp_path / "structure.html").read_text())
+    assert not data["ran"] and data["records"] == {"ops": [], "total": 0, "arguments": []}
+    # main: constant, while (cond: compare; body: constant, broadcast, multiply, constant, add), constant, reduce
+    # (and the reduce's body: add)
+    assert len(data["steps"]) == 11 and data["overlays"] == {}
+
+
+def explorer_data(page: str) -> dict:
+    """The JSON an explorer page carries."""
+    start = page.index('<script type="application/json" id="explorer-data">') + len(
+        '<script type="application/json" id="explorer-data">')
+    return json.loads(page[start:page.index("</script>", start)])
 
 
 # The spec's scatter skips each out-of-bounds element of a window; XLA skips the

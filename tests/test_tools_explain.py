@@ -1,14 +1,12 @@
-"""si.explain (jaxpr, StableHLO, the run by source line) and si.graph (dataflow graph as HTML+SVG)."""
+"""si.explain: jaxpr, StableHLO, the run by source line."""
 
 import io
 import re
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 import stablehlo_interp as si
-from stablehlo_interp.program import prepare
 
 
 def relu_sum(x, y):
@@ -65,36 +63,3 @@ def test_explain_a_module_has_no_jaxpr(tmp_path):
         "── neg.mlir:2: %0 = stablehlo.negate %x : tensor<2xf32>",
         "stablehlo.negate                    f32[2] [-1 2]",
     ]
-
-
-def test_graph_of_a_run(tmp_path):
-    def f(x):
-        return jax.lax.fori_loop(0, 3, lambda i, a: a * 2.0, jnp.sin(x))
-
-    page = si.graph(f, np.float32(0.5), path=tmp_path / "f.html")
-    assert (tmp_path / "f.html").read_text() == page
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
-    headings = re.findall(r"<h2>(.*?)</h2>", page)
-    assert headings[0] == "@main"     # then the loop's regions, then the function its body calls
-    assert headings[1].startswith("stablehlo.while at test_tools_explain.py:") and headings[1].endswith("&lt;locals&gt;.f): cond")
-    assert headings[2].endswith(".f): body") and headings[3] == "@closed_call"
-    main = page.split("<section>")[1]
-    program = prepare(f, [np.float32(0.5)]).program
-    n_main_ops = len(program.function("main").region.steps)
-    # one node per argument, op and return; one edge per operand use and returned value
-    assert main.count('class="node') == 1 + n_main_ops + 1
-    assert 'class="node region-op"' in main
-    # values of the run: sin(0.5) * 8 = 3.8354 is the while's result
-    assert "f32[] 3.8354" in main and ">f32[]</text>" in main
-
-
-def test_graph_of_a_module_without_running_it():
-    text = """func.func @main(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {
-  %0 = stablehlo.transpose %x, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
-  %1 = stablehlo.add %0, %0 : tensor<3x2xf32>
-  return %1 : tensor<3x2xf32>
-}"""
-    page = si.graph(text)
-    assert page.count('class="node') == 4 and page.count('class="edge"') == 4   # x->t, t->add twice, add->return
-    # edges are labelled with types; the return node lists the result types
-    assert page.count(">f32[3,2]</text>") == 3 + 1 and page.count(">f32[2,3]</text>") == 2

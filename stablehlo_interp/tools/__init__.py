@@ -12,7 +12,7 @@ a function that runs a target on its arguments as ``si.run`` does
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
 ``compare``            first op that differs on another backend (:mod:`.compare`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
-``graph``              dataflow graph as HTML+SVG (:mod:`.graph`)
+``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`)
 ``on_device``          any listener on every run of the interp device (:mod:`.session`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
 =====================  =====================================================
@@ -26,7 +26,7 @@ from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, compare
 from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
-from .graph import graph
+from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteReport, find_nonfinite
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .region_calls import RegionCall
@@ -36,8 +36,8 @@ from .trace import OpRecord, Trace, TraceRecorder, trace
 
 __all__ = [
     "BreakHit", "Breakpoint", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Explanation", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteReport", "OpRecord",
+    "Exploration", "Explanation", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteReport", "OpRecord",
     "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder", "ValueSummary",
-    "break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "install_from_environment",
+    "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
     "load_probes", "on_device", "probe", "summarize", "trace",
 ]

@@ -13,6 +13,7 @@ regions) and completed when it has run.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 
 from ..engine.run import Listener
@@ -109,6 +110,24 @@ class Trace:
 
     def __str__(self) -> str:
         return self.text()
+
+    def _repr_html_(self, limit: int = 2000) -> str:
+        """The trace as an HTML table, for Jupyter: each op (indented inside its region
+        calls), its results and its source line; the first ``limit`` ops."""
+        rows = []
+        for record in self.records[:limit]:
+            values = ", ".join(map(str, record.results)) if record.results is not None else "(did not finish)"
+            calls = f' title="{html.escape(str(record.stack[-1]))}"' if record.stack else ""
+            rows.append(f'<tr><td style="padding-left: {0.3 + 1.5 * record.depth}em"{calls}>{html.escape(record.label)}'
+                        f"</td><td><code>{html.escape(values)}</code></td>"
+                        f"<td>{html.escape(describe_location(record.location))}</td></tr>")
+        more = len(self.records) - limit
+        if more > 0:
+            rows.append(f'<tr><td colspan="3">... {more} more ops</td></tr>')
+        if self.error is not None:
+            rows.append(f'<tr><td colspan="3" style="color: #a00">{html.escape(str(self.error))}</td></tr>')
+        return ('<table style="font-family: monospace; text-align: left"><thead><tr><th>op</th><th>results</th>'
+                f'<th>source</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 class TraceRecorder(Listener):

@@ -1,0 +1,85 @@
+"""Regenerate the explorer screenshots of the documentation's examples.
+
+    python docs/screenshots.py          # needs Chromium (/usr/bin/chromium) and playwright
+
+Runs each document below as tests/test_docs.py does (a fresh process in a
+scratch directory that links to the repository), opens each explorer page its
+examples write in Chromium, acts on it as a reader would (selects a line,
+follows the NaN banner) and saves a screenshot in docs/images/. The pages'
+fingerprints (SHA-256 of all but the whole arrays kept for "show all values",
+whose last digits depend on the machine) go to docs/images/explorer_pages.json:
+tests/test_docs.py regenerates the pages and fails when one no longer matches its
+screenshot.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+IMAGES = ROOT / "docs" / "images"
+MANIFEST = IMAGES / "explorer_pages.json"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+VIEWPORT = {"width": 1500, "height": 860}
+
+# document -> (page its examples write, screenshot, what the reader does first)
+PAGES = {
+    "README.md": [("tour.html", "readme_tour.png", ("line", "jnp.tanh(x @ y)"))],
+    "docs/tutorial.md": [("tutorial_lowering.html", "tutorial_lowering.png", ("line", "jnp.sin(x) * y"))],
+    "docs/tools.md": [("running_log_sum.html", "tools_nonfinite.png", ("banner", "nonfinite")),
+                      ("scaled_sum.html", "tools_explore.png", ("line", "z = x * 2.0 + y"))],
+}
+
+
+def act(page, action) -> None:
+    """Do what the screenshot shows: click the source line holding a text, or a banner."""
+    kind, what = action
+    if kind == "line":
+        page.locator("#python .line", has_text=what).first.click()
+    else:
+        page.click(f"#banners .{what}")
+    page.wait_for_timeout(100)
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_docs import explorer_page_fingerprint
+
+    manifest = []
+    with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
+        scratch = pathlib.Path(scratch)
+        for entry in ROOT.iterdir():
+            if not entry.name.startswith("."):
+                (scratch / entry.name).symlink_to(entry)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        for document, pages in PAGES.items():
+            report = scratch / "report.json"
+            subprocess.run([sys.executable, str(ROOT / "tests" / "test_docs.py"), str(ROOT / document), str(report)],
+                           cwd=scratch, check=True)
+            failed = [result for result in json.loads(report.read_text()) if result["error"]]
+            if failed:
+                raise SystemExit(f"{document}: an example fails:\n{failed[0]['error']}")
+            for page_name, image, action in pages:
+                page_path = scratch / page_name
+                page = browser.new_page(viewport=VIEWPORT)
+                page.goto(page_path.as_uri())
+                act(page, action)
+                page.screenshot(path=str(IMAGES / image))
+                page.close()
+                manifest.append({"document": document, "page": page_name,
+                                 "sha256": explorer_page_fingerprint(page_path),
+                                 "screenshot": f"docs/images/{image}"})
+                print(f"{document}: {page_name} -> docs/images/{image}")
+        browser.close()
+    MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The lowering explorer: one self-contained HTML page that follows a jitted function
+from its Python source to its jaxpr, its StableHLO module, its dataflow graph and
+the values each op computed.
+
+    exploration = si.explore(f, x, w, path="f.html")   # open f.html in a browser
+    exploration                                         # in Jupyter: the page, inline
+
+The panels are linked: select a Python line and its jaxpr equations, its ops and
+their graph nodes light up; select an op (in the module text or the graph) and
+its line, equations and values show. Regions (loop bodies, branches, reduction
+bodies) are drawn inside their op, with their calls (loop iterations) browsable;
+called functions have graphs of their own. The first non-finite value
+(:mod:`..nonfinite`) is marked, and with ``backend=`` the first op that
+diverges on that backend (:mod:`..compare`).
+
+The graphs are laid out in the browser by dagre (the npm package
+``@dagrejs/dagre``, vendored in ``static/`` with its license; see
+``static/VENDORED.md``), inlined into the page so that it works offline from disk.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import pathlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from ...program import Program, load, prepare
+from ...program.calls import Call
+from ...program.signature import is_jax_function
+from .page_data import collect
+
+__all__ = ["Exploration", "explore", "page"]
+
+
+@dataclass
+class Exploration:
+    """The page of one explored run, and what the run found.
+
+    ``html`` is the page; ``path`` where it was written (or None); ``trace``
+    the run's :class:`~..trace.Trace`; ``nonfinite`` the first non-finite
+    value's report (None when every value stayed finite); ``comparison`` the
+    :class:`~..compare.Comparison` with ``backend`` (else None).
+    """
+
+    html: str
+    path: pathlib.Path | None
+    trace: object
+    nonfinite: object = None
+    comparison: object = None
+
+    def write(self, path) -> pathlib.Path:
+        self.path = pathlib.Path(path)
+        self.path.write_text(self.html, encoding="utf-8")
+        return self.path
+
+    def _repr_html_(self) -> str:
+        """The page in an iframe, for Jupyter (its script and styles stay inside)."""
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
+                'style="width: 100%; height: 720px; border: 1px solid #ccc"></iframe>')
+
+    def __repr__(self) -> str:
+        where = f", written to {self.path}" if self.path else ""
+        return f"<Exploration: {len(self.trace)} ops run{where}>"
+
+
+def explore(target, *args, path=None, function: str | None = None, backend=None, tolerance=None,
+            **kwargs) -> Exploration:
+    """Run ``target`` on its arguments (as ``si.run`` does) and build the explorer page;
+    write it to ``path`` when given. A module given without the arguments its
+    function takes is drawn without running it (no values).
+
+    ``backend`` (a JAX platform name such as ``"cpu"``, or any backend
+    :func:`~..compare.compare` takes) also marks the first op whose value
+    differs there, within ``tolerance``.
+    """
+    call = _structure_only(target, function) if not args and not kwargs else None
+    call = call or prepare(target, args, kwargs, function)
+    data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance)
+    exploration = Exploration(page(data), None, trace, reports["nonfinite"], reports["comparison"])
+    if path is not None:
+        exploration.write(path)
+    return exploration
+
+
+def _structure_only(target, function: str | None) -> Call | None:
+    """A module whose function takes arguments, given none: a call that does not run
+    (the page shows the program without values). None for anything else."""
+    if is_jax_function(target):
+        return None
+    program = target if isinstance(target, Program) else load(target)
+    runnable = program.runnable(function)
+    return Call(program, None, runnable.name) if runnable.arg_types else None
+
+
+def page(data: dict) -> str:
+    """The self-contained page for collected data: the template with the styles, the
+    layout library, the page's script and the data inlined."""
+    static = resources.files(__package__) / "static"
+    text = {name: (static / name).read_text(encoding="utf-8")
+            for name in ("page.html", "explorer.css", "dagre.min.js", "explorer.js")}
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    replacements = {"title": html.escape(data["title"]), "style": text["explorer.css"],
+                    "dagre": text["dagre.min.js"], "script": text["explorer.js"], "data": payload}
+    return re.sub(r"\{\{(\w+)\}\}", lambda match: replacements[match[1]], text["page.html"])

@@ -1,0 +1,330 @@
+"""What the explorer page shows, as JSON-ready data.
+
+One run observed by the existing listeners (:class:`~..trace.TraceRecorder`
+with values, :class:`~..nonfinite.NonFiniteFinder` without stopping) gives the
+values; the plan gives the graphs; the module text, the jaxpr and the Python
+files give the three text panels. Everything is linked by ids:
+
+* a step (one op of the plan) is ``"s<k>"``, numbered in program order;
+* a region (a function's body or an op's region) is ``"r<k>"``;
+* a Python line is a file index and a line number.
+
+Which line of the module text an op is on: the text is parsed again (without
+locations, so MLIR gives each op the position of its own line) and compiled
+into a second plan of the same shape; the two plans are walked side by side.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import re
+import sys
+
+import numpy as np
+
+from ...errors import OpError
+from ...ir.types import Token
+from ...program import load
+from ..compare import compare
+from ..nonfinite import NonFiniteFinder
+from ..region_calls import op_label, region_name
+from ..summary import summarize, type_text
+from ..trace import TraceRecorder
+
+FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
+FULL_TEXT_BUDGET = 4_000_000  # characters of whole values per page; later values keep their summary only
+MAX_RECORDS = 20_000          # executed ops per page; a longer run keeps its first ones
+_JAXPR_SOURCE = re.compile(r"^(?P<code>.*?)\s+# (?P<file>\S.*?):(?P<line>\d+)(?::\d+)? \((?P<function>.*)\)$")
+
+
+def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, object, dict]:
+    """The page data for one prepared call; also the trace and the overlays' reports
+    (``{"nonfinite": NonFiniteReport | None, "comparison": Comparison | None}``)."""
+    recorder, finder = _FirstValuesRecorder(), NonFiniteFinder(stop=False)
+    if call.arguments is not None:      # else the structure only
+        try:
+            call.run([recorder, finder])
+        except OpError as error:      # an op that failed: the page shows the run up to it
+            recorder.trace.error = error
+    trace = recorder.trace
+    files = _Files()
+    graph = _Graph(call.program, call.function, files)
+    hlo_text, hlo_lines = _module_text(call.program, graph)
+    data = {
+        "title": call.program.name or "module",
+        "function": call.function,
+        "jaxpr": _jaxpr_lines(call.traced, files),
+        "stablehlo": hlo_text.splitlines(),
+        "regions": graph.regions,
+        "sections": graph.sections,
+        "steps": graph.steps,
+        "records": _records(trace, graph, call.arguments or []),
+        "ran": call.arguments is not None,
+        "error": None if trace.error is None else str(trace.error),
+        "overlays": {},
+    }
+    for sid, line in hlo_lines.items():
+        data["steps"][sid]["hlo"] = line
+    reports = {"nonfinite": finder.report, "comparison": None}
+    if finder.report is not None:
+        number = _nonfinite_record(trace, finder.report)
+        data["overlays"]["nonfinite"] = {"record": number, "text": str(finder.report)}
+    if backend is not None and call.arguments is not None:
+        comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
+                             function=call.function)
+        reports["comparison"] = comparison
+        overlay = {"record": None, "text": str(comparison), "ok": comparison.ok}
+        if comparison.divergence is not None:
+            overlay["record"] = _divergent_record(trace, comparison.divergence)
+        data["overlays"]["divergence"] = overlay
+    data["files"] = files.panel(_function_lines(target))
+    return data, trace, reports
+
+
+class _FirstValuesRecorder(TraceRecorder):
+    """The trace, with the values of the ops that start among the first MAX_RECORDS
+    (the page keeps no more; a long run keeps only the summaries of the rest)."""
+
+    def __init__(self):
+        super().__init__(values=True)
+
+    def before_op(self, step, operands, stack) -> None:
+        super().before_op(step, operands, stack)
+        self.keep_values = len(self.trace.records) <= MAX_RECORDS
+
+
+class _Files:
+    """The Python files the locations name, each with the lines they point at."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        self.lines: list[set] = []
+
+    def index(self, path: str, line: int) -> int:
+        if path not in self.paths:
+            self.paths.append(path)
+            self.lines.append(set())
+        position = self.paths.index(path)
+        self.lines[position].add(line)
+        return position
+
+    def panel(self, function_lines) -> list[dict]:
+        """Per file: its shown name and its lines (the function's whole source and each
+        line an op or equation came from; ``None`` marks a gap)."""
+        if function_lines is not None:
+            path, first, last = function_lines
+            for line in range(first, last + 1):
+                self.index(path, line)
+        names = [path.rsplit("/", 1)[-1] for path in self.paths]
+        panels = []
+        for path, wanted, name in zip(self.paths, self.lines, names):
+            shown, previous = [], None
+            for line in sorted(wanted):
+                if previous is not None and line > previous + 1:
+                    shown.append(None)
+                shown.append([line, linecache.getline(path, line).rstrip("\n")])
+                previous = line
+            panels.append({"name": name if names.count(name) == 1 else path, "lines": shown})
+        return panels
+
+
+def _function_lines(target) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of a Python function's source, if it has one."""
+    function = inspect.unwrap(target) if callable(target) else None
+    function = getattr(function, "__wrapped__", function)
+    if not inspect.isfunction(function):
+        return None
+    try:
+        lines, first = inspect.getsourcelines(function)
+    except (OSError, TypeError):
+        return None
+    return function.__code__.co_filename, first, first + len(lines) - 1
+
+
+class _Graph:
+    """The plan as graphs: one section per function, op regions nested in their op."""
+
+    def __init__(self, program, entry: str, files: _Files):
+        self.files = files
+        self.regions: dict[str, dict] = {}
+        self.steps: dict[str, dict] = {}
+        self.step_ids: dict[int, str] = {}      # id(step) -> sid
+        self.sections: list[str] = []
+        self.functions = {name: function for name, function in program.functions.items()
+                          if function.region is not None}
+        for name in sorted(self.functions, key=lambda name: name != entry):   # the entry function first
+            region = self.functions[name].region
+            arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(region.arg_types)]
+            self.sections.append(self._region(region, f"@{name}", None, arguments))
+
+    def _region(self, region, title: str, owner: str | None, inputs: list[dict]) -> str:
+        """The region's entry: its inputs (captured values, with ``from`` naming their
+        producer outside, then arguments), its steps, its edges (producer, consumer,
+        type) and its return (``sources``: the producer of each result); nested
+        regions first. A producer is ``[node id, which of its results]``."""
+        rid = f"r{len(self.regions)}"
+        inputs = [dict(node, id=f"{rid}i{k}") for k, node in enumerate(inputs)]
+        entry = {"id": rid, "title": title, "owner": owner, "inputs": inputs, "steps": [], "edges": [],
+                 "ret": {"id": f"{rid}o", "types": [type_text_of(t) for t in region.output_types]}}
+        self.regions[rid] = entry
+        # slot -> (producing node, its type, which result of the node: 0 for an input)
+        producers = {slot: (node["id"], node["type"], 0) for slot, node in enumerate(inputs)}
+        for step in region.steps:
+            sid = self._step(step, rid)
+            entry["steps"].append(sid)
+            self.steps[sid]["operands"] = [list(producers[slot][::2]) if slot in producers else None
+                                           for slot in step.operands]
+            for slot in dict.fromkeys(step.operands):
+                if slot in producers:
+                    entry["edges"].append([producers[slot][0], sid, producers[slot][1]])
+            for index, (slot, declared) in enumerate(zip(step.results, step.info.result_types)):
+                producers[slot] = (sid, type_text_of(declared), index)
+            for index, (inner, captures) in enumerate(zip(step.regions, step.captures)):
+                if inner.description.startswith("@"):
+                    continue                      # a called function: its own section
+                captured = [{"name": f"outer value {k}", "type": producers[slot][1] if slot in producers else "?",
+                             "from": list(producers[slot][::2]) if slot in producers else None}
+                            for k, slot in enumerate(captures)]
+                arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(inner.arg_types)]
+                self.steps[sid]["regions"].append(
+                    self._region(inner, region_name(step, index), sid, captured + arguments))
+        for slot in dict.fromkeys(region.outputs):
+            if slot in producers:
+                entry["edges"].append([producers[slot][0], entry["ret"]["id"], producers[slot][1]])
+        entry["ret"]["sources"] = [list(producers[slot][::2]) if slot in producers else None
+                                   for slot in region.outputs]
+        return rid
+
+    def _step(self, step, rid: str) -> str:
+        sid = f"s{len(self.steps)}"
+        self.step_ids[id(step)] = sid
+        location = step.info.location
+        frame = location.frame if location else None
+        callee = next((inner.description[1:] for inner in step.regions if inner.description.startswith("@")),
+                      None)
+        self.steps[sid] = {
+            "id": sid, "region": rid, "name": op_label(step), "op": step.info.name,
+            "file": self.files.index(frame.file, frame.line) if frame else None,
+            "line": frame.line if frame else None,
+            "function": frame.function if frame else None,
+            "jax": location.name if location else None,
+            "types": [type_text_of(t) for t in step.info.result_types],
+            "regions": [], "calls": callee, "hlo": None,
+        }
+        return sid
+
+
+def type_text_of(declared) -> str:
+    """``tensor<4x3xf32>`` as ``f32[4,3]`` (as the trace writes values)."""
+    shape = getattr(declared, "shape", None)
+    if shape is None:
+        return str(declared)
+    return f"{declared.element_type}[{','.join('?' if d is None else str(d) for d in shape)}]"
+
+
+def _module_text(program, graph: _Graph) -> tuple[str, dict]:
+    """The module's text (large constants elided) and the line of each step in it."""
+    shown = program.module.operation.get_asm(large_elements_limit=16)
+    full = program.module.operation.get_asm()
+    located = load(full)      # each op's location is now its line in ``full``
+    if len(shown.splitlines()) != len(full.splitlines()):
+        shown = full
+    lines = {}
+
+    def walk(ours, theirs):
+        for step, twin in zip(ours.steps, theirs.steps):
+            frame = twin.info.location.frame
+            if frame is not None:
+                lines[graph.step_ids[id(step)]] = frame.line
+            for inner, inner_twin in zip(step.regions, twin.regions):
+                if not inner.description.startswith("@"):
+                    walk(inner, inner_twin)
+
+    for name, function in graph.functions.items():
+        twin = located.functions.get(name)
+        if twin is not None and twin.region is not None:
+            walk(function.region, twin.region)
+    return shown, lines
+
+
+def _jaxpr_lines(traced, files: _Files) -> list[dict] | None:
+    """The jaxpr as lines, each equation's with the Python line it came from. An
+    equation's first line carries it; its other lines (parameters, a nested jaxpr's
+    frame, the closing ``]``) are indented deeper and take it with ``continues``."""
+    if traced is None:
+        return None
+    text = traced.jaxpr.jaxpr.pretty_print(source_info=True, name_stack=False)
+    lines, open_equations = [], []     # (indentation, source) of the equations around
+    for raw in text.splitlines():
+        match = _JAXPR_SOURCE.match(raw)
+        code = (match["code"] if match else raw).rstrip()
+        indentation = len(code) - len(code.lstrip())
+        closing = code.lstrip().startswith("]")
+        while open_equations and (open_equations[-1][0] > indentation or
+                                  (open_equations[-1][0] == indentation and (match or not closing))):
+            open_equations.pop()
+        if match is not None:
+            line = int(match["line"])
+            source = {"file": files.index(match["file"], line), "line": line, "function": match["function"]}
+            open_equations.append((indentation, source))
+            lines.append({"text": code, **source})
+        elif open_equations:
+            lines.append({"text": code, **open_equations[-1][1], "continues": True})
+        else:
+            lines.append({"text": code})
+    return lines
+
+
+def _records(trace, graph: _Graph, arguments) -> dict:
+    """Each executed op: its step, the op whose region it ran in, the call, its values."""
+    budget = [FULL_TEXT_BUDGET]
+    kept = []
+    for record in trace.records[:MAX_RECORDS]:
+        sid = graph.step_ids.get(id(record.step))
+        if sid is None:       # a step of a refined copy (shape-polymorphic program): not drawn
+            continue
+        if record.results is None:
+            results = None
+        elif record.values is None:      # closed after the recorder stopped keeping values
+            results = [{"t": summary.type, "s": str(summary), "full": None} for summary in record.results]
+        else:
+            results = [_value(value, budget) for value in record.values]
+        kept.append({"n": record.number, "s": sid, "p": record.parent,
+                     "c": record.stack[-1].call if record.stack else None, "res": results})
+    return {"ops": kept, "total": len(trace.records),
+            "arguments": [_value(value, budget) for value in arguments]}
+
+
+def _value(value, budget: list) -> dict:
+    """A value's type, summary, and (small values, while the budget lasts) its whole text."""
+    entry = {"t": type_text(value), "s": str(summarize(value)), "full": None}
+    if isinstance(value, (tuple, Token)):
+        return entry
+    array = np.asarray(value)
+    if array.size <= FULL_ELEMENTS and budget[0] > 0:
+        entry["full"] = np.array2string(array, threshold=sys.maxsize, max_line_width=100, separator=" ")
+        budget[0] -= len(entry["full"])
+    return entry
+
+
+def _nonfinite_record(trace, report) -> int | None:
+    """The number of the record where the report's non-finite value appeared."""
+    for record in trace.records[:MAX_RECORDS]:
+        if (record.label == report.op and record.location == report.location and record.stack == report.stack
+                and record.results is not None and any(r.nonfinite for r in record.results)):
+            return record.number
+    return None
+
+
+def _divergent_record(trace, divergence) -> int | None:
+    """The record of the divergent op. ``compare`` counts the ops of the entry function
+    with its calls inlined: here, the ops outside regions other than called functions'."""
+    position = 0
+    for record in trace.records[:MAX_RECORDS]:
+        if any(call.op != "func.call" for call in record.stack) or record.op == "func.call":
+            continue
+        if position == divergence.position:
+            return record.number if record.label == divergence.op else None
+        position += 1
+    return None

@@ -1,0 +1,175 @@
+"""si.explore: the data of the explorer page (the browser tests are in test_explorer_browser.py)."""
+
+import re
+from importlib import resources
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import stablehlo_interp as si
+from stablehlo_interp.tools import JaxBackend
+from stablehlo_interp.tools.explorer import page_data
+from oracles import run_xla
+from test_tools_cli import explorer_data
+
+X = (np.arange(12, dtype=np.float32).reshape(3, 4) - 6) / 10
+Y = (np.arange(20, dtype=np.float32).reshape(4, 5) - 10) / 10
+
+
+def first_example(x, y):   # the README's first example, as a plain function
+    return {"h": jnp.tanh(x @ y).sum(0)}
+
+
+LINE = first_example.__code__.co_firstlineno + 1
+
+
+def steps_of(data, region_id):
+    return [data["steps"][sid] for sid in data["regions"][region_id]["steps"]]
+
+
+def records_of(data, sid):
+    return [record for record in data["records"]["ops"] if record["s"] == sid]
+
+
+def test_first_example_ops_lines_edges_and_values(tmp_path):
+    exploration = si.explore(first_example, X, Y, path=tmp_path / "f.html")
+    assert (tmp_path / "f.html").read_text() == exploration.html
+    data = explorer_data(exploration.html)
+    main = data["sections"][0]
+    assert data["regions"][main]["title"] == "@main"
+    ops = steps_of(data, main)
+    assert [step["op"] for step in ops] == ["stablehlo.dot_general", "stablehlo.tanh", "stablehlo.constant",
+                                            "stablehlo.reduce"]
+    # every op came from the one line; each op's StableHLO line is the line that defines it
+    assert {step["line"] for step in ops} == {LINE}
+    assert data["files"][0]["name"] == "test_tools_explorer.py"
+    assert [LINE, "    return {\"h\": jnp.tanh(x @ y).sum(0)}"] in data["files"][0]["lines"]
+    for step in ops:
+        assert re.search(f" = {step['op']}[ (]", data["stablehlo"][step["hlo"] - 1])
+    # the jaxpr's equations point at the same line
+    equations = [line for line in data["jaxpr"] if "line" in line and not line.get("continues")]
+    assert [re.search(r"= (\w+)", line["text"])[1] for line in equations] == ["dot_general", "tanh", "reduce_sum"]
+    assert {line["line"] for line in equations} == {LINE}
+    # an equation's other lines go with it; the jaxpr's own frame goes with none
+    assert [(line["text"].strip(), line.get("line")) for line in data["jaxpr"]] == [
+        ("{ lambda ; a:f32[3,4] b:f32[4,5]. let", None), ("c:f32[3,5] = dot_general[", LINE),
+        ("dimension_numbers=(([1], [0]), ([], []))", LINE), ("preferred_element_type=float32", LINE),
+        ("] a b", LINE), ("d:f32[3,5] = tanh c", LINE), ("e:f32[5] = reduce_sum[axes=(0,) out_sharding=None] d", LINE),
+        ("in (e,) }", None)]
+    # edges: producer, consumer, type
+    dot, tanh, constant, reduce = (step["id"] for step in ops)
+    assert data["regions"][main]["edges"] == [
+        [f"{main}i0", dot, "f32[3,4]"], [f"{main}i1", dot, "f32[4,5]"], [dot, tanh, "f32[3,5]"],
+        [tanh, reduce, "f32[3,5]"], [constant, reduce, "f32[]"], [reduce, f"{main}o", "f32[5]"]]
+    # each operand names its producer and which of its results
+    assert data["steps"][dot]["operands"] == [[f"{main}i0", 0], [f"{main}i1", 0]]
+    assert data["steps"][reduce]["operands"] == [[tanh, 0], [constant, 0]]
+    # the reduction's body is drawn inside its op
+    (body,) = data["steps"][reduce]["regions"]
+    assert data["regions"][body]["owner"] == reduce and data["regions"][body]["title"] == "body"
+    # values: what XLA computes, the whole array kept for small values
+    expected_tanh = run_xla(lambda x, y: jnp.tanh(x @ y), X, Y)[0]
+    (tanh_record,) = records_of(data, tanh)
+    ours = exploration.trace.records[tanh_record["n"]].values[0]
+    np.testing.assert_allclose(ours, expected_tanh, rtol=2e-6)
+    assert tanh_record["res"][0]["full"] == np.array2string(ours, max_line_width=100, separator=" ")
+    assert tanh_record["res"][0]["t"] == "f32[3,5]"
+    (reduce_record,) = records_of(data, reduce)
+    assert reduce_record["res"][0]["s"] == str(si.tools.summarize(exploration.trace.records[-1].values[0]))
+    np.testing.assert_allclose(exploration.trace.records[-1].values[0], run_xla(first_example, X, Y)[0], rtol=2e-6)
+    assert data["records"]["arguments"][0]["s"] == "f32[3,4] min=-0.6 max=0.5 mean=-0.05"
+    assert data["overlays"] == {} and exploration.nonfinite is None
+
+
+def test_loop_iterations_are_recorded_per_call():
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, a: a * 2.0, jnp.sin(x))
+
+    data = explorer_data(si.explore(f, np.float32(0.5)).html)
+    (loop,) = [s for s in data["steps"].values() if s["op"] == "stablehlo.while"]
+    cond, body = (data["regions"][rid] for rid in loop["regions"])
+    assert (cond["title"], body["title"]) == ("cond", "body")
+    (multiply,) = [s for s in data["steps"].values() if s["op"] == "stablehlo.multiply"]
+    records = records_of(data, multiply["id"])
+    # sin(0.5) = 0.47943 doubled in iterations 0, 1, 2
+    assert [r["res"][0]["s"] for r in records] == ["f32[] 0.95885", "f32[] 1.9177", "f32[] 3.8354"]
+    # each ran under the call of its iteration: the record it ran under is one of the body's
+    calls = [data["records"]["ops"][r["p"]] for r in records]
+    assert [call["c"] for call in calls] == [0, 1, 2]
+    assert all(data["steps"][call["s"]]["region"] == body["id"] for call in calls)
+    # the body calls a function, which has a section of its own
+    assert data["regions"][multiply["region"]]["title"] == "@closed_call" and multiply["region"] in data["sections"]
+
+
+def test_first_nonfinite_and_divergence_overlays():
+    def running_log_sum(xs):
+        def step(total, x):
+            total = total + jnp.log(x)
+            return total, total
+        return jax.lax.scan(step, 0.0, xs)
+
+    exploration = si.explore(running_log_sum, np.array([1.0, 2.0, -3.0, 4.0], np.float32))
+    data = explorer_data(exploration.html)
+    overlay = data["overlays"]["nonfinite"]
+    assert overlay["text"] == str(exploration.nonfinite)
+    record = data["records"]["ops"][overlay["record"]]
+    assert data["steps"][record["s"]]["op"] == "stablehlo.log" and record["res"][0]["s"] == "f32[] nan"
+    # in iteration 2 of the scan's loop (log(-3))
+    call = data["records"]["ops"][record["p"]]
+    assert data["steps"][call["s"]]["name"] == "func.call @closed_call" and call["c"] == 2
+
+    def xla_with_a_bug(module_text, args):
+        return JaxBackend("cpu")(module_text.replace("stablehlo.tanh", "stablehlo.sine"), args)
+
+    exploration = si.explore(first_example, X, Y, backend=xla_with_a_bug)
+    data = explorer_data(exploration.html)
+    overlay = data["overlays"]["divergence"]
+    assert not overlay["ok"] and overlay["text"] == str(exploration.comparison)
+    assert data["steps"][data["records"]["ops"][overlay["record"]]["s"]]["op"] == "stablehlo.tanh"
+    agreeing = explorer_data(si.explore(first_example, X, Y, backend="cpu").html)
+    assert agreeing["overlays"]["divergence"] == {"record": None, "ok": True,
+                                                  "text": "the interpreter and cpu agree on the result"}
+
+
+def test_the_page_is_self_contained_and_ships_its_layout_library():
+    page = si.explore(first_example, X, Y).html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<link" not in page and "@dagrejs/dagre 3.1.3" in page
+    static = resources.files("stablehlo_interp.tools.explorer") / "static"
+    assert "Permission is hereby granted" in (static / "dagre.LICENSE.txt").read_text()
+    assert "3.1.3" in (static / "VENDORED.md").read_text()
+    # a source line holding "</script>" does not end the page's data early
+    def tagged(x):
+        return x + 1  # </script>
+
+    data = explorer_data(si.explore(tagged, np.float32(1)).html)
+    assert any(line and line[1].endswith("# </script>") for line in data["files"][0]["lines"])
+
+
+def test_jupyter_displays_explorations_and_traces():
+    exploration = si.explore(first_example, X, Y)
+    shown = exploration._repr_html_()
+    assert shown.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;') and "&lt;/html&gt;" in shown
+    trace = si.trace(first_example, X, Y)
+    table = trace._repr_html_()
+    assert table.count("<tr><td") == len(trace) == 4   # dot_general, tanh, constant, reduce
+    assert "stablehlo.tanh</td><td><code>f32[3,5] min=" in table
+    assert f"test_tools_explorer.py:{LINE} (first_example)" in table
+
+
+def test_a_long_run_keeps_its_first_ops(monkeypatch):
+    monkeypatch.setattr(page_data, "MAX_RECORDS", 4)
+
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, a: a * 2.0, jnp.sin(x))
+
+    exploration = si.explore(f, np.float32(0.5))
+    data = explorer_data(exploration.html)
+    assert data["records"]["total"] == len(exploration.trace) > 4
+    assert [record["n"] for record in data["records"]["ops"]] == [0, 1, 2, 3]
+    # the loop started among the first four but ended after them: its summary stays, without the whole array
+    (loop,) = [r for r in data["records"]["ops"] if data["steps"][r["s"]]["op"] == "stablehlo.while"]
+    assert [value["full"] for value in loop["res"]] == [None] * len(loop["res"])
+    assert loop["res"][-1]["s"] == "f32[] 3.8354"    # sin(0.5) * 8
+    assert data["records"]["ops"][0]["res"][0]["full"] is not None
