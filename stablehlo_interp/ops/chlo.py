@@ -5,7 +5,9 @@
   ``support.in_wider_precision``, SciPy's (which stop at f64) in f64. Where a function has a pole or is undefined,
   the result is the one XLA's CHLO decomposition
   (stablehlo/transforms/ChloLegalizeToStablehlo.cpp) gives, as described at
-  :func:`_digamma`, :func:`_lgamma` and :func:`_zeta`.
+  :func:`_digamma`, :func:`_lgamma` and :func:`_zeta`. lgamma next to its zeros
+  1 and 2 is its Taylor series (:func:`_lgamma_near_zeros`): gammaln is only
+  accurate to an absolute f64 eps there, which f64 results need.
 - ``broadcast_*`` ops broadcast their operands (numpy-style, or by an explicit
   ``broadcast_dimensions`` map) and then run the stablehlo (or chlo) op they
   mirror, through that op's own builder: see :func:`_broadcasting`.
@@ -74,11 +76,49 @@ def _digamma(x):
     return np.where((x <= 0) & (x == np.floor(x)), np.nan, scipy.special.psi(x))
 
 
+_EULER_GAMMA = np.longdouble("0.57721566490153286060651209008240243104215933593992")
+_LGAMMA_SERIES_TERMS = 70
+_LGAMMA_SERIES_RADIUS = 0.5
+
+
+def _lgamma_series_coefficients(at):
+    """c_1 ... c_K of lgamma(at + d) = sum of c_k * d**k for ``at`` = 1 or 2, in
+    long double (Abramowitz & Stegun 6.1.33): c_1 = -euler_gamma (+ 1 at 2),
+    c_k = (-1)**k * zeta(k) / k (zeta(k) - 1 at 2, as lgamma(2 + d) =
+    lgamma(1 + d) + log(1 + d))."""
+    k = np.arange(2, _LGAMMA_SERIES_TERMS + 1)
+    zeta_minus_one = scipy.special.zetac(k.astype(np.float64)).astype(np.longdouble)
+    tail = np.where(k % 2 == 0, 1, -1) * (zeta_minus_one + (at == 1)) / k
+    return np.concatenate([[(at == 2) - _EULER_GAMMA], tail])
+
+
+_LGAMMA_SERIES = {at: _lgamma_series_coefficients(at) for at in (1, 2)}
+
+
+def _lgamma_near_zeros(x, at):
+    """lgamma(x) for |x - at| <= 1/2 by its Taylor series at its zero ``at``
+    (1 or 2), evaluated by Horner's rule in long double: accurate relative to the
+    small result, where gammaln's log(gamma) only has an absolute error of an
+    f64 eps (lgamma(1 + 2**-52) is -1.28e-16, gammaln gives -2.22e-16). x - at
+    is exact there (Sterbenz)."""
+    d = (x - at).astype(np.longdouble)
+    total = np.zeros_like(d)
+    for coefficient in _LGAMMA_SERIES[at][::-1]:
+        total = (total + coefficient) * d
+    return total.astype(np.float64)
+
+
 def _lgamma(x):
     """log|gamma(x)|; +inf at the poles and at +-inf. For subnormal x it is
-    -log|x| to within rounding (SciPy's gammaln overflows there)."""
+    -log|x| to within rounding (SciPy's gammaln overflows there); near the zeros
+    1 and 2 it is :func:`_lgamma_near_zeros`."""
     tiny = np.abs(x) < np.finfo(np.float64).smallest_normal
-    return np.where(np.isinf(x), np.inf, np.where(tiny, -np.log(np.abs(x)), scipy.special.gammaln(x)))
+    result = np.where(np.isinf(x), np.inf, np.where(tiny, -np.log(np.abs(x)), scipy.special.gammaln(x)))
+    for at in (1, 2):
+        near = (np.abs(x - at) <= _LGAMMA_SERIES_RADIUS) & (x != at)  # lgamma(at) is +0
+        if near.any():
+            result[near] = _lgamma_near_zeros(x[near], at)
+    return result
 
 
 def _odd(fn):
