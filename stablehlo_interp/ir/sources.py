@@ -12,6 +12,7 @@ import contextlib
 import os
 import pathlib
 import re
+import threading
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -58,6 +59,31 @@ def make_context() -> ir.Context:
     stablehlo.register_interpreter_dialect(context)
     load_quant_dialect(context)  # for !quant.uniform types
     return context
+
+
+# A context takes a millisecond or more to make (every dialect JAX emits is loaded
+# into it), more than parsing and running a small program: loads share one per
+# thread. What a context uniques (types, attributes, dense constants) lives as
+# long as it does, so after parsing this many bytes of source it is replaced by a
+# fresh one (the old one goes with the last module parsed in it).
+SHARED_CONTEXT_BUDGET = 64 << 20
+
+
+class _SharedContext(threading.local):
+    context: ir.Context | None = None
+    parsed: int = 0  # bytes of source parsed in it
+
+
+_shared = _SharedContext()
+
+
+def shared_context(size: int) -> ir.Context:
+    """The context in which to parse ``size`` bytes of source: this thread's shared
+    one, or a fresh one past the budget (SHARED_CONTEXT_BUDGET)."""
+    if _shared.context is None or _shared.parsed + size > SHARED_CONTEXT_BUDGET:
+        _shared.context, _shared.parsed = make_context(), 0
+    _shared.parsed += size
+    return _shared.context
 
 
 def parse(source, *, trusted: bool = False) -> ParsedModule:
@@ -109,7 +135,8 @@ def _parse_file(path: pathlib.Path) -> ParsedModule:
     return ParsedModule(_parse_text(text, str(path)), str(path))
 
 
-def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False) -> ir.Module:
+def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False,
+                context: ir.Context | None = None) -> ir.Module:
     where = f" in {file_name}" if file_name else ""
     try:
         text.encode("utf-8")
@@ -117,7 +144,8 @@ def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = Fals
         raise ModuleError(f"cannot parse MLIR text{where}: it is not valid Unicode ({error})") from None
     if not trusted and _HIGH_BYTE_ESCAPE.search(text):
         check_in_child(text.encode())   # reading a name that is not UTF-8 would abort this process
-    with make_context() as context, _captured_diagnostics(context) as diagnostics:
+    context = context or shared_context(len(text))
+    with context, _captured_diagnostics(context) as diagnostics:
         try:
             return ir.Module.parse(to_generic_form(text))
         except ir.MLIRError:
@@ -138,12 +166,14 @@ def _text_of(data: bytes) -> str:
         raise ModuleError("bytes are neither MLIR bytecode nor MLIR text") from None
 
 
-def parse_bytes(data: bytes) -> ir.Module:
+def parse_bytes(data: bytes, context: ir.Context | None = None) -> ir.Module:
     """MLIR bytecode, a portable artifact or UTF-8 text, parsed in this process with
-    no first parse in a child: for JAX's own bytecode, and for that child."""
+    no first parse in a child: for JAX's own bytecode, and for that child (which
+    parses each input in a ``context`` of its own; by default, the shared one)."""
     if not data.startswith(_BYTECODE_MAGIC):
-        return _parse_text(_text_of(data), trusted=True)
-    with make_context() as context, _captured_diagnostics(context) as diagnostics:
+        return _parse_text(_text_of(data), trusted=True, context=context)
+    context = context or shared_context(len(data))
+    with context, _captured_diagnostics(context) as diagnostics:
         if b"StableHLO_v" in data[:64]:
             try:
                 return stablehlo.deserialize_portable_artifact(context, data)
