@@ -34,6 +34,18 @@ class ParsedModule:
     module: ir.Module
     file_name: str | None  # for locations of text parsed from a file
     owned: bool = True     # False: the caller's module, which must not be modified
+    # False when the source (text or bytecode, which keeps strings as they are) does
+    # not name the custom call that starts manual code: no border to annotate
+    # (ir/manual_borders.py), and no walk over the module to look for one.
+    may_have_manual_borders: bool = True
+
+
+def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) -> ParsedModule:
+    marker = MANUAL_BORDER_TARGET if isinstance(source, str) else MANUAL_BORDER_TARGET.encode()
+    return ParsedModule(module, file_name, may_have_manual_borders=marker in source)
+
+
+MANUAL_BORDER_TARGET = "SPMDFullToShardShape"
 
 
 def copy_module(module: ir.Module) -> ir.Module:
@@ -95,17 +107,18 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
         return _parse_file(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        return ParsedModule(parse_bytes(data) if trusted else _parse_untrusted_bytes(data), None)
+        return _of_source(parse_bytes(data) if trusted else _parse_untrusted_bytes(data), None, data)
     if isinstance(source, str):
         if _looks_like_path(source):
             return _parse_file(pathlib.Path(source))
-        return ParsedModule(_parse_text(source), None)
+        return _of_source(_parse_text(source), None, source)
     compiler_ir = getattr(source, "compiler_ir", None)
     if callable(compiler_ir):  # jax.stages.Lowered
         return ParsedModule(compiler_ir("stablehlo"), None, owned=False)
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
-        return ParsedModule(_parse_untrusted_bytes(bytes(serialized)), None)
+        data = bytes(serialized)
+        return _of_source(_parse_untrusted_bytes(data), None, data)
     raise ModuleError(
         f"cannot load a module from {type(source).__name__}: expected MLIR text, a path, bytes, "
         "an ir.Module, a jax.stages.Lowered or a jax.export.Exported")
@@ -127,12 +140,12 @@ def _parse_file(path: pathlib.Path) -> ParsedModule:
     except OSError as e:
         raise ModuleError(f"cannot read {path}: {e}") from e
     if data.startswith(_BYTECODE_MAGIC):
-        return ParsedModule(_parse_untrusted_bytes(data), str(path))
+        return _of_source(_parse_untrusted_bytes(data), str(path), data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ModuleError(f"{path} is neither MLIR text (UTF-8) nor MLIR bytecode") from e
-    return ParsedModule(_parse_text(text, str(path)), str(path))
+    return _of_source(_parse_text(text, str(path)), str(path), text)
 
 
 def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import operator
 
 from .. import ops
 from ..engine import registry
@@ -169,12 +170,13 @@ class Compiler:
         steps: list[Step] = []
         for operation in block.operations:
             operation = operation.operation
-            if operation.name in TERMINATORS:
+            name = operation.name
+            if name in TERMINATORS:
                 outputs = tuple(scope.lookup(v) for v in operation.operands)
                 output_types = tuple(scope.types[slot] for slot in outputs)
                 return_location = self.location(operation)
                 break
-            steps.append(self._compile_op(operation, scope, len(steps)))
+            steps.append(self._compile_op(operation, name, scope, len(steps)))
         else:
             raise ModuleError(f"{description}: block has no terminator")
         outputs = scope.captures_first(len(arguments), steps, outputs)
@@ -182,8 +184,7 @@ class Compiler:
                         return_location, scope.n_slots)
         return region, scope.captured_values
 
-    def _compile_op(self, op, scope: _Scope, index: int) -> Step:
-        name = op.name
+    def _compile_op(self, op, name: str, scope: _Scope, index: int) -> Step:
         location = self.location(op)
         nested = captures = callees = called = ()
         try:
@@ -194,14 +195,13 @@ class Compiler:
             attributes = decode_op_attributes(op) if len(op.attributes) else {}
             if name in _CALLEE_ATTRIBUTE:
                 callees = self._callees(name, attributes)
-            slots, types = scope.slots, scope.types
-            operands = tuple([slots.get(v) for v in op.operands])
+            # (map over bound C methods: no Python frame per value, as a comprehension has)
+            operands = tuple(map(scope.slots.get, op.operands))
             if None in operands:   # a value of an enclosing block: captured
-                operands = tuple([scope.lookup(v) for v in op.operands])
-            operand_types = tuple([types[slot] for slot in operands])
-            mlir_results = list(op.results)
-            type_of = self.type_of
-            result_types = tuple([type_of(r.type) for r in mlir_results])
+                operands = tuple(map(scope.lookup, op.operands))
+            operand_types = tuple(map(scope.types.__getitem__, operands))
+            mlir_results = tuple(op.results)
+            result_types = tuple(map(self.type_of, map(_type_of_value, mlir_results)))
         except OpError:
             raise
         except ModuleError as e:
@@ -213,7 +213,7 @@ class Compiler:
             captures += tuple(() for _ in called)
         info = OpInfo(name, attributes, operand_types, result_types, nested + called, location, self.module)
         implementation, run = self._runner(info)
-        results = tuple([scope.define(r, t) for r, t in zip(mlir_results, result_types)])
+        results = tuple(map(scope.define, mlir_results, result_types))
         step = Step(info, run, operands, results, (), info.regions, captures, index, implementation.variadic,
                     implementation.execution)
         for offset, (function, region) in enumerate(zip(callees, called)):
@@ -253,6 +253,9 @@ class Compiler:
             if not function.has_body:
                 raise ModuleError(f"calls @{function.name}, which is declared without a body")
         return functions
+
+
+_type_of_value = operator.attrgetter("type")
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:
