@@ -10,7 +10,7 @@ from jaxlib.mlir import ir
 from ..errors import ModuleError
 from .decode import decode_location, decode_op_attributes
 from .first_parse import ERROR, OK, read, write
-from .sources import make_context, parse_bytes
+from .sources import parse_bytes
 
 
 def _read_everything(module) -> None:
@@ -42,7 +42,7 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            _read_everything(parse_bytes(data, make_context()))   # damaged input: never in a shared context
+            _read_everything(parse_bytes(data))
             replies.write(OK)
             write(replies, b"")
         except ModuleError as error:
