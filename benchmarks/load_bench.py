@@ -1,4 +1,14 @@
-"""What parsing untrusted bytecode first in a child process costs a load.
+"""Load time: a long chain of element-wise ops, and what the child parse costs.
+
+``si.load`` of a straight chain of N element-wise ops (text), per op, next to
+the floor on jaxlib's bindings measured on the same text in the same run:
+``ir.Module.parse`` alone, and parse plus a bare Python walk over the ops (name,
+operands, result types) -- what any loader on the bindings must do. Target: at
+most 10 us per op at 10 000 and 100 000 ops, linear in N. The plan's memory
+(tracemalloc, everything ``si.load`` allocates and keeps) is printed per op too;
+target: at most 1 KiB per op.
+
+Then what parsing untrusted bytecode first in a child process costs a load.
 
 ``si.load(bytes)`` (and a bytecode file, or a ``jax.export.Exported``) parses
 the bytecode first in a child process (stablehlo_interp/ir/first_parse.py),
@@ -10,23 +20,66 @@ small and a large module (``jax.export`` bytes):
 * a load of trusted bytes (``sources.parse(data, trusted=True)``) next to the
   same load untrusted, and the child's check alone (pipe round trip and parse).
 
-    python benchmarks/load_bench.py [--repeat R]
+    python benchmarks/load_bench.py [--repeat R] [--sizes 10000,100000]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import export
+from jaxlib.mlir import ir
 
 import stablehlo_interp as si
 from stablehlo_interp.ir import first_parse, sources
 
+from core_bench import elementwise_chain
 from timing import best_time, format_time
+
+
+def bare_walk(text: str):
+    """The floor of a loader on the bindings: parse, then visit each op's name,
+    operands and result types once."""
+    module = ir.Module.parse(text)
+    for operation in module.body.operations[0].regions[0].blocks[0].operations:
+        operation = operation.operation
+        (operation.name, tuple(operation.operands), [result.type for result in operation.results])
+    return module
+
+
+def plan_bytes(text: str) -> int:
+    """What a loaded program keeps (tracemalloc): allocated by si.load and still held."""
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    program = si.load(text)
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    del program
+    return kept
+
+
+def chain_loads(sizes, repeat: int) -> None:
+    context = sources.make_context()
+    print(f"{'chain of N ops':<16}{'parse':>10}{'parse+walk':>12}{'si.load':>10}{'load/walk':>11}"
+          f"{'plan memory':>13}   (per op)")
+    for n in sizes:
+        text = elementwise_chain(n)
+        with context:
+            parse = best_time(lambda: ir.Module.parse(text), repeat) / n
+            walk = best_time(lambda: bare_walk(text), repeat) / n
+        load = best_time(lambda: si.load(text), repeat) / n
+        memory = plan_bytes(text) / n
+        print(f"{n:<16}{format_time(parse):>10}{format_time(walk):>12}{format_time(load):>10}"
+              f"{load / walk:>10.2f}x{memory:>10.0f} B")
+    print()
 
 
 def _many_ops(x):
@@ -44,7 +97,10 @@ def modules() -> dict[str, bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--sizes", default="10000,100000", help="chain lengths, comma-separated")
     options = parser.parse_args()
+
+    chain_loads([int(n) for n in options.sizes.split(",")], max(1, options.repeat // 10))
 
     data = modules()
     start = time.perf_counter()

@@ -176,25 +176,19 @@ class Function(FunctionSignature):
 
 
 def assign_releases(steps, outputs) -> None:
-    """Give each step the slots whose last use it is (and results nobody uses)."""
-    last_use: dict[int, int] = {}
-    for step in steps:
-        for slot in step.operands:
-            last_use[slot] = step.index
-        for slots in step.captures:
+    """Give each step the slots whose last use it is (and its results nobody uses).
+
+    One pass from the last step back: a slot not seen yet (nor returned) is one
+    that no later step uses."""
+    live = set(outputs)
+    for step in reversed(steps):
+        release = [slot for slot in step.results if slot not in live]
+        for slots in (step.operands, *step.captures):
             for slot in slots:
-                last_use[slot] = step.index
-    kept = set(outputs)
-    releases: list[list[int]] = [[] for _ in steps]
-    for slot, index in last_use.items():
-        if slot not in kept:
-            releases[index].append(slot)
-    for step in steps:
-        for slot in step.results:
-            if slot not in last_use and slot not in kept:
-                releases[step.index].append(slot)
-    for step, release in zip(steps, releases):
-        step.release = tuple(sorted(set(release)))
+                if slot not in live:
+                    live.add(slot)
+                    release.append(slot)
+        step.release = tuple(sorted(release))
 
 
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,

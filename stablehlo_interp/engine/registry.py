@@ -47,6 +47,10 @@ class Implementation:
     builder: Builder
     variadic: bool = False
     execution: bool = False
+    # Whether the runner depends on nothing but the op's name, attributes and types
+    # (not its location, module or regions), so that equal ops may share one runner
+    # (the built-in element-wise ops; a chain of 10 000 adds on f32[4] builds one).
+    shareable: bool = False
 
 # The built-in implementations (stablehlo_interp.ops registers them by decorator when
 # the compiler loads it) and the ones users register, which take precedence.
@@ -64,7 +68,7 @@ def op(*names: str, elementwise: bool = False, variadic: bool = False, execution
 
     def decorate(builder: Builder) -> Builder:
         for name in names:
-            _OPS[name] = Implementation(builder, variadic, execution)
+            _OPS[name] = Implementation(builder, variadic, execution, shareable=elementwise)
             if elementwise:
                 ELEMENTWISE_OPS.add(name)
         return builder
@@ -125,7 +129,7 @@ def replaced(ops: dict | None = None, custom_calls: dict | None = None):
         for table, implementation_of, builders in replacements:
             for name, builder in builders.items():
                 previous = implementation_of(name)
-                table[name] = dataclasses.replace(previous, builder=builder) if previous else Implementation(builder)
+                table[name] = dataclasses.replace(previous, builder=builder, shareable=False) if previous else Implementation(builder)
         yield
     finally:
         for table, name, entry in saved:

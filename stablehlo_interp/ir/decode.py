@@ -453,11 +453,23 @@ def _float_token(token: str, dtype) -> np.generic:
 # ----------------------------------------------------------------------- locations
 
 
-def decode_location(loc: ir.Location, file_name: str | None = None) -> SourceLocation:
+def decode_location(loc: ir.Location, file_name: str | None = None, cache: dict | None = None) -> SourceLocation:
     """Name and Python frames of an MLIR location (see locations.py).
 
     ``file_name`` replaces the ``-`` that MLIR uses for text parsed from a string.
+    ``cache`` (MLIR location -> decoded, for one module) decodes each of JAX's
+    shared locations once; a plain ``file:line:col`` is quicker decoded than
+    looked up.
     """
+    if type(loc) is ir.FileLineColLoc:
+        file = loc.filename
+        return SourceLocation.at_line(file_name if file == "-" and file_name else file, loc.start_line,
+                                      loc.start_col)
+    if cache is not None:
+        decoded = cache.get(loc)
+        if decoded is None:
+            decoded = cache[loc] = decode_location(loc, file_name)
+        return decoded
     name, frames = _walk_location(loc, file_name)
     if not name and not frames:
         return UNKNOWN

@@ -12,7 +12,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from .decode import decode_attribute
-from .sources import copy_module
+from .sources import MANUAL_BORDER_TARGET, copy_module
 
 # The HLO sharding of the operand of each SPMDFullToShardShape custom call, copied
 # there from the Sharding custom call before it.
@@ -42,7 +42,7 @@ def _manual_borders(module: ir.Module) -> list:
     borders = []
 
     def visit(operation):
-        if operation.name == "stablehlo.custom_call" and _target(operation) == "SPMDFullToShardShape":
+        if operation.name == "stablehlo.custom_call" and _target(operation) == MANUAL_BORDER_TARGET:
             producer = operation.operands[0].owner if len(operation.operands) else None
             if isinstance(producer, ir.OpView):
                 producer = producer.operation

@@ -12,6 +12,7 @@ import contextlib
 import os
 import pathlib
 import re
+import threading
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -33,6 +34,18 @@ class ParsedModule:
     module: ir.Module
     file_name: str | None  # for locations of text parsed from a file
     owned: bool = True     # False: the caller's module, which must not be modified
+    # False when the source (text or bytecode, which keeps strings as they are) does
+    # not name the custom call that starts manual code: no border to annotate
+    # (ir/manual_borders.py), and no walk over the module to look for one.
+    may_have_manual_borders: bool = True
+
+
+def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) -> ParsedModule:
+    marker = MANUAL_BORDER_TARGET if isinstance(source, str) else MANUAL_BORDER_TARGET.encode()
+    return ParsedModule(module, file_name, may_have_manual_borders=marker in source)
+
+
+MANUAL_BORDER_TARGET = "SPMDFullToShardShape"
 
 
 def copy_module(module: ir.Module) -> ir.Module:
@@ -60,6 +73,31 @@ def make_context() -> ir.Context:
     return context
 
 
+# A context takes a millisecond or more to make (every dialect JAX emits is loaded
+# into it), more than parsing and running a small program: loads of text share
+# one per thread. What a context uniques (types, attributes, dense constants) lives as
+# long as it does, so after parsing this many bytes of source it is replaced by a
+# fresh one (the old one goes with the last module parsed in it).
+SHARED_CONTEXT_BUDGET = 64 << 20
+
+
+class _SharedContext(threading.local):
+    context: ir.Context | None = None
+    parsed: int = 0  # bytes of source parsed in it
+
+
+_shared = _SharedContext()
+
+
+def shared_context(size: int) -> ir.Context:
+    """The context in which to parse ``size`` bytes of source: this thread's shared
+    one, or a fresh one past the budget (SHARED_CONTEXT_BUDGET)."""
+    if _shared.context is None or _shared.parsed + size > SHARED_CONTEXT_BUDGET:
+        _shared.context, _shared.parsed = make_context(), 0
+    _shared.parsed += size
+    return _shared.context
+
+
 def parse(source, *, trusted: bool = False) -> ParsedModule:
     """``source`` as a module. Bytecode is parsed first in a child process (see
     first_parse.py) unless ``trusted``: bytes JAX made in this process."""
@@ -69,17 +107,18 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
         return _parse_file(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        return ParsedModule(parse_bytes(data) if trusted else _parse_untrusted_bytes(data), None)
+        return _of_source(parse_bytes(data) if trusted else _parse_untrusted_bytes(data), None, data)
     if isinstance(source, str):
         if _looks_like_path(source):
             return _parse_file(pathlib.Path(source))
-        return ParsedModule(_parse_text(source), None)
+        return _of_source(_parse_text(source), None, source)
     compiler_ir = getattr(source, "compiler_ir", None)
     if callable(compiler_ir):  # jax.stages.Lowered
         return ParsedModule(compiler_ir("stablehlo"), None, owned=False)
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
-        return ParsedModule(_parse_untrusted_bytes(bytes(serialized)), None)
+        data = bytes(serialized)
+        return _of_source(_parse_untrusted_bytes(data), None, data)
     raise ModuleError(
         f"cannot load a module from {type(source).__name__}: expected MLIR text, a path, bytes, "
         "an ir.Module, a jax.stages.Lowered or a jax.export.Exported")
@@ -101,15 +140,16 @@ def _parse_file(path: pathlib.Path) -> ParsedModule:
     except OSError as e:
         raise ModuleError(f"cannot read {path}: {e}") from e
     if data.startswith(_BYTECODE_MAGIC):
-        return ParsedModule(_parse_untrusted_bytes(data), str(path))
+        return _of_source(_parse_untrusted_bytes(data), str(path), data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ModuleError(f"{path} is neither MLIR text (UTF-8) nor MLIR bytecode") from e
-    return ParsedModule(_parse_text(text, str(path)), str(path))
+    return _of_source(_parse_text(text, str(path)), str(path), text)
 
 
-def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False) -> ir.Module:
+def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = False,
+                context: ir.Context | None = None) -> ir.Module:
     where = f" in {file_name}" if file_name else ""
     try:
         text.encode("utf-8")
@@ -117,7 +157,8 @@ def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = Fals
         raise ModuleError(f"cannot parse MLIR text{where}: it is not valid Unicode ({error})") from None
     if not trusted and _HIGH_BYTE_ESCAPE.search(text):
         check_in_child(text.encode())   # reading a name that is not UTF-8 would abort this process
-    with make_context() as context, captured_diagnostics(context) as diagnostics:
+    context = context or shared_context(len(text))
+    with context, captured_diagnostics(context) as diagnostics:
         try:
             return ir.Module.parse(to_generic_form(text))
         except ir.MLIRError:
@@ -138,12 +179,15 @@ def _text_of(data: bytes) -> str:
         raise ModuleError("bytes are neither MLIR bytecode nor MLIR text") from None
 
 
-def parse_bytes(data: bytes) -> ir.Module:
+def parse_bytes(data: bytes, context: ir.Context | None = None) -> ir.Module:
     """MLIR bytecode, a portable artifact or UTF-8 text, parsed in this process with
-    no first parse in a child: for JAX's own bytecode, and for that child."""
+    no first parse in a child: for JAX's own bytecode, and for that child. Each in
+    a ``context`` of its own (a fresh one by default): the device's compiles crash
+    the process in a shared one (tests/test_device.py, missing custom call target)."""
+    context = context or make_context()
     if not data.startswith(_BYTECODE_MAGIC):
-        return _parse_text(_text_of(data), trusted=True)
-    with make_context() as context, captured_diagnostics(context) as diagnostics:
+        return _parse_text(_text_of(data), trusted=True, context=context)
+    with context, captured_diagnostics(context) as diagnostics:
         if b"StableHLO_v" in data[:64]:
             try:
                 return stablehlo.deserialize_portable_artifact(context, data)

@@ -6,6 +6,7 @@ plugin) does not pay for SciPy and every op module.
 """
 
 import importlib
+import sys
 
 FAMILIES = (
     "bitwise",
@@ -36,8 +37,11 @@ FAMILIES = (
     "structure",
 )
 
+_MODULES = tuple(f"{__name__}.{name}" for name in FAMILIES)
+
 
 def load_all() -> None:
     """Import every family module; each registers its ops by decorator (on first import)."""
-    for name in FAMILIES:
-        importlib.import_module(f"{__name__}.{name}")
+    for name in _MODULES:
+        if name not in sys.modules:   # (import_module costs more than this test, at every load)
+            importlib.import_module(name)

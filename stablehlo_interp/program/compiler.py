@@ -9,6 +9,10 @@ besides ir/ that reads MLIR operations; the plans it produces hold none.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import operator
+
 from .. import ops
 from ..engine import registry
 from ..engine.plan import Function, ModuleInfo, OpInfo, Region, Step
@@ -29,19 +33,42 @@ _CALLEE_ATTRIBUTE = {
 
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while a module compiles.
+
+    A compile creates several objects per op and frees few, so the collector
+    would run its full passes over everything alive again and again: a load
+    would cost more per op the longer the module. The plans hold no cycles that
+    need collecting while they are built.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class _Scope:
     """What the compiler keeps while it compiles one block: the slot of each MLIR
-    value, the values the block captures from enclosing ones, the slots so far."""
+    value and its decoded type, the values the block captures from enclosing ones."""
 
     def __init__(self, parent: "_Scope | None"):
         self.parent = parent
         self.slots: dict = {}
-        self.n_slots = 0
+        self.types: list = []  # the decoded type of each slot
         self.captured_values: list = []  # the outer MLIR values, in the order of their slots
 
-    def define(self, value) -> int:
-        slot = self.n_slots
-        self.n_slots += 1
+    @property
+    def n_slots(self) -> int:
+        return len(self.types)
+
+    def define(self, value, value_type) -> int:
+        slot = len(self.types)
+        self.types.append(value_type)
         self.slots[value] = slot
         return slot
 
@@ -51,9 +78,9 @@ class _Scope:
             return slot
         if self.parent is None:
             raise ModuleError(f"value {value.get_name()} is used but not defined in scope")
-        self.parent.lookup(value)  # must exist in an enclosing region
+        outer = self.parent.lookup(value)  # must exist in an enclosing region
         self.captured_values.append(value)
-        return self.define(value)
+        return self.define(value, self.parent.types[outer])
 
     def captures_first(self, n_args: int, steps, outputs) -> tuple:
         """Renumber the slots to a Region's layout, [captures][args][results] (captures
@@ -91,13 +118,24 @@ class Compiler:
         self._func_ops: dict = {}   # function name -> its func.func operation
         self._compiling: set[str] = set()
         self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
+        self._types: dict = {}      # MLIR type -> decoded type (MLIR uniques types: one decoding each)
+        self._locations: dict = {}  # MLIR location -> decoded location
+        # (name, attributes, type ids) of a shareable op -> its (implementation, runner); the type
+        # ids are those of self._types' values, which live as long as this compiler
+        self._shared_runners: dict = {}
 
     def location(self, operation) -> SourceLocation:
-        return decode_location(operation.location, self.file_name)
+        return decode_location(operation.location, self.file_name, self._locations)
+
+    def type_of(self, mlir_type):
+        decoded = self._types.get(mlir_type)
+        if decoded is None:
+            decoded = self._types[mlir_type] = decode_type(mlir_type)
+        return decoded
 
     def compile_functions(self, mlir_module) -> None:
         """Compile each of the module's functions into its ``region`` (ModuleInfo.functions)."""
-        with mlir_module.context:
+        with mlir_module.context, _collector_paused():
             self._func_ops = function_operations(mlir_module)
             for function in self.module.functions.values():
                 self.compile_function(function)
@@ -126,17 +164,19 @@ class Compiler:
     def _compile_block(self, block, description: str, parent: _Scope | None) -> tuple:
         scope = _Scope(parent)
         arguments = list(block.arguments)
-        arg_types = tuple(decode_type(a.type) for a in arguments)
         for argument in arguments:
-            scope.define(argument)
+            scope.define(argument, self.type_of(argument.type))
+        arg_types = tuple(scope.types)
         steps: list[Step] = []
         for operation in block.operations:
-            if operation.operation.name in TERMINATORS:
+            operation = operation.operation
+            name = operation.name
+            if name in TERMINATORS:
                 outputs = tuple(scope.lookup(v) for v in operation.operands)
-                output_types = tuple(decode_type(v.type) for v in operation.operands)
+                output_types = tuple(scope.types[slot] for slot in outputs)
                 return_location = self.location(operation)
                 break
-            steps.append(self._compile_op(operation, scope, len(steps)))
+            steps.append(self._compile_op(operation, name, scope, len(steps)))
         else:
             raise ModuleError(f"{description}: block has no terminator")
         outputs = scope.captures_first(len(arguments), steps, outputs)
@@ -144,38 +184,63 @@ class Compiler:
                         return_location, scope.n_slots)
         return region, scope.captured_values
 
-    def _compile_op(self, operation, scope: _Scope, index: int) -> Step:
-        op = operation.operation
-        name = op.name
+    def _compile_op(self, op, name: str, scope: _Scope, index: int) -> Step:
         location = self.location(op)
+        nested = captures = callees = called = ()
         try:
-            compiled = [self.compile_region(r, f"region {i} of {name}", scope) for i, r in enumerate(op.regions)]
-            nested = tuple(region for region, _ in compiled)
-            captures = tuple(tuple(scope.lookup(v) for v in captured) for _, captured in compiled)
-            attributes = decode_op_attributes(op)
-            callees = self._callees(name, attributes)
-            operand_types = tuple(decode_type(v.type) for v in op.operands)
-            result_types = tuple(decode_type(r.type) for r in op.results)
-            operands = tuple(scope.lookup(v) for v in op.operands)
+            if len(op.regions):
+                compiled = [self.compile_region(r, f"region {i} of {name}", scope) for i, r in enumerate(op.regions)]
+                nested = tuple(region for region, _ in compiled)
+                captures = tuple(tuple(scope.lookup(v) for v in captured) for _, captured in compiled)
+            attributes = decode_op_attributes(op) if len(op.attributes) else {}
+            if name in _CALLEE_ATTRIBUTE:
+                callees = self._callees(name, attributes)
+            # (map over bound C methods: no Python frame per value, as a comprehension has)
+            operands = tuple(map(scope.slots.get, op.operands))
+            if None in operands:   # a value of an enclosing block: captured
+                operands = tuple(map(scope.lookup, op.operands))
+            operand_types = tuple(map(scope.types.__getitem__, operands))
+            mlir_results = tuple(op.results)
+            result_types = tuple(map(self.type_of, map(_type_of_value, mlir_results)))
         except OpError:
             raise
         except ModuleError as e:
             raise OpError(name, location, str(e)) from None
-        for function in callees:
-            self.compile_function(function)
-        called = tuple(function.region for function in callees)   # None: a recursive call
-        info = OpInfo(name=name, attributes=attributes, operand_types=operand_types, result_types=result_types,
-                      regions=nested + called, location=location, module=self.module)
-        implementation = _implementation(info)
-        run = build(info, implementation)
-        results = tuple(scope.define(r) for r in op.results)
-        captures += tuple(() for _ in called)
+        if callees:
+            for function in callees:
+                self.compile_function(function)
+            called = tuple(function.region for function in callees)   # None: a recursive call
+            captures += tuple(() for _ in called)
+        info = OpInfo(name, attributes, operand_types, result_types, nested + called, location, self.module)
+        implementation, run = self._runner(info)
+        results = tuple(map(scope.define, mlir_results, result_types))
         step = Step(info, run, operands, results, (), info.regions, captures, index, implementation.variadic,
                     implementation.execution)
         for offset, (function, region) in enumerate(zip(callees, called)):
             if region is None:
                 self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
         return step
+
+    def _runner(self, info: OpInfo) -> tuple:
+        """The op's implementation and the runner its builder returns. Element-wise ops
+        with equal names, attributes and types share one runner, if their
+        implementation is shareable (engine/registry.py)."""
+        key = None
+        if info.name in registry.ELEMENTWISE_OPS and not info.regions:
+            # Type ids: this compiler decodes each MLIR type once (type_of) and keeps it.
+            types = info.operand_types + info.result_types
+            key = (info.name, len(info.operand_types), *map(id, types), *info.attributes.items())
+            try:
+                shared = self._shared_runners.get(key)
+            except TypeError:   # an attribute that is not hashable (an array): the op builds its own
+                key = shared = None
+            if shared is not None:
+                return shared
+        implementation = _implementation(info)
+        run = build(info, implementation)
+        if key is not None and implementation.shareable and not info.has_quantized_types:
+            self._shared_runners[key] = (implementation, run)
+        return implementation, run
 
     def _callees(self, name: str, attributes: dict) -> tuple:
         """The functions an op calls by symbol (their bodies become its last regions)."""
@@ -188,6 +253,9 @@ class Compiler:
             if not function.has_body:
                 raise ModuleError(f"calls @{function.name}, which is declared without a body")
         return functions
+
+
+_type_of_value = operator.attrgetter("type")
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:

@@ -47,7 +47,8 @@ class Program:
                               "si.load(jax.jit(f).lower(*args))")
         self.signature = JaxSignature.of(source)
         parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
-        self.module = annotate_manual_borders(parsed.module, parsed.owned)
+        self.module = annotate_manual_borders(parsed.module, parsed.owned) if parsed.may_have_manual_borders \
+            else parsed.module
         self.file_name = parsed.file_name
         if verify:
             sources.verify(self.module)

@@ -1,0 +1,250 @@
+"""Loading: what a plan holds (no MLIR objects), runners shared between equal
+element-wise ops, locations of text decoded lazily, the shared MLIR context."""
+
+import functools
+import gc
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from stablehlo_interp import ops
+from stablehlo_interp.engine import registry
+from stablehlo_interp.engine.plan import ModuleInfo, OpInfo
+from stablehlo_interp.errors import OpError
+from stablehlo_interp.ir import sources
+from stablehlo_interp.ir.decode import Quantization
+from stablehlo_interp.ir.locations import Frame, SourceLocation
+from stablehlo_interp.ir.types import TensorType
+
+MANY_KINDS = """
+module @many_kinds {
+  func.func private @double(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %x, %x : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+  func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xi1>) {
+    %limit = stablehlo.constant dense<3> : tensor<i32>
+    %zero = stablehlo.constant dense<0> : tensor<i32>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %r:2 = stablehlo.while(%i = %zero, %acc = %x) : tensor<i32>, tensor<4xf32>
+      cond {
+        %c = stablehlo.compare LT, %i, %limit : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %c : tensor<i1>
+      } do {
+        %i1 = stablehlo.add %i, %one : tensor<i32>
+        %a = func.call @double(%acc) : (tensor<4xf32>) -> tensor<4xf32>
+        stablehlo.return %i1, %a : tensor<i32>, tensor<4xf32>
+      }
+    %sum = stablehlo.custom_call @my_sum(%r#1) {backend_config = "any text"} : (tensor<4xf32>) -> tensor<4xf32>
+    %positive = stablehlo.compare GT, %sum, %x, FLOAT : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+    return %sum, %positive : tensor<4xf32>, tensor<4xi1>
+  }
+}
+"""
+
+
+def _mlir_objects(root) -> list:
+    """Every jaxlib MLIR object reachable from ``root`` through containers, instances
+    and the closures of functions (not through modules, classes or globals)."""
+    found, seen, pending = [], set(), [root]
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, str, bytes, int, float)):
+            continue
+        seen.add(id(obj))
+        if type(obj).__module__.startswith("jaxlib"):
+            found.append(obj)
+            continue
+        if isinstance(obj, types.FunctionType):
+            pending.extend(cell.cell_contents for cell in obj.__closure__ or () if _filled(cell))
+            pending.extend(obj.__defaults__ or ())
+        elif not isinstance(obj, (types.CodeType, types.BuiltinFunctionType, np.ufunc)):
+            pending.extend(gc.get_referents(obj))
+    return found
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_plan_holds_no_mlir_objects():
+    def my_sum(info):
+        return lambda x: x + 1
+
+    with registry.replaced(custom_calls={"my_sum": my_sum}):
+        program = si.load(MANY_KINDS)
+    lowered = si.load(jax.jit(lambda a: jnp.tanh(a @ a.T).sum(0)).lower(np.ones((3, 3), np.float32)))
+    for loaded in (program, lowered):
+        assert loaded.functions, "nothing was compiled"
+        assert _mlir_objects(loaded.functions) == []
+        assert _mlir_objects(loaded.module_info) == []
+    x = np.arange(4, dtype=np.float32)
+    total, positive = program.run(x)
+    np.testing.assert_array_equal(total, x * 8 + 1)
+    np.testing.assert_array_equal(positive, x * 8 + 1 > x)
+
+
+CHAIN = """
+func.func @main(%x: tensor<4xf32>, %n: tensor<4xi32>) -> (tensor<4xf32>, tensor<4xi32>) {
+  %0 = stablehlo.add %x, %x : tensor<4xf32>
+  %1 = stablehlo.add %0, %x : tensor<4xf32>
+  %2 = stablehlo.add %n, %n : tensor<4xi32>
+  %3 = stablehlo.add %1, %0 : tensor<4xf32>
+  return %3, %2 : tensor<4xf32>, tensor<4xi32>
+}
+"""
+
+
+def test_equal_elementwise_ops_share_one_runner_and_keep_their_own_info(monkeypatch):
+    ops.load_all()
+    builder = registry._OPS["stablehlo.add"].builder
+    built = []
+
+    def counted(info):
+        built.append(str(info.result_type))
+        return builder(info)
+
+    monkeypatch.setitem(registry._OPS, "stablehlo.add", registry.Implementation(counted, shareable=True))
+    monkeypatch.delitem(registry._USER_OPS, "stablehlo.add", raising=False)   # (left by another test)
+    program = si.load(CHAIN)
+    assert built == ["tensor<4xf32>", "tensor<4xi32>"]   # one build per signature
+    steps = program.function("main").region.steps
+    assert steps[0].run is steps[1].run is steps[3].run
+    assert [step.location.frame.line for step in steps] == [3, 4, 5, 6]
+    result, integers = program.run(np.array([1, 2, 3, 4], np.float32), np.array([1, -2, 3, 2**31 - 1], np.int32))
+    np.testing.assert_array_equal(result, [5, 10, 15, 20])
+    np.testing.assert_array_equal(integers, np.array([2, -4, 6, -2], np.int32))
+
+
+def test_a_users_builder_is_never_shared():
+    """A user's builder may read the op's location or module: each op builds its own."""
+    built = []
+
+    def add_with_its_line(info):
+        built.append(info.location.frame.line)
+        return lambda x, y: x + y
+
+    with registry.replaced(ops={"stablehlo.add": add_with_its_line}):
+        program = si.load(CHAIN)
+    assert built == [3, 4, 5, 6]
+    steps = program.function("main").region.steps
+    assert len({id(step.run) for step in steps}) == 4
+
+
+def test_shared_runner_errors_name_their_own_op_and_line():
+    text = """
+func.func @main(%x: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<2xi32> {
+  %0 = stablehlo.add %x, %y : tensor<2xi32>
+  %1 = stablehlo.add %0, %y : tensor<2x2xi32>
+  return %1 : tensor<2xi32>
+}"""
+    with pytest.raises(si.ModuleError):   # the verifier's: types differ
+        si.load(text)
+    good = """
+func.func @main(%x: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<2xi32> {
+  %0 = stablehlo.add %x, %y : tensor<2xi32>
+  %1 = stablehlo.divide %0, %y : tensor<2xi32>
+  %2 = stablehlo.add %1, %y : tensor<2xi32>
+  return %2 : tensor<2xi32>
+}"""
+
+    class FailOnSecondAdd(si.Listener):
+        adds = 0
+
+        def after_op(self, step, operands, results, stack):
+            if step.name == "stablehlo.add":
+                self.adds += 1
+                if self.adds == 2:
+                    raise ValueError("stop here")
+
+    with pytest.raises(OpError) as error:
+        si.run(good, np.array([1, 2], np.int32), np.array([1, 1], np.int32), listeners=[FailOnSecondAdd()])
+    assert error.value.op_name == "stablehlo.add"
+    assert error.value.location.frame.line == 5
+
+
+def _runner_reaches(runner, target) -> bool:
+    """Whether ``target`` is reachable from a runner (closures, partials, bound
+    methods, the attributes of callable objects)."""
+    seen, pending = set(), [runner]
+    while pending:
+        obj = pending.pop()
+        if obj is target:
+            return True
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, str, int, float, np.ufunc, np.dtype)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.FunctionType):
+            pending.extend(cell.cell_contents for cell in obj.__closure__ or () if _filled(cell))
+            pending.extend(obj.__defaults__ or ())
+        elif isinstance(obj, functools.partial):
+            pending.extend([obj.func, *obj.args, *obj.keywords.values()])
+        elif isinstance(obj, types.MethodType):
+            pending.extend([obj.__self__, obj.__func__])
+        elif isinstance(obj, (tuple, list)):
+            pending.extend(obj)
+        elif isinstance(obj, dict):
+            pending.extend(obj.values())
+        elif hasattr(obj, "__dict__"):
+            pending.extend(vars(obj).values())
+    return False
+
+
+ops.load_all()   # (the built-in element-wise ops, for the parameters below)
+_QUANTIZED = TensorType.quantized((4,), "!quant.uniform<i8:f32, 5.000000e-01:1>",
+                                  Quantization("i8", -128, 127, "f32", (0.5,), (1,)))
+_TYPES = [TensorType.of((4,), element) for element in ("f32", "i32", "i1", "ui8", "bf16", "complex<f32>")]
+_ATTRIBUTES = {"comparison_direction": "LT", "exponent_bits": 5, "mantissa_bits": 10}
+
+
+@pytest.mark.parametrize("name", sorted(registry.ELEMENTWISE_OPS))
+def test_elementwise_runners_do_not_hold_their_op(name):
+    """Equal element-wise ops share one runner (program/compiler.py), so the runner
+    must not reach the OpInfo it was built from (its location, its module)."""
+    implementation = registry._OPS[name]   # the built-in one (another test may have registered its own)
+    assert implementation.shareable
+    built = 0
+    for arity in (1, 2, 3):
+        for operand in [*_TYPES, _QUANTIZED]:
+            for result in [operand, *_TYPES, _QUANTIZED]:
+                operands = (TensorType.of((4,), "i1"),) * (arity == 3 and name == "stablehlo.select") + \
+                    (operand,) * (arity - (arity == 3 and name == "stablehlo.select"))
+                info = OpInfo(name, dict(_ATTRIBUTES), operands, (result,),
+                              location=SourceLocation(None, (Frame(None, "x.mlir", 1, 1),)), module=ModuleInfo())
+                try:
+                    runner = implementation.builder(info)
+                except Exception:  # noqa: BLE001 - a combination this op does not take
+                    continue
+                built += 1
+                assert not _runner_reaches(runner, info), f"{name}: runner for {operands} -> {result} holds its OpInfo"
+                assert not _runner_reaches(runner, info.location)
+    assert built, f"{name}: no combination of types built"
+
+
+def test_locations_of_text_are_values():
+    lazy = SourceLocation.at_line("x.mlir", 3, 5)
+    eager = SourceLocation(None, (Frame(None, "x.mlir", 3, 5),))
+    assert lazy == eager and hash(lazy) == hash(eager)
+    assert str(lazy) == "x.mlir:3" and lazy.frame == Frame(None, "x.mlir", 3, 5) and lazy.file_line == "x.mlir:3"
+    assert lazy and not SourceLocation()
+    assert lazy != SourceLocation("name", (Frame(None, "x.mlir", 3, 5),))
+
+
+def test_loads_share_a_context_until_its_budget(monkeypatch):
+    first, second = si.load(CHAIN), si.load(CHAIN)
+    assert first.module.context is second.module.context
+    monkeypatch.setattr(sources, "SHARED_CONTEXT_BUDGET", len(CHAIN) + 1)
+    third = si.load(CHAIN)
+    fourth = si.load(CHAIN)   # past the budget: a fresh context
+    assert third.module.context is not fourth.module.context
+    for program in (first, second, third, fourth):   # each still runs
+        result, _ = program.run(np.ones(4, np.float32), np.ones(4, np.int32))
+        np.testing.assert_array_equal(result, np.full(4, 5, np.float32))
