@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 # The tools load on first use: JAX imports this package when it discovers the
 # device plugin, and most programs never need them.
 _TOOLS = ("break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes",
-          "on_device", "probe", "trace")
+          "on_device", "portability", "probe", "trace")
 
 
 def __getattr__(name):
@@ -52,5 +52,5 @@ __all__ = [
     "register_custom_call", "register_op", "run", "validation",
     # tools (see docs/tools.md)
     "break_at", "compare", "debug", "explain", "find_nonfinite", "graph", "load_probes", "on_device",
-    "probe", "tools", "trace",
+    "portability", "probe", "tools", "trace",
 ]

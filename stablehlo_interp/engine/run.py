@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues
-from .plan import BINARY, SINGLE, UNARY, Region, Step
+from .plan import BINARY, SINGLE, UNARY, OpInfo, Region, Step
+from .semantics import RULES, SPEC, Report, semantics_named
 
 
 class numpy_warnings_off:
@@ -94,19 +95,26 @@ class Listener:
         """Called after an op ran. Return a list to replace its results, or None."""
         return None
 
+    def on_report(self, report: Report) -> None:
+        """Called when an op meets behaviour the spec leaves to the implementation or
+        where XLA departs from it (engine/semantics.py), before its ``after_op``."""
+
 
 class RunContext:
     """The state of one run, shared by every process of it: the listeners, the host
     side of transfer ops (``io``, empty queues made on first use when the caller gave
-    none) and, when a caller asks for them, the per-device results of manual
-    computations (``local_results``, see ops/shardy.py)."""
+    none), the ``semantics`` it follows (``"spec"`` or ``"xla"``, engine/semantics.py)
+    and, when a caller asks for them, the per-device results of manual computations
+    (``local_results``, see ops/shardy.py)."""
 
-    __slots__ = ("listeners", "_io", "local_results")
+    __slots__ = ("listeners", "_io", "local_results", "semantics")
 
-    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None):
+    def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
+                 semantics: str = SPEC):
         self.listeners = tuple(listeners)
         self._io = io
         self.local_results = local_results
+        self.semantics = semantics_named(semantics)
 
     @property
     def io(self) -> HostQueues:
@@ -116,7 +124,7 @@ class RunContext:
 
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
-        return RunContext(self.listeners, io, self.local_results)
+        return RunContext(self.listeners, io, self.local_results, self.semantics)
 
 
 class BoundRegion:
@@ -175,6 +183,24 @@ class Execution:
         self.listeners = context.listeners
         self.process = process
         self._stack: list[RegionFrame] = list(stack)
+
+    @property
+    def semantics(self) -> str:
+        """The run's semantics, ``"spec"`` or ``"xla"`` (engine/semantics.py)."""
+        return self.context.semantics
+
+    @property
+    def reporting(self) -> bool:
+        """Whether a listener watches: ops look for :meth:`report`'s cases only then."""
+        return bool(self.listeners)
+
+    def report(self, info: OpInfo, rule: str, detail: str) -> None:
+        """Tell the listeners that the op ``info`` met ``rule`` (a name in
+        engine/semantics.py's RULES); ``detail`` says what happened."""
+        report = Report(RULES[rule], info.name, info.location, detail, self.context.semantics,
+                        RegionStack(self._stack, self.process))
+        for listener in self.listeners:
+            listener.on_report(report)
 
     @property
     def in_grid(self) -> bool:
@@ -260,6 +286,10 @@ def _run_steps_observed(steps, env, execution, stack) -> None:
             for listener in listeners:
                 listener.before_op(step, operands, stack)
             results = list(_results_of(step, step.run(*_leading_arguments(step, execution, env), *operands)))
+            for rule, check in step.info.watches:
+                detail = check(*operands, *results)
+                if detail:
+                    execution.report(step.info, rule, detail)
             for listener in listeners:
                 replaced = listener.after_op(step, operands, results, stack)
                 if replaced is not None:
