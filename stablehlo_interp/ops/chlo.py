@@ -358,7 +358,7 @@ def top_k(info):
 # ------------------------------------------------------------------ ragged_dot
 
 
-@op("chlo.ragged_dot", execution=True)
+@op("chlo.ragged_dot")
 def ragged_dot(info):
     """dot_general where one lhs dimension is split into groups of consecutive
     sizes ``group_sizes`` (ChloOps.td, ragged_dot; its shape is [prefix..., g],
@@ -383,7 +383,7 @@ def ragged_dot(info):
     groups = sizes_type.shape[-1]
 
     def dot(lhs_b, rhs_b, lhs_c, rhs_c, lhs_shape, rhs_shape, result_shape):
-        """The dot_general runner for these dimension numbers and shapes: ``(execution, lhs, rhs)``."""
+        """The dot_general runner for these dimension numbers and shapes."""
         dot_info = info.derived("stablehlo.dot_general",
                                 {"dot_dimension_numbers": DotDimensionNumbers(lhs_b, rhs_b, lhs_c, rhs_c)},
                                 (TensorType.of(lhs_shape, lhs_type.element_type),
@@ -394,7 +394,7 @@ def ragged_dot(info):
     if ragged in lhs_batch:
         batched = dot(lhs_batch, rhs_batch, lhs_contract, rhs_contract, lhs_type.shape, rhs_type.shape,
                       info.result_type.shape)
-        return lambda execution, lhs, rhs, group_sizes: batched(execution, lhs, rhs)
+        return lambda lhs, rhs, group_sizes: batched(lhs, rhs)
     shift = lambda dims: tuple(d + 1 for d in dims)  # noqa: E731  (a group dimension in front)
     grouped_lhs = (groups, *lhs_type.shape)
     if ragged in lhs_contract:
@@ -407,8 +407,8 @@ def ragged_dot(info):
                       shift(rhs_contract), grouped_lhs, (groups, *rhs_type.shape), info.result_type.shape)
         zero = np.zeros((), lhs_type.dtype), np.zeros((), rhs_type.dtype)
 
-        def contracting(execution, lhs, rhs, group_sizes):
-            return product(execution, np.where(lhs_mask(group_sizes, lhs.shape), lhs, zero[0]),
+        def contracting(lhs, rhs, group_sizes):
+            return product(np.where(lhs_mask(group_sizes, lhs.shape), lhs, zero[0]),
                            np.where(rhs_mask(group_sizes, rhs.shape), rhs, zero[1]))
 
         return contracting
@@ -424,8 +424,8 @@ def ragged_dot(info):
                   grouped_lhs, rhs_type.shape, (groups, *info.result_type.shape))
     result_dtype = info.result_type.dtype
 
-    def non_contracting(execution, lhs, rhs, group_sizes):
-        per_group = product(execution, np.broadcast_to(lhs, (groups, *lhs.shape)), rhs)
+    def non_contracting(lhs, rhs, group_sizes):
+        per_group = product(np.broadcast_to(lhs, (groups, *lhs.shape)), rhs)
         rows = per_group.shape[1:rows_rank + 1]
         mask = np.broadcast_to(row_mask(group_sizes, rows), (groups, *rows))
         group = mask.argmax(axis=0).reshape((1, *rows) + (1,) * (result_rank - rows_rank))

@@ -85,7 +85,7 @@ def _convolver(info):
     spatial_axes = tuple(range(1, 1 + n))
     groups = feature_groups * batch_groups
 
-    def run(lhs, rhs, padding, semantics):
+    def run(lhs, rhs, padding):
         x = np.transpose(lhs, lhs_order).astype(compute, copy=False)   # [batch, spatial..., feature]
         w = np.transpose(rhs, rhs_order).astype(compute, copy=False)   # [out, kernel..., in per group]
         x = np.ascontiguousarray(_dilate_and_pad(x, lhs_dilation, padding))
@@ -109,7 +109,7 @@ def _convolver(info):
         columns = math.prod(kernel) * group_features
         matrix = windows.reshape(groups, rows, columns)
         weights = w.reshape(groups, outputs // groups, columns).transpose(0, 2, 1)
-        product = matmul(matrix, weights, semantics)  # [groups, rows, outputs per group]
+        product = matmul(matrix, weights)  # [groups, rows, outputs per group]
         out = product.reshape((groups, batch_per_group) + out_spatial + (outputs // groups,))
         out = np.moveaxis(out, 0, -2).reshape((batch_per_group,) + out_spatial + (outputs,))
         return finish(np.transpose(out, result_order))
@@ -117,17 +117,16 @@ def _convolver(info):
     return run, n
 
 
-@op("stablehlo.convolution", execution=True)
+@op("stablehlo.convolution")
 def convolution(info):
     run, n = _convolver(info)
     padding = info.attr("padding", None)
     padding = ((0, 0),) * n if padding is None else tuple(map(tuple, np.asarray(padding).reshape(n, 2).tolist()))
-    return lambda execution, lhs, rhs: run(lhs, rhs, padding, execution.semantics)
+    return lambda lhs, rhs: run(lhs, rhs, padding)
 
 
-@op("stablehlo.dynamic_conv", execution=True)
+@op("stablehlo.dynamic_conv")
 def dynamic_conv(info):
     """convolution with ``padding`` as a ``tensor<Nx2xi>`` operand."""
     run, n = _convolver(info)
-    return lambda execution, lhs, rhs, padding: run(
-        lhs, rhs, tuple(map(tuple, np.asarray(padding).reshape(n, 2).tolist())), execution.semantics)
+    return lambda lhs, rhs, padding: run(lhs, rhs, tuple(map(tuple, np.asarray(padding).reshape(n, 2).tolist())))

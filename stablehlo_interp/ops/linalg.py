@@ -20,7 +20,6 @@ import scipy.linalg.blas
 
 from ..ir.decode import DotDimensionNumbers
 from ..engine.registry import op
-from ..engine.semantics import SPEC
 from ..ir.types import dtype_of
 from .support import FOLD_BUFFER_ELEMENTS, fold_rows, integer_compute_dtype
 
@@ -52,30 +51,27 @@ def result_converter(ttype):
 
 
 # Float contractions of at most this many products are folded in index order
-# under the spec's semantics (ordered_matmul); larger ones go to BLAS
-# (docs/semantics.md, "Accumulation").
+# (ordered_matmul); larger ones go to BLAS (docs/semantics.md, "Accumulation").
 FOLD_PRODUCTS_LIMIT = 1 << 20
 
 
 def batched_matmul(ttype):
-    """``multiply(a, b, semantics)``: ``(B, M, K) x (B, K, N) -> (B, M, N)`` summed in
-    :func:`accumulation_dtype` of the result type ``ttype``. Floats and complex
-    numbers: under ``"spec"``, :func:`ordered_matmul` up to ``FOLD_PRODUCTS_LIMIT``
-    products; under ``"xla"`` and beyond that, BLAS (fused multiply-adds, in k
-    order for small matrices as XLA CPU's dots). Integers (exact, wrapping) and
-    booleans (counts): NumPy's matmul."""
+    """``(B, M, K) x (B, K, N) -> (B, M, N)`` summed in :func:`accumulation_dtype` of
+    the result type ``ttype``. Floats and complex numbers: :func:`ordered_matmul`
+    up to ``FOLD_PRODUCTS_LIMIT`` products, BLAS beyond; integers (exact, wrapping)
+    and booleans (counts): NumPy's matmul."""
     compute = accumulation_dtype(ttype)
 
-    def blas(a, b, semantics=None):
+    def blas(a, b):
         return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
 
     if ttype.kind not in ("float", "complex"):
         return blas
     ordered = ordered_matmul(compute)
 
-    def run(a, b, semantics):
+    def run(a, b):
         small = a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] <= FOLD_PRODUCTS_LIMIT
-        return ordered(a, b) if small and semantics == SPEC else blas(a, b)
+        return ordered(a, b) if small else blas(a, b)
 
     return run
 
@@ -189,14 +185,14 @@ def _algorithm_product(info, algorithm, operand_types):
 # ------------------------------------------------------------------ dot ops
 
 
-@op("stablehlo.dot_general", execution=True)
+@op("stablehlo.dot_general")
 def dot_general(info):
     """Contract ``lhs_contracting`` with ``rhs_contracting`` per batch; the result
     dims are batch dims, then lhs free dims, then rhs free dims (spec: dot_general)."""
     return _contraction(info, info.attr("dot_dimension_numbers"))
 
 
-@op("stablehlo.dot", execution=True)
+@op("stablehlo.dot")
 def dot(info):
     """dot_general contracting lhs's last dim with rhs's first (vector/matrix products)."""
     return _contraction(info, DotDimensionNumbers((), (), (info.operand_types[0].rank - 1,), (0,)))
@@ -218,21 +214,18 @@ def _contraction(info, numbers):
         algorithm = None
     if algorithm is not None and result.kind != "float":
         raise info.unsupported(f"dot algorithm with result type {result.element_type}")
-    if algorithm is not None:
-        product = _algorithm_product(info, algorithm, (lhs_type, rhs_type))
-        multiply = lambda a, b, semantics: product(a, b)  # noqa: E731
-    else:
-        multiply = batched_matmul(result)
+    multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None
+                else batched_matmul(result))
     finish = result_converter(result)
 
-    def run(execution, lhs, rhs):
+    def run(lhs, rhs):
         lhs, rhs = np.transpose(lhs, lhs_order), np.transpose(rhs, rhs_order)
         batch = lhs.shape[:n_batch]
         free_l = lhs.shape[n_batch:n_batch + n_free_l]
         free_r = rhs.shape[n_batch + n_contract:]
         size_b, size_c = math.prod(batch), math.prod(lhs.shape[n_batch + n_free_l:])
         product = multiply(lhs.reshape(size_b, math.prod(free_l), size_c),
-                           rhs.reshape(size_b, size_c, math.prod(free_r)), execution.semantics)
+                           rhs.reshape(size_b, size_c, math.prod(free_r)))
         return finish(product.reshape(batch + free_l + free_r))
 
     return run

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..engine.run import Listener
 from ..engine.semantics import Report
 from ..program.calls import prepare
+from .region_calls import op_heading
 
 
 @dataclass
@@ -28,9 +29,20 @@ class Finding:
     report: Report
     times: int = 1
 
-    def __str__(self) -> str:
+    def lines(self) -> list[str]:
+        """``op at file:line (function): rule``, the JAX name, the source line, what
+        happened, and the rule's two sides."""
+        report, rule = self.report, self.report.rule
+        process = getattr(report.stack, "process", None)
+        title = f"{report.op}: {rule.name}" + (f" ({process})" if process and process.grid.size > 1 else "")
+        lines = op_heading(title, report.location)
+        if report.location.name:
+            lines.insert(1, f"  jax: {report.location.name}")
         again = f" (and {self.times - 1} more time(s))" if self.times > 1 else ""
-        return f"{self.report}{again}"
+        return lines + [f"  {report.detail}{again}", f"  spec: {rule.spec}", f"  XLA:  {rule.xla}"]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
 
 
 class PortabilityReport(Listener):
@@ -66,8 +78,7 @@ class PortabilityReport(Listener):
             return "portable: the run met no behaviour the spec leaves open or XLA does differently"
         lines = [f"{len(self._findings)} place(s) where the result depends on who runs the program:"]
         for finding in self.findings:
-            rule = finding.report.rule
-            lines += [f"  {finding}", f"      spec: {rule.spec}", f"      XLA:  {rule.xla}"]
+            lines += finding.lines()
         return "\n".join(lines)
 
 
