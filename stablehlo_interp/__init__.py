@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 # The tools load on first use: JAX imports this package when it discovers the
 # device plugin, and most programs never need them.
 _TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes",
-          "on_device", "probe", "trace")
+          "on_device", "portability", "probe", "trace")
 
 
 def __getattr__(name):
@@ -58,5 +58,5 @@ __all__ = [
     "conform", "register_custom_call", "register_op", "run", "validation",
     # tools (see docs/tools.md)
     "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes", "on_device",
-    "probe", "tools", "trace",
+    "portability", "probe", "tools", "trace",
 ]

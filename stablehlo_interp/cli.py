@@ -1,6 +1,6 @@
 """The ``stablehlo-interp`` command (also ``python -m stablehlo_interp``).
 
-    stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz]
+    stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz] [--semantics xla] [--portability]
     stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
     stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
@@ -21,6 +21,7 @@ import sys
 import numpy as np
 
 from . import __version__
+from .engine.semantics import SEMANTICS, SPEC
 from .errors import InterpreterError
 from .program import Program
 from .frontends.testfile import FAILED, expand_paths, report, run_files
@@ -62,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", "-o", metavar="OUT.npz",
                      help="also save the results to a .npz file (result_0, result_1, ...)")
     run.add_argument("--full", action="store_true", help="print every element of large results")
+    run.add_argument("--semantics", choices=SEMANTICS, default=SPEC,
+                     help="follow the StableHLO spec (default) or XLA where they differ (docs/semantics.md)")
+    run.add_argument("--portability", action="store_true",
+                     help="after the results, list every op whose result depends on the implementation: "
+                          "behaviour the spec leaves open or XLA does differently (docs/semantics.md)")
     run.set_defaults(command=_run, name="run")
 
     test = commands.add_parser("test", help="run files written like StableHLO's interpreter tests",
@@ -152,13 +158,20 @@ def _run(args) -> int:
     name = args.function or program.entry_name
     function = program.function(name)
     inputs = _load_inputs(args.input, function)
-    results = program.run(*inputs, function=name)
+    report = None
+    if args.portability:
+        from .tools.portability import PortabilityReport
+
+        report = PortabilityReport()
+    results = program.run(*inputs, function=name, semantics=args.semantics, listeners=() if report is None else [report])
     options = {"threshold": sys.maxsize} if args.full else {}
     with np.printoptions(**options):
         for index, (value, declared) in enumerate(zip(results, function.result_types)):
             label = function.result_names[index]
             print(f"result #{index}{f' ({label})' if label else ''}: {declared}")
             print(_format(value))
+    if report is not None:
+        print(report)
     if args.output:
         np.savez(args.output, **dict(_flatten("result", results)))
     return 0

@@ -251,7 +251,11 @@ def test_hybrid_dot_general_dequantizes_the_weights(reference):
     lhs = np.arange(8, dtype=np.float32).reshape(2, 4) / 4
     rhs = A.reshape(4, 3)
     (ours,) = si.run(text, lhs, rhs)
-    np.testing.assert_allclose(ours, lhs @ (rhs * np.array([0.2, 0.1, 0.5], np.float32)), rtol=1e-6)
+    weights = rhs * np.array([0.2, 0.1, 0.5], np.float32)
+    expected = np.zeros((2, 3), np.float32)
+    for k in range(4):  # the spec's dot product: rounded products summed in order (docs/semantics.md)
+        expected = expected + lhs[:, k, None] * weights[k]
+    np.testing.assert_array_equal(ours, expected)
 
 
 def test_reduce_with_quantized_body(reference):

@@ -51,7 +51,8 @@ class Placement:
 
     def run(self, arguments: list, listeners) -> list:
         """``arguments[d]``: the argument arrays of device d; returns each device's results."""
-        return [self.program.execute(self.function, arguments[0], RunContext(listeners))]
+        return [self.program.execute(self.function, arguments[0],
+                                     RunContext(listeners, semantics=self.program.semantics))]
 
     def result_types(self) -> list:
         """Each device's type of each result (its shard's, for a global program): the
@@ -107,7 +108,7 @@ class Global(Placement):
             views = self.program.run_grid([values] * self.num_devices, function=name, listeners=listeners)
             return [[self._shard(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
                     for device, view in enumerate(views)]
-        context = RunContext(listeners, local_results={}, partials=True)
+        context = RunContext(listeners, local_results={}, semantics=self.program.semantics, partials=True)
         results = self.program.execute(self.function, values, context)
         per_device = [[] for _ in range(self.num_devices)]
         for value, tiling, dims in zip(results, self.result_tilings, self.result_dims):

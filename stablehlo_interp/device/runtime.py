@@ -18,6 +18,7 @@ import numpy as np
 from ..ir import edit, sources
 from ..sharding import tiling as sharding
 from ..program import program as program_module
+from ..engine.semantics import XLA, semantics_named
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN, TensorType
 from .pjrt import abi
@@ -33,6 +34,14 @@ DEFAULT_DEVICE_COUNT = 8
 
 # Listeners (stablehlo_interp.Listener) attached to every execution on the device.
 listeners: list = []
+
+# The semantics of programs the device compiles (docs/semantics.md): "xla", what JAX
+# relies on, unless STABLEHLO_INTERP_SEMANTICS says "spec".
+SEMANTICS_VARIABLE = "STABLEHLO_INTERP_SEMANTICS"
+
+
+def device_semantics() -> str:
+    return semantics_named(os.environ.get(SEMANTICS_VARIABLE, XLA))
 
 
 class PluginError(Exception):
@@ -219,7 +228,8 @@ class Executable:
             self.device_assignment = b""
         else:
             raise PluginError(abi.INVALID_ARGUMENT, "a multi-device program needs a device assignment")
-        self.program = program_module.load(sources.parse(code, trusted=True))  # JAX's own bytecode
+        self.program = program_module.load(sources.parse(code, trusted=True),  # JAX's own bytecode
+                                           semantics=device_semantics())
         self.name = self.program.name or "main"
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types

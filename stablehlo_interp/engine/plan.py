@@ -65,6 +65,7 @@ class OpInfo:
     regions: tuple = ()
     location: SourceLocation = field(default_factory=SourceLocation)
     module: "ModuleInfo | None" = None
+    watches: list = field(default_factory=list)  # (rule, check): see watch()
 
     def attr(self, name: str, default=_REQUIRED):
         """A decoded attribute; a missing required attribute is an OpError."""
@@ -86,6 +87,13 @@ class OpInfo:
         """The info of another op that implements this one (same location and module,
         no regions): for builders that build a runner from another op's builder."""
         return OpInfo(name, attributes, operand_types, result_types, (), self.location, self.module)
+
+    def watch(self, rule: str, check) -> None:
+        """When a listener watches the run, call ``check(*operands, *results)`` after
+        the op ran; a message it returns is reported as ``rule`` (a name in
+        engine/semantics.py's RULES) through ``Execution.report``. For ops whose
+        runners do not get the Execution (a runner that does reports itself)."""
+        self.watches.append((rule, check))
 
     def error(self, reason: str) -> OpError:
         return OpError(self.name, self.location, reason)

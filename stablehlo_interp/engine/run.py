@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
-from .plan import BINARY, SINGLE, UNARY, Region, Step
+from .plan import BINARY, SINGLE, UNARY, OpInfo, Region, Step
+from .semantics import RULES, SPEC, Report, semantics_named
 
 
 class numpy_warnings_off:
@@ -94,23 +95,29 @@ class Listener:
         """Called after an op ran. Return a list to replace its results, or None."""
         return None
 
+    def on_report(self, report: Report) -> None:
+        """Called when an op meets behaviour the spec leaves to the implementation or
+        where XLA departs from it (engine/semantics.py), before its ``after_op``."""
+
 
 class RunContext:
     """The state of one run, shared by every process of it: the listeners, the host
     side of transfer ops (``io``, empty queues made on first use when the caller gave
-    none), where ``interpreter.print`` and ``interpreter.probe`` write (``instruments``,
-    made on first use too) and, when a caller asks for them, the per-device results of
+    none), the ``semantics`` it follows (``"spec"`` or ``"xla"``, engine/semantics.py),
+    where ``interpreter.print`` and ``interpreter.probe`` write (``instruments``, made
+    on first use too) and, when a caller asks for them, the per-device results of
     manual computations (``local_results``, see ops/shardy.py). ``partials``: values
     unreduced along mesh axes are carried as per-device partials (the device's global
     programs, sharding/unreduced.py); otherwise manual code's unreduced results are summed."""
 
-    __slots__ = ("listeners", "_io", "local_results", "_instruments", "partials")
+    __slots__ = ("listeners", "_io", "local_results", "semantics", "_instruments", "partials")
 
     def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
-                 instruments: Instruments | None = None, partials: bool = False):
+                 semantics: str = SPEC, instruments: Instruments | None = None, partials: bool = False):
         self.listeners = tuple(listeners)
         self._io = io
         self.local_results = local_results
+        self.semantics = semantics_named(semantics)
         self._instruments = instruments
         self.partials = partials
 
@@ -128,7 +135,7 @@ class RunContext:
 
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
-        return RunContext(self.listeners, io, self.local_results, self.instruments, self.partials)
+        return RunContext(self.listeners, io, self.local_results, self.semantics, self.instruments, self.partials)
 
 
 class BoundRegion:
@@ -187,6 +194,24 @@ class Execution:
         self.listeners = context.listeners
         self.process = process
         self._stack: list[RegionFrame] = list(stack)
+
+    @property
+    def semantics(self) -> str:
+        """The run's semantics, ``"spec"`` or ``"xla"`` (engine/semantics.py)."""
+        return self.context.semantics
+
+    @property
+    def reporting(self) -> bool:
+        """Whether a listener watches: ops look for :meth:`report`'s cases only then."""
+        return bool(self.listeners)
+
+    def report(self, info: OpInfo, rule: str, detail: str) -> None:
+        """Tell the listeners that the op ``info`` met ``rule`` (a name in
+        engine/semantics.py's RULES); ``detail`` says what happened."""
+        report = Report(RULES[rule], info.name, info.location, detail, self.context.semantics,
+                        RegionStack(self._stack, self.process))
+        for listener in self.listeners:
+            listener.on_report(report)
 
     @property
     def in_grid(self) -> bool:
@@ -272,6 +297,10 @@ def _run_steps_observed(steps, env, execution, stack) -> None:
             for listener in listeners:
                 listener.before_op(step, operands, stack)
             results = list(_results_of(step, step.run(*_leading_arguments(step, execution, env), *operands)))
+            for rule, check in step.info.watches:
+                detail = check(*operands, *results)
+                if detail:
+                    execution.report(step.info, rule, detail)
             for listener in listeners:
                 replaced = listener.after_op(step, operands, results, stack)
                 if replaced is not None:

@@ -59,9 +59,22 @@ class _Bits:
         return (self.pattern(values).astype(self.signed) ^ sign) - sign
 
 
+def _watch_shift_amounts(info, bits):
+    """Report shift amounts that are negative or at least the bit width (engine/semantics.py)."""
+
+    def out_of_range(lhs, rhs, result):
+        amounts = np.broadcast_to(rhs, np.shape(result))
+        count = np.count_nonzero((amounts < 0) | (amounts >= bits.width))
+        return (f"{count} of {np.size(result)} shift amounts are negative or at least the bit width "
+                f"{bits.width}" if count else None)
+
+    info.watch("shift-out-of-range", out_of_range)
+
+
 @op("stablehlo.shift_left", elementwise=True)
 def shift_left(info):
     bits = _Bits(info)
+    _watch_shift_amounts(info, bits)
     if not bits.sub_byte:
         return np.left_shift  # NumPy: amounts >= width (as unsigned) give 0
 
@@ -75,6 +88,7 @@ def shift_left(info):
 @op("stablehlo.shift_right_logical", elementwise=True)
 def shift_right_logical(info):
     bits = _Bits(info)
+    _watch_shift_amounts(info, bits)
     if not bits.sub_byte and bits.dtype.kind == "u":
         return np.right_shift
     if not bits.sub_byte:
@@ -96,6 +110,7 @@ def shift_right_arithmetic(info):
     """Shifts in copies of the top bit, for unsigned types too (the spec's
     arithmetic shift is on bits; XLA and the reference interpreter agree)."""
     bits = _Bits(info)
+    _watch_shift_amounts(info, bits)
     if not bits.sub_byte and bits.dtype.kind == "i":
         return np.right_shift  # NumPy: amounts >= width (as unsigned) give 0 or -1
     if not bits.sub_byte:

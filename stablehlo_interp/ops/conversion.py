@@ -27,6 +27,14 @@ def convert(info):
     if target.kind == "bool":
         return lambda x: np.not_equal(read(x), 0)
     if source.kind in ("float", "complex") and target.kind in ("signed", "unsigned"):
+        def out_of_range(x, result):
+            too_low, too_high, nan = _outside(read(x), dtype)
+            count = np.count_nonzero(too_low | too_high | nan)
+            return (f"{count} of {np.size(x)} values are NaN or outside {target.element_type}: "
+                    f"{np.count_nonzero(too_low)} below, {np.count_nonzero(too_high)} above, "
+                    f"{np.count_nonzero(nan)} NaN" if count else None)
+
+        info.watch("float-to-integer-out-of-range", out_of_range)
         return lambda x: _float_to_integer(read(x), dtype)
     if read is _identity:
         return lambda x: x.astype(dtype)
@@ -53,13 +61,19 @@ def _exact_reader(ttype, target):
     return _identity
 
 
+def _outside(x, dtype):
+    """Masks of the float values whose truncation lies below or above the integer
+    ``dtype``, and of the NaNs."""
+    info = ml_dtypes.iinfo(dtype)
+    truncated = np.trunc(np.asarray(x, np.float64))
+    return truncated < info.min, truncated >= float(info.max) + 1, np.isnan(truncated)  # (max + 1: a power of two)
+
+
 def _float_to_integer(x, dtype):
     info = ml_dtypes.iinfo(dtype)
-    wide = np.asarray(x, np.float64)
-    truncated = np.trunc(wide)
-    too_low = truncated < info.min
-    too_high = truncated >= float(info.max) + 1  # exact: a power of two
-    in_range = ~(too_low | too_high | np.isnan(wide))
+    truncated = np.trunc(np.asarray(x, np.float64))
+    too_low, too_high, nan = _outside(x, dtype)
+    in_range = ~(too_low | too_high | nan)
     exact = np.where(in_range, truncated, 0)
     wide_int = np.int64 if info.min < 0 else np.uint64
     result = exact.astype(wide_int)

@@ -6,7 +6,9 @@ through ``sliding_window_view`` (strides and kernel dilation are slices of
 that view). The windows are then gathered into one matrix per group (im2col,
 features innermost so the copy reads contiguous memory for channels-last
 data) and multiplied with the kernel by a batched matmul: products and sums as
-in dot_general (see linalg.py), so i8 -> i32 convolutions multiply in i32.
+in dot_general (see linalg.py), so i8 -> i32 convolutions multiply in i32, and
+each output sums over the kernel's positions in row-major order, the input
+features innermost (the spec's dot_general of the window and the kernel).
 
 Feature groups split the input features and the output features into
 ``feature_group_count`` matching groups; batch groups split the batch and the
@@ -21,7 +23,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..engine.registry import op
-from .linalg import accumulation_dtype, result_converter
+from .linalg import accumulation_dtype, batched_matmul, result_converter
 
 
 def _inverse(permutation):
@@ -78,6 +80,7 @@ def _convolver(info):
                              numbers.output_feature_dimension))
     reversed_axes = tuple(1 + i for i, r in enumerate(reversal) if r)
     compute = accumulation_dtype(info.result_type)
+    matmul = batched_matmul(info.result_type)
     finish = result_converter(info.result_type)
     spatial_axes = tuple(range(1, 1 + n))
     groups = feature_groups * batch_groups
@@ -85,8 +88,6 @@ def _convolver(info):
     def run(lhs, rhs, padding):
         x = np.transpose(lhs, lhs_order).astype(compute, copy=False)   # [batch, spatial..., feature]
         w = np.transpose(rhs, rhs_order).astype(compute, copy=False)   # [out, kernel..., in per group]
-        if reversed_axes:
-            w = np.flip(w, reversed_axes)
         x = np.ascontiguousarray(_dilate_and_pad(x, lhs_dilation, padding))
         outputs, kernel, group_features = w.shape[0], w.shape[1:-1], w.shape[-1]
         extents = tuple((k - 1) * d + 1 for k, d in zip(kernel, rhs_dilation))
@@ -98,6 +99,8 @@ def _convolver(info):
         windows = sliding_window_view(x, extents, axis=spatial_axes)  # [batch, positions..., feature, window...]
         windows = windows[(slice(None),) + tuple(slice(None, (o - 1) * s + 1, s) for o, s in zip(out_spatial, strides))
                           + (slice(None),) + tuple(slice(None, None, d) for d in rhs_dilation)]
+        if reversed_axes:  # the spec reverses the input's window, and the sum runs over the kernel's order
+            windows = np.flip(windows, tuple(n + 1 + axis for axis in reversed_axes))
         # -> [batch groups, feature groups, batch, out spatial..., kernel..., features]
         windows = windows.reshape((batch_groups, batch_per_group) + out_spatial
                                   + (feature_groups, group_features) + kernel)
@@ -106,7 +109,7 @@ def _convolver(info):
         columns = math.prod(kernel) * group_features
         matrix = windows.reshape(groups, rows, columns)
         weights = w.reshape(groups, outputs // groups, columns).transpose(0, 2, 1)
-        product = np.matmul(matrix, weights)  # [groups, rows, outputs per group]
+        product = matmul(matrix, weights)  # [groups, rows, outputs per group]
         out = product.reshape((groups, batch_per_group) + out_spatial + (outputs // groups,))
         out = np.moveaxis(out, 0, -2).reshape((batch_per_group,) + out_spatial + (outputs,))
         return finish(np.transpose(out, result_order))

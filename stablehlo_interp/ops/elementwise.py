@@ -69,9 +69,29 @@ def divide(info):
     ttype = info.operand_types[0]
     dtype = ttype.dtype
     if ttype.is_integer:
+        _watch_integer_division(info, ttype)
         return _integer_divide(ttype)
     return _by_kind(info, floating=in_float32_if_needed(np.divide, dtype),
                     complex_=in_wider_precision(np.divide, dtype))
+
+
+def _watch_integer_division(info, ttype):
+    """Report divisors of 0 and INT_MIN / -1 (engine/semantics.py: the spec gives
+    them no value; we give XLA's)."""
+
+    def by_zero(lhs, rhs, result):
+        count = np.count_nonzero(np.broadcast_to(rhs, np.shape(result)) == 0)
+        return f"{count} of {np.size(result)} elements have the divisor 0" if count else None
+
+    info.watch("integer-division-by-zero", by_zero)
+    if ttype.kind == "signed":
+        minimum = -(1 << (ttype.bit_width - 1))
+
+        def overflow(lhs, rhs, result):
+            count = np.count_nonzero((np.asarray(lhs) == minimum) & (np.asarray(rhs) == -1))
+            return f"{count} of {np.size(result)} elements divide {minimum} by -1" if count else None
+
+        info.watch("integer-division-overflow", overflow)
 
 
 def _integer_divide(ttype):
@@ -108,6 +128,8 @@ def remainder(info):
     INT_MIN % -1 = 0 (the reference interpreter aborts on x % 0)."""
     ttype = info.operand_types[0]
     fmod = in_integer_precision(np.fmod, ttype.dtype)
+    if ttype.is_integer:
+        _watch_integer_division(info, ttype)
 
     def integer(lhs, rhs):
         result = fmod(lhs, rhs)  # NumPy: x fmod 0 = 0, INT_MIN fmod -1 = 0

@@ -17,6 +17,7 @@ import numpy as np
 from ..ir.decode import GatherDimensionNumbers
 from ..engine.registry import op
 from ..engine.regions import is_elementwise, monoid_of, monoid_ufunc
+from ..engine.semantics import XLA
 from .reduction import Windows
 from .support import ExtremumOfZeros, integer_compute_dtype, static_shape
 
@@ -102,10 +103,29 @@ def gather_function(operand_shape, dims: GatherDimensionNumbers, slice_sizes):
     return run
 
 
+def clamped_starts(operand_shape, dims: GatherDimensionNumbers, slice_sizes):
+    """``check(operand, start_indices, result)`` for ``OpInfo.watch``: how many start
+    index vectors gather clamps (engine/semantics.py, gather-start-clamped)."""
+    limits = [(k, operand_shape[d] - slice_sizes[d]) for k, d in enumerate(dims.start_index_map)]
+
+    def check(operand, start_indices, result):
+        vectors = _index_vectors(start_indices, dims.index_vector_dim)
+        outside = np.zeros(vectors.shape[:-1], bool)
+        for k, upper in limits:
+            outside |= (vectors[..., k] < 0) | (vectors[..., k] > upper)
+        count = np.count_nonzero(outside)
+        return (f"{count} of {outside.size} start indices are clamped to keep the slice inside the operand"
+                if count else None)
+
+    return check
+
+
 @op("stablehlo.gather")
 def gather(info):
-    return gather_function(static_shape(info.operand_types[0], info), info.attr("dimension_numbers"),
-                           tuple(info.attr("slice_sizes")))
+    operand_shape, dims = static_shape(info.operand_types[0], info), info.attr("dimension_numbers")
+    slice_sizes = tuple(info.attr("slice_sizes"))
+    info.watch("gather-start-clamped", clamped_starts(operand_shape, dims, slice_sizes))
+    return gather_function(operand_shape, dims, slice_sizes)
 
 
 @op("stablehlo.dynamic_gather")
@@ -240,13 +260,25 @@ def _one_by_one(body, results, targets, updates):
             result[target] = value
 
 
-@op("stablehlo.scatter", variadic=True)
+def _order_free(info, n: int) -> bool:
+    """Whether the update region gives the same result in any order of the updates
+    of one element: one integer or boolean monoid op, or a maximum/minimum."""
+    region = info.regions[-1]
+    monoid = monoid_of(region) if n == 1 else None
+    return monoid is not None and (region.arg_types[0].kind in ("bool", "signed", "unsigned")
+                                   or monoid in ("stablehlo.maximum", "stablehlo.minimum"))
+
+
+@op("stablehlo.scatter", variadic=True, execution=True)
 def scatter(info):
     """Spec: scatter. Each update element's result index is its start index (not
     clamped), plus its batching index, plus its window index; updates whose
     result index is out of bounds are skipped element by element, as the spec
-    says. (XLA's CPU backend instead skips an update's whole window when any
-    part of it is out of bounds.) The spec leaves the order of the updates (the
+    says. XLA skips an update's whole window when any part of it is out of
+    bounds, and JAX's ``mode="drop"``/``"fill"`` rely on it: with the run's
+    semantics ``"xla"`` we do that (engine/semantics.py; both cases are reported
+    as scatter-window-out-of-bounds, and duplicate result indices with an
+    order-dependent body as scatter-duplicate-indices). The spec leaves the order of the updates (the
     ``schedule``) implementation-defined; it shows with duplicate result indices
     and a body that is not commutative (or ``replace``). Here it is XLA's CPU
     order: update scatter index outermost, window index innermost, each
@@ -269,10 +301,12 @@ def scatter(info):
     schedule = [a for a in range(update_rank) if a not in dims.update_window_dims] + list(dims.update_window_dims)
     body_dtypes = [t.dtype for t in info.regions[-1].arg_types[:n]]
     combine = scatter_combiner(info, n)
+    order_free = _order_free(info, n)
+    n_window = len(dims.update_window_dims)
 
     def targets_of(indices, window_shape):
-        """Flat result index of every update (schedule order) and, unless all are
-        in bounds, the mask of those that are."""
+        """Flat result index of every update (schedule order: ``batch + window`` shape)
+        and, unless all are in bounds, the mask of those that are."""
         vectors = _index_vectors(indices, index_vector_dim)
         batch_shape = vectors.shape[:-1]
         nb, nw = len(batch_shape), len(window_shape)
@@ -293,17 +327,41 @@ def scatter(info):
         flat = np.broadcast_to(flat, batch_shape + window_shape)
         inside = [(s >= 0) & (s + o.max(initial=0) < size) for s, o, size in zip(starts, offsets, input_shape)]
         if all(np.all(i) for i in inside):
-            return flat.reshape(-1), None
+            return flat, None
         valid = np.ones(flat.shape, bool)
         for s, o, size in zip(starts, offsets, input_shape):
             valid &= (s + o >= 0) & (s + o < size)
-        return flat[valid], valid
+        return flat, valid
 
-    def run(regions, *operands):
+    def in_whole_windows(execution, valid):
+        """``valid`` as the run's semantics reads it: element by element ("spec"), or
+        only the windows entirely inside the operand ("xla"); reports partial windows."""
+        window_axes = tuple(range(valid.ndim - n_window, valid.ndim))
+        whole = valid.all(axis=window_axes, keepdims=True)
+        partial = np.count_nonzero(valid.any(axis=window_axes, keepdims=True) & ~whole)
+        if not partial:
+            return valid
+        xla = execution.semantics == XLA
+        if execution.reporting:
+            effect = "dropped whole (semantics 'xla')" if xla else "their in-bounds elements updated (semantics 'spec')"
+            execution.report(info, "scatter-window-out-of-bounds",
+                             f"{partial} of {whole.size} update windows lie partly outside the operand: {effect}")
+        return valid & whole if xla else valid
+
+    def run(execution, regions, *operands):
         inputs, indices, updates = operands[:n], operands[n], operands[n + 1:]
         results = [np.array(x, dtype=d).reshape(-1) for x, d in zip(inputs, body_dtypes)]
         updates = [np.transpose(u, schedule) for u in updates]
-        targets, valid = targets_of(indices, updates[0].shape[update_rank - len(dims.update_window_dims):])
+        flat, valid = targets_of(indices, updates[0].shape[update_rank - n_window:])
+        if valid is not None:
+            valid = in_whole_windows(execution, valid)
+        targets = flat.reshape(-1) if valid is None else flat[valid]
+        if execution.reporting and not order_free and targets.size:
+            repeated = targets.size - np.unique(targets).size
+            if repeated:
+                execution.report(info, "scatter-duplicate-indices",
+                                 f"{repeated} of {targets.size} updates go to an element updated before; "
+                                 "the update body is not associative and commutative, so their order shows")
         if targets.size:
             combine(regions[0], results, targets,
                     [(u.reshape(-1) if valid is None else u[valid]).astype(d, copy=False)

@@ -3,8 +3,10 @@ unary_einsum, which the spec lists as "not in HLO").
 
 Dot products follow the spec's formula: operands are converted to the result
 element type (i8 x i8 -> i32 multiplies in i32, as XLA and the C++ reference
-interpreter do) and summed in it. Floats narrower than f32 are summed in f32
-and rounded once (XLA CPU does the same); integers wrap. ``precision_config``
+interpreter do) and summed in it, products rounded and summed left to right in
+the order of the contracting indices (docs/semantics.md, "Accumulation").
+Floats narrower than f32 are summed in f32 and rounded once (XLA CPU does the
+same); integers wrap. ``precision_config``
 only matters on accelerators: every dot runs at full precision. A ``DotAlgorithm``
 is honoured (see :func:`_algorithm_product`), except on integers, which it cannot
 round (ignored, as in the C++ reference interpreter).
@@ -19,7 +21,7 @@ import scipy.linalg.blas
 from ..ir.decode import DotDimensionNumbers
 from ..engine.registry import op
 from ..ir.types import dtype_of
-from .support import integer_compute_dtype
+from .support import FOLD_BUFFER_ELEMENTS, fold_rows, integer_compute_dtype
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -48,9 +50,62 @@ def result_converter(ttype):
     return lambda product: product.astype(dtype, copy=False)
 
 
-def batched_matmul(compute):
-    """``(B, M, K) x (B, K, N) -> (B, M, N)`` with operands converted to ``compute``."""
-    return lambda a, b: np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
+# Float contractions of at most this many products are folded in index order
+# (ordered_matmul); larger ones go to BLAS (docs/semantics.md, "Accumulation").
+FOLD_PRODUCTS_LIMIT = 1 << 20
+
+
+def batched_matmul(ttype):
+    """``(B, M, K) x (B, K, N) -> (B, M, N)`` summed in :func:`accumulation_dtype` of
+    the result type ``ttype``. Floats and complex numbers: :func:`ordered_matmul`
+    up to ``FOLD_PRODUCTS_LIMIT`` products, BLAS beyond; integers (exact, wrapping)
+    and booleans (counts): NumPy's matmul."""
+    compute = accumulation_dtype(ttype)
+
+    def blas(a, b):
+        return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
+
+    if ttype.kind not in ("float", "complex"):
+        return blas
+    ordered = ordered_matmul(compute)
+
+    def run(a, b):
+        small = a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] <= FOLD_PRODUCTS_LIMIT
+        return ordered(a, b) if small else blas(a, b)
+
+    return run
+
+
+def ordered_matmul(compute):
+    """``(B, M, K) x (B, K, N) -> (B, M, N)`` in ``compute``, each result element the
+    left fold ``((0 + l[0] r[0]) + l[1] r[1]) + ...`` over k, every product and sum
+    rounded to ``compute`` (docs/semantics.md, "Accumulation").
+
+    The spec defines dot_general's ``dot_product`` as ``reduce`` of ``multiply``:
+    each product is rounded (no fused multiply-add) and the sum's tree is the
+    implementation's; this is the C++ reference interpreter's (and XLA's, for
+    small dots). Vectorized across the result: one multiply and one folding
+    reduce per chunk of k.
+    """
+
+    def run(lhs, rhs):
+        lhs, rhs = lhs.astype(compute, copy=False), rhs.astype(compute, copy=False)
+        batch, rows, depth = lhs.shape
+        accumulator = np.zeros((batch, rows, rhs.shape[2]), compute)
+        if depth == 0 or accumulator.size == 0:
+            return accumulator
+        step = max(1, min(depth, FOLD_BUFFER_ELEMENTS // accumulator.size))
+        lhs_by_k = np.moveaxis(lhs, 2, 0)[..., None]      # (K, B, M, 1)
+        rhs_by_k = np.moveaxis(rhs, 1, 0)[:, :, None, :]  # (K, B, 1, N)
+        terms = np.empty((step + 1,) + accumulator.shape, compute)
+        for start in range(0, depth, step):
+            count = min(depth, start + step) - start
+            terms[0] = accumulator
+            np.multiply(lhs_by_k[start:start + count], rhs_by_k[start:start + count], out=terms[1:count + 1])
+            accumulator = fold_rows(np.add, terms[:count + 1])
+        return accumulator
+
+    return run
 
 
 # ------------------------------------------------------------- dot algorithms
@@ -160,7 +215,7 @@ def _contraction(info, numbers):
     if algorithm is not None and result.kind != "float":
         raise info.unsupported(f"dot algorithm with result type {result.element_type}")
     multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None
-                else batched_matmul(accumulation_dtype(result)))
+                else batched_matmul(result))
     finish = result_converter(result)
 
     def run(lhs, rhs):

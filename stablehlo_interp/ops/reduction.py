@@ -7,7 +7,10 @@ dilated inputs. Three strategies, chosen at load time from the body's pattern
 (engine/regions.py):
 
 1. ``body`` is one monoid op (add, multiply, maximum, minimum, and, or, xor) on
-   its two arguments: NumPy's reduction of that op (pairwise for float sums).
+   its two arguments: NumPy's reduction of that op. Float and complex sums and
+   products are left folds, init first, in row-major order of the reduced
+   indices (docs/semantics.md, "Accumulation"): the C++ reference interpreter's
+   schedule, and XLA's for the small reductions of StableHLO's test files.
 2. ``body`` is made of element-wise ops only (argmax/argmin pairs, ...): a
    balanced tree evaluated level by level, each level one vectorized call of
    ``body`` on whole tensors.
@@ -24,7 +27,7 @@ import numpy as np
 from ..engine.registry import op
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import ExtremumOfZeros, integer_compute_dtype
+from .support import ExtremumOfZeros, fold_reduce, integer_compute_dtype
 
 
 def monoid_reducer(name: str, ttype):
@@ -50,14 +53,7 @@ def monoid_reducer(name: str, ttype):
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
     ufunc = monoid_ufunc(name, kind)
-
-    def floating(values, axes, init):
-        if not values.size:  # nothing to reduce: init, -0.0 kept
-            return np.full(_reduced_shape(values.shape, axes), init, dtype)
-        reduced = ufunc.reduce(values, axis=axes, dtype=dtype)
-        return ufunc(init, reduced).astype(dtype)
-
-    return floating
+    return lambda values, axes, init: fold_reduce(ufunc, values, axes, init, dtype)
 
 
 def _float_extremum(is_max: bool, dtype):

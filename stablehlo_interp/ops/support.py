@@ -151,3 +151,64 @@ class ExtremumOfZeros:
     def from_sum(self, total):
         """The extremum's zero, from a sum of :meth:`terms` that starts from a term."""
         return self.sign * total
+
+
+# Sums and products of floats are folded in a fixed order (docs/semantics.md,
+# "Accumulation"); the terms of a fold are staged in buffers of about this many
+# elements, so memory stays bounded and each NumPy call has work enough.
+FOLD_BUFFER_ELEMENTS = 1 << 18
+
+
+def fold_rows(ufunc, rows):
+    """``((rows[0] ∘ rows[1]) ∘ rows[2]) ∘ ...``: the left fold of ``ufunc`` over
+    axis 0 of ``rows``, each step rounded in its dtype.
+
+    NumPy reduces an outer axis of a C-contiguous array row after row, vectorized
+    across the row, starting from the ufunc's identity: for add that is given as
+    -0.0, the exact identity (+0.0 + -0.0 is +0.0). A row of one element would be
+    summed pairwise instead, so that case is a running ``accumulate``, which is
+    sequential by definition.
+    """
+    flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1)  # (row-major order is what is folded)
+    if flat.shape[1] >= 2:
+        if ufunc is np.add:
+            zero = complex(-0.0, -0.0) if flat.dtype.kind == "c" else -0.0
+            return ufunc.reduce(flat, axis=0, initial=zero).reshape(rows.shape[1:])
+        return ufunc.reduce(flat, axis=0).reshape(rows.shape[1:])
+    return ufunc.accumulate(flat, axis=0)[-1].reshape(rows.shape[1:])
+
+
+def fold_reduce(ufunc, values, axes, init, dtype):
+    """``init ∘ v0 ∘ v1 ∘ ...`` for each result element, folded left to right over
+    the elements of ``values`` on ``axes`` in row-major index order, each step
+    rounded to ``dtype`` (the schedule of the C++ reference interpreter; the
+    spec's reduce allows any tree). ``values`` may be a strided view (the windows
+    of reduce_window): it is copied a slice of its first reduced axis at a time."""
+    axes = sorted(axes)
+    values = np.asarray(values, dtype)
+    kept = [d for d in range(values.ndim) if d not in axes]
+    outer = tuple(values.shape[d] for d in kept)
+    accumulator = np.broadcast_to(np.asarray(init, dtype), outer)
+    if not axes or values.size == 0:
+        return np.array(ufunc(accumulator, values) if not axes else accumulator, dtype)
+    moved = np.transpose(values, axes + kept)  # the reduced axes first: a view
+    if moved.flags.c_contiguous and moved[0].size >= 2 and _is_identity(ufunc, init):
+        # init ∘ (v0 ∘ v1 ∘ ...) equals the fold from an identity init, and needs no copy.
+        return np.asarray(ufunc(init, fold_rows(ufunc, moved.reshape((-1,) + outer))), dtype)
+    per_first = moved[0].size  # terms per index of the first reduced axis, times the outer size
+    step = max(1, FOLD_BUFFER_ELEMENTS // per_first)
+    for first in range(0, moved.shape[0], step):
+        piece = moved[first:first + step].reshape((-1,) + outer)
+        rows = np.empty((len(piece) + 1,) + outer, dtype)
+        rows[0], rows[1:] = accumulator, piece
+        accumulator = fold_rows(ufunc, rows)
+    return np.asarray(accumulator, dtype)
+
+
+def _is_identity(ufunc, init) -> bool:
+    """Whether starting a fold of ``ufunc`` from ``init`` changes nothing but the sign
+    of a zero result, which ``init ∘ result`` then restores: any zero for add
+    (-0.0 + x = x; +0.0 + x = x unless x is -0.0), 1 for real multiply."""
+    if ufunc is np.add:
+        return bool(init == 0)
+    return ufunc is np.multiply and init.dtype.kind == "f" and bool(init == 1)

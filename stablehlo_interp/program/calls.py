@@ -39,9 +39,10 @@ class Call:
     signature: JaxSignature | None = None
     traced: object = None
 
-    def run(self, listeners=(), io: HostQueues | None = None) -> list:
+    def run(self, listeners=(), io: HostQueues | None = None, semantics: str | None = None) -> list:
         """The function's results as a flat list (the module's results)."""
-        return self.program.run(*self.arguments, function=self.function, listeners=listeners, io=io)
+        return self.program.run(*self.arguments, function=self.function, listeners=listeners, io=io,
+                                semantics=semantics)
 
     def results(self, outputs: list):
         """``outputs`` of :meth:`run` as the caller expects them: the function's output
@@ -70,7 +71,8 @@ def prepare(target, args=(), kwargs=None, function: str | None = None) -> Call:
     return Call(program, coerce_arguments(runnable, args), runnable.name)
 
 
-def run(target, *args, function: str | None = None, listeners=(), io: HostQueues | None = None, **kwargs):
+def run(target, *args, function: str | None = None, listeners=(), io: HostQueues | None = None,
+        semantics: str | None = None, **kwargs):
     """Run ``target`` on its arguments.
 
     A Python function, a jitted function, a ``Lowered`` or an ``Exported`` is called
@@ -78,10 +80,12 @@ def run(target, *args, function: str | None = None, listeners=(), io: HostQueues
     **kwargs)`` returns, with NumPy arrays. MLIR text, a path, bytes, an ``ir.Module``
     or a loaded ``Program`` runs ``@main`` (or ``function``) on its flat arguments
     and returns the list of its results. ``listeners`` observe the run (see
-    :class:`~stablehlo_interp.Listener`); ``io`` holds its host queues.
+    :class:`~stablehlo_interp.Listener`); ``io`` holds its host queues; ``semantics``
+    is ``"spec"`` (the default for a module or function loaded here; a Program's own
+    otherwise) or ``"xla"`` (docs/semantics.md).
     """
     call = prepare(target, args, kwargs, function)
-    return call.results(call.run(listeners, io))
+    return call.results(call.run(listeners, io, semantics))
 
 
 def _no_function_name(target, function: str | None) -> None:

@@ -12,6 +12,7 @@ from ..ir import sources
 from ..ir.declarations import decode_module
 from ..ir.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, RunContext, numpy_warnings_off
+from ..engine.semantics import SPEC, semantics_named
 from ..errors import ArgumentError, ModuleError
 from ..engine.plan import Function, ModuleInfo
 from .compiler import Compiler
@@ -37,15 +38,19 @@ class Program:
     ``signature`` is the calling convention of the JAX function a ``Lowered`` or
     an ``Exported`` came from (None for a module in any other form): :meth:`call`
     takes that function's arguments; :meth:`run` always takes the module's.
+
+    ``semantics`` is what its runs follow unless a run says otherwise: ``"spec"``
+    (the default) or ``"xla"`` (docs/semantics.md, engine/semantics.py).
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
 
-    def __init__(self, source, *, verify: bool = True):
+    def __init__(self, source, *, verify: bool = True, semantics: str = SPEC):
         if is_jax_function(source):
             raise ModuleError("a function becomes a module for its arguments: si.run(f, *args), or "
                               "si.load(jax.jit(f).lower(*args))")
         self.signature = JaxSignature.of(source)
+        self.semantics = semantics_named(semantics)
         parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
         self.module = annotate_manual_borders(parsed.module, parsed.owned) if parsed.may_have_manual_borders \
             else parsed.module
@@ -80,24 +85,27 @@ class Program:
             return public[0]
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
-    def run(self, *args, function: str | None = None, listeners=(), io: HostQueues | None = None) -> list:
+    def run(self, *args, function: str | None = None, listeners=(), io: HostQueues | None = None,
+            semantics: str | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
         ``listeners`` are :class:`~stablehlo_interp.engine.run.Listener` objects that
         observe (and may alter or stop) the run. ``io`` holds the host side of
         infeed, outfeed, send and recv (see :class:`~stablehlo_interp.engine.hostio.HostQueues`).
+        ``semantics`` is ``"spec"`` or ``"xla"`` (the program's by default).
         """
         target = self.runnable(function)
         values = coerce_arguments(target, args)
-        return [_as_result(value, values) for value in self.execute(target, values, RunContext(listeners, io))]
+        context = RunContext(listeners, io, semantics=semantics or self.semantics)
+        return [_as_result(value, values) for value in self.execute(target, values, context)]
 
-    def call(self, *args, listeners=(), io: HostQueues | None = None, **kwargs):
+    def call(self, *args, listeners=(), io: HostQueues | None = None, semantics: str | None = None, **kwargs):
         """Call the program as the JAX function it was lowered from: the same positional
         and keyword arguments, pytrees and static arguments (see :meth:`bind`); returns
         the function's output pytree of NumPy arrays, as ``jax.jit(f)(*args, **kwargs)``
-        would. ``listeners`` and ``io`` are :meth:`run`'s."""
+        would. ``listeners``, ``io`` and ``semantics`` are :meth:`run`'s."""
         main = self.runnable()
-        outputs = self.run(*self.bind(args, kwargs), listeners=listeners, io=io)
+        outputs = self.run(*self.bind(args, kwargs), listeners=listeners, io=io, semantics=semantics)
         return self.signature.results(main, outputs)
 
     def bind(self, args: tuple, kwargs: dict, static_argnums=None) -> list:
@@ -127,8 +135,9 @@ class Program:
         """:meth:`run` without its argument checks and result copies, for callers
         whose values already have the function's types and who never write into
         the results (which may be constants or the arguments themselves): the device.
-        ``context`` holds the run's listeners and host queues (a new one by default)."""
-        context = context if context is not None else RunContext()
+        ``context`` holds the run's listeners, host queues and semantics (a new one,
+        with the program's semantics, by default)."""
+        context = context if context is not None else RunContext(semantics=self.semantics)
         if self.shape_polymorphic:
             refined = self.refined(*values, function=target.name)
             return refined.execute(refined.function(target.name), values, context)
@@ -142,13 +151,14 @@ class Program:
         return self.num_replicas * self.num_partitions
 
     def run_grid(self, per_process_args, *, function: str | None = None, listeners=(),
-                 io: HostQueues | None = None) -> list:
+                 io: HostQueues | None = None, semantics: str | None = None) -> list:
         """Run a function once per process of the module's grid, ``num_replicas`` x
         ``num_partitions`` (spec: Parallel execution), with collectives between them.
 
         ``per_process_args[i]`` are the arguments of the process with flattened id
         ``i = replica_id * num_partitions + partition_id``; returns the list of
         each process's results, in the same order. The processes share ``io``.
+        ``semantics`` is :meth:`run`'s.
         """
         target = self.runnable(function)
         per_process_args = list(per_process_args)
@@ -159,8 +169,8 @@ class Program:
         values = [coerce_arguments(target, args) for args in per_process_args]
         if self.shape_polymorphic:
             return self.refined(*values[0], function=target.name).run_grid(
-                values, function=target.name, listeners=listeners, io=io)
-        outputs = self._run_grid(target, values, RunContext(listeners, io))
+                values, function=target.name, listeners=listeners, io=io, semantics=semantics or self.semantics)
+        outputs = self._run_grid(target, values, RunContext(listeners, io, semantics=semantics or self.semantics))
         return [[_as_result(value, args) for value in out] for out, args in zip(outputs, values)]
 
     def _run_grid(self, target: Function, per_process_values: list, context: RunContext) -> list:
@@ -210,9 +220,10 @@ class Program:
         return f"<Program functions=[{names}]>"
 
 
-def load(source, *, verify: bool = True) -> Program:
-    """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported)."""
-    return Program(source, verify=verify)
+def load(source, *, verify: bool = True, semantics: str = SPEC) -> Program:
+    """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported);
+    its runs follow ``semantics`` (``"spec"`` or ``"xla"``) unless a run says otherwise."""
+    return Program(source, verify=verify, semantics=semantics)
 
 
 def coerce_arguments(function: Function, args) -> list:

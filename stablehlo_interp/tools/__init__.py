@@ -13,6 +13,7 @@ a function that runs a target on its arguments as ``si.run`` does
 ``compare``            first op that differs on another backend (:mod:`.compare`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`)
+``portability``        where the result depends on the implementation (:mod:`.portability`)
 ``on_device``          any listener on every run of the interp device (:mod:`.session`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
 =====================  =====================================================
@@ -28,6 +29,7 @@ from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
 from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteReport, find_nonfinite
+from .portability import Finding, PortabilityReport, portability
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .region_calls import RegionCall
 from .session import install_from_environment, on_device
@@ -36,8 +38,8 @@ from .trace import OpRecord, Trace, TraceRecorder, trace
 
 __all__ = [
     "BreakHit", "Breakpoint", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteReport", "OpRecord",
-    "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder", "ValueSummary",
-    "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
-    "load_probes", "on_device", "probe", "summarize", "trace",
+    "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteReport",
+    "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
+    "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
+    "load_probes", "on_device", "portability", "probe", "summarize", "trace",
 ]

@@ -1,0 +1,150 @@
+"""Accumulation order (docs/semantics.md, "Accumulation"): float and complex sums
+of dot_general, convolution, reduce and reduce_window are left folds in the
+spec's index order, every product and sum rounded to the element type, so the
+results are bit for bit those of the C++ reference interpreter.
+
+The inputs mix magnitudes over many binades so that sums cancel: a different
+order (pairwise, BLAS's blocks, a wider accumulator) lands ULPs away. Each case
+also runs with tiny fold buffers, so the chunked paths give the same bits.
+"""
+
+import numpy as np
+import pytest
+
+from oracles import same_as_reference, tensor_type
+from stablehlo_interp.ops import linalg, support
+
+# Complex products are left out: the C++ reference interpreter's complex multiply
+# rounds differently from the textbook formula NumPy uses (1 ULP in about one
+# product in seven); complex sums are componentwise and are compared.
+ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>"}
+
+
+@pytest.fixture(params=["whole", "chunked"])
+def fold_buffer(request, monkeypatch):
+    """Folds staged in the default buffers, or in buffers of a few elements."""
+    if request.param == "chunked":
+        monkeypatch.setattr(support, "FOLD_BUFFER_ELEMENTS", 5)
+        monkeypatch.setattr(linalg, "FOLD_BUFFER_ELEMENTS", 5)
+
+
+def cancelling(shape, dtype, seed):
+    """Values whose sums cancel: random signs, magnitudes 2**-12 ... 2**12."""
+    rng = np.random.default_rng(seed)
+
+    def real():
+        return rng.standard_normal(shape) * 2.0 ** rng.integers(-12, 13, shape)
+
+    values = real() + 1j * real() if np.dtype(dtype).kind == "c" else real()
+    return values.astype(dtype)
+
+
+def same_as_reference_via_reals(reference, arguments, op: str, result_type: str, *values):
+    """``%0 = op`` on ``arguments`` (``[(name, type), ...]``) here and on the C++
+    reference interpreter, bit for bit. The reference harness passes and returns
+    real tensors only: a complex argument comes in as its real and imaginary
+    parts, a complex result goes out as its parts."""
+    signature, prologue, inputs = [], [], []
+    for (name, ttype), value in zip(arguments, values):
+        if "complex" in ttype:
+            part = ttype.replace("complex<f32>", "f32")
+            signature += [f"%{name}_re: {part}", f"%{name}_im: {part}"]
+            prologue.append(f"  %{name} = stablehlo.complex %{name}_re, %{name}_im : {ttype}")
+            inputs += [np.real(value), np.imag(value)]
+        else:
+            signature.append(f"%{name}: {ttype}")
+            inputs.append(value)
+    lines = [*prologue, f"  %0 = {op}"]
+    if "complex" in result_type:
+        part = result_type.replace("complex<f32>", "f32")
+        lines += [f"  %re = stablehlo.real %0 : ({result_type}) -> {part}",
+                  f"  %im = stablehlo.imag %0 : ({result_type}) -> {part}", f"  return %re, %im : {part}, {part}"]
+        results = f"({part}, {part})"
+    else:
+        lines.append(f"  return %0 : {result_type}")
+        results = result_type
+    text = "\n".join([f"func.func @main({', '.join(signature)}) -> {results} {{", *lines, "}"])
+    same_as_reference(reference, text, *inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lhs_shape, rhs_shape, dims, result_shape", [
+    ((4, 9), (9, 3), "contracting_dims = [1] x [0]", (4, 3)),
+    ((40,), (40,), "contracting_dims = [0] x [0]", ()),  # one result element: a running sum
+    ((2, 3, 5, 4), (4, 2, 5, 3), "batching_dims = [0] x [1], contracting_dims = [2, 3] x [2, 0]", (2, 3, 3)),
+])
+def test_dot_general_sums_like_the_reference(reference, fold_buffer, dtype, lhs_shape, rhs_shape, dims,
+                                             result_shape):
+    element = ELEMENT[dtype]
+    lhs, rhs = cancelling(lhs_shape, dtype, 1), cancelling(rhs_shape, dtype, 2)
+    lt, rt, ot = (tensor_type(s, element) for s in (lhs_shape, rhs_shape, result_shape))
+    same_as_reference_via_reals(reference, [("a", lt), ("b", rt)],
+                                f"stablehlo.dot_general %a, %b, {dims} : ({lt}, {rt}) -> {ot}", ot, lhs, rhs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("window, result_shape", [
+    ("stride = [1, 2], pad = [[1, 0], [0, 2]], rhs_dilate = [1, 2]", (2, 6, 3, 6)),
+    ("reverse = [true, false]", (2, 5, 5, 6)),  # the input's window is reversed, the sum follows the kernel
+    ("lhs_dilate = [2, 1], reverse = [false, true]", (2, 11, 5, 6)),
+])
+def test_convolution_sums_like_the_reference(reference, fold_buffer, dtype, window, result_shape):
+    element = ELEMENT[dtype]
+    lhs, rhs = cancelling((2, 7, 6, 4), dtype, 3), cancelling((3, 2, 2, 6), dtype, 4)
+    lt, rt, ot = (tensor_type(s, element) for s in (lhs.shape, rhs.shape, result_shape))
+    same_as_reference_via_reals(
+        reference, [("a", lt), ("b", rt)],
+        f"stablehlo.convolution(%a, %b) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], "
+        f"window = {{{window}}} {{batch_group_count = 1 : i64, feature_group_count = 2 : i64}} : ({lt}, {rt}) -> {ot}",
+        ot, lhs, rhs)
+
+
+@pytest.mark.parametrize("dtype, body", [(np.float32, "add"), (np.float64, "add"), (np.complex64, "add"),
+                                         (np.float32, "multiply"), (np.float64, "multiply")])
+@pytest.mark.parametrize("dimensions, result_shape", [([1], (5, 3)), ([2, 0], (6,)), ([0, 1, 2], ())])
+def test_reduce_folds_like_the_reference(reference, fold_buffer, dtype, dimensions, result_shape, body):
+    element = ELEMENT[dtype]
+    values = cancelling((5, 6, 3), dtype, 5)
+    if body == "multiply":  # products of values near 1, so they neither vanish nor overflow
+        values = (1 + values / 8192).astype(dtype)
+    vt, rt, st = tensor_type(values.shape, element), tensor_type(result_shape, element), f"tensor<{element}>"
+    same_as_reference_via_reals(
+        reference, [("x", vt), ("init", st)],
+        f"stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = {dimensions} : ({vt}, {st}) -> {rt}",
+        rt, values, np.asarray(cancelling((), dtype, 6)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("attributes, result_shape", [
+    ("window_dimensions = array<i64: 2, 2>", (5, 6)),
+    ("window_dimensions = array<i64: 3, 2>, window_strides = array<i64: 2, 1>, "
+     "base_dilations = array<i64: 1, 2>, window_dilations = array<i64: 2, 1>, "
+     "padding = dense<[[1, 2], [0, 1]]> : tensor<2x2xi64>", (3, 13)),
+    ("window_dimensions = array<i64: 6, 1>, padding = dense<[[5, 0], [0, 0]]> : tensor<2x2xi64>", (6, 7)),
+])
+def test_reduce_window_adds_like_the_reference(reference, fold_buffer, dtype, attributes, result_shape):
+    element = ELEMENT[dtype]
+    values = cancelling((6, 7), dtype, 7)
+    vt, rt, st = tensor_type(values.shape, element), tensor_type(result_shape, element), f"tensor<{element}>"
+    text = f"""func.func @main(%x: {vt}, %init: {st}) -> {rt} {{
+  %0 = "stablehlo.reduce_window"(%x, %init) <{{{attributes}}}> ({{
+  ^bb0(%a: {st}, %b: {st}):
+    %s = stablehlo.add %a, %b : {st}
+    stablehlo.return %s : {st}
+  }}) : ({vt}, {st}) -> {rt}
+  return %0 : {rt}
+}}"""
+    same_as_reference(reference, text, values, np.asarray(cancelling((), dtype, 8)))
+
+
+
+@pytest.mark.parametrize("init", [0.0, -0.0])
+def test_reduce_of_negative_zeros_keeps_the_folds_sign(reference, fold_buffer, init):
+    """(init + -0.0) + -0.0 ...: +0.0 from a +0.0 init, -0.0 from a -0.0 init."""
+    values = np.full((3, 4), -0.0, np.float32)
+    text = """func.func @main(%x: tensor<3x4xf32>, %init: tensor<f32>) -> tensor<4xf32> {
+  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+    (result,) = same_as_reference(reference, text, values, np.float32(init))
+    assert np.all(np.signbit(result) == np.signbit(init))
