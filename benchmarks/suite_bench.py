@@ -28,10 +28,11 @@ import argparse
 import pathlib
 import pickle
 import statistics
-import struct
 import subprocess
 import sys
 import time
+
+from stablehlo_interp.ir.first_parse import read, write   # the package's length-prefixed framing
 
 DEFAULT_TESTS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "stablehlo-tests"
 
@@ -118,17 +119,11 @@ def programs(directory: pathlib.Path, limit: int | None) -> list[tuple[str, str]
 
 
 def _send(stream, payload) -> None:
-    data = pickle.dumps(payload)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
+    write(stream, pickle.dumps(payload))
 
 
 def _receive(stream):
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError
-    (size,) = struct.unpack("<Q", header)
-    return pickle.loads(stream.read(size))
+    return pickle.loads(read(stream))
 
 
 def _child() -> None:

@@ -12,11 +12,12 @@ the exception class it raised, ``"CaseTimeout"`` for a case that ran past
 from __future__ import annotations
 
 import pickle
-import struct
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+
+from stablehlo_interp.ir.first_parse import read, write   # the package's length-prefixed framing
 
 SECONDS_PER_CASE = 3
 
@@ -34,16 +35,11 @@ class Outcome:
 
 
 def _send(stream, payload) -> None:
-    data = pickle.dumps(payload)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
+    write(stream, pickle.dumps(payload))
 
 
 def _receive(stream):
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError
-    return pickle.loads(stream.read(struct.unpack("<Q", header)[0]))
+    return pickle.loads(read(stream))
 
 
 class ChildLoader:

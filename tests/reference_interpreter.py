@@ -9,11 +9,12 @@ child is started for the next one.
 from __future__ import annotations
 
 import pickle
-import struct
 import subprocess
 import sys
 
 import numpy as np
+
+from stablehlo_interp.ir.first_parse import read, write   # the package's length-prefixed framing
 
 
 class ReferenceCrashed(RuntimeError):
@@ -25,18 +26,11 @@ class ReferenceError_(RuntimeError):
 
 
 def _send(stream, payload) -> None:
-    data = pickle.dumps(payload)
-    stream.write(struct.pack("<Q", len(data)))
-    stream.write(data)
-    stream.flush()
+    write(stream, pickle.dumps(payload))
 
 
 def _receive(stream):
-    header = stream.read(8)
-    if len(header) < 8:
-        raise EOFError
-    (size,) = struct.unpack("<Q", header)
-    return pickle.loads(stream.read(size))
+    return pickle.loads(read(stream))
 
 
 class ReferenceInterpreter:
