@@ -59,14 +59,7 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
         values = [ops[index].results[result] for index, result in returned]
         for op in reversed(ops[last + 1:]):   # the terminator and every op after ``last``
             op.operation.erase()
-        with ir.InsertionPoint(block), func.location:
-            ir.Operation.create("func.return", operands=values)
-        inputs = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
-        func.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(inputs, [value.type for value in values]))
-        if "res_attrs" in func.attributes:
-            del func.attributes["res_attrs"]
-        _drop_aliasing(func)
+        _return_instead(func, block, values, func.location)
         return _text(module)
 
 
@@ -108,14 +101,7 @@ def checks_as_results(text: str, function: str) -> tuple[str, str, list]:
             if any(len(list(result.uses)) for result in check.results):
                 raise ModuleError(f"the result of {check.name} is used: it cannot be taken out")
             check.erase()
-        with ir.InsertionPoint(block), location:
-            ir.Operation.create("func.return", operands=values)
-        inputs = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
-        func.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(inputs, [value.type for value in values]))
-        if "res_attrs" in func.attributes:
-            del func.attributes["res_attrs"]
-        _drop_aliasing(func)
+        _return_instead(func, block, values, location)
         reachable = _reachable(function, functions)
         for name, other in functions.items():   # other tests, with checks of their own
             if name not in reachable:
@@ -203,6 +189,19 @@ def sharding_ops_as_custom_calls(text: str, hlo_sharding) -> str:
             op.results[0].replace_all_uses_with(call.results[0])
             op.erase()
         return _text(module)
+
+
+def _return_instead(func, block: ir.Block, values: list, location) -> None:
+    """End ``block`` (its terminator already gone) with ``func.return values`` and make
+    ``func``'s result types, result attributes and aliasing match."""
+    with ir.InsertionPoint(block), location:
+        ir.Operation.create("func.return", operands=values)
+    inputs = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(inputs, [value.type for value in values]))
+    if "res_attrs" in func.attributes:
+        del func.attributes["res_attrs"]
+    _drop_aliasing(func)
 
 
 def _body(func) -> ir.Block:
