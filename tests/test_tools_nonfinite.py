@@ -54,6 +54,20 @@ def test_the_op_that_makes_it_not_the_ops_it_flows_through():
     assert report.op == "stablehlo.exponential" and report.new[0][1] == "inf"
 
 
+def test_the_infinities_jax_writes_as_reduction_identities_are_not_reported():
+    # softmax reduces with a max whose initial value is the constant -inf; the first
+    # non-finite value the program computes is the log of a negative number.
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    report = si.find_nonfinite(lambda x: jnp.log(jax.nn.softmax(x) - 0.5), x)
+    assert report.op == "stablehlo.log"
+    assert report.new == [(0, "nan", 2, (0,))]   # softmax(x) = [0.090, 0.245, 0.665]
+
+
+def test_a_nan_constant_is_reported():
+    report = si.find_nonfinite(lambda x: jnp.where(x > 0, x, jnp.nan), np.array([1.0, -1.0], np.float32))
+    assert report.op == "stablehlo.constant" and report.new[0][1] == "nan"
+
+
 def test_values_that_come_in_non_finite_are_not_reported():
     assert si.find_nonfinite(lambda x: x * 2 + 1, np.array([np.nan, 1.0], np.float32)) is None
     assert si.find_nonfinite(lambda x: jnp.sqrt(x), np.array([4.0, 9.0], np.float32)) is None

@@ -7,6 +7,11 @@ An op is reported when one of its results holds a NaN (or an infinity) and
 none of its operands does: the op where the non-finite value appears, not the
 ops it then flows through. The search runs the exact lowered program once,
 inside loops and branches too, and stops at the first such op.
+
+Infinities written into the program as constants are not reported: JAX writes
+``-inf`` and ``inf`` as the initial values of every max and min reduction
+(``softmax``, ``argmax``, ``max_pool`` ...), so the first infinity of most
+programs is one of those. A NaN constant is reported.
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ class NonFiniteFinder(Listener):
     def after_op(self, step, operands, results, stack):
         if self._reported_this_run:
             return None
-        before = _kinds(operands)
+        before = _kinds(operands) if operands else {"inf"}   # a constant's infinities: see the module's text
         new = [(index, kind, *_first(value, kind)) for index, value in enumerate(results)
                for kind in KINDS if kind in _kinds([value]) - before]
         if new:
