@@ -28,7 +28,7 @@ import threading
 
 from ..errors import ModuleError
 
-OK, ERROR = b"o", b"e"  # the child's reply: a status byte, then a message
+OK, ERROR = b"o", b"e"  # the child's reply: a status byte, then its error message or its bytecode
 
 
 class _ParseChild:
@@ -36,8 +36,9 @@ class _ParseChild:
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
-    def check(self, data: bytes) -> None:
-        """Parse ``data`` (bytecode or text) in the child; raise the ModuleError it gives, or one for a crash."""
+    def check(self, data: bytes) -> bytes:
+        """Parse ``data`` (bytecode or text) in the child; raise the ModuleError it gives, or one for a crash;
+        return the module as bytecode the child wrote."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._process = subprocess.Popen([sys.executable, "-m", f"{__package__}.first_parse_child"],
@@ -58,6 +59,7 @@ class _ParseChild:
                 raise
         if status == ERROR:
             raise ModuleError(message.decode("utf-8"))
+        return message
 
 
 def write(stream, data: bytes) -> None:
@@ -79,6 +81,9 @@ def read(stream) -> bytes:
 _CHILD = _ParseChild()
 
 
-def check_in_child(data: bytes) -> None:
-    """Raise a ModuleError unless ``data`` parses cleanly in the child process."""
-    _CHILD.check(data)
+def check_in_child(data: bytes) -> bytes:
+    """Raise a ModuleError unless ``data`` parses cleanly in the child process; return
+    the module as bytecode the child wrote. Reading damaged bytecode is not always
+    deterministic (a run under load once read in the child what then aborted this
+    process), so this process reads only what MLIR's own writer made."""
+    return _CHILD.check(data)

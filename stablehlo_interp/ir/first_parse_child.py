@@ -1,8 +1,10 @@
 """The child process of first_parse.py: parses the bytes it is sent, reads every
-name in the module, and replies (see :class:`~stablehlo_interp.ir.first_parse._ParseChild`)."""
+name in the module, and replies with the module as bytecode it wrote itself (see
+:class:`~stablehlo_interp.ir.first_parse._ParseChild`)."""
 
 from __future__ import annotations
 
+import io
 import sys
 
 from jaxlib.mlir import ir
@@ -42,9 +44,12 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            _read_everything(parse_bytes(data))
+            module = parse_bytes(data)
+            _read_everything(module)
+            rewritten = io.BytesIO()
+            module.operation.write_bytecode(rewritten)
             replies.write(OK)
-            write(replies, b"")
+            write(replies, rewritten.getvalue())
         except ModuleError as error:
             replies.write(ERROR)
             write(replies, str(error).encode("utf-8"))
