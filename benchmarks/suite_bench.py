@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from stablehlo_interp.ir.first_parse import read, write   # the package's length-prefixed framing
+from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
 
 DEFAULT_TESTS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "stablehlo-tests"
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from stablehlo_interp.ir.first_parse import read, write   # the package's length-prefixed framing
+from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
 
 SECONDS_PER_CASE = 3
 

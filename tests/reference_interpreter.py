@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from stablehlo_interp.ir.first_parse import read, write   # the package's length-prefixed framing
+from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
 
 
 class ReferenceCrashed(RuntimeError):

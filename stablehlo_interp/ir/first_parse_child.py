@@ -1,17 +1,16 @@
 """The child process of first_parse.py: parses the bytes it is sent, reads every
 name in the module, and replies with the module as bytecode it wrote itself (see
-:class:`~stablehlo_interp.ir.first_parse._ParseChild`)."""
+:mod:`~stablehlo_interp.ir.first_parse`)."""
 
 from __future__ import annotations
 
 import io
-import sys
 
 from jaxlib.mlir import ir
 
 from ..errors import ModuleError
+from .child_process import ERROR, OK, serve
 from .decode import decode_location, decode_op_attributes
-from .first_parse import ERROR, OK, read, write
 from .sources import parse_bytes
 
 
@@ -36,28 +35,19 @@ def _read_everything(module) -> None:
     module.operation.walk(visit)
 
 
-def _serve() -> None:
-    requests, replies = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        try:
-            data = read(requests)
-        except EOFError:
-            return
-        try:
-            module = parse_bytes(data)
-            _read_everything(module)
-            rewritten = io.BytesIO()
-            module.operation.write_bytecode(rewritten)
-            replies.write(OK)
-            write(replies, rewritten.getvalue())
-        except ModuleError as error:
-            replies.write(ERROR)
-            write(replies, str(error).encode("utf-8"))
-        except RuntimeError as error:  # nanobind's "conversion error": a name that is not UTF-8
-            cause = str(error).strip().splitlines()[-1]   # the walk wraps it with the callback's traceback
-            replies.write(ERROR)
-            write(replies, f"cannot load the module: a name in it is not valid UTF-8 ({cause})".encode("utf-8"))
+def _answer(data: bytes) -> tuple[bytes, bytes]:
+    try:
+        module = parse_bytes(data)
+        _read_everything(module)
+        rewritten = io.BytesIO()
+        module.operation.write_bytecode(rewritten)
+        return OK, rewritten.getvalue()
+    except ModuleError as error:
+        return ERROR, str(error).encode("utf-8")
+    except RuntimeError as error:  # nanobind's "conversion error": a name that is not UTF-8
+        cause = str(error).strip().splitlines()[-1]   # the walk wraps it with the callback's traceback
+        return ERROR, f"cannot load the module: a name in it is not valid UTF-8 ({cause})".encode("utf-8")
 
 
 if __name__ == "__main__":
-    _serve()
+    serve(_answer)

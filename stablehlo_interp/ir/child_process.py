@@ -1,0 +1,97 @@
+"""A persistent child process for MLIR work that may abort the process doing it.
+
+Some of what jaxlib's C++ does can kill its process on input it does not expect
+(MLIR's bytecode reader on damaged bytes, Shardy's passes on programs they were not
+written for), and nothing in Python can catch an abort. Such work runs in a child
+(``python -m <module>``) that reads length-prefixed requests from its stdin and
+answers each with a status byte and a length-prefixed payload. The child lives as
+long as this process (started at the first request, guarded by a lock); a child
+that dies is replaced at the next request.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+OK, ERROR = b"o", b"e"  # a reply's status byte: its payload is the answer, or an error message
+
+
+class ChildDied(Exception):
+    """The child ended while answering; ``how`` says how ("signal 6", "exit status 1"),
+    ``last_words`` is the last line it wrote to stderr (an LLVM or Abseil check's message)."""
+
+    def __init__(self, how: str, last_words: str):
+        super().__init__(f"{how}: {last_words}" if last_words else how)
+        self.how, self.last_words = how, last_words
+
+
+class ChildProcess:
+    """The child running ``python -m module`` (a module that serves with :func:`read`
+    and :func:`write` until its stdin closes)."""
+
+    def __init__(self, module: str):
+        self._module = module
+        self._process: subprocess.Popen | None = None
+        self._stderr = None   # the running child's stderr, a temporary file
+        self._lock = threading.Lock()
+
+    def ask(self, request: bytes) -> tuple[bytes, bytes]:
+        """Send ``request``; return the child's ``(status, payload)``. Raises
+        :class:`ChildDied` when the child ends before it answers."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._stderr = tempfile.TemporaryFile()
+                self._process = subprocess.Popen([sys.executable, "-m", self._module],
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                 stderr=self._stderr)
+            try:
+                write(self._process.stdin, request)
+                return self._process.stdout.read(1), read(self._process.stdout)
+            except (EOFError, BrokenPipeError, OSError):
+                returncode = self._process.wait()
+                raise ChildDied(f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}",
+                                self._last_words()) from None
+            except BaseException:  # KeyboardInterrupt mid-exchange: the child's reply would answer the next request
+                self._process.kill()
+                self._process.wait()
+                raise
+
+    def _last_words(self) -> str:
+        self._stderr.seek(0, 2)
+        self._stderr.seek(max(0, self._stderr.tell() - 4096))
+        lines = [line.strip() for line in self._stderr.read().decode("utf-8", "replace").splitlines()]
+        return next((line for line in reversed(lines) if line), "")
+
+
+def write(stream, data: bytes) -> None:
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def read(stream) -> bytes:
+    header = stream.read(8)
+    if len(header) < 8:
+        raise EOFError
+    (size,) = struct.unpack("<Q", header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return data
+
+
+def serve(answer) -> None:
+    """The child's loop: answer each request with ``answer(request) -> (status, payload)``
+    until stdin closes."""
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            request = read(requests)
+        except EOFError:
+            return
+        status, payload = answer(request)
+        replies.write(status)
+        write(replies, payload)
