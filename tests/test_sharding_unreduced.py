@@ -140,24 +140,6 @@ def test_grad_of_reshard_from_reduced_is_unreduced():
     assert_same(cpu, interp)
 
 
-def test_compiled_text_shows_constraints_as_sharding_calls():
-    """``compiled.as_text()`` converts the device's program to HLO, which refuses Shardy
-    ops: the device hands it constraints and reshards as ``Sharding`` custom calls, with
-    the HLO sharding JAX's NamedSharding names."""
-    mesh = explicit_mesh("interp", (2, 2), ("x", "y"))
-    with jax.set_mesh(mesh):
-        x, y = put(ROWS, P("x", "y")), put(ROWS.T, P("y", None))
-        spec = P("x", None, unreduced={"y"})
-        matmul = jax.jit(lambda a, b: reshard(jnp.einsum("ij,jk->ik", a, b, out_sharding=spec), P("x")))
-        text = matmul.lower(x, y).compile().as_text()
-    unreduced = jax.NamedSharding(mesh, spec)._to_xla_hlo_sharding(2)
-    reduced = jax.NamedSharding(mesh, P("x", None))._to_xla_hlo_sharding(2)
-    calls = [line for line in text.splitlines() if 'custom_call_target="Sharding"' in line]
-    assert len(calls) == 2
-    assert f"sharding={unreduced}" in calls[0]
-    assert f"sharding={reduced}" in calls[1]
-
-
 def test_out_sharding_alone_makes_a_result_unreduced():
     """An identity whose out_shardings is unreduced: a device keeps the part of the value
     it held (its slice of a sharded input; the whole of a replicated one at coordinate 0)

@@ -15,7 +15,7 @@ import os
 import ml_dtypes
 import numpy as np
 
-from ..ir import edit, sources
+from ..ir import edit, partition, sources
 from ..sharding import tiling as sharding
 from ..program import program as program_module
 from ..engine.semantics import XLA, semantics_named
@@ -245,15 +245,25 @@ class Executable:
         return len(self.output_types)
 
     def program_text(self) -> str:
-        """The program's text, with Shardy's sharding constraints and reshards as HLO's
-        ``Sharding`` custom calls: XLA's StableHLO-to-HLO converter (``compiled.as_text()``)
-        refuses ``sdy`` ops."""
+        """What ``compiled.as_text()`` shows: the program each device runs, as XLA shows it.
+        For a program on several devices with Shardy meshes that is the per-device program
+        Shardy's partitioner makes (ir/partition.py); when it cannot, the global program
+        with a note saying why (the module's frontend attribute ``interp.per_device_program``).
+        The global program has Shardy's sharding constraints and reshards as HLO's
+        ``Sharding`` custom calls: XLA's StableHLO-to-HLO converter refuses ``sdy`` ops."""
+        notes = None
+        if len(self.devices) > 1 and self.program.meshes:
+            try:
+                return partition.per_device_program(self.program.module)
+            except partition.PartitionError as why:
+                notes = {"interp.per_device_program": f"not made ({why}); this is the global program, "
+                                                      "which the interpreter runs"}
         meshes, count = self.program.meshes, len(self.devices)
 
         def hlo_sharding(text: str) -> str:
             return sharding.parse_sharding(text, meshes).tiling().hlo_text(count)
 
-        return edit.sharding_ops_as_custom_calls(str(self.program.module), hlo_sharding)
+        return edit.sharding_ops_as_custom_calls(str(self.program.module), hlo_sharding, notes)
 
     @property
     def num_parameters(self) -> int:

@@ -10,11 +10,14 @@
 * :func:`checks_as_results` takes the check ops out of a test function and
   returns the values they check instead, for a backend that cannot compile
   check ops (frontends/conform.py), and puts the checks in a module of their own.
+* :func:`inline_every_call` inlines every ``func.call`` of a module, in any
+  region (ir/partition_child.py, before Shardy's global-to-local pass).
 * :func:`sharding_ops_as_custom_calls` writes Shardy's ``sdy.sharding_constraint``
   and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, which XLA's
   StableHLO-to-HLO converter reads (the device's optimized program, device/).
 
-They take and return MLIR text (with locations) and leave their input alone.
+They take and return MLIR text (with locations) and leave their input alone,
+except :func:`inline_every_call`, which edits the module it is given.
 """
 
 from __future__ import annotations
@@ -46,6 +49,27 @@ def inline_calls(text: str, function: str) -> str:
             for call in calls:
                 _inline(call.operation, functions[call.operation.attributes["callee"].value])
         return _text(module)
+
+
+def inline_every_call(module: ir.Module, rounds: int = 64) -> None:
+    """Replace each ``func.call`` in ``module`` (in any function and region) by the body
+    of the function it calls, until none is left; a call chain deeper than ``rounds``
+    (a recursive function) is a ModuleError. The functions called stay (unused)."""
+    functions = function_operations(module)
+    for _ in range(rounds):
+        calls = []
+
+        def visit(op):
+            if op.name == "func.call":
+                calls.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        if not calls:
+            return
+        for call in calls:
+            _inline(call, functions[call.attributes["callee"].value])
+    raise ModuleError(f"cannot inline the module's calls: they are nested more than {rounds} deep")
 
 
 def prefix_module(text: str, function: str, last: int, returned: list[tuple[int, int]]) -> str:
@@ -166,12 +190,16 @@ def _rename(module, func, old: str, new: str) -> None:
     func.attributes["sym_name"] = ir.StringAttr.get(new)
 
 
-def sharding_ops_as_custom_calls(text: str, hlo_sharding) -> str:
+def sharding_ops_as_custom_calls(text: str, hlo_sharding, notes: dict[str, str] | None = None) -> str:
     """The module with each ``sdy.sharding_constraint`` / ``sdy.reshard`` (in any region)
     replaced by ``stablehlo.custom_call @Sharding`` whose ``mhlo.sharding`` is
-    ``hlo_sharding(the op's sdy sharding as text)``."""
+    ``hlo_sharding(the op's sdy sharding as text)``. ``notes`` become the module's
+    ``mhlo.frontend_attributes``, which XLA's converter shows on the ``HloModule`` line."""
     with make_context():
         module = ir.Module.parse(text)
+        if notes:
+            module.operation.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+                {key: ir.StringAttr.get(value) for key, value in notes.items()})
         found = []
 
         def visit(op):

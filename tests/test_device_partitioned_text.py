@@ -1,0 +1,163 @@
+"""``compiled.as_text()`` on interp shows the per-device program, against XLA's CPU with
+8 host devices.
+
+XLA's text is its SPMD partitioner's program for one device: each parameter and
+result has the device's local shape, and collectives move the data. Ours is made by
+Shardy's partitioner in a child process (stablehlo_interp/ir/partition.py). Each case
+checks that both texts agree on the local shapes of the entry computation and on the
+kinds of collective, and then *runs* the per-device program on the interpreter's
+process grid, one process per device with that device's shards, to check that it
+computes what the device computes (our global-view run, and XLA's).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard
+from jax._src.random import threefry2x32
+
+import stablehlo_interp as si
+from stablehlo_interp.ir import partition
+
+PLATFORMS = ("cpu", "interp")
+COLLECTIVES = re.compile(r"\b(all-reduce|all-gather|all-to-all|reduce-scatter|collective-permute)\(")
+ROWS = np.arange(16.0, dtype=np.float32).reshape(8, 2)
+SQUARE = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+
+
+def make_mesh(platform: str, shape, names, axis_type=AxisType.Explicit) -> Mesh:
+    devices = np.array(jax.devices(platform)[:int(np.prod(shape))]).reshape(shape)
+    return Mesh(devices, names, axis_types=(axis_type,) * len(names))
+
+
+def sum_over_sharded_rows(platform):
+    mesh = make_mesh(platform, (2, 2), ("x", "y"))
+    return mesh, jax.jit(lambda x: jnp.sum(x, axis=0)), (jax.device_put(ROWS, NamedSharding(mesh, P("x", "y"))),)
+
+
+def matmul_fsdp(platform):
+    """The contracting dimension of the weights is sharded on "x" as the rows of the
+    batch are: the weights are gathered."""
+    mesh = make_mesh(platform, (2, 2), ("x", "y"))
+    batch = jax.device_put(ROWS, NamedSharding(mesh, P("x", None)))
+    weights = jax.device_put(ROWS.T, NamedSharding(mesh, P("x", None)))
+    return mesh, jax.jit(lambda a, b: jnp.matmul(a, b, out_sharding=P("x", None))), (batch, weights)
+
+
+def threefry_bits_on_three_devices(platform):
+    mesh = make_mesh(platform, (3,), ("x",), AxisType.Auto)
+    def bits_plus(x):
+        return threefry2x32.threefry_random_bits(jnp.array([0, 0], dtype="uint32"), 32, x.shape) + x
+    return mesh, jax.jit(bits_plus), (jax.device_put(np.arange(9, dtype=np.uint32), NamedSharding(mesh, P("x"))),)
+
+
+def unreduced_matmul_then_reshard(platform):
+    mesh = make_mesh(platform, (2,), ("x",))
+    a = jax.device_put(SQUARE, NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(SQUARE.T, NamedSharding(mesh, P("x", None)))
+    return mesh, jax.jit(lambda a, b: reshard(jnp.matmul(a, b, out_sharding=P(unreduced={"x"})), P())), (a, b)
+
+
+def scan_over_sharded_columns(platform):
+    """Each step slices a whole row of a value sharded by columns: a while loop whose
+    body holds a dynamic_slice."""
+    mesh = make_mesh(platform, (2,), ("x",))
+    def running_sums(xs):
+        return jax.lax.scan(lambda total, row: (total + row * 2, total.sum()), jnp.zeros_like(xs[0]), xs)
+    return mesh, jax.jit(running_sums), (jax.device_put(ROWS.T.reshape(4, 4), NamedSharding(mesh, P(None, "x"))),)
+
+
+CASES = [sum_over_sharded_rows, matmul_fsdp, threefry_bits_on_three_devices, unreduced_matmul_then_reshard,
+         scan_over_sharded_columns]
+
+
+def entry_shapes(text: str) -> list:
+    """The entry computation's parameter and result shapes, from the ``HloModule`` line."""
+    layout = text.splitlines()[0].split("entry_computation_layout=")[1]
+    return re.findall(r"\w+\[[\d,]*\]", layout)
+
+
+def collective_kinds(text: str) -> set:
+    return set(COLLECTIVES.findall(text))
+
+
+def compiled_text(case, platform) -> str:
+    mesh, function, args = case(platform)
+    with jax.set_mesh(mesh), jax.threefry_partitionable(True):
+        return function.lower(*args).compile().as_text()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_text_shows_the_per_device_program(case):
+    """Local shapes as XLA's; its collectives, except the ``collective-permute`` XLA's
+    partitioner puts before an all-gather to line the devices up with its own order
+    (Shardy's all-gather names its groups of devices instead)."""
+    xla, ours = compiled_text(case, "cpu"), compiled_text(case, "interp")
+    assert "interp.per_device_program" not in ours
+    assert entry_shapes(ours) == entry_shapes(xla)
+    assert collective_kinds(ours) == collective_kinds(xla) - {"collective-permute"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_per_device_program_computes_what_each_device_holds(case):
+    """Run the per-device program on a grid of processes, one per device with its shards:
+    each process's result is what that device holds after our global-view run and XLA's."""
+    mesh, function, args = case("interp")
+    with jax.set_mesh(mesh), jax.threefry_partitionable(True):
+        text = partition.per_device_program(function.lower(*args).compiler_ir("stablehlo"))
+        ours = function(*args)
+    cpu_mesh, cpu_function, cpu_args = case("cpu")
+    with jax.set_mesh(cpu_mesh), jax.threefry_partitionable(True):
+        xla = cpu_function(*cpu_args)
+    devices = list(mesh.devices.flat)
+    shard_data = [{shard.device: np.asarray(shard.data) for shard in arg.addressable_shards} for arg in args]
+    results = si.Program(text).run_grid([[data[device] for data in shard_data] for device in devices])
+    for output, xla_output, number in zip(jax.tree.leaves(ours), jax.tree.leaves(xla), range(len(results[0]))):
+        held = {shard.device: np.asarray(shard.data) for shard in output.addressable_shards}
+        xla_held = {shard.device.id: np.asarray(shard.data) for shard in xla_output.addressable_shards}
+        for device, result in zip(devices, results):
+            np.testing.assert_array_equal(result[number], held[device])
+            np.testing.assert_array_equal(result[number], xla_held[device.id])
+
+
+def test_text_is_the_global_program_and_why_when_the_partitioner_fails():
+    """Shardy's global-to-local pass cannot slice a sharded dimension to a length the mesh
+    does not divide (XLA pads it): the text is then the global program, with a note. Its
+    sharding constraint is HLO's ``Sharding`` custom call (XLA's converter refuses Shardy
+    ops), with the HLO sharding JAX's NamedSharding names."""
+    mesh = make_mesh("interp", (2,), ("x",), AxisType.Auto)
+    x = jax.device_put(ROWS[:4], NamedSharding(mesh, P("x")))
+    rows = NamedSharding(mesh, P("x"))
+    text = jax.jit(lambda x: jax.lax.with_sharding_constraint(x[:3], rows).sum(0)).lower(x).compile().as_text()
+    header = text.splitlines()[0]
+    assert "interp.per_device_program=\"not made (Shardy\\'s partitioner failed" in header
+    assert "slice is not a full slice" in header
+    assert entry_shapes(text) == ["f32[4,2]", "f32[2]"]
+    calls = [line for line in text.splitlines() if 'custom_call_target="Sharding"' in line]
+    assert len(calls) == 1 and f"sharding={rows._to_xla_hlo_sharding(2)}" in calls[0]
+
+
+UNEVEN = """
+module @uneven attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%arg0: tensor<3xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+      -> (tensor<3xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<3xf32>
+    return %0 : tensor<3xf32>
+  }
+}"""
+
+
+def test_partitioner_abort_is_an_error_and_this_process_lives_on():
+    """On a dimension the mesh does not divide the pass aborts its process (a failed
+    Check); that is a PartitionError with the Check's message, and the next module is
+    partitioned by a fresh child."""
+    with pytest.raises(partition.PartitionError, match="aborted the child.*non-divisible sharding"):
+        partition.per_device_program(si.load(UNEVEN).module)
+    assert "all-reduce" in compiled_text(sum_over_sharded_rows, "interp")
