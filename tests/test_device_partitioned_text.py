@@ -161,3 +161,18 @@ def test_partitioner_abort_is_an_error_and_this_process_lives_on():
     with pytest.raises(partition.PartitionError, match="aborted the child.*non-divisible sharding"):
         partition.per_device_program(si.load(UNEVEN).module)
     assert "all-reduce" in compiled_text(sum_over_sharded_rows, "interp")
+
+
+def test_only_as_text_runs_the_partitioner(monkeypatch):
+    """jaxlib asks for the program text on every compile (for layouts): that gets the
+    global program; the partitioner runs only when ``as_text()`` asks."""
+    asked = []
+    make = partition.per_device_program
+    monkeypatch.setattr(partition, "per_device_program", lambda module: asked.append(module) or make(module))
+    mesh, function, args = sum_over_sharded_rows("interp")
+    with jax.set_mesh(mesh):
+        function(*args)
+        compiled = jax.jit(lambda x: jnp.sum(x * 3, axis=0)).lower(*args).compile()
+        assert not asked
+        assert "all-reduce" in compiled.as_text()
+    assert len(asked) == 1

@@ -11,6 +11,7 @@ and donation share them freely.
 from __future__ import annotations
 
 import os
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -205,6 +206,19 @@ class Interrupted(Exception):
         self.outputs = outputs
 
 
+def _asked_by_as_text() -> bool:
+    """Whether JAX's ``Compiled.as_text`` (jax/_src/stages.py) is on this thread's Python stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "as_text" and frame.f_code.co_filename.endswith(_STAGES):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_STAGES = os.path.join("jax", "_src", "stages.py")
+
+
 def _deleted() -> PluginError:
     return PluginError(abi.FAILED_PRECONDITION, "the buffer has been deleted or donated to an earlier computation")
 
@@ -239,25 +253,44 @@ class Executable:
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd)
         self.deleted = False
+        self._program_texts: dict[bool, bytes] = {}   # see optimized_program
 
     @property
     def num_outputs(self) -> int:
         return len(self.output_types)
 
-    def program_text(self) -> str:
-        """What ``compiled.as_text()`` shows: the program each device runs, as XLA shows it.
-        For a program on several devices with Shardy meshes that is the per-device program
-        Shardy's partitioner makes (ir/partition.py); when it cannot, the global program
-        with a note saying why (the module's frontend attribute ``interp.per_device_program``).
-        The global program has Shardy's sharding constraints and reshards as HLO's
-        ``Sharding`` custom calls: XLA's StableHLO-to-HLO converter refuses ``sdy`` ops."""
-        notes = None
+    def optimized_program(self) -> bytes:
+        """The program text XLA's ``PJRT_Executable_OptimizedProgram`` hands over. jaxlib asks
+        for it on every compile, for the layouts of parameters and results (the plugin has no
+        Layouts extension; jaxlib's compile thread, then JAX's ``_get_layouts_from_executable``),
+        and the global program gives those. The per-device program
+        (:meth:`per_device_program_text`), which runs Shardy's partitioner in a child process,
+        is made only when JAX's ``Compiled.as_text`` is the one asking, so that compiling
+        costs nothing more."""
+        per_device = _asked_by_as_text()
+        if per_device not in self._program_texts:
+            text = self.per_device_program_text() if per_device else self.global_program_text()
+            self._program_texts[per_device] = text.encode()
+        return self._program_texts[per_device]
+
+    def per_device_program_text(self) -> str:
+        """The program each device runs, as XLA shows it: for a program on several devices
+        with Shardy meshes, the one Shardy's partitioner makes (ir/partition.py); when it
+        cannot, the global program with a note saying why (the module's frontend attribute
+        ``interp.per_device_program``)."""
         if len(self.devices) > 1 and self.program.meshes:
             try:
                 return partition.per_device_program(self.program.module)
             except partition.PartitionError as why:
-                notes = {"interp.per_device_program": f"not made ({why}); this is the global program, "
-                                                      "which the interpreter runs"}
+                return self.global_program_text({"interp.per_device_program": f"not made ({why}); this is the "
+                                                                               "global program, which the "
+                                                                               "interpreter runs"})
+        return self.global_program_text()
+
+    def global_program_text(self, notes: dict[str, str] | None = None) -> str:
+        """The program the interpreter runs, with Shardy's sharding constraints and reshards
+        as HLO's ``Sharding`` custom calls: XLA's StableHLO-to-HLO converter refuses ``sdy``
+        ops. ``notes`` become frontend attributes of the module."""
         meshes, count = self.program.meshes, len(self.devices)
 
         def hlo_sharding(text: str) -> str:

@@ -124,15 +124,12 @@ def executable_output_memory_kinds(args):
 
 @CALLS.implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)
 def executable_optimized_program(args):
-    """The program as StableHLO text (format "mlir"): it is what the interpreter runs, unoptimized
-    (Shardy's constraints written as the ``Sharding`` custom calls XLA's converter reads).
+    """The program as StableHLO text (format "mlir"): the per-device program for
+    ``compiled.as_text()``, the global one otherwise (``Executable.optimized_program``).
 
     Called twice: with ``code`` NULL to learn the size, then with a buffer that large.
     """
-    executable = _executable(args.executable)
-    if not hasattr(executable, "c_program_text"):
-        executable.c_program_text = executable.program_text().encode()
-    text = executable.c_program_text
+    text = _executable(args.executable).optimized_program()
     program = abi.PJRT_Program.from_address(args.program)
     program.format, program.format_size = immortal_string("mlir")
     if program.code:
