@@ -190,7 +190,7 @@ def stand_in_for_dynamic_slices(module: ir.Module) -> None:
         sizes = list(ir.DenseI64ArrayAttr(operation.attributes["slice_sizes"]))
         whole = ir.RankedTensorType(operation.operands[0].type).shape
         dimensions = sdy.TensorShardingAttr(sharding).dimension_shardings
-        if any(len(str(dimension).split('"')) > 1 and size != full
+        if any(len(sdy.DimensionShardingAttr(dimension).axes) and size != full
                for dimension, size, full in zip(dimensions, sizes, whole)):
             continue
         with ir.InsertionPoint(operation), operation.location:
