@@ -156,6 +156,30 @@ def test_pointer_arrays_aligned_or_not(offset):
     assert calls.read_pointers(address, 0) == []
 
 
+@pytest.mark.parametrize("minor_to_major, expected", [((1, 0), lambda a: a), ((0, 1), lambda a: a.T)])
+def test_to_host_buffer_writes_the_host_layout_asked_for(minor_to_major, expected):
+    """Buffer_ToHostBuffer copies into the caller's memory in its layout: row-major, or
+    column-major (minor_to_major (0, 1)), which is the transpose's row-major bytes."""
+    device = calls_platform.ClientView(runtime.Client()).client.devices[0]
+    array = np.arange(6, dtype=np.int16).reshape(2, 3)
+    handle = buffer_handle(runtime.Buffer(device, array))
+    order = (ctypes.c_int64 * 2)(*minor_to_major)
+    layout = abi.PJRT_Buffer_MemoryLayout(type=abi.LAYOUT_TILED)
+    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = ctypes.addressof(order), 2
+    host = np.full(8, -1, np.int16)   # two more elements than the buffer: they stay untouched
+    args = abi.PJRT_Buffer_ToHostBuffer_Args(src=handle, dst=host.ctypes.data, dst_size=host.nbytes,
+                                             host_layout=ctypes.addressof(layout))
+    try:
+        call_python("Buffer_ToHostBuffer", args)
+        np.testing.assert_array_equal(host, np.concatenate([expected(array).reshape(-1), [-1, -1]]))
+        assert args.event == calls.COMPLETE_EVENT
+        args.dst_size = 10
+        with pytest.raises(runtime.PluginError, match="host buffer of 10 bytes is too small for 12 bytes"):
+            call_python("Buffer_ToHostBuffer", args)
+    finally:
+        calls.release_header(handle)
+
+
 def test_every_call_through_python():
     """With calls traced, the fast paths are off: the Python implementations serve jit,
     eager ops, transfers and events."""

@@ -10,6 +10,7 @@ and donation share them freely.
 
 from __future__ import annotations
 
+import math
 import os
 
 import ml_dtypes
@@ -161,7 +162,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.dtype is None else int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return 0 if self.dtype is None else math.prod(self.shape) * self.dtype.itemsize
 
 
 class InterruptedBuffer(Buffer):
