@@ -180,6 +180,34 @@ def test_to_host_buffer_writes_the_host_layout_asked_for(minor_to_major, expecte
         calls.release_header(handle)
 
 
+def test_execute_on_one_device_runs_and_reports_bad_arguments():
+    """The single-device path of Execute: the output buffer holds the result; a deleted
+    argument and a handle that was destroyed are INVALID_ARGUMENT / FAILED_PRECONDITION
+    errors naming what is wrong."""
+    scalar = jax.device_put(np.float32(2.0), jax.devices("interp")[0])
+    compiled = jax.jit(lambda v: v * 3).lower(scalar).compile()   # alive while its executable is used
+    executable = [handle for handle, obj in calls.objects.items() if isinstance(obj, runtime.Executable)][-1]
+    argument = runtime.Buffer(calls.objects[executable].devices[0], np.asarray(np.float32(2.0)))
+    arguments = (ctypes.c_void_p * 1)(buffer_handle(argument))
+    argument_lists = (ctypes.c_void_p * 1)(ctypes.addressof(arguments))
+    outputs, events = (ctypes.c_void_p * 1)(), (ctypes.c_void_p * 1)()
+    output_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outputs))
+    args = abi.PJRT_LoadedExecutable_Execute_Args(executable=executable, num_devices=1, num_args=1,
+                                                  argument_lists=ctypes.addressof(argument_lists),
+                                                  output_lists=ctypes.addressof(output_lists),
+                                                  device_complete_events=ctypes.addressof(events))
+    call_python("LoadedExecutable_Execute", args)
+    assert calls.objects[outputs[0]].array() == np.float32(6.0) and events[0] == calls.COMPLETE_EVENT
+    calls.release_header(outputs[0])
+    argument.delete()
+    with pytest.raises(runtime.PluginError, match="the buffer has been deleted or donated"):
+        call_python("LoadedExecutable_Execute", args)
+    calls.release_header(arguments[0])
+    with pytest.raises(runtime.PluginError, match=f"unknown or destroyed buffer handle {arguments[0]}"):
+        call_python("LoadedExecutable_Execute", args)
+    del compiled
+
+
 def test_every_call_through_python():
     """With calls traced, the fast paths are off: the Python implementations serve jit,
     eager ops, transfers and events."""
