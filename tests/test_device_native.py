@@ -156,6 +156,58 @@ def test_pointer_arrays_aligned_or_not(offset):
     assert calls.read_pointers(address, 0) == []
 
 
+@pytest.mark.parametrize("minor_to_major, expected", [((1, 0), lambda a: a), ((0, 1), lambda a: a.T)])
+def test_to_host_buffer_writes_the_host_layout_asked_for(minor_to_major, expected):
+    """Buffer_ToHostBuffer copies into the caller's memory in its layout: row-major, or
+    column-major (minor_to_major (0, 1)), which is the transpose's row-major bytes."""
+    device = calls_platform.ClientView(runtime.Client()).client.devices[0]
+    array = np.arange(6, dtype=np.int16).reshape(2, 3)
+    handle = buffer_handle(runtime.Buffer(device, array))
+    order = (ctypes.c_int64 * 2)(*minor_to_major)
+    layout = abi.PJRT_Buffer_MemoryLayout(type=abi.LAYOUT_TILED)
+    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = ctypes.addressof(order), 2
+    host = np.full(8, -1, np.int16)   # two more elements than the buffer: they stay untouched
+    args = abi.PJRT_Buffer_ToHostBuffer_Args(src=handle, dst=host.ctypes.data, dst_size=host.nbytes,
+                                             host_layout=ctypes.addressof(layout))
+    try:
+        call_python("Buffer_ToHostBuffer", args)
+        np.testing.assert_array_equal(host, np.concatenate([expected(array).reshape(-1), [-1, -1]]))
+        assert args.event == calls.COMPLETE_EVENT
+        args.dst_size = 10
+        with pytest.raises(runtime.PluginError, match="host buffer of 10 bytes is too small for 12 bytes"):
+            call_python("Buffer_ToHostBuffer", args)
+    finally:
+        calls.release_header(handle)
+
+
+def test_execute_on_one_device_runs_and_reports_bad_arguments():
+    """The single-device path of Execute: the output buffer holds the result; a deleted
+    argument and a handle that was destroyed are INVALID_ARGUMENT / FAILED_PRECONDITION
+    errors naming what is wrong."""
+    scalar = jax.device_put(np.float32(2.0), jax.devices("interp")[0])
+    compiled = jax.jit(lambda v: v * 3).lower(scalar).compile()   # alive while its executable is used
+    executable = [handle for handle, obj in calls.objects.items() if isinstance(obj, runtime.Executable)][-1]
+    argument = runtime.Buffer(calls.objects[executable].devices[0], np.asarray(np.float32(2.0)))
+    arguments = (ctypes.c_void_p * 1)(buffer_handle(argument))
+    argument_lists = (ctypes.c_void_p * 1)(ctypes.addressof(arguments))
+    outputs, events = (ctypes.c_void_p * 1)(), (ctypes.c_void_p * 1)()
+    output_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outputs))
+    args = abi.PJRT_LoadedExecutable_Execute_Args(executable=executable, num_devices=1, num_args=1,
+                                                  argument_lists=ctypes.addressof(argument_lists),
+                                                  output_lists=ctypes.addressof(output_lists),
+                                                  device_complete_events=ctypes.addressof(events))
+    call_python("LoadedExecutable_Execute", args)
+    assert calls.objects[outputs[0]].array() == np.float32(6.0) and events[0] == calls.COMPLETE_EVENT
+    calls.release_header(outputs[0])
+    argument.delete()
+    with pytest.raises(runtime.PluginError, match="the buffer has been deleted or donated"):
+        call_python("LoadedExecutable_Execute", args)
+    calls.release_header(arguments[0])
+    with pytest.raises(runtime.PluginError, match=f"unknown or destroyed buffer handle {arguments[0]}"):
+        call_python("LoadedExecutable_Execute", args)
+    del compiled
+
+
 def test_every_call_through_python():
     """With calls traced, the fast paths are off: the Python implementations serve jit,
     eager ops, transfers and events."""

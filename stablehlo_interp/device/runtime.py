@@ -10,6 +10,7 @@ and donation share them freely.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -162,7 +163,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.dtype is None else int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return 0 if self.dtype is None else math.prod(self.shape) * self.dtype.itemsize
 
 
 class InterruptedBuffer(Buffer):
@@ -219,6 +220,10 @@ def _asked_by_as_text() -> bool:
 _STAGES = os.path.join("jax", "_src", "stages.py")
 
 
+def _executable_deleted() -> PluginError:
+    return PluginError(abi.FAILED_PRECONDITION, "the executable has been deleted")
+
+
 def _deleted() -> PluginError:
     return PluginError(abi.FAILED_PRECONDITION, "the buffer has been deleted or donated to an earlier computation")
 
@@ -250,6 +255,7 @@ class Executable:
         self.output_memory_kinds = tuple(_memory_kind(attributes) for attributes in self.function.result_attributes)
         self.outputs_in_default_memory = set(self.output_memory_kinds) <= {MEMORY_KINDS[0]}
         self.donated_parameters = _donated_parameters(self.function)
+        self.one_device_no_donation = len(self.devices) == 1 and not self.donated_parameters
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd)
         self.deleted = False
@@ -306,37 +312,49 @@ class Executable:
         """Run the program on one list of argument buffers per device (in the order of
         ``devices``); returns one list of output buffers per device."""
         if self.deleted:
-            raise PluginError(abi.FAILED_PRECONDITION, "the executable has been deleted")
+            raise _executable_deleted()
         if len(argument_lists) != len(self.devices):
             raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
                                                     f"got arguments for {len(argument_lists)}")
-        donated = self.donated_parameters
+        donated = self.donated_parameters - non_donatable
         if donated:
-            donated -= non_donatable
             for index, arguments in enumerate(argument_lists):
                 self._check_donations(arguments, donated, index)
-        values = []
-        for arguments in argument_lists:
-            values.append([buffer.shared() for buffer in arguments])
         targets = [device] if device is not None else self.devices
+        values = [[buffer.shared() for buffer in arguments] for arguments in argument_lists]
         try:
             results = self.placement.run(values, listeners)
         except KeyboardInterrupt:
-            raise Interrupted([[InterruptedBuffer(target, value_type, target.memory_of_kind[kind])
-                                for value_type, kind in zip(types, self.output_memory_kinds)]
-                               for target, types in zip(targets, self.placement.result_types())]) from None
+            raise self._interrupted(targets) from None
         if donated:
             for arguments in argument_lists:
                 for index in donated:
                     arguments[index].delete()
-        per_device = []
-        for target, outputs in zip(targets, results):
-            if self.outputs_in_default_memory:
-                per_device.append([Buffer(target, value) for value in outputs])
-            else:
-                per_device.append([Buffer(target, value, target.memory_of_kind[kind])
-                                   for value, kind in zip(outputs, self.output_memory_kinds)])
-        return per_device
+        return [self._output_buffers(target, outputs) for target, outputs in zip(targets, results)]
+
+    def execute_on_one_device(self, arguments: list, device: Device | None) -> list:
+        """:meth:`execute` of a program that runs on one device and donates nothing
+        (``one_device_no_donation``: most calls), without the per-device lists; returns
+        the output buffers."""
+        if self.deleted:
+            raise _executable_deleted()
+        target = device or self.devices[0]
+        try:
+            results = self.placement.run([[buffer.shared() for buffer in arguments]], listeners)
+        except KeyboardInterrupt:
+            raise self._interrupted([target]) from None
+        return self._output_buffers(target, results[0])
+
+    def _interrupted(self, targets: list) -> Interrupted:
+        return Interrupted([[InterruptedBuffer(target, value_type, target.memory_of_kind[kind])
+                             for value_type, kind in zip(types, self.output_memory_kinds)]
+                            for target, types in zip(targets, self.placement.result_types())])
+
+    def _output_buffers(self, target: Device, outputs: list) -> list:
+        if self.outputs_in_default_memory:
+            return [Buffer(target, value) for value in outputs]
+        return [Buffer(target, value, target.memory_of_kind[kind])
+                for value, kind in zip(outputs, self.output_memory_kinds)]
 
     def _check_donations(self, arguments: list, donated: frozenset, device_index: int) -> None:
         """A buffer donated to a call cannot also be another of its arguments (XLA's rule

@@ -48,14 +48,24 @@ def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -
     """Copy a host array (any byte strides, possibly negative or transposed) into a new array."""
     if 0 in shape:
         return np.zeros(shape, dtype)
-    itemsize = dtype.itemsize
-    if byte_strides is None:
-        byte_strides = tuple(int(itemsize * np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    dense = row_major_strides(shape, dtype.itemsize)
+    if byte_strides is None or byte_strides == dense:   # the common case: one copy of the bytes
+        return np.frombuffer(ctypes.string_at(address, dense[0] * shape[0] if shape else dtype.itemsize),
+                             dtype).reshape(shape)
     low = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride < 0)
-    high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + itemsize
+    high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + dtype.itemsize
     raw = ctypes.string_at(address + low, high - low)
     view = np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides)
     return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
+
+
+def row_major_strides(shape: tuple, itemsize: int) -> tuple:
+    """The byte strides of a dense row-major array."""
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 @CALLS.implements("Buffer_Destroy", abi.PJRT_Buffer_Destroy_Args)
@@ -162,8 +172,9 @@ def buffer_copy_to_memory(args):
     args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_memory, "memory"))
 
 
-def _host_bytes(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:
-    """The buffer as a C-contiguous array in the host layout asked for (row-major if none)."""
+def _host_view(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:
+    """The buffer's array laid out as the host layout asks (row-major if none): a view
+    whose C-order copy is the bytes the host wants."""
     array = buffer.array()
     if buffer.dtype is None:
         raise PluginError(abi.INVALID_ARGUMENT, "a token has no host representation")
@@ -177,7 +188,7 @@ def _host_bytes(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:
         major_to_minor = minor_to_major[::-1]
         if major_to_minor != tuple(range(rank)):
             array = np.transpose(array, major_to_minor)
-    return np.ascontiguousarray(array)
+    return array
 
 
 @CALLS.implements("Buffer_ToHostBuffer", abi.PJRT_Buffer_ToHostBuffer_Args)
@@ -187,19 +198,20 @@ def buffer_to_host_buffer(args):
     if not args.dst:
         args.dst_size = buffer.nbytes
         return
-    array = _host_bytes(buffer, args.host_layout)
+    array = _host_view(buffer, args.host_layout)
     if args.dst_size < array.nbytes:
         raise PluginError(abi.INVALID_ARGUMENT, f"host buffer of {args.dst_size} bytes is too small for "
                                                 f"{array.nbytes} bytes")
-    if array.nbytes:
-        ctypes.memmove(args.dst, array.ctypes.data, array.nbytes)
+    if array.nbytes:   # copied straight into the host's memory, in C order
+        np.copyto(np.ndarray(array.shape, array.dtype, (ctypes.c_char * array.nbytes).from_address(args.dst)),
+                  array)
     args.event = COMPLETE_EVENT
 
 
 @CALLS.implements("Buffer_CopyRawToHost", abi.PJRT_Buffer_CopyRawToHost_Args)
 def buffer_copy_raw_to_host(args):
     buffer = lookup(args.buffer, "buffer")
-    data = _host_bytes(buffer, None).view(np.uint8).reshape(-1)
+    data = np.ascontiguousarray(_host_view(buffer, None)).view(np.uint8).reshape(-1)
     end = args.offset + args.transfer_size
     if args.offset < 0 or end > data.size:
         raise PluginError(abi.OUT_OF_RANGE, f"bytes [{args.offset}, {end}) are outside the buffer's {data.size}")

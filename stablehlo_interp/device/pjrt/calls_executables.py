@@ -15,7 +15,7 @@ from . import interrupts
 from .. import placement
 from .. import runtime
 from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
-                    immortal_string, lookup, pointer_array, read_pointers, release,
+                    immortal_string, lookup, objects, pointer_array, read_pointers, release,
                     release_header, write_pointers)
 from .calls_buffers import buffer_handle
 from ..runtime import PluginError
@@ -231,24 +231,48 @@ def loaded_executable_execute(args):
     go into the caller's ``output_lists``, one list per device, and every event is complete.
 
     A run that a KeyboardInterrupt stops hands out outputs that fail with CANCELLED, and
-    the KeyboardInterrupt is raised again in the caller (``interrupts.py``)."""
+    the KeyboardInterrupt is raised again in the caller (``interrupts.py``).
+
+    Most calls run a single-device program that donates nothing: they take a path
+    without per-device lists (each Python frame saved is a fraction of a microsecond
+    of a call that costs a few; docs/device.md, Cost)."""
     executable = lookup(args.executable, "executable")
     num_devices, num_args = args.num_devices, args.num_args
-    argument_lists = [[lookup(address, "buffer") for address in read_pointers(argument_list, num_args)]
-                      for argument_list in read_pointers(args.argument_lists, num_devices)]
     device = lookup(args.execute_device, "device") if args.execute_device else None
-    non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
     try:
-        per_device = executable.execute(argument_lists, device, non_donatable)
+        if num_devices == 1 and executable.one_device_no_donation:
+            try:
+                arguments = [objects[handle] for handle in read_pointers(read_pointers(args.argument_lists, 1)[0],
+                                                                         num_args)]
+            except KeyError as unknown:
+                raise _unknown_buffer(unknown.args[0]) from None
+            per_device = [executable.execute_on_one_device(arguments, device)]
+        else:
+            argument_lists = [_buffers(address, num_args) for address in read_pointers(args.argument_lists,
+                                                                                         num_devices)]
+            non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
+            per_device = executable.execute(argument_lists, device, non_donatable)
     except runtime.Interrupted as interrupted:
         if not interrupts.raise_in_caller():
             raise runtime.interrupted_error() from None
         per_device = interrupted.outputs
-    if executable.num_outputs:
+    if executable.output_types:
         for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
             write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
     if args.device_complete_events:
         write_pointers(args.device_complete_events, [COMPLETE_EVENT] * num_devices)
+
+
+def _buffers(address: int, count: int) -> list:
+    """The buffers of an argument list (an array of ``count`` buffer handles)."""
+    try:
+        return [objects[handle] for handle in read_pointers(address, count)]
+    except KeyError as unknown:
+        raise _unknown_buffer(unknown.args[0]) from None
+
+
+def _unknown_buffer(address: int) -> PluginError:
+    return PluginError(abi.INVALID_ARGUMENT, f"unknown or destroyed buffer handle {address!r}")
 
 
 def _non_donatable(options_address) -> frozenset:
