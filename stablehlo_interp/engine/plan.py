@@ -48,7 +48,7 @@ class ModuleInfo:
         return next(self._rng_ops)
 
 
-@dataclass
+@dataclass(slots=True)
 class OpInfo:
     """What an op's builder sees at load time: everything decoded to plain values.
 
