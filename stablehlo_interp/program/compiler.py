@@ -199,8 +199,9 @@ class Compiler:
             if None in operands:   # a value of an enclosing block: captured
                 operands = tuple(map(scope.lookup, op.operands))
             operand_types = tuple(map(scope.types.__getitem__, operands))
-            result_types = tuple(map(self._types.get, op.results.types))   # decoded before, mostly
-            if None in result_types:
+            try:   # (types decoded before, mostly: no call per type)
+                result_types = tuple(map(self._types.__getitem__, op.results.types))
+            except KeyError:
                 result_types = tuple(map(self.type_of, op.results.types))
         except OpError:
             raise
@@ -230,7 +231,7 @@ class Compiler:
         key = None
         if not regions and name in registry.ELEMENTWISE_OPS:
             # Type ids: this compiler decodes each MLIR type once (type_of) and keeps it.
-            key = (name, *map(id, operand_types), None, *map(id, result_types), *attributes.items())
+            key = (name, len(operand_types), *map(id, operand_types + result_types), *attributes.items())
             try:
                 shared = self._shared_runners.get(key)
             except TypeError:   # an attribute that is not hashable (an array): the op builds its own
