@@ -171,6 +171,33 @@ func.func @main(%x: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<2xi32> {
     assert error.value.location.frame.line == 5
 
 
+def test_equal_ops_sharing_a_runner_each_report_what_their_builder_watches():
+    """divide on integers watches for divisors of 0 (OpInfo.watch): the second, equal
+    divide shares the first one's runner and reports at its own line too."""
+    text = """
+func.func @main(%x: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<2xi32> {
+  %0 = stablehlo.divide %x, %y : tensor<2xi32>
+  %1 = stablehlo.divide %0, %y : tensor<2xi32>
+  return %1 : tensor<2xi32>
+}"""
+
+    class Reports(si.Listener):
+        def __init__(self):
+            self.seen = []
+
+        def on_report(self, report):
+            self.seen.append((report.rule.name, report.location.frame.line, report.detail))
+
+    program = si.load(text)
+    steps = program.function("main").region.steps
+    assert steps[0].run is steps[1].run
+    reports = Reports()
+    (result,) = program.run(np.array([7, -8], np.int32), np.array([0, 2], np.int32), listeners=[reports])
+    np.testing.assert_array_equal(result, [-1, -2])   # as XLA: x / 0 = -1 (ops/elementwise.py)
+    detail = "1 of 2 elements have the divisor 0"
+    assert reports.seen == [("integer-division-by-zero", 3, detail), ("integer-division-by-zero", 4, detail)]
+
+
 def _runner_reaches(runner, target) -> bool:
     """Whether ``target`` is reachable from a runner (closures, partials, bound
     methods, the attributes of callable objects)."""

@@ -48,7 +48,7 @@ class ModuleInfo:
         return next(self._rng_ops)
 
 
-@dataclass
+@dataclass(slots=True)
 class OpInfo:
     """What an op's builder sees at load time: everything decoded to plain values.
 
@@ -189,14 +189,19 @@ def assign_releases(steps, outputs) -> None:
     One pass from the last step back: a slot not seen yet (nor returned) is one
     that no later step uses."""
     live = set(outputs)
+    see = live.add
     for step in reversed(steps):
         release = [slot for slot in step.results if slot not in live]
-        for slots in (step.operands, *step.captures):
+        for slot in step.operands:
+            if slot not in live:
+                see(slot)
+                release.append(slot)
+        for slots in step.captures:
             for slot in slots:
                 if slot not in live:
-                    live.add(slot)
+                    see(slot)
                     release.append(slot)
-        step.release = tuple(sorted(release))
+        step.release = tuple(sorted(release)) if len(release) > 1 else tuple(release)
 
 
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
@@ -212,8 +217,8 @@ FOLDABLE = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stabl
 
 
 def _folded(step, constants: dict):
-    """The value of a foldable step whose operands are all constants, or None."""
-    if step.info.name not in FOLDABLE or step.info.has_quantized_types or step.variadic or step.execution \
+    """The value of a foldable step (FOLDABLE) whose operands are all constants, or None."""
+    if step.info.has_quantized_types or step.variadic or step.execution \
             or not all(slot in constants for slot in step.operands):
         return None
     try:
@@ -236,7 +241,7 @@ def flatten_steps(steps) -> tuple:
     program = []
     constants: dict[int, object] = {}
     for step in steps:
-        value = _folded(step, constants)
+        value = _folded(step, constants) if step.info.name in FOLDABLE else None
         if value is not None:
             constants[step.results[0]] = value
             entry = ((lambda value=value: value), (), step.results[0], step.release, SINGLE, step)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import operator
 
 from .. import ops
 from ..engine import registry
@@ -120,8 +119,8 @@ class Compiler:
         self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
         self._types: dict = {}      # MLIR type -> decoded type (MLIR uniques types: one decoding each)
         self._locations: dict = {}  # MLIR location -> decoded location
-        # (name, attributes, type ids) of a shareable op -> its (implementation, runner); the type
-        # ids are those of self._types' values, which live as long as this compiler
+        # (name, type ids, attributes) of a shareable op -> its _SharedRunner; the type ids are
+        # those of self._types' values, which live as long as this compiler
         self._shared_runners: dict = {}
 
     def location(self, operation) -> SourceLocation:
@@ -200,8 +199,10 @@ class Compiler:
             if None in operands:   # a value of an enclosing block: captured
                 operands = tuple(map(scope.lookup, op.operands))
             operand_types = tuple(map(scope.types.__getitem__, operands))
-            mlir_results = tuple(op.results)
-            result_types = tuple(map(self.type_of, map(_type_of_value, mlir_results)))
+            try:   # (types decoded before, mostly: no call per type)
+                result_types = tuple(map(self._types.__getitem__, op.results.types))
+            except KeyError:
+                result_types = tuple(map(self.type_of, op.results.types))
         except OpError:
             raise
         except ModuleError as e:
@@ -211,36 +212,39 @@ class Compiler:
                 self.compile_function(function)
             called = tuple(function.region for function in callees)   # None: a recursive call
             captures += tuple(() for _ in called)
-        info = OpInfo(name, attributes, operand_types, result_types, nested + called, location, self.module)
-        implementation, run = self._runner(info)
-        results = tuple(map(scope.define, mlir_results, result_types))
-        step = Step(info, run, operands, results, (), info.regions, captures, index, implementation.variadic,
+        regions = nested + called
+        info, implementation, run = self._built(name, attributes, operand_types, result_types, regions, location)
+        results = tuple(map(scope.define, op.results, info.result_types))
+        step = Step(info, run, operands, results, (), regions, captures, index, implementation.variadic,
                     implementation.execution)
         for offset, (function, region) in enumerate(zip(callees, called)):
             if region is None:
                 self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
         return step
 
-    def _runner(self, info: OpInfo) -> tuple:
-        """The op's implementation and the runner its builder returns. Element-wise ops
-        with equal names, attributes and types share one runner, if their
-        implementation is shareable (engine/registry.py)."""
+    def _built(self, name: str, attributes: dict, operand_types: tuple, result_types: tuple, regions: tuple,
+               location: SourceLocation) -> tuple:
+        """The op's ``(OpInfo, implementation, runner)``. Element-wise ops with equal
+        names, attributes and types share one runner, if their implementation is
+        shareable (engine/registry.py), and its decoded attributes, types and watches:
+        each keeps its own OpInfo (its location)."""
         key = None
-        if info.name in registry.ELEMENTWISE_OPS and not info.regions:
+        if not regions and name in registry.ELEMENTWISE_OPS:
             # Type ids: this compiler decodes each MLIR type once (type_of) and keeps it.
-            types = info.operand_types + info.result_types
-            key = (info.name, len(info.operand_types), *map(id, types), *info.attributes.items())
+            key = (name, len(operand_types), *map(id, operand_types + result_types), *attributes.items())
             try:
                 shared = self._shared_runners.get(key)
             except TypeError:   # an attribute that is not hashable (an array): the op builds its own
                 key = shared = None
             if shared is not None:
-                return shared
+                return (OpInfo(name, *shared.info_fields, (), location, self.module, shared.watches),
+                        shared.implementation, shared.run)
+        info = OpInfo(name, attributes, operand_types, result_types, regions, location, self.module)
         implementation = _implementation(info)
         run = build(info, implementation)
         if key is not None and implementation.shareable and not info.has_quantized_types:
-            self._shared_runners[key] = (implementation, run)
-        return implementation, run
+            self._shared_runners[key] = _SharedRunner(info, implementation, run)
+        return info, implementation, run
 
     def _callees(self, name: str, attributes: dict) -> tuple:
         """The functions an op calls by symbol (their bodies become its last regions)."""
@@ -255,7 +259,18 @@ class Compiler:
         return functions
 
 
-_type_of_value = operator.attrgetter("type")
+class _SharedRunner:
+    """What equal element-wise ops share: the runner the first one's builder returned,
+    its implementation, and the first one's decoded attributes, types and watches
+    (OpInfo.watch: a check the builder asked for holds for every equal op)."""
+
+    __slots__ = ("info_fields", "watches", "implementation", "run")
+
+    def __init__(self, info: OpInfo, implementation: registry.Implementation, run):
+        self.info_fields = (info.attributes, info.operand_types, info.result_types)
+        self.watches = info.watches
+        self.implementation = implementation
+        self.run = run
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:
