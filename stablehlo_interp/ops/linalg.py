@@ -217,9 +217,10 @@ def _contraction(info, numbers):
     multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None
                 else batched_matmul(result))
     finish = result_converter(result)
+    lhs_moves, rhs_moves = lhs_order != sorted(lhs_order), rhs_order != sorted(rhs_order)
 
     def run(lhs, rhs):
-        lhs, rhs = np.transpose(lhs, lhs_order), np.transpose(rhs, rhs_order)
+        lhs, rhs = lhs.transpose(lhs_order) if lhs_moves else lhs, rhs.transpose(rhs_order) if rhs_moves else rhs
         batch = lhs.shape[:n_batch]
         free_l = lhs.shape[n_batch:n_batch + n_free_l]
         free_r = rhs.shape[n_batch + n_contract:]

@@ -72,7 +72,7 @@ def _float_extremum(is_max: bool, dtype):
         if not values.size:
             return np.full(_reduced_shape(values.shape, axes), init, dtype)
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
-        if extremum.all():  # no zeros (NaN counts as true)
+        if np.count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
             return extremum
         return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
             dtype, copy=False)

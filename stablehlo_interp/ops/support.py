@@ -173,11 +173,15 @@ def fold_rows(ufunc, rows):
     """
     flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1)  # (row-major order is what is folded)
     if flat.shape[1] >= 2:
-        if ufunc is np.add:
-            zero = complex(-0.0, -0.0) if flat.dtype.kind == "c" else -0.0
-            return ufunc.reduce(flat, axis=0, initial=zero).reshape(rows.shape[1:])
-        return ufunc.reduce(flat, axis=0).reshape(rows.shape[1:])
+        return _fold_contiguous_rows(ufunc, flat).reshape(rows.shape[1:])
     return ufunc.accumulate(flat, axis=0)[-1].reshape(rows.shape[1:])
+
+
+def _fold_contiguous_rows(ufunc, flat):
+    """:func:`fold_rows` of a C-contiguous 2-d array of rows of two elements or more."""
+    if ufunc is np.add:
+        return ufunc.reduce(flat, axis=0, initial=complex(-0.0, -0.0) if flat.dtype.kind == "c" else -0.0)
+    return ufunc.reduce(flat, axis=0)
 
 
 def fold_reduce(ufunc, values, axes, init, dtype):
@@ -190,13 +194,18 @@ def fold_reduce(ufunc, values, axes, init, dtype):
     values = np.asarray(values, dtype)
     kept = [d for d in range(values.ndim) if d not in axes]
     outer = tuple(values.shape[d] for d in kept)
-    accumulator = np.broadcast_to(np.asarray(init, dtype), outer)
+    if axes and values.size:
+        # The reduced axes first: a view (none needed when they already lead).
+        moved = values if axes[-1] == len(axes) - 1 else values.transpose(axes + kept)
+        if moved.flags.c_contiguous and moved.size >= 2 * len(moved) and _is_identity(ufunc, init):
+            # init ∘ (v0 ∘ v1 ∘ ...) equals the fold from an identity init, and needs no copy.
+            width = math.prod(outer)
+            flat = moved.reshape(-1, width)
+            folded = (_fold_contiguous_rows(ufunc, flat) if width >= 2 else fold_rows(ufunc, flat)).reshape(outer)
+            return ufunc(init, folded, out=folded)
+    accumulator = np.broadcast_to(np.asarray(init, dtype), outer)  # (np.broadcast_to costs microseconds)
     if not axes or values.size == 0:
         return np.array(ufunc(accumulator, values) if not axes else accumulator, dtype)
-    moved = np.transpose(values, axes + kept)  # the reduced axes first: a view
-    if moved.flags.c_contiguous and moved[0].size >= 2 and _is_identity(ufunc, init):
-        # init ∘ (v0 ∘ v1 ∘ ...) equals the fold from an identity init, and needs no copy.
-        return np.asarray(ufunc(init, fold_rows(ufunc, moved.reshape((-1,) + outer))), dtype)
     per_first = moved[0].size  # terms per index of the first reduced axis, times the outer size
     step = max(1, FOLD_BUFFER_ELEMENTS // per_first)
     for first in range(0, moved.shape[0], step):
@@ -292,5 +301,5 @@ def _is_identity(ufunc, init) -> bool:
     of a zero result, which ``init ∘ result`` then restores: any zero for add
     (-0.0 + x = x; +0.0 + x = x unless x is -0.0), 1 for real multiply."""
     if ufunc is np.add:
-        return bool(init == 0)
-    return ufunc is np.multiply and init.dtype.kind == "f" and bool(init == 1)
+        return init.item() == 0
+    return ufunc is np.multiply and init.dtype.kind == "f" and init.item() == 1
