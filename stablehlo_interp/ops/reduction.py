@@ -208,7 +208,7 @@ def reduce(info):
     axes = tuple(info.attr("dimensions"))
     run_reduction, _ = reduction(info, n)
     return lambda execution, regions, *operands: run_reduction(
-        regions[0], operands[:n], operands[n:], axes, execution.context.semantics)
+        regions[0], operands[:n], operands[n:], axes, execution.semantics)
 
 
 # ------------------------------------------------------------------------ windows
