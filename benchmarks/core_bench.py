@@ -8,13 +8,35 @@ the times side by side with the ratios and the targets:
 * large-tensor programs within 1.5x of hand-written NumPy.
 
     python benchmarks/core_bench.py [--skip-reference] [--repeat N]
+
+BLAS runs on one thread (``OPENBLAS_NUM_THREADS=1`` unless set): on a shared
+machine its threads wait for a busy core and a matmul takes milliseconds at
+random, on both sides. Where the time goes (issue 14; 2 busy cores, process
+time, best of many, the same run):
+
+* (a) per op: a chain of add/multiply/subtract costs 0.60 us per op against
+  0.52 us for NumPy's own loop of the same ufuncs: the run loop adds 0.09 us.
+  ``maximum`` costs 1.0-1.3 us against ``np.maximum``'s 0.5: NumPy returns
+  either zero of (-0.0, +0.0), so the IEEE maximum looks for zeros in the
+  result (``np.count_nonzero``) before it can return it. The benchmark's mix
+  (a quarter maximum) is 0.75-0.8 us; its floor is about 0.7 us.
+* (b) at 128x128 NumPy takes ~99 us (matmul 50, tanh 43, sum 5). Our three
+  runners called directly take 109-111 us (1.1x): the dot +2 us of reshapes,
+  tanh the same ufunc, the reduce's left fold 9-10 us against ``sum(0)``'s 5
+  (the same bits: NumPy sums axis 0 of a C-contiguous array row after row,
+  which is the fold; ``np.cumsum`` is 100x slower). ``Program.run`` adds its
+  fixed cost per call (arguments checked, context, result copies: 5 us
+  measured alone, 10-20 us in this run).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads BLAS (see above)
+
+import numpy as np  # noqa: E402
 from timing import best_time, format_time
 
 import stablehlo_interp as si

@@ -1,7 +1,9 @@
-"""Accumulation order (docs/semantics.md, "Accumulation"): float and complex sums
-of dot_general, convolution, reduce and reduce_window are left folds in the
-spec's index order, every product and sum rounded to the element type, so the
-results are bit for bit those of the C++ reference interpreter.
+"""Accumulation order (docs/semantics.md, "Accumulation"): under the semantics
+"spec", float and complex sums of dot_general, convolution, reduce and
+reduce_window are left folds in the spec's index order, every product and sum
+rounded to the element type, so the results are bit for bit those of the C++
+reference interpreter. Under "xla" (the JAX device's), ``reduce`` sums as XLA
+CPU schedules it, bit for bit XLA CPU's results where that schedule is known.
 
 The inputs mix magnitudes over many binades so that sums cancel: a different
 order (pairwise, BLAS's blocks, a wider accumulator) lands ULPs away. Each case
@@ -11,7 +13,13 @@ also runs with tiny fold buffers, so the chunked paths give the same bits.
 import numpy as np
 import pytest
 
-from oracles import same_as_reference, tensor_type
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import stablehlo_interp as si
+from oracles import assert_same, run_xla_text, same_as_reference, tensor_type
+from test_sharding_device import mesh, on_both
 from stablehlo_interp.ops import linalg, support
 
 # Complex products are left out: the C++ reference interpreter's complex multiply
@@ -148,3 +156,70 @@ def test_reduce_of_negative_zeros_keeps_the_folds_sign(reference, fold_buffer, i
 }"""
     (result,) = same_as_reference(reference, text, values, np.float32(init))
     assert np.all(np.signbit(result) == np.signbit(init))
+
+
+# ------------------------------------------------------------ semantics "xla": XLA CPU's order
+
+XLA_ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>"}
+
+
+@pytest.mark.parametrize("dtype, body", [(np.float32, "add"), (np.float64, "add"), (np.complex64, "add"),
+                                         (np.float32, "multiply"), (np.float64, "multiply")])
+@pytest.mark.parametrize("shape, dimensions", [
+    ((4, 8), [0, 1]),        # rows summed in the lanes of one vector, then the lanes by halves
+    ((4, 5), [0, 1]),
+    ((7, 5), [0, 1]),        # 7 rows do not fill a vector: a left fold
+    ((3, 4, 5), [1, 2]),
+    ((5, 6, 7), [0, 1]),
+    ((3, 100), [1]),         # TreeReductionRewriter: windows of 32 (padded 14 + 14), then their sums
+    ((50, 40), [0]),
+    ((40, 50), [0, 1]),      # 32x32 windows
+    ((3, 100, 7), [1]),
+    ((1500,), [0]),          # two levels of windows
+])
+def test_reduce_sums_like_xla_cpu_under_xla_semantics(dtype, body, shape, dimensions):
+    """Complex products are left out: XLA's complex multiply rounds otherwise (see the
+    module docstring)."""
+    element = XLA_ELEMENT[dtype]
+    values = cancelling(shape, dtype, 11)
+    if body == "multiply":  # products of values near 1, so they neither vanish nor overflow
+        values = (1 + values / 8192).astype(dtype)
+    result_shape = tuple(size for d, size in enumerate(shape) if d not in dimensions)
+    vt, rt, st = tensor_type(shape, element), tensor_type(result_shape, element), f"tensor<{element}>"
+    identity = {"add": "0.0", "multiply": "1.0"}[body]
+    identity = f"({identity}, 0.0)" if np.dtype(dtype).kind == "c" else identity
+    text = f"""func.func @main(%x: {vt}) -> {rt} {{
+  %init = stablehlo.constant dense<{identity}> : {st}
+  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = {dimensions} : ({vt}, {st}) -> {rt}
+  return %0 : {rt}
+}}"""
+    (expected,) = run_xla_text(text, values)
+    (actual,) = si.run(text, values, semantics="xla")
+    assert_same(actual, expected)
+
+
+def test_the_orders_differ_on_a_cancelling_sum():
+    """The 32-term sum of the JAX test test_check_rep_false_grads: XLA CPU's order and the
+    spec's left fold round differently (so the test above can tell them apart)."""
+    text = """func.func @main(%x: tensor<4x8xf32>) -> tensor<f32> {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<4x8xf32>, tensor<f32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}"""
+    values = cancelling((4, 8), np.float32, 11)
+    (expected,) = run_xla_text(text, values)
+    (xla_order,), (spec_order,) = si.run(text, values, semantics="xla"), si.run(text, values)
+    assert xla_order == expected != spec_order
+
+
+def test_the_device_sums_a_sharded_array_as_xla_cpu():
+    """``out.sum()`` of a (4, 8) array sharded over 4 devices (JAX's
+    test_check_rep_false_grads differentiates it by finite differences): the same
+    bits on interp as on XLA CPU."""
+    def build(platform):
+        m = mesh(platform, (4,), ("x",))
+        q = jax.device_put(cancelling((4, 8), np.float32, 12), NamedSharding(m, P("x", None)))
+        out = jax.shard_map(lambda q: q * 3, mesh=m, in_specs=P("x", None), out_specs=P("x", None))(q)
+        return jnp.sum(out)
+
+    on_both(build)

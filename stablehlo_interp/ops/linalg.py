@@ -55,11 +55,12 @@ def result_converter(ttype):
 FOLD_PRODUCTS_LIMIT = 1 << 20
 
 
-def batched_matmul(ttype):
+def batched_matmul(ttype, products: int | None = None):
     """``(B, M, K) x (B, K, N) -> (B, M, N)`` summed in :func:`accumulation_dtype` of
     the result type ``ttype``. Floats and complex numbers: :func:`ordered_matmul`
-    up to ``FOLD_PRODUCTS_LIMIT`` products, BLAS beyond; integers (exact, wrapping)
-    and booleans (counts): NumPy's matmul."""
+    up to ``FOLD_PRODUCTS_LIMIT`` products, BLAS beyond (decided now when the number
+    of ``products`` B*M*K*N is known); integers (exact, wrapping) and booleans
+    (counts): NumPy's matmul."""
     compute = accumulation_dtype(ttype)
 
     def blas(a, b):
@@ -68,6 +69,8 @@ def batched_matmul(ttype):
     if ttype.kind not in ("float", "complex"):
         return blas
     ordered = ordered_matmul(compute)
+    if products is not None:
+        return ordered if products <= FOLD_PRODUCTS_LIMIT else blas
 
     def run(a, b):
         small = a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] <= FOLD_PRODUCTS_LIMIT
@@ -214,19 +217,26 @@ def _contraction(info, numbers):
         algorithm = None
     if algorithm is not None and result.kind != "float":
         raise info.unsupported(f"dot algorithm with result type {result.element_type}")
+    def matmul_shapes(lhs_shape, rhs_shape):
+        """The (B, M, K) and (B, K, N) shapes of the transposed operands, and the result's."""
+        batch = lhs_shape[:n_batch]
+        free_l = lhs_shape[n_batch:n_batch + n_free_l]
+        free_r = rhs_shape[n_batch + n_contract:]
+        size_b, size_c = math.prod(batch), math.prod(lhs_shape[n_batch + n_free_l:])
+        return (size_b, math.prod(free_l), size_c), (size_b, size_c, math.prod(free_r)), batch + free_l + free_r
+
+    static = None not in lhs_type.shape + rhs_type.shape
+    fixed = static and matmul_shapes(tuple(lhs_type.shape[d] for d in lhs_order),
+                                     tuple(rhs_type.shape[d] for d in rhs_order))
     multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None
-                else batched_matmul(result))
+                else batched_matmul(result, math.prod(fixed[0]) * fixed[1][2] if fixed else None))
     finish = result_converter(result)
+    lhs_moves, rhs_moves = lhs_order != sorted(lhs_order), rhs_order != sorted(rhs_order)
 
     def run(lhs, rhs):
-        lhs, rhs = np.transpose(lhs, lhs_order), np.transpose(rhs, rhs_order)
-        batch = lhs.shape[:n_batch]
-        free_l = lhs.shape[n_batch:n_batch + n_free_l]
-        free_r = rhs.shape[n_batch + n_contract:]
-        size_b, size_c = math.prod(batch), math.prod(lhs.shape[n_batch + n_free_l:])
-        product = multiply(lhs.reshape(size_b, math.prod(free_l), size_c),
-                           rhs.reshape(size_b, size_c, math.prod(free_r)))
-        return finish(product.reshape(batch + free_l + free_r))
+        lhs, rhs = lhs.transpose(lhs_order) if lhs_moves else lhs, rhs.transpose(rhs_order) if rhs_moves else rhs
+        lhs_shape, rhs_shape, result_shape = fixed or matmul_shapes(lhs.shape, rhs.shape)
+        return finish(multiply(lhs.reshape(lhs_shape), rhs.reshape(rhs_shape)).reshape(result_shape))
 
     return run
 

@@ -8,9 +8,11 @@ dilated inputs. Three strategies, chosen at load time from the body's pattern
 
 1. ``body`` is one monoid op (add, multiply, maximum, minimum, and, or, xor) on
    its two arguments: NumPy's reduction of that op. Float and complex sums and
-   products are left folds, init first, in row-major order of the reduced
-   indices (docs/semantics.md, "Accumulation"): the C++ reference interpreter's
-   schedule, and XLA's for the small reductions of StableHLO's test files.
+   products of ``reduce`` follow the run's semantics (docs/semantics.md,
+   "Accumulation"): under "spec", left folds, init first, in row-major order of
+   the reduced indices (the C++ reference interpreter's schedule); under "xla",
+   XLA CPU's schedule (support.xla_cpu_fold). ``reduce_window`` folds each
+   window left under both: XLA CPU does too.
 2. ``body`` is made of element-wise ops only (argmax/argmin pairs, ...): a
    balanced tree evaluated level by level, each level one vectorized call of
    ``body`` on whole tensors.
@@ -25,13 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.registry import op
+from ..engine.semantics import SEMANTICS, SPEC, XLA
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import ExtremumOfZeros, fold_reduce, integer_compute_dtype
+from .support import ExtremumOfZeros, fold_reduce, integer_compute_dtype, xla_cpu_fold
 
 
-def monoid_reducer(name: str, ttype):
-    """``reduce(values, axes, init)`` for a monoid op on element type ``ttype`` (init combined once)."""
+def monoid_reducer(name: str, ttype, semantics: str = SPEC):
+    """``reduce(values, axes, init)`` for a monoid op on element type ``ttype`` (init
+    combined once); float and complex sums and products in the order of ``semantics``."""
     dtype, kind = ttype.dtype, ttype.kind
     if kind == "bool":
         ufunc = monoid_ufunc(name, kind)
@@ -53,7 +57,8 @@ def monoid_reducer(name: str, ttype):
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
     ufunc = monoid_ufunc(name, kind)
-    return lambda values, axes, init: fold_reduce(ufunc, values, axes, init, dtype)
+    fold = xla_cpu_fold if semantics == XLA else fold_reduce
+    return lambda values, axes, init: fold(ufunc, values, axes, init, dtype)
 
 
 def _float_extremum(is_max: bool, dtype):
@@ -67,7 +72,7 @@ def _float_extremum(is_max: bool, dtype):
         if not values.size:
             return np.full(_reduced_shape(values.shape, axes), init, dtype)
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
-        if extremum.all():  # no zeros (NaN counts as true)
+        if np.count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
             return extremum
         return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
             dtype, copy=False)
@@ -156,30 +161,32 @@ def argminmax_reduce(better, values, indices, init_value, init_index, axes):
 
 
 def reduction(info, n: int):
-    """Load time: ``reduce(body, inputs, inits, axes) -> results`` for the op's body region.
+    """Load time: ``reduce(body, inputs, inits, axes, semantics) -> results`` for the op's
+    body region, and the body's element types.
 
     Inputs and init values are first converted to the body's element types, which
     may be wider than the inputs' (spec: reduce, reduce_window: ``is_promotable``).
+    ``semantics`` ("spec" or "xla") picks the order of float sums and products.
     """
     body_region = info.regions[0]
     body_types = body_region.arg_types[n:]
     body_dtypes = [t.dtype for t in body_types]
     result_types = info.result_types
     monoid = monoid_of(body_region) if n == 1 else None
-    reducer = monoid and monoid_reducer(monoid, body_types[0])
+    reducers = monoid and {semantics: monoid_reducer(monoid, body_types[0], semantics) for semantics in SEMANTICS}
     argminmax = argminmax_of(body_region) if n == 2 else None
     vectorized = is_elementwise(body_region)
-    if reducer is not None:
+    if reducers and reducers[SPEC] is not None:
         body_dtype, result_dtype = body_dtypes[0], result_types[0].dtype
 
-        def run_monoid(body, inputs, inits, axes):
+        def run_monoid(body, inputs, inits, axes, semantics):
             values = np.asarray(inputs[0]).astype(body_dtype, copy=False)
             init = np.asarray(inits[0]).astype(body_dtype, copy=False)
-            return [np.asarray(reducer(values, axes, init)).astype(result_dtype, copy=False)]
+            return [np.asarray(reducers[semantics](values, axes, init)).astype(result_dtype, copy=False)]
 
         return run_monoid, body_dtypes
 
-    def run(body, inputs, inits, axes):
+    def run(body, inputs, inits, axes, semantics):
         inputs = [np.asarray(x).astype(d, copy=False) for x, d in zip(inputs, body_dtypes)]
         inits = [np.asarray(x).astype(d, copy=False) for x, d in zip(inits, body_dtypes)]
         if argminmax is not None:
@@ -193,12 +200,15 @@ def reduction(info, n: int):
     return run, body_dtypes
 
 
-@op("stablehlo.reduce", variadic=True)
+@op("stablehlo.reduce", variadic=True, execution=True)
 def reduce(info):
+    """Float sums and products in the order of the run's semantics (docs/semantics.md,
+    "Accumulation")."""
     n = len(info.result_types)
     axes = tuple(info.attr("dimensions"))
     run_reduction, _ = reduction(info, n)
-    return lambda regions, *operands: run_reduction(regions[0], operands[:n], operands[n:], axes)
+    return lambda execution, regions, *operands: run_reduction(
+        regions[0], operands[:n], operands[n:], axes, execution.semantics)
 
 
 # ------------------------------------------------------------------------ windows
@@ -265,6 +275,6 @@ def reduce_window(info):
         inputs, inits = operands[:n], operands[n:]
         views = [windows.view(windows.padded(np.asarray(x).astype(d, copy=False), np.asarray(init).astype(d)))
                  for x, init, d in zip(inputs, inits, body_dtypes)]
-        return run_reduction(regions[0], views, inits, axes)
+        return run_reduction(regions[0], views, inits, axes, SPEC)  # XLA CPU folds each window too
 
     return run
