@@ -2,7 +2,8 @@
 buffers and of a compiled program's parameters and outputs.
 
 Every array the device holds is dense and row-major (major-to-minor = the
-dimensions in order, no tiles), so a layout depends on the rank alone. jaxlib
+dimensions in order, no tiles; 4-bit and 2-bit types one element per byte, where
+XLA's CPU packs them), so a layout depends on the rank alone. jaxlib
 reads a layout as its serialized form, XLA's layout text (``"{1,0}"`` for a
 matrix, ``"{}"`` for a scalar), which it parses back (``PjRtLayout::Deserialize``).
 
