@@ -24,7 +24,29 @@ if not ABI_JSON.exists():
     pytest.skip(f"no PJRT ABI table at {ABI_JSON} (set PJRT_ABI_JSON)", allow_module_level=True)
 LAYOUT = json.loads(ABI_JSON.read_text())
 OUR_STRUCTS = {name: cls for name, cls in vars(abi).items()
-               if inspect.isclass(cls) and issubclass(cls, ctypes.Structure) and name.startswith("PJRT_")}
+               if inspect.isclass(cls) and issubclass(cls, ctypes.Structure) and name.startswith("PJRT_")
+               and not name.startswith("PJRT_Layouts_")}
+
+# pjrt_c_api_layouts_extension.h (openxla/xla), which the ABI table lacks: each struct's
+# fields and their offsets as gcc lays them out on 64-bit Linux. Every field is a
+# pointer or size_t except the PJRT_Buffer_Type enum (4 bytes, padded to 8).
+_ARGS = ("struct_size", "extension_start")
+LAYOUTS_STRUCTS = {
+    "PJRT_Layouts_MemoryLayout_Destroy_Args": (*_ARGS, "layout"),
+    "PJRT_Layouts_MemoryLayout_Serialize_Args": (*_ARGS, "layout", "serialized_bytes", "serialized_bytes_size",
+                                                 "serialized_layout", "serialized_layout_deleter"),
+    "PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args": (*_ARGS, "client", "type", "dims", "num_dims", "layout"),
+    "PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args": (*_ARGS, "buffer", "layout"),
+    "PJRT_Layouts_PJRT_Topology_GetDefaultLayout_Args": (*_ARGS, "topology_description", "type", "dims",
+                                                         "num_dims", "layout"),
+    "PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args": (*_ARGS, "executable", "num_outputs", "layouts"),
+    "PJRT_Layouts_PJRT_Executable_GetParameterLayouts_Args": (*_ARGS, "executable", "num_parameters", "layouts"),
+    "PJRT_Layouts_Extension": ("base", None, None, "PJRT_Layouts_MemoryLayout_Destroy",
+                               "PJRT_Layouts_MemoryLayout_Serialize", "PJRT_Layouts_PJRT_Client_GetDefaultLayout",
+                               "PJRT_Layouts_PJRT_Buffer_MemoryLayout", "PJRT_Layouts_PJRT_Topology_GetDefaultLayout",
+                               "PJRT_Layouts_PJRT_Executable_GetOutputLayouts",
+                               "PJRT_Layouts_PJRT_Executable_GetParameterLayouts"),
+}
 
 
 def test_api_version():
@@ -48,6 +70,19 @@ def test_struct_layout(name):
                 assert getattr(ours, field_name).size == field["size"], field_name
 
 
+@pytest.mark.parametrize("name", sorted(LAYOUTS_STRUCTS))
+def test_layouts_extension_struct_layout(name):
+    """One 8-byte word per field (``None``: a word of the field before, the 24-byte
+    PJRT_Extension_Base)."""
+    ours, fields = getattr(abi, name), LAYOUTS_STRUCTS[name]
+    assert ctypes.sizeof(ours) == 8 * len(fields)
+    for index, field in enumerate(fields):
+        if field is not None:
+            assert getattr(ours, field).offset == 8 * index, field
+    assert {name for name, cls in vars(abi).items() if inspect.isclass(cls) and name.startswith("PJRT_Layouts_")} \
+        == set(LAYOUTS_STRUCTS)
+
+
 def test_api_slots_in_order():
     assert [f"PJRT_{name}" for name in abi.API_SLOTS] == [slot["name"] for slot in LAYOUT["api_slots"]]
     for slot in LAYOUT["api_slots"]:
@@ -64,6 +99,9 @@ def test_the_args_of_every_implemented_call_match():
     arg_structs.update({"Shardings_OutputShardings": "PJRT_Shardings_PJRT_Executable_OutputShardings_Args",
                         "Shardings_ParameterShardings": "PJRT_Shardings_PJRT_Executable_ParameterShardings_Args"})
     for name, (_, args_type) in api.CALLS.implementations.items():
+        if name.startswith("Layouts_"):
+            assert args_type is getattr(abi, f"PJRT_{name}_Args"), name   # test_layouts_extension_struct_layout
+            continue
         reference = LAYOUT["structs"][arg_structs[name]]
         assert ctypes.sizeof(args_type) <= reference["size"], name
         for field in reference["fields"]:
@@ -87,6 +125,7 @@ def test_enums():
                  "INTERNAL"):
         assert codes[f"PJRT_Error_Code_{name}"] == getattr(abi, name)
     assert enums["PJRT_Extension_Type"]["PJRT_Extension_Type_Shardings"] == abi.EXTENSION_SHARDINGS
+    assert enums["PJRT_Extension_Type"]["PJRT_Extension_Type_Layouts"] == abi.EXTENSION_LAYOUTS
     named = enums["PJRT_NamedValue_Type"]
     assert [named[f"PJRT_NamedValue_k{kind}"] for kind in ("String", "Int64", "Int64List", "Float", "Bool")] == \
         [abi.NAMED_STRING, abi.NAMED_INT64, abi.NAMED_INT64_LIST, abi.NAMED_FLOAT, abi.NAMED_BOOL]

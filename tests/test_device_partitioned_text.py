@@ -164,8 +164,8 @@ def test_partitioner_abort_is_an_error_and_this_process_lives_on():
 
 
 def test_only_as_text_runs_the_partitioner(monkeypatch):
-    """jaxlib asks for the program text on every compile (for layouts): that gets the
-    global program; the partitioner runs only when ``as_text()`` asks."""
+    """Compiling and calling never fetch the program text (jaxlib learns layouts through
+    the Layouts extension), so the partitioner runs only when ``as_text()`` asks."""
     asked = []
     make = partition.per_device_program
     monkeypatch.setattr(partition, "per_device_program", lambda module: asked.append(module) or make(module))

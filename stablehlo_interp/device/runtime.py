@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -207,19 +206,6 @@ class Interrupted(Exception):
         self.outputs = outputs
 
 
-def _asked_by_as_text() -> bool:
-    """Whether JAX's ``Compiled.as_text`` (jax/_src/stages.py) is on this thread's Python stack."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "as_text" and frame.f_code.co_filename.endswith(_STAGES):
-            return True
-        frame = frame.f_back
-    return False
-
-
-_STAGES = os.path.join("jax", "_src", "stages.py")
-
-
 def _executable_deleted() -> PluginError:
     return PluginError(abi.FAILED_PRECONDITION, "the executable has been deleted")
 
@@ -259,25 +245,20 @@ class Executable:
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd)
         self.deleted = False
-        self._program_texts: dict[bool, bytes] = {}   # see optimized_program
+        self._program_text: bytes | None = None   # see optimized_program
 
     @property
     def num_outputs(self) -> int:
         return len(self.output_types)
 
     def optimized_program(self) -> bytes:
-        """The program text XLA's ``PJRT_Executable_OptimizedProgram`` hands over. jaxlib asks
-        for it on every compile, for the layouts of parameters and results (the plugin has no
-        Layouts extension; jaxlib's compile thread, then JAX's ``_get_layouts_from_executable``),
-        and the global program gives those. The per-device program
-        (:meth:`per_device_program_text`), which runs Shardy's partitioner in a child process,
-        is made only when JAX's ``Compiled.as_text`` is the one asking, so that compiling
-        costs nothing more."""
-        per_device = _asked_by_as_text()
-        if per_device not in self._program_texts:
-            text = self.per_device_program_text() if per_device else self.global_program_text()
-            self._program_texts[per_device] = text.encode()
-        return self._program_texts[per_device]
+        """The program text XLA's ``PJRT_Executable_OptimizedProgram`` hands over: the
+        per-device program (:meth:`per_device_program_text`). Only ``compiled.as_text()``
+        and its kin ask for it: jaxlib learns layouts through the Layouts extension
+        (pjrt/calls_layouts.py), so compiling never makes it."""
+        if self._program_text is None:
+            self._program_text = self.per_device_program_text().encode()
+        return self._program_text
 
     def per_device_program_text(self) -> str:
         """The program each device runs, as XLA shows it: for a program on several devices

@@ -1,9 +1,9 @@
 """The binary layout of the PJRT C API (version 0.102) that the plugin speaks, in ctypes.
 
-Written by hand from ``xla/pjrt/c/pjrt_c_api.h`` and
-``pjrt_c_api_shardings_extension.h``; ``tests/test_device_abi.py`` checks every
-structure below (size and field offsets) against the layout gcc gives the
-header on 64-bit Linux.
+Written by hand from ``xla/pjrt/c/pjrt_c_api.h``,
+``pjrt_c_api_shardings_extension.h`` and ``pjrt_c_api_layouts_extension.h``;
+``tests/test_device_abi.py`` checks every structure below (size and field
+offsets) against the layout gcc gives the header on 64-bit Linux.
 
 Every PJRT function has the C signature ``PJRT_Error* F(F_Args* args)``: it
 reads its inputs from, and writes its outputs into, an ``*_Args`` structure
@@ -25,7 +25,7 @@ OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT = 0, 1, 2, 3
 NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL = 5, 9, 11, 12, 13
 
 # enum PJRT_Extension_Type
-EXTENSION_SHARDINGS = 19
+EXTENSION_LAYOUTS, EXTENSION_SHARDINGS = 4, 19
 
 # enum PJRT_NamedValue_Type
 NAMED_STRING, NAMED_INT64, NAMED_INT64_LIST, NAMED_FLOAT, NAMED_BOOL = range(5)
@@ -507,6 +507,50 @@ class PJRT_Shardings_Extension(ctypes.Structure):
     _fields_ = [("base", PJRT_Extension_Base),
                 ("PJRT_Shardings_PJRT_Executable_ParameterShardings", c_void_p),
                 ("PJRT_Shardings_PJRT_Executable_OutputShardings", c_void_p)]
+
+
+# ---------------------------------------------------------------- the Layouts extension
+# (PJRT_Layouts_MemoryLayout and PJRT_Layouts_SerializedLayout are opaque handles.)
+
+class PJRT_Layouts_MemoryLayout_Destroy_Args(Args):
+    _fields_ = [("layout", c_void_p)]
+
+
+class PJRT_Layouts_MemoryLayout_Serialize_Args(Args):
+    _fields_ = [("layout", c_void_p), ("serialized_bytes", c_void_p), ("serialized_bytes_size", c_size_t),
+                ("serialized_layout", c_void_p), ("serialized_layout_deleter", c_void_p)]
+
+
+class PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args(Args):
+    _fields_ = [("client", c_void_p), ("type", c_int), ("dims", c_void_p), ("num_dims", c_size_t),
+                ("layout", c_void_p)]
+
+
+class PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args(Args):
+    _fields_ = [("buffer", c_void_p), ("layout", c_void_p)]
+
+
+class PJRT_Layouts_PJRT_Topology_GetDefaultLayout_Args(Args):
+    _fields_ = [("topology_description", c_void_p), ("type", c_int), ("dims", c_void_p), ("num_dims", c_size_t),
+                ("layout", c_void_p)]
+
+
+class PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args(Args):
+    _fields_ = [("executable", c_void_p), ("num_outputs", c_size_t), ("layouts", c_void_p)]
+
+
+class PJRT_Layouts_PJRT_Executable_GetParameterLayouts_Args(Args):
+    _fields_ = [("executable", c_void_p), ("num_parameters", c_size_t), ("layouts", c_void_p)]
+
+
+# The slots of PJRT_Layouts_Extension in order, without their "PJRT_Layouts_" prefix.
+LAYOUTS_SLOTS = ("MemoryLayout_Destroy", "MemoryLayout_Serialize", "PJRT_Client_GetDefaultLayout",
+                 "PJRT_Buffer_MemoryLayout", "PJRT_Topology_GetDefaultLayout", "PJRT_Executable_GetOutputLayouts",
+                 "PJRT_Executable_GetParameterLayouts")
+
+
+class PJRT_Layouts_Extension(ctypes.Structure):
+    _fields_ = [("base", PJRT_Extension_Base)] + [(f"PJRT_Layouts_{name}", c_void_p) for name in LAYOUTS_SLOTS]
 
 
 # ---------------------------------------------------------------- the function table

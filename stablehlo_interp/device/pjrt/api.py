@@ -18,13 +18,14 @@ from ctypes import addressof, c_void_p
 from . import abi
 from . import calls_buffers
 from . import calls_executables
+from . import calls_layouts
 from . import calls_platform
 from . import native
 from .abi import API_FUNCTION, VOID_API_FUNCTION
 from .calls import COMPLETE_EVENT, Calls, ReturnError, error_handle
 from ..runtime import PluginError
 
-CALLS = Calls.union(calls_platform.CALLS, calls_buffers.CALLS, calls_executables.CALLS)
+CALLS = Calls.union(calls_platform.CALLS, calls_buffers.CALLS, calls_executables.CALLS, calls_layouts.CALLS)
 
 _TRACE = bool(os.environ.get("STABLEHLO_INTERP_PJRT_TRACE"))
 
@@ -66,7 +67,7 @@ def _traced(name: str, function):
 
 
 class Table:
-    """The PJRT_Api structure, its Shardings extension and every thunk they point to.
+    """The PJRT_Api structure, its extensions (Layouts, then Shardings) and every thunk they point to.
 
     Each slot points at the native guard of its thunk, or at its native fast
     path (``native.py``; none while tracing calls, so the trace sees every
@@ -74,10 +75,11 @@ class Table:
     process ends.
     """
 
-    _EXTENSION_SLOTS = ("Shardings_ParameterShardings", "Shardings_OutputShardings")
+    _SHARDINGS_SLOTS = ("Shardings_ParameterShardings", "Shardings_OutputShardings")
+    _LAYOUTS_SLOTS = tuple(f"Layouts_{name}" for name in abi.LAYOUTS_SLOTS)
 
     def __init__(self):
-        self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._EXTENSION_SLOTS}
+        self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._SHARDINGS_SLOTS + self._LAYOUTS_SLOTS}
         self.entry_points = native.entry_points({name: ctypes.cast(thunk, c_void_p).value
                                                  for name, thunk in self.thunks.items()},
                                                 {} if _TRACE else CALLS.fast_paths, COMPLETE_EVENT)
@@ -91,10 +93,16 @@ class Table:
         self.shardings = abi.PJRT_Shardings_Extension()
         self.shardings.base.struct_size = ctypes.sizeof(abi.PJRT_Shardings_Extension)
         self.shardings.base.type = abi.EXTENSION_SHARDINGS
-        for name in self._EXTENSION_SLOTS:
+        for name in self._SHARDINGS_SLOTS:
             setattr(self.shardings, f"PJRT_Shardings_PJRT_Executable_{name.split('_', 1)[1]}",
                     self.entry_points[name])
-        self.api.extension_start = addressof(self.shardings)
+        self.layouts = abi.PJRT_Layouts_Extension()
+        self.layouts.base.struct_size = ctypes.sizeof(abi.PJRT_Layouts_Extension)
+        self.layouts.base.type = abi.EXTENSION_LAYOUTS
+        self.layouts.base.next = addressof(self.shardings)
+        for name in self._LAYOUTS_SLOTS:
+            setattr(self.layouts, f"PJRT_{name}", self.entry_points[name])
+        self.api.extension_start = addressof(self.layouts)
 
     @staticmethod
     def _thunk(name: str):

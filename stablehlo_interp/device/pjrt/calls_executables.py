@@ -124,8 +124,8 @@ def executable_output_memory_kinds(args):
 
 @CALLS.implements("Executable_OptimizedProgram", abi.PJRT_Executable_OptimizedProgram_Args)
 def executable_optimized_program(args):
-    """The program as StableHLO text (format "mlir"): the per-device program for
-    ``compiled.as_text()``, the global one otherwise (``Executable.optimized_program``).
+    """The program as StableHLO text (format "mlir"): the per-device program
+    (``Executable.optimized_program``), for ``compiled.as_text()`` and its kin.
 
     Called twice: with ``code`` NULL to learn the size, then with a buffer that large.
     """
