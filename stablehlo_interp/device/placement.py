@@ -8,7 +8,7 @@
   ``mhlo.sharding``), the program runs once on global values (manual code in
   it runs per device, ops/shardy.py), and each device gets its shard of each
   result by the results' shardings. Values without a sharding get the one
-  sharding_propagation.py infers, as XLA's propagation would.
+  Shardy's propagation gives them, as on XLA (sharding/propagation.py).
 * A program per process (``num_replicas > 1`` with one partition, or partitions
   without SPMD partitioning): each device is a process of the grid with its own
   arguments (``Program.run_grid``).

@@ -31,17 +31,23 @@ from ..errors import ModuleError
 OK, ERROR = b"o", b"e"  # the child's reply: a status byte, then its error message or its bytecode
 
 
-class _ParseChild:
-    def __init__(self):
+class ChildProcess:
+    """A persistent child process (``python -m <module>``) that answers each request it is
+    sent: a status byte (OK or ERROR), then its error message or its answer. ``crashed``
+    begins the ModuleError raised when a request kills it; the next request starts a
+    fresh child."""
+
+    def __init__(self, module: str, crashed: str):
+        self._module = module
+        self._crashed = crashed
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
-    def check(self, data: bytes) -> bytes:
-        """Parse ``data`` (bytecode or text) in the child; raise the ModuleError it gives, or one for a crash;
-        return the module as bytecode the child wrote."""
+    def request(self, data: bytes) -> bytes:
+        """The child's answer to ``data``; its error message or a crash as a ModuleError."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
-                self._process = subprocess.Popen([sys.executable, "-m", f"{__package__}.first_parse_child"],
+                self._process = subprocess.Popen([sys.executable, "-m", self._module],
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                  stderr=subprocess.DEVNULL)
             try:
@@ -50,10 +56,8 @@ class _ParseChild:
             except (EOFError, BrokenPipeError, OSError):
                 returncode = self._process.wait()
                 how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-                raise ModuleError(f"cannot load the module: reading it killed the child process that reads "
-                                  f"untrusted input first ({how}), as damaged bytecode or a name that is not "
-                                  "UTF-8 does") from None
-            except BaseException:  # KeyboardInterrupt mid-exchange: the child's reply would answer the next check
+                raise ModuleError(f"{self._crashed} ({how})") from None
+            except BaseException:  # KeyboardInterrupt mid-exchange: the child's reply would answer the next request
                 self._process.kill()
                 self._process.wait()
                 raise
@@ -78,7 +82,9 @@ def read(stream) -> bytes:
     return data
 
 
-_CHILD = _ParseChild()
+_CHILD = ChildProcess(f"{__package__}.first_parse_child",
+                      "cannot load the module: reading it killed the child process that reads untrusted "
+                      "input first, as damaged bytecode or a name that is not UTF-8 does")
 
 
 def check_in_child(data: bytes) -> bytes:
@@ -86,4 +92,4 @@ def check_in_child(data: bytes) -> bytes:
     the module as bytecode the child wrote. Reading damaged bytecode is not always
     deterministic (a run under load once read in the child what then aborted this
     process), so this process reads only what MLIR's own writer made."""
-    return _CHILD.check(data)
+    return _CHILD.request(data)
