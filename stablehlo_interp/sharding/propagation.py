@@ -39,6 +39,7 @@ class Propagated:
         self.values: dict = {}
         self.arguments: dict = {}
         self.results: dict = {}
+        self._calls: list = []   # (region, step) of each op that calls a function
         for name, found in shardy.propagate(program.module).items():
             function = program.functions.get(name)
             if function is None or function.region is None:
@@ -49,6 +50,7 @@ class Propagated:
             for index, (value, value_type) in enumerate(zip(self.arguments[name], function.arg_types)):
                 self.values[(id(region), region.n_captures + index)] = _or_rank(value, value_type)
             self._add_region(region, found.ops)
+        self._arguments_from_callers()
 
     def _parse(self, text):
         return None if text is None else sharding.parse_sharding(text, self.meshes)
@@ -62,6 +64,7 @@ class Propagated:
             for slot, value, value_type in zip(step.results, shardings, step.info.result_types):
                 self.values[(id(region), slot)] = _or_rank(value, value_type)
             if step.info.name in _CALLS:
+                self._calls.append((region, step))
                 continue
             arguments = self._region_arguments(step, op, shardings)
             for inner, captures, inner_ops in zip(step.regions, step.captures, op.regions):
@@ -74,13 +77,28 @@ class Propagated:
 
     def _result_shardings(self, step, op) -> list:
         """Shardy's sharding of each result of the op; a constraint's (which became a
-        reshard) is its own."""
-        text = op.attributes.get("sdy.sharding")
+        reshard) is its own, a named or manual computation's its out-shardings."""
+        text = op.attributes.get("sdy.sharding", op.attributes.get("out_shardings"))
         if text is not None:
             return sharding.parse_sharding_per_value(text, self.meshes)
         if step.info.name in _ANNOTATIONS:
             return [sharding.parse_sharding(step.info.attr("sharding"), self.meshes)]
         return [None] * len(step.results)
+
+    def _arguments_from_callers(self) -> None:
+        """A called function's arguments hold what its first caller hands it. XLA inlines
+        calls before it propagates, so a value keeps its sharding into the callee; Shardy
+        run on the module propagates each function apart and reshards at the call (the
+        callee of ``reshard(x, P('x'))`` then a constraint to unreduced sees ``{}``
+        where each device held its slice)."""
+        done = set()
+        for region, step in self._calls:
+            for callee in step.regions:
+                if callee is None or id(callee) in done:
+                    continue
+                done.add(id(callee))
+                for index, operand in enumerate(step.operands[:len(callee.arg_types)]):
+                    self.values[(id(callee), callee.n_captures + index)] = self.values.get((id(region), operand))
 
     def _region_arguments(self, step, op, results: list) -> list:
         """The shardings of the arguments of the op's regions: a loop's are its results'
@@ -113,6 +131,8 @@ def _or_rank(value, value_type):
     """``value``, or the rank of a tensor without one; None for what is not a tensor."""
     if not isinstance(value_type, TensorType):
         return None
+    if value is not None and len(value.dims) != value_type.rank:
+        raise AssertionError(f"Shardy's sharding {value} is not one of a {value_type}")
     return value_type.rank if value is None else value
 
 
