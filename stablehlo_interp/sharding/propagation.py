@@ -139,20 +139,36 @@ def _or_rank(value, value_type):
 # ------------------------------------------------------------------------------------ entry
 
 
-def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[list, list, list]:
+class Propagation:
+    """Shardy's propagation of ``program``, run at the first question (once): None for a
+    module without meshes."""
+
+    def __init__(self, program):
+        self.program = program
+        self._found = None
+
+    @property
+    def found(self) -> "Propagated | None":
+        if self._found is None and self.program.meshes:
+            self._found = Propagated(self.program)
+        return self._found
+
+    def dimension_axes(self, key):
+        """The mesh axes (names, major to minor) sharding each dimension of the value ``key``
+        (``(id(region), slot)``), as Shardy's propagation finds them; None for a value it
+        does not know."""
+        return None if self.found is None else self.found.dimension_axes(key)
+
+
+def value_tilings(propagation: Propagation, function, num_devices: int, inspected=()) -> tuple[list, list, list]:
     """The tiling of each argument and result of ``function`` (None for tokens and tuples):
     its annotation, else what Shardy's propagation gives it, else replicated; and the
     same for the ``inspected`` values, ``(id(region), slot)`` keys of values in its
     regions. Shardy runs only when a value is open."""
-    meshes = program.meshes
+    meshes = propagation.program.meshes
     region = function.region
-    propagated = None
-
-    def found():
-        nonlocal propagated
-        if propagated is None:
-            propagated = propagation(program)
-        return propagated
+    producers = _mhlo_producers(region)
+    name = function.name
 
     def tiling(attributes, value_type, key, of_function=None):
         if not isinstance(value_type, TensorType):
@@ -160,37 +176,22 @@ def value_tilings(program, function, num_devices: int, inspected=()) -> tuple[li
         annotated = sharding.value_tiling(attributes, value_type.rank, meshes, num_devices)
         if annotated is not None and not _is_open(attributes):
             return annotated
-        if meshes and found() is not None:
+        replicated = sharding.replicated(value_type.rank, range(num_devices))
+        if meshes:
             if of_function is not None:
-                value = of_function(found())
-                return value.tiling() if value is not None else sharding.replicated(value_type.rank,
-                                                                                    range(num_devices))
-            return found().tiling(key, num_devices) or sharding.replicated(value_type.rank, range(num_devices))
+                value = of_function(propagation.found)
+                return replicated if value is None else value.tiling()
+            return propagation.found.tiling(key, num_devices) or replicated
         if key[0] == id(region) and key[1] in producers:
             return sharding.hlo_tiling(producers[key[1]], value_type.rank, num_devices)
-        return sharding.replicated(value_type.rank, range(num_devices))
+        return replicated
 
-    producers = _mhlo_producers(region)
-    name = function.name
     args = [tiling(a, t, (id(region), region.n_captures + i), lambda p, i=i: p.arguments[name][i])
             for i, (a, t) in enumerate(zip(function.arg_attributes, function.arg_types))]
     results = [tiling(a, t, (id(region), slot), lambda p, i=i: p.results[name][i])
                for i, (a, t, slot) in enumerate(zip(function.result_attributes, function.result_types,
                                                     region.outputs))]
     return args, results, [tiling({}, value_type, key) for key, value_type in inspected]
-
-
-def propagation(program) -> "Propagated | None":
-    """Shardy's propagation of ``program`` (None for a module without meshes)."""
-    return Propagated(program) if program.meshes else None
-
-
-def dimension_axes(program, function):
-    """``axes((id(region), slot))``: the mesh axes (names, major to minor) sharding each
-    dimension of that value of ``function`` or a region it runs, as Shardy's
-    propagation finds them; None for a value it does not know."""
-    propagated = propagation(program)
-    return propagated.dimension_axes if propagated is not None else (lambda key: None)
 
 
 def _is_open(attributes: dict) -> bool:
