@@ -40,6 +40,7 @@ class Propagated:
         self.arguments: dict = {}
         self.results: dict = {}
         self._calls: list = []   # (region, step) of each op that calls a function
+        self._cache: dict = {}
         for name, found in shardy.propagate(program.module).items():
             function = program.functions.get(name)
             if function is None or function.region is None:
@@ -53,7 +54,14 @@ class Propagated:
         self._arguments_from_callers()
 
     def _parse(self, text):
-        return None if text is None else sharding.parse_sharding(text, self.meshes)
+        return None if text is None else self._parsed(sharding.parse_sharding, text)
+
+    def _parsed(self, parse, text: str):
+        """``parse(text, meshes)``, once per text (most values share a few shardings)."""
+        key = (parse, text)
+        if key not in self._cache:
+            self._cache[key] = parse(text, self.meshes)
+        return self._cache[key]
 
     def _add_region(self, region, ops) -> None:
         if len(ops) != len(region.steps):
@@ -80,9 +88,9 @@ class Propagated:
         reshard) is its own, a named or manual computation's its out-shardings."""
         text = op.attributes.get("sdy.sharding", op.attributes.get("out_shardings"))
         if text is not None:
-            return sharding.parse_sharding_per_value(text, self.meshes)
+            return self._parsed(sharding.parse_sharding_per_value, text)
         if step.info.name in _ANNOTATIONS:
-            return [sharding.parse_sharding(step.info.attr("sharding"), self.meshes)]
+            return [self._parsed(sharding.parse_sharding, step.info.attr("sharding"))]
         return [None] * len(step.results)
 
     def _arguments_from_callers(self) -> None:
@@ -106,7 +114,7 @@ class Propagated:
         if step.info.name == "stablehlo.while":
             return results
         if "in_shardings" in op.attributes:
-            return sharding.parse_sharding_per_value(op.attributes["in_shardings"], self.meshes)
+            return self._parsed(sharding.parse_sharding_per_value, op.attributes["in_shardings"])
         return []
 
     def tiling(self, key, num_devices: int):
