@@ -214,7 +214,7 @@ PROPAGATION = {
     "scatter_columns": lambda v: v.at[:, jnp.array([6, 2])].set(jnp.ones((8, 2), v.dtype)),
     "scatter_batched": lambda v: jax.vmap(lambda row, i: row.at[i].set(0.0))(v, jnp.arange(8) % 3),
     # ops the hand-written propagation had no rule for (it left their results replicated)
-    "convolution": lambda v: lax.conv_general_dilated(v[None, None], jnp.ones((1, 1, 3, 3)), (1, 1), "SAME")[0, 0],
+    "convolution": lambda v: lax.conv_general_dilated(v[None, None], jnp.ones((1, 1, 3, 3), v.dtype), (1, 1), "SAME")[0, 0],
     "fft": lambda v: jnp.fft.fft(v).real,
     "pad_then_concatenate": lambda v: jnp.concatenate([jnp.pad(v, ((1, 0), (0, 0))), v[:1]]),
 }
