@@ -227,3 +227,43 @@ def test_sdy_ops_on_global_values():
     x = np.arange(8, dtype=np.float32)
     (out,) = si.run(SDY_OPS, x)
     np.testing.assert_array_equal(out, x * 2 + 1)
+
+
+# ------------------------------------------------------------- Shardy's propagation, isolated
+
+UNREDUCED_ON_A_SHARDED_OPERAND = """
+module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=2]>
+  func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>},
+                         %arg1: tensor<16x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", "y"}, {}]>})
+      -> tensor<8x4xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{}, {}], unreduced={"x"}> : tensor<8x4xf32>
+    return %1 : tensor<8x4xf32>
+  }
+}
+"""
+
+OPEN_RESULT = """
+module @m attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4, "y"=2]>
+  func.func public @main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) -> tensor<4x8xf32> {
+    %0 = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<8x4xf32>) -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+"""
+
+
+def test_a_module_that_kills_shardys_propagation_is_an_error_not_a_crash():
+    """Shardy's export stops the process on a check failure for this verified module (an
+    unreduced result whose operands shard the contraction on other axes): its child
+    process dies, this one raises, and the next module gets a fresh child."""
+    import stablehlo_interp as si
+    from stablehlo_interp.ir import shardy
+
+    with pytest.raises(ModuleError, match=r"killed the child process that runs it \(signal 6\)"):
+        shardy.propagate(si.load(UNREDUCED_ON_A_SHARDED_OPERAND).module)
+    found = shardy.propagate(si.load(OPEN_RESULT).module)["main"]
+    assert found.results == ('#sdy.sharding<@mesh, [{"y"}, {"x"}]>',)
+    assert found.ops[0].attributes == {"sdy.sharding": '#sdy.sharding_per_value<[<@mesh, [{"y"}, {"x"}]>]>'}

@@ -213,6 +213,10 @@ PROPAGATION = {
     "scatter_rows": lambda v: v.at[jnp.array([0, 3])].add(1.0),
     "scatter_columns": lambda v: v.at[:, jnp.array([6, 2])].set(jnp.ones((8, 2), v.dtype)),
     "scatter_batched": lambda v: jax.vmap(lambda row, i: row.at[i].set(0.0))(v, jnp.arange(8) % 3),
+    # ops the hand-written propagation had no rule for (it left their results replicated)
+    "convolution": lambda v: lax.conv_general_dilated(v[None, None], jnp.ones((1, 1, 3, 3), v.dtype), (1, 1), "SAME")[0, 0],
+    "fft": lambda v: jnp.fft.fft(v).real,
+    "pad_then_concatenate": lambda v: jnp.concatenate([jnp.pad(v, ((1, 0), (0, 0))), v[:1]]),
 }
 
 
@@ -262,6 +266,25 @@ def test_inspect_array_sharding_in_shard_map_and_on_one_device():
     (manual, single) = seen
     assert manual.spec == P() and manual.mesh == m
     assert single.device_set == {jax.devices("interp")[2]}
+
+
+def test_constraint_under_a_second_abstract_mesh():
+    """A constraint under another abstract mesh (axes a=4, b=1 over the same devices): the
+    module has two meshes, and the result takes the constraint's sharding on the second."""
+    def build(platform):
+        m = mesh(platform, (2, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+        second = m.abstract_mesh.update(axis_sizes=(4, 1), axis_names=("a", "b"))
+
+        @jax.jit
+        def f(v):
+            v = jnp.sin(v)
+            with jax.sharding.use_abstract_mesh(second):
+                return lax.with_sharding_constraint(v, P(("a", "b"), None)) * 2
+
+        with jax.sharding.set_mesh(m):
+            return f(jax.device_put(X, P("x", "y")))
+
+    assert on_both(build).sharding.spec == P("a")
 
 
 def test_uneven_constraint_inside_jit():

@@ -207,3 +207,34 @@ def test_scatter_add_unreduced():
     cpu, interp = on_both((4,), ("x",), build)
     assert_same(cpu, interp)
     np.testing.assert_array_equal(np.asarray(interp[3]), [1.0, 10.0, 13.0, 10.0])
+
+
+def test_gradient_of_a_multi_axis_all_gather_in_a_called_shard_map():
+    """The cotangent of ``top_level_all_gather`` is a constant made unreduced on x and y,
+    handed to a function that calls a ``shard_map`` (a manual computation in a function
+    of its own, after @main's ops): each value's propagated sharding must be its own,
+    not another function's op at the same position."""
+    from jax._src.shard_map import top_level_all_gather
+
+    def build(platform):
+        arr = put(ROWS, P("x", "y"))
+        gathered = jax.jit(lambda v: top_level_all_gather(v, P(None, None, reduced={"x", "y"}), multi_dim=True))
+        return jax.jit(jax.grad(lambda v: gathered(v).sum()))(arr)
+
+    cpu, interp = on_both((2, 2, 2), ("x", "y", "z"), build)
+    assert_same(cpu, interp)
+    np.testing.assert_array_equal(np.asarray(interp), np.ones_like(ROWS))
+
+
+def test_a_called_function_made_unreduced_keeps_each_devices_slice():
+    """The cotangent of ``reshard(x, P('x'))`` on a reduced argument: a value sharded on x
+    handed to a function (a nested jit) that makes it unreduced on x. Each device keeps
+    its own slice, zeros elsewhere: the function's argument holds the caller's sharding."""
+    def build(platform):
+        arr = put(np.arange(4.0, dtype=np.float32), P(None, reduced={"x"}))
+        resharded = jax.jit(lambda v: reshard(v, P("x")))
+        return jax.jit(jax.grad(jax.jit(lambda v: resharded(v).sum())))(arr)
+
+    cpu, interp = on_both((2,), ("x",), build)
+    assert_same(cpu, interp)
+    assert [np.asarray(s.data).tolist() for s in interp.addressable_shards] == [[1, 1, 0, 0], [0, 0, 1, 1]]

@@ -8,7 +8,7 @@
   ``mhlo.sharding``), the program runs once on global values (manual code in
   it runs per device, ops/shardy.py), and each device gets its shard of each
   result by the results' shardings. Values without a sharding get the one
-  sharding_propagation.py infers, as XLA's propagation would.
+  Shardy's propagation gives them, as on XLA (sharding/propagation.py).
 * A program per process (``num_replicas > 1`` with one partition, or partitions
   without SPMD partitioning): each device is a process of the grid with its own
   arguments (``Program.run_grid``).
@@ -25,7 +25,7 @@ import numpy as np
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
 from ..sharding import unreduced
-from ..sharding.propagation import dimension_axes, value_tilings
+from ..sharding.propagation import Propagation, value_tilings
 from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
 
@@ -73,8 +73,9 @@ class Global(Placement):
     def __init__(self, program, function, num_devices: int):
         super().__init__(program, function, num_devices)
         inspected = inspect_sharding.inspections(function.region)
+        propagation = Propagation(program)
         self.arg_tilings, self.result_tilings, tilings = value_tilings(
-            program, function, num_devices, [(key, value_type) for _, key, value_type, _ in inspected])
+            propagation, function, num_devices, [(key, value_type) for _, key, value_type, _ in inspected])
         for (report, _, _, manual), tiling in zip(inspected, tilings):   # XLA's partitioner does it here
             report(inspect_sharding.MANUAL if manual else tiling.op_sharding(num_devices) if tiling else REPLICATED)
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
@@ -85,7 +86,7 @@ class Global(Placement):
         self.result_dims = [None] * len(function.result_types)
         self.axis_sizes = {name: size for mesh in program.meshes.values() for name, size in mesh.axes}
         if unreduced.has_unreduced(function):
-            axes_of = dimension_axes(program, function)
+            axes_of = propagation.dimension_axes
             unreduced.carry_partials(function, program.meshes, axes_of)
             self.result_dims = [axes_of((id(function.region), slot)) for slot in function.region.outputs]
 

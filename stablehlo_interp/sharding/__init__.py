@@ -1,2 +1,2 @@
 """The sharding model: meshes and shardings decoded into tilings of values, and
-Shardy-style propagation of shardings through a program (used by the device)."""
+the shardings Shardy's own propagation gives a program's values (used by the device)."""
