@@ -262,7 +262,7 @@ def test_a_module_that_kills_shardys_propagation_is_an_error_not_a_crash():
     import stablehlo_interp as si
     from stablehlo_interp.ir import shardy
 
-    with pytest.raises(ModuleError, match=r"killed the child process that runs it \(signal 6\)"):
+    with pytest.raises(ModuleError, match=r"killed the child process that runs it \(signal 6"):
         shardy.propagate(si.load(UNREDUCED_ON_A_SHARDED_OPERAND).module)
     found = shardy.propagate(si.load(OPEN_RESULT).module)["main"]
     assert found.results == ('#sdy.sharding<@mesh, [{"y"}, {"x"}]>',)
