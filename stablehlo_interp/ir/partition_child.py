@@ -96,20 +96,23 @@ def _move_block_into_function(block: ir.Block, module: ir.Module, name: str, arg
     _set_shardings(function, "arg_attrs", argument_shardings)
     if result_shardings is not None:
         _set_shardings(function, "res_attrs", result_shardings)
-    body = function.regions[0].blocks.append(*argument_types, arg_locs=[a.location for a in block.arguments])
-    for old, new in zip(block.arguments, body.arguments):
+    _move_block(block, function.regions[0], "func.return")
+
+
+def _move_block(block: ir.Block, region: ir.Region, terminator: str) -> None:
+    """Move ``block``'s arguments and ops into a new block of ``region``, its terminator
+    replaced by a ``terminator`` op returning the same values."""
+    moved = region.blocks.append(*[argument.type for argument in block.arguments],
+                                 arg_locs=[argument.location for argument in block.arguments])
+    for old, new in zip(block.arguments, moved.arguments):
         old.replace_all_uses_with(new)
     for operation in list(block.operations):
-        _append(body, operation)
-    returned = body.operations[len(body.operations) - 1]
+        operation.detach_from_parent()
+        ir.InsertionPoint(moved).insert(operation)
+    returned = moved.operations[len(moved.operations) - 1]
     with ir.InsertionPoint(returned), returned.location:
-        ir.Operation.create("func.return", operands=list(returned.operands))
+        ir.Operation.create(terminator, operands=list(returned.operands))
     returned.erase()
-
-
-def _append(block: ir.Block, operation) -> None:
-    operation.detach_from_parent()
-    ir.InsertionPoint(block).insert(operation)
 
 
 def _set_shardings(function, key: str, shardings: list) -> None:
@@ -160,17 +163,7 @@ def inline_whiles(module: ir.Module) -> None:
                                        operands=list(stand_in.operands), regions=2)
         for region, name in zip(loop.regions, names):
             function = functions[name].operation
-            body = function.regions[0].blocks[0]
-            block = region.blocks.append(*[argument.type for argument in body.arguments],
-                                         arg_locs=[argument.location for argument in body.arguments])
-            for old, new in zip(body.arguments, block.arguments):
-                old.replace_all_uses_with(new)
-            for operation in list(body.operations):
-                _append(block, operation)
-            returned = block.operations[len(block.operations) - 1]
-            with ir.InsertionPoint(returned), returned.location:
-                ir.Operation.create("stablehlo.return", operands=list(returned.operands))
-            returned.erase()
+            _move_block(function.regions[0].blocks[0], region, "stablehlo.return")
             function.erase()
         for old, new in zip(stand_in.results, loop.results):
             old.replace_all_uses_with(new)
