@@ -241,11 +241,7 @@ def loaded_executable_execute(args):
     device = lookup(args.execute_device, "device") if args.execute_device else None
     try:
         if num_devices == 1 and executable.one_device_no_donation:
-            try:
-                arguments = [objects[handle] for handle in read_pointers(read_pointers(args.argument_lists, 1)[0],
-                                                                         num_args)]
-            except KeyError as unknown:
-                raise _unknown_buffer(unknown.args[0]) from None
+            arguments = _buffers(read_pointers(args.argument_lists, 1)[0], num_args)
             per_device = [executable.execute_on_one_device(arguments, device)]
         else:
             argument_lists = [_buffers(address, num_args) for address in read_pointers(args.argument_lists,
