@@ -275,3 +275,35 @@ def test_loads_share_a_context_until_its_budget(monkeypatch):
     for program in (first, second, third, fourth):   # each still runs
         result, _ = program.run(np.ones(4, np.float32), np.ones(4, np.int32))
         np.testing.assert_array_equal(result, np.full(4, 5, np.float32))
+
+
+_MISMATCHED_ADD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<3xf32>
+  return %a : tensor<4xf32>
+}"""
+
+
+def test_text_is_verified_once_by_its_parse(monkeypatch):
+    """MLIR's parser verifies what it parses: a load of text does not verify again,
+    and a module that does not verify is still refused, naming the op's rule."""
+    calls = []
+    monkeypatch.setattr(sources, "verify", lambda module: calls.append(module))
+    si.load("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }")
+    assert calls == []
+    monkeypatch.undo()
+    with pytest.raises(si.ModuleError, match="requires the same shape for all operands and results"):
+        si.load(_MISMATCHED_ADD)
+
+
+def test_a_callers_module_is_verified():
+    """An ir.Module handed over as an object was not parsed by us: si.load verifies it."""
+    from jaxlib.mlir import ir
+    with sources.make_context(), ir.Location.unknown():
+        module = ir.Module.parse("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                                 "  return %a : tensor<4xf32>\n}")
+        main = module.body.operations[0]
+        # Break it after parsing: main now declares a result type its return does not give.
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [ir.RankedTensorType.get([4], ir.F32Type.get())], [ir.RankedTensorType.get([3], ir.F32Type.get())]))
+    with pytest.raises(si.ModuleError, match="does not verify"):
+        si.load(module)

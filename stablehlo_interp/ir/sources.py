@@ -38,11 +38,21 @@ class ParsedModule:
     # not name the custom call that starts manual code: no border to annotate
     # (ir/manual_borders.py), and no walk over the module to look for one.
     may_have_manual_borders: bool = True
+    # True when MLIR's parser made the module from text or bytecode: it runs the
+    # verifier after parsing (a failure is the parse error), so a second run is waste.
+    verified: bool = False
 
 
 def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) -> ParsedModule:
     marker = MANUAL_BORDER_TARGET if isinstance(source, str) else MANUAL_BORDER_TARGET.encode()
-    return ParsedModule(module, file_name, may_have_manual_borders=marker in source)
+    portable_artifact = isinstance(source, bytes) and _is_portable_artifact(source)
+    return ParsedModule(module, file_name, may_have_manual_borders=marker in source,
+                        verified=not portable_artifact)
+
+
+def _is_portable_artifact(data: bytes) -> bool:
+    """A StableHLO portable artifact (VHLO bytecode), which is not parsed by ir.Module.parse."""
+    return data.startswith(_BYTECODE_MAGIC) and b"StableHLO_v" in data[:64]
 
 
 MANUAL_BORDER_TARGET = "SPMDFullToShardShape"
@@ -187,7 +197,7 @@ def parse_bytes(data: bytes, context: ir.Context | None = None) -> ir.Module:
     if not data.startswith(_BYTECODE_MAGIC):
         return _parse_text(_text_of(data), trusted=True, context=context)
     with context, captured_diagnostics(context) as diagnostics:
-        if b"StableHLO_v" in data[:64]:
+        if _is_portable_artifact(data):
             try:
                 return stablehlo.deserialize_portable_artifact(context, data)
             except Exception:  # noqa: BLE001 - the bindings raise several types; the diagnostics tell why

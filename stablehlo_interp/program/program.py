@@ -55,7 +55,7 @@ class Program:
         self.module = annotate_manual_borders(parsed.module, parsed.owned) if parsed.may_have_manual_borders \
             else parsed.module
         self.file_name = parsed.file_name
-        if verify:
+        if verify and not (parsed.verified and not parsed.may_have_manual_borders):
             sources.verify(self.module)
         declared = decode_module(self.module, self.file_name)
         self.name = declared.name
