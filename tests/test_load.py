@@ -307,3 +307,17 @@ def test_a_callers_module_is_verified():
             [ir.RankedTensorType.get([4], ir.F32Type.get())], [ir.RankedTensorType.get([3], ir.F32Type.get())]))
     with pytest.raises(si.ModuleError, match="does not verify"):
         si.load(module)
+
+
+def test_bytecode_that_does_not_verify_is_refused_by_its_parse():
+    import io
+    from jaxlib.mlir import ir
+    with sources.make_context(), ir.Location.unknown():
+        module = ir.Module.parse("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                                 "  return %a : tensor<4xf32>\n}")
+        module.body.operations[0].attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [ir.RankedTensorType.get([4], ir.F32Type.get())], [ir.RankedTensorType.get([3], ir.F32Type.get())]))
+        data = io.BytesIO()
+        module.operation.write_bytecode(data)
+    with pytest.raises(si.ModuleError, match="doesn't match function result type"):
+        si.load(data.getvalue())
