@@ -53,28 +53,60 @@ def test_every_fast_path_has_a_python_implementation():
 @native_only
 def test_fast_paths_are_in_the_table():
     for name in api.CALLS.fast_paths:
-        assert getattr(TABLE.api, f"PJRT_{name}") == TABLE.entry_points[name] != \
+        table = TABLE.layouts if name.startswith("Layouts_") else TABLE.api   # the extension's own slots
+        assert getattr(table, f"PJRT_{name}") == TABLE.entry_points[name] != \
             ctypes.cast(TABLE.thunks[name], ctypes.c_void_p).value
+
+
+HEADER = [0x1111_2222_3333_4444, 17, 2**63 + 5, 42, 0x7FFF_FFFF_0000_0009, 1 << 40, 0xFFFF_FFFF_FFFF_FFFE, 3]
+
+
+def low_bytes(word: int, field_type) -> int:
+    """What a field of ``field_type`` (8, 4 or 1 bytes) holds after the native getter
+    stored the word's low bytes, as ctypes reads it."""
+    return field_type.from_buffer_copy(word.to_bytes(8, "little")[:ctypes.sizeof(field_type)]).value
 
 
 @native_only
 @pytest.mark.parametrize("name, handle_field", [
-    ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Executable_NumReplicas", "executable"),
+    ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Buffer_ElementType", "buffer"),
+    ("Buffer_Dimensions", "buffer"), ("Buffer_UnpaddedDimensions", "buffer"),
+    ("Buffer_OpaqueDeviceMemoryDataPointer", "buffer"), ("Layouts_PJRT_Buffer_MemoryLayout", "buffer"),
+    ("Layouts_MemoryLayout_Serialize", "layout"), ("Executable_NumReplicas", "executable"),
     ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable"), ("Memory_Kind", "memory")])
 def test_header_getters(name, handle_field):
+    """Each native getter copies its header words into the args as the Python code does,
+    narrow fields (an element type's 4 bytes) getting the word's low bytes."""
     getter, args_type = api.CALLS.fast_paths[name]
     fields = [field for field, _ in getter.outputs]
-    handle = calls.header_handle(object(), [0x1111_2222_3333_4444, 17, 2**63 + 5, 42])
+    handle = calls.header_handle(object(), HEADER)
     try:
         by_native, by_python = args_type(), args_type()
         for args in (by_native, by_python):
             setattr(args, handle_field, handle)
         assert call_native(name, by_native) is None
         call_python(name, by_python)
+        field_types = dict(args_type._fields_)
         assert outputs(by_native, fields) == outputs(by_python, fields) == {
-            field: [0x1111_2222_3333_4444, 17, 2**63 + 5, 42][index] for field, index in getter.outputs}
+            field: low_bytes(HEADER[index], field_types[field]) for field, index in getter.outputs}
+        assert any(field_types[field] is ctypes.c_int for field in fields) == (name == "Buffer_ElementType")
     finally:
         calls.release_header(handle)
+
+
+@native_only
+@pytest.mark.parametrize("name", sorted(name for name, (shape, _) in api.CALLS.fast_paths.items()
+                                        if isinstance(shape, native.Constants)))
+def test_constant_getters(name):
+    """Native constants write what the Python code writes, and nothing else (the bytes
+    after a narrow field stay as they were)."""
+    getter, args_type = api.CALLS.fast_paths[name]
+    by_native, by_python = args_type(), args_type()
+    for args in (by_native, by_python):
+        ctypes.memset(ctypes.addressof(args), 0xA5, ctypes.sizeof(args_type))
+    assert call_native(name, by_native) is None
+    call_python(name, by_python)
+    assert bytes(by_native) == bytes(by_python)
 
 
 @native_only
@@ -301,7 +333,7 @@ static void report(const char *name, uint64_t result, uint64_t *args, int n) {
   trail[0] = 0;
 }
 int main(void) {
-  uint64_t header[4] = {0x1111, 0x2222, 0x3333, 0x4444}, args[16], result;
+  uint64_t header[8] = {0x1111, 0x2222, 0x3333, 0x4444, 0x5555, 0x6666, 0x7777, 0x8888}, args[16], result;
 CASES
   return 0;
 }
@@ -349,7 +381,7 @@ def test_aarch64_code_under_qemu(tmp_path):
         if isinstance(shape, native.HeaderWords):
             fill = f"args[{getattr(args_type, shape.handle).offset // 8}] = (uint64_t)header;"
             setattr(by_python, shape.handle, 0x5150)
-            shape.python(by_python, lambda handle, index: [0x1111, 0x2222, 0x3333, 0x4444][index])
+            shape.python(by_python, lambda handle, index: 0x1111 * (index + 1))
             setattr(by_python, shape.handle, 0)   # the harness's header address is not known here
         else:
             fill = ""

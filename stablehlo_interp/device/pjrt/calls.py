@@ -61,7 +61,7 @@ def release(address) -> None:
 # output lists are arrays of 8-byte-aligned pointers; so are headers).
 _WORDS = (c_uint64 * (1 << 45)).from_address(0)
 
-HEADER_WORDS = 4
+HEADER_WORDS = 8
 _HEADERS_PER_CHUNK = 1024
 _header_chunks: list[ctypes.Array] = []   # never freed: a header may be reused, not unmapped
 _free_headers: list[int] = []
@@ -78,11 +78,14 @@ def header_handle(obj, words) -> int:
                                    addressof(chunk) - 1, -8 * HEADER_WORDS))
     address = _free_headers.pop()
     index = address >> 3
-    for word in words:
-        _WORDS[index] = word
-        index += 1
+    _WORDS[index:index + len(words)] = words
     objects[address] = obj
     return address
+
+
+def set_header_word(address: int, index: int, word: int) -> None:
+    """Change word ``index`` of the header of a live handle."""
+    _WORDS[(address >> 3) + index] = word
 
 
 def header_word(address: int, index: int) -> int:

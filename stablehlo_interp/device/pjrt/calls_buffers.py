@@ -13,17 +13,39 @@ import numpy as np
 
 from . import abi
 from .. import runtime
-from .calls import COMPLETE_EVENT, Calls, failed_event, header_handle, lookup, release_header
+from .calls import COMPLETE_EVENT, Calls, failed_event, header_handle, lookup, release_header, set_header_word
+from .calls_layouts import layout_handle
 from ..runtime import PluginError
 
 CALLS = Calls()
 
-# A buffer handle points at its header: the handles of the buffer's device and memory.
-HEADER_DEVICE, HEADER_MEMORY = 0, 1
+# A buffer handle points at its header, what the native getters read: the handles of the
+# buffer's device and memory, its PJRT_Buffer_Type, its dimensions (an int64 array shared
+# by the buffers of that shape) and their count, the handle of its layout, and the
+# address of the data its external references hold (0 until the first).
+HEADER_DEVICE, HEADER_MEMORY, HEADER_TYPE, HEADER_DIMS, HEADER_NUM_DIMS, HEADER_LAYOUT, HEADER_DATA = range(7)
+
+# The header of each (memory, dtype, shape) that buffers have had, and the dimension
+# arrays they point to: made once, kept for the process (as few as the distinct
+# shapes a process makes; a lookup is cheaper than building them for every buffer).
+_headers: dict[tuple, tuple] = {}
+_dimension_arrays: dict[tuple, ctypes.Array] = {}
 
 
 def buffer_handle(buffer: runtime.Buffer) -> int:
-    return header_handle(buffer, (id(buffer.device), buffer.memory.handle))
+    key = (buffer.memory, buffer.dtype, buffer.shape)
+    words = _headers.get(key)
+    if words is None:
+        words = _headers[key] = _header(*key)
+    return header_handle(buffer, words)
+
+
+def _header(memory: runtime.Memory, dtype, shape: tuple) -> tuple:
+    dims = _dimension_arrays.get(shape)
+    if dims is None:
+        dims = _dimension_arrays[shape] = (c_int64 * len(shape))(*shape)
+    buffer_type = abi.BUFFER_TYPE_TOKEN if dtype is None else runtime.BUFFER_TYPE_OF[dtype]
+    return id(memory.device), memory.handle, buffer_type, addressof(dims), len(shape), layout_handle(len(shape)), 0
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
@@ -73,29 +95,14 @@ def buffer_destroy(args):
     release_header(args.buffer)
 
 
-@CALLS.implements("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args)
-def buffer_element_type(args):
-    args.type = lookup(args.buffer, "buffer").buffer_type
-
-
-def _dimensions(buffer: runtime.Buffer) -> int:
-    dims = buffer.c_dims
-    if dims is None:
-        dims = buffer.c_dims = (c_int64 * len(buffer.shape))(*buffer.shape)
-    return addressof(dims)
-
-
-@CALLS.implements("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args)
-def buffer_dimensions(args):
-    buffer = lookup(args.buffer, "buffer")
-    args.dims, args.num_dims = _dimensions(buffer), len(buffer.shape)
-
-
-@CALLS.implements("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args)
-def buffer_unpadded_dimensions(args):
-    buffer_dimensions(args)
-
-
+CALLS.header_getter("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args, "buffer", type=HEADER_TYPE)
+CALLS.header_getter("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args, "buffer", dims=HEADER_DIMS,
+                    num_dims=HEADER_NUM_DIMS)
+CALLS.header_getter("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args, "buffer", dims=HEADER_DIMS,
+                    num_dims=HEADER_NUM_DIMS)
+# The Layouts extension's layout of a buffer: dense row-major, by its rank (calls_layouts.py).
+CALLS.header_getter("Layouts_PJRT_Buffer_MemoryLayout", abi.PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args, "buffer",
+                    layout=HEADER_LAYOUT)
 CALLS.constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args,
                       dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
 
@@ -138,9 +145,27 @@ def buffer_is_deleted(args):
     args.is_deleted = lookup(args.buffer, "buffer").is_deleted
 
 
-@CALLS.implements("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args)
-def buffer_is_on_cpu(args):
-    args.is_on_cpu = False
+# A buffer is a NumPy array in host memory: jaxlib reads it in place (np.asarray of an
+# array on the device), through an external reference, as it reads XLA CPU's buffers.
+CALLS.constant_getter("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args, is_on_cpu=1)
+
+
+@CALLS.implements("Buffer_IncreaseExternalReferenceCount", abi.PJRT_Buffer_IncreaseExternalReferenceCount_Args)
+def buffer_increase_external_reference_count(args):
+    """Hold the buffer's array (``Buffer.hold``) and put its address where
+    Buffer_OpaqueDeviceMemoryDataPointer reads it."""
+    set_header_word(args.buffer, HEADER_DATA, lookup(args.buffer, "buffer").hold().ctypes.data)
+
+
+@CALLS.implements("Buffer_DecreaseExternalReferenceCount", abi.PJRT_Buffer_DecreaseExternalReferenceCount_Args)
+def buffer_decrease_external_reference_count(args):
+    lookup(args.buffer, "buffer").release_hold()
+
+
+# The address of the data the buffer's external references hold: valid while one is held
+# (pjrt_c_api.h asks the caller to hold one), 0 before the first.
+CALLS.header_getter("Buffer_OpaqueDeviceMemoryDataPointer", abi.PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args,
+                    "buffer", device_memory_ptr=HEADER_DATA)
 
 
 @CALLS.implements("Buffer_UnsafePointer", abi.PJRT_Buffer_UnsafePointer_Args)

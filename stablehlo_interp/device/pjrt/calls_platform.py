@@ -110,19 +110,17 @@ def event_destroy(args):
         release(args.event)
 
 
-@CALLS.implements("Event_IsReady", abi.PJRT_Event_IsReady_Args)
-def event_is_ready(args):
-    args.is_ready = True
+CALLS.constant_getter("Event_IsReady", abi.PJRT_Event_IsReady_Args, is_ready=1)   # every event is complete
 
 
-@CALLS.implements("Event_Error", abi.PJRT_Event_Error_Args)
+@CALLS.implements("Event_Error", abi.PJRT_Event_Error_Args, native.CompleteEvent())
 def event_error(args):
     error = _event_error(lookup(args.event, "event"))
     if error is not None:
         raise ReturnError(error)
 
 
-@CALLS.implements("Event_Await", abi.PJRT_Event_Error_Args)
+@CALLS.implements("Event_Await", abi.PJRT_Event_Error_Args, native.CompleteEvent())
 def event_await(args):
     event_error(args)
 
