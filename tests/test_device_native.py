@@ -58,7 +58,8 @@ def test_fast_paths_are_in_the_table():
             ctypes.cast(TABLE.thunks[name], ctypes.c_void_p).value
 
 
-HEADER = [0x1111_2222_3333_4444, 17, 2**63 + 5, 42, 0x7FFF_FFFF_0000_0009, 1 << 40, 0xFFFF_FFFF_FFFF_FFFE, 3]
+HEADER = [0x1111_2222_3333_4444, 17, 2**63 + 5, 42, 0x7FFF_FFFF_0000_0009, 1 << 40, 0xFFFF_FFFF_FFFF_FFFE, 3, 99,
+          2**64 - 1]
 
 
 def low_bytes(word: int, field_type) -> int:
@@ -71,7 +72,8 @@ def low_bytes(word: int, field_type) -> int:
 @pytest.mark.parametrize("name, handle_field", [
     ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Buffer_ElementType", "buffer"),
     ("Buffer_Dimensions", "buffer"), ("Buffer_UnpaddedDimensions", "buffer"),
-    ("Buffer_OpaqueDeviceMemoryDataPointer", "buffer"), ("Layouts_PJRT_Buffer_MemoryLayout", "buffer"),
+    ("Buffer_OpaqueDeviceMemoryDataPointer", "buffer"), ("Buffer_OnDeviceSizeInBytes", "buffer"),
+    ("Buffer_ReadyEvent", "buffer"), ("Layouts_PJRT_Buffer_MemoryLayout", "buffer"),
     ("Layouts_MemoryLayout_Serialize", "layout"), ("Executable_NumReplicas", "executable"),
     ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable"), ("Memory_Kind", "memory")])
 def test_header_getters(name, handle_field):
@@ -164,6 +166,21 @@ def test_other_events_fall_back_to_python():
     assert failed not in calls.objects
     assert call_native("Event_Destroy", abi.PJRT_Event_Destroy_Args(event=calls.COMPLETE_EVENT)) is None
     assert calls.COMPLETE_EVENT in calls.objects
+
+
+@native_only
+def test_error_destroy_of_null_is_native_and_of_an_error_releases_it():
+    assert call_native("Error_Destroy", abi.PJRT_Error_Destroy_Args(error=None)) is None
+    error = calls.handle(calls.Error(abi.INTERNAL, "it failed"))
+    assert call_native("Error_Destroy", abi.PJRT_Error_Destroy_Args(error=error)) is None
+    assert error not in calls.objects
+
+
+def test_shared_events_are_never_destroyed():
+    for event in calls.SHARED_EVENTS:
+        call_python("Event_Destroy", abi.PJRT_Event_Destroy_Args(event=event))
+        assert event in calls.objects
+    assert calls.objects[calls.INTERRUPTED_EVENT].error.code == abi.CANCELLED
 
 
 def test_headers_are_reused_after_release():
@@ -333,7 +350,8 @@ static void report(const char *name, uint64_t result, uint64_t *args, int n) {
   trail[0] = 0;
 }
 int main(void) {
-  uint64_t header[8] = {0x1111, 0x2222, 0x3333, 0x4444, 0x5555, 0x6666, 0x7777, 0x8888}, args[16], result;
+  uint64_t header[16], args[16], result;
+  for (int i = 0; i < 16; i++) header[i] = 0x1111 * (i + 1);
 CASES
   return 0;
 }
@@ -375,6 +393,12 @@ def test_aarch64_code_under_qemu(tmp_path):
                 else:
                     outcome = f"fallback({event:x}) -> 4321"
                 case(f"{name}/{event:x}", code, fill, 0, outcome)
+            continue
+        if isinstance(shape, native.WhenNull):
+            offset = getattr(args_type, shape.field).offset // 8
+            code = shape.native(machine, args_type, marks["FALLBACK"], complete)
+            case(f"{name}/null", code, "", 0, "-> 0")
+            case(f"{name}/set", code, f"args[{offset}] = 0xE1;", 0, "fallback(e1) -> 4321")
             continue
         code = shape.native(machine, args_type, marks["FALLBACK"], complete)
         by_python = args_type()

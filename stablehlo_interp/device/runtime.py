@@ -375,10 +375,10 @@ class Executable:
             raise _executable_deleted()
         target = device or self.devices[0]
         try:
-            results = self.placement.run([[buffer.shared() for buffer in arguments]], listeners)
+            results = self.placement.run_on_one_device([buffer.shared() for buffer in arguments], listeners)
         except KeyboardInterrupt:
             raise self._interrupted([target]) from None
-        return self._output_buffers(target, results[0])
+        return self._output_buffers(target, results)
 
     def _interrupted(self, targets: list) -> Interrupted:
         return Interrupted([[InterruptedBuffer(target, value_type, target.memory_of_kind[kind])

@@ -17,7 +17,8 @@ arrays stored on that object.
 
 Events: every computation finishes before its call returns, so all events are
 created complete (``pjrt_c_api.h`` allows it); ``COMPLETE_EVENT`` is one shared
-event whose ``Destroy`` does nothing.
+event whose ``Destroy`` does nothing, and so is ``INTERRUPTED_EVENT``, the ready
+event of every output of an interrupted run.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def release(address) -> None:
 # output lists are arrays of 8-byte-aligned pointers; so are headers).
 _WORDS = (c_uint64 * (1 << 45)).from_address(0)
 
-HEADER_WORDS = 8
+HEADER_WORDS = 16
 _HEADERS_PER_CHUNK = 1024
 _header_chunks: list[ctypes.Array] = []   # never freed: a header may be reused, not unmapped
 _free_headers: list[int] = []
@@ -100,12 +101,24 @@ def release_header(address) -> None:
         _free_headers.append(address)
 
 
+def read_pointer(address: int) -> int:
+    """The pointer (an int, 0 for NULL) stored at ``address``."""
+    return _WORDS[address >> 3] if not address & 7 else c_uint64.from_address(address).value
+
+
+def write_pointer(address: int, value: int) -> None:
+    if address & 7:
+        c_uint64.from_address(address).value = value
+    else:
+        _WORDS[address >> 3] = value
+
+
 def read_pointers(address: int, count: int) -> list:
     """The ``count`` pointers of the C array at ``address``."""
     if address & 7:
         return list((c_void_p * count).from_address(address))
     first = address >> 3
-    return [_WORDS[first]] if count == 1 else _WORDS[first:first + count]   # one device: no slice
+    return _WORDS[first:first + count]
 
 
 def write_pointers(address: int, values) -> None:
@@ -114,10 +127,7 @@ def write_pointers(address: int, values) -> None:
         (c_void_p * len(values)).from_address(address)[:] = values
         return
     first = address >> 3
-    if len(values) == 1:
-        _WORDS[first] = values[0]
-    else:
-        _WORDS[first:first + len(values)] = values
+    _WORDS[first:first + len(values)] = values
 
 
 # ---------------------------------------------------------------- C data handed out
@@ -205,11 +215,9 @@ class Event:
 
 _COMPLETE = Event()
 COMPLETE_EVENT = handle(_COMPLETE)
-
-
-def failed_event(error: BaseException) -> int:
-    """A new completed event that failed with ``error`` (released by its Event_Destroy)."""
-    return handle(Event(Error(runtime.error_code(error), error_message(error))))
+_interrupted = runtime.interrupted_error()
+INTERRUPTED_EVENT = handle(Event(Error(_interrupted.code, str(_interrupted))))
+SHARED_EVENTS = frozenset((COMPLETE_EVENT, INTERRUPTED_EVENT))   # never destroyed
 
 
 # ---------------------------------------------------------------- registration

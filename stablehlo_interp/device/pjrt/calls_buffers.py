@@ -13,7 +13,8 @@ import numpy as np
 
 from . import abi
 from .. import runtime
-from .calls import COMPLETE_EVENT, Calls, failed_event, header_handle, lookup, release_header, set_header_word
+from .calls import (COMPLETE_EVENT, INTERRUPTED_EVENT, Calls, header_handle, lookup, read_pointers, release_header,
+                    set_header_word)
 from .calls_layouts import layout_handle
 from ..runtime import PluginError
 
@@ -21,31 +22,37 @@ CALLS = Calls()
 
 # A buffer handle points at its header, what the native getters read: the handles of the
 # buffer's device and memory, its PJRT_Buffer_Type, its dimensions (an int64 array shared
-# by the buffers of that shape) and their count, the handle of its layout, and the
-# address of the data its external references hold (0 until the first).
-HEADER_DEVICE, HEADER_MEMORY, HEADER_TYPE, HEADER_DIMS, HEADER_NUM_DIMS, HEADER_LAYOUT, HEADER_DATA = range(7)
+# by the buffers of that shape) and their count, the handle of its layout, its ready
+# event, its size in bytes, and the address of the data its external references hold
+# (0 until the first).
+(HEADER_DEVICE, HEADER_MEMORY, HEADER_TYPE, HEADER_DIMS, HEADER_NUM_DIMS, HEADER_LAYOUT, HEADER_READY_EVENT,
+ HEADER_SIZE, HEADER_DATA) = range(9)
 
-# The header of each (memory, dtype, shape) that buffers have had, and the dimension
-# arrays they point to: made once, kept for the process (as few as the distinct
+# The header of each kind of buffer (class, memory, dtype, shape) there has been, and the
+# dimension arrays they point to: made once, kept for the process (as few as the distinct
 # shapes a process makes; a lookup is cheaper than building them for every buffer).
 _headers: dict[tuple, tuple] = {}
 _dimension_arrays: dict[tuple, ctypes.Array] = {}
 
 
 def buffer_handle(buffer: runtime.Buffer) -> int:
-    key = (buffer.memory, buffer.dtype, buffer.shape)
+    key = (type(buffer), buffer.memory, buffer.dtype, buffer.shape)
     words = _headers.get(key)
     if words is None:
-        words = _headers[key] = _header(*key)
+        words = _headers[key] = _header(buffer)
     return header_handle(buffer, words)
 
 
-def _header(memory: runtime.Memory, dtype, shape: tuple) -> tuple:
+def _header(buffer: runtime.Buffer) -> tuple:
+    """The header of a buffer of this kind; the outputs of an interrupted run are ready
+    with an error (CANCELLED)."""
+    shape, memory = buffer.shape, buffer.memory
     dims = _dimension_arrays.get(shape)
     if dims is None:
         dims = _dimension_arrays[shape] = (c_int64 * len(shape))(*shape)
-    buffer_type = abi.BUFFER_TYPE_TOKEN if dtype is None else runtime.BUFFER_TYPE_OF[dtype]
-    return id(memory.device), memory.handle, buffer_type, addressof(dims), len(shape), layout_handle(len(shape)), 0
+    ready = INTERRUPTED_EVENT if isinstance(buffer, runtime.InterruptedBuffer) else COMPLETE_EVENT
+    return (id(memory.device), memory.handle, buffer.buffer_type, addressof(dims), len(shape),
+            layout_handle(len(shape)), ready, buffer.nbytes, 0)
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
@@ -58,27 +65,33 @@ def client_buffer_from_host_buffer(args):
         device = lookup(args.device, "device")
         memory = device.memory
     dtype = runtime.dtype_of_buffer_type(args.type)
-    shape = tuple((c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
-    strides = tuple((c_int64 * args.num_byte_strides).from_address(args.byte_strides)) \
-        if args.byte_strides and args.num_byte_strides else None
-    array = array_from_host(args.data, dtype, shape, strides)
+    num_dims = args.num_dims
+    shape = tuple(read_pointers(args.dims, num_dims)) if num_dims else ()   # sizes: never negative
+    array = array_from_host(args.data, dtype, shape, args.byte_strides if args.num_byte_strides else None)
     args.buffer = buffer_handle(runtime.Buffer(device, array, memory))
     args.done_with_host_buffer = COMPLETE_EVENT
 
 
-def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -> np.ndarray:
-    """Copy a host array (any byte strides, possibly negative or transposed) into a new array."""
+def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides_address) -> np.ndarray:
+    """Copy a host array (its byte strides, one per dimension, at ``byte_strides_address``:
+    any, possibly negative or transposed; dense row-major if None) into a new array."""
     if 0 in shape:
         return np.zeros(shape, dtype)
-    dense = row_major_strides(shape, dtype.itemsize)
-    if byte_strides is None or byte_strides == dense:   # the common case: one copy of the bytes
-        return np.frombuffer(ctypes.string_at(address, dense[0] * shape[0] if shape else dtype.itemsize),
-                             dtype).reshape(shape)
+    dense = _row_major_strides.get((shape, dtype.itemsize))
+    if dense is None:
+        dense = _row_major_strides[shape, dtype.itemsize] = row_major_strides(shape, dtype.itemsize)
+    if byte_strides_address is None or (not shape or tuple(read_pointers(byte_strides_address, len(shape))) == dense):
+        # the common case: one copy of the bytes
+        return np.ndarray(shape, dtype, ctypes.string_at(address, dense[0] * shape[0] if shape else dtype.itemsize))
+    byte_strides = tuple((c_int64 * len(shape)).from_address(byte_strides_address))
     low = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride < 0)
     high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + dtype.itemsize
     raw = ctypes.string_at(address + low, high - low)
     view = np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides)
     return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
+
+
+_row_major_strides: dict[tuple, tuple] = {}   # (shape, itemsize) -> row_major_strides(shape, itemsize)
 
 
 def row_major_strides(shape: tuple, itemsize: int) -> tuple:
@@ -126,9 +139,8 @@ def buffer_get_memory_layout(args):
     tiled.tile_dims, tiled.tile_dim_sizes, tiled.num_tiles = None, None, 0
 
 
-@CALLS.implements("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args)
-def buffer_on_device_size(args):
-    args.on_device_size_in_bytes = lookup(args.buffer, "buffer").nbytes
+CALLS.header_getter("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args, "buffer",
+                    on_device_size_in_bytes=HEADER_SIZE)
 
 
 CALLS.header_getter("Buffer_Device", abi.PJRT_Buffer_Device_Args, "buffer", device=HEADER_DEVICE)
@@ -173,11 +185,7 @@ def buffer_unsafe_pointer(args):
     args.buffer_pointer = lookup(args.buffer, "buffer").data_address()
 
 
-@CALLS.implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
-def buffer_ready_event(args):
-    buffer = lookup(args.buffer, "buffer")
-    args.event = failed_event(runtime.interrupted_error()) if isinstance(buffer, runtime.InterruptedBuffer) \
-        else COMPLETE_EVENT
+CALLS.header_getter("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args, "buffer", event=HEADER_READY_EVENT)
 
 
 def _copy_to(buffer_address, memory: runtime.Memory) -> int:

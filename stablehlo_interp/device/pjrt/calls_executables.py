@@ -15,8 +15,8 @@ from . import interrupts
 from .. import placement
 from .. import runtime
 from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
-                    immortal_string, lookup, objects, pointer_array, read_pointers, release,
-                    release_header, write_pointers)
+                    immortal_string, lookup, objects, pointer_array, read_pointer, read_pointers, release,
+                    release_header, write_pointer, write_pointers)
 from .calls_buffers import buffer_handle
 from ..runtime import PluginError
 
@@ -241,8 +241,8 @@ def loaded_executable_execute(args):
     device = lookup(args.execute_device, "device") if args.execute_device else None
     try:
         if num_devices == 1 and executable.one_device_no_donation:
-            arguments = _buffers(read_pointers(args.argument_lists, 1)[0], num_args)
-            per_device = [executable.execute_on_one_device(arguments, device)]
+            per_device = (executable.execute_on_one_device(_buffers(read_pointer(args.argument_lists), num_args),
+                                                           device),)
         else:
             argument_lists = [_buffers(address, num_args) for address in read_pointers(args.argument_lists,
                                                                                          num_devices)]
@@ -253,15 +253,24 @@ def loaded_executable_execute(args):
             raise runtime.interrupted_error() from None
         per_device = interrupted.outputs
     if executable.output_types:
-        for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
-            write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
-    if args.device_complete_events:
-        write_pointers(args.device_complete_events, [COMPLETE_EVENT] * num_devices)
+        if num_devices == 1:
+            write_pointers(read_pointer(args.output_lists), [buffer_handle(buffer) for buffer in per_device[0]])
+        else:
+            for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
+                write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
+    events = args.device_complete_events
+    if events:
+        if num_devices == 1:
+            write_pointer(events, COMPLETE_EVENT)
+        else:
+            write_pointers(events, [COMPLETE_EVENT] * num_devices)
 
 
 def _buffers(address: int, count: int) -> list:
     """The buffers of an argument list (an array of ``count`` buffer handles)."""
     try:
+        if count == 1:
+            return [objects[read_pointer(address)]]
         return [objects[handle] for handle in read_pointers(address, count)]
     except KeyError as unknown:
         raise _unknown_buffer(unknown.args[0]) from None

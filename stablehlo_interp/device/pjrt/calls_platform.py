@@ -15,7 +15,7 @@ from . import abi
 from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
-from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
+from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
                     header_handle, immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
 
@@ -24,7 +24,8 @@ CALLS = Calls()
 # ---------------------------------------------------------------- errors
 
 
-@CALLS.implements("Error_Destroy", abi.PJRT_Error_Destroy_Args)
+# jaxlib destroys the error of every event it waits for, NULL when the event did not fail.
+@CALLS.implements("Error_Destroy", abi.PJRT_Error_Destroy_Args, native.WhenNull("error"))
 def error_destroy(args):
     if args.error != id(FALLBACK_ERROR):
         release(args.error)
@@ -106,7 +107,7 @@ def _event_error(event) -> int | None:
 
 @CALLS.implements("Event_Destroy", abi.PJRT_Event_Destroy_Args, native.CompleteEvent())
 def event_destroy(args):
-    if args.event != COMPLETE_EVENT:
+    if args.event not in SHARED_EVENTS:
         release(args.event)
 
 

@@ -109,9 +109,9 @@ class X86_64:
         return code + self._RETURN_NULL
 
     def complete_event(self, event_offset: int, complete: int, fallback: int, call_back) -> bytes:
-        """If the event at args + event_offset is ``complete``: call ``callback(NULL,
-        user_arg)`` if ``call_back`` gives their offsets, return NULL; otherwise jump to
-        ``fallback`` with the same args."""
+        """If the event (or other pointer) at args + event_offset is ``complete``: call
+        ``callback(NULL, user_arg)`` if ``call_back`` gives their offsets, return NULL;
+        otherwise jump to ``fallback`` with the same args."""
         handled = b""
         if call_back is not None:
             callback_offset, user_arg_offset = call_back
@@ -289,6 +289,17 @@ class CompleteEvent:
     def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
         call_back = (_offset(args_type, "callback"), _offset(args_type, "user_arg")) if self.on_ready else None
         return machine.complete_event(_offset(args_type, "event"), complete_event, fallback, call_back)
+
+
+@dataclass(frozen=True)
+class WhenNull:
+    """Returns NULL natively when ``args.<field>`` is NULL (nothing to do); otherwise goes
+    on to the Python implementation."""
+
+    field: str
+
+    def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
+        return machine.complete_event(_offset(args_type, self.field), 0, fallback, None)
 
 
 class _CodePages:
