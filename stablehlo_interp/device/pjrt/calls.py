@@ -58,9 +58,11 @@ def release(address) -> None:
 # ---------------------------------------------------------------- C memory
 
 # The address space as an array of 64-bit words: reading or writing one word of C
-# memory costs an index instead of a new ctypes object (jaxlib's argument and
-# output lists are arrays of 8-byte-aligned pointers; so are headers).
-_WORDS = (c_uint64 * (1 << 45)).from_address(0)
+# memory costs an index instead of a new ctypes object. The C ABI aligns what is read
+# this way to 8 bytes (jaxlib's argument and output lists are arrays of pointers;
+# dimensions and strides arrays of int64; headers are ours), so the word at
+# ``address`` is ``WORDS[address >> 3]``.
+WORDS = (c_uint64 * (1 << 45)).from_address(0)
 
 HEADER_WORDS = 16
 _HEADERS_PER_CHUNK = 1024
@@ -79,21 +81,21 @@ def header_handle(obj, words) -> int:
                                    addressof(chunk) - 1, -8 * HEADER_WORDS))
     address = _free_headers.pop()
     index = address >> 3
-    _WORDS[index:index + len(words)] = words
+    WORDS[index:index + len(words)] = words
     objects[address] = obj
     return address
 
 
 def set_header_word(address: int, index: int, word: int) -> None:
     """Change word ``index`` of the header of a live handle."""
-    _WORDS[(address >> 3) + index] = word
+    WORDS[(address >> 3) + index] = word
 
 
 def header_word(address: int, index: int) -> int:
     """Word ``index`` of the header of a live handle."""
     if address not in objects:
         raise PluginError(abi.INVALID_ARGUMENT, f"unknown or destroyed handle {address!r}")
-    return _WORDS[(address >> 3) + index]
+    return WORDS[(address >> 3) + index]
 
 
 def release_header(address) -> None:
@@ -101,33 +103,16 @@ def release_header(address) -> None:
         _free_headers.append(address)
 
 
-def read_pointer(address: int) -> int:
-    """The pointer (an int, 0 for NULL) stored at ``address``."""
-    return _WORDS[address >> 3] if not address & 7 else c_uint64.from_address(address).value
-
-
-def write_pointer(address: int, value: int) -> None:
-    if address & 7:
-        c_uint64.from_address(address).value = value
-    else:
-        _WORDS[address >> 3] = value
-
-
 def read_pointers(address: int, count: int) -> list:
-    """The ``count`` pointers of the C array at ``address``."""
-    if address & 7:
-        return list((c_void_p * count).from_address(address))
+    """The ``count`` pointers (unsigned 64-bit words) of the C array at ``address``."""
     first = address >> 3
-    return _WORDS[first:first + count]
+    return WORDS[first:first + count]
 
 
 def write_pointers(address: int, values) -> None:
     """Store pointers (ints) into the C array at ``address``."""
-    if address & 7:
-        (c_void_p * len(values)).from_address(address)[:] = values
-        return
     first = address >> 3
-    _WORDS[first:first + len(values)] = values
+    WORDS[first:first + len(values)] = values
 
 
 # ---------------------------------------------------------------- C data handed out
