@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -194,6 +195,15 @@ def test_headers_are_reused_after_release():
     calls.release_header(third)
     with pytest.raises(runtime.PluginError, match="destroyed handle"):
         calls.header_word(third, 0)
+
+
+@pytest.mark.parametrize("array", [np.arange(5), np.zeros((0, 3)), np.asarray(np.float32(2)),
+                                   np.frombuffer(b"abcdefgh", np.uint8), np.arange(6.0).reshape(2, 3)[1:, ::2],
+                                   np.zeros(3, ml_dtypes.bfloat16)])
+def test_array_address_is_numpy_s(array):
+    """calls.array_address reads the data address from the array object, as
+    array.ctypes.data gives it (views, read-only and empty arrays too)."""
+    assert calls.array_address(array) == array.ctypes.data
 
 
 def test_pointer_arrays():

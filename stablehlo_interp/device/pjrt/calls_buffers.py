@@ -13,8 +13,8 @@ import numpy as np
 
 from . import abi
 from .. import runtime
-from .calls import (COMPLETE_EVENT, INTERRUPTED_EVENT, Calls, header_handle, lookup, read_pointers, release_header,
-                    set_header_word)
+from .calls import (COMPLETE_EVENT, INTERRUPTED_EVENT, Calls, array_address, header_handle, lookup, read_pointers,
+                    release_header, set_header_word)
 from .calls_layouts import layout_handle
 from ..runtime import PluginError
 
@@ -166,7 +166,7 @@ CALLS.constant_getter("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args, is_on_cpu=
 def buffer_increase_external_reference_count(args):
     """Hold the buffer's array (``Buffer.hold``) and put its address where
     Buffer_OpaqueDeviceMemoryDataPointer reads it."""
-    set_header_word(args.buffer, HEADER_DATA, lookup(args.buffer, "buffer").hold().ctypes.data)
+    set_header_word(args.buffer, HEADER_DATA, array_address(lookup(args.buffer, "buffer").hold()))
 
 
 @CALLS.implements("Buffer_DecreaseExternalReferenceCount", abi.PJRT_Buffer_DecreaseExternalReferenceCount_Args)
