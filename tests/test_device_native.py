@@ -60,7 +60,7 @@ def test_fast_paths_are_in_the_table():
 
 
 HEADER = [0x1111_2222_3333_4444, 17, 2**63 + 5, 42, 0x7FFF_FFFF_0000_0009, 1 << 40, 0xFFFF_FFFF_FFFF_FFFE, 3, 99,
-          2**64 - 1]
+          1]
 
 
 def low_bytes(word: int, field_type) -> int:
@@ -74,7 +74,7 @@ def low_bytes(word: int, field_type) -> int:
     ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Buffer_ElementType", "buffer"),
     ("Buffer_Dimensions", "buffer"), ("Buffer_UnpaddedDimensions", "buffer"),
     ("Buffer_OpaqueDeviceMemoryDataPointer", "buffer"), ("Buffer_OnDeviceSizeInBytes", "buffer"),
-    ("Buffer_ReadyEvent", "buffer"), ("Layouts_PJRT_Buffer_MemoryLayout", "buffer"),
+    ("Buffer_ReadyEvent", "buffer"), ("Buffer_IsDeleted", "buffer"), ("Layouts_PJRT_Buffer_MemoryLayout", "buffer"),
     ("Layouts_MemoryLayout_Serialize", "layout"), ("Executable_NumReplicas", "executable"),
     ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable"), ("Memory_Kind", "memory")])
 def test_header_getters(name, handle_field):
@@ -93,6 +93,7 @@ def test_header_getters(name, handle_field):
         assert outputs(by_native, fields) == outputs(by_python, fields) == {
             field: low_bytes(HEADER[index], field_types[field]) for field, index in getter.outputs}
         assert any(field_types[field] is ctypes.c_int for field in fields) == (name == "Buffer_ElementType")
+        assert any(field_types[field] is ctypes.c_bool for field in fields) == (name == "Buffer_IsDeleted")
     finally:
         calls.release_header(handle)
 
@@ -360,7 +361,7 @@ static void report(const char *name, uint64_t result, uint64_t *args, int n) {
 }
 int main(void) {
   uint64_t header[16], args[16], result;
-  for (int i = 0; i < 16; i++) header[i] = 0x1111 * (i + 1);
+  for (int i = 0; i < 16; i++) header[i] = 0x100 * (i + 1) + 1;  /* low byte 1: a true bool */
 CASES
   return 0;
 }
@@ -414,7 +415,7 @@ def test_aarch64_code_under_qemu(tmp_path):
         if isinstance(shape, native.HeaderWords):
             fill = f"args[{getattr(args_type, shape.handle).offset // 8}] = (uint64_t)header;"
             setattr(by_python, shape.handle, 0x5150)
-            shape.python(by_python, lambda handle, index: 0x1111 * (index + 1))
+            shape.python(by_python, lambda handle, index: 0x100 * (index + 1) + 1)
             setattr(by_python, shape.handle, 0)   # the harness's header address is not known here
         else:
             fill = ""

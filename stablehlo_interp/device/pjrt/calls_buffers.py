@@ -23,10 +23,10 @@ CALLS = Calls()
 # A buffer handle points at its header, what the native getters read: the handles of the
 # buffer's device and memory, its PJRT_Buffer_Type, its dimensions (an int64 array shared
 # by the buffers of that shape) and their count, the handle of its layout, its ready
-# event, its size in bytes, and the address of the data its external references hold
-# (0 until the first).
+# event, its size in bytes, the address of the data its external references hold (0
+# until the first), and whether it was deleted (Buffer_Delete, donation: note_deletions).
 (HEADER_DEVICE, HEADER_MEMORY, HEADER_TYPE, HEADER_DIMS, HEADER_NUM_DIMS, HEADER_LAYOUT, HEADER_READY_EVENT,
- HEADER_SIZE, HEADER_DATA) = range(9)
+ HEADER_SIZE, HEADER_DATA, HEADER_DELETED) = range(10)
 
 # The header of each kind of buffer (class, memory, dtype, shape) there has been, and the
 # dimension arrays they point to: made once, kept for the process (as few as the distinct
@@ -52,7 +52,7 @@ def _header(buffer: runtime.Buffer) -> tuple:
         dims = _dimension_arrays[shape] = (c_int64 * len(shape))(*shape)
     ready = INTERRUPTED_EVENT if isinstance(buffer, runtime.InterruptedBuffer) else COMPLETE_EVENT
     return (id(memory.device), memory.handle, buffer.buffer_type, addressof(dims), len(shape),
-            layout_handle(len(shape)), ready, buffer.nbytes, 0)
+            layout_handle(len(shape)), ready, buffer.nbytes, 0, 0)
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
@@ -150,11 +150,17 @@ CALLS.header_getter("Buffer_Memory", abi.PJRT_Buffer_Memory_Args, "buffer", memo
 @CALLS.implements("Buffer_Delete", abi.PJRT_Buffer_Destroy_Args)
 def buffer_delete(args):
     lookup(args.buffer, "buffer").delete()
+    note_deletions([args.buffer])
 
 
-@CALLS.implements("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args)
-def buffer_is_deleted(args):
-    args.is_deleted = lookup(args.buffer, "buffer").is_deleted
+def note_deletions(handles) -> None:
+    """Mark in their headers the buffers among ``handles`` that were deleted, for Buffer_IsDeleted."""
+    for address in handles:
+        if lookup(address, "buffer").is_deleted:
+            set_header_word(address, HEADER_DELETED, 1)
+
+
+CALLS.header_getter("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args, "buffer", is_deleted=HEADER_DELETED)
 
 
 # A buffer is a NumPy array in host memory: jaxlib reads it in place (np.asarray of an

@@ -17,7 +17,7 @@ from .. import runtime
 from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
                     immortal_string, lookup, objects, pointer_array, read_pointers, release, release_header,
                     write_pointers, WORDS)
-from .calls_buffers import buffer_handle
+from .calls_buffers import buffer_handle, note_deletions
 from ..runtime import PluginError
 
 CALLS = Calls()
@@ -242,12 +242,15 @@ def loaded_executable_execute(args):
         return
     num_devices, num_args = args.num_devices, args.num_args
     device = lookup(args.execute_device, "device") if args.execute_device else None
-    argument_lists = [_buffers(address, num_args) for address in read_pointers(args.argument_lists, num_devices)]
+    handle_lists = [read_pointers(address, num_args) for address in read_pointers(args.argument_lists, num_devices)]
     non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
     try:
-        per_device = executable.execute(argument_lists, device, non_donatable)
+        per_device = executable.execute([_buffers(handles) for handles in handle_lists], device, non_donatable)
     except runtime.Interrupted as interrupted:
         per_device = _interrupted_outputs(interrupted)
+    if executable.donated_parameters:
+        for handles in handle_lists:
+            note_deletions(handles)
     if executable.output_types:
         for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
             write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
@@ -291,10 +294,10 @@ def _interrupted_outputs(interrupted: runtime.Interrupted) -> list:
     return interrupted.outputs
 
 
-def _buffers(address: int, count: int) -> list:
-    """The buffers of an argument list (an array of ``count`` buffer handles)."""
+def _buffers(handles: list) -> list:
+    """The buffers of an argument list."""
     try:
-        return [objects[handle] for handle in read_pointers(address, count)]
+        return [objects[handle] for handle in handles]
     except KeyError as unknown:
         raise _unknown_buffer(unknown.args[0]) from None
 
