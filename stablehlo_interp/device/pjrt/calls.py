@@ -8,9 +8,10 @@ report an error (``api.py`` turns the exception into a ``PJRT_Error``).
 
 Opaque PJRT pointers (``PJRT_Client*``, ``PJRT_Device*`` ...) are the ``id()``
 of a Python object, kept alive in ``objects`` until the matching
-``*_Destroy``. Buffers and executables are pointed to by a *header* instead:
-a small array of 64-bit words (a buffer's device and memory, an executable's
-counts) that the native fast paths read without entering Python
+``*_Destroy``. Buffers, executables, memories and layouts are pointed to by a
+*header* instead: a small array of 64-bit words (a buffer's device, memory,
+type, dimensions, layout, ready event ...; an executable's counts) that the
+native fast paths read without entering Python
 (``native.py``, :meth:`Calls.header_getter`). Outputs that ``pjrt_c_api.h`` says
 live as long as their object (dimensions, strings, device lists) are ctypes
 arrays stored on that object.

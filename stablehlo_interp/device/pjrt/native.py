@@ -28,9 +28,11 @@ its value::
 *Fast paths.* A ctypes callback costs about a microsecond, and a jitted call
 makes a dozen PJRT calls, most of them getters that copy a value JAX could
 have kept (``Executable_NumReplicas`` twice per call, ``Buffer_Device`` of
-every output ...). Those get native code of three shapes (:class:`Constants`,
-:class:`HeaderWords`, :class:`CompleteEvent`) that never enters Python; the
-data they read lives in C (the *header* of a handle, ``calls.header_handle``).
+every output ...). Those get native code of four shapes (:class:`Constants`,
+:class:`HeaderWords`, :class:`CompleteEvent`, :class:`WhenNull`) that never
+enters Python in the common case; the data they read lives in C (the *header*
+of a handle, ``calls.header_handle``). Outputs may be 8, 4 (enums) or 1 (bools)
+bytes wide: a narrow one gets the low bytes of its word.
 Each fast path has the Python implementation that serves it where there is no
 native code and with ``STABLEHLO_INTERP_PJRT_TRACE``.
 
