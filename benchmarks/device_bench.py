@@ -8,7 +8,9 @@ taking turns (the machine's speed drifts):
   Python: Execute and Buffer_Destroy; the rest are native fast paths) and one
   interpreted ``stablehlo.add``;
 * an eager op (``x + x``: JAX dispatches it as a small jitted program);
-* a host-to-device transfer and its read-back (``device_put`` + ``np.asarray``);
+* a host-to-device transfer and its read-back (``device_put`` + ``np.asarray``:
+  28 PJRT calls, six of which enter Python; the read-back is in place, as on
+  the CPU, through an external reference);
 * a slightly larger jitted function (a dozen ops) to show the per-op share.
 
 Targets (issue 14): the first three at most 1.5x the CPU's, in the same run.
@@ -19,11 +21,11 @@ shared machine, and the ratios are given for both.
 Then it profiles the trivial call on interp (:func:`profile_trivial_call`):
 the plugin's Python (entering Python from C, the interpreter's run, the device
 layer around it) and the rest, JAX's dispatch and jaxlib's C API client. That
-rest alone is about 1.5x the CPU's whole call (10 to 12 us against 6.6 to 7.1
-on the two-core machine, docs/device.md): a plugin that cost nothing would
-just reach the target, so with the interpreter's run (3.7 us for one add)
-and two entries into Python (1.3 us) the trivial call cannot; what the plugin
-can still cut is its device layer (about 6 us).
+rest alone is 1.33 to 1.42x the CPU's whole call (9.4 to 9.7 us against 6.6 to
+7.0 on the two-core machine, docs/device.md): with the interpreter's run (3.7
+us for one add) and two entries into Python (1.2 us) the trivial call cannot
+come below about 2.1x through a Python plugin; what the plugin can still cut
+is its device layer (about 4 us).
 
     python benchmarks/device_bench.py [--calls N] [--repeat R]
 """

@@ -20,6 +20,7 @@ from stablehlo_interp import device as interp_device
 DEV = jax.devices("interp")[0]
 DEV1 = jax.devices("interp")[1]
 CPU = jax.devices("cpu")[0]
+DEV_OBJECT = interp_device.runtime.Client().devices[0]   # a device of the runtime, without JAX
 KEY = np.array([0, 42], dtype=np.uint32)   # a raw threefry key
 X = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
 SPD = np.array([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], np.float32)
@@ -188,6 +189,50 @@ def test_device_get_block_until_ready_delete():
     assert a.is_deleted()
     with pytest.raises(RuntimeError, match="deleted"):
         np.asarray(a)
+
+
+def test_read_back_is_a_read_only_view_like_the_cpu_s():
+    """np.asarray of an array on the device reads its memory in place, as on XLA's CPU:
+    a read-only view (no copy), which stays valid after the array is deleted; an array
+    read in place is not given up by donation (XLA's CPU keeps it too); a program's
+    transposed result (not dense in NumPy) reads back in row-major order."""
+    for device in (CPU, DEV):
+        a = jax.device_put(X, device)
+        view = np.asarray(a)
+        assert not view.flags.writeable and not view.flags.owndata
+        with pytest.raises(ValueError, match="read-only"):
+            view[0, 0] = 1
+        transposed = jax.jit(lambda v: v.T * 2)(a)
+        doubled = np.asarray(transposed)
+        np.testing.assert_array_equal(doubled, X.T * 2)
+        donated = jax.jit(lambda v: v + 1, donate_argnums=0)(transposed)
+        a.delete()
+        assert a.is_deleted() and not transposed.is_deleted()
+        del doubled
+        again = jax.jit(lambda v: v + 1, donate_argnums=0)(transposed)   # no view left: donated
+        assert transposed.is_deleted()
+        np.testing.assert_array_equal(np.asarray(again), X.T * 2 + 1)
+        np.testing.assert_array_equal(view, X)
+        np.testing.assert_array_equal(np.asarray(donated), X.T * 2 + 1)
+
+
+def test_external_references_hold_the_array_until_the_last_is_released():
+    """Buffer.hold / release_hold (PJRT_Buffer_Increase/DecreaseExternalReferenceCount):
+    the held arrays outlive deletion until the last reference ends; a release without a
+    reference is an error."""
+    buffer = interp_device.runtime.Buffer(DEV_OBJECT, np.arange(6, dtype=np.int32).reshape(2, 3)[:, ::2])
+    first = buffer.hold()
+    assert first.flags.c_contiguous and first.tolist() == [[0, 2], [3, 5]] and buffer.value is first
+    assert buffer.hold() is first
+    buffer.delete()
+    buffer.release_hold()
+    assert buffer.held == [first]
+    buffer.release_hold()
+    assert buffer.held is None
+    with pytest.raises(interp_device.runtime.PluginError, match="no external reference"):
+        buffer.release_hold()
+    with pytest.raises(interp_device.runtime.PluginError, match="deleted"):
+        buffer.hold()
 
 
 def test_devices_of_the_platform():

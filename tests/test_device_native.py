@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -53,28 +54,63 @@ def test_every_fast_path_has_a_python_implementation():
 @native_only
 def test_fast_paths_are_in_the_table():
     for name in api.CALLS.fast_paths:
-        assert getattr(TABLE.api, f"PJRT_{name}") == TABLE.entry_points[name] != \
+        table = TABLE.layouts if name.startswith("Layouts_") else TABLE.api   # the extension's own slots
+        assert getattr(table, f"PJRT_{name}") == TABLE.entry_points[name] != \
             ctypes.cast(TABLE.thunks[name], ctypes.c_void_p).value
+
+
+HEADER = [0x1111_2222_3333_4444, 17, 2**63 + 5, 42, 0x7FFF_FFFF_0000_0009, 1 << 40, 0xFFFF_FFFF_FFFF_FFFE, 3, 99,
+          1]
+
+
+def low_bytes(word: int, field_type) -> int:
+    """What a field of ``field_type`` (8, 4 or 1 bytes) holds after the native getter
+    stored the word's low bytes, as ctypes reads it."""
+    return field_type.from_buffer_copy(word.to_bytes(8, "little")[:ctypes.sizeof(field_type)]).value
 
 
 @native_only
 @pytest.mark.parametrize("name, handle_field", [
-    ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Executable_NumReplicas", "executable"),
+    ("Buffer_Device", "buffer"), ("Buffer_Memory", "buffer"), ("Buffer_ElementType", "buffer"),
+    ("Buffer_Dimensions", "buffer"), ("Buffer_UnpaddedDimensions", "buffer"),
+    ("Buffer_OpaqueDeviceMemoryDataPointer", "buffer"), ("Buffer_OnDeviceSizeInBytes", "buffer"),
+    ("Buffer_ReadyEvent", "buffer"), ("Buffer_IsDeleted", "buffer"), ("Layouts_PJRT_Buffer_MemoryLayout", "buffer"),
+    ("Layouts_MemoryLayout_Serialize", "layout"), ("Executable_NumReplicas", "executable"),
     ("Executable_NumPartitions", "executable"), ("Executable_NumOutputs", "executable"), ("Memory_Kind", "memory")])
 def test_header_getters(name, handle_field):
+    """Each native getter copies its header words into the args as the Python code does,
+    narrow fields (an element type's 4 bytes) getting the word's low bytes."""
     getter, args_type = api.CALLS.fast_paths[name]
     fields = [field for field, _ in getter.outputs]
-    handle = calls.header_handle(object(), [0x1111_2222_3333_4444, 17, 2**63 + 5, 42])
+    handle = calls.header_handle(object(), HEADER)
     try:
         by_native, by_python = args_type(), args_type()
         for args in (by_native, by_python):
             setattr(args, handle_field, handle)
         assert call_native(name, by_native) is None
         call_python(name, by_python)
+        field_types = dict(args_type._fields_)
         assert outputs(by_native, fields) == outputs(by_python, fields) == {
-            field: [0x1111_2222_3333_4444, 17, 2**63 + 5, 42][index] for field, index in getter.outputs}
+            field: low_bytes(HEADER[index], field_types[field]) for field, index in getter.outputs}
+        assert any(field_types[field] is ctypes.c_int for field in fields) == (name == "Buffer_ElementType")
+        assert any(field_types[field] is ctypes.c_bool for field in fields) == (name == "Buffer_IsDeleted")
     finally:
         calls.release_header(handle)
+
+
+@native_only
+@pytest.mark.parametrize("name", sorted(name for name, (shape, _) in api.CALLS.fast_paths.items()
+                                        if isinstance(shape, native.Constants)))
+def test_constant_getters(name):
+    """Native constants write what the Python code writes, and nothing else (the bytes
+    after a narrow field stay as they were)."""
+    getter, args_type = api.CALLS.fast_paths[name]
+    by_native, by_python = args_type(), args_type()
+    for args in (by_native, by_python):
+        ctypes.memset(ctypes.addressof(args), 0xA5, ctypes.sizeof(args_type))
+    assert call_native(name, by_native) is None
+    call_python(name, by_python)
+    assert bytes(by_native) == bytes(by_python)
 
 
 @native_only
@@ -134,6 +170,21 @@ def test_other_events_fall_back_to_python():
     assert calls.COMPLETE_EVENT in calls.objects
 
 
+@native_only
+def test_error_destroy_of_null_is_native_and_of_an_error_releases_it():
+    assert call_native("Error_Destroy", abi.PJRT_Error_Destroy_Args(error=None)) is None
+    error = calls.handle(calls.Error(abi.INTERNAL, "it failed"))
+    assert call_native("Error_Destroy", abi.PJRT_Error_Destroy_Args(error=error)) is None
+    assert error not in calls.objects
+
+
+def test_shared_events_are_never_destroyed():
+    for event in calls.SHARED_EVENTS:
+        call_python("Event_Destroy", abi.PJRT_Event_Destroy_Args(event=event))
+        assert event in calls.objects
+    assert calls.objects[calls.INTERRUPTED_EVENT].error.code == abi.CANCELLED
+
+
 def test_headers_are_reused_after_release():
     first = calls.header_handle("a", [1, 2])
     calls.release_header(first)
@@ -147,10 +198,18 @@ def test_headers_are_reused_after_release():
         calls.header_word(third, 0)
 
 
-@pytest.mark.parametrize("offset", [0, 4])
-def test_pointer_arrays_aligned_or_not(offset):
-    memory = (ctypes.c_char * 64)()
-    address = ctypes.addressof(memory) + offset
+@pytest.mark.parametrize("array", [np.arange(5), np.zeros((0, 3)), np.asarray(np.float32(2)),
+                                   np.frombuffer(b"abcdefgh", np.uint8), np.arange(6.0).reshape(2, 3)[1:, ::2],
+                                   np.zeros(3, ml_dtypes.bfloat16)])
+def test_array_address_is_numpy_s(array):
+    """calls.array_address reads the data address from the array object, as
+    array.ctypes.data gives it (views, read-only and empty arrays too)."""
+    assert calls.array_address(array) == array.ctypes.data
+
+
+def test_pointer_arrays():
+    memory = (ctypes.c_uint64 * 8)()
+    address = ctypes.addressof(memory)
     calls.write_pointers(address, [5, 2**64 - 1, 1 << 40])
     assert calls.read_pointers(address, 3) == [5, 2**64 - 1, 1 << 40]
     assert calls.read_pointers(address, 0) == []
@@ -301,7 +360,8 @@ static void report(const char *name, uint64_t result, uint64_t *args, int n) {
   trail[0] = 0;
 }
 int main(void) {
-  uint64_t header[4] = {0x1111, 0x2222, 0x3333, 0x4444}, args[16], result;
+  uint64_t header[16], args[16], result;
+  for (int i = 0; i < 16; i++) header[i] = 0x100 * (i + 1) + 1;  /* low byte 1: a true bool */
 CASES
   return 0;
 }
@@ -344,12 +404,18 @@ def test_aarch64_code_under_qemu(tmp_path):
                     outcome = f"fallback({event:x}) -> 4321"
                 case(f"{name}/{event:x}", code, fill, 0, outcome)
             continue
+        if isinstance(shape, native.WhenNull):
+            offset = getattr(args_type, shape.field).offset // 8
+            code = shape.native(machine, args_type, marks["FALLBACK"], complete)
+            case(f"{name}/null", code, "", 0, "-> 0")
+            case(f"{name}/set", code, f"args[{offset}] = 0xE1;", 0, "fallback(e1) -> 4321")
+            continue
         code = shape.native(machine, args_type, marks["FALLBACK"], complete)
         by_python = args_type()
         if isinstance(shape, native.HeaderWords):
             fill = f"args[{getattr(args_type, shape.handle).offset // 8}] = (uint64_t)header;"
             setattr(by_python, shape.handle, 0x5150)
-            shape.python(by_python, lambda handle, index: [0x1111, 0x2222, 0x3333, 0x4444][index])
+            shape.python(by_python, lambda handle, index: 0x100 * (index + 1) + 1)
             setattr(by_python, shape.handle, 0)   # the harness's header address is not known here
         else:
             fill = ""

@@ -110,7 +110,7 @@ class Buffer:
     """A device array: a NumPy array (or the token) in a memory of a device (its
     default one unless given), until deleted."""
 
-    __slots__ = ("device", "memory", "value", "dtype", "shape", "c_dims", "exposed")
+    __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held")
 
     def __init__(self, device: Device, value, memory: Memory | None = None):
         self.device = device
@@ -120,8 +120,9 @@ class Buffer:
             self.dtype, self.shape = None, ()
         else:
             self.dtype, self.shape = value.dtype, value.shape
-        self.c_dims = None   # the int64 array Buffer_Dimensions hands out, made on first use
         self.exposed = False   # its data address was handed out: the array may change under us
+        self.external_references = 0
+        self.held = None   # the arrays external references hold (see hold), made on first use
 
     @property
     def buffer_type(self) -> int:
@@ -147,6 +148,32 @@ class Buffer:
         if value is None:
             raise _deleted()
         return value.copy() if self.exposed else value
+
+    def hold(self) -> np.ndarray:
+        """The array, dense and row-major, held for an external reference: JAX reads a
+        buffer in place (``np.asarray`` of an array on the device is a read-only view of
+        this memory, as on XLA's CPU). The array stays alive until :meth:`release_hold`,
+        even if the buffer is deleted or donated meanwhile."""
+        array = self.array()
+        if self.dtype is None:
+            raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
+        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # noqa: E721 - not a subclass
+            array = self.value = np.array(array, order="C")   # the same value, dense
+        self.external_references += 1
+        if self.held is None:
+            self.held = []
+        if not self.held or self.held[-1] is not array:
+            self.held.append(array)
+        return array
+
+    def release_hold(self) -> None:
+        """End an external reference (:meth:`hold`). A release does not say which reference
+        ends, so the arrays are kept until the last one does."""
+        if not self.external_references:
+            raise PluginError(abi.FAILED_PRECONDITION, "the buffer has no external reference to release")
+        self.external_references -= 1
+        if not self.external_references:
+            self.held = None
 
     def data_address(self) -> int:
         """The address of the buffer's data, dense and row-major, for the user to read
@@ -181,6 +208,32 @@ class InterruptedBuffer(Buffer):
         raise interrupted_error()
 
     shared = array
+
+    def hold(self) -> np.ndarray:
+        """The array, dense and row-major, held for an external reference: JAX reads a
+        buffer in place (``np.asarray`` of an array on the device is a read-only view of
+        this memory, as on XLA's CPU). The array stays alive until :meth:`release_hold`,
+        even if the buffer is deleted or donated meanwhile."""
+        array = self.array()
+        if self.dtype is None:
+            raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
+        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # noqa: E721 - not a subclass
+            array = self.value = np.array(array, order="C")   # the same value, dense
+        self.external_references += 1
+        if self.held is None:
+            self.held = []
+        if not self.held or self.held[-1] is not array:
+            self.held.append(array)
+        return array
+
+    def release_hold(self) -> None:
+        """End an external reference (:meth:`hold`). A release does not say which reference
+        ends, so the arrays are kept until the last one does."""
+        if not self.external_references:
+            raise PluginError(abi.FAILED_PRECONDITION, "the buffer has no external reference to release")
+        self.external_references -= 1
+        if not self.external_references:
+            self.held = None
 
     def data_address(self) -> int:
         raise interrupted_error()
@@ -307,10 +360,11 @@ class Executable:
             results = self.placement.run(values, listeners)
         except KeyboardInterrupt:
             raise self._interrupted(targets) from None
-        if donated:
+        if donated:   # as on XLA's CPU, a buffer read in place (held) is not given up
             for arguments in argument_lists:
                 for index in donated:
-                    arguments[index].delete()
+                    if not arguments[index].external_references:
+                        arguments[index].delete()
         return [self._output_buffers(target, outputs) for target, outputs in zip(targets, results)]
 
     def execute_on_one_device(self, arguments: list, device: Device | None) -> list:
@@ -321,10 +375,10 @@ class Executable:
             raise _executable_deleted()
         target = device or self.devices[0]
         try:
-            results = self.placement.run([[buffer.shared() for buffer in arguments]], listeners)
+            results = self.placement.run_on_one_device([buffer.shared() for buffer in arguments], listeners)
         except KeyboardInterrupt:
             raise self._interrupted([target]) from None
-        return self._output_buffers(target, results[0])
+        return self._output_buffers(target, results)
 
     def _interrupted(self, targets: list) -> Interrupted:
         return Interrupted([[InterruptedBuffer(target, value_type, target.memory_of_kind[kind])

@@ -479,6 +479,18 @@ class PJRT_Buffer_UnsafePointer_Args(Args):
     _fields_ = [("buffer", c_void_p), ("buffer_pointer", c_size_t)]
 
 
+class PJRT_Buffer_IncreaseExternalReferenceCount_Args(Args):
+    _fields_ = [("buffer", c_void_p)]
+
+
+class PJRT_Buffer_DecreaseExternalReferenceCount_Args(Args):
+    _fields_ = [("buffer", c_void_p)]
+
+
+class PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args(Args):
+    _fields_ = [("buffer", c_void_p), ("device_memory_ptr", c_void_p)]
+
+
 class PJRT_Buffer_Device_Args(Args):
     _fields_ = [("buffer", c_void_p), ("device", c_void_p)]
 

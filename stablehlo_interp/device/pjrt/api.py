@@ -32,14 +32,23 @@ _TRACE = bool(os.environ.get("STABLEHLO_INTERP_PJRT_TRACE"))
 
 def _thunk(name: str, function, args_type):
     """The C-callable wrapper of one implementation: returns NULL or a PJRT_Error*.
-    Every thunk runs this one code object (``interrupts.py`` recognizes it)."""
+    Every thunk runs this one code object (``interrupts.py`` recognizes it).
+
+    jaxlib makes a call from the same stack frame again and again, so its args
+    structure is mostly at the same address: the thunk keeps the ctypes view of the
+    last address it saw (a pair, replaced in one store: threads may share a thunk)."""
     from_address = args_type.from_address
     if _TRACE:
         function = _traced(name, function)
+    last = [(None, None)]   # (address, the args structure there)
 
     def thunk(address):
         try:
-            function(from_address(address))
+            seen_address, args = last[0]
+            if address != seen_address:
+                args = from_address(address)
+                last[0] = (address, args)
+            function(args)
             return None
         except ReturnError as returned:
             return returned.error_handle

@@ -8,22 +8,26 @@ report an error (``api.py`` turns the exception into a ``PJRT_Error``).
 
 Opaque PJRT pointers (``PJRT_Client*``, ``PJRT_Device*`` ...) are the ``id()``
 of a Python object, kept alive in ``objects`` until the matching
-``*_Destroy``. Buffers and executables are pointed to by a *header* instead:
-a small array of 64-bit words (a buffer's device and memory, an executable's
-counts) that the native fast paths read without entering Python
+``*_Destroy``. Buffers, executables, memories and layouts are pointed to by a
+*header* instead: a small array of 64-bit words (a buffer's device, memory,
+type, dimensions, layout, ready event ...; an executable's counts) that the
+native fast paths read without entering Python
 (``native.py``, :meth:`Calls.header_getter`). Outputs that ``pjrt_c_api.h`` says
 live as long as their object (dimensions, strings, device lists) are ctypes
 arrays stored on that object.
 
 Events: every computation finishes before its call returns, so all events are
 created complete (``pjrt_c_api.h`` allows it); ``COMPLETE_EVENT`` is one shared
-event whose ``Destroy`` does nothing.
+event whose ``Destroy`` does nothing, and so is ``INTERRUPTED_EVENT``, the ready
+event of every output of an interrupted run.
 """
 
 from __future__ import annotations
 
 import ctypes
 from ctypes import addressof, c_uint64, c_void_p
+
+import numpy as np
 
 from ...errors import InterpreterError
 from . import abi
@@ -57,11 +61,34 @@ def release(address) -> None:
 # ---------------------------------------------------------------- C memory
 
 # The address space as an array of 64-bit words: reading or writing one word of C
-# memory costs an index instead of a new ctypes object (jaxlib's argument and
-# output lists are arrays of 8-byte-aligned pointers; so are headers).
-_WORDS = (c_uint64 * (1 << 45)).from_address(0)
+# memory costs an index instead of a new ctypes object. The C ABI aligns what is read
+# this way to 8 bytes (jaxlib's argument and output lists are arrays of pointers;
+# dimensions and strides arrays of int64; headers are ours), so the word at
+# ``address`` is ``WORDS[address >> 3]``.
+WORDS = (c_uint64 * (1 << 45)).from_address(0)
 
-HEADER_WORDS = 4
+
+
+def _array_data_offset(probe: np.ndarray) -> int:
+    """Where a NumPy array object keeps the address of its data (``PyArrayObject.data``,
+    the field after the object header): found on a probe array, by its address."""
+    for offset in range(8, 64, 8):
+        if WORDS[(id(probe) + offset) >> 3] == probe.ctypes.data:
+            return offset
+    raise ImportError("cannot find the data pointer of a NumPy array object")
+
+
+_ARRAY_DATA_OFFSET = _array_data_offset(np.arange(3))
+
+
+def array_address(array: np.ndarray) -> int:
+    """The address of a NumPy array's data, read from the array object (what
+    ``array.ctypes.data`` gives, without the ctypes object it builds each time: a few
+    microseconds inside a call from jaxlib)."""
+    return WORDS[(id(array) + _ARRAY_DATA_OFFSET) >> 3]
+
+
+HEADER_WORDS = 16
 _HEADERS_PER_CHUNK = 1024
 _header_chunks: list[ctypes.Array] = []   # never freed: a header may be reused, not unmapped
 _free_headers: list[int] = []
@@ -78,18 +105,21 @@ def header_handle(obj, words) -> int:
                                    addressof(chunk) - 1, -8 * HEADER_WORDS))
     address = _free_headers.pop()
     index = address >> 3
-    for word in words:
-        _WORDS[index] = word
-        index += 1
+    WORDS[index:index + len(words)] = words
     objects[address] = obj
     return address
+
+
+def set_header_word(address: int, index: int, word: int) -> None:
+    """Change word ``index`` of the header of a live handle."""
+    WORDS[(address >> 3) + index] = word
 
 
 def header_word(address: int, index: int) -> int:
     """Word ``index`` of the header of a live handle."""
     if address not in objects:
         raise PluginError(abi.INVALID_ARGUMENT, f"unknown or destroyed handle {address!r}")
-    return _WORDS[(address >> 3) + index]
+    return WORDS[(address >> 3) + index]
 
 
 def release_header(address) -> None:
@@ -98,23 +128,15 @@ def release_header(address) -> None:
 
 
 def read_pointers(address: int, count: int) -> list:
-    """The ``count`` pointers of the C array at ``address``."""
-    if address & 7:
-        return list((c_void_p * count).from_address(address))
+    """The ``count`` pointers (unsigned 64-bit words) of the C array at ``address``."""
     first = address >> 3
-    return [_WORDS[first]] if count == 1 else _WORDS[first:first + count]   # one device: no slice
+    return WORDS[first:first + count]
 
 
 def write_pointers(address: int, values) -> None:
     """Store pointers (ints) into the C array at ``address``."""
-    if address & 7:
-        (c_void_p * len(values)).from_address(address)[:] = values
-        return
     first = address >> 3
-    if len(values) == 1:
-        _WORDS[first] = values[0]
-    else:
-        _WORDS[first:first + len(values)] = values
+    WORDS[first:first + len(values)] = values
 
 
 # ---------------------------------------------------------------- C data handed out
@@ -202,11 +224,9 @@ class Event:
 
 _COMPLETE = Event()
 COMPLETE_EVENT = handle(_COMPLETE)
-
-
-def failed_event(error: BaseException) -> int:
-    """A new completed event that failed with ``error`` (released by its Event_Destroy)."""
-    return handle(Event(Error(runtime.error_code(error), error_message(error))))
+_interrupted = runtime.interrupted_error()
+INTERRUPTED_EVENT = handle(Event(Error(_interrupted.code, str(_interrupted))))
+SHARED_EVENTS = frozenset((COMPLETE_EVENT, INTERRUPTED_EVENT))   # never destroyed
 
 
 # ---------------------------------------------------------------- registration

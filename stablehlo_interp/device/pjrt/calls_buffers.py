@@ -13,17 +13,46 @@ import numpy as np
 
 from . import abi
 from .. import runtime
-from .calls import COMPLETE_EVENT, Calls, failed_event, header_handle, lookup, release_header
+from .calls import (COMPLETE_EVENT, INTERRUPTED_EVENT, Calls, array_address, header_handle, lookup, read_pointers,
+                    release_header, set_header_word)
+from .calls_layouts import layout_handle
 from ..runtime import PluginError
 
 CALLS = Calls()
 
-# A buffer handle points at its header: the handles of the buffer's device and memory.
-HEADER_DEVICE, HEADER_MEMORY = 0, 1
+# A buffer handle points at its header, what the native getters read: the handles of the
+# buffer's device and memory, its PJRT_Buffer_Type, its dimensions (an int64 array shared
+# by the buffers of that shape) and their count, the handle of its layout, its ready
+# event, its size in bytes, the address of the data its external references hold (0
+# until the first), and whether it was deleted (Buffer_Delete, donation: note_deletions).
+(HEADER_DEVICE, HEADER_MEMORY, HEADER_TYPE, HEADER_DIMS, HEADER_NUM_DIMS, HEADER_LAYOUT, HEADER_READY_EVENT,
+ HEADER_SIZE, HEADER_DATA, HEADER_DELETED) = range(10)
+
+# The header of each kind of buffer (class, memory, dtype, shape) there has been, and the
+# dimension arrays they point to: made once, kept for the process (as few as the distinct
+# shapes a process makes; a lookup is cheaper than building them for every buffer).
+_headers: dict[tuple, tuple] = {}
+_dimension_arrays: dict[tuple, ctypes.Array] = {}
 
 
 def buffer_handle(buffer: runtime.Buffer) -> int:
-    return header_handle(buffer, (id(buffer.device), buffer.memory.handle))
+    key = (type(buffer), buffer.memory, buffer.dtype, buffer.shape)
+    words = _headers.get(key)
+    if words is None:
+        words = _headers[key] = _header(buffer)
+    return header_handle(buffer, words)
+
+
+def _header(buffer: runtime.Buffer) -> tuple:
+    """The header of a buffer of this kind; the outputs of an interrupted run are ready
+    with an error (CANCELLED)."""
+    shape, memory = buffer.shape, buffer.memory
+    dims = _dimension_arrays.get(shape)
+    if dims is None:
+        dims = _dimension_arrays[shape] = (c_int64 * len(shape))(*shape)
+    ready = INTERRUPTED_EVENT if isinstance(buffer, runtime.InterruptedBuffer) else COMPLETE_EVENT
+    return (id(memory.device), memory.handle, buffer.buffer_type, addressof(dims), len(shape),
+            layout_handle(len(shape)), ready, buffer.nbytes, 0, 0)
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
@@ -36,27 +65,33 @@ def client_buffer_from_host_buffer(args):
         device = lookup(args.device, "device")
         memory = device.memory
     dtype = runtime.dtype_of_buffer_type(args.type)
-    shape = tuple((c_int64 * args.num_dims).from_address(args.dims)) if args.num_dims else ()
-    strides = tuple((c_int64 * args.num_byte_strides).from_address(args.byte_strides)) \
-        if args.byte_strides and args.num_byte_strides else None
-    array = array_from_host(args.data, dtype, shape, strides)
+    num_dims = args.num_dims
+    shape = tuple(read_pointers(args.dims, num_dims)) if num_dims else ()   # sizes: never negative
+    array = array_from_host(args.data, dtype, shape, args.byte_strides if args.num_byte_strides else None)
     args.buffer = buffer_handle(runtime.Buffer(device, array, memory))
     args.done_with_host_buffer = COMPLETE_EVENT
 
 
-def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides) -> np.ndarray:
-    """Copy a host array (any byte strides, possibly negative or transposed) into a new array."""
+def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides_address) -> np.ndarray:
+    """Copy a host array (its byte strides, one per dimension, at ``byte_strides_address``:
+    any, possibly negative or transposed; dense row-major if None) into a new array."""
     if 0 in shape:
         return np.zeros(shape, dtype)
-    dense = row_major_strides(shape, dtype.itemsize)
-    if byte_strides is None or byte_strides == dense:   # the common case: one copy of the bytes
-        return np.frombuffer(ctypes.string_at(address, dense[0] * shape[0] if shape else dtype.itemsize),
-                             dtype).reshape(shape)
+    dense = _row_major_strides.get((shape, dtype.itemsize))
+    if dense is None:
+        dense = _row_major_strides[shape, dtype.itemsize] = row_major_strides(shape, dtype.itemsize)
+    if byte_strides_address is None or (not shape or tuple(read_pointers(byte_strides_address, len(shape))) == dense):
+        # the common case: one copy of the bytes
+        return np.ndarray(shape, dtype, ctypes.string_at(address, dense[0] * shape[0] if shape else dtype.itemsize))
+    byte_strides = tuple((c_int64 * len(shape)).from_address(byte_strides_address))
     low = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride < 0)
     high = sum(stride * (size - 1) for stride, size in zip(byte_strides, shape) if stride > 0) + dtype.itemsize
     raw = ctypes.string_at(address + low, high - low)
     view = np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides)
     return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
+
+
+_row_major_strides: dict[tuple, tuple] = {}   # (shape, itemsize) -> row_major_strides(shape, itemsize)
 
 
 def row_major_strides(shape: tuple, itemsize: int) -> tuple:
@@ -73,29 +108,14 @@ def buffer_destroy(args):
     release_header(args.buffer)
 
 
-@CALLS.implements("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args)
-def buffer_element_type(args):
-    args.type = lookup(args.buffer, "buffer").buffer_type
-
-
-def _dimensions(buffer: runtime.Buffer) -> int:
-    dims = buffer.c_dims
-    if dims is None:
-        dims = buffer.c_dims = (c_int64 * len(buffer.shape))(*buffer.shape)
-    return addressof(dims)
-
-
-@CALLS.implements("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args)
-def buffer_dimensions(args):
-    buffer = lookup(args.buffer, "buffer")
-    args.dims, args.num_dims = _dimensions(buffer), len(buffer.shape)
-
-
-@CALLS.implements("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args)
-def buffer_unpadded_dimensions(args):
-    buffer_dimensions(args)
-
-
+CALLS.header_getter("Buffer_ElementType", abi.PJRT_Buffer_ElementType_Args, "buffer", type=HEADER_TYPE)
+CALLS.header_getter("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args, "buffer", dims=HEADER_DIMS,
+                    num_dims=HEADER_NUM_DIMS)
+CALLS.header_getter("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args, "buffer", dims=HEADER_DIMS,
+                    num_dims=HEADER_NUM_DIMS)
+# The Layouts extension's layout of a buffer: dense row-major, by its rank (calls_layouts.py).
+CALLS.header_getter("Layouts_PJRT_Buffer_MemoryLayout", abi.PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args, "buffer",
+                    layout=HEADER_LAYOUT)
 CALLS.constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args,
                       dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
 
@@ -119,9 +139,8 @@ def buffer_get_memory_layout(args):
     tiled.tile_dims, tiled.tile_dim_sizes, tiled.num_tiles = None, None, 0
 
 
-@CALLS.implements("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args)
-def buffer_on_device_size(args):
-    args.on_device_size_in_bytes = lookup(args.buffer, "buffer").nbytes
+CALLS.header_getter("Buffer_OnDeviceSizeInBytes", abi.PJRT_Buffer_OnDeviceSizeInBytes_Args, "buffer",
+                    on_device_size_in_bytes=HEADER_SIZE)
 
 
 CALLS.header_getter("Buffer_Device", abi.PJRT_Buffer_Device_Args, "buffer", device=HEADER_DEVICE)
@@ -131,16 +150,40 @@ CALLS.header_getter("Buffer_Memory", abi.PJRT_Buffer_Memory_Args, "buffer", memo
 @CALLS.implements("Buffer_Delete", abi.PJRT_Buffer_Destroy_Args)
 def buffer_delete(args):
     lookup(args.buffer, "buffer").delete()
+    note_deletions([args.buffer])
 
 
-@CALLS.implements("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args)
-def buffer_is_deleted(args):
-    args.is_deleted = lookup(args.buffer, "buffer").is_deleted
+def note_deletions(handles) -> None:
+    """Mark in their headers the buffers among ``handles`` that were deleted, for Buffer_IsDeleted."""
+    for address in handles:
+        if lookup(address, "buffer").is_deleted:
+            set_header_word(address, HEADER_DELETED, 1)
 
 
-@CALLS.implements("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args)
-def buffer_is_on_cpu(args):
-    args.is_on_cpu = False
+CALLS.header_getter("Buffer_IsDeleted", abi.PJRT_Buffer_IsDeleted_Args, "buffer", is_deleted=HEADER_DELETED)
+
+
+# A buffer is a NumPy array in host memory: jaxlib reads it in place (np.asarray of an
+# array on the device), through an external reference, as it reads XLA CPU's buffers.
+CALLS.constant_getter("Buffer_IsOnCpu", abi.PJRT_Buffer_IsOnCpu_Args, is_on_cpu=1)
+
+
+@CALLS.implements("Buffer_IncreaseExternalReferenceCount", abi.PJRT_Buffer_IncreaseExternalReferenceCount_Args)
+def buffer_increase_external_reference_count(args):
+    """Hold the buffer's array (``Buffer.hold``) and put its address where
+    Buffer_OpaqueDeviceMemoryDataPointer reads it."""
+    set_header_word(args.buffer, HEADER_DATA, array_address(lookup(args.buffer, "buffer").hold()))
+
+
+@CALLS.implements("Buffer_DecreaseExternalReferenceCount", abi.PJRT_Buffer_DecreaseExternalReferenceCount_Args)
+def buffer_decrease_external_reference_count(args):
+    lookup(args.buffer, "buffer").release_hold()
+
+
+# The address of the data the buffer's external references hold: valid while one is held
+# (pjrt_c_api.h asks the caller to hold one), 0 before the first.
+CALLS.header_getter("Buffer_OpaqueDeviceMemoryDataPointer", abi.PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args,
+                    "buffer", device_memory_ptr=HEADER_DATA)
 
 
 @CALLS.implements("Buffer_UnsafePointer", abi.PJRT_Buffer_UnsafePointer_Args)
@@ -148,11 +191,7 @@ def buffer_unsafe_pointer(args):
     args.buffer_pointer = lookup(args.buffer, "buffer").data_address()
 
 
-@CALLS.implements("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args)
-def buffer_ready_event(args):
-    buffer = lookup(args.buffer, "buffer")
-    args.event = failed_event(runtime.interrupted_error()) if isinstance(buffer, runtime.InterruptedBuffer) \
-        else COMPLETE_EVENT
+CALLS.header_getter("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args, "buffer", event=HEADER_READY_EVENT)
 
 
 def _copy_to(buffer_address, memory: runtime.Memory) -> int:

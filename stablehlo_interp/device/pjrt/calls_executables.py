@@ -15,9 +15,9 @@ from . import interrupts
 from .. import placement
 from .. import runtime
 from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
-                    immortal_string, lookup, objects, pointer_array, read_pointers, release,
-                    release_header, write_pointers)
-from .calls_buffers import buffer_handle
+                    immortal_string, lookup, objects, pointer_array, read_pointers, release, release_header,
+                    write_pointers, WORDS)
+from .calls_buffers import buffer_handle, note_deletions
 from ..runtime import PluginError
 
 CALLS = Calls()
@@ -237,21 +237,20 @@ def loaded_executable_execute(args):
     without per-device lists (each Python frame saved is a fraction of a microsecond
     of a call that costs a few; docs/device.md, Cost)."""
     executable = lookup(args.executable, "executable")
+    if args.num_devices == 1 and executable.one_device_no_donation:
+        _execute_on_one_device(executable, args)
+        return
     num_devices, num_args = args.num_devices, args.num_args
     device = lookup(args.execute_device, "device") if args.execute_device else None
+    handle_lists = [read_pointers(address, num_args) for address in read_pointers(args.argument_lists, num_devices)]
+    non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
     try:
-        if num_devices == 1 and executable.one_device_no_donation:
-            arguments = _buffers(read_pointers(args.argument_lists, 1)[0], num_args)
-            per_device = [executable.execute_on_one_device(arguments, device)]
-        else:
-            argument_lists = [_buffers(address, num_args) for address in read_pointers(args.argument_lists,
-                                                                                         num_devices)]
-            non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
-            per_device = executable.execute(argument_lists, device, non_donatable)
+        per_device = executable.execute([_buffers(handles) for handles in handle_lists], device, non_donatable)
     except runtime.Interrupted as interrupted:
-        if not interrupts.raise_in_caller():
-            raise runtime.interrupted_error() from None
-        per_device = interrupted.outputs
+        per_device = _interrupted_outputs(interrupted)
+    if executable.donated_parameters:
+        for handles in handle_lists:
+            note_deletions(handles)
     if executable.output_types:
         for outputs, output_list in zip(per_device, read_pointers(args.output_lists, num_devices)):
             write_pointers(output_list, [buffer_handle(buffer) for buffer in outputs])
@@ -259,10 +258,46 @@ def loaded_executable_execute(args):
         write_pointers(args.device_complete_events, [COMPLETE_EVENT] * num_devices)
 
 
-def _buffers(address: int, count: int) -> list:
-    """The buffers of an argument list (an array of ``count`` buffer handles)."""
+def _execute_on_one_device(executable: runtime.Executable, args) -> None:
+    """Execute of a program on one device that donates nothing (most calls): the path
+    above without per-device lists, and with the fewest Python frames and objects
+    (each costs a fraction of a microsecond of a call that costs a few; docs/device.md,
+    Cost): one argument or output, the most common count, is read or written directly."""
+    device = lookup(args.execute_device, "device") if args.execute_device else None
+    num_args = args.num_args
+    first = WORDS[args.argument_lists >> 3] >> 3   # the word of the first argument's handle
     try:
-        return [objects[handle] for handle in read_pointers(address, count)]
+        arguments = [objects[WORDS[first]]] if num_args == 1 else \
+            [objects[WORDS[word]] for word in range(first, first + num_args)]
+    except KeyError as unknown:
+        raise _unknown_buffer(unknown.args[0]) from None
+    try:
+        outputs = executable.execute_on_one_device(arguments, device)
+    except runtime.Interrupted as interrupted:
+        outputs = _interrupted_outputs(interrupted)[0]
+    if outputs:
+        first = WORDS[args.output_lists >> 3] >> 3
+        if len(outputs) == 1:
+            WORDS[first] = buffer_handle(outputs[0])
+        else:
+            WORDS[first:first + len(outputs)] = [buffer_handle(buffer) for buffer in outputs]
+    if args.device_complete_events:
+        WORDS[args.device_complete_events >> 3] = COMPLETE_EVENT
+
+
+def _interrupted_outputs(interrupted: runtime.Interrupted) -> list:
+    """The outputs of a run a KeyboardInterrupt stopped, to hand out in place of its
+    results; the KeyboardInterrupt is raised again in the caller (or, where it cannot
+    be, reported as the call's error)."""
+    if not interrupts.raise_in_caller():
+        raise runtime.interrupted_error() from None
+    return interrupted.outputs
+
+
+def _buffers(handles: list) -> list:
+    """The buffers of an argument list."""
+    try:
+        return [objects[handle] for handle in handles]
     except KeyError as unknown:
         raise _unknown_buffer(unknown.args[0]) from None
 

@@ -14,6 +14,7 @@ is asked for only by ``compiled.as_text()`` and its kin.
 A ``PJRT_Layouts_MemoryLayout`` is one shared object per rank, never freed (there
 are as many as distinct ranks): its Destroy does nothing, and the bytes
 Serialize hands out live as long as it (their deleter does nothing either).
+Its handle points at a header that the native Serialize reads (``calls.header_handle``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import ctypes
 from ctypes import addressof, c_void_p
 
 from . import abi
-from .calls import NO_OP_DELETER, Calls, handle, lookup
+from .calls import NO_OP_DELETER, Calls, header_handle, lookup, set_header_word
 
 CALLS = Calls()
 
@@ -37,6 +38,9 @@ class MemoryLayout:
             ("{" + ",".join(map(str, range(rank - 1, -1, -1))) + "}").encode())
 
 
+# A layout handle's header: what Serialize hands out (the text, its size, the layout
+# itself as the serialized layout, and the deleter that does nothing).
+HEADER_TEXT, HEADER_TEXT_SIZE, HEADER_SELF, HEADER_DELETER = range(4)
 _LAYOUT_HANDLES: dict[int, int] = {}   # rank -> handle of its MemoryLayout
 
 
@@ -44,7 +48,10 @@ def layout_handle(rank: int) -> int:
     """The handle of the layout of arrays of ``rank`` dimensions."""
     address = _LAYOUT_HANDLES.get(rank)
     if address is None:
-        address = _LAYOUT_HANDLES[rank] = handle(MemoryLayout(rank))
+        layout = MemoryLayout(rank)
+        address = _LAYOUT_HANDLES[rank] = header_handle(
+            layout, (addressof(layout.text), len(layout.text) - 1, 0, NO_OP_DELETER))
+        set_header_word(address, HEADER_SELF, address)
     return address
 
 
@@ -56,17 +63,10 @@ def _layout_array(executable, attribute: str, types) -> tuple[int, int]:
     return addressof(getattr(executable, attribute)), len(types)
 
 
-@CALLS.implements("Layouts_MemoryLayout_Destroy", abi.PJRT_Layouts_MemoryLayout_Destroy_Args)
-def memory_layout_destroy(args):
-    lookup(args.layout, "memory layout")   # shared and immortal: nothing to free
-
-
-@CALLS.implements("Layouts_MemoryLayout_Serialize", abi.PJRT_Layouts_MemoryLayout_Serialize_Args)
-def memory_layout_serialize(args):
-    text = lookup(args.layout, "memory layout").text
-    args.serialized_bytes, args.serialized_bytes_size = addressof(text), len(text) - 1
-    args.serialized_layout = args.layout
-    args.serialized_layout_deleter = NO_OP_DELETER
+CALLS.constant_getter("Layouts_MemoryLayout_Destroy", abi.PJRT_Layouts_MemoryLayout_Destroy_Args)   # immortal
+CALLS.header_getter("Layouts_MemoryLayout_Serialize", abi.PJRT_Layouts_MemoryLayout_Serialize_Args, "layout",
+                    serialized_bytes=HEADER_TEXT, serialized_bytes_size=HEADER_TEXT_SIZE,
+                    serialized_layout=HEADER_SELF, serialized_layout_deleter=HEADER_DELETER)
 
 
 @CALLS.implements("Layouts_PJRT_Client_GetDefaultLayout", abi.PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args)
@@ -79,11 +79,6 @@ def client_get_default_layout(args):
 def topology_get_default_layout(args):
     lookup(args.topology_description, "topology description")
     args.layout = layout_handle(args.num_dims)
-
-
-@CALLS.implements("Layouts_PJRT_Buffer_MemoryLayout", abi.PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args)
-def buffer_memory_layout(args):
-    args.layout = layout_handle(len(lookup(args.buffer, "buffer").shape))
 
 
 @CALLS.implements("Layouts_PJRT_Executable_GetOutputLayouts", abi.PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args)

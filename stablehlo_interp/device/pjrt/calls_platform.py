@@ -15,7 +15,7 @@ from . import abi
 from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
-from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
+from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
                     header_handle, immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
 
@@ -24,7 +24,8 @@ CALLS = Calls()
 # ---------------------------------------------------------------- errors
 
 
-@CALLS.implements("Error_Destroy", abi.PJRT_Error_Destroy_Args)
+# jaxlib destroys the error of every event it waits for, NULL when the event did not fail.
+@CALLS.implements("Error_Destroy", abi.PJRT_Error_Destroy_Args, native.WhenNull("error"))
 def error_destroy(args):
     if args.error != id(FALLBACK_ERROR):
         release(args.error)
@@ -106,23 +107,21 @@ def _event_error(event) -> int | None:
 
 @CALLS.implements("Event_Destroy", abi.PJRT_Event_Destroy_Args, native.CompleteEvent())
 def event_destroy(args):
-    if args.event != COMPLETE_EVENT:
+    if args.event not in SHARED_EVENTS:
         release(args.event)
 
 
-@CALLS.implements("Event_IsReady", abi.PJRT_Event_IsReady_Args)
-def event_is_ready(args):
-    args.is_ready = True
+CALLS.constant_getter("Event_IsReady", abi.PJRT_Event_IsReady_Args, is_ready=1)   # every event is complete
 
 
-@CALLS.implements("Event_Error", abi.PJRT_Event_Error_Args)
+@CALLS.implements("Event_Error", abi.PJRT_Event_Error_Args, native.CompleteEvent())
 def event_error(args):
     error = _event_error(lookup(args.event, "event"))
     if error is not None:
         raise ReturnError(error)
 
 
-@CALLS.implements("Event_Await", abi.PJRT_Event_Error_Args)
+@CALLS.implements("Event_Await", abi.PJRT_Event_Error_Args, native.CompleteEvent())
 def event_await(args):
     event_error(args)
 

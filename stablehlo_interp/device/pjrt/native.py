@@ -28,9 +28,11 @@ its value::
 *Fast paths.* A ctypes callback costs about a microsecond, and a jitted call
 makes a dozen PJRT calls, most of them getters that copy a value JAX could
 have kept (``Executable_NumReplicas`` twice per call, ``Buffer_Device`` of
-every output ...). Those get native code of three shapes (:class:`Constants`,
-:class:`HeaderWords`, :class:`CompleteEvent`) that never enters Python; the
-data they read lives in C (the *header* of a handle, ``calls.header_handle``).
+every output ...). Those get native code of four shapes (:class:`Constants`,
+:class:`HeaderWords`, :class:`CompleteEvent`, :class:`WhenNull`) that never
+enters Python in the common case; the data they read lives in C (the *header*
+of a handle, ``calls.header_handle``). Outputs may be 8, 4 (enums) or 1 (bools)
+bytes wide: a narrow one gets the low bytes of its word.
 Each fast path has the Python implementation that serves it where there is no
 native code and with ``STABLEHLO_INTERP_PJRT_TRACE``.
 
@@ -87,30 +89,31 @@ class X86_64:
         return b"\x48\x8b\x87" + struct.pack("<i", offset)
 
     @staticmethod
-    def _store_rcx(offset: int) -> bytes:                             # mov [rdi + offset], rcx
-        return b"\x48\x89\x8f" + struct.pack("<i", offset)
+    def _store_rcx(offset: int, width: int = 8) -> bytes:   # mov [rdi + offset], rcx / ecx / cl
+        return {8: b"\x48\x89\x8f", 4: b"\x89\x8f", 1: b"\x88\x8f"}[width] + struct.pack("<i", offset)
 
     @staticmethod
     def _move_rcx(value: int) -> bytes:                               # movabs rcx, value
         return b"\x48\xb9" + struct.pack("<Q", value)
 
     def constants(self, outputs) -> bytes:
-        """``[(offset, value)]``: store each value at args + offset; return NULL."""
-        return b"".join(self._move_rcx(value) + self._store_rcx(offset) for offset, value in outputs) + \
-            self._RETURN_NULL
+        """``[(offset, width, value)]``: store each value (its low ``width`` bytes) at
+        args + offset; return NULL."""
+        return b"".join(self._move_rcx(value) + self._store_rcx(offset, width) for offset, width, value in outputs) \
+            + self._RETURN_NULL
 
     def header_words(self, handle_offset: int, copies) -> bytes:
-        """``[(word offset, output offset)]``: copy words of the header the handle at
-        args + handle_offset points to into the args; return NULL."""
+        """``[(word offset, output offset, width)]``: copy words of the header the handle at
+        args + handle_offset points to into the args (their low ``width`` bytes); return NULL."""
         code = self._load_rax(handle_offset)
-        for word_offset, output_offset in copies:                     # mov rcx, [rax + word_offset]
-            code += b"\x48\x8b\x88" + struct.pack("<i", word_offset) + self._store_rcx(output_offset)
+        for word_offset, output_offset, width in copies:              # mov rcx, [rax + word_offset]
+            code += b"\x48\x8b\x88" + struct.pack("<i", word_offset) + self._store_rcx(output_offset, width)
         return code + self._RETURN_NULL
 
     def complete_event(self, event_offset: int, complete: int, fallback: int, call_back) -> bytes:
-        """If the event at args + event_offset is ``complete``: call ``callback(NULL,
-        user_arg)`` if ``call_back`` gives their offsets, return NULL; otherwise jump to
-        ``fallback`` with the same args."""
+        """If the event (or other pointer) at args + event_offset is ``complete``: call
+        ``callback(NULL, user_arg)`` if ``call_back`` gives their offsets, return NULL;
+        otherwise jump to ``fallback`` with the same args."""
         handled = b""
         if call_back is not None:
             callback_offset, user_arg_offset = call_back
@@ -142,9 +145,11 @@ class _A64Code:
         assert offset % 8 == 0 and 0 <= offset < 32768, offset
         return self.emit(0xF9400000 | (offset // 8) << 10 | base << 5 | register)
 
-    def store(self, register: int, base: int, offset: int) -> "_A64Code":      # str xR, [xB, #offset]
-        assert offset % 8 == 0 and 0 <= offset < 32768, offset
-        return self.emit(0xF9000000 | (offset // 8) << 10 | base << 5 | register)
+    def store(self, register: int, base: int, offset: int, width: int = 8) -> "_A64Code":
+        """str xR / str wR / strb wR, [xB, #offset]: the register's low ``width`` bytes."""
+        assert offset % width == 0 and 0 <= offset < 4096 * width, offset
+        opcode = {8: 0xF9000000, 4: 0xB9000000, 1: 0x39000000}[width]
+        return self.emit(opcode | (offset // width) << 10 | base << 5 | register)
 
     def load_literal(self, register: int, value: int) -> "_A64Code":          # ldr xR, =value
         self.literals.append((len(self.words), register, value))
@@ -180,14 +185,14 @@ class AArch64:
 
     def constants(self, outputs) -> bytes:
         code = _A64Code()
-        for offset, value in outputs:
-            code.load_literal(10, value).store(10, 0, offset)
+        for offset, width, value in outputs:
+            code.load_literal(10, value).store(10, 0, offset, width)
         return code.emit(*self._RETURN_NULL).code()
 
     def header_words(self, handle_offset: int, copies) -> bytes:
         code = _A64Code().load(9, 0, handle_offset)
-        for word_offset, output_offset in copies:
-            code.load(10, 9, word_offset).store(10, 0, output_offset)
+        for word_offset, output_offset, width in copies:
+            code.load(10, 9, word_offset).store(10, 0, output_offset, width)
         return code.emit(*self._RETURN_NULL).code()
 
     def complete_event(self, event_offset: int, complete: int, fallback: int, call_back) -> bytes:
@@ -221,10 +226,19 @@ def guards_supported() -> bool:
 
 def _offset(args_type, field: str) -> int:
     """Offset of ``field`` in ``args_type``, which must be an 8-byte field."""
+    offset, width = _offset_and_width(args_type, field)
+    if width != 8:
+        raise TypeError(f"{args_type.__name__}.{field} is {width} bytes, not 8")
+    return offset
+
+
+def _offset_and_width(args_type, field: str) -> tuple[int, int]:
+    """Offset and size of an output ``field`` of ``args_type``: 8 bytes (pointers, sizes),
+    4 (enums such as a buffer's element type) or 1 (bools)."""
     descriptor = getattr(args_type, field)
-    if descriptor.size != 8:
-        raise TypeError(f"{args_type.__name__}.{field} is {descriptor.size} bytes, not 8")
-    return descriptor.offset
+    if descriptor.size not in (1, 4, 8):
+        raise TypeError(f"{args_type.__name__}.{field} is {descriptor.size} bytes, not 1, 4 or 8")
+    return descriptor.offset, descriptor.size
 
 
 @dataclass(frozen=True)
@@ -238,7 +252,7 @@ class Constants:
             setattr(args, field, value)
 
     def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
-        return machine.constants([(_offset(args_type, field), value) for field, value in self.outputs])
+        return machine.constants([(*_offset_and_width(args_type, field), value) for field, value in self.outputs])
 
 
 @dataclass(frozen=True)
@@ -259,7 +273,7 @@ class HeaderWords:
 
     def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
         return machine.header_words(_offset(args_type, self.handle),
-                                    [(8 * index, _offset(args_type, field)) for field, index in self.outputs])
+                                    [(8 * index, *_offset_and_width(args_type, field)) for field, index in self.outputs])
 
 
 @dataclass(frozen=True)
@@ -268,7 +282,8 @@ class CompleteEvent:
     event goes on to the Python implementation.
 
     With ``on_ready``, calls ``args.callback(NULL, args.user_arg)``
-    (PJRT_Event_OnReady); without, does nothing (PJRT_Event_Destroy).
+    (PJRT_Event_OnReady); without, does nothing and returns NULL (PJRT_Event_Destroy;
+    PJRT_Event_Error and PJRT_Event_Await: the event did not fail).
     """
 
     on_ready: bool = False
@@ -276,6 +291,17 @@ class CompleteEvent:
     def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
         call_back = (_offset(args_type, "callback"), _offset(args_type, "user_arg")) if self.on_ready else None
         return machine.complete_event(_offset(args_type, "event"), complete_event, fallback, call_back)
+
+
+@dataclass(frozen=True)
+class WhenNull:
+    """Returns NULL natively when ``args.<field>`` is NULL (nothing to do); otherwise goes
+    on to the Python implementation."""
+
+    field: str
+
+    def native(self, machine, args_type, fallback: int, complete_event: int) -> bytes:
+        return machine.complete_event(_offset(args_type, self.field), 0, fallback, None)
 
 
 class _CodePages:
