@@ -1,10 +1,11 @@
 """Load time: turn an MLIR module into plans of plain Python steps.
 
-Each function body (and each region of an op) becomes a :class:`Region`: a list
-of :class:`Step` objects over numbered value slots. A step holds the runner
+Each function body (and each region of an op) becomes a :class:`Region`: its
+ops as :class:`Step` objects over numbered value slots. A step holds the runner
 that its op's builder returned, the slots of its operands and results, and the
 slots whose last use it is (released after it runs, so memory is bounded by
-what is live). Values that a region uses from an enclosing region are
+what is live). The compiler leaves them as :class:`StepColumns`, from which the
+run loop's program is made, and the Step objects only when something asks. Values that a region uses from an enclosing region are
 *captures*: the owning op reads them from its own environment and hands them to
 the region when it binds it.
 
@@ -134,23 +135,144 @@ class Step:
         return f"<Step {self.index}: {self.info.name} at {self.info.location}>"
 
 
+class StepColumns:
+    """A region's steps as the compiler leaves them, one list per field, one entry per op.
+
+    The run loop needs of each op only its runner, operand and result slots and
+    releases (``runs``, ``operands``, ``results``, ``releases``); a :class:`Step`
+    is made when a tool, an observed run or an error asks for it
+    (:meth:`steps`), so that loading a long program makes next to no Python
+    object per op. ``ops[i]`` is either
+
+    * the op's :class:`Step`, made at load: an op with regions, a variadic or
+      execution runner (the run loop's GENERAL kind), or a step given whole
+      (:meth:`of_steps`); its ``results[i]`` is the step's tuple of slots; or
+    * an :class:`OpInfo`, for an op of one result (``results[i]`` is its slot).
+      ``locations[i]`` is None when that OpInfo is the op's own; otherwise the
+      op shares the OpInfo (and the runner) of an equal element-wise op
+      (program/compiler.py), and ``locations[i]`` is the op's own location: a
+      SourceLocation, or ``(file, line, column)`` of a line of MLIR text.
+    """
+
+    __slots__ = ("runs", "operands", "results", "releases", "ops", "locations", "_steps")
+
+    def __init__(self):
+        self.runs: list = []
+        self.operands: list[tuple[int, ...]] = []
+        self.results: list = []
+        self.releases: list[tuple[int, ...]] = []
+        self.ops: list = []
+        self.locations: list = []
+        self._steps: tuple | None = None
+
+    @classmethod
+    def of_steps(cls, steps) -> "StepColumns":
+        """The columns of steps made whole (their releases already assigned)."""
+        columns = cls()
+        for step in steps:
+            columns.append_step(step)
+        columns.releases = [step.release for step in steps]
+        return columns
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def append_step(self, step: Step) -> None:
+        self.runs.append(step.run)
+        self.operands.append(step.operands)
+        self.results.append(step.results)
+        self.ops.append(step)
+        self.locations.append(None)
+
+    def append(self, info: OpInfo, run, operands: tuple, result: int, location=None) -> None:
+        """An op of one result whose Step is made on demand; ``location``: see the class."""
+        self.runs.append(run)
+        self.operands.append(operands)
+        self.results.append(result)
+        self.ops.append(info)
+        self.locations.append(location)
+
+    def renumber(self, mapping: dict) -> None:
+        """Give every slot ``s`` the number ``mapping[s]`` (the steps made whole too)."""
+        remap = lambda slots: tuple(mapping[s] for s in slots)  # noqa: E731
+        for index, op in enumerate(self.ops):
+            if type(op) is Step:
+                op.operands, op.results = remap(op.operands), remap(op.results)
+                op.captures = tuple(remap(c) for c in op.captures)
+                self.operands[index], self.results[index] = op.operands, op.results
+            else:
+                self.operands[index] = remap(self.operands[index])
+                self.results[index] = mapping[self.results[index]]
+
+    def assign_releases(self, outputs) -> None:
+        """Give each op the slots whose last use it is (and its results nobody uses).
+
+        One pass from the last op back: a slot not seen yet (nor returned) is one
+        that no later op uses."""
+        live = set(outputs)
+        see = live.add
+        releases = [()] * len(self.ops)
+        for index in range(len(self.ops) - 1, -1, -1):
+            op, result = self.ops[index], self.results[index]
+            if type(op) is Step:
+                release = [slot for slot in result if slot not in live]
+                for slots in op.captures:
+                    for slot in slots:
+                        if slot not in live:
+                            see(slot)
+                            release.append(slot)
+            else:
+                release = [] if result in live else [result]
+            for slot in self.operands[index]:
+                if slot not in live:
+                    see(slot)
+                    release.append(slot)
+            releases[index] = release = tuple(sorted(release)) if len(release) > 1 else tuple(release)
+            if type(op) is Step:
+                op.release = release
+        self.releases = releases
+
+    def steps(self) -> tuple:
+        """Every op's Step (made on first use, then kept: tools may change them)."""
+        if self._steps is None:
+            self._steps = tuple(map(self._step, range(len(self.ops))))
+        return self._steps
+
+    def step(self, index: int) -> Step:
+        """The Step of op ``index`` (of :meth:`steps` once they are made)."""
+        return self._step(index) if self._steps is None else self._steps[index]
+
+    def _step(self, index: int) -> Step:
+        op = self.ops[index]
+        if type(op) is Step:
+            return op
+        location = self.locations[index]
+        if location is not None:   # the OpInfo of an equal op: this op's own, at its location
+            if type(location) is tuple:
+                location = SourceLocation.at_line(*location)
+            op = OpInfo(op.name, op.attributes, op.operand_types, op.result_types, (), location, op.module,
+                        op.watches)
+        return Step(op, self.runs[index], self.operands[index], (self.results[index],), self.releases[index],
+                    (), (), index)
+
+
 class Region:
     """A compiled block: captures in slots ``[0, n_captures)``, then arguments, then results.
 
-    Built whole, from what the block is: its steps (their slots already in that
-    layout), how many values it captures, its argument types, the slots and
-    types of what it returns, where it returns, and how many slots it uses. The
-    rest follows here: each step's releases, the program the run loop reads
-    and the result slots of a fresh environment.
+    Built whole, from what the block is: its steps (:class:`StepColumns`, their
+    slots already in that layout), how many values it captures, its argument
+    types, the slots and types of what it returns, where it returns, and how
+    many slots it uses. The rest follows here: each step's releases, the
+    program the run loop reads and the result slots of a fresh environment.
     """
 
-    __slots__ = ("description", "steps", "n_captures", "arg_types", "n_args", "outputs", "output_types",
+    __slots__ = ("description", "columns", "n_captures", "arg_types", "n_args", "outputs", "output_types",
                  "return_location", "n_slots", "flat_steps", "result_slots")
 
-    def __init__(self, description: str, steps, n_captures: int, arg_types, outputs, output_types,
+    def __init__(self, description: str, columns: StepColumns, n_captures: int, arg_types, outputs, output_types,
                  return_location: SourceLocation | None, n_slots: int):
         self.description = description
-        self.steps: tuple[Step, ...] = tuple(steps)
+        self.columns = columns
         self.n_captures = n_captures
         self.arg_types: tuple = tuple(arg_types)
         self.n_args = len(self.arg_types)
@@ -158,12 +280,17 @@ class Region:
         self.output_types: tuple = tuple(output_types)
         self.return_location = return_location
         self.n_slots = n_slots
-        assign_releases(self.steps, self.outputs)
-        self.flat_steps = flatten_steps(self.steps)  # the steps as the run loop reads them
+        columns.assign_releases(self.outputs)
+        self.flat_steps = flatten(columns)  # the steps as the run loop reads them
         self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
 
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Each op's :class:`Step`, made on first use (StepColumns)."""
+        return self.columns.steps()
+
     def __repr__(self) -> str:
-        return f"<Region {self.description}: {len(self.steps)} steps>"
+        return f"<Region {self.description}: {len(self.columns)} steps>"
 
 
 @dataclass
@@ -183,27 +310,6 @@ class Function(FunctionSignature):
         return cls(**{f.name: getattr(signature, f.name) for f in fields(signature)})
 
 
-def assign_releases(steps, outputs) -> None:
-    """Give each step the slots whose last use it is (and its results nobody uses).
-
-    One pass from the last step back: a slot not seen yet (nor returned) is one
-    that no later step uses."""
-    live = set(outputs)
-    see = live.add
-    for step in reversed(steps):
-        release = [slot for slot in step.results if slot not in live]
-        for slot in step.operands:
-            if slot not in live:
-                see(slot)
-                release.append(slot)
-        for slots in step.captures:
-            for slot in slots:
-                if slot not in live:
-                    see(slot)
-                    release.append(slot)
-        step.release = tuple(sorted(release)) if len(release) > 1 else tuple(release)
-
-
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
 # BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides.
 UNARY, BINARY, SINGLE, GENERAL = range(4)
@@ -216,13 +322,12 @@ FOLDABLE = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stabl
                       "stablehlo.transpose", "stablehlo.convert"})
 
 
-def _folded(step, constants: dict):
-    """The value of a foldable step (FOLDABLE) whose operands are all constants, or None."""
-    if step.info.has_quantized_types or step.variadic or step.execution \
-            or not all(slot in constants for slot in step.operands):
+def _folded(info: OpInfo, run, operands: tuple, constants: dict):
+    """The value of a foldable op (FOLDABLE) whose operands are all constants, or None."""
+    if info.has_quantized_types or not all(slot in constants for slot in operands):
         return None
     try:
-        value = step.run(*[constants[slot] for slot in step.operands])
+        value = run(*[constants[slot] for slot in operands])
     except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
         return None
     if hasattr(value, "flags"):
@@ -230,8 +335,23 @@ def _folded(step, constants: dict):
     return value
 
 
-def flatten_steps(steps) -> tuple:
-    """Flatten steps to ``(runner, operands, results, release, kind, step)`` tuples.
+class RunProgram(tuple):
+    """A region's program as the run loop reads it (:func:`flatten`): a tuple of
+    ``(runner, operands, results, release, kind, step)`` entries, where ``step``
+    is the op's Step or, for an op whose Step is made on demand, its index:
+    :meth:`step` gives the Step either way (for an error)."""
+
+    def __new__(cls, entries, columns: StepColumns):
+        program = super().__new__(cls, entries)
+        program.columns = columns
+        return program
+
+    def step(self, step) -> Step:
+        return step if type(step) is Step else self.columns.step(step)
+
+
+def flatten(columns: StepColumns) -> RunProgram:
+    """The run loop's program of a region's steps.
 
     Plain single-result ops (most of a program) get their result slot as a plain
     int, and unary ones their operand slot too, so the loop skips building
@@ -240,18 +360,29 @@ def flatten_steps(steps) -> tuple:
     """
     program = []
     constants: dict[int, object] = {}
-    for step in steps:
-        value = _folded(step, constants) if step.info.name in FOLDABLE else None
-        if value is not None:
-            constants[step.results[0]] = value
-            entry = ((lambda value=value: value), (), step.results[0], step.release, SINGLE, step)
-        elif step.regions or step.variadic or step.execution:
-            entry = (step.run, step.operands, step.results, step.release, GENERAL, step)
-        elif len(step.operands) == 1:
-            entry = (step.run, step.operands[0], step.results[0], step.release, UNARY, step)
-        elif len(step.operands) == 2:
-            entry = (step.run, step.operands, step.results[0], step.release, BINARY, step)
+    for index, (run, operands, result, release, op) in enumerate(
+            zip(columns.runs, columns.operands, columns.results, columns.releases, columns.ops)):
+        if type(op) is Step:
+            if op.regions or op.variadic or op.execution:
+                program.append((run, operands, result, release, GENERAL, op))
+                continue
+            info, reference, result = op.info, op, result[0]
         else:
-            entry = (step.run, step.operands, step.results[0], step.release, SINGLE, step)
+            info, reference = op, index
+        value = _folded(info, run, operands, constants) if info.name in FOLDABLE else None
+        if value is not None:
+            constants[result] = value
+            entry = ((lambda value=value: value), (), result, release, SINGLE, reference)
+        elif len(operands) == 1:
+            entry = (run, operands[0], result, release, UNARY, reference)
+        elif len(operands) == 2:
+            entry = (run, operands, result, release, BINARY, reference)
+        else:
+            entry = (run, operands, result, release, SINGLE, reference)
         program.append(entry)
-    return tuple(program)
+    return RunProgram(program, columns)
+
+
+def flatten_steps(steps) -> RunProgram:
+    """The run loop's program of steps made whole (after a tool changed their runners)."""
+    return flatten(StepColumns.of_steps(steps))
