@@ -16,6 +16,7 @@ time, run.py runs the plans.
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field, fields
 
 from ..errors import ModuleError, OpError, UnsupportedOpError
@@ -27,14 +28,18 @@ class ModuleInfo:
     """What an op's builder may know of its module beyond the op itself: the process
     grid the module runs as (``mhlo.num_replicas`` x ``mhlo.num_partitions``), its
     meshes (``sdy.mesh``, by name), its functions (for ops that run functions by
-    name) and a numbering of its ``rng`` ops (ops/random.py)."""
+    name) and a numbering of its ``rng`` ops (ops/random.py).
+
+    It holds the functions weakly (their Program holds them): every OpInfo of
+    their plans refers to it, and a cycle through it would leave a dropped
+    program to the cyclic collector, which visits the whole plan to free it."""
 
     def __init__(self, num_replicas: int = 1, num_partitions: int = 1, meshes: dict | None = None,
                  functions: dict | None = None):
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.meshes = meshes or {}
-        self.functions = functions if functions is not None else {}
+        self.functions: weakref.WeakValueDictionary = weakref.WeakValueDictionary(functions or {})
         self._rng_ops = itertools.count()
 
     def function(self, name: str) -> "Function":
@@ -135,34 +140,45 @@ class Step:
         return f"<Step {self.index}: {self.info.name} at {self.info.location}>"
 
 
+class BuiltOp:
+    """An op's OpInfo and the runner its builder returned (equal element-wise ops
+    share one: program/compiler.py)."""
+
+    __slots__ = ("info", "run")
+
+    def __init__(self, info: OpInfo, run):
+        self.info = info
+        self.run = run
+
+
 class StepColumns:
     """A region's steps as the compiler leaves them, one list per field, one entry per op.
 
     The run loop needs of each op only its runner, operand and result slots and
-    releases (``runs``, ``operands``, ``results``, ``releases``); a :class:`Step`
-    is made when a tool, an observed run or an error asks for it
-    (:meth:`steps`), so that loading a long program makes next to no Python
-    object per op. ``ops[i]`` is either
+    releases; a :class:`Step` is made when a tool, an observed run or an error
+    asks for it (:meth:`steps`), so that loading a long program makes next to no
+    Python object per op. ``ops[i]`` is either
 
     * the op's :class:`Step`, made at load: an op with regions, a variadic or
       execution runner (the run loop's GENERAL kind), or a step given whole
-      (:meth:`of_steps`); its ``results[i]`` is the step's tuple of slots; or
-    * an :class:`OpInfo`, for an op of one result (``results[i]`` is its slot).
-      ``locations[i]`` is None when that OpInfo is the op's own; otherwise the
-      op shares the OpInfo (and the runner) of an equal element-wise op
-      (program/compiler.py), and ``locations[i]`` is the op's own location: a
-      SourceLocation, or ``(file, line, column)`` of a line of MLIR text.
+      (:meth:`of_steps`); ``operands[i]`` and ``results[i]`` are its slots; or
+    * a :class:`BuiltOp`, for an op of one result (``results[i]`` is its slot).
+      ``locations[i]`` is None when its OpInfo is the op's own; otherwise the op
+      shares the OpInfo and runner of an equal element-wise op, and
+      ``locations[i]`` is the op's own location: a SourceLocation, or
+      ``(file, line, column)`` of a line of MLIR text.
+
+    ``releases[i]`` are the slots whose last use op ``i`` is (:meth:`assign_releases`).
     """
 
-    __slots__ = ("runs", "operands", "results", "releases", "ops", "locations", "_steps")
+    __slots__ = ("ops", "operands", "results", "locations", "releases", "_steps")
 
     def __init__(self):
-        self.runs: list = []
+        self.ops: list = []
         self.operands: list[tuple[int, ...]] = []
         self.results: list = []
-        self.releases: list[tuple[int, ...]] = []
-        self.ops: list = []
         self.locations: list = []
+        self.releases: list[tuple[int, ...]] = []
         self._steps: tuple | None = None
 
     @classmethod
@@ -178,18 +194,16 @@ class StepColumns:
         return len(self.ops)
 
     def append_step(self, step: Step) -> None:
-        self.runs.append(step.run)
+        self.ops.append(step)
         self.operands.append(step.operands)
         self.results.append(step.results)
-        self.ops.append(step)
         self.locations.append(None)
 
-    def append(self, info: OpInfo, run, operands: tuple, result: int, location=None) -> None:
+    def append(self, op: BuiltOp, operands: tuple, result: int, location=None) -> None:
         """An op of one result whose Step is made on demand; ``location``: see the class."""
-        self.runs.append(run)
+        self.ops.append(op)
         self.operands.append(operands)
         self.results.append(result)
-        self.ops.append(info)
         self.locations.append(location)
 
     def renumber(self, mapping: dict) -> None:
@@ -211,25 +225,26 @@ class StepColumns:
         that no later op uses."""
         live = set(outputs)
         see = live.add
-        releases = [()] * len(self.ops)
-        for index in range(len(self.ops) - 1, -1, -1):
-            op, result = self.ops[index], self.results[index]
+        releases = []
+        for op, results, operands in zip(reversed(self.ops), reversed(self.results), reversed(self.operands)):
             if type(op) is Step:
-                release = [slot for slot in result if slot not in live]
-                for slots in op.captures:
-                    for slot in slots:
-                        if slot not in live:
-                            see(slot)
-                            release.append(slot)
+                release = tuple(slot for slot in results if slot not in live)
+                for slot in itertools.chain(*op.captures, operands):
+                    if slot not in live:
+                        see(slot)
+                        release += (slot,)
             else:
-                release = [] if result in live else [result]
-            for slot in self.operands[index]:
-                if slot not in live:
-                    see(slot)
-                    release.append(slot)
-            releases[index] = release = tuple(sorted(release)) if len(release) > 1 else tuple(release)
+                release = () if results in live else (results,)
+                for slot in operands:
+                    if slot not in live:
+                        see(slot)
+                        release += (slot,)
+            if len(release) > 1:
+                release = tuple(sorted(release))
             if type(op) is Step:
                 op.release = release
+            releases.append(release)
+        releases.reverse()
         self.releases = releases
 
     def steps(self) -> tuple:
@@ -246,14 +261,13 @@ class StepColumns:
         op = self.ops[index]
         if type(op) is Step:
             return op
-        location = self.locations[index]
+        info, location = op.info, self.locations[index]
         if location is not None:   # the OpInfo of an equal op: this op's own, at its location
             if type(location) is tuple:
                 location = SourceLocation.at_line(*location)
-            op = OpInfo(op.name, op.attributes, op.operand_types, op.result_types, (), location, op.module,
-                        op.watches)
-        return Step(op, self.runs[index], self.operands[index], (self.results[index],), self.releases[index],
-                    (), (), index)
+            info = OpInfo(info.name, info.attributes, info.operand_types, info.result_types, (), location,
+                          info.module, info.watches)
+        return Step(info, op.run, self.operands[index], (self.results[index],), self.releases[index], (), (), index)
 
 
 class Region:
@@ -359,27 +373,27 @@ def flatten(columns: StepColumns) -> RunProgram:
     the value computed now.
     """
     program = []
+    append = program.append
     constants: dict[int, object] = {}
-    for index, (run, operands, result, release, op) in enumerate(
-            zip(columns.runs, columns.operands, columns.results, columns.releases, columns.ops)):
+    for index, (op, operands, result, release) in enumerate(
+            zip(columns.ops, columns.operands, columns.results, columns.releases)):
         if type(op) is Step:
             if op.regions or op.variadic or op.execution:
-                program.append((run, operands, result, release, GENERAL, op))
+                append((op.run, operands, result, release, GENERAL, op))
                 continue
-            info, reference, result = op.info, op, result[0]
+            reference, result = op, result[0]
         else:
-            info, reference = op, index
-        value = _folded(info, run, operands, constants) if info.name in FOLDABLE else None
-        if value is not None:
+            reference = index
+        run = op.run
+        if op.info.name in FOLDABLE and (value := _folded(op.info, run, operands, constants)) is not None:
             constants[result] = value
-            entry = ((lambda value=value: value), (), result, release, SINGLE, reference)
+            append(((lambda value=value: value), (), result, release, SINGLE, reference))
         elif len(operands) == 1:
-            entry = (run, operands[0], result, release, UNARY, reference)
+            append((run, operands[0], result, release, UNARY, reference))
         elif len(operands) == 2:
-            entry = (run, operands, result, release, BINARY, reference)
+            append((run, operands, result, release, BINARY, reference))
         else:
-            entry = (run, operands, result, release, SINGLE, reference)
-        program.append(entry)
+            append((run, operands, result, release, SINGLE, reference))
     return RunProgram(program, columns)
 
 

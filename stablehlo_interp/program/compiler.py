@@ -16,7 +16,7 @@ from jaxlib.mlir.ir import FileLineColLoc
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import Function, ModuleInfo, OpInfo, Region, Step, StepColumns
+from ..engine.plan import BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
@@ -175,6 +175,8 @@ class Compiler:
         # appends; any other op goes through _compile_op.
         elementwise, shared_runners, slot_of, types, type_ids = \
             registry.ELEMENTWISE_OPS, self._shared_runners, scope.slots.get, scope.types, scope.type_ids
+        append_op, append_operands, append_result, append_location = (   # (StepColumns.append, inlined)
+            columns.ops.append, columns.operands.append, columns.results.append, columns.locations.append)
         file_line_col, file_name = FileLineColLoc, self.file_name or "-"
         for operation in block.operations:
             operation = operation.operation
@@ -195,7 +197,10 @@ class Compiler:
                     scope.slots[result] = slot = len(types)
                     types.append(result_type)
                     type_ids.append(id(result_type))
-                    columns.append(shared.info, shared.run, operands, slot, location)
+                    append_op(shared)
+                    append_operands(operands)
+                    append_result(slot)
+                    append_location(location)
                     continue
             if name in TERMINATORS:
                 outputs = tuple(scope.lookup(v) for v in operation.operands)
@@ -241,42 +246,42 @@ class Compiler:
         if not regions and name in registry.ELEMENTWISE_OPS:
             # (the key of _compile_block's look-up, and the attributes)
             shared_key = (name, *mlir_result_types, *map(scope.type_ids.__getitem__, operands), *attributes.items())
-        info, implementation, run = self._built(name, attributes, operands, scope, result_types, regions, location,
-                                                shared_key)
+        built, implementation = self._built(name, attributes, operands, scope, result_types, regions, location,
+                                            shared_key)
+        info = built.info
         results = tuple(map(scope.define, op.results, info.result_types))
         if regions or implementation.variadic or implementation.execution:
-            step = Step(info, run, operands, results, (), regions, captures, len(columns), implementation.variadic,
-                        implementation.execution)
+            step = Step(info, built.run, operands, results, (), regions, captures, len(columns),
+                        implementation.variadic, implementation.execution)
             columns.append_step(step)
             for offset, (function, region) in enumerate(zip(callees, called)):
                 if region is None:
                     self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
-        elif info.location is location:
-            columns.append(info, run, operands, results[0])
-        else:   # equal to an element-wise op compiled before (its attributes, which _compile_block's look-up skips)
-            columns.append(info, run, operands, results[0], location)
+        else:   # (an equal element-wise op compiled before has another location)
+            columns.append(built, operands, results[0], None if info.location is location else location)
 
     def _built(self, name: str, attributes: dict, operands: tuple, scope: _Scope, result_types: tuple,
                regions: tuple, location: SourceLocation, shared_key: tuple | None) -> tuple:
-        """The op's ``(OpInfo, implementation, runner)``. Element-wise ops with equal
-        names, attributes and types (``shared_key``) share one runner, if their
-        implementation is shareable (engine/registry.py), and the OpInfo of the first
-        of them (its decoded attributes, types and watches); each keeps its own
-        location (StepColumns)."""
+        """The op's ``(BuiltOp, implementation)``. Element-wise ops with equal names,
+        attributes and types (``shared_key``) share one, if their implementation is
+        shareable (engine/registry.py): the first one's OpInfo (its decoded
+        attributes, types and watches) and runner; each keeps its own location
+        (StepColumns)."""
         if shared_key is not None:
             try:
                 shared = self._shared_runners.get(shared_key)
             except TypeError:   # an attribute that is not hashable (an array): the op builds its own
                 shared_key = shared = None
             if shared is not None:
-                return shared.info, shared.implementation, shared.run
+                return shared, shared.implementation
         operand_types = tuple(map(scope.types.__getitem__, operands))
         info = OpInfo(name, attributes, operand_types, result_types, regions, location, self.module)
         implementation = _implementation(info)
         run = build(info, implementation)
         if shared_key is not None and implementation.shareable and not info.has_quantized_types:
-            self._shared_runners[shared_key] = _SharedRunner(info, implementation, run)
-        return info, implementation, run
+            shared = self._shared_runners[shared_key] = _SharedRunner(info, run, implementation)
+            return shared, implementation
+        return BuiltOp(info, run), implementation
 
     def _callees(self, name: str, attributes: dict) -> tuple:
         """The functions an op calls by symbol (their bodies become its last regions)."""
@@ -291,17 +296,16 @@ class Compiler:
         return functions
 
 
-class _SharedRunner:
+class _SharedRunner(BuiltOp):
     """What equal element-wise ops share: the first one's OpInfo (its decoded
     attributes, types and watches: OpInfo.watch, a check the builder asked for
-    holds for every equal op), implementation and runner."""
+    holds for every equal op) and runner; its implementation and result type."""
 
-    __slots__ = ("info", "implementation", "run", "result_type")
+    __slots__ = ("implementation", "result_type")
 
-    def __init__(self, info: OpInfo, implementation: registry.Implementation, run):
-        self.info = info
+    def __init__(self, info: OpInfo, run, implementation: registry.Implementation):
+        super().__init__(info, run)
         self.implementation = implementation
-        self.run = run
         self.result_type = info.result_types[0]
 
 
