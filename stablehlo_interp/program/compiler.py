@@ -173,8 +173,9 @@ class Compiler:
         # element-wise op without attributes equal to one compiled before (the same name
         # and types: _built) costs only the binding calls that read it and a few list
         # appends; any other op goes through _compile_op.
-        elementwise, shared_runners, slot_of, types, type_ids = \
-            registry.ELEMENTWISE_OPS, self._shared_runners, scope.slots.get, scope.types, scope.type_ids
+        elementwise, shared_runners, slots, types, type_ids = \
+            registry.ELEMENTWISE_OPS, self._shared_runners, scope.slots, scope.types, scope.type_ids
+        slot_of = slots.get
         append_op, append_operands, append_result, append_location = (   # (StepColumns.append, inlined)
             columns.ops.append, columns.operands.append, columns.results.append, columns.locations.append)
         file_line_col, file_name = FileLineColLoc, self.file_name or "-"
@@ -184,8 +185,14 @@ class Compiler:
             if name in elementwise and not len(operation.attributes):
                 result = operation.result   # (an element-wise op has one result, no regions)
                 operands = tuple(map(slot_of, operation.operands))
-                shared = None if None in operands else \
-                    shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
+                if None in operands:   # (a value of an enclosing block)
+                    shared = None
+                elif len(operands) == 2:   # (unpacking a map costs more than the binding calls around it)
+                    shared = shared_runners.get((name, result.type, type_ids[operands[0]], type_ids[operands[1]]))
+                elif len(operands) == 1:
+                    shared = shared_runners.get((name, result.type, type_ids[operands[0]]))
+                else:
+                    shared = shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
                 if shared is not None:
                     location = operation.location
                     if type(location) is file_line_col:
@@ -193,10 +200,9 @@ class Compiler:
                         location = (file_name if file == "-" else file, location.start_line, location.start_col)
                     else:
                         location = self.location(operation)
-                    result_type = shared.result_type
-                    scope.slots[result] = slot = len(types)
-                    types.append(result_type)
-                    type_ids.append(id(result_type))
+                    slots[result] = slot = len(types)   # (scope.define, inlined)
+                    types.append(shared.result_type)
+                    type_ids.append(shared.result_type_id)
                     append_op(shared)
                     append_operands(operands)
                     append_result(slot)
@@ -301,12 +307,13 @@ class _SharedRunner(BuiltOp):
     attributes, types and watches: OpInfo.watch, a check the builder asked for
     holds for every equal op) and runner; its implementation and result type."""
 
-    __slots__ = ("implementation", "result_type")
+    __slots__ = ("implementation", "result_type", "result_type_id")
 
     def __init__(self, info: OpInfo, run, implementation: registry.Implementation):
         super().__init__(info, run)
         self.implementation = implementation
         self.result_type = info.result_types[0]
+        self.result_type_id = id(self.result_type)
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:
