@@ -415,3 +415,29 @@ def test_a_dropped_program_is_freed_without_the_cyclic_collector():
         assert [ref() for ref in kept] == [None, None, None]
     finally:
         gc.enable()
+
+
+def test_a_location_that_ops_share_is_decoded_once(monkeypatch):
+    """JAX gives many ops one location (a name around a call stack); the compiler
+    decodes each distinct one once (its cache is keyed by the location's
+    attribute: a Location object hashes as itself, a new one at each look-up)."""
+    from stablehlo_interp.ir import decode
+
+    lines = ['#shared = loc("jit(f)/mul"(callsite("f"("x.py":6:11) at "<module>"("x.py":8:6))))',
+             "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {",
+             "  %v0 = stablehlo.multiply %a, %a : tensor<4xf32> loc(#shared)"]
+    lines += [f"  %v{i} = stablehlo.multiply %v{i - 1}, %a : tensor<4xf32> loc(#shared)" for i in range(1, 50)]
+    lines += ["  return %v49 : tensor<4xf32>", "}"]
+    decoded = []
+    decode_uncached = decode.decode_location
+
+    def counted(loc, file_name=None, cache=None):
+        decoded.append(cache)
+        return decode_uncached(loc, file_name, cache)
+
+    monkeypatch.setattr(decode, "decode_location", counted)   # (what a cache miss calls)
+    program = si.load("\n".join(lines))
+    assert decoded == [None]
+    steps = program.function("main").region.steps
+    assert {str(step.location) for step in steps} == {"x.py:6 (f) [jit(f)/mul]"}
+    assert [frame.line for frame in steps[49].location.frames] == [6, 8]
