@@ -441,3 +441,23 @@ def test_a_location_that_ops_share_is_decoded_once(monkeypatch):
     steps = program.function("main").region.steps
     assert {str(step.location) for step in steps} == {"x.py:6 (f) [jit(f)/mul]"}
     assert [frame.line for frame in steps[49].location.frames] == [6, 8]
+
+
+def test_shared_ops_keep_their_file_line_and_column(tmp_path):
+    """Equal ops keep their own locations as plain values: a line of the module's
+    file, a line of another file its text names, a JAX-style name location."""
+    path = tmp_path / "chain.mlir"
+    path.write_text("""func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %a : tensor<4xf32>
+  %1 = stablehlo.add %0, %a : tensor<4xf32>
+  %2 = stablehlo.add %1, %a : tensor<4xf32> loc("other.py":70000:123456)
+      %3 = stablehlo.add %2, %a : tensor<4xf32>
+  %4 = stablehlo.add %3, %a : tensor<4xf32> loc("jit(f)/add"("x.py":6:11))
+  return %4 : tensor<4xf32>
+}""")
+    steps = si.load(str(path)).function("main").region.steps
+    frames = [step.location.frame for step in steps]
+    assert [(frame.file, frame.line, frame.column) for frame in frames] == [
+        (str(path), 2, 8), (str(path), 3, 8), ("other.py", 70000, 123456), (str(path), 5, 12), ("x.py", 6, 11)]
+    assert frames[4].function == "jit(f)/add"
+    assert len({id(step.run) for step in steps}) == 1

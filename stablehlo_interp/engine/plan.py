@@ -165,15 +165,18 @@ class StepColumns:
     * a :class:`BuiltOp`, for an op of one result (``results[i]`` is its slot).
       ``locations[i]`` is None when its OpInfo is the op's own; otherwise the op
       shares the OpInfo and runner of an equal element-wise op, and
-      ``locations[i]`` is the op's own location: a SourceLocation, or
-      ``(file, line, column)`` of a line of MLIR text.
+      ``locations[i]`` is the op's own location: a SourceLocation; for a line of
+      the module's own text (``file_name``, MLIR's ``-``), the int
+      ``line << 32 | column`` (no object that the collector visits); for a line
+      of another file, ``(file, line, column)``.
 
     ``releases[i]`` are the slots whose last use op ``i`` is (:meth:`assign_releases`).
     """
 
-    __slots__ = ("ops", "operands", "results", "locations", "releases", "_steps")
+    __slots__ = ("file_name", "ops", "operands", "results", "locations", "releases", "_steps")
 
-    def __init__(self):
+    def __init__(self, file_name: str = "-"):
+        self.file_name = file_name   # the module's file, for locations of its text
         self.ops: list = []
         self.operands: list[tuple[int, ...]] = []
         self.results: list = []
@@ -263,7 +266,9 @@ class StepColumns:
             return op
         info, location = op.info, self.locations[index]
         if location is not None:   # the OpInfo of an equal op: this op's own, at its location
-            if type(location) is tuple:
+            if type(location) is int:
+                location = SourceLocation.at_line(self.file_name, location >> 32, location & 0xFFFFFFFF)
+            elif type(location) is tuple:
                 location = SourceLocation.at_line(*location)
             info = OpInfo(info.name, info.attributes, info.operand_types, info.result_types, (), location,
                           info.module, info.watches)

@@ -168,7 +168,7 @@ class Compiler:
         for argument in arguments:
             scope.define(argument, self.type_of(argument.type))
         arg_types = tuple(scope.types)
-        columns = StepColumns()
+        columns = StepColumns(self.file_name or "-")
         # The loop below is the load's hot path (docs/engine.md, "What a load costs"): an
         # element-wise op without attributes equal to one compiled before (the same name
         # and types: _built) costs only the binding calls that read it and a few list
@@ -178,7 +178,7 @@ class Compiler:
         slot_of = slots.get
         append_op, append_operands, append_result, append_location = (   # (StepColumns.append, inlined)
             columns.ops.append, columns.operands.append, columns.results.append, columns.locations.append)
-        file_line_col, file_name = FileLineColLoc, self.file_name or "-"
+        file_line_col = FileLineColLoc
         for operation in block.operations:
             operation = operation.operation
             name = operation.name
@@ -195,9 +195,9 @@ class Compiler:
                     shared = shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
                 if shared is not None:
                     location = operation.location
-                    if type(location) is file_line_col:
-                        file = location.filename
-                        location = (file_name if file == "-" else file, location.start_line, location.start_col)
+                    if type(location) is file_line_col:   # (kept as StepColumns.locations says)
+                        file, line, column = location.filename, location.start_line, location.start_col
+                        location = line << 32 | column if file == "-" else (file, line, column)
                     else:
                         location = self.location(operation)
                     slots[result] = slot = len(types)   # (scope.define, inlined)
