@@ -2,22 +2,30 @@
 
 ``si.load`` of a straight chain of N element-wise ops (text), CPU time per op
 (``time.process_time``: the machine is shared), next to the floor on jaxlib's
-bindings measured on the same text in the same run: ``ir.Module.parse``, MLIR's
-verifier, and a bare Python walk over the ops (name, operands, result types) --
-what any loader on the bindings must do; ``floor`` is their sum. Target: at most
-10 us per op at 10 000 and 100 000 ops, linear in N. The plan's memory
-(tracemalloc, everything ``si.load`` allocates and keeps) is printed per op too;
-target: at most 1 KiB per op.
+bindings measured on the same text in the same run: ``ir.Module.parse`` (which
+verifies: ``verify``, MLIR's verifier alone, is part of it), a bare Python walk
+over the ops (name, operands, result types), and the binding calls the compiler
+makes per op (``binding_calls``: the bare walk's, plus whether the op has
+attributes, its location, its result's slot in a dict of MLIR values). ``floor``
+is parse + those calls: what a loader that reads what ours reads pays the
+bindings; ``Python`` is the rest of si.load, split into the releases, the run
+loop's program, the collector's pass over the new plan, and the compile loop's
+own work. Target: at most 10 us per op at 10 000 and 100 000 ops, linear in N.
+The plan's memory (tracemalloc, everything ``si.load`` allocates and keeps) is
+printed per op too; target: at most 1 KiB per op.
 
-Where the time goes (20 000 ops, CPU us per op, same run, load average 10):
-parse 3.1-3.5, verify 1.2, the binding calls the compiler makes per op 3.9-4.1
-(the bare walk's 3.0, plus the location and whether it has regions and
-attributes) -- a floor of about 8.3 us for a loader that reads what ours reads --
-and si.load 18.9-20.3: 10.4-11.7 us per op are Python objects and dictionary
-work (OpInfo, Step, the run loop's entry, slot and type look-ups, the shared
-runner's key, releases) and the collector (0.6-1 us, mostly freeing the previous
-program, whose plans are cyclic through OpInfo.module). The 10 us target is
-about the floor itself; see docs/engine.md, "What a load costs".
+Measured (two runs, load average 4.5-4.8, CPU us per op; before = commit 160b8ff
+in the same runs): at 10 000 ops si.load takes 9.4-9.5 (before 16.5-16.8), at
+100 000 10.7-10.9 (before 18.7-18.8); 1.53-1.65x parse + bare walk (before
+2.76-2.88x), 1.22-1.30x the floor; 336-338 B per op (before 744-745). Where the
+time goes at 10 000 (100 000): parse 3.0 (3.8), of which verify 1.2; the
+compiler's binding calls 4.2-4.3 (4.9); floor 7.2-7.3 (8.7); our Python 2.1-2.2
+(1.9-2.3): releases 0.3, the run loop's program 0.2-0.3, the collector's pass
+0.2 (0.4), the compile loop's own work 1.0-1.5 (shared-runner keys and
+look-ups, list appends). What grows with N is the bindings' part (parse +25%,
+binding calls +15% per op from 10 000 to 100 000); ours does not. At 100 000
+ops the floor alone leaves 1.3 us per op for everything a loader does in Python;
+see docs/engine.md, "What a load costs".
 
 Then what parsing untrusted bytecode first in a child process costs a load.
 
