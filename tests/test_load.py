@@ -461,3 +461,28 @@ def test_shared_ops_keep_their_file_line_and_column(tmp_path):
         (str(path), 2, 8), (str(path), 3, 8), ("other.py", 70000, 123456), (str(path), 5, 12), ("x.py", 6, 11)]
     assert frames[4].function == "jit(f)/add"
     assert len({id(step.run) for step in steps}) == 1
+
+
+def test_the_processes_of_a_grid_see_the_same_steps():
+    """Steps are made on first use; threads that ask at once get the same ones."""
+    import sys
+    import threading
+
+    region = si.load(_chain_of(2000)).function("main").region
+    seen, start = [], threading.Barrier(4)
+
+    def ask():
+        start.wait()
+        seen.append(region.steps)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # (threads take turns while the steps are made)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(seen) == 4 and all(steps is seen[0] for steps in seen)

@@ -16,6 +16,7 @@ time, run.py runs the plans.
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from dataclasses import dataclass, field, fields
 
@@ -151,6 +152,9 @@ class BuiltOp:
         self.run = run
 
 
+_MAKING_STEPS = threading.Lock()
+
+
 class StepColumns:
     """A region's steps as the compiler leaves them, one list per field, one entry per op.
 
@@ -251,9 +255,13 @@ class StepColumns:
         self.releases = releases
 
     def steps(self) -> tuple:
-        """Every op's Step (made on first use, then kept: tools may change them)."""
+        """Every op's Step (made on first use, then kept: tools may change them, and
+        listeners may know a step by identity, so the processes of a grid, each a
+        thread, must get the same ones)."""
         if self._steps is None:
-            self._steps = tuple(map(self._step, range(len(self.ops))))
+            with _MAKING_STEPS:
+                if self._steps is None:
+                    self._steps = tuple(map(self._step, range(len(self.ops))))
         return self._steps
 
     def step(self, index: int) -> Step:
