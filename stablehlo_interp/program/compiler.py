@@ -119,7 +119,7 @@ class Compiler:
         self._compiling: set[str] = set()
         self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
         self._types: dict = {}      # MLIR type -> decoded type (MLIR uniques types: one decoding each)
-        self._locations: dict = {}  # MLIR location -> decoded location
+        self._locations: dict = {}  # MLIR location attribute -> decoded location (decode_location)
         # (name, MLIR result type, operand type ids, attributes) of a shareable op -> its
         # _SharedRunner; the type ids are those of self._types' values, which live as long as
         # this compiler
