@@ -2,22 +2,30 @@
 
 ``si.load`` of a straight chain of N element-wise ops (text), CPU time per op
 (``time.process_time``: the machine is shared), next to the floor on jaxlib's
-bindings measured on the same text in the same run: ``ir.Module.parse``, MLIR's
-verifier, and a bare Python walk over the ops (name, operands, result types) --
-what any loader on the bindings must do; ``floor`` is their sum. Target: at most
-10 us per op at 10 000 and 100 000 ops, linear in N. The plan's memory
-(tracemalloc, everything ``si.load`` allocates and keeps) is printed per op too;
-target: at most 1 KiB per op.
+bindings measured on the same text in the same run: ``ir.Module.parse`` (which
+verifies: ``verify``, MLIR's verifier alone, is part of it), a bare Python walk
+over the ops (name, operands, result types), and the binding calls the compiler
+makes per op (``binding_calls``: the bare walk's, plus whether the op has
+attributes, its location, its result's slot in a dict of MLIR values). ``floor``
+is parse + those calls: what a loader that reads what ours reads pays the
+bindings; ``Python`` is the rest of si.load, split into the releases, the run
+loop's program, the collector's pass over the new plan, and the compile loop's
+own work. Target: at most 10 us per op at 10 000 and 100 000 ops, linear in N.
+The plan's memory (tracemalloc, everything ``si.load`` allocates and keeps) is
+printed per op too; target: at most 1 KiB per op.
 
-Where the time goes (20 000 ops, CPU us per op, same run, load average 10):
-parse 3.1-3.5, verify 1.2, the binding calls the compiler makes per op 3.9-4.1
-(the bare walk's 3.0, plus the location and whether it has regions and
-attributes) -- a floor of about 8.3 us for a loader that reads what ours reads --
-and si.load 18.9-20.3: 10.4-11.7 us per op are Python objects and dictionary
-work (OpInfo, Step, the run loop's entry, slot and type look-ups, the shared
-runner's key, releases) and the collector (0.6-1 us, mostly freeing the previous
-program, whose plans are cyclic through OpInfo.module). The 10 us target is
-about the floor itself; see docs/engine.md, "What a load costs".
+Measured (two runs, load average 4.5-4.8, CPU us per op; before = commit 160b8ff
+in the same runs): at 10 000 ops si.load takes 9.4-9.5 (before 16.5-16.8), at
+100 000 10.7-10.9 (before 18.7-18.8); 1.53-1.65x parse + bare walk (before
+2.76-2.88x), 1.22-1.30x the floor; 336-338 B per op (before 744-745). Where the
+time goes at 10 000 (100 000): parse 3.0 (3.8), of which verify 1.2; the
+compiler's binding calls 4.2-4.3 (4.9); floor 7.2-7.3 (8.7); our Python 2.1-2.2
+(1.9-2.3): releases 0.3, the run loop's program 0.2-0.3, the collector's pass
+0.2 (0.4), the compile loop's own work 1.0-1.5 (shared-runner keys and
+look-ups, list appends). What grows with N is the bindings' part (parse +25%,
+binding calls +15% per op from 10 000 to 100 000); ours does not. At 100 000
+ops the floor alone leaves 1.3 us per op for everything a loader does in Python;
+see docs/engine.md, "What a load costs".
 
 Then what parsing untrusted bytecode first in a child process costs a load.
 
@@ -48,6 +56,7 @@ from jax import export
 from jaxlib.mlir import ir
 
 import stablehlo_interp as si
+from stablehlo_interp.engine import plan
 from stablehlo_interp.ir import first_parse, sources
 
 from core_bench import elementwise_chain
@@ -64,6 +73,29 @@ def bare_walk(text: str):
     return module
 
 
+def binding_calls(text: str):
+    """Parse, then make the binding calls the compiler makes for each op of the chain
+    (program/compiler.py, _compile_block): its name, whether it has attributes, its
+    result and the result's type, its operands' slots (a dict of MLIR values), its
+    location's file, line and column, and its result's slot. Nothing else."""
+    module = ir.Module.parse(text)
+    block = module.body.operations[0].regions[0].blocks[0]
+    slots = {argument: index for index, argument in enumerate(block.arguments)}
+    slot_of = slots.get
+    for operation in block.operations:
+        operation = operation.operation
+        if operation.name == "func.return":
+            break
+        len(operation.attributes)
+        result = operation.result
+        result.type
+        tuple(map(slot_of, operation.operands))
+        location = operation.location
+        location.filename, location.start_line, location.start_col
+        slots[result] = len(slots)
+    return module
+
+
 def plan_bytes(text: str) -> int:
     """What a loaded program keeps (tracemalloc): allocated by si.load and still held."""
     gc.collect()
@@ -77,27 +109,62 @@ def plan_bytes(text: str) -> int:
     return kept
 
 
+def python_parts(text: str, repeat: int, clock) -> tuple:
+    """Seconds of three parts of a load that are ours, not the bindings': the releases
+    and the run loop's program made from the loaded region's columns
+    (engine/plan.py), and the collector's pass over the new plan (the compile pauses
+    it; its next young-generation pass visits every object the compile made)."""
+    region = si.load(text).function("main").region
+
+    def collector_pass():
+        gc.disable()
+        program = si.load(text)
+        start = clock()
+        gc.collect(0)
+        elapsed = clock() - start
+        gc.enable()
+        del program
+        return elapsed
+
+    gc.disable()   # (as while a module compiles)
+    releases = best_time(lambda: region.columns.assign_releases(region.outputs), repeat, clock)
+    program = best_time(lambda: plan.flatten(region.columns), repeat, clock)
+    gc.enable()
+    return releases, program, min(collector_pass() for _ in range(repeat))
+
+
 def chain_loads(sizes, repeat: int) -> None:
     cpu = time.process_time   # this process's time: the machine is shared
     context = sources.make_context()
-    print("CPU time per op, best of the repeats; the floor is what any loader on the bindings pays: parse, verify,")
-    print("and a bare walk over the ops (name, operands, result types). Target: si.load <= 10 us per op.")
-    print(f"{'chain of N ops':<16}{'parse':>10}{'verify':>10}{'bare walk':>11}{'floor':>10}{'si.load':>10}"
-          f"{'load/floor':>12}{'load/(parse+walk)':>19}{'plan memory':>13}")
+    print("CPU time per op, best of the repeats. parse: ir.Module.parse, which verifies (verify: MLIR's verifier")
+    print("alone, part of parse); bare walk: name, operands, result types of each op; binding calls: those the")
+    print("compiler makes per op (binding_calls); floor: parse + binding calls, what a loader that reads what ours")
+    print("reads pays the bindings; Python: si.load - floor. Target: si.load <= 10 us per op.")
+    parts = []
+    print(f"{'chain of N ops':<16}{'parse':>10}{'verify':>10}{'bare walk':>11}{'binding calls':>15}{'floor':>10}"
+          f"{'si.load':>10}{'Python':>10}{'load/floor':>12}{'load/(parse+walk)':>19}{'plan memory':>13}")
     for n in sizes:
         text = elementwise_chain(n)
         with context:
             parse = best_time(lambda: ir.Module.parse(text), repeat, cpu) / n
             parse_and_walk = best_time(lambda: bare_walk(text), repeat, cpu) / n
+            floor = best_time(lambda: binding_calls(text), repeat, cpu) / n
             module = ir.Module.parse(text)
             verify = best_time(module.operation.verify, repeat, cpu) / n
             del module
-        floor = parse_and_walk + verify
         load = best_time(lambda: si.load(text), repeat, cpu) / n
         memory = plan_bytes(text) / n
         print(f"{n:<16}{format_time(parse):>10}{format_time(verify):>10}{format_time(parse_and_walk - parse):>11}"
-              f"{format_time(floor):>10}{format_time(load):>10}{load / floor:>11.2f}x{load / parse_and_walk:>18.2f}x"
+              f"{format_time(floor - parse):>15}{format_time(floor):>10}{format_time(load):>10}"
+              f"{format_time(load - floor):>10}{load / floor:>11.2f}x{load / parse_and_walk:>18.2f}x"
               f"{memory:>10.0f} B")
+        parts.append((n, load - floor, *(part / n for part in python_parts(text, repeat, cpu))))
+    print("Python per op (si.load - floor), of which: the releases, the run loop's program, the collector's pass")
+    print("over the new plan, and the rest (the compile loop's own work: shared-runner keys and look-ups, list")
+    print("appends, the function's declaration, the Region):")
+    for n, python, releases, program, collector in parts:
+        print(f"{n:<16}{format_time(python):>10} = releases {format_time(releases)} + program {format_time(program)}"
+              f" + collector {format_time(collector)} + rest {format_time(python - releases - program - collector)}")
     print()
 
 

@@ -305,8 +305,10 @@ def test_ops_of_constants_are_folded_at_load_but_still_observed():
   return %y : tensor<2x3xf32>
 }"""
     program = si.load(text)
-    folded = [step.info.name for run, operands, _, _, _, step in program.runnable().region.flat_steps
-              if operands == () and step.info.name != "stablehlo.constant"]
+    flat_steps = program.runnable().region.flat_steps
+    names = [flat_steps.step(reference).info.name for _, _, _, _, _, reference in flat_steps]
+    folded = [name for name, (_, operands, *_) in zip(names, flat_steps)
+              if operands == () and name != "stablehlo.constant"]
     assert folded == ["stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.convert"]
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     expected = x * np.array([1.5, -2.0, 4.0], np.float32)

@@ -321,3 +321,182 @@ def test_bytecode_that_does_not_verify_is_refused_by_its_parse():
         module.operation.write_bytecode(data)
     with pytest.raises(si.ModuleError, match="doesn't match function result type"):
         si.load(data.getvalue())
+
+
+def _chain_of(n: int) -> str:
+    """n element-wise ops on line 2 onwards, each using the one before and the argument."""
+    names = ["add", "multiply", "subtract", "maximum"]
+    lines = ["func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {", "  %v0 = stablehlo.add %a, %a : tensor<4xf32>"]
+    lines += [f"  %v{i} = stablehlo.{names[i % 4]} %v{i - 1}, %a : tensor<4xf32>" for i in range(1, n)]
+    return "\n".join(lines + [f"  return %v{n - 1} : tensor<4xf32>", "}"])
+
+
+def test_steps_made_on_demand_are_each_ops_own():
+    """A region keeps its ops column by column and makes Step objects when asked: each
+    step has its own name, line, slots and releases; equal ops share the runner and
+    the decoded attributes, types and watches, not the location."""
+    program = si.load(_chain_of(6))
+    region = program.function("main").region
+    steps = region.steps
+    assert region.steps is steps   # made once, then kept
+    assert [step.name for step in steps] == [f"stablehlo.{n}" for n in
+                                             ["add", "multiply", "subtract", "maximum", "add", "multiply"]]
+    assert [(step.location.frame.line, step.location.frame.column) for step in steps] == \
+        [(line, 9) for line in range(2, 8)]   # (column 9: where the op name starts)
+    assert [step.index for step in steps] == list(range(6))
+    # slot 0 is %a (used by every op: released by the last), slot i + 1 is %v<i>
+    assert [step.operands for step in steps] == [(0, 0)] + [(i, 0) for i in range(1, 6)]
+    assert [step.results for step in steps] == [(i,) for i in range(1, 7)]
+    assert [step.release for step in steps] == [()] + [(i,) for i in range(1, 5)] + [(0, 5)]
+    assert steps[4].run is steps[0].run and steps[5].run is steps[1].run
+    assert steps[4].info.watches is steps[0].info.watches
+    assert steps[4].info.result_types is steps[0].info.result_types
+    assert steps[4].info.module is steps[0].info.module is program.module_info
+    assert all(not step.regions and not step.captures and not step.variadic and not step.execution
+               for step in steps)
+    x = np.array([1, -2, 3, 0.5], np.float32)
+    expected = x + x
+    for operation in [np.multiply, np.subtract, np.maximum, np.add, np.multiply]:
+        expected = operation(expected, x)
+    np.testing.assert_array_equal(program.run(x)[0], expected)
+
+
+def test_a_tool_on_a_long_program_sees_each_ops_own_location():
+    n = 3000
+    program = si.load(_chain_of(n))
+    trace = si.trace(program, np.ones(4, np.float32))
+    assert len(trace) == n
+    assert [record.location.frame.line for record in trace] == list(range(2, n + 2))
+    assert [record.op for record in trace[:5]] == ["stablehlo.add", "stablehlo.multiply", "stablehlo.subtract",
+                                                   "stablehlo.maximum", "stablehlo.add"]
+
+
+def test_a_plan_of_shared_ops_holds_no_mlir_objects_before_and_after_its_steps_are_made():
+    program = si.load(_chain_of(50))
+    assert _mlir_objects(program.functions) == [] and _mlir_objects(program.module_info) == []
+    program.function("main").region.steps
+    assert _mlir_objects(program.functions) == [] and _mlir_objects(program.module_info) == []
+
+
+def test_an_unobserved_run_names_the_failing_shared_ops_own_line(monkeypatch):
+    """The run loop's entries of ops without a Step made refer to them by index: an
+    error still names the op and its own line (not the line of the equal op whose
+    runner it shares)."""
+    ops.load_all()
+
+    def add_refusing_negatives(info):
+        def add(x, y):
+            if (x + y).min() < 0:
+                raise ValueError("a negative sum")
+            return x + y
+        return add
+
+    monkeypatch.setitem(registry._OPS, "stablehlo.add", registry.Implementation(add_refusing_negatives,
+                                                                                 shareable=True))
+    monkeypatch.delitem(registry._USER_OPS, "stablehlo.add", raising=False)   # (left by another test)
+    text = """func.func @main(%x: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<2xi32> {
+  %0 = stablehlo.add %x, %x : tensor<2xi32>
+  %1 = stablehlo.add %0, %y : tensor<2xi32>
+  %2 = stablehlo.add %1, %y : tensor<2xi32>
+  return %2 : tensor<2xi32>
+}"""
+    program = si.load(text)
+    steps = program.function("main").region.flat_steps
+    assert steps[0][0] is steps[1][0] is steps[2][0]   # one runner
+    with pytest.raises(OpError, match="a negative sum") as error:
+        program.run(np.array([1, 2], np.int32), np.array([-1, -3], np.int32))
+    assert error.value.op_name == "stablehlo.add"
+    assert error.value.location.frame.line == 4
+
+
+def test_a_dropped_program_is_freed_without_the_cyclic_collector():
+    """Nothing in a plan refers back to it (ModuleInfo holds its functions weakly):
+    dropping the program frees it at once, without a collector pass over every op."""
+    import weakref
+
+    runners = []
+
+    def my_sum(info):
+        runners.append(lambda x: x + 1)
+        return runners[-1]
+
+    with registry.replaced(custom_calls={"my_sum": my_sum}):
+        program = si.load(MANY_KINDS)
+    gc.disable()
+    try:
+        kept = [weakref.ref(program.function("main")), weakref.ref(program.module_info), weakref.ref(runners.pop())]
+        del program
+        assert [ref() for ref in kept] == [None, None, None]
+    finally:
+        gc.enable()
+
+
+def test_a_location_that_ops_share_is_decoded_once(monkeypatch):
+    """JAX gives many ops one location (a name around a call stack); the compiler
+    decodes each distinct one once (its cache is keyed by the location's
+    attribute: a Location object hashes as itself, a new one at each look-up)."""
+    from stablehlo_interp.ir import decode
+
+    lines = ['#shared = loc("jit(f)/mul"(callsite("f"("x.py":6:11) at "<module>"("x.py":8:6))))',
+             "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {",
+             "  %v0 = stablehlo.multiply %a, %a : tensor<4xf32> loc(#shared)"]
+    lines += [f"  %v{i} = stablehlo.multiply %v{i - 1}, %a : tensor<4xf32> loc(#shared)" for i in range(1, 50)]
+    lines += ["  return %v49 : tensor<4xf32>", "}"]
+    decoded = []
+    decode_uncached = decode.decode_location
+
+    def counted(loc, file_name=None, cache=None):
+        decoded.append(cache)
+        return decode_uncached(loc, file_name, cache)
+
+    monkeypatch.setattr(decode, "decode_location", counted)   # (what a cache miss calls)
+    program = si.load("\n".join(lines))
+    assert decoded == [None]
+    steps = program.function("main").region.steps
+    assert {str(step.location) for step in steps} == {"x.py:6 (f) [jit(f)/mul]"}
+    assert [frame.line for frame in steps[49].location.frames] == [6, 8]
+
+
+def test_shared_ops_keep_their_file_line_and_column(tmp_path):
+    """Equal ops keep their own locations as plain values: a line of the module's
+    file, a line of another file its text names, a JAX-style name location."""
+    path = tmp_path / "chain.mlir"
+    path.write_text("""func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %a : tensor<4xf32>
+  %1 = stablehlo.add %0, %a : tensor<4xf32>
+  %2 = stablehlo.add %1, %a : tensor<4xf32> loc("other.py":70000:123456)
+      %3 = stablehlo.add %2, %a : tensor<4xf32>
+  %4 = stablehlo.add %3, %a : tensor<4xf32> loc("jit(f)/add"("x.py":6:11))
+  return %4 : tensor<4xf32>
+}""")
+    steps = si.load(str(path)).function("main").region.steps
+    frames = [step.location.frame for step in steps]
+    assert [(frame.file, frame.line, frame.column) for frame in frames] == [
+        (str(path), 2, 8), (str(path), 3, 8), ("other.py", 70000, 123456), (str(path), 5, 12), ("x.py", 6, 11)]
+    assert frames[4].function == "jit(f)/add"
+    assert len({id(step.run) for step in steps}) == 1
+
+
+def test_the_processes_of_a_grid_see_the_same_steps():
+    """Steps are made on first use; threads that ask at once get the same ones."""
+    import sys
+    import threading
+
+    region = si.load(_chain_of(2000)).function("main").region
+    seen, start = [], threading.Barrier(4)
+
+    def ask():
+        start.wait()
+        seen.append(region.steps)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # (threads take turns while the steps are made)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(seen) == 4 and all(steps is seen[0] for steps in seen)

@@ -1,10 +1,11 @@
 """Load time: turn an MLIR module into plans of plain Python steps.
 
-Each function body (and each region of an op) becomes a :class:`Region`: a list
-of :class:`Step` objects over numbered value slots. A step holds the runner
+Each function body (and each region of an op) becomes a :class:`Region`: its
+ops as :class:`Step` objects over numbered value slots. A step holds the runner
 that its op's builder returned, the slots of its operands and results, and the
 slots whose last use it is (released after it runs, so memory is bounded by
-what is live). Values that a region uses from an enclosing region are
+what is live). The compiler leaves them as :class:`StepColumns`, from which the
+run loop's program is made, and the Step objects only when something asks. Values that a region uses from an enclosing region are
 *captures*: the owning op reads them from its own environment and hands them to
 the region when it binds it.
 
@@ -15,6 +16,8 @@ time, run.py runs the plans.
 from __future__ import annotations
 
 import itertools
+import threading
+import weakref
 from dataclasses import dataclass, field, fields
 
 from ..errors import ModuleError, OpError, UnsupportedOpError
@@ -26,14 +29,18 @@ class ModuleInfo:
     """What an op's builder may know of its module beyond the op itself: the process
     grid the module runs as (``mhlo.num_replicas`` x ``mhlo.num_partitions``), its
     meshes (``sdy.mesh``, by name), its functions (for ops that run functions by
-    name) and a numbering of its ``rng`` ops (ops/random.py)."""
+    name) and a numbering of its ``rng`` ops (ops/random.py).
+
+    It holds the functions weakly (their Program holds them): every OpInfo of
+    their plans refers to it, and a cycle through it would leave a dropped
+    program to the cyclic collector, which visits the whole plan to free it."""
 
     def __init__(self, num_replicas: int = 1, num_partitions: int = 1, meshes: dict | None = None,
                  functions: dict | None = None):
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.meshes = meshes or {}
-        self.functions = functions if functions is not None else {}
+        self.functions: weakref.WeakValueDictionary = weakref.WeakValueDictionary(functions or {})
         self._rng_ops = itertools.count()
 
     def function(self, name: str) -> "Function":
@@ -134,23 +141,165 @@ class Step:
         return f"<Step {self.index}: {self.info.name} at {self.info.location}>"
 
 
+class BuiltOp:
+    """An op's OpInfo and the runner its builder returned (equal element-wise ops
+    share one: program/compiler.py)."""
+
+    __slots__ = ("info", "run")
+
+    def __init__(self, info: OpInfo, run):
+        self.info = info
+        self.run = run
+
+
+_MAKING_STEPS = threading.Lock()
+
+
+class StepColumns:
+    """A region's steps as the compiler leaves them, one list per field, one entry per op.
+
+    The run loop needs of each op only its runner, operand and result slots and
+    releases; a :class:`Step` is made when a tool, an observed run or an error
+    asks for it (:meth:`steps`), so that loading a long program makes next to no
+    Python object per op. ``ops[i]`` is either
+
+    * the op's :class:`Step`, made at load: an op with regions, a variadic or
+      execution runner (the run loop's GENERAL kind), or a step given whole
+      (:meth:`of_steps`); ``operands[i]`` and ``results[i]`` are its slots; or
+    * a :class:`BuiltOp`, for an op of one result (``results[i]`` is its slot).
+      ``locations[i]`` is None when its OpInfo is the op's own; otherwise the op
+      shares the OpInfo and runner of an equal element-wise op, and
+      ``locations[i]`` is the op's own location: a SourceLocation; for a line of
+      the module's own text (``file_name``, MLIR's ``-``), the int
+      ``line << 32 | column`` (no object that the collector visits); for a line
+      of another file, ``(file, line, column)``.
+
+    ``releases[i]`` are the slots whose last use op ``i`` is (:meth:`assign_releases`).
+    """
+
+    __slots__ = ("file_name", "ops", "operands", "results", "locations", "releases", "_steps")
+
+    def __init__(self, file_name: str = "-"):
+        self.file_name = file_name   # the module's file, for locations of its text
+        self.ops: list = []
+        self.operands: list[tuple[int, ...]] = []
+        self.results: list = []
+        self.locations: list = []
+        self.releases: list[tuple[int, ...]] = []
+        self._steps: tuple | None = None
+
+    @classmethod
+    def of_steps(cls, steps) -> "StepColumns":
+        """The columns of steps made whole (their releases already assigned)."""
+        columns = cls()
+        for step in steps:
+            columns.append_step(step)
+        columns.releases = [step.release for step in steps]
+        return columns
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def append_step(self, step: Step) -> None:
+        self.ops.append(step)
+        self.operands.append(step.operands)
+        self.results.append(step.results)
+        self.locations.append(None)
+
+    def append(self, op: BuiltOp, operands: tuple, result: int, location=None) -> None:
+        """An op of one result whose Step is made on demand; ``location``: see the class."""
+        self.ops.append(op)
+        self.operands.append(operands)
+        self.results.append(result)
+        self.locations.append(location)
+
+    def renumber(self, mapping: dict) -> None:
+        """Give every slot ``s`` the number ``mapping[s]`` (the steps made whole too)."""
+        remap = lambda slots: tuple(mapping[s] for s in slots)  # noqa: E731
+        for index, op in enumerate(self.ops):
+            if type(op) is Step:
+                op.operands, op.results = remap(op.operands), remap(op.results)
+                op.captures = tuple(remap(c) for c in op.captures)
+                self.operands[index], self.results[index] = op.operands, op.results
+            else:
+                self.operands[index] = remap(self.operands[index])
+                self.results[index] = mapping[self.results[index]]
+
+    def assign_releases(self, outputs) -> None:
+        """Give each op the slots whose last use it is (and its results nobody uses).
+
+        One pass from the last op back: a slot not seen yet (nor returned) is one
+        that no later op uses."""
+        live = set(outputs)
+        see = live.add
+        releases = []
+        for op, results, operands in zip(reversed(self.ops), reversed(self.results), reversed(self.operands)):
+            if type(op) is Step:
+                release = tuple(slot for slot in results if slot not in live)
+                for slot in itertools.chain(*op.captures, operands):
+                    if slot not in live:
+                        see(slot)
+                        release += (slot,)
+            else:
+                release = () if results in live else (results,)
+                for slot in operands:
+                    if slot not in live:
+                        see(slot)
+                        release += (slot,)
+            if len(release) > 1:
+                release = tuple(sorted(release))
+            if type(op) is Step:
+                op.release = release
+            releases.append(release)
+        releases.reverse()
+        self.releases = releases
+
+    def steps(self) -> tuple:
+        """Every op's Step (made on first use, then kept: tools may change them, and
+        listeners may know a step by identity, so the processes of a grid, each a
+        thread, must get the same ones)."""
+        if self._steps is None:
+            with _MAKING_STEPS:
+                if self._steps is None:
+                    self._steps = tuple(map(self._step, range(len(self.ops))))
+        return self._steps
+
+    def step(self, index: int) -> Step:
+        """The Step of op ``index`` (of :meth:`steps` once they are made)."""
+        return self._step(index) if self._steps is None else self._steps[index]
+
+    def _step(self, index: int) -> Step:
+        op = self.ops[index]
+        if type(op) is Step:
+            return op
+        info, location = op.info, self.locations[index]
+        if location is not None:   # the OpInfo of an equal op: this op's own, at its location
+            if type(location) is int:
+                location = SourceLocation.at_line(self.file_name, location >> 32, location & 0xFFFFFFFF)
+            elif type(location) is tuple:
+                location = SourceLocation.at_line(*location)
+            info = OpInfo(info.name, info.attributes, info.operand_types, info.result_types, (), location,
+                          info.module, info.watches)
+        return Step(info, op.run, self.operands[index], (self.results[index],), self.releases[index], (), (), index)
+
+
 class Region:
     """A compiled block: captures in slots ``[0, n_captures)``, then arguments, then results.
 
-    Built whole, from what the block is: its steps (their slots already in that
-    layout), how many values it captures, its argument types, the slots and
-    types of what it returns, where it returns, and how many slots it uses. The
-    rest follows here: each step's releases, the program the run loop reads
-    and the result slots of a fresh environment.
+    Built whole, from what the block is: its steps (:class:`StepColumns`, their
+    slots already in that layout), how many values it captures, its argument
+    types, the slots and types of what it returns, where it returns, and how
+    many slots it uses. The rest follows here: each step's releases, the
+    program the run loop reads and the result slots of a fresh environment.
     """
 
-    __slots__ = ("description", "steps", "n_captures", "arg_types", "n_args", "outputs", "output_types",
+    __slots__ = ("description", "columns", "n_captures", "arg_types", "n_args", "outputs", "output_types",
                  "return_location", "n_slots", "flat_steps", "result_slots")
 
-    def __init__(self, description: str, steps, n_captures: int, arg_types, outputs, output_types,
+    def __init__(self, description: str, columns: StepColumns, n_captures: int, arg_types, outputs, output_types,
                  return_location: SourceLocation | None, n_slots: int):
         self.description = description
-        self.steps: tuple[Step, ...] = tuple(steps)
+        self.columns = columns
         self.n_captures = n_captures
         self.arg_types: tuple = tuple(arg_types)
         self.n_args = len(self.arg_types)
@@ -158,12 +307,17 @@ class Region:
         self.output_types: tuple = tuple(output_types)
         self.return_location = return_location
         self.n_slots = n_slots
-        assign_releases(self.steps, self.outputs)
-        self.flat_steps = flatten_steps(self.steps)  # the steps as the run loop reads them
+        columns.assign_releases(self.outputs)
+        self.flat_steps = flatten(columns)  # the steps as the run loop reads them
         self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
 
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Each op's :class:`Step`, made on first use (StepColumns)."""
+        return self.columns.steps()
+
     def __repr__(self) -> str:
-        return f"<Region {self.description}: {len(self.steps)} steps>"
+        return f"<Region {self.description}: {len(self.columns)} steps>"
 
 
 @dataclass
@@ -183,27 +337,6 @@ class Function(FunctionSignature):
         return cls(**{f.name: getattr(signature, f.name) for f in fields(signature)})
 
 
-def assign_releases(steps, outputs) -> None:
-    """Give each step the slots whose last use it is (and its results nobody uses).
-
-    One pass from the last step back: a slot not seen yet (nor returned) is one
-    that no later step uses."""
-    live = set(outputs)
-    see = live.add
-    for step in reversed(steps):
-        release = [slot for slot in step.results if slot not in live]
-        for slot in step.operands:
-            if slot not in live:
-                see(slot)
-                release.append(slot)
-        for slots in step.captures:
-            for slot in slots:
-                if slot not in live:
-                    see(slot)
-                    release.append(slot)
-        step.release = tuple(sorted(release)) if len(release) > 1 else tuple(release)
-
-
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
 # BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides.
 UNARY, BINARY, SINGLE, GENERAL = range(4)
@@ -216,13 +349,12 @@ FOLDABLE = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stabl
                       "stablehlo.transpose", "stablehlo.convert"})
 
 
-def _folded(step, constants: dict):
-    """The value of a foldable step (FOLDABLE) whose operands are all constants, or None."""
-    if step.info.has_quantized_types or step.variadic or step.execution \
-            or not all(slot in constants for slot in step.operands):
+def _folded(info: OpInfo, run, operands: tuple, constants: dict):
+    """The value of a foldable op (FOLDABLE) whose operands are all constants, or None."""
+    if info.has_quantized_types or not all(slot in constants for slot in operands):
         return None
     try:
-        value = step.run(*[constants[slot] for slot in step.operands])
+        value = run(*[constants[slot] for slot in operands])
     except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
         return None
     if hasattr(value, "flags"):
@@ -230,8 +362,23 @@ def _folded(step, constants: dict):
     return value
 
 
-def flatten_steps(steps) -> tuple:
-    """Flatten steps to ``(runner, operands, results, release, kind, step)`` tuples.
+class RunProgram(tuple):
+    """A region's program as the run loop reads it (:func:`flatten`): a tuple of
+    ``(runner, operands, results, release, kind, step)`` entries, where ``step``
+    is the op's Step or, for an op whose Step is made on demand, its index:
+    :meth:`step` gives the Step either way (for an error)."""
+
+    def __new__(cls, entries, columns: StepColumns):
+        program = super().__new__(cls, entries)
+        program.columns = columns
+        return program
+
+    def step(self, step) -> Step:
+        return step if type(step) is Step else self.columns.step(step)
+
+
+def flatten(columns: StepColumns) -> RunProgram:
+    """The run loop's program of a region's steps.
 
     Plain single-result ops (most of a program) get their result slot as a plain
     int, and unary ones their operand slot too, so the loop skips building
@@ -239,19 +386,30 @@ def flatten_steps(steps) -> tuple:
     the value computed now.
     """
     program = []
+    append = program.append
     constants: dict[int, object] = {}
-    for step in steps:
-        value = _folded(step, constants) if step.info.name in FOLDABLE else None
-        if value is not None:
-            constants[step.results[0]] = value
-            entry = ((lambda value=value: value), (), step.results[0], step.release, SINGLE, step)
-        elif step.regions or step.variadic or step.execution:
-            entry = (step.run, step.operands, step.results, step.release, GENERAL, step)
-        elif len(step.operands) == 1:
-            entry = (step.run, step.operands[0], step.results[0], step.release, UNARY, step)
-        elif len(step.operands) == 2:
-            entry = (step.run, step.operands, step.results[0], step.release, BINARY, step)
+    for index, (op, operands, result, release) in enumerate(
+            zip(columns.ops, columns.operands, columns.results, columns.releases)):
+        if type(op) is Step:
+            if op.regions or op.variadic or op.execution:
+                append((op.run, operands, result, release, GENERAL, op))
+                continue
+            reference, result = op, result[0]
         else:
-            entry = (step.run, step.operands, step.results[0], step.release, SINGLE, step)
-        program.append(entry)
-    return tuple(program)
+            reference = index
+        run = op.run
+        if op.info.name in FOLDABLE and (value := _folded(op.info, run, operands, constants)) is not None:
+            constants[result] = value
+            append(((lambda value=value: value), (), result, release, SINGLE, reference))
+        elif len(operands) == 1:
+            append((run, operands[0], result, release, UNARY, reference))
+        elif len(operands) == 2:
+            append((run, operands, result, release, BINARY, reference))
+        else:
+            append((run, operands, result, release, SINGLE, reference))
+    return RunProgram(program, columns)
+
+
+def flatten_steps(steps) -> RunProgram:
+    """The run loop's program of steps made whole (after a tool changed their runners)."""
+    return flatten(StepColumns.of_steps(steps))

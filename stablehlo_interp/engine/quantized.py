@@ -29,7 +29,7 @@ import dataclasses
 import numpy as np
 
 from ..ir.types import TensorType
-from .plan import OpInfo, Region, Step
+from .plan import OpInfo, Region, Step, StepColumns
 
 # Ops defined on quantized tensors directly by the spec (no dequantization).
 QUANTIZATION_OPS = frozenset({"stablehlo.uniform_quantize", "stablehlo.uniform_dequantize"})
@@ -120,7 +120,7 @@ def _opaque(region):
 
     step = Step(info, call, arguments, outputs, (), (region,), (tuple(range(n_captures)),), 0,
                 variadic=True)
-    return Region(region.description, [step], n_captures, region.arg_types, outputs, region.output_types,
+    return Region(region.description, StepColumns.of_steps([step]), n_captures, region.arg_types, outputs, region.output_types,
                   region.return_location, n_captures + n_args + n_results)
 
 

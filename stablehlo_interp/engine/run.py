@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
-from .plan import BINARY, SINGLE, UNARY, OpInfo, Region, Step
+from .plan import BINARY, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
 from .semantics import RULES, SPEC, Report, semantics_named
 
 
@@ -266,8 +266,8 @@ def _results_of(step: Step, out) -> list | tuple:
     return out
 
 
-def _run_steps(program, env, execution) -> None:
-    step = None
+def _run_steps(program: RunProgram, env, execution) -> None:
+    step = None   # the op's Step, or its index: program.step(step) is the Step
     try:
         for run, operands, results, release, kind, step in program:
             if kind == UNARY:
@@ -285,7 +285,7 @@ def _run_steps(program, env, execution) -> None:
     except (OpError, StopExecution):
         raise
     except Exception as error:
-        raise _op_failure(step, error) from error
+        raise _op_failure(step if step is None else program.step(step), error) from error
 
 
 def _run_steps_observed(steps, env, execution, stack) -> None:

@@ -457,18 +457,21 @@ def decode_location(loc: ir.Location, file_name: str | None = None, cache: dict 
     """Name and Python frames of an MLIR location (see locations.py).
 
     ``file_name`` replaces the ``-`` that MLIR uses for text parsed from a string.
-    ``cache`` (MLIR location -> decoded, for one module) decodes each of JAX's
-    shared locations once; a plain ``file:line:col`` is quicker decoded than
-    looked up.
+    ``cache`` (a location's attribute -> decoded, for one module) decodes each of
+    JAX's shared locations once; a plain ``file:line:col`` is quicker decoded than
+    looked up. (The key is ``loc.attr``: MLIR uniques locations, and an Attribute
+    hashes as what it wraps, where a Location object hashes as itself, a new one
+    at each ``op.location``.)
     """
     if type(loc) is ir.FileLineColLoc:
         file = loc.filename
         return SourceLocation.at_line(file_name if file == "-" and file_name else file, loc.start_line,
                                       loc.start_col)
     if cache is not None:
-        decoded = cache.get(loc)
+        key = loc.attr
+        decoded = cache.get(key)
         if decoded is None:
-            decoded = cache[loc] = decode_location(loc, file_name)
+            decoded = cache[key] = decode_location(loc, file_name)
         return decoded
     name, frames = _walk_location(loc, file_name)
     if not name and not frames:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import gc
 
+from jaxlib.mlir.ir import FileLineColLoc
+
 from .. import ops
 from ..engine import registry
-from ..engine.plan import Function, ModuleInfo, OpInfo, Region, Step
+from ..engine.plan import BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
@@ -53,12 +55,14 @@ def _collector_paused():
 
 class _Scope:
     """What the compiler keeps while it compiles one block: the slot of each MLIR
-    value and its decoded type, the values the block captures from enclosing ones."""
+    value, its decoded type and that type's id (the shared runners' keys), the
+    values the block captures from enclosing ones."""
 
     def __init__(self, parent: "_Scope | None"):
         self.parent = parent
         self.slots: dict = {}
         self.types: list = []  # the decoded type of each slot
+        self.type_ids: list[int] = []  # id() of each slot's decoded type
         self.captured_values: list = []  # the outer MLIR values, in the order of their slots
 
     @property
@@ -68,6 +72,7 @@ class _Scope:
     def define(self, value, value_type) -> int:
         slot = len(self.types)
         self.types.append(value_type)
+        self.type_ids.append(id(value_type))
         self.slots[value] = slot
         return slot
 
@@ -81,7 +86,7 @@ class _Scope:
         self.captured_values.append(value)
         return self.define(value, self.parent.types[outer])
 
-    def captures_first(self, n_args: int, steps, outputs) -> tuple:
+    def captures_first(self, n_args: int, columns: StepColumns, outputs) -> tuple:
         """Renumber the slots to a Region's layout, [captures][args][results] (captures
         are found while compiling, after the arguments took the first slots): the
         steps' slots change in place; returns ``outputs`` renumbered."""
@@ -91,14 +96,10 @@ class _Scope:
         for old in range(self.n_slots):
             if old not in mapping:
                 mapping[old] = len(mapping)
-        remap = lambda slots: tuple(mapping[s] for s in slots)  # noqa: E731
-        for step in steps:
-            step.operands = remap(step.operands)
-            step.results = remap(step.results)
-            step.captures = tuple(remap(c) for c in step.captures)
+        columns.renumber(mapping)
         n_captures = len(self.captured_values)
-        assert remap(range(n_args)) == tuple(range(n_captures, n_captures + n_args))
-        return remap(outputs)
+        assert [mapping[s] for s in range(n_args)] == list(range(n_captures, n_captures + n_args))
+        return tuple(mapping[s] for s in outputs)
 
 
 class Compiler:
@@ -118,9 +119,10 @@ class Compiler:
         self._compiling: set[str] = set()
         self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
         self._types: dict = {}      # MLIR type -> decoded type (MLIR uniques types: one decoding each)
-        self._locations: dict = {}  # MLIR location -> decoded location
-        # (name, type ids, attributes) of a shareable op -> its _SharedRunner; the type ids are
-        # those of self._types' values, which live as long as this compiler
+        self._locations: dict = {}  # MLIR location attribute -> decoded location (decode_location)
+        # (name, MLIR result type, operand type ids, attributes) of a shareable op -> its
+        # _SharedRunner; the type ids are those of self._types' values, which live as long as
+        # this compiler
         self._shared_runners: dict = {}
 
     def location(self, operation) -> SourceLocation:
@@ -166,24 +168,60 @@ class Compiler:
         for argument in arguments:
             scope.define(argument, self.type_of(argument.type))
         arg_types = tuple(scope.types)
-        steps: list[Step] = []
+        columns = StepColumns(self.file_name or "-")
+        # The loop below is the load's hot path (docs/engine.md, "What a load costs"): an
+        # element-wise op without attributes equal to one compiled before (the same name
+        # and types: _built) costs only the binding calls that read it and a few list
+        # appends; any other op goes through _compile_op.
+        elementwise, shared_runners, slots, types, type_ids = \
+            registry.ELEMENTWISE_OPS, self._shared_runners, scope.slots, scope.types, scope.type_ids
+        slot_of = slots.get
+        append_op, append_operands, append_result, append_location = (   # (StepColumns.append, inlined)
+            columns.ops.append, columns.operands.append, columns.results.append, columns.locations.append)
+        file_line_col = FileLineColLoc
         for operation in block.operations:
             operation = operation.operation
             name = operation.name
+            if name in elementwise and not len(operation.attributes):
+                result = operation.result   # (an element-wise op has one result, no regions)
+                operands = tuple(map(slot_of, operation.operands))
+                if None in operands:   # (a value of an enclosing block)
+                    shared = None
+                elif len(operands) == 2:   # (unpacking a map costs more than the binding calls around it)
+                    shared = shared_runners.get((name, result.type, type_ids[operands[0]], type_ids[operands[1]]))
+                elif len(operands) == 1:
+                    shared = shared_runners.get((name, result.type, type_ids[operands[0]]))
+                else:
+                    shared = shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
+                if shared is not None:
+                    location = operation.location
+                    if type(location) is file_line_col:   # (kept as StepColumns.locations says)
+                        file, line, column = location.filename, location.start_line, location.start_col
+                        location = line << 32 | column if file == "-" else (file, line, column)
+                    else:
+                        location = self.location(operation)
+                    slots[result] = slot = len(types)   # (scope.define, inlined)
+                    types.append(shared.result_type)
+                    type_ids.append(shared.result_type_id)
+                    append_op(shared)
+                    append_operands(operands)
+                    append_result(slot)
+                    append_location(location)
+                    continue
             if name in TERMINATORS:
                 outputs = tuple(scope.lookup(v) for v in operation.operands)
                 output_types = tuple(scope.types[slot] for slot in outputs)
                 return_location = self.location(operation)
                 break
-            steps.append(self._compile_op(operation, name, scope, len(steps)))
+            self._compile_op(operation, name, scope, columns)
         else:
             raise ModuleError(f"{description}: block has no terminator")
-        outputs = scope.captures_first(len(arguments), steps, outputs)
-        region = Region(description, steps, len(scope.captured_values), arg_types, outputs, output_types,
+        outputs = scope.captures_first(len(arguments), columns, outputs)
+        region = Region(description, columns, len(scope.captured_values), arg_types, outputs, output_types,
                         return_location, scope.n_slots)
         return region, scope.captured_values
 
-    def _compile_op(self, op, name: str, scope: _Scope, index: int) -> Step:
+    def _compile_op(self, op, name: str, scope: _Scope, columns: StepColumns) -> None:
         location = self.location(op)
         nested = captures = callees = called = ()
         try:
@@ -198,11 +236,8 @@ class Compiler:
             operands = tuple(map(scope.slots.get, op.operands))
             if None in operands:   # a value of an enclosing block: captured
                 operands = tuple(map(scope.lookup, op.operands))
-            operand_types = tuple(map(scope.types.__getitem__, operands))
-            try:   # (types decoded before, mostly: no call per type)
-                result_types = tuple(map(self._types.__getitem__, op.results.types))
-            except KeyError:
-                result_types = tuple(map(self.type_of, op.results.types))
+            mlir_result_types = tuple(op.results.types)
+            result_types = tuple(map(self.type_of, mlir_result_types))
         except OpError:
             raise
         except ModuleError as e:
@@ -213,38 +248,46 @@ class Compiler:
             called = tuple(function.region for function in callees)   # None: a recursive call
             captures += tuple(() for _ in called)
         regions = nested + called
-        info, implementation, run = self._built(name, attributes, operand_types, result_types, regions, location)
-        results = tuple(map(scope.define, op.results, info.result_types))
-        step = Step(info, run, operands, results, (), regions, captures, index, implementation.variadic,
-                    implementation.execution)
-        for offset, (function, region) in enumerate(zip(callees, called)):
-            if region is None:
-                self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
-        return step
-
-    def _built(self, name: str, attributes: dict, operand_types: tuple, result_types: tuple, regions: tuple,
-               location: SourceLocation) -> tuple:
-        """The op's ``(OpInfo, implementation, runner)``. Element-wise ops with equal
-        names, attributes and types share one runner, if their implementation is
-        shareable (engine/registry.py), and its decoded attributes, types and watches:
-        each keeps its own OpInfo (its location)."""
-        key = None
+        shared_key = None
         if not regions and name in registry.ELEMENTWISE_OPS:
-            # Type ids: this compiler decodes each MLIR type once (type_of) and keeps it.
-            key = (name, len(operand_types), *map(id, operand_types + result_types), *attributes.items())
+            # (the key of _compile_block's look-up, and the attributes)
+            shared_key = (name, *mlir_result_types, *map(scope.type_ids.__getitem__, operands), *attributes.items())
+        built, implementation = self._built(name, attributes, operands, scope, result_types, regions, location,
+                                            shared_key)
+        info = built.info
+        results = tuple(map(scope.define, op.results, info.result_types))
+        if regions or implementation.variadic or implementation.execution:
+            step = Step(info, built.run, operands, results, (), regions, captures, len(columns),
+                        implementation.variadic, implementation.execution)
+            columns.append_step(step)
+            for offset, (function, region) in enumerate(zip(callees, called)):
+                if region is None:
+                    self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
+        else:   # (an equal element-wise op compiled before has another location)
+            columns.append(built, operands, results[0], None if info.location is location else location)
+
+    def _built(self, name: str, attributes: dict, operands: tuple, scope: _Scope, result_types: tuple,
+               regions: tuple, location: SourceLocation, shared_key: tuple | None) -> tuple:
+        """The op's ``(BuiltOp, implementation)``. Element-wise ops with equal names,
+        attributes and types (``shared_key``) share one, if their implementation is
+        shareable (engine/registry.py): the first one's OpInfo (its decoded
+        attributes, types and watches) and runner; each keeps its own location
+        (StepColumns)."""
+        if shared_key is not None:
             try:
-                shared = self._shared_runners.get(key)
+                shared = self._shared_runners.get(shared_key)
             except TypeError:   # an attribute that is not hashable (an array): the op builds its own
-                key = shared = None
+                shared_key = shared = None
             if shared is not None:
-                return (OpInfo(name, *shared.info_fields, (), location, self.module, shared.watches),
-                        shared.implementation, shared.run)
+                return shared, shared.implementation
+        operand_types = tuple(map(scope.types.__getitem__, operands))
         info = OpInfo(name, attributes, operand_types, result_types, regions, location, self.module)
         implementation = _implementation(info)
         run = build(info, implementation)
-        if key is not None and implementation.shareable and not info.has_quantized_types:
-            self._shared_runners[key] = _SharedRunner(info, implementation, run)
-        return info, implementation, run
+        if shared_key is not None and implementation.shareable and not info.has_quantized_types:
+            shared = self._shared_runners[shared_key] = _SharedRunner(info, run, implementation)
+            return shared, implementation
+        return BuiltOp(info, run), implementation
 
     def _callees(self, name: str, attributes: dict) -> tuple:
         """The functions an op calls by symbol (their bodies become its last regions)."""
@@ -259,18 +302,18 @@ class Compiler:
         return functions
 
 
-class _SharedRunner:
-    """What equal element-wise ops share: the runner the first one's builder returned,
-    its implementation, and the first one's decoded attributes, types and watches
-    (OpInfo.watch: a check the builder asked for holds for every equal op)."""
+class _SharedRunner(BuiltOp):
+    """What equal element-wise ops share: the first one's OpInfo (its decoded
+    attributes, types and watches: OpInfo.watch, a check the builder asked for
+    holds for every equal op) and runner; its implementation and result type."""
 
-    __slots__ = ("info_fields", "watches", "implementation", "run")
+    __slots__ = ("implementation", "result_type", "result_type_id")
 
-    def __init__(self, info: OpInfo, implementation: registry.Implementation, run):
-        self.info_fields = (info.attributes, info.operand_types, info.result_types)
-        self.watches = info.watches
+    def __init__(self, info: OpInfo, run, implementation: registry.Implementation):
+        super().__init__(info, run)
         self.implementation = implementation
-        self.run = run
+        self.result_type = info.result_types[0]
+        self.result_type_id = id(self.result_type)
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:
