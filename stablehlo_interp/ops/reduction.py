@@ -180,9 +180,8 @@ def reduction(info, n: int):
         body_dtype, result_dtype = body_dtypes[0], result_types[0].dtype
 
         def run_monoid(body, inputs, inits, axes, semantics):
-            values = np.asarray(inputs[0]).astype(body_dtype, copy=False)
-            init = np.asarray(inits[0]).astype(body_dtype, copy=False)
-            return [np.asarray(reducers[semantics](values, axes, init)).astype(result_dtype, copy=False)]
+            values, init = np.asarray(inputs[0], body_dtype), np.asarray(inits[0], body_dtype)
+            return [np.asarray(reducers[semantics](values, axes, init), result_dtype)]
 
         return run_monoid, body_dtypes
 
