@@ -30,7 +30,7 @@ from ..engine.registry import op
 from ..engine.semantics import SEMANTICS, SPEC, XLA
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import ExtremumOfZeros, fold_reduce, integer_compute_dtype, xla_cpu_fold
+from .support import ExtremumOfZeros, count_nonzero, fold_reduce, integer_compute_dtype, xla_cpu_fold
 
 
 def monoid_reducer(name: str, ttype, semantics: str = SPEC):
@@ -72,7 +72,7 @@ def _float_extremum(is_max: bool, dtype):
         if not values.size:
             return np.full(_reduced_shape(values.shape, axes), init, dtype)
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
-        if np.count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
+        if count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
             return extremum
         return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
             dtype, copy=False)
