@@ -21,6 +21,7 @@ dilated inputs. Three strategies, chosen at load time from the body's pattern
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -56,9 +57,8 @@ def monoid_reducer(name: str, ttype, semantics: str = SPEC):
         return _float_extremum(name == "stablehlo.maximum", dtype)
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
-    ufunc = monoid_ufunc(name, kind)
     fold = xla_cpu_fold if semantics == XLA else fold_reduce
-    return lambda values, axes, init: fold(ufunc, values, axes, init, dtype)
+    return functools.partial(fold, monoid_ufunc(name, kind), dtype=dtype)
 
 
 def _float_extremum(is_max: bool, dtype):

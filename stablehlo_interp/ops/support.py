@@ -203,15 +203,14 @@ def fold_reduce(ufunc, values, axes, init, dtype):
     outer = moved.shape[reduced:]
     if reduced and values.size and moved.flags.c_contiguous:
         width = math.prod(outer)
-        flat = moved.reshape(-1, width)
         if width >= 2:
             # NumPy reduces rows of two elements or more one after another (fold_rows),
             # here from init: init ∘ v0 ∘ v1 ∘ ..., with no copy.
-            folded = ufunc.reduce(flat, axis=0, initial=init)
+            folded = ufunc.reduce(moved if moved.ndim == 2 else moved.reshape(-1, width), axis=0, initial=init)
             return folded if len(outer) == 1 else folded.reshape(outer)
         if _is_identity(ufunc, init):
             # init ∘ (v0 ∘ v1 ∘ ...) equals the fold from an identity init.
-            folded = fold_rows(ufunc, flat).reshape(outer)
+            folded = fold_rows(ufunc, moved.reshape(-1, 1)).reshape(outer)
             return ufunc(init, folded, out=folded)
     accumulator = np.broadcast_to(np.asarray(init, dtype), outer)  # (np.broadcast_to costs microseconds)
     if not reduced or values.size == 0:
