@@ -257,8 +257,10 @@ class Execution:
         return [env[slot] for slot in region.outputs]
 
     def bind(self, step: Step, env: list) -> tuple:
-        return tuple([BoundRegion(region, [env[s] for s in slots], self, step, index)
-                      for index, (region, slots) in enumerate(zip(step.regions, step.captures))])
+        bound = []  # a loop: nested comprehensions cost more than the binding itself
+        for index, region in enumerate(step.regions):
+            bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
+        return tuple(bound)
 
 
 def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:

@@ -246,6 +246,7 @@ def coerce_arguments(function: Function, args) -> list:
 
 
 def _coerce(value, expected, index: int, function: Function):
+    """The argument ``value`` as a value of type ``expected``, or an ArgumentError."""
     label = function.arg_names[index] or f"#{index}"
     where = f"argument {label} of @{function.name}"
     if isinstance(expected, TokenType):
