@@ -11,22 +11,40 @@ the times side by side with the ratios and the targets:
 
 BLAS runs on one thread (``OPENBLAS_NUM_THREADS=1`` unless set): on a shared
 machine its threads wait for a busy core and a matmul takes milliseconds at
-random, on both sides. Where the time goes (issue 14; 2 busy cores, process
-time, best of many, the same run):
+random, on both sides. Where the time goes (issue 14; 2 busy cores, best of
+``--repeat 200`` or of 300-3000 interleaved calls, ranges of three runs, and
+the same before the last changes, measured in the same session):
 
-* (a) per op: a chain of add/multiply/subtract costs 0.60 us per op against
-  0.52 us for NumPy's own loop of the same ufuncs: the run loop adds 0.09 us.
-  ``maximum`` costs 1.0-1.3 us against ``np.maximum``'s 0.5: NumPy returns
-  either zero of (-0.0, +0.0), so the IEEE maximum looks for zeros in the
-  result (``np.count_nonzero``) before it can return it. The benchmark's mix
-  (a quarter maximum) is 0.75-0.8 us; its floor is about 0.7 us.
-* (b) at 128x128 NumPy takes ~99 us (matmul 50, tanh 43, sum 5). Our three
-  runners called directly take 109-111 us (1.1x): the dot +2 us of reshapes,
-  tanh the same ufunc, the reduce's left fold 9-10 us against ``sum(0)``'s 5
-  (the same bits: NumPy sums axis 0 of a C-contiguous array row after row,
-  which is the fold; ``np.cumsum`` is 100x slower). ``Program.run`` adds its
-  fixed cost per call (arguments checked, context, result copies: 5 us
-  measured alone, 10-20 us in this run).
+* (a) per op: a chain of add/multiply/subtract costs 0.57-0.61 us per op
+  against 0.50-0.53 us for NumPy's own loop of the same ufuncs: the run loop
+  adds 0.07-0.08 us (fetch the step and its operands, store the result,
+  release a slot). ``maximum`` costs 0.87-0.92 us (1.17-1.24 before) against
+  ``np.maximum``'s 0.51-0.54: NumPy returns either zero of (-0.0, +0.0), so
+  the IEEE maximum counts the zeros of the result before it can return it
+  (``count_nonzero``, 0.08 us without NumPy's dispatch wrapper, which cost
+  0.27 more) in a runner of its own (0.1 us). The benchmark's mix (a quarter
+  maximum) is 0.67-0.75 us (0.75-0.80 before) against NumPy's 0.49-0.54; its
+  floor is 3/4 x 0.57 + 1/4 x 0.87 = 0.65 us: 0.6 us per op cannot be reached
+  while each op is its own ufunc call (0.5 us on 4 elements) and maximum must
+  decide the sign of zeros.
+* one ``add``: ``Program.run`` costs 4.4-4.5 us (6.2 before) against
+  ``np.add``'s 0.44-0.55. Per call (hot, interleaved): the entry function
+  (cached) 0.2, argument checks 0.7 (two arguments), ``RunContext`` 0.5,
+  ``Execution`` 0.4, NumPy's error setting at the run's entry 0.45, the
+  region's slots and outputs 0.5, the run loop 0.35, result checks 0.55:
+  each a few Python operations that a run needs (its own context, checked
+  arguments, results the caller owns).
+* (b) 128x128: 1.14-1.16x NumPy (1.29-1.31x before); 256x256 1.03x
+  (1.06-1.07x). At 128x128 NumPy takes ~99 us (matmul 50, tanh 43, sum 5).
+  Our runners called directly add 2.5-3 us: the dot is matmul itself (a plain
+  matrix product needs no reshapes), tanh the same ufunc, and the reduce is
+  ``np.add.reduce(x, axis=0, initial=init)``, which adds whole rows one after
+  another from init: the spec's left fold, bit for bit (tests/
+  test_accumulation.py, f16 to f64); its Python frames add 2 us. The run loop
+  adds 4.5 (binding the reduce's body, the folded constant, four steps), the
+  run's entry 4 and ``Program.run``'s arguments and results 3: after 100 us
+  of BLAS and tanh, each Python step costs about twice what it costs in a hot
+  loop: the entry and exit that take 3.5 us around one add take 7 here.
 """
 
 from __future__ import annotations
@@ -80,6 +98,12 @@ def numpy_chain(a, n: int = 2000):
     return v
 
 
+ONE_ADD = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %b : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+
+
 def matmul_tanh_reduce(size: int) -> str:
     t = f"tensor<{size}x{size}xf32>"
     return f"""func.func @main(%x: {t}, %y: {t}) -> tensor<{size}xf32> {{
@@ -126,18 +150,27 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
 
-    def measure(name, text, inputs, numpy_fn, per=1, target=None):
+    def measure(name, text, inputs, numpy_fn, per=1, target=None, calls=1):
+        """Times per call (per op: ``per``); each timing covers ``calls`` calls."""
         program = si.load(text)
-        ours = best_time(lambda: program.run(*inputs), args.repeat) / per
+
+        def repeated(fn):
+            def run():
+                for _ in range(calls):
+                    fn(*inputs)
+            return run
+
+        ours = best_time(repeated(program.run), args.repeat) / per / calls
         reference = None
         if not args.skip_reference:
             reference = best_time(reference_runner(text, inputs), 1) / per
-        numpy_time = best_time(lambda: numpy_fn(*inputs), args.repeat) / per
+        numpy_time = best_time(repeated(numpy_fn), args.repeat) / per / calls
         rows.append((name, ours, reference, numpy_time, target))
 
     a = np.ones(4, np.float32)
     measure("(a) 2000 elementwise ops, per op", elementwise_chain(), [a], numpy_chain, per=2000,
             target="interp < C++")
+    measure("(a) one add: Program.run's fixed cost", ONE_ADD, [a, a], np.add, target="-", calls=1000)
     for size in (128, 256):
         x = rng.standard_normal((size, size), np.float32)
         y = rng.standard_normal((size, size), np.float32)

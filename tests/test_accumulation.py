@@ -10,6 +10,7 @@ order (pairwise, BLAS's blocks, a wider accumulator) lands ULPs away. Each case
 also runs with tiny fold buffers, so the chunked paths give the same bits.
 """
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -156,6 +157,78 @@ def test_reduce_of_negative_zeros_keeps_the_folds_sign(reference, fold_buffer, i
 }"""
     (result,) = same_as_reference(reference, text, values, np.float32(init))
     assert np.all(np.signbit(result) == np.signbit(init))
+
+
+# ------------------------------------------- reductions of leading axes: NumPy's own reduce
+
+FOLD_ELEMENT = {np.float16: "f16", ml_dtypes.bfloat16: "bf16", np.float32: "f32", np.float64: "f64"}
+LEADING_AXES = [((6, 5), [0]), ((4, 3, 2), [0, 1]), ((5, 2, 3), [0]), ((700, 2), [0])]
+
+
+def with_specials(values):
+    """``values`` (reduced axes first) with, across the kept elements: a NaN in the
+    first, +inf then -inf (a NaN) in the second, only -0.0 in the third, -0.0 here
+    and there in the others."""
+    rows = values.reshape(len(values), -1).copy()
+    rows[len(rows) // 2, 0] = np.nan
+    rows[1, 1], rows[-1, 1] = np.inf, -np.inf
+    if rows.shape[1] > 2:
+        rows[:, 2] = -0.0
+        rows[::3, 3:] = -0.0
+    return rows.reshape(values.shape)
+
+
+def left_fold(ufunc, values, axes, init, dtype):
+    """The spec's fold written out: ``acc = acc ∘ v`` over the reduced elements in
+    row-major order, one rounded NumPy operation on all the results at a time."""
+    kept = [d for d in range(values.ndim) if d not in axes]
+    terms = np.transpose(values, sorted(axes) + kept).reshape((-1,) + tuple(values.shape[d] for d in kept))
+    accumulator = np.full(terms.shape[1:], init, dtype)
+    with np.errstate(all="ignore"):  # inf and NaN are values here
+        for term in terms:
+            accumulator = ufunc(accumulator, term).astype(dtype)
+    return accumulator
+
+
+@pytest.mark.parametrize("dtype", FOLD_ELEMENT)
+@pytest.mark.parametrize("shape, dimensions", LEADING_AXES)
+@pytest.mark.parametrize("init", [0.0, -0.0, "cancelling"])
+def test_reduce_of_leading_axes_adds_like_the_reference(reference, dtype, shape, dimensions, init):
+    """NumPy's ``np.add.reduce`` over the leading axes of a C-contiguous array adds whole
+    rows one after another, each sum rounded to the element type, from ``initial``:
+    the spec's left fold, bit for bit the C++ reference interpreter's, in f16 and bf16
+    too (whose adds NumPy and ml_dtypes compute in f32 and round: with 24 bits for 11
+    and 8 that double rounding changes no sum), with NaN, infinities and signed zeros."""
+    element = FOLD_ELEMENT[dtype]
+    values = with_specials(cancelling(shape, dtype, 13))
+    init = cancelling((), dtype, 14) if init == "cancelling" else np.array(init, dtype)
+    result_shape = shape[len(dimensions):]
+    vt, rt, st = tensor_type(shape, element), tensor_type(result_shape, element), f"tensor<{element}>"
+    text = f"""func.func @main(%x: {vt}, %init: {st}) -> {rt} {{
+  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.add across dimensions = {dimensions} : ({vt}, {st}) -> {rt}
+  return %0 : {rt}
+}}"""
+    (result,) = same_as_reference(reference, text, values, init)
+    assert_same(result, left_fold(np.add, values, dimensions, init, dtype))
+
+
+@pytest.mark.parametrize("dtype", [*FOLD_ELEMENT, np.complex64])
+@pytest.mark.parametrize("ufunc", [np.add, np.multiply])
+@pytest.mark.parametrize("shape, dimensions", [*LEADING_AXES, ((3000, 4), [0]), ((40, 50, 3), [0, 1]), ((2, 3), [0])])
+def test_fold_reduce_of_leading_axes_is_the_left_fold(dtype, ufunc, shape, dimensions):
+    """support.fold_reduce's path for leading axes against the fold written out, on
+    arrays larger than NumPy's buffers (8192 elements) and on the narrowest rows."""
+    values = with_specials(cancelling(shape, dtype, 15))
+    with np.errstate(all="ignore"):  # complex infinities divide into NaN parts
+        if ufunc is np.multiply:  # products of values near 1, so they neither vanish nor overflow
+            values = (1 + values / 8192).astype(dtype)
+        elif dtype is np.float16:  # sums of thousands of terms that stay below f16's largest, 65504
+            values = (values / 64).astype(dtype)
+    for init in (np.array(-0.0, dtype), np.array(0.0, dtype), cancelling((), dtype, 16)):
+        expected = left_fold(ufunc, values, dimensions, init, dtype)
+        with np.errstate(all="ignore"):
+            actual = support.fold_reduce(ufunc, values, dimensions, init, np.dtype(dtype))
+        assert_same(actual, expected, context=f"init {init}: ")
 
 
 # ------------------------------------------------------------ semantics "xla": XLA CPU's order

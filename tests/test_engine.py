@@ -354,6 +354,37 @@ def test_results_never_alias_the_arguments():
     np.testing.assert_array_equal(x, [0, 1, 2, 3])
 
 
+def test_results_are_fresh_writable_arrays():
+    """Whatever a result is inside the run (an argument, a view of one whose base is
+    the caller's larger array, a constant, a tuple's element, a 0-d value), the
+    caller gets a writable array that neither its arguments nor the program hold."""
+    text = """func.func @main(%x: tensor<4xf32>, %y: tensor<3xi32>) -> (tensor<4xf32>, tensor<3xi32>, tensor<2x2xf32>,
+                                                            tensor<2xf32>, tensor<4xf32>, tuple<tensor<4xf32>>,
+                                                            tensor<f32>) {
+  %r = stablehlo.reshape %x : (tensor<4xf32>) -> tensor<2x2xf32>
+  %c = stablehlo.constant dense<[7.0, 8.0]> : tensor<2xf32>
+  %s = stablehlo.add %x, %x : tensor<4xf32>
+  %t = stablehlo.tuple %x : tuple<tensor<4xf32>>
+  %z = stablehlo.constant dense<5.0> : tensor<f32>
+  return %x, %y, %r, %c, %s, %t, %z : tensor<4xf32>, tensor<3xi32>, tensor<2x2xf32>, tensor<2xf32>, tensor<4xf32>,
+                                      tuple<tensor<4xf32>>, tensor<f32>
+}"""
+    program = si.load(text)
+    whole = np.arange(6, dtype=np.float32)
+    x = whole[1:5]  # a view: results that alias it have ``whole`` as their base
+    y = np.array([1, 2, 3], np.int32)  # owns its data
+    same_x, same_y, reshaped, constant, total, (in_tuple,), scalar = results = program.run(x, y)
+    results[5] = in_tuple
+    assert all(type(r) is np.ndarray and r.flags.writeable for r in results)
+    for result in results:
+        result[...] = 100
+    np.testing.assert_array_equal(whole, [0, 1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(y, [1, 2, 3])
+    again = program.run(x, y)
+    np.testing.assert_array_equal(again[3], [7, 8])
+    assert again[6] == 5
+
+
 def test_function_declared_without_body():
     text = """module {
   func.func private @external(tensor<f32>) -> tensor<f32>

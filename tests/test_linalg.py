@@ -121,6 +121,23 @@ def test_dot_general_matches_xla(dtype):
         assert_dot_close(got, want, _magnitude(lhs, rhs, numbers), contraction, f"{numbers}: ")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int32, np.int8], ids=dtype_id)
+def test_matrix_products_on_blas_match_xla(dtype):
+    """128x128 by 128x128 (2**21 products: BLAS, not the ordered fold), contracting
+    each side's either dimension: the runner of a plain matrix product calls matmul on
+    the operands or their transposes, with no reshapes."""
+    rng = np.random.default_rng(1)
+    lhs, rhs = _values((128, 128), dtype, rng), _values((128, 128), dtype, rng)
+    contractions = [((1,), (0,)), ((0,), (0,)), ((1,), (1,)), ((0,), (1,))]
+
+    def fn(lhs, rhs):
+        return [lax.dot_general(lhs, rhs, (contracting, ((), ()))) for contracting in contractions]
+
+    for contracting, got, want in zip(contractions, run_interp(fn, lhs, rhs), run_xla(fn, lhs, rhs)):
+        numbers = (contracting, ((), ()))
+        assert_dot_close(got, want, _magnitude(lhs, rhs, numbers), 128, f"{numbers}: ")
+
+
 @pytest.mark.parametrize("operand, result", [
     (np.int8, np.int32), (np.uint8, np.uint32), (np.int16, np.int64), (np.int8, np.float32),
     (ml_dtypes.bfloat16, np.float32), (np.float16, np.float32), (np.float32, np.float64),

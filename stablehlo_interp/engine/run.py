@@ -18,7 +18,16 @@ from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
 from .plan import BINARY, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
-from .semantics import RULES, SPEC, Report, semantics_named
+from .semantics import RULES, SEMANTICS, SPEC, Report, semantics_named
+
+
+try:  # NumPy's floating-point error setting, and the setting "ignore all" built once
+    from numpy._core._ufunc_config import _extobj_contextvar as _NUMPY_ERRORS, _make_extobj
+
+    _IGNORE_ERRORS = _make_extobj(all="ignore")
+    del _make_extobj
+except ImportError:  # another NumPy layout
+    _NUMPY_ERRORS = None
 
 
 class numpy_warnings_off:
@@ -26,30 +35,24 @@ class numpy_warnings_off:
 
     NaN, inf and overflow are values the spec defines, not errors. The same as
     ``np.errstate(all="ignore")``, with the setting built once instead of at every
-    entry (it is entered once per run, which matters for short programs).
+    entry (it is entered once per run, which matters for short programs; a run's
+    entry, :meth:`Execution.run_entry`, sets it without this object).
     """
 
     __slots__ = ("_token",)
-    try:
-        from numpy._core._ufunc_config import _extobj_contextvar as _setting, _make_extobj
-
-        _IGNORE = _make_extobj(all="ignore")
-        del _make_extobj
-    except ImportError:  # another NumPy layout
-        _setting = None
 
     def __enter__(self):
-        if self._setting is None:
+        if _NUMPY_ERRORS is None:
             self._token = np.errstate(all="ignore")
             self._token.__enter__()
         else:
-            self._token = self._setting.set(self._IGNORE)
+            self._token = _NUMPY_ERRORS.set(_IGNORE_ERRORS)
 
     def __exit__(self, *error):
-        if self._setting is None:
+        if _NUMPY_ERRORS is None:
             self._token.__exit__(*error)
         else:
-            self._setting.reset(self._token)
+            _NUMPY_ERRORS.reset(self._token)
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,10 @@ class RunContext:
 
     def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
                  semantics: str = SPEC, instruments: Instruments | None = None, partials: bool = False):
-        self.listeners = tuple(listeners)
+        self.listeners = listeners if type(listeners) is tuple else tuple(listeners)
         self._io = io
         self.local_results = local_results
-        self.semantics = semantics_named(semantics)
+        self.semantics = semantics if semantics in SEMANTICS else semantics_named(semantics)
         self._instruments = instruments
         self.partials = partials
 
@@ -223,6 +226,18 @@ class Execution:
         ``context`` if given (the same run with other host queues)."""
         return Execution(context or self.context, process, self._stack)
 
+    def run_entry(self, region: Region, args) -> list:
+        """:meth:`run_region` for a function's region run from outside any op (a run's
+        entry), with NumPy's floating-point warnings off (:class:`numpy_warnings_off`)."""
+        if _NUMPY_ERRORS is None:
+            with numpy_warnings_off():
+                return self.run_region(region, args)
+        token = _NUMPY_ERRORS.set(_IGNORE_ERRORS)
+        try:
+            return self.run_region(region, args)
+        finally:
+            _NUMPY_ERRORS.reset(token)
+
     def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
                    call: int = 0) -> list:
         if len(args) != region.n_args:
@@ -242,8 +257,10 @@ class Execution:
         return [env[slot] for slot in region.outputs]
 
     def bind(self, step: Step, env: list) -> tuple:
-        return tuple(BoundRegion(region, [env[s] for s in slots], self, step, index)
-                     for index, (region, slots) in enumerate(zip(step.regions, step.captures)))
+        bound = []  # a loop: nested comprehensions cost more than the binding itself
+        for index, region in enumerate(step.regions):
+            bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
+        return tuple(bound)
 
 
 def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:

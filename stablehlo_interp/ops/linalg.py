@@ -228,10 +228,20 @@ def _contraction(info, numbers):
     static = None not in lhs_type.shape + rhs_type.shape
     fixed = static and matmul_shapes(tuple(lhs_type.shape[d] for d in lhs_order),
                                      tuple(rhs_type.shape[d] for d in rhs_order))
+    products = math.prod(fixed[0]) * fixed[1][2] if fixed else None
     multiply = (_algorithm_product(info, algorithm, (lhs_type, rhs_type)) if algorithm is not None
-                else batched_matmul(result, math.prod(fixed[0]) * fixed[1][2] if fixed else None))
+                else batched_matmul(result, products))
     finish = result_converter(result)
     lhs_moves, rhs_moves = lhs_order != sorted(lhs_order), rhs_order != sorted(rhs_order)
+    if (algorithm is None and n_batch == 0 and lhs_type.rank == rhs_type.rank == 2 and fixed
+            and lhs_type.dtype == rhs_type.dtype == accumulation_dtype(result) == result.dtype
+            and (result.kind not in ("float", "complex") or products > FOLD_PRODUCTS_LIMIT)):
+        # batched_matmul's NumPy matmul of one matrix by another, in the operands' own
+        # dtype: the same call without the reshapes to and from a batch of one.
+        def matrix_product(lhs, rhs):
+            return np.matmul(lhs.transpose() if lhs_moves else lhs, rhs.transpose() if rhs_moves else rhs)
+
+        return matrix_product
 
     def run(lhs, rhs):
         lhs, rhs = lhs.transpose(lhs_order) if lhs_moves else lhs, rhs.transpose(rhs_order) if rhs_moves else rhs

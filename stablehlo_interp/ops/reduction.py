@@ -21,6 +21,7 @@ dilated inputs. Three strategies, chosen at load time from the body's pattern
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from ..engine.registry import op
 from ..engine.semantics import SEMANTICS, SPEC, XLA
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import ExtremumOfZeros, fold_reduce, integer_compute_dtype, xla_cpu_fold
+from .support import ExtremumOfZeros, count_nonzero, fold_reduce, integer_compute_dtype, xla_cpu_fold
 
 
 def monoid_reducer(name: str, ttype, semantics: str = SPEC):
@@ -56,9 +57,8 @@ def monoid_reducer(name: str, ttype, semantics: str = SPEC):
         return _float_extremum(name == "stablehlo.maximum", dtype)
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
-    ufunc = monoid_ufunc(name, kind)
     fold = xla_cpu_fold if semantics == XLA else fold_reduce
-    return lambda values, axes, init: fold(ufunc, values, axes, init, dtype)
+    return functools.partial(fold, monoid_ufunc(name, kind), dtype=dtype)
 
 
 def _float_extremum(is_max: bool, dtype):
@@ -72,7 +72,7 @@ def _float_extremum(is_max: bool, dtype):
         if not values.size:
             return np.full(_reduced_shape(values.shape, axes), init, dtype)
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
-        if np.count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
+        if count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
             return extremum
         return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
             dtype, copy=False)
@@ -180,9 +180,8 @@ def reduction(info, n: int):
         body_dtype, result_dtype = body_dtypes[0], result_types[0].dtype
 
         def run_monoid(body, inputs, inits, axes, semantics):
-            values = np.asarray(inputs[0]).astype(body_dtype, copy=False)
-            init = np.asarray(inits[0]).astype(body_dtype, copy=False)
-            return [np.asarray(reducers[semantics](values, axes, init)).astype(result_dtype, copy=False)]
+            values, init = np.asarray(inputs[0], body_dtype), np.asarray(inits[0], body_dtype)
+            return [np.asarray(reducers[semantics](values, axes, init), result_dtype)]
 
         return run_monoid, body_dtypes
 

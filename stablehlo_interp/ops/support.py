@@ -6,6 +6,10 @@ import math
 
 import ml_dtypes
 import numpy as np
+# np.count_nonzero of a whole array without the wrapper that dispatches it to other
+# array types (__array_function__), which costs three times the count itself on small
+# arrays; runners count NumPy arrays only.
+from numpy._core.multiarray import count_nonzero
 
 _SUB_BYTE_COMPUTE = {
     np.dtype(ml_dtypes.int2): np.dtype(np.int8),
@@ -190,22 +194,27 @@ def fold_reduce(ufunc, values, axes, init, dtype):
     rounded to ``dtype`` (the schedule of the C++ reference interpreter; the
     spec's reduce allows any tree). ``values`` may be a strided view (the windows
     of reduce_window): it is copied a slice of its first reduced axis at a time."""
-    axes = sorted(axes)
     values = np.asarray(values, dtype)
-    kept = [d for d in range(values.ndim) if d not in axes]
-    outer = tuple(values.shape[d] for d in kept)
-    if axes and values.size:
-        # The reduced axes first: a view (none needed when they already lead).
-        moved = values if axes[-1] == len(axes) - 1 else values.transpose(axes + kept)
-        if moved.flags.c_contiguous and moved.size >= 2 * len(moved) and _is_identity(ufunc, init):
-            # init ∘ (v0 ∘ v1 ∘ ...) equals the fold from an identity init, and needs no copy.
-            width = math.prod(outer)
-            flat = moved.reshape(-1, width)
-            folded = (_fold_contiguous_rows(ufunc, flat) if width >= 2 else fold_rows(ufunc, flat)).reshape(outer)
+    reduced = len(axes)
+    if reduced and max(axes) == reduced - 1:  # the reduced axes lead (they are distinct)
+        moved = values
+    else:  # the reduced axes first: a view
+        moved = values.transpose(sorted(axes) + [d for d in range(values.ndim) if d not in axes])
+    outer = moved.shape[reduced:]
+    if reduced and values.size and moved.flags.c_contiguous:
+        width = math.prod(outer)
+        if width >= 2:
+            # NumPy reduces rows of two elements or more one after another (fold_rows),
+            # here from init: init ∘ v0 ∘ v1 ∘ ..., with no copy.
+            folded = ufunc.reduce(moved if moved.ndim == 2 else moved.reshape(-1, width), axis=0, initial=init)
+            return folded if len(outer) == 1 else folded.reshape(outer)
+        if _is_identity(ufunc, init):
+            # init ∘ (v0 ∘ v1 ∘ ...) equals the fold from an identity init.
+            folded = fold_rows(ufunc, moved.reshape(-1, 1)).reshape(outer)
             return ufunc(init, folded, out=folded)
     accumulator = np.broadcast_to(np.asarray(init, dtype), outer)  # (np.broadcast_to costs microseconds)
-    if not axes or values.size == 0:
-        return np.array(ufunc(accumulator, values) if not axes else accumulator, dtype)
+    if not reduced or values.size == 0:
+        return np.array(ufunc(accumulator, values) if not reduced else accumulator, dtype)
     per_first = moved[0].size  # terms per index of the first reduced axis, times the outer size
     step = max(1, FOLD_BUFFER_ELEMENTS // per_first)
     for first in range(0, moved.shape[0], step):

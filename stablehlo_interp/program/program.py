@@ -63,12 +63,14 @@ class Program:
         self.num_partitions = declared.num_partitions
         self.meshes = {name: sharding.parse_mesh(text) for name, text in declared.meshes.items()}
         self._process_ops: dict = {}
+        self._runnable: dict = {}  # function name (None: the entry) -> its Function
         self.functions: dict[str, Function] = {f.name: Function.declared(f) for f in declared.functions}
         self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
                                      for f in self.functions.values() for t in f.arg_types)
         self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
         self._refined: dict = {}
         self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions)
+        self._in_grid = self.num_processes > 1
         if not self.shape_polymorphic:
             Compiler(self.module_info, self.file_name).compile_functions(self.module)
 
@@ -94,10 +96,10 @@ class Program:
         infeed, outfeed, send and recv (see :class:`~stablehlo_interp.engine.hostio.HostQueues`).
         ``semantics`` is ``"spec"`` or ``"xla"`` (the program's by default).
         """
-        target = self.runnable(function)
+        target = self._runnable.get(function) or self.runnable(function)
         values = coerce_arguments(target, args)
         context = RunContext(listeners, io, semantics=semantics or self.semantics)
-        return [_as_result(value, values) for value in self.execute(target, values, context)]
+        return _as_results(self.execute(target, values, context), values)
 
     def call(self, *args, listeners=(), io: HostQueues | None = None, semantics: str | None = None, **kwargs):
         """Call the program as the JAX function it was lowered from: the same positional
@@ -129,6 +131,7 @@ class Program:
         target = self.function(function or self.entry_name)
         if not target.has_body:
             raise ModuleError(f"@{target.name} is declared without a body; there is nothing to run")
+        self._runnable[function] = target
         return target
 
     def execute(self, target: Function, values: list, context: RunContext | None = None) -> list:
@@ -141,10 +144,9 @@ class Program:
         if self.shape_polymorphic:
             refined = self.refined(*values, function=target.name)
             return refined.execute(refined.function(target.name), values, context)
-        if self.num_processes > 1 and self._runs_per_process(target):
+        if self._in_grid and self._runs_per_process(target):
             return self._run_grid(target, [values] * self.num_processes, context)[0]
-        with numpy_warnings_off():
-            return Execution(context).run_region(target.region, values)
+        return Execution(context).run_entry(target.region, values)
 
     @property
     def num_processes(self) -> int:
@@ -171,7 +173,7 @@ class Program:
             return self.refined(*values[0], function=target.name).run_grid(
                 values, function=target.name, listeners=listeners, io=io, semantics=semantics or self.semantics)
         outputs = self._run_grid(target, values, RunContext(listeners, io, semantics=semantics or self.semantics))
-        return [[_as_result(value, args) for value in out] for out, args in zip(outputs, values)]
+        return [_as_results(out, args) for out, args in zip(outputs, values)]
 
     def _run_grid(self, target: Function, per_process_values: list, context: RunContext) -> list:
         """Each process's results of ``target`` (arguments already checked), in one run."""
@@ -227,17 +229,24 @@ def load(source, *, verify: bool = True, semantics: str = SPEC) -> Program:
 
 
 def coerce_arguments(function: Function, args) -> list:
-    """Check arguments against the signature; convert Python scalars and JAX arrays."""
-    if len(args) != len(function.arg_types):
-        expected = ", ".join(map(str, function.arg_types))
-        raise ArgumentError(f"@{function.name} takes {len(function.arg_types)} arguments ({expected}), "
-                            f"got {len(args)}")
-    return [value if type(value) is np.ndarray and type(t) is TensorType and value.dtype == t.dtype
-            and value.shape == t.shape else _coerce(value, t, i, function)
-            for i, (value, t) in enumerate(zip(args, function.arg_types))]
+    """Check arguments against the signature; convert Python scalars and JAX arrays.
+    An array of the argument's dtype and static shape is taken as it is (the common
+    case, checked first with the least work: it is part of every run's fixed cost)."""
+    types = function.arg_types
+    if len(args) != len(types):
+        expected = ", ".join(map(str, types))
+        raise ArgumentError(f"@{function.name} takes {len(types)} arguments ({expected}), got {len(args)}")
+    values = list(args)
+    for index, expected in enumerate(types):
+        value = values[index]
+        if type(value) is not np.ndarray or value.dtype != expected.dtype or value.shape != expected.shape \
+                or type(expected) is not TensorType:
+            values[index] = _coerce(value, expected, index, function)
+    return values
 
 
 def _coerce(value, expected, index: int, function: Function):
+    """The argument ``value`` as a value of type ``expected``, or an ArgumentError."""
     label = function.arg_names[index] or f"#{index}"
     where = f"argument {label} of @{function.name}"
     if isinstance(expected, TokenType):
@@ -278,17 +287,28 @@ def _convert_scalar(value, expected: TensorType, where: str) -> np.ndarray:
     return np.asarray(value).astype(expected.dtype)
 
 
+def _as_results(values, arguments) -> list:
+    """The results of a run as the caller gets them: each a fresh, writable ndarray.
+    Constants are read-only and results may be views of the arguments (``return
+    %arg0``, a slice), which the caller must not alias: those are copied."""
+    results = list(values)
+    for index, value in enumerate(results):
+        if type(value) is np.ndarray and value.base is None and value.flags.writeable:
+            for argument in arguments:  # owns its data: fresh unless it is an argument
+                if value is argument:
+                    results[index] = value.copy()
+        else:
+            results[index] = _as_result(value, arguments)
+    return results
+
+
 def _as_result(value, arguments):
-    """A fresh, writable ndarray: constants are read-only and results may be views
-    of the arguments (``return %arg0``, a slice), which the caller must not alias."""
+    """:func:`_as_results` of one value that is not a writable array owning its data."""
     if isinstance(value, tuple):
-        return tuple(_as_result(v, arguments) for v in value)
+        return tuple(_as_results(value, arguments))
     if isinstance(value, np.generic):
         return np.asarray(value)
-    if isinstance(value, np.ndarray):
-        if value.base is None and value.flags.writeable and not any(value is a for a in arguments):
-            return value  # owns its data and is no argument: a fresh array
-        if not value.flags.writeable or any(
-                isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in arguments):
-            return value.copy()
+    if isinstance(value, np.ndarray) and (not value.flags.writeable or any(
+            isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in arguments)):
+        return value.copy()
     return value
