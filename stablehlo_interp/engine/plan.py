@@ -5,9 +5,10 @@ ops as :class:`Step` objects over numbered value slots. A step holds the runner
 that its op's builder returned, the slots of its operands and results, and the
 slots whose last use it is (released after it runs, so memory is bounded by
 what is live). The compiler leaves them as :class:`StepColumns`, from which the
-run loop's program is made, and the Step objects only when something asks. Values that a region uses from an enclosing region are
-*captures*: the owning op reads them from its own environment and hands them to
-the region when it binds it.
+run loop's program is made, and the Step objects only when something asks.
+Values that a region uses from an enclosing region are *captures*: the owning
+op reads them from its own environment and hands them to the region when it
+binds it.
 
 The compiler (program/compiler.py) builds them; nothing here runs at execution
 time, run.py runs the plans.
