@@ -500,3 +500,37 @@ def test_the_processes_of_a_grid_see_the_same_steps():
     finally:
         sys.setswitchinterval(interval)
     assert len(seen) == 4 and all(steps is seen[0] for steps in seen)
+
+
+_SMALL_TEXT = "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}"
+
+
+def test_a_child_process_closed_is_ended_and_the_next_request_starts_another():
+    from stablehlo_interp.ir.child_process import OK, ChildProcess
+    child = ChildProcess("stablehlo_interp.ir.first_parse_child")
+    status, first = child.ask(_SMALL_TEXT.encode())
+    process = child._process
+    child.close()
+    assert process.returncode == 0 and process.stdin.closed and process.stdout.closed
+    status_again, second = child.ask(_SMALL_TEXT.encode())
+    assert (status, status_again) == (OK, OK) and first == second and child._process is not process
+    child.close()
+
+
+def test_the_child_processes_end_with_the_process():
+    """A process that used a child (here the first parse of untrusted bytes) exits
+    leaving no child running and no pipe open: no ResourceWarning at exit."""
+    import subprocess
+    import sys
+    code = ("import io\nimport numpy as np\nfrom jaxlib.mlir import ir\nimport stablehlo_interp as si\n"
+            "from stablehlo_interp.ir import sources\n"
+            "with sources.make_context():\n"
+            f"    module = ir.Module.parse({_SMALL_TEXT!r})\n"
+            "    data = io.BytesIO()\n"
+            "    module.operation.write_bytecode(data)\n"
+            "print(si.load(data.getvalue()).run(np.ones(4, np.float32))[0].sum())")
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4.0"
+    assert "ResourceWarning" not in done.stderr, done.stderr

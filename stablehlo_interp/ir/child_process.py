@@ -5,12 +5,13 @@ Some of what jaxlib's C++ does can kill its process on input it does not expect
 written for), and nothing in Python can catch an abort. Such work runs in a child
 (``python -m <module>``) that reads length-prefixed requests from its stdin and
 answers each with a status byte and a length-prefixed payload. The child lives as
-long as this process (started at the first request, guarded by a lock); a child
-that dies is replaced at the next request.
+long as this process (started at the first request, guarded by a lock, ended at
+exit); a child that dies is replaced at the next request.
 """
 
 from __future__ import annotations
 
+import atexit
 import struct
 import subprocess
 import sys
@@ -38,12 +39,14 @@ class ChildProcess:
         self._process: subprocess.Popen | None = None
         self._stderr = None   # the running child's stderr, a temporary file
         self._lock = threading.Lock()
+        atexit.register(self.close)
 
     def ask(self, request: bytes) -> tuple[bytes, bytes]:
         """Send ``request``; return the child's ``(status, payload)``. Raises
         :class:`ChildDied` when the child ends before it answers."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
+                self._end()   # (the pipes and stderr of one that died)
                 self._stderr = tempfile.TemporaryFile()
                 self._process = subprocess.Popen([sys.executable, "-m", self._module],
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -59,6 +62,33 @@ class ChildProcess:
                 self._process.kill()
                 self._process.wait()
                 raise
+
+    def close(self) -> None:
+        """End the child (its stdin closes: :func:`serve` returns) and close its pipes;
+        the next request starts another. At exit, a request still in progress on
+        another thread leaves the child to end with this process."""
+        if self._lock.acquire(timeout=1):
+            try:
+                self._end()
+            finally:
+                self._lock.release()
+
+    def _end(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            for pipe in (process.stdin, process.stdout):
+                try:
+                    pipe.close()
+                except OSError:   # (a child that died: its stdin's last bytes cannot be flushed)
+                    pass
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def _last_words(self) -> str:
         self._stderr.seek(0, 2)
