@@ -295,29 +295,28 @@ def test_text_is_verified_once_by_its_parse(monkeypatch):
         si.load(_MISMATCHED_ADD)
 
 
-def test_a_callers_module_is_verified():
-    """An ir.Module handed over as an object was not parsed by us: si.load verifies it."""
-    from jaxlib.mlir import ir
-    with sources.make_context(), ir.Location.unknown():
-        module = ir.Module.parse("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
-                                 "  return %a : tensor<4xf32>\n}")
-        main = module.body.operations[0]
-        # Break it after parsing: main now declares a result type its return does not give.
-        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-            [ir.RankedTensorType.get([4], ir.F32Type.get())], [ir.RankedTensorType.get([3], ir.F32Type.get())]))
-    with pytest.raises(si.ModuleError, match="does not verify"):
-        si.load(module)
-
-
-def test_bytecode_that_does_not_verify_is_refused_by_its_parse():
-    import io
+def _module_that_does_not_verify():
+    """A module broken after parsing: @main declares a result type its return does not give."""
     from jaxlib.mlir import ir
     with sources.make_context(), ir.Location.unknown():
         module = ir.Module.parse("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
                                  "  return %a : tensor<4xf32>\n}")
         module.body.operations[0].attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
             [ir.RankedTensorType.get([4], ir.F32Type.get())], [ir.RankedTensorType.get([3], ir.F32Type.get())]))
-        data = io.BytesIO()
+    return module
+
+
+def test_a_callers_module_is_verified():
+    """An ir.Module handed over as an object was not parsed by us: si.load verifies it."""
+    with pytest.raises(si.ModuleError, match="does not verify"):
+        si.load(_module_that_does_not_verify())
+
+
+def test_bytecode_that_does_not_verify_is_refused_by_its_parse():
+    import io
+    module = _module_that_does_not_verify()
+    data = io.BytesIO()
+    with module.context:
         module.operation.write_bytecode(data)
     with pytest.raises(si.ModuleError, match="doesn't match function result type"):
         si.load(data.getvalue())

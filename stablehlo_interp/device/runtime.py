@@ -209,32 +209,6 @@ class InterruptedBuffer(Buffer):
 
     shared = array
 
-    def hold(self) -> np.ndarray:
-        """The array, dense and row-major, held for an external reference: JAX reads a
-        buffer in place (``np.asarray`` of an array on the device is a read-only view of
-        this memory, as on XLA's CPU). The array stays alive until :meth:`release_hold`,
-        even if the buffer is deleted or donated meanwhile."""
-        array = self.array()
-        if self.dtype is None:
-            raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
-        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # noqa: E721 - not a subclass
-            array = self.value = np.array(array, order="C")   # the same value, dense
-        self.external_references += 1
-        if self.held is None:
-            self.held = []
-        if not self.held or self.held[-1] is not array:
-            self.held.append(array)
-        return array
-
-    def release_hold(self) -> None:
-        """End an external reference (:meth:`hold`). A release does not say which reference
-        ends, so the arrays are kept until the last one does."""
-        if not self.external_references:
-            raise PluginError(abi.FAILED_PRECONDITION, "the buffer has no external reference to release")
-        self.external_references -= 1
-        if not self.external_references:
-            self.held = None
-
     def data_address(self) -> int:
         raise interrupted_error()
 
