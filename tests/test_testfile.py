@@ -254,3 +254,50 @@ def test_progress_line_only_on_a_terminal(tmp_path):
     assert "[1/2] 1 passed, 0 failed ...\r\033[K" in terminal.getvalue()
     assert terminal.getvalue().endswith("\r\033[K2 passed, 0 failed\n")
     assert pipe.getvalue() == "2 passed, 0 failed\n"
+
+
+_ENDLESS = """func.func @spins() {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %one = stablehlo.constant dense<1> : tensor<i64>
+  %0 = stablehlo.while(%i = %zero) : tensor<i64>
+    cond {
+      %c = stablehlo.compare GE, %i, %zero : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %n = stablehlo.add %i, %one : tensor<i64>
+      stablehlo.return %n : tensor<i64>
+    }
+  func.return
+}
+"""
+
+
+def test_a_file_whose_worker_is_killed_fails_alone_and_the_others_go_on(tmp_path):
+    """A worker killed from outside (as the kernel's out-of-memory killer does) while it runs
+    a file that never ends: that file fails, run again alone and killed again; the next
+    file still gets its verdict."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+
+    endless = tmp_path / "endless.mlir"
+    endless.write_text(_ENDLESS)
+    files = [endless, _suite(tmp_path)[0]]
+    first_result = threading.Event()
+
+    def kill_workers():
+        while not first_result.wait(0.5):
+            for worker in multiprocessing.active_children():
+                os.kill(worker.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_workers, daemon=True)
+    killer.start()
+    results = run_files(files, jobs=2)
+    died = next(results)
+    first_result.set()
+    killer.join()
+    rest = list(results)
+    assert died.file == str(endless) and [o.verdict for o in died.outcomes] == [FAILED]
+    assert "worker process running this file died" in died.outcomes[0].message
+    assert [(r.file, [o.verdict for o in r.outcomes]) for r in rest] == [(str(files[1]), [PASSED])]

@@ -190,10 +190,17 @@ def run_files(files, include_disabled: bool = False, probe_directory=None, jobs:
     """Yield the :class:`FileResult` of each file, in the order of ``files``;
     ``jobs > 1`` runs that many worker processes (the same verdicts and order).
     Files that run at the same time must not share a probe index: with ``jobs > 1``
-    each file's probes go to a subdirectory of ``probe_directory`` named after it."""
+    each file's probes go to a subdirectory of ``probe_directory`` named after it,
+    and a file whose worker process dies (killed, out of memory) fails alone: the
+    other files go on."""
     task = functools.partial(_run_file_task, include_disabled=include_disabled, probe_directory=probe_directory,
                              own_directory=jobs > 1)
-    yield from ordered_map(task, [str(f) for f in files], jobs)
+    yield from ordered_map(task, [str(f) for f in files], jobs, on_crash=_worker_died if jobs > 1 else None)
+
+
+def _worker_died(path: str) -> FileResult:
+    return FileResult(path, [Outcome(path, None, 1, FAILED, message="the worker process running this file died "
+                                     "(twice: it was run again alone); run the file with -j 1 to see why")])
 
 
 def _run_file_task(path: str, include_disabled: bool, probe_directory, own_directory: bool) -> FileResult:
