@@ -354,11 +354,22 @@ def _test(args) -> int:
 
 
 def _conform(args) -> int:
-    from .frontends.conform import BACKEND_ERROR, FAIL, conform
+    from .frontends.conform import BACKEND_ERROR, FAIL, PASS, conform
+    from .frontends.progress import ProgressLine
 
-    if not expand_paths(args.paths):
+    files = expand_paths(args.paths)
+    if not files:
         raise UsageError("no .mlir files under " + ", ".join(args.paths))
-    report = conform(args.paths, args.backend, args.jobs, args.include_disabled)
+    line, counts = ProgressLine(sys.stdout, len(files)), {PASS: 0, FAIL: 0}
+
+    def file_done(results) -> None:
+        for result in results:
+            counts[result.verdict] = counts.get(result.verdict, 0) + 1
+        line.clear()
+        line.file_done(f"{counts[PASS]} pass, {counts[FAIL]} fail")
+
+    report = conform(files, args.backend, args.jobs, args.include_disabled, progress=file_done)
+    line.clear()
     print(report.table(everything=args.verbose))
     if args.junit_xml:
         report.write_junit(args.junit_xml)

@@ -1,8 +1,10 @@
 """The conformance runner (frontends/conform.py, ``stablehlo-interp conform``) with XLA CPU
 as the backend under test; expectations are hand-checked."""
 
+import io
 import json
 import os
+import sys
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
@@ -156,3 +158,19 @@ def _dies_on_two(item):
 def test_an_item_that_kills_its_process_is_reported_and_the_others_go_on():
     results = list(ordered_map(_dies_on_two, [1, 2, 3, 4], jobs=2, on_crash=lambda item: f"crashed {item}"))
     assert results == [10, "crashed 2", 30, 40]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_command_shows_a_progress_line_on_a_terminal_only(tmp_path, monkeypatch):
+    good = tmp_path / "a.mlir"
+    good.write_text(TESTS.split("func.func private")[0])
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert main(["conform", str(good), "--backend", "cpu"]) == 0
+    shown = terminal.getvalue()
+    assert shown.startswith("\r\033[K[1/1] 1 pass, 0 fail ...\r\033[Kverdict ")
+    assert shown.endswith("cpu: 1 pass, 0 fail\nchecked elements by ULP distance to the interpreter: 0: 4\n")

@@ -40,6 +40,7 @@ from ..engine.run import RunContext
 from ..errors import InterpreterError, OpError, ParseError
 from ..program import Program
 from . import junit
+from .progress import ProgressLine
 from .workers import ordered_map
 
 SPLIT_MARKER = re.compile(r"^\s*// -----")
@@ -255,10 +256,9 @@ def report(results, out, *, total_files: int, verbose: bool = False, junit_path=
     count of each verdict."""
     totals = dict.fromkeys(VERDICTS, 0)
     cases, disabled_passing = [], []
-    progress = out.isatty()
-    for number, result in enumerate(results, start=1):
-        if progress:
-            out.write("\r\033[K")
+    progress = ProgressLine(out, total_files)
+    for result in results:
+        progress.clear()
         for outcome in result.outcomes:
             totals[outcome.verdict] += 1
             if verbose or not outcome.passed:
@@ -274,11 +274,9 @@ def report(results, out, *, total_files: int, verbose: bool = False, junit_path=
         ran_disabled = [o for o in result.outcomes if o.disabled_upstream and o.verdict != DISABLED]
         if ran_disabled and all(o.passed for o in ran_disabled):
             disabled_passing.append(result.file)
-        if progress:
-            out.write(f"[{number}/{total_files}] {totals[PASSED]} passed, {totals[FAILED]} failed ...")
+        progress.file_done(f"{totals[PASSED]} passed, {totals[FAILED]} failed")
         out.flush()
-    if progress:
-        out.write("\r\033[K")
+    progress.clear()
     if disabled_passing:
         out.write(f"disabled upstream, but passing here ({len(disabled_passing)}): "
                   + ", ".join(disabled_passing) + "\n")
