@@ -111,7 +111,8 @@ def _zero_signs_differ(actual, expected) -> np.ndarray:
     """Where both are zeros of opposite signs (per part, for complex values)."""
     if actual.dtype.kind == "c":
         return _zero_signs_differ(actual.real, expected.real) | _zero_signs_differ(actual.imag, expected.imag)
-    wide_actual, wide_expected = actual.astype(np.float64), expected.astype(np.float64)
+    with np.errstate(invalid="ignore"):   # widening a signaling NaN raises "invalid"; it stays a NaN
+        wide_actual, wide_expected = actual.astype(np.float64), expected.astype(np.float64)
     return (wide_actual == 0) & (wide_expected == 0) & (np.signbit(wide_actual) != np.signbit(wide_expected))
 
 

@@ -56,14 +56,14 @@ def _init(name, dtype):
         return np.array(name in ("mul", "and", "min"))
     if name in ("add", "mul", "or", "xor"):
         return np.array(MONOIDS[name][1] if name in ("add", "mul") else 0).astype(dtype)
-    if name == "and":
-        return np.array(-1 if dtype.kind == "i" else True if dtype.kind == "b" else
-                        ml_dtypes.iinfo(dtype).max).astype(dtype)
-    info = ml_dtypes.finfo(dtype) if dtype.kind == "f" or dtype == ml_dtypes.bfloat16 else ml_dtypes.iinfo(dtype)
-    extreme = -np.inf if name == "max" else np.inf
-    if dtype.kind in "iu":
-        extreme = info.min if name == "max" else info.max
-    return np.array(extreme).astype(dtype)
+    if name == "and":   # all bits set: -1 of a signed type, the largest value of an unsigned one
+        limits = ml_dtypes.iinfo(dtype)
+        return np.array(-1 if limits.min < 0 else limits.max).astype(dtype)
+    try:   # (ml_dtypes' sub-byte integers have NumPy's kind "V", not "i" or "u")
+        integer = ml_dtypes.iinfo(dtype)
+    except ValueError:   # a float type
+        return np.array(-np.inf if name == "max" else np.inf).astype(dtype)
+    return np.array(integer.min if name == "max" else integer.max).astype(dtype)
 
 
 def reductions_over_shapes(monoids, dtype, arrays):
