@@ -138,6 +138,21 @@ def test_matrix_products_on_blas_match_xla(dtype):
         assert_dot_close(got, want, _magnitude(lhs, rhs, numbers), 128, f"{numbers}: ")
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.float32], ids=dtype_id)
+def test_two_matrices_without_contraction_make_an_outer_product(dtype):
+    """2-D by 2-D with no contracting dimension is no matrix product: a 4-D outer product."""
+    rng = np.random.default_rng(2)
+    lhs, rhs = _values((2, 3), dtype, rng), _values((4, 2), dtype, rng)
+
+    def fn(lhs, rhs):
+        return lax.dot_general(lhs, rhs, (((), ()), ((), ())))
+
+    (got,), (want,) = run_interp(fn, lhs, rhs), run_xla(fn, lhs, rhs)
+    assert got.shape == (2, 3, 4, 2)
+    assert_same(got, want)
+    assert_same(got, np.multiply.outer(lhs, rhs))
+
+
 @pytest.mark.parametrize("operand, result", [
     (np.int8, np.int32), (np.uint8, np.uint32), (np.int16, np.int64), (np.int8, np.float32),
     (ml_dtypes.bfloat16, np.float32), (np.float16, np.float32), (np.float32, np.float64),

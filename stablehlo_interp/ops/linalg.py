@@ -233,7 +233,7 @@ def _contraction(info, numbers):
                 else batched_matmul(result, products))
     finish = result_converter(result)
     lhs_moves, rhs_moves = lhs_order != sorted(lhs_order), rhs_order != sorted(rhs_order)
-    if (algorithm is None and n_batch == 0 and lhs_type.rank == rhs_type.rank == 2 and fixed
+    if (algorithm is None and n_batch == 0 and n_contract == 1 and lhs_type.rank == rhs_type.rank == 2 and fixed
             and lhs_type.dtype == rhs_type.dtype == accumulation_dtype(result) == result.dtype
             and (result.kind not in ("float", "complex") or products > FOLD_PRODUCTS_LIMIT)):
         # batched_matmul's NumPy matmul of one matrix by another, in the operands' own
