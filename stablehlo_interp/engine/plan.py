@@ -17,6 +17,7 @@ time, run.py runs the plans.
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import weakref
 from dataclasses import dataclass, field, fields
@@ -295,7 +296,7 @@ class Region:
     """
 
     __slots__ = ("description", "columns", "n_captures", "arg_types", "n_args", "outputs", "output_types",
-                 "return_location", "n_slots", "flat_steps", "result_slots")
+                 "return_location", "n_slots", "flat_steps", "result_slots", "output_values")
 
     def __init__(self, description: str, columns: StepColumns, n_captures: int, arg_types, outputs, output_types,
                  return_location: SourceLocation | None, n_slots: int):
@@ -311,6 +312,7 @@ class Region:
         columns.assign_releases(self.outputs)
         self.flat_steps = flatten(columns)  # the steps as the run loop reads them
         self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
+        self.output_values = _list_of_slots(self.outputs)   # env -> the list of the region's outputs
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -319,6 +321,18 @@ class Region:
 
     def __repr__(self) -> str:
         return f"<Region {self.description}: {len(self.columns)} steps>"
+
+
+def _list_of_slots(slots: tuple):
+    """A function of an environment returning the list of the values in ``slots``
+    (``itemgetter``: no Python frame per call)."""
+    if len(slots) > 1:
+        take = operator.itemgetter(*slots)
+        return lambda env: list(take(env))
+    if slots:
+        take = operator.itemgetter(*slots)
+        return lambda env: [take(env)]
+    return lambda env: []
 
 
 @dataclass

@@ -172,9 +172,23 @@ class BoundRegion:
         try:
             return self.execution.run_region(self.region, args, self.captures, self, call)
         except OpError as error:
-            error.add_enclosing(self.step.info.name, self.step.info.location,
-                                f"{self.region.description.split(' of ')[0]}, call {call}")
+            self.add_enclosing(error, call)
             raise
+
+    def repeated(self):
+        """The region as a function of the sequence of its arguments for a runner that calls it many
+        times with as many arguments as its op's verified types say (``while``'s cond
+        and body). Unobserved, a function made once over the region's program and
+        captures (:func:`_unobserved_call`): no argument check, no listener check. Observed,
+        the region itself: listeners see each call in its own numbered RegionFrame."""
+        if self.execution.listeners:
+            return lambda args: self(*args)
+        return _unobserved_call(self.region, self.captures, self.execution, self)
+
+    def add_enclosing(self, error: OpError, call: int) -> None:
+        """Say in ``error`` that it happened inside call ``call`` of this region."""
+        error.add_enclosing(self.step.info.name, self.step.info.location,
+                            f"{self.region.description.split(' of ')[0]}, call {call}")
 
     @property
     def arg_types(self):
@@ -242,25 +256,47 @@ class Execution:
                    call: int = 0) -> list:
         if len(args) != region.n_args:
             raise InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
-        env = [*captures, *args, *region.result_slots]
         if not self.listeners:
-            _run_steps(region.flat_steps, env, self)
-        else:
-            frame = bound and RegionFrame(bound.step, bound.index, call, self.process.id, bound.vectorized)
+            return _unobserved_call(region, captures, self)(args)
+        env = [*captures, *args, *region.result_slots]
+        frame = bound and RegionFrame(bound.step, bound.index, call, self.process.id, bound.vectorized)
+        if frame:
+            self._stack.append(frame)
+        try:
+            _run_steps_observed(region.steps, env, self, RegionStack(self._stack, self.process))
+        finally:
             if frame:
-                self._stack.append(frame)
-            try:
-                _run_steps_observed(region.steps, env, self, RegionStack(self._stack, self.process))
-            finally:
-                if frame:
-                    self._stack.pop()
-        return [env[slot] for slot in region.outputs]
+                self._stack.pop()
+        return region.output_values(env)
 
     def bind(self, step: Step, env: list) -> tuple:
         bound = []  # a loop: nested comprehensions cost more than the binding itself
         for index, region in enumerate(step.regions):
             bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
         return tuple(bound)
+
+
+def _unobserved_call(region: Region, captures, execution: Execution, bound: BoundRegion | None = None):
+    """A region's unobserved run as a function of the sequence of its arguments (not
+    checked) returning the list of its outputs: its environment is the captures, the
+    arguments and a slot per result. Each call is numbered for the ``inside ...``
+    line that an error gains as it leaves ``bound``."""
+    program, head, tail, outputs = region.flat_steps, tuple(captures), region.result_slots, region.output_values
+    calls = 0
+
+    def call(args):
+        nonlocal calls
+        env = [*head, *args, *tail]
+        try:
+            _run_steps(program, env, execution)
+        except OpError as error:
+            if bound is not None:
+                bound.add_enclosing(error, calls)
+            raise
+        calls += 1
+        return outputs(env)
+
+    return call
 
 
 def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:
