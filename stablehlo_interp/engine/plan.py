@@ -312,7 +312,7 @@ class Region:
         columns.assign_releases(self.outputs)
         self.flat_steps = flatten(columns)  # the steps as the run loop reads them
         self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
-        self.output_values = _list_of_slots(self.outputs)   # env -> the list of the region's outputs
+        self.output_values = _values_in(self.outputs)   # env -> the region's outputs, a sequence
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -323,16 +323,13 @@ class Region:
         return f"<Region {self.description}: {len(self.columns)} steps>"
 
 
-def _list_of_slots(slots: tuple):
-    """A function of an environment returning the list of the values in ``slots``
-    (``itemgetter``: no Python frame per call)."""
+def _values_in(slots: tuple):
+    """A function of an environment returning the values in ``slots`` as a sequence,
+    without a Python frame per call: a tuple for several slots, a list for one or none
+    (``itemgetter`` of a slice)."""
     if len(slots) > 1:
-        take = operator.itemgetter(*slots)
-        return lambda env: list(take(env))
-    if slots:
-        take = operator.itemgetter(*slots)
-        return lambda env: [take(env)]
-    return lambda env: []
+        return operator.itemgetter(*slots)
+    return operator.itemgetter(slice(slots[0], slots[0] + 1) if slots else slice(0, 0))
 
 
 @dataclass
