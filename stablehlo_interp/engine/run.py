@@ -275,6 +275,10 @@ class Execution:
         return list(region.output_values(env))
 
     def bind(self, step: Step, env: list) -> tuple:
+        """The step's regions bound to the values they capture from ``env`` (None for
+        each when its runner never calls them: OpInfo.regions_called)."""
+        if not step.info.regions_called:
+            return (None,) * len(step.regions)
         bound = []  # a loop: nested comprehensions cost more than the binding itself
         for index, region in enumerate(step.regions):
             bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
