@@ -41,10 +41,27 @@ the same before the last changes, measured in the same session):
   ``np.add.reduce(x, axis=0, initial=init)``, which adds whole rows one after
   another from init: the spec's left fold, bit for bit (tests/
   test_accumulation.py, f16 to f64); its Python frames add 2 us. The run loop
-  adds 4.5 (binding the reduce's body, the folded constant, four steps), the
-  run's entry 4 and ``Program.run``'s arguments and results 3: after 100 us
-  of BLAS and tanh, each Python step costs about twice what it costs in a hot
-  loop: the entry and exit that take 3.5 us around one add take 7 here.
+  adds about 3 (four steps; no longer binding the reduce's body, which a plain
+  sum never calls, nor calling a runner for the folded constant, which waits in
+  its slot of the environment: a program of one 4-element sum runs in 14.7 us
+  against 16.3 before), the run's entry 4 and ``Program.run``'s arguments and
+  results 3: after 100 us of BLAS and tanh, each Python step costs about twice
+  what it costs in a hot loop: the entry and exit that take 3.5 us around one
+  add take 7 here. The row is noisy (1.16-1.28x before and after, two runs).
+* (c) 10 000 iterations: 4.5-4.6 us per iteration, 1.10-1.12x the C++
+  interpreter's 4.0-4.1 (5.4-5.5 us, 1.36x before; two runs of each, same
+  session). An iteration is two region calls and four ops. The four runners
+  called directly take 2.8 us: each is a ufunc on a NumPy scalar (what the
+  last iteration's ufunc returned) and a 0-d array (a captured constant),
+  0.7-0.8 us each, where two 0-d arrays cost 0.52 and two scalars 0.88 (their
+  own ``+`` 0.05). A region call is the run loop itself, bound once per run of
+  the ``while`` to the region's program, captures, result slots and outputs
+  (``BoundRegion.repeated``: no argument or listener check per call, outputs
+  taken by ``itemgetter``): the two calls and the four steps add 1.7-1.8 us
+  (2.6 before, when each call went through ``BoundRegion.__call__``,
+  ``Execution.run_region``, the loop and a comprehension for the outputs).
+  Below 1x needs cheaper element-wise runners on 0-d values more than cheaper
+  region calls.
 """
 
 from __future__ import annotations

@@ -303,6 +303,76 @@ func.func @main(%n: tensor<i64>, %x: tensor<2x2xf64>) -> (tensor<i64>, tensor<2x
         assert i == n
 
 
+NESTED_WHILES = """
+func.func @main(%n: tensor<i32>, %x: tensor<3xf32>, %s: tensor<f32>) -> (tensor<i32>, tensor<3xf32>) {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %zero, %acc = %x) : tensor<i32>, tensor<3xf32>
+  cond {
+    %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  } do {
+    %inner:2 = stablehlo.while(%j = %zero, %a = %acc) : tensor<i32>, tensor<3xf32>
+    cond {
+      %c = stablehlo.compare LT, %j, %i : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %sum = stablehlo.reduce(%a init: %s) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+      %b = stablehlo.broadcast_in_dim %sum, dims = [] : (tensor<f32>) -> tensor<3xf32>
+      %half = stablehlo.constant dense<0.5> : tensor<3xf32>
+      %m = stablehlo.multiply %b, %half : tensor<3xf32>
+      %a2 = stablehlo.subtract %m, %a : tensor<3xf32>
+      %j1 = stablehlo.add %j, %one : tensor<i32>
+      stablehlo.return %j1, %a2 : tensor<i32>, tensor<3xf32>
+    }
+    %odd = stablehlo.and %i, %one : tensor<i32>
+    %p = stablehlo.compare EQ, %odd, %one : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %picked = "stablehlo.if"(%p) ({
+      stablehlo.return %inner#1 : tensor<3xf32>
+    }, {
+      %neg = stablehlo.negate %inner#1 : tensor<3xf32>
+      stablehlo.return %neg : tensor<3xf32>
+    }) : (tensor<i1>) -> tensor<3xf32>
+    %i1 = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %i1, %picked : tensor<i32>, tensor<3xf32>
+  }
+  return %r#0, %r#1 : tensor<i32>, tensor<3xf32>
+}"""
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_nested_whiles_with_captures_reduce_and_if(reference, n):
+    """Region calls of a loop (captured %n, %s, %one, the outer counter in the inner
+    cond; a reduce and an if in the bodies) give the reference interpreter's values."""
+    x = np.array([1.5, -2.0, 0.25], np.float32)
+    i, _ = same_as_reference(reference, NESTED_WHILES, np.int32(n), x, np.float32(0.5))
+    assert i == n
+
+
+def test_listeners_see_every_iteration_of_nested_whiles():
+    """Observed, each call of a loop's regions is its own numbered frame: the outer
+    body's iteration i runs the inner body i times, the conds once more each."""
+    seen = []
+
+    class Record(si.Listener):
+        def before_op(self, step, operands, stack):
+            if step.name in ("stablehlo.reduce", "stablehlo.compare"):
+                seen.append((step.name, tuple((frame.region_index, frame.call) for frame in stack)))
+
+    x = np.array([1.5, -2.0, 0.25], np.float32)
+    observed = si.run(NESTED_WHILES, np.int32(4), x, np.float32(0.5), listeners=[Record()])
+    for got, expected in zip(observed, si.run(NESTED_WHILES, np.int32(4), x, np.float32(0.5))):
+        np.testing.assert_array_equal(got, expected)
+    reduces = [frames for name, frames in seen if name == "stablehlo.reduce"]
+    assert reduces == [((1, i), (1, j)) for i in range(4) for j in range(i)]
+    inner_conds = [frames for name, frames in seen if name == "stablehlo.compare" and len(frames) == 2
+                   and frames[1][0] == 0]
+    assert inner_conds == [((1, i), (0, j)) for i in range(4) for j in range(i + 1)]
+    outer_conds = [frames for name, frames in seen if name == "stablehlo.compare" and len(frames) == 1
+                   and frames[0][0] == 0]
+    assert outer_conds == [((0, i),) for i in range(5)]
+
+
 MAP_ELEMENTWISE = """
 func.func @main(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {
   %0 = "stablehlo.map"(%x, %y) ({
@@ -507,3 +577,4 @@ func.func @main(%x: tensor<i32>) -> tensor<i32> {
             si.register_custom_call("fails_on_three", previous)
     message = str(error.value)
     assert "three" in message and "inside stablehlo.while" in message and "call 3" in message
+    assert message.count("inside stablehlo.while") == 1

@@ -341,3 +341,40 @@ def test_reduce_window_degenerate_shapes():
                             ((2, 1, 1), ((0, 0), (1, 2), (0, 0))),  # an empty dim padded
                             ((1, 1, 1), ((-1, -2), (0, 0), (-4, 0)))]:  # negative padding to nothing
         same_as_xla(lambda x: lax.reduce_window(x, np.int32(0), lax.add, window, (1, 1, 1), padding), x)
+
+
+SUM_AND_LARGEST = """
+func.func @main(%x: tensor<2x5xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %sum = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [1] : (tensor<2x5xf32>, tensor<f32>) -> tensor<2xf32>
+  %largest = stablehlo.reduce(%x init: %zero) across dimensions = [1] : (tensor<2x5xf32>, tensor<f32>) -> tensor<2xf32>
+    reducer(%a: tensor<f32>, %b: tensor<f32>) {
+      %greater = stablehlo.compare GT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      %s = stablehlo.select %greater, %a, %b : tensor<i1>, tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }
+  return %sum, %largest : tensor<2xf32>, tensor<2xf32>
+}"""
+
+
+def test_a_plain_sum_binds_no_body_and_other_bodies_run(reference):
+    """A reduce whose body is a plain add runs as NumPy's reduction and never calls
+    it: its body is not bound at each run (OpInfo.regions_called), and an observed
+    run shows no body op of it; a body that is no monoid still runs, observed too."""
+    program = si.load(SUM_AND_LARGEST)
+    reduces = [step for step in program.runnable().region.steps if step.info.name == "stablehlo.reduce"]
+    assert [step.info.regions_called for step in reduces] == [False, True]
+    x = np.array([[1.5, -2.0, 0.25, 3.0, -1.0], [0.5, 0.5, -4.0, 2.0, 1.0]], np.float32)
+    expected = same_as_reference(reference, SUM_AND_LARGEST, x)
+    body_ops = []
+
+    class Record(si.Listener):
+        def after_op(self, step, operands, results, stack):
+            if stack:
+                body_ops.append((stack[-1].step.results, step.info.name))
+
+    observed = program.run(x, listeners=[Record()])
+    for got, want in zip(observed, expected):
+        np.testing.assert_array_equal(got, want)
+    assert {owner for owner, _ in body_ops} == {reduces[1].results}
+    assert {name for _, name in body_ops} == {"stablehlo.compare", "stablehlo.select"}

@@ -17,6 +17,7 @@ time, run.py runs the plans.
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import weakref
 from dataclasses import dataclass, field, fields
@@ -64,6 +65,10 @@ class OpInfo:
     it calls (func.call, composite, custom_call's called_computations). A call
     to a function whose body is still being compiled, a recursive call, has None
     there until that body is built; the compiler fills it in before anything runs.
+
+    ``regions_called``: a builder whose runner never calls the op's regions (a
+    reduce whose body is a plain monoid, run as NumPy's reduction) sets it to False;
+    the run loop then binds none of them and passes the runner None for each.
     """
 
     name: str
@@ -74,6 +79,7 @@ class OpInfo:
     location: SourceLocation = field(default_factory=SourceLocation)
     module: "ModuleInfo | None" = None
     watches: list = field(default_factory=list)  # (rule, check): see watch()
+    regions_called: bool = True
 
     def attr(self, name: str, default=_REQUIRED):
         """A decoded attribute; a missing required attribute is an OpError."""
@@ -295,7 +301,7 @@ class Region:
     """
 
     __slots__ = ("description", "columns", "n_captures", "arg_types", "n_args", "outputs", "output_types",
-                 "return_location", "n_slots", "flat_steps", "result_slots")
+                 "return_location", "n_slots", "flat_steps", "result_slots", "output_values")
 
     def __init__(self, description: str, columns: StepColumns, n_captures: int, arg_types, outputs, output_types,
                  return_location: SourceLocation | None, n_slots: int):
@@ -309,8 +315,23 @@ class Region:
         self.return_location = return_location
         self.n_slots = n_slots
         columns.assign_releases(self.outputs)
-        self.flat_steps = flatten(columns)  # the steps as the run loop reads them
-        self.result_slots = (None,) * (n_slots - n_captures - self.n_args)  # the env's tail: one per result
+        self._plan(columns)
+        self.output_values = _values_in(self.outputs)   # env -> the region's outputs, a sequence
+
+    def _plan(self, columns: StepColumns) -> None:
+        """The run loop's program of ``columns`` (:func:`flatten`) and the tail of a
+        fresh environment: a slot per result, the values folded at load filled in."""
+        self.flat_steps = flatten(columns)
+        first = self.n_captures + self.n_args
+        tail = [None] * (self.n_slots - first)
+        for slot, value in self.flat_steps.folded:
+            tail[slot - first] = value
+        self.result_slots = tuple(tail)
+
+    def replan(self) -> None:
+        """Make the run loop's program again from the steps (after a tool changed
+        their runners)."""
+        self._plan(StepColumns.of_steps(self.steps))
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -319,6 +340,15 @@ class Region:
 
     def __repr__(self) -> str:
         return f"<Region {self.description}: {len(self.columns)} steps>"
+
+
+def _values_in(slots: tuple):
+    """A function of an environment returning the values in ``slots`` as a sequence,
+    without a Python frame per call: a tuple for several slots, a list for one or none
+    (``itemgetter`` of a slice)."""
+    if len(slots) > 1:
+        return operator.itemgetter(*slots)
+    return operator.itemgetter(slice(slots[0], slots[0] + 1) if slots else slice(0, 0))
 
 
 @dataclass
@@ -367,11 +397,13 @@ class RunProgram(tuple):
     """A region's program as the run loop reads it (:func:`flatten`): a tuple of
     ``(runner, operands, results, release, kind, step)`` entries, where ``step``
     is the op's Step or, for an op whose Step is made on demand, its index:
-    :meth:`step` gives the Step either way (for an error)."""
+    :meth:`step` gives the Step either way (for an error). ``folded``: the
+    ``(slot, value)`` pairs of the ops it leaves out, computed at load."""
 
-    def __new__(cls, entries, columns: StepColumns):
+    def __new__(cls, entries, columns: StepColumns, folded: tuple = ()):
         program = super().__new__(cls, entries)
         program.columns = columns
+        program.folded = folded
         return program
 
     def step(self, step) -> Step:
@@ -383,8 +415,10 @@ def flatten(columns: StepColumns) -> RunProgram:
 
     Plain single-result ops (most of a program) get their result slot as a plain
     int, and unary ones their operand slot too, so the loop skips building
-    argument lists; foldable ops of constants (FOLDABLE) get a runner that returns
-    the value computed now.
+    argument lists. Foldable ops of constants (FOLDABLE) are computed now and
+    left out: their values wait in their slots of each fresh environment
+    (Region.result_slots; the plan holds them anyway, so that the releases the
+    left-out entries made would free nothing).
     """
     program = []
     append = program.append
@@ -401,16 +435,10 @@ def flatten(columns: StepColumns) -> RunProgram:
         run = op.run
         if op.info.name in FOLDABLE and (value := _folded(op.info, run, operands, constants)) is not None:
             constants[result] = value
-            append(((lambda value=value: value), (), result, release, SINGLE, reference))
         elif len(operands) == 1:
             append((run, operands[0], result, release, UNARY, reference))
         elif len(operands) == 2:
             append((run, operands, result, release, BINARY, reference))
         else:
             append((run, operands, result, release, SINGLE, reference))
-    return RunProgram(program, columns)
-
-
-def flatten_steps(steps) -> RunProgram:
-    """The run loop's program of steps made whole (after a tool changed their runners)."""
-    return flatten(StepColumns.of_steps(steps))
+    return RunProgram(program, columns, tuple(constants.items()))

@@ -10,6 +10,7 @@ results or stop the run.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,9 +173,26 @@ class BoundRegion:
         try:
             return self.execution.run_region(self.region, args, self.captures, self, call)
         except OpError as error:
-            error.add_enclosing(self.step.info.name, self.step.info.location,
-                                f"{self.region.description.split(' of ')[0]}, call {call}")
+            self.add_enclosing(error, call)
             raise
+
+    def repeated(self):
+        """The region as a function of the sequence of its arguments, returning the
+        sequence of its outputs, for a runner that calls it many times with as many
+        arguments as its op's verified types say (``while``'s cond and body).
+        Unobserved, the run loop with all but the arguments bound once: no argument
+        check, no listener check, no Python frame but the loop's. Observed, the region
+        itself: listeners see each call in its own numbered RegionFrame."""
+        if self.execution.listeners:
+            return lambda args: self(*args)
+        region = self.region
+        return functools.partial(_run_steps, region.flat_steps, tuple(self.captures), region.result_slots,
+                                 region.output_values, self.execution, self)
+
+    def add_enclosing(self, error: OpError, call: int) -> None:
+        """Say in ``error`` that it happened inside call ``call`` of this region."""
+        error.add_enclosing(self.step.info.name, self.step.info.location,
+                            f"{self.region.description.split(' of ')[0]}, call {call}")
 
     @property
     def arg_types(self):
@@ -242,21 +260,25 @@ class Execution:
                    call: int = 0) -> list:
         if len(args) != region.n_args:
             raise InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
-        env = [*captures, *args, *region.result_slots]
         if not self.listeners:
-            _run_steps(region.flat_steps, env, self)
-        else:
-            frame = bound and RegionFrame(bound.step, bound.index, call, self.process.id, bound.vectorized)
+            return list(_run_steps(region.flat_steps, captures, region.result_slots, region.output_values, self,
+                                   None, args))
+        env = [*captures, *args, *region.result_slots]
+        frame = bound and RegionFrame(bound.step, bound.index, call, self.process.id, bound.vectorized)
+        if frame:
+            self._stack.append(frame)
+        try:
+            _run_steps_observed(region.steps, env, self, RegionStack(self._stack, self.process))
+        finally:
             if frame:
-                self._stack.append(frame)
-            try:
-                _run_steps_observed(region.steps, env, self, RegionStack(self._stack, self.process))
-            finally:
-                if frame:
-                    self._stack.pop()
-        return [env[slot] for slot in region.outputs]
+                self._stack.pop()
+        return list(region.output_values(env))
 
     def bind(self, step: Step, env: list) -> tuple:
+        """The step's regions bound to the values they capture from ``env`` (None for
+        each when its runner never calls them: OpInfo.regions_called)."""
+        if not step.info.regions_called:
+            return (None,) * len(step.regions)
         bound = []  # a loop: nested comprehensions cost more than the binding itself
         for index, region in enumerate(step.regions):
             bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
@@ -283,26 +305,44 @@ def _results_of(step: Step, out) -> list | tuple:
     return out
 
 
-def _run_steps(program: RunProgram, env, execution) -> None:
+def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution: Execution,
+               bound: BoundRegion | None, args):
+    """The run loop: a region's unobserved call. Its environment is ``head`` (the
+    captures), the arguments (not checked) and ``tail`` (a slot per result, those
+    computed at load filled in: Region.result_slots); it
+    returns the values ``outputs`` takes from it (Region.output_values). A call of
+    ``bound`` is numbered (BoundRegion.calls) for the ``inside ...`` line that an
+    error gains as it leaves the region. The arguments come last and the rest is
+    the same for every call of a region: BoundRegion.repeated binds it once."""
+    env = [*head, *args, *tail]
+    if bound is not None:
+        call = bound.calls
+        bound.calls = call + 1
     step = None   # the op's Step, or its index: program.step(step) is the Step
     try:
-        for run, operands, results, release, kind, step in program:
-            if kind == UNARY:
-                env[results] = run(env[operands])
-            elif kind == BINARY:
-                env[results] = run(env[operands[0]], env[operands[1]])
-            elif kind == SINGLE:
-                env[results] = run(*[env[i] for i in operands])
-            else:
-                out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
-                for slot, value in zip(results, _results_of(step, out)):
-                    env[slot] = value
-            for slot in release:
-                env[slot] = None
-    except (OpError, StopExecution):
+        try:
+            for run, operands, results, release, kind, step in program:
+                if kind == UNARY:
+                    env[results] = run(env[operands])
+                elif kind == BINARY:
+                    env[results] = run(env[operands[0]], env[operands[1]])
+                elif kind == SINGLE:
+                    env[results] = run(*[env[i] for i in operands])
+                else:
+                    out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
+                    for slot, value in zip(results, _results_of(step, out)):
+                        env[slot] = value
+                for slot in release:
+                    env[slot] = None
+        except (OpError, StopExecution):
+            raise
+        except Exception as error:
+            raise _op_failure(step if step is None else program.step(step), error) from error
+    except OpError as error:
+        if bound is not None:
+            bound.add_enclosing(error, call)
         raise
-    except Exception as error:
-        raise _op_failure(step if step is None else program.step(step), error) from error
+    return outputs(env)
 
 
 def _run_steps_observed(steps, env, execution, stack) -> None:

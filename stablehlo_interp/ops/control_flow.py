@@ -18,9 +18,9 @@ def while_(info):
     """Run ``body`` while ``cond`` returns true; the loop-carried values are the results."""
 
     def run(regions, *values):
-        cond, body = regions
-        while cond(*values)[0]:
-            values = body(*values)
+        cond, body = (region.repeated() for region in regions)
+        while cond(values)[0]:
+            values = body(values)
         return values
 
     return run

@@ -177,6 +177,7 @@ def reduction(info, n: int):
     argminmax = argminmax_of(body_region) if n == 2 else None
     vectorized = is_elementwise(body_region)
     if reducers and reducers[SPEC] is not None:
+        info.regions_called = False   # the runner gets None for the body
         body_dtype, result_dtype = body_dtypes[0], result_types[0].dtype
 
         def run_monoid(body, inputs, inits, axes, semantics):

@@ -32,7 +32,6 @@ import math
 
 import numpy as np
 
-from ..engine.plan import flatten_steps
 from ..engine.regions import monoid_of
 from . import tiling as sharding
 
@@ -190,7 +189,7 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
                 step.run = _producer(step, axes, region, dimension_axes, mesh.axes)
             elif step.info.name not in _PASS_THROUGH and step.info.name not in _ANNOTATIONS:
                 step.run = _per_partial(step, step.run)
-        region.flat_steps = flatten_steps(region.steps)
+        region.replan()
 
 
 def _regions(root) -> list:
