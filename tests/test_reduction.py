@@ -378,3 +378,45 @@ def test_a_plain_sum_binds_no_body_and_other_bodies_run(reference):
         np.testing.assert_array_equal(got, want)
     assert {owner for owner, _ in body_ops} == {reduces[1].results}
     assert {name for _, name in body_ops} == {"stablehlo.compare", "stablehlo.select"}
+
+
+NOT_ASSOCIATIVE = """func.func @main(%x: tensor<4x6xf32>, %init: tensor<f32>) -> (tensor<4xf32>, tensor<6xf32>, tensor<f32>, tensor<3x5xf32>) {
+  %rows = stablehlo.reduce(%x init: %init) across dimensions = [1] : (tensor<4x6xf32>, tensor<f32>) -> tensor<4xf32>
+   reducer(%a: tensor<f32>, %b: tensor<f32>) {
+    %s = stablehlo.multiply %b, %b : tensor<f32>
+    %r = stablehlo.add %a, %s : tensor<f32>
+    stablehlo.return %r : tensor<f32>
+  }
+  %columns = stablehlo.reduce(%x init: %init) across dimensions = [0] : (tensor<4x6xf32>, tensor<f32>) -> tensor<6xf32>
+   reducer(%a: tensor<f32>, %b: tensor<f32>) {
+    %s = stablehlo.multiply %b, %b : tensor<f32>
+    %r = stablehlo.subtract %a, %s : tensor<f32>
+    stablehlo.return %r : tensor<f32>
+  }
+  %all = stablehlo.reduce(%x init: %init) across dimensions = [1, 0] : (tensor<4x6xf32>, tensor<f32>) -> tensor<f32>
+   reducer(%a: tensor<f32>, %b: tensor<f32>) {
+    %h = stablehlo.constant dense<0.5> : tensor<f32>
+    %s = stablehlo.multiply %a, %h : tensor<f32>
+    %r = stablehlo.add %s, %b : tensor<f32>
+    stablehlo.return %r : tensor<f32>
+  }
+  %windows = "stablehlo.reduce_window"(%x, %init) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.multiply %b, %b : tensor<f32>
+      %r = stablehlo.add %a, %s : tensor<f32>
+      stablehlo.return %r : tensor<f32>
+  }) {window_dimensions = array<i64: 2, 2>} : (tensor<4x6xf32>, tensor<f32>) -> tensor<3x5xf32>
+  return %rows, %columns, %all, %windows : tensor<4xf32>, tensor<6xf32>, tensor<f32>, tensor<3x5xf32>
+}"""
+
+
+def test_bodies_that_are_not_associative_fold_left_as_the_reference_does(reference):
+    """``a + b * b``, ``a - b * b`` and ``a / 2 + b`` (dimensions given out of order):
+    the value depends on the schedule; ours is the C++ interpreter's left fold, init first."""
+    x = np.random.default_rng(6).uniform(-3, 3, (4, 6)).astype(np.float32)
+    init = np.float32(0.75)
+    ours = same_as_reference(reference, NOT_ASSOCIATIVE, x, init)
+    fold = init
+    for value in x.reshape(-1):   # row-major: dimensions [1, 0] fold as [0, 1]
+        fold = np.float32(fold * np.float32(0.5) + value)
+    np.testing.assert_array_equal(ours[2], fold)

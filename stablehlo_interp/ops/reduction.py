@@ -13,9 +13,9 @@ dilated inputs. Three strategies, chosen at load time from the body's pattern
    the reduced indices (the C++ reference interpreter's schedule); under "xla",
    XLA CPU's schedule (support.xla_cpu_fold). ``reduce_window`` folds each
    window left under both: XLA CPU does too.
-2. ``body`` is made of element-wise ops only (argmax/argmin pairs, ...): a
-   balanced tree evaluated level by level, each level one vectorized call of
-   ``body`` on whole tensors.
+2. ``body`` is made of element-wise ops only (argmax/argmin pairs, ...): the
+   left fold of the C++ reference interpreter, init first, each step one
+   vectorized call of ``body`` on whole tensors (:func:`vectorized_fold`).
 3. anything else: ``body`` called on one pair of 0-d values at a time.
 """
 
@@ -53,7 +53,7 @@ def monoid_reducer(name: str, ttype, semantics: str = SPEC):
         return integer
     if name in ("stablehlo.maximum", "stablehlo.minimum"):
         if kind == "complex":
-            return None  # lexicographic order: use the tree strategy
+            return None  # lexicographic order: fold the body (vectorized_fold)
         return _float_extremum(name == "stablehlo.maximum", dtype)
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
@@ -90,30 +90,22 @@ def _move_reduced_axes_last(inputs, axes):
     kept = [d for d in range(len(shape)) if d not in axes]
     outer = tuple(shape[d] for d in kept)
     count = math.prod([shape[d] for d in axes])
-    return outer, [np.transpose(x, kept + list(axes)).reshape(outer + (count,)) for x in inputs]
+    reduced = sorted(axes)   # (flattened in row-major order of the reduced indices)
+    return outer, [np.transpose(x, kept + reduced).reshape(outer + (count,)) for x in inputs]
 
 
-def tree_reduce(body, inputs, inits, axes):
-    """Balanced-tree reduction with one vectorized ``body`` call per level.
-
-    The reduced axes move to the end and flatten into one axis whose order is the
-    lexicographic order of their indices; adjacent pairs combine level by level
-    (an odd last element carries over), and the init values join at the left.
-    """
+def vectorized_fold(body, inputs, inits, axes):
+    """``body`` folded left, init first, over the reduced elements in row-major order
+    of their indices -- the C++ reference interpreter's schedule (and XLA CPU's
+    loop) -- with one vectorized call per reduced element, on every output element
+    at once. (A balanced tree would take fewer calls, but a body that is not
+    associative, ``a + b * b`` say, gives another value than the reference.)"""
     outer, values = _move_reduced_axes_last(inputs, axes)
-    count = values[0].shape[-1]
-    while count > 1:
-        pairs = count // 2
-        combined = body(*[v[..., 0:2 * pairs:2] for v in values], *[v[..., 1:2 * pairs:2] for v in values])
-        combined = [np.broadcast_to(c, outer + (pairs,)) for c in combined]  # a body may return constants
-        if count % 2:
-            combined = [np.concatenate([c, v[..., -1:]], axis=-1) for c, v in zip(combined, values)]
-        values = combined
-        count = values[0].shape[-1]
-    inits = [np.broadcast_to(init, outer) for init in inits]
-    if count == 0:
-        return list(inits)
-    return body(*inits, *[v[..., 0] for v in values])
+    accumulators = [np.broadcast_to(init, outer) for init in inits]
+    for k in range(values[0].shape[-1]):
+        # (a body may return constants: every accumulator keeps the outputs' shape)
+        accumulators = [np.broadcast_to(a, outer) for a in body(*accumulators, *[v[..., k] for v in values])]
+    return accumulators
 
 
 def sequential_reduce(body, inputs, inits, axes, result_types):
@@ -192,7 +184,7 @@ def reduction(info, n: int):
         if argminmax is not None:
             results = argminmax_reduce(argminmax, *inputs, *inits, axes)
         elif vectorized:
-            results = tree_reduce(body.as_vectorized(), inputs, inits, axes)
+            results = vectorized_fold(body.as_vectorized(), inputs, inits, axes)
         else:
             results = sequential_reduce(body, inputs, inits, axes, result_types)
         return [np.asarray(r).astype(t.dtype, copy=False) for r, t in zip(results, result_types)]
@@ -259,8 +251,8 @@ class Windows:
 def reduce_window(info):
     """``reduce`` over each window of the inputs padded with the init values and
     dilated by ``base_dilations`` (spec: reduce_window). Monoid bodies reduce a
-    strided view of all windows at once; element-wise bodies run one tree level
-    per call across all windows.
+    strided view of all windows at once; element-wise bodies are folded over each
+    window's elements, one call per element across all windows.
 
     XLA's CPU backend differs from the spec when init_value is not the body's
     identity: it skips padding and the holes of base dilation instead of
