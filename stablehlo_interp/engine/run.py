@@ -309,8 +309,8 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                bound: BoundRegion | None, args):
     """The run loop: a region's unobserved call. Its environment is ``head`` (the
     captures), the arguments (not checked) and ``tail`` (a slot per result, those
-    computed at load filled in: Region.result_slots); it
-    returns the values ``outputs`` takes from it (Region.output_values). A call of
+    computed at load filled in: Region.result_slots); it returns the values
+    ``outputs`` takes from it (Region.output_values). A call of
     ``bound`` is numbered (BoundRegion.calls) for the ``inside ...`` line that an
     error gains as it leaves the region. The arguments come last and the rest is
     the same for every call of a region: BoundRegion.repeated binds it once."""
