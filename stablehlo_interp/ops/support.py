@@ -6,10 +6,15 @@ import math
 
 import ml_dtypes
 import numpy as np
-# np.count_nonzero of a whole array without the wrapper that dispatches it to other
-# array types (__array_function__), which costs three times the count itself on small
-# arrays; runners count NumPy arrays only.
-from numpy._core.multiarray import count_nonzero
+
+try:
+    # np.count_nonzero of a whole array without the wrapper that dispatches it to other
+    # array types (__array_function__), which costs three times the count itself on small
+    # arrays; runners count NumPy arrays only. (NumPy's private module: the public
+    # function where a NumPy keeps it elsewhere.)
+    from numpy._core.multiarray import count_nonzero
+except ImportError:
+    count_nonzero = np.count_nonzero
 
 _SUB_BYTE_COMPUTE = {
     np.dtype(ml_dtypes.int2): np.dtype(np.int8),
