@@ -49,6 +49,13 @@ def _is_check(operation) -> bool:
     return False
 
 
+def _is_private(function) -> bool:
+    """Private functions are helpers; every other one without arguments is a
+    test (as `stablehlo-interp test` and stablehlo-translate --interpret run them)."""
+    return ("sym_visibility" in function.attributes
+            and str(function.attributes["sym_visibility"]).strip('"') == "private")
+
+
 def _tests_as_programs(text: str) -> list[str]:
     """Each test function of one split module as a program of its own: its checks
     turned into results, renamed @main."""
@@ -66,7 +73,7 @@ def _tests_as_programs(text: str) -> list[str]:
         tests = []
         for function in module.body.operations:
             function = function.operation
-            if function.name != "func.func" or "sym_visibility" in function.attributes:
+            if function.name != "func.func" or _is_private(function):
                 continue
             block = function.regions[0].blocks[0]
             if len(block.arguments):
@@ -75,14 +82,19 @@ def _tests_as_programs(text: str) -> list[str]:
             checks = [op for op in operations if _is_check(op)]
             checked = [op.operands[0] for op in checks if len(op.operands)]
             returned = operations[-1]
-            values = list(returned.operands) + checked
-            for op in checks:
-                op.erase()
+            # A check custom call may have a result (upstream's testdata returns
+            # `check.eq`'s i1): it goes with the check, the checked value stays.
+            values = [value for value in returned.operands
+                      if not any(value.owner == check for check in checks)] + checked
             with ir.InsertionPoint(returned):
                 func_dialect.ReturnOp(values)
-            returned.erase()
+            returned.erase()  # first: it may use a check's result, which must have no uses left when erased
+            for op in checks:
+                op.erase()
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get([], [value.type for value in values]))
+            if "res_attrs" in function.attributes:  # one per result: the results changed
+                del function.attributes["res_attrs"]
             tests.append(str(function.attributes["sym_name"]).strip('"'))
         converted = str(module)
         programs = []
