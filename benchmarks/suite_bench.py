@@ -3,9 +3,10 @@
 The programs are StableHLO's interpreter tests and testdata (the
 ``stablehlo-tests`` directory next to the project, ``../shared/stablehlo-tests``;
 set ``--tests`` to point elsewhere). Each test function becomes one program
-whose checked values are its results: every ``check.*`` op (and ``check.*``
-custom call) is removed and the value it checked is returned instead, and the
-function becomes ``@main``. Both sides then run the same text:
+whose checked values are its results: its check ops are taken out and the
+values they compare are returned instead, its calls inlined, and the
+function becomes ``@main`` (``ir/edit.py``'s ``checks_as_results``, what
+``stablehlo-interp conform`` hands a backend). Both sides then run the same text:
 
 * ours: ``si.load(text)`` and ``program.run()``;
 * jaxlib's C++ reference interpreter: ``ir.Module.parse(text)`` and
@@ -40,77 +41,27 @@ DEFAULT_TESTS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "stable
 # ------------------------------------------------------------------ the programs
 
 
-def _is_check(operation) -> bool:
-    name = operation.name
-    if name.startswith("check."):
-        return True
-    if name == "stablehlo.custom_call" and "call_target_name" in operation.attributes:
-        return str(operation.attributes["call_target_name"]).strip('"').startswith("check.")
-    return False
+def _tests_as_programs(text: str) -> list[tuple[str, str]]:
+    """``(test name, program)`` for each test function of one split module: its
+    checks turned into results and the function renamed @main, as `conform`
+    hands them to a backend (ir/edit.py ``checks_as_results``)."""
+    from stablehlo_interp import Program
+    from stablehlo_interp.ir.edit import checks_as_results
 
-
-def _is_private(function) -> bool:
-    """Private functions are helpers; every other one without arguments is a
-    test (as `stablehlo-interp test` and stablehlo-translate --interpret run them)."""
-    return ("sym_visibility" in function.attributes
-            and str(function.attributes["sym_visibility"]).strip('"') == "private")
-
-
-def _tests_as_programs(text: str) -> list[str]:
-    """Each test function of one split module as a program of its own: its checks
-    turned into results, renamed @main."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import func as func_dialect
-
-    from stablehlo_interp.ir.check_dialect import to_generic_form
-    from stablehlo_interp.ir.sources import make_context
-
-    with make_context(), ir.Location.unknown():
+    try:
+        program = Program(text)
+    except Exception:  # noqa: BLE001 - a module that does not load is no program
+        return []
+    source = program.module.operation.get_asm(enable_debug_info=True)
+    tests = []
+    for function in program.functions.values():
+        if function.visibility == "private" or function.arg_types:
+            continue
         try:
-            module = ir.Module.parse(to_generic_form(text))
-        except Exception:  # noqa: BLE001 - a module that does not parse is no program
-            return []
-        tests = []
-        for function in module.body.operations:
-            function = function.operation
-            if function.name != "func.func" or _is_private(function):
-                continue
-            block = function.regions[0].blocks[0]
-            if len(block.arguments):
-                continue
-            operations = [op.operation for op in block.operations]
-            checks = [op for op in operations if _is_check(op)]
-            checked = [op.operands[0] for op in checks if len(op.operands)]
-            returned = operations[-1]
-            # A check custom call may have a result (upstream's testdata returns
-            # `check.eq`'s i1): it goes with the check, the checked value stays.
-            values = [value for value in returned.operands
-                      if not any(value.owner == check for check in checks)] + checked
-            with ir.InsertionPoint(returned):
-                func_dialect.ReturnOp(values)
-            returned.erase()  # first: it may use a check's result, which must have no uses left when erased
-            for op in checks:
-                op.erase()
-            function.attributes["function_type"] = ir.TypeAttr.get(
-                ir.FunctionType.get([], [value.type for value in values]))
-            if "res_attrs" in function.attributes:  # one per result: the results changed
-                del function.attributes["res_attrs"]
-            tests.append(str(function.attributes["sym_name"]).strip('"'))
-        converted = str(module)
-        programs = []
-        for test in tests:
-            copy = ir.Module.parse(converted)
-            for function in copy.body.operations:
-                function = function.operation
-                if function.name != "func.func":
-                    continue
-                name = str(function.attributes["sym_name"]).strip('"')
-                if name == test:
-                    function.attributes["sym_name"] = ir.StringAttr.get("main")
-                elif name == "main":
-                    function.attributes["sym_name"] = ir.StringAttr.get("main_renamed_by_suite_bench")
-            programs.append(str(copy))
-        return programs
+            tests.append((function.name, checks_as_results(source, function.name)[0]))
+        except Exception:  # noqa: BLE001 - checks that cannot become results: no program
+            continue
+    return tests
 
 
 def programs(directory: pathlib.Path, limit: int | None) -> list[tuple[str, str]]:
@@ -120,8 +71,8 @@ def programs(directory: pathlib.Path, limit: int | None) -> list[tuple[str, str]
     found = []
     for path in expand_paths([directory]):
         for first, part in split_modules(path.read_text(encoding="utf-8")):
-            for index, program in enumerate(_tests_as_programs(part)):
-                found.append((f"{path.relative_to(directory)}:{first}#{index}", program))
+            for test, program in _tests_as_programs(part):
+                found.append((f"{path.relative_to(directory)}:{first}@{test}", program))
                 if limit and len(found) >= limit:
                     return found
     return found
