@@ -26,11 +26,13 @@ counted). Printed: the totals over the programs both ran, their ratios
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import pickle
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
@@ -181,10 +183,12 @@ def main() -> None:
               "nothing was measured.")
         sys.exit(2)
 
-    found = programs(options.tests, options.limit)
+    found = programs(options.tests.resolve(), options.limit)
     names, texts = [name for name, _ in found], [text for _, text in found]
-    reference = reference_times(texts, options.repeat)
-    ours = our_times(texts, options.repeat)
+    with tempfile.TemporaryDirectory() as probes:   # interpreter.probe writes its files where the run is
+        os.chdir(probes)
+        reference = reference_times(texts, options.repeat)
+        ours = our_times(texts, options.repeat)
     both = [(o, r) for o, r in zip(ours, reference) if o is not None and r is not None]
     only_ours = sum(1 for o, r in zip(ours, reference) if o is not None and r is None)
     only_reference = [n for n, o, r in zip(names, ours, reference) if o is None and r is not None]
