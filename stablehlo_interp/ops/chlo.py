@@ -12,6 +12,10 @@
   ``broadcast_dimensions`` map) and then run the stablehlo (or chlo) op they
   mirror, through that op's own builder: see :func:`_broadcasting`.
 - ``top_k``, ``ragged_dot`` and ``scan`` as described at their builders.
+
+StableHLO's test files that pipe through ``stablehlo-opt --chlo-pre-serialization-pipeline``
+run CHLO's StableHLO decomposition instead, as upstream's interpreter does
+(frontends/testfile.py, ir/chlo_legalization.py).
 """
 
 from __future__ import annotations
