@@ -199,6 +199,23 @@ def run_xla_text(text: str, *args) -> list:
     return [np.asarray(out) for out in executable.execute(buffers)]
 
 
+@functools.lru_cache(maxsize=None)
+def legalized(text: str) -> str:
+    """``text`` with its chlo ops rewritten as their StableHLO decomposition, by jaxlib's
+    own chlo-legalize-to-stablehlo pass (ir/chlo_legalization.py)."""
+    from jaxlib.mlir import ir
+
+    from stablehlo_interp.ir.chlo_legalization import legalize_chlo
+    from stablehlo_interp.ir.sources import make_context
+
+    with make_context():
+        module = ir.Module.parse(text)
+        legalize_chlo(module)
+        legal = str(module)
+    assert "chlo." not in legal
+    return legal
+
+
 def run_interp_text(text: str, *args) -> list:
     """MLIR text run by stablehlo_interp, with result type checks."""
     return si.run(text, *args, listeners=[si.validation.ResultTypeChecker()])

@@ -36,8 +36,8 @@ import pytest
 import scipy.special
 
 import stablehlo_interp as si
-from oracles import (assert_same, dtype_id, element_values, op_module, run_interp, run_interp_text, run_xla,
-                     run_xla_text, tensor_type)
+from oracles import (assert_same, dtype_id, element_values, legalized, op_module, run_interp, run_interp_text,
+                     run_xla, run_xla_text, tensor_type)
 from stablehlo_interp.ops.numerics import ulp_difference
 from stablehlo_interp.ir.types import dtype_of
 
@@ -325,25 +325,6 @@ def test_unary_xla_against_reference(op_name, element_type):
 # ------------------------------------------------------- jaxlib's CHLO legalization
 
 
-@functools.lru_cache(maxsize=None)
-def legalized(text: str) -> str:
-    """``text`` with its chlo ops rewritten to stablehlo by jaxlib's own
-    chlo-legalize-to-stablehlo pass (XLA's decompositions)."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo
-    from jaxlib.mlir.passmanager import PassManager
-
-    from stablehlo_interp.ir.sources import make_context
-
-    stablehlo.register_stablehlo_passes()
-    with make_context():
-        module = ir.Module.parse(text)
-        PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))").run(module.operation)
-        legal = str(module)
-    assert "chlo." not in legal
-    return legal
-
-
 def assert_same_special_values(actual, expected, context=""):
     """The same NaNs and infinities, and the same sign where both are zero."""
     a, e = actual.astype(np.float64), expected.astype(np.float64)
@@ -400,6 +381,17 @@ def test_next_after(element_type):
         (xla,) = run_xla_text(text, lhs, rhs)
         keep = away_from_subnormals(ours) & away_from_subnormals(lhs)
         assert_same(ours[keep], xla[keep])
+
+
+def test_broadcast_next_after_of_complex_operands_is_a_clear_error():
+    """chlo.next_after takes floats only; the broadcasting op's verifier lets complex
+    operands through (and jaxlib's legalization crashes on them)."""
+    ttype = tensor_type((2,), "complex<f32>")
+    text = op_module("chlo.broadcast_next_after", [ttype, ttype], ttype)
+    x = np.array([1 + 1j, 2], np.complex64)
+    with pytest.raises(si.OpError, match=r"chlo.next_after at .*:2: expects floating-point operands, got "
+                                         r"tensor<2xcomplex<f32>>"):
+        run_interp_text(text, x, x)
 
 
 # (op, regular domain of the two operands) -> XLA CPU's (ULP, absolute eps) bound per type

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ElementTree
 import ml_dtypes
 import numpy as np
 
+from oracles import legalized
 from stablehlo_interp.cli import main
 from stablehlo_interp.frontends.testfile import (CANNOT_PARSE, DISABLED, PASSED, FAILED, report, run_file,
                                                  run_files, run_text)
@@ -301,3 +302,34 @@ def test_a_file_whose_worker_is_killed_fails_alone_and_the_others_go_on(tmp_path
     assert died.file == str(endless) and [o.verdict for o in died.outcomes] == [FAILED]
     assert "worker process running this file died" in died.outcomes[0].message
     assert [(r.file, [o.verdict for o in r.outcomes]) for r in rest] == [(str(files[1]), [PASSED])]
+
+
+# chlo.digamma next to its zeros 1.4616, -0.5041 and -5.6672: XLA CPU's values, which jaxlib's C++
+# reference interpreter also gives for CHLO's StableHLO decomposition (bit for bit); SciPy's
+# exact digamma is up to 1637 ULP away from them.
+DIGAMMA_TEST = """{run_line}
+func.func @main() {{
+  %x = stablehlo.constant dense<[1.460501, 1.4658601, -0.5052296, -5.6650467]> : tensor<4xf32>
+  %y = chlo.digamma %x : tensor<4xf32> -> tensor<4xf32>
+  %xla = stablehlo.constant dense<[-0.0010949969, 0.0040838122, -0.010250866, 0.027443767]> : tensor<4xf32>
+  stablehlo.custom_call @check.expect_close(%y, %xla) {{has_side_effect = true}} : (tensor<4xf32>, tensor<4xf32>) -> ()
+  return
+}}
+"""
+CHLO_PIPELINE_RUN = "// RUN: stablehlo-opt --chlo-pre-serialization-pipeline -inline %s | stablehlo-translate --interpret"
+PLAIN_RUN = "// RUN: stablehlo-opt -inline %s | stablehlo-translate --interpret"
+
+
+def test_chlo_ops_run_as_their_stablehlo_decomposition_where_the_run_line_asks(reference):
+    (outcome,) = run_text(DIGAMMA_TEST.format(run_line=CHLO_PIPELINE_RUN), "digamma.mlir")
+    assert outcome.verdict == PASSED, outcome.report()
+    # without the pipeline, chlo.digamma is evaluated directly (SciPy), hundreds of ULP away
+    (outcome,) = run_text(DIGAMMA_TEST.format(run_line=PLAIN_RUN), "digamma.mlir")
+    assert outcome.verdict == FAILED and "ULP difference outside [0, 3]" in outcome.message
+    # the decomposition as the C++ reference interpreter evaluates it
+    text = ("func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %y = chlo.digamma %x : tensor<4xf32> -> tensor<4xf32>\n  return %y : tensor<4xf32>\n}\n")
+    x = np.array([1.460501, 1.4658601, -0.5052296, -5.6650467], np.float32)
+    (expected,) = reference.evaluate(legalized(text), [x])
+    np.testing.assert_array_equal(expected, np.array([-0.0010949969, 0.0040838122, -0.010250866, 0.027443767],
+                                                     np.float32))

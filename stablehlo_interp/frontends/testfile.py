@@ -8,6 +8,12 @@ arguments are helpers, not tests; tests of collectives run helpers as a grid of
 processes with ``interpreter.run_parallel`` (``programs = [[@f, @g], ...]``:
 replicas by partitions; ops/collectives.py).
 
+A file whose interpreting RUN line first pipes it through
+``stablehlo-opt --chlo-pre-serialization-pipeline`` (or ``--chlo-legalize-to-stablehlo``)
+has its CHLO ops rewritten as their StableHLO decomposition before it runs, as
+upstream's interpreter sees them (ir/chlo_legalization.py); elsewhere CHLO ops
+are evaluated directly (ops/chlo.py).
+
 Verdicts besides passed and failed, counted apart:
 
 * **cannot parse**: jaxlib's MLIR parser (or the check dialect's rewrite,
@@ -38,6 +44,8 @@ from dataclasses import dataclass, field
 from ..engine.hostio import Instruments
 from ..engine.run import RunContext
 from ..errors import InterpreterError, OpError, ParseError
+from ..ir import sources
+from ..ir.chlo_legalization import legalize_chlo
 from ..program import Program
 from . import junit
 from .progress import ProgressLine
@@ -132,14 +140,34 @@ def disabled_reason(text: str) -> str | None:
     return None
 
 
+_CHLO_LEGALIZING_OPTIONS = ("--chlo-pre-serialization-pipeline", "--chlo-legalize-to-stablehlo")
+
+
+def legalizes_chlo(text: str) -> bool:
+    """Whether the RUN line that interprets the file (or, in a disabled file, the
+    disabled one) rewrites its CHLO ops as StableHLO first."""
+    commands = [c for c in _RUN_LINE.findall(text) if "--interpret" in c] or \
+        [c for _, c in _DISABLED_RUN_LINE.findall(text) if "--interpret" in c]
+    return any(option in command for command in commands for option in _CHLO_LEGALIZING_OPTIONS)
+
+
+def _program(part: str, chlo_as_stablehlo: bool) -> Program:
+    if not chlo_as_stablehlo:
+        return Program(part)
+    parsed = sources.parse(part)
+    legalize_chlo(parsed.module)
+    return Program(parsed)
+
+
 def run_text(text: str, file: str, probe_directory=None, printed=None) -> list[Outcome]:
     """The outcomes of every test in ``text``. ``probe_directory``: where
     ``interpreter.probe`` writes (None: an error if a test probes); ``printed``: a
     text stream for ``interpreter.print`` (None: standard output)."""
     outcomes = []
+    chlo_as_stablehlo = legalizes_chlo(text)
     for first, part in split_modules(text):
         try:
-            program = Program(part)
+            program = _program(part, chlo_as_stablehlo)
         except Exception as error:  # noqa: BLE001 - reported as this module's failure
             outcomes.append(outcome_of_error(file, None, first, error))
             continue

@@ -12,6 +12,10 @@
   ``broadcast_dimensions`` map) and then run the stablehlo (or chlo) op they
   mirror, through that op's own builder: see :func:`_broadcasting`.
 - ``top_k``, ``ragged_dot`` and ``scan`` as described at their builders.
+
+StableHLO's test files that pipe through ``stablehlo-opt --chlo-pre-serialization-pipeline``
+run CHLO's StableHLO decomposition instead, as upstream's interpreter does
+(frontends/testfile.py, ir/chlo_legalization.py).
 """
 
 from __future__ import annotations
@@ -219,9 +223,12 @@ def next_after(info):
     std::nextafter), by stepping x's bit pattern as XLA's decomposition does:
     y if x == y, NaN if either is NaN, the smallest subnormal signed like y if
     x is zero."""
-    dtype = info.operand_types[0].dtype
-    if info.operand_types[0].bit_width != 8 * dtype.itemsize:
-        raise info.unsupported(f"element type {info.operand_types[0].element_type}")
+    ttype = info.operand_types[0]
+    if not ttype.is_float:  # chlo.broadcast_next_after's verifier lets complex operands through
+        raise info.error(f"expects floating-point operands, got {ttype}")
+    dtype = ttype.dtype
+    if ttype.bit_width != 8 * dtype.itemsize:
+        raise info.unsupported(f"element type {ttype.element_type}")
     bits = unsigned_view_dtype(dtype)
     sign = bits.type(1 << (8 * dtype.itemsize - 1))
     one, nan = bits.type(1), np.array(np.nan, dtype)
