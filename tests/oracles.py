@@ -203,15 +203,9 @@ def run_xla_text(text: str, *args) -> list:
 def legalized(text: str) -> str:
     """``text`` with its chlo ops rewritten as their StableHLO decomposition, by jaxlib's
     own chlo-legalize-to-stablehlo pass (ir/chlo_legalization.py)."""
-    from jaxlib.mlir import ir
-
     from stablehlo_interp.ir.chlo_legalization import legalize_chlo
-    from stablehlo_interp.ir.sources import make_context
 
-    with make_context():
-        module = ir.Module.parse(text)
-        legalize_chlo(module)
-        legal = str(module)
+    legal = legalize_chlo(text)
     assert "chlo." not in legal
     return legal
 

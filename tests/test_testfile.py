@@ -7,6 +7,8 @@ formats (stablehlo/reference/Tensor.cpp, InterpreterOps.cpp, NumPy.cpp)."""
 import io
 import pathlib
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ElementTree
 
 import ml_dtypes
@@ -333,3 +335,22 @@ def test_chlo_ops_run_as_their_stablehlo_decomposition_where_the_run_line_asks(r
     (expected,) = reference.evaluate(legalized(text), [x])
     np.testing.assert_array_equal(expected, np.array([-0.0010949969, 0.0040838122, -0.010250866, 0.027443767],
                                                      np.float32))
+
+
+def test_a_chlo_decomposition_that_kills_its_process_fails_the_test_only(tmp_path):
+    """jaxlib's legalization crashes on chlo.broadcast_next_after of complex operands
+    (its verifier lets them through): the rewrite runs in a child process, so the
+    test fails with what happened and the run goes on (the test command runs here
+    in a child of its own, so that a regression cannot take pytest down)."""
+    complex_next_after = (f"{CHLO_PIPELINE_RUN}\nfunc.func @main() {{\n"
+                          "  %x = stablehlo.constant dense<(1.0, 2.0)> : tensor<complex<f32>>\n"
+                          "  %y = chlo.broadcast_next_after %x, %x : (tensor<complex<f32>>, tensor<complex<f32>>)"
+                          " -> tensor<complex<f32>>\n  return\n}\n")
+    (tmp_path / "next_after.mlir").write_text(complex_next_after)
+    (tmp_path / "digamma.mlir").write_text(DIGAMMA_TEST.format(run_line=CHLO_PIPELINE_RUN))
+    done = subprocess.run([sys.executable, "-m", "stablehlo_interp", "test", str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "1 passed, 1 failed"
+    assert re.search(r"FAILED .*next_after.mlir .*CHLO's decomposition into StableHLO killed the child process "
+                     r"that ran it \(signal \d+", done.stdout), done.stdout

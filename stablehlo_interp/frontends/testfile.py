@@ -154,9 +154,8 @@ def legalizes_chlo(text: str) -> bool:
 def _program(part: str, chlo_as_stablehlo: bool) -> Program:
     if not chlo_as_stablehlo:
         return Program(part)
-    parsed = sources.parse(part)
-    legalize_chlo(parsed.module)
-    return Program(parsed)
+    sources.parse(part)   # a part that does not parse is "cannot parse", with or without the rewrite
+    return Program(legalize_chlo(part))
 
 
 def run_text(text: str, file: str, probe_directory=None, printed=None) -> list[Outcome]:

@@ -13,39 +13,35 @@ The pipeline (stablehlo/transforms/PassPipelines.cpp,
 ``shape-legalize-to-stablehlo`` and ``reconcile-unrealized-casts``; the last two
 only matter for the shape dialect ops of dynamic CHLO broadcasts, and jaxlib
 does not register the last one (its casts would be left for the loader to reject).
+
+jaxlib's legalization crashes its process on ops its verifier lets through
+(``chlo.broadcast_next_after`` of complex operands), so it runs in a child
+process (:class:`~stablehlo_interp.ir.child_process.ChildProcess`, started at
+the first request), which answers with the rewritten module as text, each op
+keeping the location of the text it came from.
 """
 
 from __future__ import annotations
 
-from jaxlib.mlir import ir, passmanager
-from jaxlib.mlir.dialects import stablehlo
-
 from ..errors import ModuleError
-from .sources import captured_diagnostics
+from .child_process import ERROR, ChildDied, ChildProcess
 
-_PIPELINE = "builtin.module(func.func(chlo-legalize-to-stablehlo),func.func(shape-legalize-to-stablehlo))"
+PIPELINE = "builtin.module(func.func(chlo-legalize-to-stablehlo),func.func(shape-legalize-to-stablehlo))"
 
-
-def has_chlo_ops(module: ir.Module) -> bool:
-    found = []
-
-    def visit(operation):
-        if operation.name.startswith("chlo."):
-            found.append(operation.name)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return bool(found)
+_CHILD = ChildProcess(f"{__package__}.chlo_legalization_child")
 
 
-def legalize_chlo(module: ir.Module) -> None:
-    """Rewrite every CHLO op of ``module`` (in place) as the StableHLO ops of its decomposition."""
-    if not has_chlo_ops(module):
-        return
-    stablehlo.register_stablehlo_passes()
-    with module.context, captured_diagnostics(module.context) as diagnostics:
-        try:
-            passmanager.PassManager.parse(_PIPELINE).run(module.operation)
-        except ir.MLIRError:
-            raise ModuleError(f"cannot rewrite the CHLO ops as StableHLO:\n{diagnostics.text()}") from None
+def legalize_chlo(text: str) -> str:
+    """``text`` (a module that parses) with every CHLO op rewritten as the StableHLO ops
+    of its decomposition, as text with locations; ``text`` itself when it has no CHLO op.
+    A module the pipeline rejects, or that kills it, is a ModuleError."""
+    if "chlo." not in text:
+        return text
+    try:
+        status, answer = _CHILD.ask(text.encode("utf-8"))
+    except ChildDied as death:
+        raise ModuleError(f"CHLO's decomposition into StableHLO killed the child process that ran it ({death})") \
+            from None
+    if status == ERROR:
+        raise ModuleError(answer.decode("utf-8"))
+    return answer.decode("utf-8")
