@@ -174,3 +174,15 @@ def test_the_command_shows_a_progress_line_on_a_terminal_only(tmp_path, monkeypa
     shown = terminal.getvalue()
     assert shown.startswith("\r\033[K[1/1] 1 pass, 0 fail ...\r\033[Kverdict ")
     assert shown.endswith("cpu: 1 pass, 0 fail\nchecked elements by ULP distance to the interpreter: 0: 4\n")
+
+
+def test_chlo_ops_are_rewritten_as_stablehlo_where_the_run_line_asks(tmp_path):
+    """As `stablehlo-interp test` does (tests/test_testfile.py): the interpreter's verdict
+    is the decomposition's, and the backend runs the same program."""
+    from test_testfile import CHLO_PIPELINE_RUN, DIGAMMA_TEST, PLAIN_RUN
+
+    for run_line, interpreter_passes in ((CHLO_PIPELINE_RUN, True), (PLAIN_RUN, False)):
+        path = tmp_path / "digamma.mlir"
+        path.write_text(DIGAMMA_TEST.format(run_line=run_line))
+        (result,) = conform_file(str(path), "cpu")
+        assert (result.verdict, result.interpreter_passes) == (PASS, interpreter_passes), run_line

@@ -5,7 +5,8 @@
     print(report.table())
 
 For each test (a public function without arguments, as ``stablehlo-interp test``
-finds them, frontends/testfile.py):
+finds them, frontends/testfile.py, and with its CHLO ops rewritten as StableHLO
+where the file's RUN line asks for it, as there):
 
 1. its check ops become results (ir/edit.py :func:`checks_as_results`): a backend
    cannot compile ``check.*`` ops or ``@check.*`` custom calls, so the test
@@ -47,7 +48,8 @@ from ..program import Program
 from ..tools.backends import resolve
 from ..tools.compare import compare
 from . import junit
-from .testfile import disabled_reason, expand_paths, location_in_file, outcome_of_error, split_modules
+from .testfile import (disabled_reason, expand_paths, legalizes_chlo, location_in_file, outcome_of_error,
+                       program_of_part, split_modules)
 from .workers import ordered_map
 
 PASS, FAIL, BACKEND_ERROR, CANNOT_PARSE, INTERPRETER_ERROR = (
@@ -172,10 +174,11 @@ def conform_file(path: str, backend: str = "cpu", include_disabled: bool = False
     if disabled_reason(text) is not None and not include_disabled:
         return []
     results = []
+    chlo_as_stablehlo = legalizes_chlo(text)   # the program the file's RUN line interprets
     for first, part in split_modules(text):
         started = time.perf_counter()
         try:
-            program = Program(part)
+            program = program_of_part(part, chlo_as_stablehlo)
         except Exception as error:  # noqa: BLE001 - reported as this module's verdict
             verdict = CANNOT_PARSE if isinstance(error, ParseError) else INTERPRETER_ERROR
             results.append(ConformResult(path, None, first, verdict, _message(path, error)))

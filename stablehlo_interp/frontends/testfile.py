@@ -151,7 +151,9 @@ def legalizes_chlo(text: str) -> bool:
     return any(option in command for command in commands for option in _CHLO_LEGALIZING_OPTIONS)
 
 
-def _program(part: str, chlo_as_stablehlo: bool) -> Program:
+def program_of_part(part: str, chlo_as_stablehlo: bool) -> Program:
+    """One split module as a program; ``chlo_as_stablehlo``: its CHLO ops rewritten as
+    StableHLO first (:func:`legalizes_chlo` of the file)."""
     if not chlo_as_stablehlo:
         return Program(part)
     sources.parse(part)   # a part that does not parse is "cannot parse", with or without the rewrite
@@ -166,7 +168,7 @@ def run_text(text: str, file: str, probe_directory=None, printed=None) -> list[O
     chlo_as_stablehlo = legalizes_chlo(text)
     for first, part in split_modules(text):
         try:
-            program = _program(part, chlo_as_stablehlo)
+            program = program_of_part(part, chlo_as_stablehlo)
         except Exception as error:  # noqa: BLE001 - reported as this module's failure
             outcomes.append(outcome_of_error(file, None, first, error))
             continue
