@@ -186,3 +186,26 @@ def test_chlo_ops_are_rewritten_as_stablehlo_where_the_run_line_asks(tmp_path):
         path.write_text(DIGAMMA_TEST.format(run_line=run_line))
         (result,) = conform_file(str(path), "cpu")
         assert (result.verdict, result.interpreter_passes) == (PASS, interpreter_passes), run_line
+
+
+RECURSIVE = """func.func private @f(%x: tensor<i32>) -> tensor<i32> {
+  %0 = func.call @f(%x) : (tensor<i32>) -> tensor<i32>
+  return %0 : tensor<i32>
+}
+func.func @main() {
+  %c = stablehlo.constant dense<1> : tensor<i32>
+  %0 = func.call @f(%c) : (tensor<i32>) -> tensor<i32>
+  check.expect_eq_const %0, dense<1> : tensor<i32>
+  func.return
+}
+"""
+
+
+def test_a_recursive_function_is_an_interpreter_error_not_a_hang(tmp_path):
+    """Its calls are inlined for the backend: a chain that never ends stops at
+    INLINE_ROUNDS (it inlined forever, its memory growing, before)."""
+    path = tmp_path / "recursive.mlir"
+    path.write_text(RECURSIVE)
+    (result,) = conform_file(str(path), "cpu")
+    assert result.verdict == INTERPRETER_ERROR
+    assert "cannot inline the module's calls: they are nested more than 64 deep" in result.message

@@ -37,39 +37,53 @@ _SYMBOL = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w.$-]+))')
 
 
 def inline_calls(text: str, function: str) -> str:
-    """The module with every ``func.call`` in ``@function``'s body inlined (recursively)."""
+    """The module with every ``func.call`` in ``@function``'s body inlined (recursively;
+    a call chain deeper than :data:`INLINE_ROUNDS`, a recursive function, is a ModuleError)."""
     with make_context():
         module = ir.Module.parse(text)
         functions = function_operations(module)
         block = _body(functions[function])
-        while True:
-            calls = [op for op in block.operations if op.operation.name == "func.call"]
-            if not calls:
-                break
-            for call in calls:
-                _inline(call.operation, functions[call.operation.attributes["callee"].value])
+        _inline_until_none(lambda: [op.operation for op in block.operations if op.operation.name == "func.call"],
+                           functions)
         return _text(module)
 
 
-def inline_every_call(module: ir.Module, rounds: int = 64) -> None:
+def inline_every_call(module: ir.Module) -> None:
     """Replace each ``func.call`` in ``module`` (in any function and region) by the body
-    of the function it calls, until none is left; a call chain deeper than ``rounds``
-    (a recursive function) is a ModuleError. The functions called stay (unused)."""
-    functions = function_operations(module)
-    for _ in range(rounds):
-        calls = []
+    of the function it calls, until none is left; a call chain deeper than
+    :data:`INLINE_ROUNDS` (a recursive function) is a ModuleError. The functions
+    called stay (unused)."""
+
+    def calls():
+        found = []
 
         def visit(op):
             if op.name == "func.call":
-                calls.append(op)
+                found.append(op)
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
+        return found
+
+    _inline_until_none(calls, function_operations(module))
+
+
+INLINE_ROUNDS = 64  # how deep calls may nest in a module that is inlined
+
+
+def _inline_until_none(find_calls, functions: dict) -> None:
+    """Inline the calls ``find_calls()`` finds, round after round, until it finds none."""
+    for _ in range(INLINE_ROUNDS):
+        calls = find_calls()
         if not calls:
             return
         for call in calls:
-            _inline(call, functions[call.attributes["callee"].value])
-    raise ModuleError(f"cannot inline the module's calls: they are nested more than {rounds} deep")
+            callee = call.attributes["callee"].value
+            if not len(functions[callee].regions[0].blocks):
+                raise ModuleError(f"cannot inline the call of @{callee}: it is declared without a body")
+            _inline(call, functions[callee])
+    raise ModuleError(f"cannot inline the module's calls: they are nested more than {INLINE_ROUNDS} deep "
+                      "(a recursive function?)")
 
 
 def prefix_module(text: str, function: str, last: int, returned: list[tuple[int, int]]) -> str:
