@@ -476,6 +476,51 @@ def test_shared_ops_keep_their_file_line_and_column(tmp_path):
     assert len({id(step.run) for step in steps}) == 1
 
 
+NESTED_EQUAL_OPS = """func.func private @twice(%x: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.add %x, %x : tensor<i32>
+  %1 = stablehlo.add %0, %0 : tensor<i32>
+  return %1 : tensor<i32>
+}
+func.func @main(%n: tensor<i32>) -> tensor<i32> {
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %n, %acc = %n) : tensor<i32>, tensor<i32>
+    cond {
+      %c = stablehlo.compare LT, %i, %one : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %i1 = stablehlo.add %i, %one : tensor<i32>
+        %a = stablehlo.add %acc, %i1 : tensor<i32>
+      %b = func.call @twice(%a) : (tensor<i32>) -> tensor<i32>
+      stablehlo.return %i1, %b : tensor<i32>, tensor<i32>
+    }
+  %s = stablehlo.add %r#1, %one : tensor<i32>
+  return %s : tensor<i32>
+}"""
+
+
+def test_a_load_of_text_without_locations_reads_none_and_finds_them_in_the_text(monkeypatch, tmp_path):
+    """Text that writes no ``loc(...)``: each op's location is where it starts in the
+    text, so the load reads none of the equal ops' (the bindings' costliest call
+    after the operands); the first step asked for parses the text again, once, and
+    every op of every region (a while's body, a called function) gets its own line
+    and column, in the module's file."""
+    parses = []
+    parse_again = sources.TextLocations._parse_again
+    monkeypatch.setattr(sources.TextLocations, "_parse_again", lambda self: parses.append(1) or parse_again(self))
+    path = tmp_path / "nested.mlir"
+    path.write_text(NESTED_EQUAL_OPS)
+    program = si.load(str(path))
+    assert parses == []
+    body = program.function("main").region.steps[1].regions[1]
+    assert [(step.name, step.location.frame.line, step.location.frame.column) for step in body.steps] == [
+        ("stablehlo.add", 13, 13), ("stablehlo.add", 14, 14), ("func.call", 15, 12)]   # (where the name starts)
+    twice = program.function("twice").region.steps
+    assert [(step.location.frame.file, step.location.frame.line) for step in twice] == [(str(path), 2), (str(path), 3)]
+    assert str(program.function("main").region.steps[2].location) == f"{path}:18"
+    assert parses == [1]
+    assert program.run(np.int32(0))[0] == 5   # one iteration: acc = 0 + 1, twice: 4; then + 1
+
+
 def test_the_processes_of_a_grid_see_the_same_steps():
     """Steps are made on first use; threads that ask at once get the same ones."""
     import sys

@@ -161,6 +161,10 @@ class BuiltOp:
 
 _MAKING_STEPS = threading.Lock()
 
+# StepColumns.locations' entry for an op whose location is its place in the module's
+# text, found there again when asked (StepColumns.locate).
+IN_TEXT = "in the module's text"
+
 
 class StepColumns:
     """A region's steps as the compiler leaves them, one list per field, one entry per op.
@@ -179,15 +183,18 @@ class StepColumns:
       ``locations[i]`` is the op's own location: a SourceLocation; for a line of
       the module's own text (``file_name``, MLIR's ``-``), the int
       ``line << 32 | column`` (no object that the collector visits); for a line
-      of another file, ``(file, line, column)``.
+      of another file, ``(file, line, column)``; or IN_TEXT, for a module of
+      text that writes no location: ``locate(i)`` finds it there when asked
+      (ir/sources.py, TextLocations), and the load never reads it.
 
     ``releases[i]`` are the slots whose last use op ``i`` is (:meth:`assign_releases`).
     """
 
-    __slots__ = ("file_name", "ops", "operands", "results", "locations", "releases", "_steps")
+    __slots__ = ("file_name", "locate", "ops", "operands", "results", "locations", "releases", "_steps")
 
-    def __init__(self, file_name: str = "-"):
+    def __init__(self, file_name: str = "-", locate=None):
         self.file_name = file_name   # the module's file, for locations of its text
+        self.locate = locate         # op index -> its SourceLocation, for IN_TEXT
         self.ops: list = []
         self.operands: list[tuple[int, ...]] = []
         self.results: list = []
@@ -281,7 +288,9 @@ class StepColumns:
             return op
         info, location = op.info, self.locations[index]
         if location is not None:   # the OpInfo of an equal op: this op's own, at its location
-            if type(location) is int:
+            if location is IN_TEXT:
+                location = self.locate(index)
+            elif type(location) is int:
                 location = SourceLocation.at_line(self.file_name, location >> 32, location & 0xFFFFFFFF)
             elif type(location) is tuple:
                 location = SourceLocation.at_line(*location)

@@ -10,18 +10,20 @@ besides ir/ that reads MLIR operations; the plans it produces hold none.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 
 from jaxlib.mlir.ir import FileLineColLoc
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
+from ..engine.plan import IN_TEXT, BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
 from ..ir.decode import decode_location, decode_op_attributes, decode_type
 from ..ir.locations import SourceLocation
+from ..ir.sources import TextLocations
 
 TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
 
@@ -56,10 +58,12 @@ def _collector_paused():
 class _Scope:
     """What the compiler keeps while it compiles one block: the slot of each MLIR
     value, its decoded type and that type's id (the shared runners' keys), the
-    values the block captures from enclosing ones."""
+    values the block captures from enclosing ones, and the block's ``path``
+    (TextLocations)."""
 
-    def __init__(self, parent: "_Scope | None"):
+    def __init__(self, parent: "_Scope | None", path: tuple):
         self.parent = parent
+        self.path = path
         self.slots: dict = {}
         self.types: list = []  # the decoded type of each slot
         self.type_ids: list[int] = []  # id() of each slot's decoded type
@@ -109,12 +113,17 @@ class Compiler:
     composite or custom_call gets the called function's Region as a region), so
     it may be declared anywhere in the module. A call to a function whose body is
     being compiled (recursion) gets that function's Region once it is built.
+
+    With ``text_locations`` (a module of text that writes no location), the
+    ops that share a runner read no location: their plans find it in the text
+    when asked (StepColumns.locate).
     """
 
-    def __init__(self, module: ModuleInfo, file_name: str | None):
+    def __init__(self, module: ModuleInfo, file_name: str | None, text_locations: TextLocations | None = None):
         ops.load_all()
         self.module = module
         self.file_name = file_name
+        self.text_locations = text_locations
         self._func_ops: dict = {}   # function name -> its func.func operation
         self._compiling: set[str] = set()
         self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
@@ -148,27 +157,29 @@ class Compiler:
             return
         self._compiling.add(function.name)
         block = self._func_ops[function.name].regions[0].blocks[0]
-        function.region, _ = self._compile_block(block, f"@{function.name}", parent=None)
+        function.region, _ = self._compile_block(block, f"@{function.name}", None, (function.name,))
         self._compiling.remove(function.name)
         for step, index in self._recursive_calls.pop(function.name, ()):
             regions = list(step.regions)
             regions[index] = function.region
             step.regions = step.info.regions = tuple(regions)
 
-    def compile_region(self, mlir_region, description: str, parent: _Scope) -> tuple:
-        """An op's region: ``(Region, the outer values it captures)``."""
+    def compile_region(self, mlir_region, description: str, parent: _Scope, path: tuple) -> tuple:
+        """An op's region (its block at ``path``): ``(Region, the outer values it captures)``."""
         blocks = list(mlir_region.blocks)
         if len(blocks) != 1:
             raise ModuleError(f"{description}: regions must have exactly one block, found {len(blocks)}")
-        return self._compile_block(blocks[0], description, parent)
+        return self._compile_block(blocks[0], description, parent, path)
 
-    def _compile_block(self, block, description: str, parent: _Scope | None) -> tuple:
-        scope = _Scope(parent)
+    def _compile_block(self, block, description: str, parent: _Scope | None, path: tuple) -> tuple:
+        scope = _Scope(parent, path)
         arguments = list(block.arguments)
         for argument in arguments:
             scope.define(argument, self.type_of(argument.type))
         arg_types = tuple(scope.types)
-        columns = StepColumns(self.file_name or "-")
+        text_locations = self.text_locations
+        columns = StepColumns(self.file_name or "-",
+                              None if text_locations is None else functools.partial(text_locations.location, path))
         # The loop below is the load's hot path (docs/engine.md, "What a load costs"): an
         # element-wise op without attributes equal to one compiled before (the same name
         # and types: _built) costs only the binding calls that read it and a few list
@@ -194,8 +205,9 @@ class Compiler:
                 else:
                     shared = shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
                 if shared is not None:
-                    location = operation.location
-                    if type(location) is file_line_col:   # (kept as StepColumns.locations says)
+                    if text_locations is not None:
+                        location = IN_TEXT
+                    elif type(location := operation.location) is file_line_col:   # (as StepColumns.locations says)
                         file, line, column = location.filename, location.start_line, location.start_col
                         location = line << 32 | column if file == "-" else (file, line, column)
                     else:
@@ -226,7 +238,10 @@ class Compiler:
         nested = captures = callees = called = ()
         try:
             if len(op.regions):
-                compiled = [self.compile_region(r, f"region {i} of {name}", scope) for i, r in enumerate(op.regions)]
+                path = scope.path
+                index = len(columns)
+                compiled = [self.compile_region(r, f"region {i} of {name}", scope, (*path, (index, i)))
+                            for i, r in enumerate(op.regions)]
                 nested = tuple(region for region, _ in compiled)
                 captures = tuple(tuple(scope.lookup(v) for v in captured) for _, captured in compiled)
             attributes = decode_op_attributes(op) if len(op.attributes) else {}
