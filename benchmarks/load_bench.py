@@ -110,10 +110,10 @@ def plan_bytes(text: str) -> int:
 
 
 def python_parts(text: str, repeat: int, clock) -> tuple:
-    """Seconds of three parts of a load that are ours, not the bindings': the releases
-    and the run loop's program made from the loaded region's columns
-    (engine/plan.py), and the collector's pass over the new plan (the compile pauses
-    it; its next young-generation pass visits every object the compile made)."""
+    """Seconds of two parts of a load that are ours, not the bindings': the run loop's
+    program and the releases, made in one pass from the loaded region's columns
+    (engine/plan.py, flatten), and the collector's pass over the new plan (the compile
+    pauses it; its next young-generation pass visits every object the compile made)."""
     region = si.load(text).function("main").region
 
     def collector_pass():
@@ -127,10 +127,9 @@ def python_parts(text: str, repeat: int, clock) -> tuple:
         return elapsed
 
     gc.disable()   # (as while a module compiles)
-    releases = best_time(lambda: region.columns.assign_releases(region.outputs), repeat, clock)
-    program = best_time(lambda: plan.flatten(region.columns), repeat, clock)
+    program = best_time(lambda: plan.flatten(region.columns, region.outputs), repeat, clock)
     gc.enable()
-    return releases, program, min(collector_pass() for _ in range(repeat))
+    return program, min(collector_pass() for _ in range(repeat))
 
 
 def chain_loads(sizes, repeat: int) -> None:
@@ -159,12 +158,12 @@ def chain_loads(sizes, repeat: int) -> None:
               f"{format_time(load - floor):>10}{load / floor:>11.2f}x{load / parse_and_walk:>18.2f}x"
               f"{memory:>10.0f} B")
         parts.append((n, load - floor, *(part / n for part in python_parts(text, repeat, cpu))))
-    print("Python per op (si.load - floor), of which: the releases, the run loop's program, the collector's pass")
-    print("over the new plan, and the rest (the compile loop's own work: shared-runner keys and look-ups, list")
-    print("appends, the function's declaration, the Region):")
-    for n, python, releases, program, collector in parts:
-        print(f"{n:<16}{format_time(python):>10} = releases {format_time(releases)} + program {format_time(program)}"
-              f" + collector {format_time(collector)} + rest {format_time(python - releases - program - collector)}")
+    print("Python per op (si.load - floor), of which: the run loop's program and the releases (one pass), the")
+    print("collector's pass over the new plan, and the rest (the compile loop's own work: shared-runner keys and")
+    print("look-ups, list appends, the function's declaration, the Region):")
+    for n, python, program, collector in parts:
+        print(f"{n:<16}{format_time(python):>10} = program and releases {format_time(program)}"
+              f" + collector {format_time(collector)} + rest {format_time(python - program - collector)}")
     print()
 
 
