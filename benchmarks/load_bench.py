@@ -6,26 +6,30 @@ bindings measured on the same text in the same run: ``ir.Module.parse`` (which
 verifies: ``verify``, MLIR's verifier alone, is part of it), a bare Python walk
 over the ops (name, operands, result types), and the binding calls the compiler
 makes per op (``binding_calls``: the bare walk's, plus whether the op has
-attributes, its location, its result's slot in a dict of MLIR values). ``floor``
-is parse + those calls: what a loader that reads what ours reads pays the
-bindings; ``Python`` is the rest of si.load, split into the releases, the run
-loop's program, the collector's pass over the new plan, and the compile loop's
-own work. Target: at most 10 us per op at 10 000 and 100 000 ops, linear in N.
-The plan's memory (tracemalloc, everything ``si.load`` allocates and keeps) is
-printed per op too; target: at most 1 KiB per op.
+attributes and its result's slot in a dict of MLIR values; the chain is text
+that writes no location, which the compiler no longer reads: until issue 14's
+third round these calls included each op's location, file, line and column, 0.4
+us per op). ``floor`` is parse + those calls: what a loader that reads what ours
+reads pays the bindings; ``Python`` is the rest of si.load, split into the run
+loop's program and the releases (one pass since that round), the collector's
+pass over the new plan, and the compile loop's own work. Target: at most 10 us
+per op at 10 000 and 100 000 ops, linear in N. The plan's memory (tracemalloc,
+everything ``si.load`` allocates and keeps) is printed per op too; target: at
+most 1 KiB per op.
 
-Measured (two runs, load average 4.5-4.8, CPU us per op; before = commit 160b8ff
-in the same runs): at 10 000 ops si.load takes 9.4-9.5 (before 16.5-16.8), at
-100 000 10.7-10.9 (before 18.7-18.8); 1.53-1.65x parse + bare walk (before
-2.76-2.88x), 1.22-1.30x the floor; 336-338 B per op (before 744-745). Where the
-time goes at 10 000 (100 000): parse 3.0 (3.8), of which verify 1.2; the
-compiler's binding calls 4.2-4.3 (4.9); floor 7.2-7.3 (8.7); our Python 2.1-2.2
-(1.9-2.3): releases 0.3, the run loop's program 0.2-0.3, the collector's pass
-0.2 (0.4), the compile loop's own work 1.0-1.5 (shared-runner keys and
-look-ups, list appends). What grows with N is the bindings' part (parse +25%,
-binding calls +15% per op from 10 000 to 100 000); ours does not. At 100 000
-ops the floor alone leaves 1.3 us per op for everything a loader does in Python;
-see docs/engine.md, "What a load costs".
+Measured (four runs, load average 2.5-7.4 on the shared two-core machine, CPU
+us per op; before = main at commit 1d70f73, run back to back with this in each
+run): at 10 000 ops si.load takes 8.3-9.2 (before 9.3-10.2), at 100 000
+9.8-10.6 (before 10.6-11.7); 1.42-1.59x parse + bare walk (before 1.57-1.68x),
+1.18-1.35x the floor; 308-310 B per op (before 336-338). Where the time goes at
+10 000 (100 000): parse 2.9-3.2 (3.7-3.9), of which verify 1.2 (1.3); the
+compiler's binding calls 3.6-3.9 (4.0-4.6); floor 6.5-7.1 (7.9-8.5); our Python
+1.8-2.2 (1.6-2.8): the program and releases 0.44-0.5, the collector's pass 0.2
+(0.3-0.45), the compile loop's own work 1.15-1.45 (0.65-1.8: shared-runner keys
+and look-ups, list appends). At 100 000 ops the floor leaves 1.5-2.1 us per op
+for everything a loader does in Python, and ours takes about that: the target
+is met there only when the machine is quiet. See docs/engine.md, "What a load
+costs", for where each remaining us goes.
 
 Then what parsing untrusted bytecode first in a child process costs a load.
 
