@@ -6,10 +6,10 @@ bindings measured on the same text in the same run: ``ir.Module.parse`` (which
 verifies: ``verify``, MLIR's verifier alone, is part of it), a bare Python walk
 over the ops (name, operands, result types), and the binding calls the compiler
 makes per op (``binding_calls``: the bare walk's, plus whether the op has
-attributes and its result's slot in a dict of MLIR values; the chain is text
-that writes no location, which the compiler no longer reads: until issue 14's
-third round these calls included each op's location, file, line and column, 0.4
-us per op). ``floor`` is parse + those calls: what a loader that reads what ours
+attributes and its result's slot in a dict keyed by the values' hashes; the
+chain is text that writes no location, which the compiler no longer reads: until
+issue 14's third round these calls included each op's location, file, line and
+column, 0.4 us per op, and the dict was keyed by the Value objects). ``floor`` is parse + those calls: what a loader that reads what ours
 reads pays the bindings; ``Python`` is the rest of si.load, split into the run
 loop's program and the releases (one pass since that round), the collector's
 pass over the new plan, and the compile loop's own work. Target: at most 10 us
@@ -80,13 +80,15 @@ def bare_walk(text: str):
 def binding_calls(text: str):
     """Parse, then make the binding calls the compiler makes for each op of the chain
     (program/compiler.py, _compile_block): its name, whether it has attributes, its
-    result and the result's type, its operands' slots (a dict of MLIR values) and its
-    result's slot. Nothing else: the chain is text that writes no location, so the
-    compiler reads none (ir/sources.py, TextLocations; until then it read each op's
-    location, file, line and column here, 0.4 us per op)."""
+    result and the result's type, its operands' slots and its result's slot (in a dict
+    keyed by the values' hashes). Nothing else: the chain is text that writes no
+    location, so the compiler reads none (ir/sources.py, TextLocations). Until issue
+    14's third round it read each op's location, file, line and column here (0.4 us
+    per op), and the dict was keyed by the Value objects (each look-up compared
+    them too, and the dict kept them all alive)."""
     module = ir.Module.parse(text)
     block = module.body.operations[0].regions[0].blocks[0]
-    slots = {argument: index for index, argument in enumerate(block.arguments)}
+    slots = {hash(argument): index for index, argument in enumerate(block.arguments)}
     slot_of = slots.get
     for operation in block.operations:
         operation = operation.operation
@@ -95,8 +97,8 @@ def binding_calls(text: str):
         len(operation.attributes)
         result = operation.result
         result.type
-        tuple(map(slot_of, operation.operands))
-        slots[result] = len(slots)
+        tuple(map(slot_of, map(hash, operation.operands)))
+        slots[hash(result)] = len(slots)
     return module
 
 

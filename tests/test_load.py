@@ -521,6 +521,61 @@ def test_a_load_of_text_without_locations_reads_none_and_finds_them_in_the_text(
     assert program.run(np.int32(0))[0] == 5   # one iteration: acc = 0 + 1, twice: 4; then + 1
 
 
+def test_the_bindings_hash_each_value_as_its_mlir_pointer():
+    """The compiler keys a block's values by their hashes (program/compiler.py, _Scope):
+    it relies on jaxlib's bindings hashing a Value as its MLIR pointer, distinct for
+    the distinct values of a module."""
+    import ctypes
+
+    from jaxlib.mlir import ir
+
+    pointer_of = ctypes.pythonapi.PyCapsule_GetPointer
+    pointer_of.restype, pointer_of.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    with sources.make_context():
+        module = ir.Module.parse(MANY_KINDS)
+        values = []
+        for function in module.body.operations:
+            block = function.regions[0].blocks[0]
+            values += [*block.arguments, *(result for op in block.operations for result in op.results)]
+        assert len(values) == 10   # (the functions' arguments and results; not the while's regions')
+        assert [hash(value) for value in values] == [pointer_of(value._CAPIPtr, b"jaxlib.mlir.ir.Value._CAPIPtr")
+                                                     for value in values]
+        assert len({hash(value) for value in values}) == len(values)
+
+
+class _HashedAs:
+    """A stand-in for an MLIR value with a chosen hash."""
+
+    def __init__(self, key: int):
+        self.key = key
+
+    def __hash__(self) -> int:
+        return self.key
+
+
+def test_values_that_hash_alike_fail_the_compile_rather_than_mix_up():
+    from stablehlo_interp.program.compiler import _Scope
+
+    outer = _Scope(None, ("main",))
+    outer.define(_HashedAs(1), "f32")
+    outer.check_keys_apart()
+    outer.define(_HashedAs(1), "f32")   # another value, the same key
+    with pytest.raises(si.ModuleError, match="hash alike"):
+        outer.check_keys_apart()
+
+    outer = _Scope(None, ("main",))
+    captured, shadowed = _HashedAs(1), _HashedAs(2)
+    outer.define(captured, "f32")
+    outer.define(shadowed, "f32")
+    inner = _Scope(outer, ("main", (0, 0)))
+    assert inner.lookup(captured) == 0   # captured: its key is the outer value's
+    inner.define(_HashedAs(3), "f32")
+    inner.check_keys_apart()
+    inner.define(_HashedAs(2), "f32")   # the key of a value of the enclosing block
+    with pytest.raises(si.ModuleError, match="hash alike"):
+        inner.check_keys_apart()
+
+
 def test_the_processes_of_a_grid_see_the_same_steps():
     """Steps are made on first use; threads that ask at once get the same ones."""
     import sys

@@ -64,6 +64,11 @@ class _Scope:
     def __init__(self, parent: "_Scope | None", path: tuple):
         self.parent = parent
         self.path = path
+        # hash(value) -> its slot. jaxlib's bindings hash a Value as its MLIR pointer: the
+        # distinct values of a module, all alive while it compiles, hash apart (checked:
+        # check_keys_apart). Keyed by the Values, each look-up of an operand (a new Value
+        # object) would compare it with the key too, and the dict would keep every Value
+        # object alive while the block compiles (0.2 to 0.4 us per op: docs/engine.md).
         self.slots: dict = {}
         self.types: list = []  # the decoded type of each slot
         self.type_ids: list[int] = []  # id() of each slot's decoded type
@@ -77,11 +82,11 @@ class _Scope:
         slot = len(self.types)
         self.types.append(value_type)
         self.type_ids.append(id(value_type))
-        self.slots[value] = slot
+        self.slots[hash(value)] = slot
         return slot
 
     def lookup(self, value) -> int:
-        slot = self.slots.get(value)
+        slot = self.slots.get(hash(value))
         if slot is not None:
             return slot
         if self.parent is None:
@@ -96,7 +101,7 @@ class _Scope:
         steps' slots change in place; returns ``outputs`` renumbered."""
         if not self.captured_values:
             return outputs
-        mapping = {self.slots[v]: new for new, v in enumerate(self.captured_values)}
+        mapping = {self.slots[hash(v)]: new for new, v in enumerate(self.captured_values)}
         for old in range(self.n_slots):
             if old not in mapping:
                 mapping[old] = len(mapping)
@@ -104,6 +109,23 @@ class _Scope:
         n_captures = len(self.captured_values)
         assert [mapping[s] for s in range(n_args)] == list(range(n_captures, n_captures + n_args))
         return tuple(mapping[s] for s in outputs)
+
+    def check_keys_apart(self) -> None:
+        """Fail, rather than mix two values up, should the bindings hash two values
+        of the module alike: each slot has its own key, and no value of this block
+        has the key of a value of an enclosing one (except those it captures)."""
+        clash = len(self.slots) != self.n_slots
+        if not clash and self.parent is not None:
+            captured = set(map(hash, self.captured_values))
+            enclosing = []
+            scope = self.parent
+            while scope is not None:
+                enclosing.append(scope.slots)
+                scope = scope.parent
+            clash = any(key not in captured and any(key in slots for slots in enclosing) for key in self.slots)
+        if clash:
+            raise ModuleError("two MLIR values of the module hash alike: the compiler keys values by their hashes, "
+                              "which jaxlib's bindings make their pointers (program/compiler.py, _Scope)")
 
 
 class Compiler:
@@ -195,7 +217,7 @@ class Compiler:
             name = operation.name
             if name in elementwise and not len(operation.attributes):
                 result = operation.result   # (an element-wise op has one result, no regions)
-                operands = tuple(map(slot_of, operation.operands))
+                operands = tuple(map(slot_of, map(hash, operation.operands)))
                 if None in operands:   # (a value of an enclosing block)
                     shared = None
                 elif len(operands) == 2:   # (unpacking a map costs more than the binding calls around it)
@@ -212,7 +234,7 @@ class Compiler:
                         location = line << 32 | column if file == "-" else (file, line, column)
                     else:
                         location = self.location(operation)
-                    slots[result] = slot = len(types)   # (scope.define, inlined)
+                    slots[hash(result)] = slot = len(types)   # (scope.define, inlined)
                     types.append(shared.result_type)
                     type_ids.append(shared.result_type_id)
                     append_op(shared)
@@ -228,6 +250,7 @@ class Compiler:
             self._compile_op(operation, name, scope, columns)
         else:
             raise ModuleError(f"{description}: block has no terminator")
+        scope.check_keys_apart()
         outputs = scope.captures_first(len(arguments), columns, outputs)
         region = Region(description, columns, len(scope.captured_values), arg_types, outputs, output_types,
                         return_location, scope.n_slots)
@@ -248,7 +271,7 @@ class Compiler:
             if name in _CALLEE_ATTRIBUTE:
                 callees = self._callees(name, attributes)
             # (map over bound C methods: no Python frame per value, as a comprehension has)
-            operands = tuple(map(scope.slots.get, op.operands))
+            operands = tuple(map(scope.slots.get, map(hash, op.operands)))
             if None in operands:   # a value of an enclosing block: captured
                 operands = tuple(map(scope.lookup, op.operands))
             mlir_result_types = tuple(op.results.types)
