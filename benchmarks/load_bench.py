@@ -9,27 +9,27 @@ makes per op (``binding_calls``: the bare walk's, plus whether the op has
 attributes and its result's slot in a dict keyed by the values' hashes; the
 chain is text that writes no location, which the compiler no longer reads: until
 issue 14's third round these calls included each op's location, file, line and
-column, 0.4 us per op, and the dict was keyed by the Value objects). ``floor`` is parse + those calls: what a loader that reads what ours
-reads pays the bindings; ``Python`` is the rest of si.load, split into the run
-loop's program and the releases (one pass since that round), the collector's
-pass over the new plan, and the compile loop's own work. Target: at most 10 us
-per op at 10 000 and 100 000 ops, linear in N. The plan's memory (tracemalloc,
+column, 0.4 us per op, and the dict was keyed by the Value objects). ``floor``
+is parse + those calls: what a loader that reads what ours reads pays the
+bindings; ``Python`` is the rest of si.load, split into the run loop's program
+and the releases (one pass since that round), the collector's pass over the new
+plan, and the compile loop's own work. Target: at most 10 us per op at 10 000
+and 100 000 ops, linear in N. The plan's memory (tracemalloc,
 everything ``si.load`` allocates and keeps) is printed per op too; target: at
 most 1 KiB per op.
 
-Measured (four runs, load average 2.5-7.4 on the shared two-core machine, CPU
+Measured (four runs, load average 4.3-6.6 on the shared two-core machine, CPU
 us per op; before = main at commit 1d70f73, run back to back with this in each
-run): at 10 000 ops si.load takes 8.3-9.2 (before 9.3-10.2), at 100 000
-9.8-10.6 (before 10.6-11.7); 1.42-1.59x parse + bare walk (before 1.57-1.68x),
-1.18-1.35x the floor; 308-310 B per op (before 336-338). Where the time goes at
-10 000 (100 000): parse 2.9-3.2 (3.7-3.9), of which verify 1.2 (1.3); the
-compiler's binding calls 3.6-3.9 (4.0-4.6); floor 6.5-7.1 (7.9-8.5); our Python
-1.8-2.2 (1.6-2.8): the program and releases 0.44-0.5, the collector's pass 0.2
-(0.3-0.45), the compile loop's own work 1.15-1.45 (0.65-1.8: shared-runner keys
-and look-ups, list appends). At 100 000 ops the floor leaves 1.5-2.1 us per op
-for everything a loader does in Python, and ours takes about that: the target
-is met there only when the machine is quiet. See docs/engine.md, "What a load
-costs", for where each remaining us goes.
+run): at 10 000 ops si.load takes 8.1-8.4 (before 9.0-9.5), at 100 000 8.8-9.5
+(before 10.3-10.9); 1.35-1.44x parse + bare walk (before 1.32-1.62x),
+1.19-1.30x the floor; 308-310 B per op (before 336-338). Where the time goes at
+10 000 (100 000): parse 2.8-3.1 (3.5-3.9), of which verify 1.2; the compiler's
+binding calls 3.4-3.6 (3.4-4.1); floor 6.35-6.55 (7.3-7.7); our Python 1.7-1.9
+(1.45-1.8): the program and releases 0.42-0.47 (0.47-0.66 as two passes
+before), the collector's pass 0.13-0.15 (0.22-0.28; before 0.3-0.45), the
+compile loop's own work 1.15-1.4 (0.75-1.1: shared-runner keys and look-ups,
+list appends). See docs/engine.md, "What a load costs", for where each
+remaining us goes.
 
 Then what parsing untrusted bytecode first in a child process costs a load.
 
