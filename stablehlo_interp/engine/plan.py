@@ -407,7 +407,7 @@ def flatten(columns: StepColumns, outputs: tuple) -> RunProgram:
     """
     live = set(outputs)
     see = live.add
-    program, releases, foldable = [], [], []   # (foldable: the op, its operands and result, its entry's index)
+    program, releases, foldable = [], [], []   # (foldable: op, operands, result, its entry's place from the end)
     append, append_release = program.append, releases.append
     index = len(columns.ops)
     for op, operands, result in zip(reversed(columns.ops), reversed(columns.operands), reversed(columns.results)):

@@ -52,22 +52,22 @@ def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) ->
     portable_artifact = isinstance(source, bytes) and _is_portable_artifact(source)
     may_have_manual_borders = marker in source
     # (text with manual borders gets ops inserted before it compiles: ir/manual_borders.py)
-    places = isinstance(source, str) and "loc(" not in source and not may_have_manual_borders
+    located_by_text = isinstance(source, str) and "loc(" not in source and not may_have_manual_borders
     return ParsedModule(module, file_name, may_have_manual_borders=may_have_manual_borders,
                         verified=not portable_artifact,
-                        text_locations=TextLocations(source, file_name) if places else None)
+                        text_locations=TextLocations(source, file_name) if located_by_text else None)
 
 
 class TextLocations:
     """The locations of the ops of a module parsed from text that writes none
     (no ``loc(...)``): each op's is where it starts in the text (``file:line:col``).
 
-    Reading an op's location through the bindings costs about a tenth of a
-    load, and only an error or a tool ever needs it: a plan keeps this (the
-    text, no MLIR object) and finds the locations again by parsing the text
-    again, once, when the first is asked for. A block is named by its
-    ``path``: the function's name, then for each op with regions on the way
-    down, its index in its block and the region's index.
+    Reading an op's location through the bindings costs about 0.4 us, a
+    twentieth of a load, and only an error or a tool ever needs it: a plan
+    keeps this (the text, no MLIR object) and finds the locations again by
+    parsing the text again, once, when the first is asked for. A block is
+    named by its ``path``: the function's name, then for each op with regions
+    on the way down, its index in its block and the region's index.
     """
 
     def __init__(self, text: str, file_name: str | None):

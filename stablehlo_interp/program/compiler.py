@@ -3,7 +3,9 @@
 The compiler walks each function body and each region of its ops once, maps
 MLIR values to numbered slots, decodes every op (attributes, types, location)
 into an :class:`~stablehlo_interp.engine.plan.OpInfo` and calls the op's
-builder from the registry, which returns the runner. It is the one place
+builder from the registry, which returns the runner. Equal element-wise ops
+share the first one's (``_built``); of those, only the location is read, and
+not even that in text that writes none (ir/sources.py, TextLocations). It is the one place
 besides ir/ that reads MLIR operations; the plans it produces hold none.
 """
 
@@ -68,7 +70,7 @@ class _Scope:
         # distinct values of a module, all alive while it compiles, hash apart (checked:
         # check_keys_apart). Keyed by the Values, each look-up of an operand (a new Value
         # object) would compare it with the key too, and the dict would keep every Value
-        # object alive while the block compiles (0.2 to 0.4 us per op: docs/engine.md).
+        # object alive while the block compiles (up to 0.5 us per op: docs/engine.md).
         self.slots: dict = {}
         self.types: list = []  # the decoded type of each slot
         self.type_ids: list[int] = []  # id() of each slot's decoded type
