@@ -6,26 +6,30 @@ bindings measured on the same text in the same run: ``ir.Module.parse`` (which
 verifies: ``verify``, MLIR's verifier alone, is part of it), a bare Python walk
 over the ops (name, operands, result types), and the binding calls the compiler
 makes per op (``binding_calls``: the bare walk's, plus whether the op has
-attributes, its location, its result's slot in a dict of MLIR values). ``floor``
+attributes and its result's slot in a dict keyed by the values' hashes; the
+chain is text that writes no location, which the compiler no longer reads: until
+issue 14's third round these calls included each op's location, file, line and
+column, 0.4 us per op, and the dict was keyed by the Value objects). ``floor``
 is parse + those calls: what a loader that reads what ours reads pays the
-bindings; ``Python`` is the rest of si.load, split into the releases, the run
-loop's program, the collector's pass over the new plan, and the compile loop's
-own work. Target: at most 10 us per op at 10 000 and 100 000 ops, linear in N.
-The plan's memory (tracemalloc, everything ``si.load`` allocates and keeps) is
-printed per op too; target: at most 1 KiB per op.
+bindings; ``Python`` is the rest of si.load, split into the run loop's program
+and the releases (one pass since that round), the collector's pass over the new
+plan, and the compile loop's own work. Target: at most 10 us per op at 10 000
+and 100 000 ops, linear in N. The plan's memory (tracemalloc,
+everything ``si.load`` allocates and keeps) is printed per op too; target: at
+most 1 KiB per op.
 
-Measured (two runs, load average 4.5-4.8, CPU us per op; before = commit 160b8ff
-in the same runs): at 10 000 ops si.load takes 9.4-9.5 (before 16.5-16.8), at
-100 000 10.7-10.9 (before 18.7-18.8); 1.53-1.65x parse + bare walk (before
-2.76-2.88x), 1.22-1.30x the floor; 336-338 B per op (before 744-745). Where the
-time goes at 10 000 (100 000): parse 3.0 (3.8), of which verify 1.2; the
-compiler's binding calls 4.2-4.3 (4.9); floor 7.2-7.3 (8.7); our Python 2.1-2.2
-(1.9-2.3): releases 0.3, the run loop's program 0.2-0.3, the collector's pass
-0.2 (0.4), the compile loop's own work 1.0-1.5 (shared-runner keys and
-look-ups, list appends). What grows with N is the bindings' part (parse +25%,
-binding calls +15% per op from 10 000 to 100 000); ours does not. At 100 000
-ops the floor alone leaves 1.3 us per op for everything a loader does in Python;
-see docs/engine.md, "What a load costs".
+Measured (four runs, load average 4.3-6.6 on the shared two-core machine, CPU
+us per op; before = main at commit 1d70f73, run back to back with this in each
+run): at 10 000 ops si.load takes 8.1-8.4 (before 9.0-9.5), at 100 000 8.8-9.5
+(before 10.3-10.9); 1.35-1.44x parse + bare walk (before 1.32-1.62x),
+1.19-1.30x the floor; 308-310 B per op (before 336-338). Where the time goes at
+10 000 (100 000): parse 2.8-3.1 (3.5-3.9), of which verify 1.2; the compiler's
+binding calls 3.4-3.6 (3.4-4.1); floor 6.35-6.55 (7.3-7.7); our Python 1.7-1.9
+(1.45-1.8): the program and releases 0.42-0.47 (0.47-0.66 as two passes
+before), the collector's pass 0.13-0.15 (0.22-0.28; before 0.3-0.45), the
+compile loop's own work 1.15-1.4 (0.75-1.1: shared-runner keys and look-ups,
+list appends). See docs/engine.md, "What a load costs", for where each
+remaining us goes.
 
 Then what parsing untrusted bytecode first in a child process costs a load.
 
@@ -76,11 +80,15 @@ def bare_walk(text: str):
 def binding_calls(text: str):
     """Parse, then make the binding calls the compiler makes for each op of the chain
     (program/compiler.py, _compile_block): its name, whether it has attributes, its
-    result and the result's type, its operands' slots (a dict of MLIR values), its
-    location's file, line and column, and its result's slot. Nothing else."""
+    result and the result's type, its operands' slots and its result's slot (in a dict
+    keyed by the values' hashes). Nothing else: the chain is text that writes no
+    location, so the compiler reads none (ir/sources.py, TextLocations). Until issue
+    14's third round it read each op's location, file, line and column here (0.4 us
+    per op), and the dict was keyed by the Value objects (each look-up compared
+    them too, and the dict kept them all alive)."""
     module = ir.Module.parse(text)
     block = module.body.operations[0].regions[0].blocks[0]
-    slots = {argument: index for index, argument in enumerate(block.arguments)}
+    slots = {hash(argument): index for index, argument in enumerate(block.arguments)}
     slot_of = slots.get
     for operation in block.operations:
         operation = operation.operation
@@ -89,10 +97,8 @@ def binding_calls(text: str):
         len(operation.attributes)
         result = operation.result
         result.type
-        tuple(map(slot_of, operation.operands))
-        location = operation.location
-        location.filename, location.start_line, location.start_col
-        slots[result] = len(slots)
+        tuple(map(slot_of, map(hash, operation.operands)))
+        slots[hash(result)] = len(slots)
     return module
 
 
@@ -110,10 +116,10 @@ def plan_bytes(text: str) -> int:
 
 
 def python_parts(text: str, repeat: int, clock) -> tuple:
-    """Seconds of three parts of a load that are ours, not the bindings': the releases
-    and the run loop's program made from the loaded region's columns
-    (engine/plan.py), and the collector's pass over the new plan (the compile pauses
-    it; its next young-generation pass visits every object the compile made)."""
+    """Seconds of two parts of a load that are ours, not the bindings': the run loop's
+    program and the releases, made in one pass from the loaded region's columns
+    (engine/plan.py, flatten), and the collector's pass over the new plan (the compile
+    pauses it; its next young-generation pass visits every object the compile made)."""
     region = si.load(text).function("main").region
 
     def collector_pass():
@@ -127,10 +133,9 @@ def python_parts(text: str, repeat: int, clock) -> tuple:
         return elapsed
 
     gc.disable()   # (as while a module compiles)
-    releases = best_time(lambda: region.columns.assign_releases(region.outputs), repeat, clock)
-    program = best_time(lambda: plan.flatten(region.columns), repeat, clock)
+    program = best_time(lambda: plan.flatten(region.columns, region.outputs), repeat, clock)
     gc.enable()
-    return releases, program, min(collector_pass() for _ in range(repeat))
+    return program, min(collector_pass() for _ in range(repeat))
 
 
 def chain_loads(sizes, repeat: int) -> None:
@@ -159,12 +164,12 @@ def chain_loads(sizes, repeat: int) -> None:
               f"{format_time(load - floor):>10}{load / floor:>11.2f}x{load / parse_and_walk:>18.2f}x"
               f"{memory:>10.0f} B")
         parts.append((n, load - floor, *(part / n for part in python_parts(text, repeat, cpu))))
-    print("Python per op (si.load - floor), of which: the releases, the run loop's program, the collector's pass")
-    print("over the new plan, and the rest (the compile loop's own work: shared-runner keys and look-ups, list")
-    print("appends, the function's declaration, the Region):")
-    for n, python, releases, program, collector in parts:
-        print(f"{n:<16}{format_time(python):>10} = releases {format_time(releases)} + program {format_time(program)}"
-              f" + collector {format_time(collector)} + rest {format_time(python - releases - program - collector)}")
+    print("Python per op (si.load - floor), of which: the run loop's program and the releases (one pass), the")
+    print("collector's pass over the new plan, and the rest (the compile loop's own work: shared-runner keys and")
+    print("look-ups, list appends, the function's declaration, the Region):")
+    for n, python, program, collector in parts:
+        print(f"{n:<16}{format_time(python):>10} = program and releases {format_time(program)}"
+              f" + collector {format_time(collector)} + rest {format_time(python - program - collector)}")
     print()
 
 

@@ -476,6 +476,106 @@ def test_shared_ops_keep_their_file_line_and_column(tmp_path):
     assert len({id(step.run) for step in steps}) == 1
 
 
+NESTED_EQUAL_OPS = """func.func private @twice(%x: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.add %x, %x : tensor<i32>
+  %1 = stablehlo.add %0, %0 : tensor<i32>
+  return %1 : tensor<i32>
+}
+func.func @main(%n: tensor<i32>) -> tensor<i32> {
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %n, %acc = %n) : tensor<i32>, tensor<i32>
+    cond {
+      %c = stablehlo.compare LT, %i, %one : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %i1 = stablehlo.add %i, %one : tensor<i32>
+        %a = stablehlo.add %acc, %i1 : tensor<i32>
+      %b = func.call @twice(%a) : (tensor<i32>) -> tensor<i32>
+      stablehlo.return %i1, %b : tensor<i32>, tensor<i32>
+    }
+  %s = stablehlo.add %r#1, %one : tensor<i32>
+  return %s : tensor<i32>
+}"""
+
+
+def test_a_load_of_text_without_locations_reads_none_and_finds_them_in_the_text(monkeypatch, tmp_path):
+    """Text that writes no ``loc(...)``: each op's location is where it starts in the
+    text, so the load reads none of the equal ops' (the bindings' costliest call
+    after the operands); the first step asked for parses the text again, once, and
+    every op of every region (a while's body, a called function) gets its own line
+    and column, in the module's file."""
+    parses = []
+    parse_again = sources.TextLocations._parse_again
+    monkeypatch.setattr(sources.TextLocations, "_parse_again", lambda self: parses.append(1) or parse_again(self))
+    path = tmp_path / "nested.mlir"
+    path.write_text(NESTED_EQUAL_OPS)
+    program = si.load(str(path))
+    assert parses == []
+    body = program.function("main").region.steps[1].regions[1]
+    assert [(step.name, step.location.frame.line, step.location.frame.column) for step in body.steps] == [
+        ("stablehlo.add", 13, 13), ("stablehlo.add", 14, 14), ("func.call", 15, 12)]   # (where the name starts)
+    twice = program.function("twice").region.steps
+    assert [(step.location.frame.file, step.location.frame.line) for step in twice] == [(str(path), 2), (str(path), 3)]
+    assert str(program.function("main").region.steps[2].location) == f"{path}:18"
+    assert parses == [1]
+    assert program.run(np.int32(0))[0] == 5   # one iteration: acc = 0 + 1, twice: 4; then + 1
+
+
+def test_the_bindings_hash_each_value_as_its_mlir_pointer():
+    """The compiler keys a block's values by their hashes (program/compiler.py, _Scope):
+    it relies on jaxlib's bindings hashing a Value as its MLIR pointer, distinct for
+    the distinct values of a module."""
+    import ctypes
+
+    from jaxlib.mlir import ir
+
+    pointer_of = ctypes.pythonapi.PyCapsule_GetPointer
+    pointer_of.restype, pointer_of.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    with sources.make_context():
+        module = ir.Module.parse(MANY_KINDS)
+        values = []
+        for function in module.body.operations:
+            block = function.regions[0].blocks[0]
+            values += [*block.arguments, *(result for op in block.operations for result in op.results)]
+        assert len(values) == 10   # (the functions' arguments and results; not the while's regions')
+        assert [hash(value) for value in values] == [pointer_of(value._CAPIPtr, b"jaxlib.mlir.ir.Value._CAPIPtr")
+                                                     for value in values]
+        assert len({hash(value) for value in values}) == len(values)
+
+
+class _HashedAs:
+    """A stand-in for an MLIR value with a chosen hash."""
+
+    def __init__(self, key: int):
+        self.key = key
+
+    def __hash__(self) -> int:
+        return self.key
+
+
+def test_values_that_hash_alike_fail_the_compile_rather_than_mix_up():
+    from stablehlo_interp.program.compiler import _Scope
+
+    outer = _Scope(None, ("main",))
+    outer.define(_HashedAs(1), "f32")
+    outer.check_keys_apart()
+    outer.define(_HashedAs(1), "f32")   # another value, the same key
+    with pytest.raises(si.ModuleError, match="hash alike"):
+        outer.check_keys_apart()
+
+    outer = _Scope(None, ("main",))
+    captured, shadowed = _HashedAs(1), _HashedAs(2)
+    outer.define(captured, "f32")
+    outer.define(shadowed, "f32")
+    inner = _Scope(outer, ("main", (0, 0)))
+    assert inner.lookup(captured) == 0   # captured: its key is the outer value's
+    inner.define(_HashedAs(3), "f32")
+    inner.check_keys_apart()
+    inner.define(_HashedAs(2), "f32")   # the key of a value of the enclosing block
+    with pytest.raises(si.ModuleError, match="hash alike"):
+        inner.check_keys_apart()
+
+
 def test_the_processes_of_a_grid_see_the_same_steps():
     """Steps are made on first use; threads that ask at once get the same ones."""
     import sys

@@ -161,6 +161,10 @@ class BuiltOp:
 
 _MAKING_STEPS = threading.Lock()
 
+# StepColumns.locations' entry for an op whose location is its place in the module's
+# text, found there again when asked (StepColumns.locate).
+IN_TEXT = "in the module's text"
+
 
 class StepColumns:
     """A region's steps as the compiler leaves them, one list per field, one entry per op.
@@ -179,15 +183,18 @@ class StepColumns:
       ``locations[i]`` is the op's own location: a SourceLocation; for a line of
       the module's own text (``file_name``, MLIR's ``-``), the int
       ``line << 32 | column`` (no object that the collector visits); for a line
-      of another file, ``(file, line, column)``.
+      of another file, ``(file, line, column)``; or IN_TEXT, for a module of
+      text that writes no location: ``locate(i)`` finds it there when asked
+      (ir/sources.py, TextLocations), and the load never reads it.
 
-    ``releases[i]`` are the slots whose last use op ``i`` is (:meth:`assign_releases`).
+    ``releases[i]`` are the slots whose last use op ``i`` is (set by :func:`flatten`).
     """
 
-    __slots__ = ("file_name", "ops", "operands", "results", "locations", "releases", "_steps")
+    __slots__ = ("file_name", "locate", "ops", "operands", "results", "locations", "releases", "_steps")
 
-    def __init__(self, file_name: str = "-"):
+    def __init__(self, file_name: str = "-", locate=None):
         self.file_name = file_name   # the module's file, for locations of its text
+        self.locate = locate         # op index -> its SourceLocation, for IN_TEXT
         self.ops: list = []
         self.operands: list[tuple[int, ...]] = []
         self.results: list = []
@@ -197,11 +204,10 @@ class StepColumns:
 
     @classmethod
     def of_steps(cls, steps) -> "StepColumns":
-        """The columns of steps made whole (their releases already assigned)."""
+        """The columns of steps made whole."""
         columns = cls()
         for step in steps:
             columns.append_step(step)
-        columns.releases = [step.release for step in steps]
         return columns
 
     def __len__(self) -> int:
@@ -232,35 +238,6 @@ class StepColumns:
                 self.operands[index] = remap(self.operands[index])
                 self.results[index] = mapping[self.results[index]]
 
-    def assign_releases(self, outputs) -> None:
-        """Give each op the slots whose last use it is (and its results nobody uses).
-
-        One pass from the last op back: a slot not seen yet (nor returned) is one
-        that no later op uses."""
-        live = set(outputs)
-        see = live.add
-        releases = []
-        for op, results, operands in zip(reversed(self.ops), reversed(self.results), reversed(self.operands)):
-            if type(op) is Step:
-                release = tuple(slot for slot in results if slot not in live)
-                for slot in itertools.chain(*op.captures, operands):
-                    if slot not in live:
-                        see(slot)
-                        release += (slot,)
-            else:
-                release = () if results in live else (results,)
-                for slot in operands:
-                    if slot not in live:
-                        see(slot)
-                        release += (slot,)
-            if len(release) > 1:
-                release = tuple(sorted(release))
-            if type(op) is Step:
-                op.release = release
-            releases.append(release)
-        releases.reverse()
-        self.releases = releases
-
     def steps(self) -> tuple:
         """Every op's Step (made on first use, then kept: tools may change them, and
         listeners may know a step by identity, so the processes of a grid, each a
@@ -281,7 +258,9 @@ class StepColumns:
             return op
         info, location = op.info, self.locations[index]
         if location is not None:   # the OpInfo of an equal op: this op's own, at its location
-            if type(location) is int:
+            if location is IN_TEXT:
+                location = self.locate(index)
+            elif type(location) is int:
                 location = SourceLocation.at_line(self.file_name, location >> 32, location & 0xFFFFFFFF)
             elif type(location) is tuple:
                 location = SourceLocation.at_line(*location)
@@ -314,14 +293,14 @@ class Region:
         self.output_types: tuple = tuple(output_types)
         self.return_location = return_location
         self.n_slots = n_slots
-        columns.assign_releases(self.outputs)
         self._plan(columns)
         self.output_values = _values_in(self.outputs)   # env -> the region's outputs, a sequence
 
     def _plan(self, columns: StepColumns) -> None:
-        """The run loop's program of ``columns`` (:func:`flatten`) and the tail of a
-        fresh environment: a slot per result, the values folded at load filled in."""
-        self.flat_steps = flatten(columns)
+        """The run loop's program of ``columns`` and their releases (:func:`flatten`),
+        and the tail of a fresh environment: a slot per result, the values folded at
+        load filled in."""
+        self.flat_steps = flatten(columns, self.outputs)
         first = self.n_captures + self.n_args
         tail = [None] * (self.n_slots - first)
         for slot, value in self.flat_steps.folded:
@@ -410,35 +389,70 @@ class RunProgram(tuple):
         return step if type(step) is Step else self.columns.step(step)
 
 
-def flatten(columns: StepColumns) -> RunProgram:
-    """The run loop's program of a region's steps.
+def flatten(columns: StepColumns, outputs: tuple) -> RunProgram:
+    """The run loop's program of a region's steps, and their releases.
+
+    Each op's release, the slots whose last use it is (and its results nobody
+    uses), is found in one pass from the last op back: a slot not seen yet (nor
+    one of the region's ``outputs``) is one that no later op uses. The same pass
+    makes the program's entries, so a load walks the ops once (releases go to
+    ``columns.releases`` and to the Steps made whole).
 
     Plain single-result ops (most of a program) get their result slot as a plain
     int, and unary ones their operand slot too, so the loop skips building
-    argument lists. Foldable ops of constants (FOLDABLE) are computed now and
-    left out: their values wait in their slots of each fresh environment
-    (Region.result_slots; the plan holds them anyway, so that the releases the
-    left-out entries made would free nothing).
+    argument lists. Foldable ops of constants (FOLDABLE) are computed, in
+    program order, after that pass and left out: their values wait in their slots
+    of each fresh environment (Region.result_slots; the plan holds them anyway,
+    so that the releases the left-out entries made would free nothing).
     """
-    program = []
-    append = program.append
-    constants: dict[int, object] = {}
-    for index, (op, operands, result, release) in enumerate(
-            zip(columns.ops, columns.operands, columns.results, columns.releases)):
+    live = set(outputs)
+    see = live.add
+    program, releases, foldable = [], [], []   # (foldable: op, operands, result, its entry's place from the end)
+    append, append_release = program.append, releases.append
+    index = len(columns.ops)
+    for op, operands, result in zip(reversed(columns.ops), reversed(columns.operands), reversed(columns.results)):
+        index -= 1
         if type(op) is Step:
+            release = tuple(slot for slot in result if slot not in live)
+            for slot in itertools.chain(*op.captures, operands):
+                if slot not in live:
+                    see(slot)
+                    release += (slot,)
+            if len(release) > 1:
+                release = tuple(sorted(release))
+            op.release = release
+            append_release(release)
             if op.regions or op.variadic or op.execution:
                 append((op.run, operands, result, release, GENERAL, op))
                 continue
             reference, result = op, result[0]
         else:
+            release = () if result in live else (result,)
+            for slot in operands:
+                if slot not in live:
+                    see(slot)
+                    release += (slot,)
+            if len(release) > 1:
+                release = tuple(sorted(release))
+            append_release(release)
             reference = index
-        run = op.run
-        if op.info.name in FOLDABLE and (value := _folded(op.info, run, operands, constants)) is not None:
-            constants[result] = value
-        elif len(operands) == 1:
-            append((run, operands[0], result, release, UNARY, reference))
+        if op.info.name in FOLDABLE:
+            foldable.append((op, operands, result, len(program)))
+        if len(operands) == 1:
+            append((op.run, operands[0], result, release, UNARY, reference))
         elif len(operands) == 2:
-            append((run, operands, result, release, BINARY, reference))
+            append((op.run, operands, result, release, BINARY, reference))
         else:
-            append((run, operands, result, release, SINGLE, reference))
+            append((op.run, operands, result, release, SINGLE, reference))
+    program.reverse()
+    releases.reverse()
+    columns.releases = releases
+    constants: dict[int, object] = {}
+    folded = set()
+    for op, operands, result, position in reversed(foldable):   # (in program order)
+        if (value := _folded(op.info, op.run, operands, constants)) is not None:
+            constants[result] = value
+            folded.add(len(program) - 1 - position)
+    if folded:
+        program = [entry for position, entry in enumerate(program) if position not in folded]
     return RunProgram(program, columns, tuple(constants.items()))

@@ -3,25 +3,29 @@
 The compiler walks each function body and each region of its ops once, maps
 MLIR values to numbered slots, decodes every op (attributes, types, location)
 into an :class:`~stablehlo_interp.engine.plan.OpInfo` and calls the op's
-builder from the registry, which returns the runner. It is the one place
+builder from the registry, which returns the runner. Equal element-wise ops
+share the first one's (``_built``); of those, only the location is read, and
+not even that in text that writes none (ir/sources.py, TextLocations). It is the one place
 besides ir/ that reads MLIR operations; the plans it produces hold none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 
 from jaxlib.mlir.ir import FileLineColLoc
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
+from ..engine.plan import IN_TEXT, BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
 from ..ir.decode import decode_location, decode_op_attributes, decode_type
 from ..ir.locations import SourceLocation
+from ..ir.sources import TextLocations
 
 TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
 
@@ -56,10 +60,17 @@ def _collector_paused():
 class _Scope:
     """What the compiler keeps while it compiles one block: the slot of each MLIR
     value, its decoded type and that type's id (the shared runners' keys), the
-    values the block captures from enclosing ones."""
+    values the block captures from enclosing ones, and the block's ``path``
+    (TextLocations)."""
 
-    def __init__(self, parent: "_Scope | None"):
+    def __init__(self, parent: "_Scope | None", path: tuple):
         self.parent = parent
+        self.path = path
+        # hash(value) -> its slot. jaxlib's bindings hash a Value as its MLIR pointer: the
+        # distinct values of a module, all alive while it compiles, hash apart (checked:
+        # check_keys_apart). Keyed by the Values, each look-up of an operand (a new Value
+        # object) would compare it with the key too, and the dict would keep every Value
+        # object alive while the block compiles (up to 0.5 us per op: docs/engine.md).
         self.slots: dict = {}
         self.types: list = []  # the decoded type of each slot
         self.type_ids: list[int] = []  # id() of each slot's decoded type
@@ -73,11 +84,11 @@ class _Scope:
         slot = len(self.types)
         self.types.append(value_type)
         self.type_ids.append(id(value_type))
-        self.slots[value] = slot
+        self.slots[hash(value)] = slot
         return slot
 
     def lookup(self, value) -> int:
-        slot = self.slots.get(value)
+        slot = self.slots.get(hash(value))
         if slot is not None:
             return slot
         if self.parent is None:
@@ -92,7 +103,7 @@ class _Scope:
         steps' slots change in place; returns ``outputs`` renumbered."""
         if not self.captured_values:
             return outputs
-        mapping = {self.slots[v]: new for new, v in enumerate(self.captured_values)}
+        mapping = {self.slots[hash(v)]: new for new, v in enumerate(self.captured_values)}
         for old in range(self.n_slots):
             if old not in mapping:
                 mapping[old] = len(mapping)
@@ -100,6 +111,23 @@ class _Scope:
         n_captures = len(self.captured_values)
         assert [mapping[s] for s in range(n_args)] == list(range(n_captures, n_captures + n_args))
         return tuple(mapping[s] for s in outputs)
+
+    def check_keys_apart(self) -> None:
+        """Fail, rather than mix two values up, should the bindings hash two values
+        of the module alike: each slot has its own key, and no value of this block
+        has the key of a value of an enclosing one (except those it captures)."""
+        clash = len(self.slots) != self.n_slots
+        if not clash and self.parent is not None:
+            captured = set(map(hash, self.captured_values))
+            enclosing = []
+            scope = self.parent
+            while scope is not None:
+                enclosing.append(scope.slots)
+                scope = scope.parent
+            clash = any(key not in captured and any(key in slots for slots in enclosing) for key in self.slots)
+        if clash:
+            raise ModuleError("two MLIR values of the module hash alike: the compiler keys values by their hashes, "
+                              "which jaxlib's bindings make their pointers (program/compiler.py, _Scope)")
 
 
 class Compiler:
@@ -109,12 +137,17 @@ class Compiler:
     composite or custom_call gets the called function's Region as a region), so
     it may be declared anywhere in the module. A call to a function whose body is
     being compiled (recursion) gets that function's Region once it is built.
+
+    With ``text_locations`` (a module of text that writes no location), the
+    ops that share a runner read no location: their plans find it in the text
+    when asked (StepColumns.locate).
     """
 
-    def __init__(self, module: ModuleInfo, file_name: str | None):
+    def __init__(self, module: ModuleInfo, file_name: str | None, text_locations: TextLocations | None = None):
         ops.load_all()
         self.module = module
         self.file_name = file_name
+        self.text_locations = text_locations
         self._func_ops: dict = {}   # function name -> its func.func operation
         self._compiling: set[str] = set()
         self._recursive_calls: dict[str, list] = {}  # function name -> [(call step, region index)]
@@ -148,27 +181,29 @@ class Compiler:
             return
         self._compiling.add(function.name)
         block = self._func_ops[function.name].regions[0].blocks[0]
-        function.region, _ = self._compile_block(block, f"@{function.name}", parent=None)
+        function.region, _ = self._compile_block(block, f"@{function.name}", None, (function.name,))
         self._compiling.remove(function.name)
         for step, index in self._recursive_calls.pop(function.name, ()):
             regions = list(step.regions)
             regions[index] = function.region
             step.regions = step.info.regions = tuple(regions)
 
-    def compile_region(self, mlir_region, description: str, parent: _Scope) -> tuple:
-        """An op's region: ``(Region, the outer values it captures)``."""
+    def compile_region(self, mlir_region, description: str, parent: _Scope, path: tuple) -> tuple:
+        """An op's region (its block at ``path``): ``(Region, the outer values it captures)``."""
         blocks = list(mlir_region.blocks)
         if len(blocks) != 1:
             raise ModuleError(f"{description}: regions must have exactly one block, found {len(blocks)}")
-        return self._compile_block(blocks[0], description, parent)
+        return self._compile_block(blocks[0], description, parent, path)
 
-    def _compile_block(self, block, description: str, parent: _Scope | None) -> tuple:
-        scope = _Scope(parent)
+    def _compile_block(self, block, description: str, parent: _Scope | None, path: tuple) -> tuple:
+        scope = _Scope(parent, path)
         arguments = list(block.arguments)
         for argument in arguments:
             scope.define(argument, self.type_of(argument.type))
         arg_types = tuple(scope.types)
-        columns = StepColumns(self.file_name or "-")
+        text_locations = self.text_locations
+        columns = StepColumns(self.file_name or "-",
+                              None if text_locations is None else functools.partial(text_locations.location, path))
         # The loop below is the load's hot path (docs/engine.md, "What a load costs"): an
         # element-wise op without attributes equal to one compiled before (the same name
         # and types: _built) costs only the binding calls that read it and a few list
@@ -184,7 +219,7 @@ class Compiler:
             name = operation.name
             if name in elementwise and not len(operation.attributes):
                 result = operation.result   # (an element-wise op has one result, no regions)
-                operands = tuple(map(slot_of, operation.operands))
+                operands = tuple(map(slot_of, map(hash, operation.operands)))
                 if None in operands:   # (a value of an enclosing block)
                     shared = None
                 elif len(operands) == 2:   # (unpacking a map costs more than the binding calls around it)
@@ -194,13 +229,14 @@ class Compiler:
                 else:
                     shared = shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
                 if shared is not None:
-                    location = operation.location
-                    if type(location) is file_line_col:   # (kept as StepColumns.locations says)
+                    if text_locations is not None:
+                        location = IN_TEXT
+                    elif type(location := operation.location) is file_line_col:   # (as StepColumns.locations says)
                         file, line, column = location.filename, location.start_line, location.start_col
                         location = line << 32 | column if file == "-" else (file, line, column)
                     else:
                         location = self.location(operation)
-                    slots[result] = slot = len(types)   # (scope.define, inlined)
+                    slots[hash(result)] = slot = len(types)   # (scope.define, inlined)
                     types.append(shared.result_type)
                     type_ids.append(shared.result_type_id)
                     append_op(shared)
@@ -216,6 +252,7 @@ class Compiler:
             self._compile_op(operation, name, scope, columns)
         else:
             raise ModuleError(f"{description}: block has no terminator")
+        scope.check_keys_apart()
         outputs = scope.captures_first(len(arguments), columns, outputs)
         region = Region(description, columns, len(scope.captured_values), arg_types, outputs, output_types,
                         return_location, scope.n_slots)
@@ -226,14 +263,17 @@ class Compiler:
         nested = captures = callees = called = ()
         try:
             if len(op.regions):
-                compiled = [self.compile_region(r, f"region {i} of {name}", scope) for i, r in enumerate(op.regions)]
+                path = scope.path
+                index = len(columns)
+                compiled = [self.compile_region(r, f"region {i} of {name}", scope, (*path, (index, i)))
+                            for i, r in enumerate(op.regions)]
                 nested = tuple(region for region, _ in compiled)
                 captures = tuple(tuple(scope.lookup(v) for v in captured) for _, captured in compiled)
             attributes = decode_op_attributes(op) if len(op.attributes) else {}
             if name in _CALLEE_ATTRIBUTE:
                 callees = self._callees(name, attributes)
             # (map over bound C methods: no Python frame per value, as a comprehension has)
-            operands = tuple(map(scope.slots.get, op.operands))
+            operands = tuple(map(scope.slots.get, map(hash, op.operands)))
             if None in operands:   # a value of an enclosing block: captured
                 operands = tuple(map(scope.lookup, op.operands))
             mlir_result_types = tuple(op.results.types)

@@ -72,7 +72,7 @@ class Program:
         self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions)
         self._in_grid = self.num_processes > 1
         if not self.shape_polymorphic:
-            Compiler(self.module_info, self.file_name).compile_functions(self.module)
+            Compiler(self.module_info, self.file_name, parsed.text_locations).compile_functions(self.module)
 
     def function(self, name: str) -> Function:
         return self.module_info.function(name)
