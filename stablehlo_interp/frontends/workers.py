@@ -23,6 +23,7 @@ def ordered_map(function, items: list, jobs: int = 1, on_crash=None):
     context = multiprocessing.get_context("spawn")   # a clean interpreter; jaxlib's threads do not fork
     pool = concurrent.futures.ProcessPoolExecutor(max(jobs, 1), mp_context=context)
     futures = [pool.submit(function, item) for item in items]
+    finished = False
     try:
         for index, item in enumerate(items):
             try:
@@ -39,8 +40,13 @@ def ordered_map(function, items: list, jobs: int = 1, on_crash=None):
             for later in range(index + 1, len(items)):
                 if not futures[later].done() or futures[later].exception() is not None:
                     futures[later] = pool.submit(function, items[later])
+        finished = True
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Every item done: wait for the workers to end. A pool left running (wait=False)
+        # races CPython's exit handler, which then writes to the pool's closed wake-up
+        # pipe ("Exception ignored ... Bad file descriptor"); only an interrupted map
+        # does not wait for the items still running.
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _alone(function, item, context, on_crash):
