@@ -14,7 +14,7 @@ from ..ir.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
 from ..errors import ArgumentError, ModuleError
-from ..engine.plan import Function, ModuleInfo
+from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
@@ -147,6 +147,15 @@ class Program:
         if self._in_grid and self._runs_per_process(target):
             return self._run_grid(target, [values] * self.num_processes, context)[0]
         return Execution(context).run_entry(target.region, values)
+
+    def plain_region(self, target: Function) -> Region | None:
+        """The region :meth:`execute` runs as it is for ``target``, as
+        ``Execution(context).run_entry(region, values)``: None when a run first refines
+        the program (shape polymorphism) or the module has a grid of processes. A
+        caller that runs one function many times (the device) decides this once."""
+        if self.shape_polymorphic or self._in_grid:
+            return None
+        return target.region
 
     @property
     def num_processes(self) -> int:
