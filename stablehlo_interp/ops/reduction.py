@@ -75,6 +75,8 @@ def _float_extremum(is_max: bool, dtype):
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
         if count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
             return extremum
+        if not extremum.ndim:   # a whole reduction whose extremum is a zero: which one
+            return np.asarray(zeros.of_reduction(values, axes, init, dtype), dtype)
         return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
             dtype, copy=False)
 
