@@ -134,10 +134,11 @@ class Program:
         self._runnable[function] = target
         return target
 
-    def execute(self, target: Function, values: list, context: RunContext | None = None) -> list:
+    def execute(self, target: Function, values: list, context: RunContext | None = None) -> list | tuple:
         """:meth:`run` without its argument checks and result copies, for callers
         whose values already have the function's types and who never write into
         the results (which may be constants or the arguments themselves): the device.
+        The results come as a sequence (Execution.run_entry).
         ``context`` holds the run's listeners, host queues and semantics (a new one,
         with the program's semantics, by default)."""
         context = context if context is not None else RunContext(semantics=self.semantics)
