@@ -21,13 +21,13 @@ shared machine, and the ratios are given for both.
 Then it profiles the trivial call on interp (:func:`profile_trivial_call`):
 the plugin's Python (entering Python from C, the interpreter's run, the device
 layer around it) and the rest, JAX's dispatch and jaxlib's C API client. That
-rest alone is 1.09 to 1.15x the CPU's whole call (7.4 to 7.8 us against 6.6
+rest alone is 1.08 to 1.15x the CPU's whole call (7.4 to 7.8 us against 6.6
 to 6.9 on the two-core machine, docs/device.md, "What a call costs"): with the
 interpreter's run (2.2 us for one add) and two entries into Python (1.2 us)
 the trivial call cannot come below about 1.6x through a Python plugin; it is
 2.1 to 2.2x, the device layer 3.2 to 3.4 us of it. And the 12-op call
 (:func:`profile_dozen_ops`): its run alone, after a JAX call (caches cold),
-and each op alone; 59 to 64 us in all, 30 of them the run, warm.
+and each op alone; 58 to 59 us in all, 29 of them the run, warm.
 
     python benchmarks/device_bench.py [--calls N] [--repeat R]
 """
