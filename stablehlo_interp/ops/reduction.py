@@ -220,13 +220,13 @@ def _vector_fold(info, axes: tuple, general):
     "xla" goes to ``general``. The general way costs several microseconds of Python
     steps that decide, at every run, what the vector's shape decides here once."""
     body = info.regions[0]
-    operand_type = info.operand_types[0]
+    operand_type, monoid = info.operand_types[0], monoid_of(body)
     body_type = body.arg_types[1] if body.n_args == 2 else None
     if (len(info.result_types) != 1 or axes != (0,) or operand_type.rank != 1 or not operand_type.is_static
             or body_type is None or not (body_type.is_float or body_type.is_complex)
-            or monoid_of(body) not in ("stablehlo.add", "stablehlo.multiply")):
+            or monoid not in ("stablehlo.add", "stablehlo.multiply")):
         return None
-    ufunc = monoid_ufunc(monoid_of(body), body_type.kind)
+    ufunc = monoid_ufunc(monoid, body_type.kind)
     size = operand_type.shape[0]
     folds = {SPEC: size <= FOLD_BUFFER_ELEMENTS, XLA: size <= XLA_REDUCE_WINDOW}
     body_dtype, result_dtype = body_type.dtype, info.result_types[0].dtype
