@@ -21,11 +21,13 @@ shared machine, and the ratios are given for both.
 Then it profiles the trivial call on interp (:func:`profile_trivial_call`):
 the plugin's Python (entering Python from C, the interpreter's run, the device
 layer around it) and the rest, JAX's dispatch and jaxlib's C API client. That
-rest alone is 1.33 to 1.42x the CPU's whole call (9.4 to 9.7 us against 6.6 to
-7.0 on the two-core machine, docs/device.md): with the interpreter's run (3.7
-us for one add) and two entries into Python (1.2 us) the trivial call cannot
-come below about 2.1x through a Python plugin; what the plugin can still cut
-is its device layer (about 4 us).
+rest alone is 1.08 to 1.15x the CPU's whole call (7.4 to 7.8 us against 6.6
+to 6.9 on the two-core machine, docs/device.md, "What a call costs"): with the
+interpreter's run (2.2 us for one add) and two entries into Python (1.2 us)
+the trivial call cannot come below about 1.6x through a Python plugin; it is
+2.1 to 2.2x, the device layer 3.2 to 3.4 us of it. And the 12-op call
+(:func:`profile_dozen_ops`): its run alone, after a JAX call (caches cold),
+and each op alone; 58 to 59 us in all, 29 of them the run, warm.
 
     python benchmarks/device_bench.py [--calls N] [--repeat R]
 """
@@ -33,6 +35,7 @@ is its device layer (about 4 us).
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -91,7 +94,7 @@ def profile_trivial_call(calls: int, repeat: int) -> dict:
     from stablehlo_interp.device import plugin, runtime
     from stablehlo_interp.device.pjrt import abi, calls as handles
     from stablehlo_interp.device.pjrt.calls_buffers import buffer_handle
-    from stablehlo_interp.engine.run import RunContext
+    from stablehlo_interp.engine.run import Execution, RunContext
 
     cpu_scalar = jax.device_put(np.float32(1.0), jax.devices("cpu")[0])
     scalar = jax.device_put(np.float32(1.0), jax.devices("interp")[0])
@@ -130,8 +133,8 @@ def profile_trivial_call(calls: int, repeat: int) -> dict:
     def native_call():       # a native fast path: what a call costs without Python
         entry["Event_Destroy"](event_address)
 
-    def interpreter_run():   # the run itself: Program.execute, as the device calls it
-        program.program.execute(program.function, [value], RunContext(semantics=program.program.semantics))
+    def interpreter_run():   # the run itself, as the device makes it (Executable.run_plain)
+        Execution(RunContext((), None, None, program.program.semantics)).run_entry(program.plain_region, [value])
 
     parts = {"cpu": lambda: increment(cpu_scalar), "total": lambda: increment(scalar), "plugin": plugin_part,
              "entering": entering_python, "native": native_call, "run": interpreter_run}
@@ -139,6 +142,57 @@ def profile_trivial_call(calls: int, repeat: int) -> dict:
                                                                                       calls, repeat))}
     handles.release_header(argument)
     return measured
+
+
+def profile_dozen_ops(calls: int, repeat: int) -> tuple[dict, list]:
+    """Where the 12-op call's time goes on interp (CPU microseconds per call): the
+    whole call, its run alone (the program's ops back to back, caches warm), the same
+    run each time after the function's call on the CPU (less that call's time alone:
+    caches as a call finds them, which costs the run more than any op does), and each
+    op's runner alone on its operands, in program order."""
+    from stablehlo_interp.device import runtime
+    from stablehlo_interp.device.pjrt import calls as handles
+    from stablehlo_interp.engine import plan, run as engine
+
+    vector = np.arange(16, dtype=np.float32)
+    on_cpu, on_interp = jax.device_put(vector, jax.devices("cpu")[0]), jax.device_put(vector, jax.devices("interp")[0])
+    function = jax.jit(lambda v: jnp.tanh(jnp.sin(v) * 2 + jnp.cos(v) / 3).sum() - v.max() + v.min())
+    function(on_interp)
+    executable = [obj for obj in handles.objects.values() if isinstance(obj, runtime.Executable)][-1]
+    semantics, region = executable.program.semantics, executable.plain_region
+
+    def run():
+        engine.Execution(engine.RunContext((), None, None, semantics)).run_entry(region, [vector])
+
+    def run_between_calls():
+        function(on_cpu)
+        run()
+
+    parts = {"total": lambda: function(on_interp), "run": run, "cpu call": lambda: function(on_cpu),
+             "run between cpu calls": run_between_calls}
+    measured = {name: cpu_time for name, (_, cpu_time) in zip(parts, per_call_of_each(list(parts.values()),
+                                                                                      calls, repeat))}
+    measured["run between cpu calls"] -= measured["cpu call"]
+    execution = engine.Execution(engine.RunContext((), None, None, semantics))
+    env = [vector, *region.result_slots]
+    ops = []
+    for runner, operands, results, _, kind, step in region.flat_steps:
+        step = region.flat_steps.step(step)
+        if kind == plan.UNARY:
+            call = functools.partial(runner, env[operands])
+        elif kind in (plan.BINARY, plan.SINGLE):
+            call = functools.partial(runner, *[env[i] for i in operands])
+        else:
+            call = functools.partial(runner, *engine._leading_arguments(step, execution, env),
+                                     *[env[i] for i in operands])
+        with np.errstate(all="ignore"):
+            out = call()
+            ops.append((step.info.name, per_call(call, calls, repeat)[1]))
+        if kind == plan.GENERAL:
+            env[results[0]:results[-1] + 1] = out   # (a step's results take consecutive slots)
+        else:
+            env[results] = out
+    return measured, ops
 
 
 def print_profile(measured: dict) -> None:
@@ -152,10 +206,22 @@ def print_profile(measured: dict) -> None:
           f"  total                                            {total:6.1f}  (XLA CPU's whole call: {cpu:.1f})\n"
           f"  the plugin's Python (Execute + Buffer_Destroy)   {plugin:6.1f}\n"
           f"    entering Python twice (guard, ctypes callback) {entering:6.1f}\n"
-          f"    the interpreter's run (Program.execute)        {run:6.1f}\n"
+          f"    the interpreter's run (run_entry of one add)   {run:6.1f}\n"
           f"    the device layer (the rest)                    {plugin - entering - run:6.1f}\n"
           f"  JAX's dispatch and jaxlib's C API path (the rest) {total - plugin:5.1f}  "
           f"= {(total - plugin) / cpu:.2f}x cpu: the ratio with a plugin that cost nothing")
+
+
+def print_dozen_ops_profile(measured: dict, ops: list) -> None:
+    total, run, cold = measured["total"], measured["run"], measured["run between cpu calls"]
+    print(f"\nwhere the 12-op call's time goes on interp (CPU time per call, us):\n"
+          f"  total                                            {total:6.1f}  (XLA CPU's whole call: "
+          f"{measured['cpu call']:.1f})\n"
+          f"  the run alone, caches warm                       {run:6.1f}\n"
+          f"  the run after a JAX call (less that call alone)  {cold:6.1f}  (caches as a call finds them)\n"
+          f"  each op's runner alone, caches warm:")
+    for name, cost in ops:
+        print(f"    {name:<44} {cost:6.1f}")
 
 
 def main() -> None:
@@ -173,6 +239,7 @@ def main() -> None:
         print(f"{name:<26}{cpu_wall:>10.1f}{interp_wall:>13.1f}{cpu_cpu:>10.1f}{interp_cpu:>12.1f}"
               f"{interp_wall / cpu_wall:>11.1f}x{interp_cpu / cpu_cpu:>10.1f}x")
     print_profile(profile_trivial_call(options.calls, options.repeat))
+    print_dozen_ops_profile(*profile_dozen_ops(options.calls, options.repeat))
 
 
 if __name__ == "__main__":

@@ -233,6 +233,22 @@ def test_fold_reduce_of_leading_axes_is_the_left_fold(dtype, ufunc, shape, dimen
 
 # ------------------------------------------------------------ semantics "xla": XLA CPU's order
 
+@pytest.mark.parametrize("dtype, body", [(np.float32, "add"), (np.float64, "add"), (np.complex64, "add"),
+                                         (np.float32, "multiply")])
+@pytest.mark.parametrize("size", [0, 1, 7, 33, 300])
+def test_a_whole_vector_folds_like_the_reference(reference, dtype, body, size):
+    """``jnp.sum(v)``: the whole vector folded left from init (one ``accumulate``)."""
+    element = ELEMENT[dtype]
+    values = cancelling((size,), dtype, 7)
+    if body == "multiply":
+        values = (1 + values / 8192).astype(dtype)
+    vt, st = tensor_type(values.shape, element), f"tensor<{element}>"
+    same_as_reference_via_reals(
+        reference, [("x", vt), ("init", st)],
+        f"stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = [0] : ({vt}, {st}) -> {st}",
+        st, values, np.asarray(cancelling((), dtype, 8)))
+
+
 XLA_ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>"}
 
 
@@ -249,6 +265,9 @@ XLA_ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>
     ((40, 50), [0, 1]),      # 32x32 windows
     ((3, 100, 7), [1]),
     ((1500,), [0]),          # two levels of windows
+    ((5,), [0]),             # a whole vector of at most 32: a left fold (ops/reduction.py's _vector_fold)
+    ((32,), [0]),
+    ((33,), [0]),            # one more: windows
 ])
 def test_reduce_sums_like_xla_cpu_under_xla_semantics(dtype, body, shape, dimensions):
     """Complex products are left out: XLA's complex multiply rounds otherwise (see the

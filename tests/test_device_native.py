@@ -267,6 +267,41 @@ def test_execute_on_one_device_runs_and_reports_bad_arguments():
     del compiled
 
 
+@pytest.mark.parametrize("num_devices, num_args, message", [
+    (1, 2, "the program takes 1 argument.s. per device, got 2"),
+    (1, 1 << 60, f"the program takes 1 argument.s. per device, got {1 << 60}"),
+    (3, 1, "the program runs on 1 device.s., got arguments for 3"),
+    (1 << 60, 1, f"the program runs on 1 device.s., got arguments for {1 << 60}"),
+])
+def test_execute_checks_its_counts_before_reading_its_lists(num_devices, num_args, message):
+    """Execute reads ``num_devices`` lists of ``num_args`` handles: wrong counts are an
+    INVALID_ARGUMENT error before any of that memory is read (a count far past the
+    caller's arrays would read unmapped memory)."""
+    scalar = jax.device_put(np.float32(2.0), jax.devices("interp")[0])
+    compiled = jax.jit(lambda v: v * 5).lower(scalar).compile()
+    executable = [handle for handle, obj in calls.objects.items() if isinstance(obj, runtime.Executable)][-1]
+    assert calls.objects[executable].plain_region is not None   # the common path decides first
+    arguments = (ctypes.c_void_p * 1)(buffer_handle(runtime.Buffer(calls.objects[executable].devices[0],
+                                                                   np.asarray(np.float32(2.0)))))
+    argument_lists = (ctypes.c_void_p * 1)(ctypes.addressof(arguments))
+    outputs = (ctypes.c_void_p * 1)()
+    output_lists = (ctypes.c_void_p * 1)(ctypes.addressof(outputs))
+    args = abi.PJRT_LoadedExecutable_Execute_Args(executable=executable, num_devices=num_devices, num_args=num_args,
+                                                  argument_lists=ctypes.addressof(argument_lists),
+                                                  output_lists=ctypes.addressof(output_lists))
+    try:
+        with pytest.raises(runtime.PluginError, match=message) as raised:
+            call_python("LoadedExecutable_Execute", args)
+        assert raised.value.code == abi.INVALID_ARGUMENT and not outputs[0]
+        args.num_devices, args.num_args = 1, 1
+        call_python("LoadedExecutable_Execute", args)
+        assert calls.objects[outputs[0]].array() == np.float32(10.0)
+        calls.release_header(outputs[0])
+    finally:
+        calls.release_header(arguments[0])
+    del compiled
+
+
 def test_every_call_through_python():
     """With calls traced, the fast paths are off: the Python implementations serve jit,
     eager ops, transfers and events."""

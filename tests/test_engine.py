@@ -11,7 +11,7 @@ import pytest
 import stablehlo_interp as si
 from stablehlo_interp import ops
 from stablehlo_interp.engine import registry
-from stablehlo_interp.engine.run import Listener
+from stablehlo_interp.engine.run import Listener, RunContext
 
 ADD_TEXT = """
 func.func @main(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
@@ -259,6 +259,19 @@ def test_error_inside_region_shows_enclosing_ops():
 def test_bad_arguments(args, match):
     with pytest.raises(si.ArgumentError, match=match):
         si.run(ADD_TEXT, *args)
+
+
+def test_execute_checks_the_number_of_values_observed_or_not():
+    """Program.execute takes values already of the function's types, but a wrong count
+    is still an error, not a run on shifted slots (the unobserved entry skips
+    run_region, which checks it for every other region)."""
+    program = si.load(ADD_TEXT)
+    main = program.function("main")
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(program.execute(main, [x, x])[0], (x + x) * x)
+    for listeners in ((), (Listener(),)):
+        with pytest.raises(si.InterpreterError, match="takes 2 arguments, got 3"):
+            program.execute(main, [x, x, x], RunContext(listeners))
 
 
 def test_python_scalars_are_converted_and_checked():

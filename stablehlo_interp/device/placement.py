@@ -51,11 +51,8 @@ class Placement:
 
     def run(self, arguments: list, listeners) -> list:
         """``arguments[d]``: the argument arrays of device d; returns each device's results."""
-        return [self.run_on_one_device(arguments[0], listeners)]
-
-    def run_on_one_device(self, values: list, listeners) -> list:
-        """:meth:`run` of a program on one device: its argument arrays; returns its results."""
-        return self.program.execute(self.function, values, RunContext(listeners, semantics=self.program.semantics))
+        return [self.program.execute(self.function, arguments[0],
+                                     RunContext(listeners, semantics=self.program.semantics))]
 
     def result_types(self) -> list:
         """Each device's type of each result (its shard's, for a global program): the

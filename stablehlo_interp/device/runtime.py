@@ -19,6 +19,7 @@ import numpy as np
 from ..ir import edit, partition, sources
 from ..sharding import tiling as sharding
 from ..program import program as program_module
+from ..engine.run import Execution, RunContext
 from ..engine.semantics import XLA, semantics_named
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN, TensorType
@@ -267,10 +268,15 @@ class Executable:
         self.output_types = self.function.result_types
         self.output_memory_kinds = tuple(_memory_kind(attributes) for attributes in self.function.result_attributes)
         self.outputs_in_default_memory = set(self.output_memory_kinds) <= {MEMORY_KINDS[0]}
+        self.num_parameters = len(self.function.arg_types)
         self.donated_parameters = _donated_parameters(self.function)
-        self.one_device_no_donation = len(self.devices) == 1 and not self.donated_parameters
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd)
+        # The common call, decided here once: a program on one device that donates nothing
+        # and runs its entry region as it is (Program.plain_region) is run by run_plain,
+        # around the placement layer; None sends every call through execute.
+        self.plain_region = self.program.plain_region(self.function) \
+            if len(self.devices) == 1 and not self.donated_parameters else None
         self.deleted = False
         self._program_text: bytes | None = None   # see optimized_program
 
@@ -312,18 +318,21 @@ class Executable:
 
         return edit.sharding_ops_as_custom_calls(str(self.program.module), hlo_sharding, notes)
 
-    @property
-    def num_parameters(self) -> int:
-        return len(self.function.arg_types)
+    def check_call(self, num_devices: int, num_args: int) -> None:
+        """An Execute call's counts, checked before anything reads its lists: the program's
+        devices, and its parameters per device."""
+        if num_devices != len(self.devices):
+            raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
+                                                    f"got arguments for {num_devices}")
+        if num_args != self.num_parameters:
+            raise PluginError(abi.INVALID_ARGUMENT, f"the program takes {self.num_parameters} argument(s) per "
+                                                    f"device, got {num_args}")
 
     def execute(self, argument_lists: list, device: Device | None, non_donatable: frozenset) -> list:
         """Run the program on one list of argument buffers per device (in the order of
-        ``devices``); returns one list of output buffers per device."""
+        ``devices``; :meth:`check_call` first); returns one list of output buffers per device."""
         if self.deleted:
             raise _executable_deleted()
-        if len(argument_lists) != len(self.devices):
-            raise PluginError(abi.INVALID_ARGUMENT, f"the program runs on {len(self.devices)} device(s), "
-                                                    f"got arguments for {len(argument_lists)}")
         donated = self.donated_parameters - non_donatable
         if donated:
             for index, arguments in enumerate(argument_lists):
@@ -341,15 +350,17 @@ class Executable:
                         arguments[index].delete()
         return [self._output_buffers(target, outputs) for target, outputs in zip(targets, results)]
 
-    def execute_on_one_device(self, arguments: list, device: Device | None) -> list:
-        """:meth:`execute` of a program that runs on one device and donates nothing
-        (``one_device_no_donation``: most calls), without the per-device lists; returns
-        the output buffers."""
+    def run_plain(self, values: list, device: Device | None) -> list:
+        """:meth:`execute` of a program with a ``plain_region`` (most calls) on the arrays of
+        its arguments (``Buffer.shared``), without per-device lists and around the
+        placement layer (each frame saved is a tenth of a microsecond of a call that
+        costs a few; docs/device.md, "What a call costs"); returns the output buffers."""
         if self.deleted:
             raise _executable_deleted()
         target = device or self.devices[0]
-        try:
-            results = self.placement.run_on_one_device([buffer.shared() for buffer in arguments], listeners)
+        try:   # (positional: keywords cost a tenth of a microsecond here)
+            results = Execution(RunContext(listeners, None, None, self.program.semantics)).run_entry(
+                self.plain_region, values)
         except KeyboardInterrupt:
             raise self._interrupted([target]) from None
         return self._output_buffers(target, results)
@@ -361,7 +372,7 @@ class Executable:
 
     def _output_buffers(self, target: Device, outputs: list) -> list:
         if self.outputs_in_default_memory:
-            return [Buffer(target, value) for value in outputs]
+            return [Buffer(target, outputs[0])] if len(outputs) == 1 else [Buffer(target, value) for value in outputs]
         return [Buffer(target, value, target.memory_of_kind[kind])
                 for value, kind in zip(outputs, self.output_memory_kinds)]
 

@@ -214,7 +214,7 @@ class Execution:
         self.context = context
         self.listeners = context.listeners
         self.process = process
-        self._stack: list[RegionFrame] = list(stack)
+        self._stack: list[RegionFrame] = list(stack) if stack else []
 
     @property
     def semantics(self) -> str:
@@ -244,14 +244,24 @@ class Execution:
         ``context`` if given (the same run with other host queues)."""
         return Execution(context or self.context, process, self._stack)
 
-    def run_entry(self, region: Region, args) -> list:
+    def run_entry(self, region: Region, args) -> list | tuple:
         """:meth:`run_region` for a function's region run from outside any op (a run's
-        entry), with NumPy's floating-point warnings off (:class:`numpy_warnings_off`)."""
+        entry), with NumPy's floating-point warnings off (:class:`numpy_warnings_off`);
+        returns the outputs as a sequence (a list for one output, else a tuple).
+
+        Only the number of arguments is checked: every caller already has them in the
+        region's types (Program.run and its kin check the user's; the device's come
+        checked by jaxlib). Unobserved, it enters the run loop directly (a tiny
+        program's run is a few microseconds, and each frame a tenth of one)."""
         if _NUMPY_ERRORS is None:
             with numpy_warnings_off():
                 return self.run_region(region, args)
         token = _NUMPY_ERRORS.set(_IGNORE_ERRORS)
         try:
+            if not self.listeners:
+                if len(args) != region.n_args:
+                    raise _argument_count_error(region, args)
+                return _run_steps(region.flat_steps, (), region.result_slots, region.output_values, self, None, args)
             return self.run_region(region, args)
         finally:
             _NUMPY_ERRORS.reset(token)
@@ -259,7 +269,7 @@ class Execution:
     def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
                    call: int = 0) -> list:
         if len(args) != region.n_args:
-            raise InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
+            raise _argument_count_error(region, args)
         if not self.listeners:
             return list(_run_steps(region.flat_steps, captures, region.result_slots, region.output_values, self,
                                    None, args))
@@ -283,6 +293,10 @@ class Execution:
         for index, region in enumerate(step.regions):
             bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
         return tuple(bound)
+
+
+def _argument_count_error(region: Region, args) -> InterpreterError:
+    return InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
 
 
 def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:

@@ -31,7 +31,8 @@ from ..engine.registry import op
 from ..engine.semantics import SEMANTICS, SPEC, XLA
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import ExtremumOfZeros, count_nonzero, fold_reduce, integer_compute_dtype, xla_cpu_fold
+from .support import (FOLD_BUFFER_ELEMENTS, XLA_REDUCE_WINDOW, ExtremumOfZeros, count_nonzero, fold_reduce,
+                      integer_compute_dtype, xla_cpu_fold)
 
 
 def monoid_reducer(name: str, ttype, semantics: str = SPEC):
@@ -74,6 +75,8 @@ def _float_extremum(is_max: bool, dtype):
         extremum = np.asarray(ufunc.reduce(values, axis=axes, initial=init[()]), dtype)
         if count_nonzero(extremum) == extremum.size:  # no zeros (NaN counts as nonzero)
             return extremum
+        if not extremum.ndim:   # a whole reduction whose extremum is a zero: which one
+            return np.asarray(zeros.of_reduction(values, axes, init, dtype), dtype)
         return np.where(extremum == 0, zeros.of_reduction(values, axes, init, dtype), extremum).astype(
             dtype, copy=False)
 
@@ -199,8 +202,44 @@ def reduce(info):
     n = len(info.result_types)
     axes = tuple(info.attr("dimensions"))
     run_reduction, _ = reduction(info, n)
-    return lambda execution, regions, *operands: run_reduction(
-        regions[0], operands[:n], operands[n:], axes, execution.semantics)
+
+    def run(execution, regions, *operands):
+        return run_reduction(regions[0], operands[:n], operands[n:], axes, execution.semantics)
+
+    return _vector_fold(info, axes, run) or run
+
+
+def _vector_fold(info, axes: tuple, general):
+    """The runner of a float or complex sum or product of a whole vector (``jnp.sum(v)``,
+    the most common reduce), or None for any other reduce.
+
+    It folds left from init in one ``accumulate``, which is sequential by definition:
+    ``init ∘ v0 ∘ v1 ∘ ...``, each step rounded to the body's type. That is the "spec"
+    schedule (``fold_reduce``; up to the length it stages at once), and XLA CPU's
+    (``xla_cpu_fold``: no window, one row) up to 32 elements; a longer vector under
+    "xla" goes to ``general``. The general way costs several microseconds of Python
+    steps that decide, at every run, what the vector's shape decides here once."""
+    body = info.regions[0]
+    operand_type, monoid = info.operand_types[0], monoid_of(body)
+    body_type = body.arg_types[1] if body.n_args == 2 else None
+    if (len(info.result_types) != 1 or axes != (0,) or operand_type.rank != 1 or not operand_type.is_static
+            or body_type is None or not (body_type.is_float or body_type.is_complex)
+            or monoid not in ("stablehlo.add", "stablehlo.multiply")):
+        return None
+    ufunc = monoid_ufunc(monoid, body_type.kind)
+    size = operand_type.shape[0]
+    folds = {SPEC: size <= FOLD_BUFFER_ELEMENTS, XLA: size <= XLA_REDUCE_WINDOW}
+    body_dtype, result_dtype = body_type.dtype, info.result_types[0].dtype
+
+    def run(execution, regions, values, init):
+        if not folds[execution.semantics]:
+            return general(execution, regions, values, init)
+        terms = np.empty(size + 1, body_dtype)
+        terms[0], terms[1:] = init, values
+        return [np.asarray(ufunc.accumulate(terms)[-1], result_dtype)]
+
+    info.regions_called = False   # the runner gets None for the body
+    return run
 
 
 # ------------------------------------------------------------------------ windows

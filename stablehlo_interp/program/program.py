@@ -14,7 +14,7 @@ from ..ir.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
 from ..errors import ArgumentError, ModuleError
-from ..engine.plan import Function, ModuleInfo
+from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
@@ -134,10 +134,11 @@ class Program:
         self._runnable[function] = target
         return target
 
-    def execute(self, target: Function, values: list, context: RunContext | None = None) -> list:
+    def execute(self, target: Function, values: list, context: RunContext | None = None) -> list | tuple:
         """:meth:`run` without its argument checks and result copies, for callers
         whose values already have the function's types and who never write into
         the results (which may be constants or the arguments themselves): the device.
+        The results come as a sequence (Execution.run_entry).
         ``context`` holds the run's listeners, host queues and semantics (a new one,
         with the program's semantics, by default)."""
         context = context if context is not None else RunContext(semantics=self.semantics)
@@ -147,6 +148,15 @@ class Program:
         if self._in_grid and self._runs_per_process(target):
             return self._run_grid(target, [values] * self.num_processes, context)[0]
         return Execution(context).run_entry(target.region, values)
+
+    def plain_region(self, target: Function) -> Region | None:
+        """The region :meth:`execute` runs as it is for ``target``, as
+        ``Execution(context).run_entry(region, values)``: None when a run first refines
+        the program (shape polymorphism) or the module has a grid of processes. A
+        caller that runs one function many times (the device) decides this once."""
+        if self.shape_polymorphic or self._in_grid:
+            return None
+        return target.region
 
     @property
     def num_processes(self) -> int:

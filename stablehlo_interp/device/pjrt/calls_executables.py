@@ -233,14 +233,15 @@ def loaded_executable_execute(args):
     A run that a KeyboardInterrupt stops hands out outputs that fail with CANCELLED, and
     the KeyboardInterrupt is raised again in the caller (``interrupts.py``).
 
-    Most calls run a single-device program that donates nothing: they take a path
-    without per-device lists (each Python frame saved is a fraction of a microsecond
-    of a call that costs a few; docs/device.md, Cost)."""
+    Most calls run a program with a ``plain_region`` (one device, nothing donated; decided
+    when it was compiled, runtime.Executable): they take :func:`_execute_plain`. The counts
+    are checked before any list is read."""
     executable = lookup(args.executable, "executable")
-    if args.num_devices == 1 and executable.one_device_no_donation:
-        _execute_on_one_device(executable, args)
-        return
     num_devices, num_args = args.num_devices, args.num_args
+    if executable.plain_region is not None and num_devices == 1 and num_args == executable.num_parameters:
+        _execute_plain(executable, args, num_args)
+        return
+    executable.check_call(num_devices, num_args)
     device = lookup(args.execute_device, "device") if args.execute_device else None
     handle_lists = [read_pointers(address, num_args) for address in read_pointers(args.argument_lists, num_devices)]
     non_donatable = _non_donatable(args.options) if executable.donated_parameters else frozenset()
@@ -258,21 +259,21 @@ def loaded_executable_execute(args):
         write_pointers(args.device_complete_events, [COMPLETE_EVENT] * num_devices)
 
 
-def _execute_on_one_device(executable: runtime.Executable, args) -> None:
-    """Execute of a program on one device that donates nothing (most calls): the path
-    above without per-device lists, and with the fewest Python frames and objects
-    (each costs a fraction of a microsecond of a call that costs a few; docs/device.md,
-    Cost): one argument or output, the most common count, is read or written directly."""
+def _execute_plain(executable: runtime.Executable, args, num_args: int) -> None:
+    """Execute of a program with a ``plain_region`` (``Executable.run_plain``): the path
+    above without per-device lists, and with the fewest Python frames and objects (each
+    costs a tenth of a microsecond of a call that costs a few; docs/device.md, "What a
+    call costs"): one argument or output, the most common count, is read or written
+    directly."""
     device = lookup(args.execute_device, "device") if args.execute_device else None
-    num_args = args.num_args
     first = WORDS[args.argument_lists >> 3] >> 3   # the word of the first argument's handle
     try:
-        arguments = [objects[WORDS[first]]] if num_args == 1 else \
-            [objects[WORDS[word]] for word in range(first, first + num_args)]
+        values = [objects[WORDS[first]].shared()] if num_args == 1 else \
+            [objects[WORDS[word]].shared() for word in range(first, first + num_args)]
     except KeyError as unknown:
         raise _unknown_buffer(unknown.args[0]) from None
     try:
-        outputs = executable.execute_on_one_device(arguments, device)
+        outputs = executable.run_plain(values, device)
     except runtime.Interrupted as interrupted:
         outputs = _interrupted_outputs(interrupted)[0]
     if outputs:
