@@ -8,6 +8,7 @@ with every call going through Python (tracing calls turns the fast paths off).
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import os
 import re
@@ -480,3 +481,32 @@ def test_aarch64_code_under_qemu(tmp_path):
             assert re.fullmatch(pattern, line), (line, want)
         else:
             assert line == want
+
+
+def test_at_exit_releasing_calls_no_longer_enter_python():
+    """Hazard 3 of plugin.py, in a child process: after the atexit handler, every slot
+    that only releases (Buffer_Destroy, Buffer_Delete, the end of an external
+    reference that np.asarray of a device array holds ...) is the native no-op, and
+    the others are as they were; the process then ends cleanly, arrays still alive."""
+    script = textwrap.dedent("""
+        import ctypes, jax, numpy as np
+        from stablehlo_interp.device import plugin
+        from stablehlo_interp.device.pjrt import native
+        x = jax.device_put(np.arange(4, dtype=np.float32), jax.devices("interp")[0])
+        y = jax.jit(lambda v: v * 2)(x)
+        view = np.asarray(y)          # read in place: an external reference to y's buffer
+        api = plugin.table().api
+        slot = lambda name: ctypes.cast(getattr(api, "PJRT_" + name), ctypes.c_void_p).value
+        before = {name: slot(name) for name in ("Buffer_ToHostBuffer", "LoadedExecutable_Execute")}
+        plugin._silence_releasing_calls()
+        no_op = native.no_op()
+        print(sorted(name for name in plugin.RELEASING_SLOTS if slot(name) == no_op))
+        print(all(slot(name) == address != no_op for name, address in before.items()), view.tolist())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    silenced, others = done.stdout.strip().splitlines()
+    assert ast.literal_eval(silenced) == sorted(plugin.RELEASING_SLOTS)
+    assert {"Buffer_Destroy", "Buffer_Delete", "Buffer_DecreaseExternalReferenceCount", "Client_Destroy",
+            "LoadedExecutable_Delete", "Event_Destroy", "Error_Destroy"} <= set(plugin.RELEASING_SLOTS)
+    assert others == "True [0.0, 2.0, 4.0, 6.0]"

@@ -14,12 +14,15 @@ this module does about them:
 2. *Thunks freed before jaxlib's last call*: the table and every thunk are
    kept alive for the whole process (an extra reference that is never
    dropped), since jaxlib's client may outlive every Python module.
-3. *Destroy calls on a jaxlib thread while CPython finalizes* must not take
-   the GIL (a thread that tries is stopped forever, or the process aborts).
-   At exit (``atexit`` runs before finalization) every ``*_Destroy`` slot is
-   pointed at a native function that does nothing and returns NULL, so late
-   calls never enter Python (the deleters the plugin hands out are that
-   native function from the start).
+3. *Releasing calls on a jaxlib thread while CPython finalizes* must not take
+   the GIL: CPython 3.11 ends a thread that tries (``PyThread_exit_thread``),
+   and when that thread is a worker of one of jaxlib's Eigen thread pools, the
+   pool's destructor then waits for it forever (the process hangs at exit).
+   At exit (``atexit`` runs before finalization) every slot that only releases
+   something (:data:`RELEASING_SLOTS`: ``*_Destroy``, ``*_Delete``, the end of
+   an external reference) is pointed at a native function that does nothing
+   and returns NULL, so late calls never enter Python (the deleters the plugin
+   hands out are that native function from the start).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def table() -> api.Table:
     if _table is None:
         _table = api.Table()
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(_table))   # hazard 2: never freed
-        atexit.register(_silence_destroy_calls)
+        atexit.register(_silence_releasing_calls)
     return _table
 
 
@@ -75,9 +78,14 @@ def initialize() -> None:
     lowering.register()
 
 
-def _silence_destroy_calls() -> None:
-    """Hazard 3: from now on, Destroy calls must not enter Python."""
+# The calls that only give something back (memory, a handle, a reference): at exit,
+# doing nothing instead leaks only what the process is about to lose anyway.
+RELEASING_SLOTS = tuple(name for name in abi.API_SLOTS
+                        if name.endswith(("_Destroy", "_Delete")) or name == "Buffer_DecreaseExternalReferenceCount")
+
+
+def _silence_releasing_calls() -> None:
+    """Hazard 3: from now on, releasing calls must not enter Python."""
     no_op = native.no_op()
-    for name in abi.API_SLOTS:
-        if name.endswith("_Destroy"):
-            setattr(_table.api, f"PJRT_{name}", no_op)
+    for name in RELEASING_SLOTS:
+        setattr(_table.api, f"PJRT_{name}", no_op)
