@@ -22,13 +22,18 @@ this module does about them:
    something (:data:`RELEASING_SLOTS`: ``*_Destroy``, ``*_Delete``, the end of
    an external reference) is pointed at a native function that does nothing
    and returns NULL, so late calls never enter Python (the deleters the plugin
-   hands out are that native function from the start).
+   hands out are that native function from the start). A call that entered its
+   guard just before is already waiting for the GIL (seen under gdb: a pool
+   thread's ``Executable_Destroy`` ended in ``PyThread_exit_thread``): the
+   handler then lets the GIL go for :data:`DRAIN_SECONDS`, so that it runs
+   before finalization begins.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import time
 
 from .pjrt import abi
 from .pjrt import api
@@ -84,8 +89,13 @@ RELEASING_SLOTS = tuple(name for name in abi.API_SLOTS
                         if name.endswith(("_Destroy", "_Delete")) or name == "Buffer_DecreaseExternalReferenceCount")
 
 
+DRAIN_SECONDS = 0.02
+
+
 def _silence_releasing_calls() -> None:
-    """Hazard 3: from now on, releasing calls must not enter Python."""
+    """Hazard 3: from now on, releasing calls must not enter Python; those already
+    waiting for the GIL get it now, before CPython finalizes."""
     no_op = native.no_op()
     for name in RELEASING_SLOTS:
         setattr(_table.api, f"PJRT_{name}", no_op)
+    time.sleep(DRAIN_SECONDS)
