@@ -6,18 +6,19 @@ positions. ``reduce_window`` is ``reduce`` over each window of the padded and
 dilated inputs. Three strategies, chosen at load time from the body's pattern
 (engine/regions.py):
 
-1. ``body`` is one monoid op (add, multiply, maximum, minimum, and, or, xor) on
-   its two arguments: NumPy's reduction of that op. Float and complex sums and
+1. ``body`` is one built-in monoid op (add, multiply, maximum, minimum, and, or,
+   xor) on its two arguments: NumPy's reduction of that op. Float and complex sums and
    products of ``reduce`` follow the run's semantics (docs/semantics.md,
    "Accumulation"): under "spec", left folds, init first, in row-major order of
    the reduced indices (the C++ reference interpreter's schedule); under "xla",
    XLA CPU's schedule on this host (support.xla_cpu_fold,
    ops/xla_cpu_schedule.py). ``reduce_window`` folds each
    window left under both: XLA CPU does too.
-2. ``body`` is made of element-wise ops only (argmax/argmin pairs, ...): the
+2. ``body`` is made of built-in element-wise ops only (argmax/argmin pairs, ...): the
    left fold of the C++ reference interpreter, init first, each step one
    vectorized call of ``body`` on whole tensors (:func:`vectorized_fold`).
-3. anything else: ``body`` called on one pair of 0-d values at a time.
+3. anything else (an op a user registered among them): ``body`` called on one
+   pair of 0-d values at a time.
 """
 
 from __future__ import annotations
