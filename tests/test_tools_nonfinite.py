@@ -1,4 +1,6 @@
-"""si.find_nonfinite: the first op whose results hold a NaN or inf that its operands did not."""
+"""si.find_nonfinite: where the NaNs and infs of a program's results came from (the op
+that made them from finite operands), and, with mode="first", the first op anywhere
+whose results hold a NaN or inf that its operands did not."""
 
 import jax
 import jax.numpy as jnp
@@ -22,20 +24,47 @@ LOG_LINE = running_log_sum.__code__.co_firstlineno + 2
 def test_nan_introduced_inside_a_scan():
     xs = np.array([1.0, 2.0, -3.0, 4.0], np.float32)
     report = si.find_nonfinite(running_log_sum, xs)
-    assert report.op == "stablehlo.log"
-    assert report.location.frame.line == LOG_LINE
-    assert [(c.op, c.region, c.call) for c in report.stack] == [
+    # both results hold NaNs: the total, and the running totals from iteration 2 on
+    assert [index for index, _ in report.nonfinite_results] == [0, 1]
+    assert len(report.origins) == 1
+    origin = report.origins[0]
+    assert origin.op == report.op == "stablehlo.log"
+    assert origin.location.frame.line == LOG_LINE
+    assert [(c.op, c.region, c.call) for c in origin.stack] == [
         ("stablehlo.while", "body", 2), ("func.call", "@closed_call", 0)]
-    assert report.new == [(0, "nan", 1, ())]
-    np.testing.assert_array_equal(report.operands[0], np.float32(-3.0))
-    assert np.isnan(report.results[0])
+    assert origin.new == [(0, "nan", 1, ())] and origin.reaches == (0, 1) and origin.executions == 1
+    np.testing.assert_array_equal(origin.operands[0], np.float32(-3.0))
+    assert np.isnan(origin.results[0])
+    # from the log: the add, out of the call, into iteration 3 (the carry's convert) and out of the loop
+    assert [link.op for link in origin.chain] == ["stablehlo.add", "func.call @closed_call", "stablehlo.convert",
+                                                  "stablehlo.add", "func.call @closed_call", "stablehlo.while"]
+    assert [call.call for call in origin.chain[2].stack] == [3, 0]
+    lines = str(report).splitlines()
+    assert lines[:2] == ["non-finite result #0: f32[] nan", "non-finite result #1: f32[4] [0 1.3863 nan nan]"]
+    assert lines[2] == f"NaN made by stablehlo.log at test_tools_nonfinite.py:{LOG_LINE} " \
+                       "(running_log_sum.<locals>.body)"
+    assert lines[3] == "  source: total = total + jnp.log(x)     # NaN at the iteration where x < 0"
+    assert lines[4:6] == ["  result #0 has 1 NaN: f32[] nan", "  operand #0: f32[] -3"]
+    assert lines[6].startswith("  inside func.call @closed_call at test_tools_nonfinite.py:")
+    assert lines[7].startswith("  inside stablehlo.while at") and lines[7].endswith("body, iteration 2")
+    add = f"stablehlo.add (test_tools_nonfinite.py:{LOG_LINE})"
+    call = f"func.call @closed_call (test_tools_nonfinite.py:{LOG_LINE + 2})"
+    convert = f"stablehlo.convert (test_tools_nonfinite.py:{LOG_LINE})"
+    assert lines[8] == f"  reaches results #0, #1: {add} → {call} → {convert} → {add} → {call} → " \
+                       f"stablehlo.while (test_tools_nonfinite.py:{LOG_LINE + 2}) → result #0"
+
+
+def test_mode_first_reports_the_first_op_anywhere():
+    xs = np.array([1.0, 2.0, -3.0, 4.0], np.float32)
+    report = si.find_nonfinite(running_log_sum, xs, mode="first")
+    assert report.op == "stablehlo.log" and report.new == [(0, "nan", 1, ())]
     lines = str(report).splitlines()
     assert lines[0] == f"first non-finite value: stablehlo.log at test_tools_nonfinite.py:{LOG_LINE} " \
                        "(running_log_sum.<locals>.body)"
-    assert lines[1] == "  source: total = total + jnp.log(x)     # NaN at the iteration where x < 0"
     assert lines[2:4] == ["  result #0 has 1 NaN: f32[] nan", "  operand #0: f32[] -3"]
-    assert lines[4].startswith("  inside func.call @closed_call at test_tools_nonfinite.py:")
     assert lines[5].startswith("  inside stablehlo.while at") and lines[5].endswith("body, iteration 2")
+    with pytest.raises(ValueError, match="mode is one of origins, first"):
+        si.find_nonfinite(running_log_sum, xs, mode="last")
 
 
 def test_inf_and_nan_of_one_op_and_where_they_are():
@@ -68,11 +97,149 @@ def test_a_nan_constant_is_reported():
     assert report.op == "stablehlo.constant" and report.new[0][1] == "nan"
 
 
-def test_values_that_come_in_non_finite_are_not_reported():
-    assert si.find_nonfinite(lambda x: x * 2 + 1, np.array([np.nan, 1.0], np.float32)) is None
-    assert si.find_nonfinite(lambda x: jnp.sqrt(x), np.array([4.0, 9.0], np.float32)) is None
-    # A NaN input does not hide a new infinity.
+def embedding_loss(table, ids, target):
+    vectors = jnp.take(table, ids, axis=0)    # lowers to func.call @_take: gather, then a NaN fill
+    return jnp.log(vectors.sum(-1) - target).mean()   # log of a negative: the loss's NaN
+
+
+EMBEDDING_LOG_LINE = embedding_loss.__code__.co_firstlineno + 2
+
+
+def test_a_take_fill_that_is_selected_away_is_not_blamed():
+    table = np.arange(15, dtype=np.float32).reshape(5, 3)   # row sums 3, 12, 21, 30, 39
+    ids = np.array([1, 3], np.int32)
+    report = si.find_nonfinite(embedding_loss, table, ids, np.float32(20.0))   # log([-8, 10])
+    assert [o.op for o in report.origins] == ["stablehlo.log"]
+    origin = report.origins[0]
+    assert origin.location.frame.line == EMBEDDING_LOG_LINE and origin.stack == ()
+    assert origin.new == [(0, "nan", 1, (0,))]
+    np.testing.assert_array_equal(origin.operands[0], np.float32([-8.0, 10.0]))
+    assert [link.op for link in origin.chain] == ["stablehlo.reduce", "stablehlo.divide"]
+    # The NaN constant inside @_take is the first non-finite value anywhere.
+    first = si.find_nonfinite(embedding_loss, table, ids, np.float32(20.0), mode="first")
+    assert first.op == "stablehlo.constant" and first.stack[-1].region == "@_take"
+    # An id out of range does select the fill: then both reach the loss.
+    report = si.find_nonfinite(embedding_loss, table, np.array([1, 7], np.int32), np.float32(20.0))
+    assert [(o.op, o.stack[-1].region if o.stack else None) for o in report.origins] == [
+        ("stablehlo.constant", "@_take"), ("stablehlo.log", None)]
+    assert [link.op for link in report.origins[0].chain][:3] == [
+        "stablehlo.broadcast_in_dim", "stablehlo.select", "func.call @_take"]
+    assert si.find_nonfinite(embedding_loss, table, ids, np.float32(2.0)) is None
+
+
+def test_masked_values_and_reduction_identities_are_not_blamed():
+    x = np.array([1.0, -1.0, 4.0], np.float32)
+    safe_log = lambda v: jnp.where(v > 0, jnp.log(v), 0.0).sum()   # noqa: E731
+    assert si.find_nonfinite(safe_log, x) is None
+    assert si.find_nonfinite(safe_log, x, mode="first").op == "stablehlo.log"
+    # max and softmax reduce from -inf on finite data
+    assert si.find_nonfinite(lambda v: jax.nn.softmax(v) * jnp.max(v), x) is None
+
+
+def test_a_reduction_result_follows_its_inputs_not_its_initial_value():
+    def masked_max(v, mask):
+        return jnp.max(jnp.where(mask, v, -jnp.inf))   # every element masked: -inf
+
+    report = si.find_nonfinite(masked_max, np.array([1.0, 2.0], np.float32), np.array([False, False]))
+    assert report.nonfinite_results[0][1].values == (float("-inf"),)
+    # the where's -inf (a constant that @_where broadcasts and selects), not the max's -inf initial value
+    (origin,) = report.origins
+    assert origin.op == "stablehlo.constant" and origin.results[0] == -np.inf
+    assert [link.op for link in origin.chain] == [
+        "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.select", "func.call @_where", "stablehlo.reduce"]
+    assert si.find_nonfinite(masked_max, np.array([1.0, 2.0], np.float32), np.array([False, True])) is None
+
+
+def overflowing_loop(x):
+    def body(i, v):
+        return v * jnp.float32(1e10)     # 3e10, 3e20, 3e30, then inf in iteration 3
+    return jax.lax.fori_loop(0, 6, body, x)
+
+
+OVERFLOW_LINE = overflowing_loop.__code__.co_firstlineno + 2
+
+
+def test_an_overflow_inside_a_loop_body():
+    report = si.find_nonfinite(overflowing_loop, np.float32(3.0))
+    (origin,) = report.origins
+    assert origin.op == "stablehlo.multiply" and origin.location.frame.line == OVERFLOW_LINE
+    assert [(c.op, c.call) for c in origin.stack] == [("stablehlo.while", 3), ("func.call", 0)]
+    before = np.float32(3.0) * np.float32(1e10) * np.float32(1e10) * np.float32(1e10)   # iterations 0-2
+    np.testing.assert_array_equal(origin.operands, [before, np.float32(1e10)])
+    assert origin.new == [(0, "inf", 1, ())] and origin.executions == 1
+    assert origin.chain[-1].op == "stablehlo.while"
+    # iterations 4 and 5 carry it: their multiplies are links, not origins
+    assert [link.stack[0].call for link in origin.chain if link.op == "stablehlo.multiply"] == [4, 5]
+    # an overflow that the loop then replaces does not reach the result
+    clipped = lambda x: jax.lax.fori_loop(0, 6, lambda i, v: jnp.where(jnp.isinf(v * 1e10), 1.0, v * 1e10), x)  # noqa
+    assert si.find_nonfinite(clipped, np.float32(3.0)) is None
+    assert si.find_nonfinite(clipped, np.float32(3.0), mode="first").op == "stablehlo.multiply"
+
+
+def test_each_iteration_that_makes_a_nan_counts():
+    xs = np.array([1.0, -1.0, 2.0, -2.0, -3.0], np.float32)
+    (origin,) = si.find_nonfinite(lambda v: jax.lax.scan(lambda t, x: (t + jnp.log(x), None), 0.0, v)[0],
+                                  xs).origins
+    assert origin.op == "stablehlo.log" and origin.executions == 3
+    assert origin.stack[0].call == 1            # the first of them is shown
+    np.testing.assert_array_equal(origin.operands[0], np.float32(-1.0))
+
+
+@jax.jit
+def shifted_sqrt(a):
+    return jnp.sqrt(a - 2.0)
+
+
+def test_through_a_jitted_nested_function():
+    report = si.find_nonfinite(lambda a: shifted_sqrt(a) * 2, np.array([1.0, 9.0, -2.0], np.float32))
+    (origin,) = report.origins
+    assert origin.op == "stablehlo.sqrt" and origin.location.frame.line == shifted_sqrt.__wrapped__.__code__.co_firstlineno + 2
+    assert [(c.op, c.region) for c in origin.stack] == [("func.call", "@shifted_sqrt")]
+    assert origin.new == [(0, "nan", 2, (0,))]
+    np.testing.assert_array_equal(origin.operands[0], np.float32([-1.0, 7.0, -4.0]))
+    assert [link.op for link in origin.chain] == ["func.call @shifted_sqrt", "stablehlo.multiply"]
+
+
+def test_a_nan_gradient():
+    # d/dv sqrt(v) = 0.5 / sqrt(v): at 0 the divide makes an inf, and the chain rule's
+    # product with 2v = 0 for |v|^2 makes it a NaN; the divide is where it starts.
+    report = si.find_nonfinite(jax.grad(jnp.sqrt), np.float32(0.0))
+    (origin,) = report.origins
+    assert origin.op == "stablehlo.divide" and origin.new == [(0, "inf", 1, ())]
+    np.testing.assert_array_equal(origin.operands, [np.float32(0.5), np.float32(0.0)])
+    report = si.find_nonfinite(jax.grad(lambda v: jnp.sqrt(jnp.sum(v * v))), np.zeros(3, np.float32))
+    assert report.nonfinite_results[0][1].nan == 3
+    (origin,) = report.origins
+    assert origin.op == "stablehlo.divide" and origin.new == [(0, "inf", 1, ())]
+    np.testing.assert_array_equal(origin.operands, [np.float32(0.5), np.float32(0.0)])
+    assert "stablehlo.multiply" in [link.op for link in origin.chain]
+
+
+def test_an_update_that_overwrites_a_fill_blames_only_the_update():
+    def fill_then_write(y):
+        buffer = jnp.full(2, jnp.inf)
+        return jax.lax.dynamic_update_slice(buffer, jnp.log(y), (0,))   # every inf overwritten
+
+    (origin,) = si.find_nonfinite(fill_then_write, np.array([-1.0, 1.0], np.float32)).origins
+    assert origin.op == "stablehlo.log"
+    report = si.find_nonfinite(lambda y: jax.lax.dynamic_update_slice(jnp.full(3, jnp.inf), jnp.log(y), (0,)),
+                               np.array([-1.0, 1.0], np.float32))
+    assert sorted(o.op for o in report.origins) == ["stablehlo.constant", "stablehlo.log"]
+
+
+def test_values_that_come_in_non_finite():
+    # The default answer follows a result's NaN back to the argument it came in with ...
+    report = si.find_nonfinite(lambda x: x * 2 + 1, np.array([np.nan, 1.0], np.float32))
+    assert [(o.op, o.new) for o in report.origins] == [("argument #0", [(0, "nan", 1, (0,))])]
+    assert "NaN made by argument #0" in str(report)
+    # ... and names each origin of a result: the argument's NaN and the divide's inf.
     report = si.find_nonfinite(lambda x: 1 / x, np.array([np.nan, 0.0], np.float32))
+    assert [(o.op, o.new) for o in report.origins] == [
+        ("argument #0", [(0, "nan", 1, (0,))]), ("stablehlo.divide", [(0, "inf", 1, (1,))])]
+    assert si.find_nonfinite(lambda x: jnp.sqrt(x), np.array([4.0, 9.0], np.float32)) is None
+    # mode="first" reports only what an op made, not what came in.
+    assert si.find_nonfinite(lambda x: x * 2 + 1, np.array([np.nan, 1.0], np.float32), mode="first") is None
+    report = si.find_nonfinite(lambda x: 1 / x, np.array([np.nan, 0.0], np.float32), mode="first")
     assert report.op == "stablehlo.divide" and report.new == [(0, "inf", 1, (1,))]
 
 

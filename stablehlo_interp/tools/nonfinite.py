@@ -232,26 +232,21 @@ class NonFiniteTracer(Listener):
       are not entered (a ``reduce`` that overflows is the origin).
 
     A result element that is non-finite because of two inputs is followed to both.
-    Memory grows with the number of non-finite values a run computes (a small
-    record each), never with the arrays; an origin keeps its operands and results
-    whole for its first execution (summaries after it).
+    A tracer observes one run of the function whose region it is given (the
+    processes of a grid each run it: it follows the first). Memory grows with the
+    number of non-finite values a run computes (a small record each), never with
+    the arrays; an origin keeps its operands and results whole for its first
+    execution (summaries after it).
     """
 
-    def __init__(self, region=None):
-        self.region = region
-        self._reset()
-
-    def _reset(self) -> None:
+    def __init__(self, region):
+        self.region = region      # the entry function's region (entry_region)
         self._values: dict = {}        # (invocation key, slot) -> (_Made, result index)
         self._last_body_call: dict = {}   # (while's invocation key, while step) -> last body call
         self._current = (None, None)   # (the last stack seen, its invocation key)
         self._shown: set = set()       # steps whose first origin execution kept its values
         self._order = 0
         self._entry_process = None
-
-    def before_op(self, step, operands, stack) -> None:
-        if not stack and step.index == 0 and self._order:
-            self._reset()
 
     def after_op(self, step, operands, results, stack):
         current = self._current
