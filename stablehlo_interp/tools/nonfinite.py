@@ -24,12 +24,13 @@ every max and min reduction); a NaN constant is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..engine.registry import ELEMENTWISE_OPS
-from ..engine.run import Listener
+from ..engine.run import Listener, numpy_warnings_off
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
 from ..program import prepare
@@ -189,20 +190,23 @@ _MOVES = frozenset(f"stablehlo.{name}" for name in (
     "broadcast_in_dim", "concatenate", "dynamic_slice", "dynamic_update_slice", "gather", "pad", "reshape",
     "reverse", "slice", "transpose"))
 _REDUCTIONS = ("stablehlo.reduce", "stablehlo.reduce_window")   # operands: inputs, then initial values
+_SMALL = 256               # arrays up to this size are checked for NaN and inf by subtraction (faster)
 _KEEP_ELEMENTS = 1 << 20    # an origin's values are kept whole up to this many elements (else summaries)
 
 
 class _Made:
-    """One op execution that produced a non-finite result: where its non-finite
-    values come from (``sources[r]``, references to values, see
-    :meth:`NonFiniteTracer.resolve`) and which ones it made itself (``new[r]``:
-    ``(kind, count, first index)``; an origin's ``details`` keep its values)."""
+    """One execution of an op (in the region call ``key``) that produced a non-finite
+    result: where the non-finite values of result ``r`` come from, the operands
+    ``follow[r]`` (indices; None for a finite result) or the outputs of the region
+    call ``inner`` (a loop's last iteration, a called function, the branch taken),
+    and which ones it made itself (``new``: None, or per result ``(kind, count,
+    first index)`` tuples; then ``details`` keep the op's values)."""
 
-    __slots__ = ("step", "key", "order", "sources", "new", "details")
+    __slots__ = ("step", "key", "order", "follow", "inner", "new", "details")
 
-    def __init__(self, step, key, order, sources, new, details):
-        self.step, self.key, self.order = step, key, order
-        self.sources, self.new, self.details = sources, new, details
+    def __init__(self, step, key, order, follow, inner, new, details):
+        self.step, self.key, self.order, self.follow, self.inner = step, key, order, follow, inner
+        self.new, self.details = new, details
 
 
 class NonFiniteTracer(Listener):
@@ -241,7 +245,7 @@ class NonFiniteTracer(Listener):
 
     def __init__(self, region):
         self.region = region      # the entry function's region (entry_region)
-        self._values: dict = {}        # (invocation key, slot) -> (_Made, result index)
+        self._values: dict = {}        # (invocation key, slot) -> _Made
         self._last_body_call: dict = {}   # (while's invocation key, while step) -> last body call
         self._current = (None, None)   # (the last stack seen, its invocation key)
         self._shown: set = set()       # steps whose first origin execution kept its values
@@ -278,9 +282,9 @@ class NonFiniteTracer(Listener):
         return self._current
 
     def _record(self, step, operands, results, key, stack) -> None:
-        sources, new = _sources(step, operands, results, key, self._last_body_call)
+        follow, inner, new = _sources(step, operands, results, key, self._last_body_call)
         details = None
-        if any(new):
+        if new is not None:
             keep = step not in self._shown and sum(np.size(v) for v in (*operands, *results)
                                                    if not isinstance(v, tuple)) <= _KEEP_ELEMENTS
             self._shown.add(step)
@@ -288,10 +292,10 @@ class NonFiniteTracer(Listener):
                 ([summarize(v) for v in operands], [summarize(v) for v in results])
             details = (region_calls(stack), *values)
         self._order += 1
-        made = _Made(step, key, self._order, sources, new, details)
-        for index, (slot, value_sources) in enumerate(zip(step.results, sources)):
-            if value_sources is not None:
-                self._values[(key, slot)] = (made, index)
+        made = _Made(step, key, self._order, follow, inner, new, details)
+        for slot, followed in zip(step.results, follow):
+            if followed is not None:
+                self._values[(key, slot)] = made
 
     # ---------------------------------------------------------- following back
 
@@ -305,12 +309,11 @@ class NonFiniteTracer(Listener):
         """What the value in ``slot`` of the region call ``key`` holds of non-finite
         values: ``[(_Made, result index)]`` for a value an op made, ``[("argument",
         i)]`` for a non-finite argument of the entry function, ``[]`` for a finite
-        value. A reference is ``(key, slot)``, or ``(key, None, output index)`` for
-        an output of the region call ``key``."""
+        value."""
         while True:
             found = self._values.get((key, slot))
             if found is not None:
-                return [found]
+                return [(found, found.step.results.index(slot))]
             region = self._region_of(key)
             if slot >= region.n_captures + region.n_args:
                 return []       # a finite value of the region
@@ -327,15 +330,21 @@ class NonFiniteTracer(Listener):
             else:                                        # a while's first call, a function's call
                 key, slot = parent, owner.operands[argument]
 
-    def _follow(self, reference, arguments) -> list:
-        key, slot, *output = reference
-        if output:
-            slot = self._region_of(key).outputs[output[0]]
-        return self.resolve(key, slot, arguments)
+    def _sources_of(self, node, arguments) -> list:
+        """The nodes the non-finite values of a node's result come from."""
+        made, index = node
+        if made.inner is not None:
+            return self.resolve(made.inner, self._region_of(made.inner).outputs[index], arguments)
+        return [source for operand in made.follow[index]
+                for source in self.resolve(made.key, made.step.operands[operand], arguments)]
 
     def report(self, arguments, outputs) -> NonFiniteOrigins | None:
         """The origins of the non-finite values among ``outputs``, the entry function's
         results for ``arguments`` (None when every result is finite)."""
+        with numpy_warnings_off():     # NaN and inf are what it looks at
+            return self._report(arguments, outputs)
+
+    def _report(self, arguments, outputs) -> NonFiniteOrigins | None:
         nonfinite = [index for index, value in enumerate(outputs) if _nonfinite(value)]
         if not nonfinite:
             return None
@@ -366,13 +375,12 @@ class NonFiniteTracer(Listener):
                 yield node, self._chain(node, parents)
                 continue
             made, index = node
-            if made.new[index]:
+            if made.new is not None and made.new[index]:
                 yield node, self._chain(node, parents)
-            for reference in made.sources[index]:
-                for source in self._follow(reference, arguments):
-                    if source not in parents:
-                        parents[source] = node
-                        queue.append(source)
+            for source in self._sources_of(node, arguments):
+                if source not in parents:
+                    parents[source] = node
+                    queue.append(source)
 
     @staticmethod
     def _chain(node, parents) -> tuple:
@@ -392,8 +400,7 @@ class NonFiniteTracer(Listener):
             return NonFiniteOrigin(f"argument #{node[1]}", None, (), [], [value], new, tuple(reaches), chain)
         made, index = node
         stack, operands, results = made.details
-        new = [(result, kind, count, first) for result, found in enumerate(made.new) if found
-               for kind, count, first in found]
+        new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
                                tuple(reaches), chain, len(executions))
 
@@ -408,32 +415,28 @@ def _calls_of(key) -> tuple[RegionCall, ...]:
                  for step, index, call in key[1:])
 
 
-def _sources(step, operands, results, key, last_body_call) -> tuple[list, list]:
-    """Per result of an op execution with a non-finite result: the references its
-    non-finite values come from (None for a finite result), and what the op made
-    itself (NonFiniteTracer's rule)."""
+def _sources(step, operands, results, key, last_body_call) -> tuple:
+    """``(follow, inner, new)`` of an op execution with a non-finite result (see
+    :class:`_Made`), by NonFiniteTracer's rule."""
     name = step.info.name
     nonfinite = [_nonfinite(value) for value in results]
-    sources = [[] if flag else None for flag in nonfinite]
-    new = [[] for _ in results]
     if name in _ENTERED:
         if name == _WHILE:
             last = last_body_call.pop((key, step), None)
-            inner = None if last is None else key + ((step, 1, last),)
+            if last is None:   # a loop that never ran returns its operands
+                return tuple((index,) if flag else None for index, flag in enumerate(nonfinite)), None, None
+            inner = key + ((step, 1, last),)
         elif name in _CALLS:
             inner = key + ((step, len(step.regions) - 1, 0),)
         else:
             branch = (0 if operands[0] else 1) if name == _IF else int(operands[0])
             inner = key + ((step, branch if 0 <= branch < len(step.regions) else len(step.regions) - 1, 0),)
-        for index, flag in enumerate(nonfinite):
-            if flag:    # a loop that never ran returns its operands
-                sources[index].append((key, step.operands[index]) if inner is None else (inner, None, index))
-        return sources, new
+        return tuple(() if flag else None for flag in nonfinite), inner, None
+    if name == "stablehlo.optimization_barrier":
+        return tuple((index,) if flag else None for index, flag in enumerate(nonfinite)), None, None
     if name in ELEMENTWISE_OPS and len(results) == 1:
-        made = _elementwise_sources(name, operands, results[0])
-        sources[0] = [(key, step.operands[index]) for index in made[0]]
-        new[0] = made[1]
-        return sources, new
+        followed, made = _elementwise_sources(name, operands, results[0])
+        return (tuple(followed),), None, ((made,) if made else None)
     followed = [index for index, operand in enumerate(operands) if _nonfinite(operand)]
     if name in _REDUCTIONS:
         inputs = len(operands) // 2
@@ -441,46 +444,42 @@ def _sources(step, operands, results, key, last_body_call) -> tuple[list, list]:
             followed = [index for index in followed if index < inputs]
     elif name in _MOVES and len(followed) > 1:
         followed = [index for index in followed if _lands(step, operands, index)]
-    elif name == "stablehlo.optimization_barrier":
-        for index, flag in enumerate(nonfinite):
-            if flag:
-                sources[index].append((key, step.operands[index]))
-        return sources, new
-    for index, flag in enumerate(nonfinite):
-        if flag:
-            sources[index] = [(key, step.operands[operand]) for operand in followed]
-            if not followed:
-                new[index] = [(kind, *_first(results[index], kind)) for kind in KINDS
-                              if _first(results[index], kind)[0]]
-    return sources, new
+    follow = tuple(tuple(followed) if flag else None for flag in nonfinite)
+    if followed:
+        return follow, None, None
+    return follow, None, tuple(_counts(value) if flag else () for value, flag in zip(results, nonfinite))
 
 
-def _elementwise_sources(name, operands, result) -> tuple[list, list]:
+def _elementwise_sources(name, operands, result) -> tuple[list, tuple]:
     """(operands whose non-finite elements reach the result's, what the op made)."""
     result_mask = _mask(result)
-    shape = np.shape(result)
-    covered = np.zeros(shape, bool)
-    followed = []
+    covered, followed = None, []
     for index, operand in enumerate(operands):
         mask = _mask(operand)
-        if mask is None:
+        if mask is None or not mask.any():
             continue
-        mask = np.broadcast_to(mask, shape)
         if name == "stablehlo.select":
-            picked = np.broadcast_to(np.asarray(operands[0], bool), shape)
+            picked = np.asarray(operands[0], bool)
             mask = mask & (picked if index == 1 else ~picked)
         if (mask & result_mask).any():
             followed.append(index)
-            covered |= mask
-    made = result_mask & ~covered
-    new = []
-    if made.any():
-        array = widened(result)
-        for kind in KINDS:
-            positions = np.argwhere(made & (np.isnan(array) if kind == "nan" else np.isinf(array)))
-            if len(positions):
-                new.append((kind, len(positions), tuple(int(i) for i in positions[0])))
-    return followed, new
+            covered = mask if covered is None else covered | mask
+    made = result_mask if covered is None else result_mask & ~covered
+    return followed, (_counts(result, made) if made.any() else ())
+
+
+def _counts(value, where=None) -> tuple:
+    """``(kind, count, index of the first)`` of the NaNs and infinities of a value
+    (its elements ``where`` is true, or all of them)."""
+    if where is None:
+        return tuple((kind, *_first(value, kind)) for kind in KINDS if _first(value, kind)[0])
+    array = widened(value)
+    found = []
+    for kind in KINDS:
+        positions = np.argwhere(where & (np.isnan(array) if kind == "nan" else np.isinf(array)))
+        if len(positions):
+            found.append((kind, len(positions), tuple(int(i) for i in positions[0])))
+    return tuple(found)
 
 
 def _lands(step, operands, index) -> bool:
@@ -504,15 +503,23 @@ def _nonfinite(value) -> bool:
     if dtype is None:
         return type(value) is tuple and any(map(_nonfinite, value))
     kind = dtype.kind
-    if kind == "f" or kind == "c" or (kind == "V" and is_float_dtype(dtype)):
+    if kind == "f":
+        if value.ndim == 0:
+            return not math.isfinite(value)
+        if value.size <= _SMALL:   # x - x is 0 for every finite x, NaN for the others
+            return np.count_nonzero(value - value) != 0
+        return not np.isfinite(value).all()
+    if kind == "c" or (kind == "V" and is_float_dtype(dtype)):
         return not np.isfinite(value).all()
     return False
 
 
 def _mask(value) -> np.ndarray | None:
     """The non-finite elements of a float value (None for other values)."""
-    array = widened(value)
-    return None if array is None else ~np.isfinite(array)
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not (dtype.kind in "fc" or (dtype.kind == "V" and is_float_dtype(dtype))):
+        return None
+    return ~np.isfinite(value)
 
 
 # ------------------------------------------------------------------ the first non-finite value
