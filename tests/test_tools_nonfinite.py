@@ -150,6 +150,18 @@ def test_a_reduction_result_follows_its_inputs_not_its_initial_value():
     assert si.find_nonfinite(masked_max, np.array([1.0, 2.0], np.float32), np.array([False, True])) is None
 
 
+def test_the_operand_a_max_did_not_pick_is_not_blamed():
+    # max(-inf, NaN) is the NaN's; the -inf lost
+    report = si.find_nonfinite(lambda v: jnp.maximum(jnp.log(v), -jnp.inf), np.array([2.0, -1.0], np.float32))
+    assert [(o.op, o.new) for o in report.origins] == [("stablehlo.log", [(0, "nan", 1, (1,))])]
+    # softmax's max starts from a -inf that a maximum then combines with the row's max:
+    # an inf in the input reaches the results, the -inf does not
+    x = np.array([[1.0, np.inf, 2.0], [0.0, 1.0, 2.0]], np.float32)
+    report = si.find_nonfinite(lambda v: jax.nn.softmax(v, axis=-1), x)
+    assert [o.op for o in report.origins] == ["argument #0"]
+    assert report.origins[0].new == [(0, "inf", 1, (0, 1))]
+
+
 def overflowing_loop(x):
     def body(i, v):
         return v * jnp.float32(1e10)     # 3e10, 3e20, 3e30, then inf in iteration 3

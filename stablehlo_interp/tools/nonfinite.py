@@ -189,6 +189,7 @@ _ENTERED = (_WHILE, _CASE, _IF, *_CALLS)
 _MOVES = frozenset(f"stablehlo.{name}" for name in (
     "broadcast_in_dim", "concatenate", "dynamic_slice", "dynamic_update_slice", "gather", "pad", "reshape",
     "reverse", "slice", "transpose"))
+_PICKS = ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp")   # element-wise, result = an operand
 _REDUCTIONS = ("stablehlo.reduce", "stablehlo.reduce_window")   # operands: inputs, then initial values
 _SMALL = 256               # arrays up to this size are checked for NaN and inf by subtraction (faster)
 _KEEP_ELEMENTS = 1 << 20    # an origin's values are kept whole up to this many elements (else summaries)
@@ -451,20 +452,39 @@ def _sources(step, operands, results, key, last_body_call) -> tuple:
 
 
 def _elementwise_sources(name, operands, result) -> tuple[list, tuple]:
-    """(operands whose non-finite elements reach the result's, what the op made)."""
-    result_mask = _mask(result)
-    covered, followed = None, []
+    """(operands whose non-finite elements reach the result's, what the op made).
+
+    At a NaN of the result, the operands NaN there are its source (a NaN goes
+    through whatever the others are: ``max(-inf, NaN)``), and when none is, the
+    operands infinite there (``inf - inf``, ``0 * inf``); at an infinity of the
+    result, the operands infinite there. ``select`` takes each branch only where
+    the predicate picks it; ``maximum``, ``minimum`` and ``clamp`` take an operand
+    only where the result is that operand (not the ``-inf`` that lost a max)."""
+    result_nan, result_inf = np.isnan(result), np.isinf(result)
+    any_nan = np.zeros(np.shape(result), bool)
+    nonfinite = []          # (operand index, its NaN elements, its infinite elements)
     for index, operand in enumerate(operands):
         mask = _mask(operand)
         if mask is None or not mask.any():
             continue
+        nan = np.isnan(operand)
         if name == "stablehlo.select":
             picked = np.asarray(operands[0], bool)
-            mask = mask & (picked if index == 1 else ~picked)
-        if (mask & result_mask).any():
+            picked = picked if index == 1 else ~picked
+            mask, nan = mask & picked, nan & picked
+        elif name in _PICKS:      # the result is one of the operands: only that one reaches it
+            picked = (operand == result) | (nan & result_nan)
+            mask, nan = mask & picked, nan & picked
+        any_nan = any_nan | nan
+        nonfinite.append((index, nan, mask & ~nan))
+    infinities_make = result_inf | (result_nan & ~any_nan)
+    covered, followed = np.zeros(np.shape(result), bool), []
+    for index, nan, infinite in nonfinite:
+        reach = (nan & result_nan) | (infinite & infinities_make)
+        if reach.any():
             followed.append(index)
-            covered = mask if covered is None else covered | mask
-    made = result_mask if covered is None else result_mask & ~covered
+            covered = covered | reach
+    made = (result_nan | result_inf) & ~covered
     return followed, (_counts(result, made) if made.any() else ())
 
 
