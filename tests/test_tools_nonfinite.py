@@ -202,10 +202,13 @@ def shifted_sqrt(a):
     return jnp.sqrt(a - 2.0)
 
 
+SQRT_LINE = shifted_sqrt.__wrapped__.__code__.co_firstlineno + 2
+
+
 def test_through_a_jitted_nested_function():
     report = si.find_nonfinite(lambda a: shifted_sqrt(a) * 2, np.array([1.0, 9.0, -2.0], np.float32))
     (origin,) = report.origins
-    assert origin.op == "stablehlo.sqrt" and origin.location.frame.line == shifted_sqrt.__wrapped__.__code__.co_firstlineno + 2
+    assert origin.op == "stablehlo.sqrt" and origin.location.frame.line == SQRT_LINE
     assert [(c.op, c.region) for c in origin.stack] == [("func.call", "@shifted_sqrt")]
     assert origin.new == [(0, "nan", 2, (0,))]
     np.testing.assert_array_equal(origin.operands[0], np.float32([-1.0, 7.0, -4.0]))

@@ -257,10 +257,11 @@ class NonFiniteTracer(Listener):
         current = self._current
         if current[0] is not stack:
             current = self._enter(stack)
+        last_body_call = self._last_body_call.pop((current[1], step), None) if step.regions else None
         for value in results:
             if _nonfinite(value):
                 if current[1] is not None:
-                    self._record(step, operands, results, current[1], stack)
+                    self._record(step, operands, results, current[1], stack, last_body_call)
                 return None
         return None
 
@@ -282,8 +283,8 @@ class NonFiniteTracer(Listener):
         self._current = (stack, key)
         return self._current
 
-    def _record(self, step, operands, results, key, stack) -> None:
-        follow, inner, new = _sources(step, operands, results, key, self._last_body_call)
+    def _record(self, step, operands, results, key, stack, last_body_call) -> None:
+        follow, inner, new = _sources(step, operands, results, key, last_body_call)
         details = None
         if new is not None:
             keep = step not in self._shown and sum(np.size(v) for v in (*operands, *results)
@@ -418,15 +419,15 @@ def _calls_of(key) -> tuple[RegionCall, ...]:
 
 def _sources(step, operands, results, key, last_body_call) -> tuple:
     """``(follow, inner, new)`` of an op execution with a non-finite result (see
-    :class:`_Made`), by NonFiniteTracer's rule."""
+    :class:`_Made`), by NonFiniteTracer's rule (``last_body_call``: a while's last
+    iteration, None if its body never ran)."""
     name = step.info.name
     nonfinite = [_nonfinite(value) for value in results]
     if name in _ENTERED:
         if name == _WHILE:
-            last = last_body_call.pop((key, step), None)
-            if last is None:   # a loop that never ran returns its operands
+            if last_body_call is None:   # a loop that never ran returns its operands
                 return tuple((index,) if flag else None for index, flag in enumerate(nonfinite)), None, None
-            inner = key + ((step, 1, last),)
+            inner = key + ((step, 1, last_body_call),)
         elif name in _CALLS:
             inner = key + ((step, len(step.regions) - 1, 0),)
         else:
