@@ -295,3 +295,40 @@ def test_device_mode_stops_the_computation_with_the_report():
             jax.block_until_ready(jax.jit(lambda v: jnp.log(v) * 3)(x))
     assert finder.report.op == "stablehlo.log"
     assert finder not in si.tools.session.device_listeners()
+
+
+def test_a_flax_embedding_model():
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Tagger(nnx.Module):
+        def __init__(self, rngs):
+            self.embed = nnx.Embed(20, 8, rngs=rngs)       # a jnp.take with a NaN fill
+            self.out = nnx.Linear(8, 3, rngs=rngs)
+
+        def __call__(self, ids):
+            return self.out(self.embed(ids))
+
+    graphdef, state = nnx.split(Tagger(nnx.Rngs(0)))
+
+    def loss(state, ids, shift):
+        logits = nnx.merge(graphdef, state)(ids)
+        return jnp.log(jax.nn.softmax(logits).sum(-1) - shift).mean()   # log of a negative when shift > 1
+
+    line = loss.__code__.co_firstlineno + 2
+    step = jax.value_and_grad(loss)
+    ids = np.array([3, 7, 11], np.int32)
+    for shift, nan in ((0.5, False), (2.0, True)):
+        # which results XLA finds non-finite (leaves: loss, then the gradients)
+        xla = jax.tree_util.tree_leaves(jax.jit(step)(state, ids, np.float32(shift)))
+        expected = [index for index, leaf in enumerate(xla) if not np.isfinite(np.asarray(leaf)).all()]
+        assert bool(expected) == nan
+        report = si.find_nonfinite(step, state, ids, np.float32(shift))
+        if not nan:
+            assert report is None
+            continue
+        assert [index for index, _ in report.nonfinite_results] == expected
+        assert [(o.op, o.location.frame.line) for o in report.origins] == [("stablehlo.log", line)]
+        assert report.origins[0].reaches == tuple(expected)
+    # the first non-finite value anywhere is Embed's fill, inside @_take
+    first = si.find_nonfinite(step, state, ids, np.float32(0.5), mode="first")
+    assert first.op == "stablehlo.constant" and first.stack[-1].region == "@_take"
