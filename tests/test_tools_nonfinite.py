@@ -332,3 +332,30 @@ def test_a_flax_embedding_model():
     # the first non-finite value anywhere is Embed's fill, inside @_take
     first = si.find_nonfinite(step, state, ids, np.float32(0.5), mode="first")
     assert first.op == "stablehlo.constant" and first.stack[-1].region == "@_take"
+
+
+def test_a_long_loop_keeps_a_short_chain_and_summaries():
+    def loop(x):
+        def body(i, v):   # an inf at iteration 100 only, carried to the end
+            return jnp.tanh(v) * 0.9 + jnp.log(jnp.abs(v) + 1.0) - jnp.where(i == 100, jnp.inf, 0.0)
+        return jax.lax.fori_loop(0, 300, body, x)
+
+    report = si.find_nonfinite(loop, np.linspace(-1, 1, 4, dtype=np.float32))
+    (origin,) = report.origins
+    assert origin.op == "stablehlo.constant" and origin.stack[0].call == 100 and origin.executions == 1
+    # iteration 0's constant kept its values; iteration 100's keeps their summaries
+    assert [str(value) for value in origin.results] == ["f32[] inf"]
+    assert len(origin.chain) > 199 * 5     # iterations 101-299 carry it, several ops each
+    (reaches,) = [line for line in str(report).splitlines() if line.startswith("  reaches")]
+    assert "] ×19" in reaches and len(reaches) < 1500
+
+
+def test_compress_chain():
+    from stablehlo_interp.tools.nonfinite import ChainLink, compress_chain
+
+    links = [ChainLink(name, None, ()) for name in ["log"] + ["add", "call"] * 5 + ["while"]]
+    assert compress_chain(links) == ["log", "[add → call] ×5", "while"]
+    assert compress_chain([ChainLink("add", None, ())] * 3) == ["add ×3"]
+    many = [ChainLink(f"op{index}", None, ()) for index in range(20)]
+    assert compress_chain(many) == [f"op{index}" for index in range(6)] + ["… 8 more …"] + \
+        [f"op{index}" for index in range(14, 20)]

@@ -36,7 +36,7 @@ from ..ir.locations import SourceLocation
 from ..program import prepare
 from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, \
     region_name
-from .summary import is_float_dtype, summarize, widened
+from .summary import ValueSummary, is_float_dtype, summarize, widened
 
 
 KINDS = ("nan", "inf")
@@ -68,9 +68,9 @@ class NonFiniteReport:
         for index in sorted({entry[0] for entry in self.new}):
             found = [f"{count} {_kind_name(kind)}" + (f" (first at {list(first)})" if first else "")
                      for i, kind, count, first in self.new if i == index]
-            lines.append(f"  result #{index} has {' and '.join(found)}: {summarize(self.results[index])}")
+            lines.append(f"  result #{index} has {' and '.join(found)}: {_summary(self.results[index])}")
         for index, operand in enumerate(self.operands):
-            lines.append(f"  operand #{index}: {summarize(operand)}")
+            lines.append(f"  operand #{index}: {_summary(operand)}")
         return lines + ["  " + line for line in describe_stack(self.stack)]
 
     def __str__(self) -> str:
@@ -156,13 +156,17 @@ class NonFiniteOrigins:
 
 
 def compress_chain(chain) -> list[str]:
-    """The links as text, a run of repeated links (a loop's iterations) written once with
-    ``×n``: ``add (f.py:3) → [add (f.py:3) → func.call @body] ×97 → while``."""
+    """The links as text, a run of repeated links (a loop's iterations, up to
+    _CHAIN_PERIOD links each) written once with ``×n``: ``add (f.py:3) → [add (f.py:3)
+    → func.call @body] ×97 → while``; a chain still longer than 2 x _CHAIN_SHOWN
+    links keeps its ends."""
     texts = [str(link) for link in chain]
     out, position = [], 0
     while position < len(texts):
         best_period, best_count = 1, 1
-        for period in range(1, 5):
+        for period in range(1, _CHAIN_PERIOD + 1):
+            if position + period >= len(texts) or texts[position + period] != texts[position]:
+                continue
             block, count = texts[position:position + period], 1
             while texts[position + count * period:position + (count + 1) * period] == block:
                 count += 1
@@ -174,7 +178,13 @@ def compress_chain(chain) -> list[str]:
         else:
             out.append(f"{block[0] if best_period == 1 else '[' + ' → '.join(block) + ']'} ×{best_count}")
         position += best_period * best_count
+    if len(out) > 2 * _CHAIN_SHOWN + 1:
+        out = out[:_CHAIN_SHOWN] + [f"… {len(out) - 2 * _CHAIN_SHOWN} more …"] + out[-_CHAIN_SHOWN:]
     return out
+
+
+_CHAIN_PERIOD = 32   # the longest run of links compress_chain finds repeated
+_CHAIN_SHOWN = 6     # links shown at each end of a long chain
 
 
 # ------------------------------------------------------------------ the origins
@@ -351,48 +361,35 @@ class NonFiniteTracer(Listener):
         if not nonfinite:
             return None
         entry = (self._entry_process,)
-        found: dict = {}   # the origin's step (or argument) -> [first node, its chain, executions, results reached]
+        found: dict = {}   # the origin's step (or argument) -> [first node, its walk, executions, results reached]
         for index in nonfinite:
-            for node, chain in self._walk(self.resolve(entry, self.region.outputs[index], arguments), arguments):
-                origin = found.setdefault(node if node[0] == "argument" else node[0].step, [node, chain, set(), []])
+            origins, parents = self._walk(self.resolve(entry, self.region.outputs[index], arguments), arguments)
+            for node in origins:
+                origin = found.setdefault(node if node[0] == "argument" else node[0].step, [node, parents, set(), []])
                 origin[2].add(node[0])
                 if index not in origin[3]:
                     origin[3].append(index)
                 if _order(node) < _order(origin[0]):
-                    origin[0], origin[1] = node, chain
-        origins = [self._origin(*origin, arguments) for origin in sorted(found.values(), key=lambda o: _order(o[0]))]
+                    origin[0], origin[1] = node, parents
+        origins = [self._origin(node, _chain(node, parents), executions, reaches, arguments)
+                   for node, parents, executions, reaches in sorted(found.values(), key=lambda o: _order(o[0]))]
         return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins)
 
-    def _walk(self, start, arguments):
-        """Breadth first from a result's sources: each origin node reached, with the
-        chain of nodes from it to the result (shortest first)."""
-        parents = {}
-        queue = []
-        for node in start:
-            if node not in parents:
-                parents[node] = None
-                queue.append(node)
+    def _walk(self, start, arguments) -> tuple[list, dict]:
+        """Breadth first from a result's sources: the origin nodes reached, and for
+        each node reached the node it was reached from (None for the first ones)."""
+        parents = dict.fromkeys(start)
+        queue, origins = list(parents), []
         for node in queue:      # the queue grows as it is read
+            if node[0] == "argument" or (node[0].new is not None and node[0].new[node[1]]):
+                origins.append(node)
             if node[0] == "argument":
-                yield node, self._chain(node, parents)
                 continue
-            made, index = node
-            if made.new is not None and made.new[index]:
-                yield node, self._chain(node, parents)
             for source in self._sources_of(node, arguments):
                 if source not in parents:
                     parents[source] = node
                     queue.append(source)
-
-    @staticmethod
-    def _chain(node, parents) -> tuple:
-        chain = []
-        node = parents[node]
-        while node is not None:
-            made = node[0]
-            chain.append(ChainLink(op_label(made.step), made.step.info.location, _calls_of(made.key)))
-            node = parents[node]
-        return tuple(chain)
+        return origins, parents
 
     @staticmethod
     def _origin(node, chain, executions, reaches, arguments) -> NonFiniteOrigin:
@@ -405,6 +402,17 @@ class NonFiniteTracer(Listener):
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
                                tuple(reaches), chain, len(executions))
+
+
+def _chain(node, parents) -> tuple[ChainLink, ...]:
+    """The ops from an origin node to the result its walk started from."""
+    chain = []
+    node = parents[node]
+    while node is not None:
+        made = node[0]
+        chain.append(ChainLink(op_label(made.step), made.step.info.location, _calls_of(made.key)))
+        node = parents[node]
+    return tuple(chain)
 
 
 def _order(node) -> int:
@@ -616,6 +624,11 @@ def entry_region(call):
     """The region a prepared call runs (its refined copy for a shape-polymorphic program)."""
     program = call.program.refined(*call.arguments, function=call.function)
     return program.runnable(call.function).region
+
+
+def _summary(value) -> ValueSummary:
+    """A value's summary (a value a long run kept as its summary: itself)."""
+    return value if isinstance(value, ValueSummary) else summarize(value)
 
 
 def _kind_name(kind: str) -> str:
