@@ -281,8 +281,8 @@ class NonFiniteTracer(Listener):
         inside a region the search does not enter."""
         if not stack:
             key = (stack.process.id,)
-            if self._entry_process is None:
-                self._entry_process = stack.process.id
+            if self._entry_process is None or stack.process.id < self._entry_process:
+                self._entry_process = stack.process.id     # a grid's results are its first process's
         elif all(frame.step.info.name in _ENTERED for frame in stack):
             key = (stack[0].process, *((frame.step, frame.region_index, frame.call) for frame in stack))
             owner, region_index, call = key[-1]
@@ -578,7 +578,7 @@ class NonFiniteFinder(Listener):
             self._reported_this_run = False
 
     def after_op(self, step, operands, results, stack):
-        if self._reported_this_run:
+        if self._reported_this_run or not any(map(_nonfinite, results)):
             return None
         before = _kinds(operands) if operands else {"inf"}   # a constant's infinities: see the module's text
         new = [(index, kind, *_first(value, kind)) for index, value in enumerate(results)
