@@ -222,6 +222,21 @@ def test_through_a_jitted_nested_function():
     assert [link.op for link in origin.chain] == ["func.call @shifted_sqrt", "stablehlo.multiply"]
 
 
+def test_through_the_branch_a_switch_took():
+    def pick(index, v, w):
+        return jax.lax.switch(index, [lambda a, b: jnp.log(a - 5.0), lambda a, b: b, lambda a, b: a * 2], v, w)
+
+    line = pick.__code__.co_firstlineno + 1
+    v, w = np.float32(1.0), np.float32(np.inf)
+    (origin,) = si.find_nonfinite(pick, np.int32(0), v, w).origins     # log(-4) in branch 0
+    assert origin.op == "stablehlo.log" and origin.location.frame.line == line
+    assert [(c.op, c.region) for c in origin.stack][0] == ("stablehlo.case", "branch 0")
+    assert origin.chain[-1].op == "stablehlo.case"
+    # branch 1 passes its operand through: the inf came in as an argument
+    assert [o.op for o in si.find_nonfinite(pick, np.int32(1), v, w).origins] == ["argument #2"]
+    assert si.find_nonfinite(pick, np.int32(2), v, w) is None          # the inf was not taken
+
+
 def test_a_nan_gradient():
     # d/dv sqrt(v) = 0.5 / sqrt(v): at 0 the divide makes an inf, and the chain rule's
     # product with 2v = 0 for |v|^2 makes it a NaN; the divide is where it starts.

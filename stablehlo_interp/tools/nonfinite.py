@@ -452,7 +452,7 @@ def _sources(step, operands, results, key, last_body_call) -> tuple:
         inputs = len(operands) // 2
         if any(index < inputs for index in followed):
             followed = [index for index in followed if index < inputs]
-    elif name in _MOVES and len(followed) > 1:
+    elif name in _MOVES and len(followed) > 1 and not step.execution:   # (a user's runner may want the Execution)
         followed = [index for index in followed if _lands(step, operands, index)]
     follow = tuple(tuple(followed) if flag else None for flag in nonfinite)
     if followed:
