@@ -69,7 +69,7 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
     reports = {"nonfinite": nonfinite, "comparison": None}
     if nonfinite is not None:
         number = _nonfinite_record(trace, nonfinite)
-        data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite)}
+        data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
     if backend is not None and call.arguments is not None:
         comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
                              function=call.function)
