@@ -252,7 +252,7 @@ def test_a_nan_gradient():
     assert "stablehlo.multiply" in [link.op for link in origin.chain]
 
 
-def test_an_update_that_overwrites_a_fill_blames_only_the_update():
+def test_an_update_or_scatter_that_overwrites_a_fill_blames_only_the_update():
     def fill_then_write(y):
         buffer = jnp.full(2, jnp.inf, jnp.float32)
         return jax.lax.dynamic_update_slice(buffer, jnp.log(y), (0,))   # every inf overwritten
@@ -263,6 +263,15 @@ def test_an_update_that_overwrites_a_fill_blames_only_the_update():
         return jax.lax.dynamic_update_slice(jnp.full(3, jnp.inf, jnp.float32), jnp.log(y), (0,))
 
     report = si.find_nonfinite(fill_then_write_part, np.array([-1.0, 1.0], np.float32))
+    assert sorted(o.op for o in report.origins) == ["stablehlo.constant", "stablehlo.log"]
+
+    def fill_then_scatter(y, rows):    # a solver's saved steps: .at[].set is a scatter
+        return jnp.full(3, jnp.inf, jnp.float32).at[rows].set(jnp.log(y))
+
+    y = np.array([-1.0, 1.0, 2.0], np.float32)
+    (origin,) = si.find_nonfinite(fill_then_scatter, y, np.array([0, 1, 2], np.int32)).origins
+    assert origin.op == "stablehlo.log" and [link.op for link in origin.chain] == ["stablehlo.scatter"]
+    report = si.find_nonfinite(fill_then_scatter, y, np.array([0, 1, 1], np.int32))   # row 2 keeps its inf
     assert sorted(o.op for o in report.origins) == ["stablehlo.constant", "stablehlo.log"]
 
 

@@ -237,6 +237,8 @@ class NonFiniteTracer(Listener):
       ``dynamic_update_slice`` ...): the non-finite operands; when several are, the
       op is run again on the masks of each to see whose elements land in the result
       (an inf fill overwritten by an update is not followed).
+    * ``scatter``: the non-finite updates, and the inputs whose non-finite elements
+      are still in the result (a buffer's inf fill that the updates replaced is not).
     * ``reduce`` and ``reduce_window``: the non-finite inputs; an initial value
       (``-inf`` of a max) only when no input is non-finite.
     * ``func.call``, ``while``, ``case``, ``if``: into the region call that returned
@@ -454,6 +456,9 @@ def _sources(step, operands, results, key, last_body_call) -> tuple:
             followed = [index for index in followed if index < inputs]
     elif name in _MOVES and len(followed) > 1 and not step.execution:   # (a user's runner may want the Execution)
         followed = [index for index in followed if _lands(step, operands, index)]
+    elif name == "stablehlo.scatter":   # operands: inputs, indices, updates; results: the inputs updated
+        inputs = len(results)
+        followed = [index for index in followed if index >= inputs or _survives(operands[index], results[index])]
     follow = tuple(tuple(followed) if flag else None for flag in nonfinite)
     if followed:
         return follow, None, None
@@ -509,6 +514,14 @@ def _counts(value, where=None) -> tuple:
         if len(positions):
             found.append((kind, len(positions), tuple(int(i) for i in positions[0])))
     return tuple(found)
+
+
+def _survives(before, after) -> bool:
+    """Whether some non-finite element of an op's operand ``before`` is still there in
+    its result ``after`` (a scatter writes over some elements: an inf fill that an
+    update replaced is gone; a NaN replaced by a NaN counts as still there)."""
+    kept = _mask(before) & _mask(after) & ((before == after) | (np.isnan(before) & np.isnan(after)))
+    return bool(kept.any())
 
 
 def _lands(step, operands, index) -> bool:
