@@ -1,0 +1,147 @@
+"""The zoo (tests/zoo/): real programs written with Flax, Optax, Equinox, Diffrax, NumPyro, Haiku
+and Keras, on the interp device and through ``si.run``, each compared with XLA's CPU backend,
+and every tool run on them.
+
+How results are judged. A float result computed in a different order (NumPy's pairwise sums
+and BLAS dots against XLA's blocked loops, correctly rounded transcendentals against XLA's
+approximations) legitimately differs from XLA's. How much depends on the program: a gradient
+entry of 0.03 summed from terms reaching 17 carries rounding noise far above its own ulp. So
+the bound is measured on the oracle itself: XLA runs the program again on its float inputs
+perturbed by a few ulp (``PERTURBATION``), and the largest change this makes to a result leaf
+(its *spread*) is the size of the rounding noise that leaf carries. The interpreter's result
+must lie within ``NOISE_MARGIN`` spreads of XLA's, plus ``ULP_FLOOR`` ulp of each value (for
+the correctly rounded exp/log/tanh against XLA's few-ulp approximations, which an input
+perturbation need not show). Integer results (counts, accuracies, NUTS's tree sizes) are exact.
+
+Leaves that are rounding noise alone. Some parameters have a true gradient of exactly zero: a
+conv bias before BatchNorm (BatchNorm subtracts the batch mean, so the bias cancels), an
+attention key bias (it adds the same q.b to every logit of a query, and softmax ignores that).
+Their computed gradients are rounding noise of a sum whose terms do not vanish, and so is the
+optimizer state made from them, and an Adam step of them (Adam divides the noise by its own
+magnitude: a step of up to the learning rate, of either sign). The oracle shows such a leaf
+by its spread: the values move by more than ``NOISE_FRACTION`` of their size when the inputs
+move by a few ulp. For those the interpreter's values must be noise of the same size: at most
+``NOISE_MARGIN**2`` times the oracle's (squared, as Adam's second moment squares the noise).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import jax
+
+import stablehlo_interp as si
+from stablehlo_interp import device as interp_device
+from zoo import PROGRAMS, ZooProgram
+
+EPS32 = float(np.finfo(np.float32).eps)
+PERTURBATION = 4 * EPS32      # relative size of the oracle's input perturbations
+PERTURBED_RUNS = 3
+NOISE_MARGIN = 8              # a different summation order is allowed this many spreads
+ULP_FLOOR = 16
+NOISE_FRACTION = 0.01         # a leaf whose spread reaches this fraction of its size is noise
+
+DEV = jax.devices("interp")[0]
+CPU = jax.devices("cpu")[0]
+
+
+def _param(name: str):
+    slow = PROGRAMS[name].slow
+    return pytest.param(name, id=name, marks=[pytest.mark.slow] if slow else [])
+
+
+NAMES = [_param(name) for name in PROGRAMS]
+
+
+@functools.cache
+def program(name: str) -> ZooProgram:
+    return PROGRAMS[name]()
+
+
+def _perturbed(args, seed: int):
+    """``args`` with every float32 leaf moved by up to ``PERTURBATION`` of itself."""
+    rng = np.random.default_rng(seed)
+
+    def move(leaf):
+        leaf = np.asarray(leaf)
+        if leaf.dtype != np.float32:
+            return leaf
+        return (leaf * (1 + PERTURBATION * rng.uniform(-1, 1, leaf.shape))).astype(np.float32)
+
+    return jax.tree.map(move, args)
+
+
+@functools.cache
+def oracle(name: str):
+    """XLA CPU's results for the program, and each leaf's spread under input perturbation."""
+    zoo_program = program(name)
+    step = jax.jit(zoo_program.function)
+    expected = jax.tree.map(np.asarray, step(*jax.device_put(zoo_program.args, CPU)))
+    spreads = [np.zeros(leaf.shape) for leaf in jax.tree.leaves(expected)]
+    for seed in range(PERTURBED_RUNS):
+        moved = jax.tree.leaves(step(*jax.device_put(_perturbed(zoo_program.args, seed), CPU)))
+        for spread, want, got in zip(spreads, jax.tree.leaves(expected), moved):
+            if np.issubdtype(want.dtype, np.floating):
+                np.maximum(spread, np.abs(np.asarray(got, np.float64) - want), out=spread)
+    return expected, [float(spread.max()) if spread.size else 0.0 for spread in spreads]
+
+
+def assert_agrees_with_oracle(name: str, actual) -> None:
+    expected, spreads = oracle(name)
+    expected_leaves, expected_tree = jax.tree_util.tree_flatten_with_path(expected)
+    actual_leaves, actual_tree = jax.tree.flatten(actual)
+    assert actual_tree == expected_tree
+    compared = 0
+    for (path, want), got, spread in zip(expected_leaves, actual_leaves, spreads):
+        where = f"{name}{jax.tree_util.keystr(path)}"
+        got = np.asarray(got)
+        assert got.dtype == want.dtype and got.shape == want.shape, where
+        if not np.issubdtype(want.dtype, np.floating):
+            np.testing.assert_array_equal(got, want, err_msg=where)
+            compared += want.size
+            continue
+        assert np.isfinite(want).all(), f"{where}: the oracle's result is not finite"
+        want64, got64 = want.astype(np.float64), got.astype(np.float64)
+        size = float(np.abs(want64).max()) if want.size else 0.0
+        if spread > NOISE_FRACTION * size:
+            # rounding noise alone (see the module's docstring): judged by its size
+            bound = NOISE_MARGIN ** 2 * max(size, spread)
+            assert np.abs(got64).max() <= bound, (
+                f"{where}: the oracle's values are rounding noise (size {size:.3g}, spread {spread:.3g}); "
+                f"ours reach {np.abs(got64).max():.3g}, above {bound:.3g}")
+        else:
+            bound = NOISE_MARGIN * spread + ULP_FLOOR * EPS32 * np.abs(want64)
+            error = np.abs(got64 - want64)
+            worst = np.unravel_index(np.argmax(error - bound), want.shape) if want.size else ()
+            assert (error <= bound).all(), (
+                f"{where}: {int((error > bound).sum())} of {want.size} values beyond the rounding bound; "
+                f"at {worst}: ours {got64[worst]!r}, XLA {want64[worst]!r}, bound {bound[worst]:.3g} "
+                f"(spread {spread:.3g})")
+        compared += want.size
+    assert compared, f"{name}: no value compared"
+
+
+class OpCounter(si.Listener):
+    def __init__(self):
+        self.ops = 0
+
+    def after_op(self, step, operands, results, stack):
+        self.ops += 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_on_the_interp_device(name):
+    zoo_program = program(name)
+    counter = OpCounter()
+    interp_device.listeners.append(counter)
+    try:
+        actual = jax.jit(zoo_program.function)(*jax.device_put(zoo_program.args, DEV))
+        jax.block_until_ready(actual)
+    finally:
+        interp_device.listeners.remove(counter)
+    assert all(leaf.devices() == {DEV} for leaf in jax.tree.leaves(actual))
+    assert counter.ops > 100, "the interpreter did not run the program"
+    assert_agrees_with_oracle(name, actual)
