@@ -8,6 +8,7 @@ import numpy as np
 import optax
 
 from . import ZooProgram, as_numpy
+from .optax_training import optimizer_step
 
 
 class Classifier(nn.Module):
@@ -36,12 +37,9 @@ def mlp_classifier(features=20, widths=(64, 64), classes=10, batch=16) -> ZooPro
         def loss_fn(params):
             logits = model.apply({"params": params}, inputs, train=True,
                                  rngs={"dropout": jax.random.wrap_key_data(dropout_key)})
-            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), None
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return {"loss": loss, "grads": grads, "params": optax.apply_updates(params, updates),
-                "opt_state": opt_state}
+        return optimizer_step(optimizer, loss_fn, params, opt_state)[0]
 
     dropout_key = np.asarray(jax.random.key_data(jax.random.key(6)))
     return ZooProgram(

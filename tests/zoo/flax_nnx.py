@@ -9,6 +9,7 @@ import optax
 from flax import nnx
 
 from . import ZooProgram, as_numpy
+from .optax_training import optimizer_step
 
 LEARNING_RATE = 1e-3
 
@@ -63,9 +64,8 @@ class SmallCNN(nnx.Module):
 
 def adam_step(graphdef, loss_of_model, *, other_state: bool = False):
     """A pure Adam training step ``step(params, [state,] opt_state, *batch)`` over a model's
-    parameters (pure dicts). It returns the loss, the gradients (results too, so a comparison
-    sees them and not only what Adam made of them), the updated parameters and optimizer state,
-    and the model's updated non-parameter state (BatchNorm statistics) when it has one."""
+    parameters (pure dicts), with :func:`optimizer_step`'s results, and the model's updated
+    non-parameter state (BatchNorm statistics) when it has one."""
     optimizer = optax.adam(LEARNING_RATE)
 
     def step(params, *rest):
@@ -76,10 +76,7 @@ def adam_step(graphdef, loss_of_model, *, other_state: bool = False):
             loss = loss_of_model(model, *batch)
             return loss, nnx.to_pure_dict(nnx.state(model, nnx.BatchStat))
 
-        (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        results = {"loss": loss, "grads": grads, "params": optax.apply_updates(params, updates),
-                   "opt_state": opt_state}
+        results, new_state = optimizer_step(optimizer, loss_fn, params, opt_state)
         return {**results, "state": new_state} if other_state else results
 
     return step, optimizer

@@ -10,6 +10,7 @@ import numpy as np
 import optax
 
 from . import ZooProgram, as_numpy
+from .optax_training import optimizer_step
 
 
 def _regressor(categories: int, width: int, depth: int):
@@ -35,12 +36,9 @@ def mlp_regression(features=6, categories=7, width=32, depth=2, batch=32) -> Zoo
 
     def step(params, opt_state, numeric, category, targets):
         def loss_fn(params):
-            return optax.huber_loss(network.apply(params, numeric, category), targets).mean()
+            return optax.huber_loss(network.apply(params, numeric, category), targets).mean(), None
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return {"loss": loss, "grads": grads, "params": optax.apply_updates(params, updates),
-                "opt_state": opt_state}
+        return optimizer_step(optimizer, loss_fn, params, opt_state)[0]
 
     return ZooProgram(
         name="haiku_mlp", function=step,
