@@ -56,6 +56,7 @@ PROGRAMS: dict[str, Callable[[], ZooProgram]] = {
     "flax_nnx_cnn_batchnorm": _builder("flax_nnx", "cnn_batchnorm", slow=False),
     "flax_linen_mlp": _builder("flax_linen", "mlp_classifier", slow=False),
     "equinox_diffrax_neural_ode": _builder("equinox_diffrax", "neural_ode", slow=True),
+    "equinox_diffrax_saved_steps": _builder("equinox_diffrax", "saved_steps", slow=True),
     "numpyro_nuts_regression": _builder("numpyro_models", "nuts_regression", slow=True),
     "haiku_mlp": _builder("haiku_models", "mlp_regression", slow=False),
     "keras_mlp": _builder("keras_models", "mlp_classifier", slow=False),

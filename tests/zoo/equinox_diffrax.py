@@ -54,3 +54,41 @@ def neural_ode(dimension=2, width=16, times=8, batch=3) -> ZooProgram:
         args=(as_numpy(params), y0s, targets), libraries=("equinox", "diffrax"),
         description=f"Equinox MLP vector field in a Diffrax Tsit5 solve (adaptive steps, {times} saved times, "
                     f"batch {batch}): loss and its gradient through the solver")
+
+
+def saved_steps(dimension=2, width=16, max_steps=32) -> ZooProgram:
+    """A solve that saves every step it takes: Diffrax fills the ``max_steps`` slots it does not
+    use with inf, and the loss masks them (as a user must: ``where`` before any arithmetic, so
+    that neither the loss nor its gradient sees them). The field is a rotation plus the MLP:
+    its steps are set by truncation error well above rounding (a field this small alone would
+    be solved in steps whose size rounding decides)."""
+    field = VectorField(dimension, width, jax.random.key(1))
+    params, static = eqx.partition(field, eqx.is_array)
+
+    def fit(params, y0, frequency):
+        mlp = eqx.combine(params, static)
+
+        def rotation_and_mlp(t, y, args):
+            return frequency * jnp.stack([-y[1], y[0]]) + mlp(t, y, args)
+
+        def loss_fn(params):
+            solution = diffrax.diffeqsolve(
+                diffrax.ODETerm(rotation_and_mlp), diffrax.Dopri5(), t0=0.0, t1=3.0, dt0=0.1, y0=y0,
+                stepsize_controller=diffrax.PIDController(rtol=1e-3, atol=1e-6),
+                saveat=diffrax.SaveAt(steps=True), max_steps=max_steps)
+            taken = jnp.isfinite(solution.ts)
+            ts = jnp.where(taken, solution.ts, 0.0)
+            ys = jnp.where(taken[:, None], solution.ys, 0.0)
+            target = jnp.stack([jnp.cos(frequency * ts), jnp.sin(frequency * ts)], axis=-1)
+            squared = jnp.where(taken[:, None], (ys - target) ** 2, 0.0)
+            return squared.sum() / taken.sum(), solution.stats["num_accepted_steps"]
+
+        (loss, steps), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        return {"loss": loss, "accepted_steps": steps, "grads": grads}
+
+    return ZooProgram(
+        name="equinox_diffrax_saved_steps", function=fit,
+        args=(as_numpy(params), np.array([1.0, 0.0], np.float32), np.float32(3.0)),
+        libraries=("equinox", "diffrax"),
+        description=f"a rotation plus an Equinox MLP as the field of a Diffrax Dopri5 solve saving every step "
+                    f"(up to {max_steps}, the unused ones inf and masked): loss and gradient")
