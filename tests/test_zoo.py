@@ -29,7 +29,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -91,6 +94,28 @@ def oracle(name: str):
             if np.issubdtype(want.dtype, np.floating):
                 np.maximum(spread, np.abs(np.asarray(got, np.float64) - want), out=spread)
     return expected, [float(spread.max()) if spread.size else 0.0 for spread in spreads]
+
+
+def test_importing_the_zoo_imports_no_library():
+    code = ("import sys, zoo; print(sorted(m for m in ('flax', 'optax', 'equinox', 'diffrax', 'numpyro', "
+            "'haiku', 'keras', 'jax') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=pathlib.Path(__file__).parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_program_is_the_same_at_each_build(name):
+    """Fixed seeds: a second build has the same arguments and lowers to the same module."""
+    first, second = program(name), PROGRAMS[name]()
+    assert (first.name, first.slow, first.libraries) == (name, PROGRAMS[name].slow, second.libraries)
+    assert first.description == second.description and "\n" not in first.description
+    assert jax.tree.structure(first.args) == jax.tree.structure(second.args)
+    for one, other in zip(jax.tree.leaves(first.args), jax.tree.leaves(second.args)):
+        assert isinstance(one, np.ndarray) and one.dtype == other.dtype
+        np.testing.assert_array_equal(one, other)
+    assert first.lowered().as_text() == second.lowered().as_text()
 
 
 def is_noise(want: np.ndarray, spread: float) -> bool:

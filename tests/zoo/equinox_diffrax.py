@@ -88,7 +88,7 @@ def saved_steps(dimension=2, width=16, max_steps=32) -> ZooProgram:
 
     return ZooProgram(
         name="equinox_diffrax_saved_steps", function=fit,
-        args=(as_numpy(params), np.array([1.0, 0.0], np.float32), np.float32(3.0)),
+        args=(as_numpy(params), np.array([1.0, 0.0], np.float32), np.array(3.0, np.float32)),
         libraries=("equinox", "diffrax"),
         description=f"a rotation plus an Equinox MLP as the field of a Diffrax Dopri5 solve saving every step "
                     f"(up to {max_steps}, the unused ones inf and masked): loss and gradient")

@@ -19,12 +19,15 @@ if keras.backend.backend() != "jax":
 
 
 def mlp_classifier(features=16, width=32, classes=4, batch=16) -> ZooProgram:
-    keras.utils.set_random_seed(8)
+    def dense(units, seed, activation=None):   # seeded here: keras.utils.set_random_seed would seed NumPy's global RNG
+        return keras.layers.Dense(units, activation=activation,
+                                  kernel_initializer=keras.initializers.GlorotUniform(seed=seed))
+
     inputs = keras.Input((features,))
-    h = keras.layers.Dense(width, activation="relu")(inputs)
+    h = dense(width, 8, "relu")(inputs)
     h = keras.layers.BatchNormalization()(h)
-    h = keras.layers.Dense(width, activation="gelu")(h)
-    model = keras.Model(inputs, keras.layers.Dense(classes)(h))
+    h = dense(width, 9, "gelu")(h)
+    model = keras.Model(inputs, dense(classes, 10)(h))
     loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.Adam(learning_rate=1e-3)
     optimizer.build(model.trainable_variables)
