@@ -55,12 +55,43 @@ DEV = jax.devices("interp")[0]
 CPU = jax.devices("cpu")[0]
 
 
-def _param(name: str):
-    slow = PROGRAMS[name].slow
-    return pytest.param(name, id=name, marks=[pytest.mark.slow] if slow else [])
+# The tools run on every program, and each answer is checked against what is known of the program
+# from XLA (every result is finite; the interpreter agrees with XLA within rounding). The tools that
+# mislead today (issue 27's list) are strict xfails, so that a fix is noticed:
+NONFINITE_FILL = ("issue 27 item 2: find_nonfinite blames a non-finite value that never reaches a result "
+                  "(a NaN fill constant of jnp.take/take_along_axis/var, selected away)")
+NONFINITE_UNSAVED = ("issue 27 item 2: find_nonfinite blames the inf Diffrax fills the steps it does not take "
+                     "with (in func.call @diffeqsolve), masked before the loss")
+NONFINITE_REJECTED = ("issue 27 item 2: find_nonfinite blames the inf of a rejected NUTS proposal "
+                      "(exp of a divergent trajectory's potential), which never reaches a result")
+COMPARE_NOISE = ("issue 27 item 3: compare reports summation-order noise as a divergence "
+                 "(a dot_general/multiply a few thousand ulp off in a cancelling sum; zero-gradient leaves)")
+COMPARE_CALLBACKS = ("issue 27 item 3: compare cannot run a program with host callbacks on the other backend "
+                     "(No registered implementation for custom call stablehlo_interp.host_callback)")
+KNOWN_FAILURES = {
+    **{("find_nonfinite", name): NONFINITE_FILL for name in
+       ("flax_nnx_transformer_lm", "flax_nnx_cnn_batchnorm", "flax_linen_mlp", "haiku_mlp", "keras_mlp")},
+    ("find_nonfinite", "numpyro_nuts_regression"): NONFINITE_REJECTED,
+    ("find_nonfinite", "equinox_diffrax_saved_steps"): NONFINITE_UNSAVED,
+    **{("compare", name): COMPARE_NOISE for name in
+       ("flax_nnx_transformer_lm", "flax_nnx_cnn_batchnorm", "numpyro_nuts_regression")},
+    **{("compare", name): COMPARE_CALLBACKS for name in ("equinox_diffrax_neural_ode", "equinox_diffrax_saved_steps")},
+}
+# Tool runs too heavy for the default run: (tool, program) -> seconds measured on a loaded machine
+HEAVY = {("compare", "flax_nnx_transformer_lm"): 43, ("compare", "flax_nnx_cnn_batchnorm"): 14,
+         ("explore", "flax_nnx_transformer_lm"): 9}
 
 
-NAMES = [_param(name) for name in PROGRAMS]
+def program_params(tool: str | None = None) -> list:
+    """The zoo's program names as test parameters: slow programs (and ``tool``'s heavy runs)
+    marked slow, ``tool``'s known failures marked as strict xfails (see ``KNOWN_FAILURES``)."""
+    params = []
+    for name in PROGRAMS:
+        marks = [pytest.mark.slow] if PROGRAMS[name].slow or (tool, name) in HEAVY else []
+        if (tool, name) in KNOWN_FAILURES:
+            marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[tool, name]))
+        params.append(pytest.param(name, id=name, marks=marks))
+    return params
 
 
 @functools.cache
@@ -105,7 +136,7 @@ def test_importing_the_zoo_imports_no_library():
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", program_params())
 def test_a_program_is_the_same_at_each_build(name):
     """Fixed seeds: a second build has the same arguments and lowers to the same module."""
     first, second = program(name), PROGRAMS[name]()
@@ -176,7 +207,7 @@ ZERO_GRADIENT = {
 }
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", program_params())
 def test_the_noise_leaves_are_those_of_zero_gradient_parameters(name):
     """The oracle's noise leaves (judged by size alone) are exactly those a zero gradient
     explains: no leaf with a value to check escapes the rounding bound."""
@@ -193,7 +224,7 @@ class OpCounter(si.Listener):
         self.ops += 1
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", program_params())
 def test_on_the_interp_device(name):
     zoo_program = program(name)
     counter = OpCounter()
@@ -225,7 +256,7 @@ def lowered_for_the_interpreter(name: str):
         yield
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", program_params())
 def test_through_si_run(name):
     zoo_program = program(name)
     counter = OpCounter()
@@ -253,48 +284,6 @@ def test_the_bound_catches_an_op_wrong_by_84_ulp():
         assert_agrees_with_oracle(name, wrong)
 
 
-# The tools on every program. Each tool's answer is checked against what is known of the program:
-# XLA's results (every result is finite, the interpreter agrees with XLA within rounding).
-# Known failures (issue 27): the tools that mislead today, strict so that a fix is noticed.
-NONFINITE_FILL = ("issue 27 item 2: find_nonfinite blames a non-finite value that never reaches a result "
-                  "(a NaN fill constant of jnp.take/take_along_axis/var, selected away)")
-NONFINITE_UNSAVED = ("issue 27 item 2: find_nonfinite blames the inf Diffrax fills the steps it does not take "
-                     "with (in func.call @diffeqsolve), masked before the loss")
-NONFINITE_REJECTED = ("issue 27 item 2: find_nonfinite blames the inf of a rejected NUTS proposal "
-                      "(exp of a divergent trajectory's potential), which never reaches a result")
-COMPARE_NOISE = ("issue 27 item 3: compare reports summation-order noise as a divergence "
-                 "(a dot_general/multiply a few thousand ulp off in a cancelling sum; zero-gradient leaves)")
-COMPARE_CALLBACKS = ("issue 27 item 3: compare cannot run a program with host callbacks on the other backend "
-                     "(No registered implementation for custom call stablehlo_interp.host_callback)")
-KNOWN_FAILURES = {
-    **{("find_nonfinite", name): NONFINITE_FILL for name in
-       ("flax_nnx_transformer_lm", "flax_nnx_cnn_batchnorm", "flax_linen_mlp", "haiku_mlp", "keras_mlp")},
-    ("find_nonfinite", "numpyro_nuts_regression"): NONFINITE_REJECTED,
-    ("find_nonfinite", "equinox_diffrax_saved_steps"): NONFINITE_UNSAVED,
-    **{("compare", name): COMPARE_NOISE for name in
-       ("flax_nnx_transformer_lm", "flax_nnx_cnn_batchnorm", "numpyro_nuts_regression")},
-    **{("compare", name): COMPARE_CALLBACKS for name in ("equinox_diffrax_neural_ode", "equinox_diffrax_saved_steps")},
-}
-# Tool runs too heavy for the default run: (tool, program) -> seconds measured on a loaded machine
-HEAVY = {("compare", "flax_nnx_transformer_lm"): 43, ("compare", "flax_nnx_cnn_batchnorm"): 14,
-         ("explore", "flax_nnx_transformer_lm"): 9}
-
-
-def _tool_params(tool: str):
-    params = []
-    for name in PROGRAMS:
-        marks = [pytest.mark.slow] if PROGRAMS[name].slow or (tool, name) in HEAVY else []
-        if (tool, name) in KNOWN_FAILURES:
-            marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[tool, name]))
-        params.append(pytest.param(name, id=name, marks=marks))
-    return params
-
-
-def _as_results(name: str, flat: list):
-    """A module's flat results in the program's output pytree (the oracle's)."""
-    return jax.tree.unflatten(jax.tree.structure(oracle(name)[0]), flat)
-
-
 @functools.cache
 def _ops_run(name: str) -> int:
     """How many ops si.run runs for the program."""
@@ -305,13 +294,18 @@ def _ops_run(name: str) -> int:
     return counter.ops
 
 
+def _as_results(name: str, flat: list):
+    """A module's flat results in the program's output pytree (the oracle's)."""
+    return jax.tree.unflatten(jax.tree.structure(oracle(name)[0]), flat)
+
+
 def _check_run_record(name: str, trace) -> None:
     """A tool's record of the run is the whole run: every op si.run runs, and its results."""
     assert len(trace) == _ops_run(name)
     assert_agrees_with_oracle(name, _as_results(name, trace.outputs))
 
 
-@pytest.mark.parametrize("name", _tool_params("trace"))
+@pytest.mark.parametrize("name", program_params("trace"))
 def test_trace(name):
     zoo_program = program(name)
     with lowered_for_the_interpreter(name):
@@ -321,7 +315,7 @@ def test_trace(name):
     assert dots and all(record.location is not None for record in dots)
 
 
-@pytest.mark.parametrize("name", _tool_params("find_nonfinite"))
+@pytest.mark.parametrize("name", program_params("find_nonfinite"))
 def test_find_nonfinite(name):
     """Every result is finite (the oracle says so): there is no NaN or inf for a user to chase."""
     zoo_program = program(name)
@@ -332,7 +326,7 @@ def test_find_nonfinite(name):
     assert report is None, str(report)
 
 
-@pytest.mark.parametrize("name", _tool_params("compare"))
+@pytest.mark.parametrize("name", program_params("compare"))
 def test_compare_with_cpu(name):
     """The interpreter agrees with XLA within rounding (test_on_the_interp_device): compare says so."""
     zoo_program = program(name)
@@ -342,7 +336,7 @@ def test_compare_with_cpu(name):
     assert str(comparison).startswith("the interpreter and cpu agree")
 
 
-@pytest.mark.parametrize("name", _tool_params("explain"))
+@pytest.mark.parametrize("name", program_params("explain"))
 def test_explain(name):
     zoo_program = program(name)
     with lowered_for_the_interpreter(name):
@@ -354,7 +348,7 @@ def test_explain(name):
     assert re.search(r"^── \w+\.py:\d+ ", text[text.index("== run"):], re.MULTILINE)
 
 
-@pytest.mark.parametrize("name", _tool_params("explore"))
+@pytest.mark.parametrize("name", program_params("explore"))
 def test_explore(name, tmp_path):
     zoo_program = program(name)
     with lowered_for_the_interpreter(name):
