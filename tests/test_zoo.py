@@ -266,6 +266,17 @@ def test_through_si_run(name):
     assert_agrees_with_oracle(name, actual)
 
 
+@pytest.mark.parametrize("name", [param for param in program_params() if "diffrax" in param.values[0]])
+def test_a_callback_lowered_for_the_cpu_is_a_clear_error(name):
+    """Lowered for the CPU, Equinox's check is a callback only XLA can make: si.run names the
+    op and where it came from, and runs nothing."""
+    zoo_program = program(name)
+    assert has_host_callbacks(name)
+    with pytest.raises(si.UnsupportedOpError, match=r"custom_call at .*equinox/_errors\.py:\d+ .*"
+                                                      r"'xla_ffi_python_cpu_callback' is not implemented"):
+        si.run(jax.jit(zoo_program.function), *zoo_program.args)
+
+
 def test_the_bound_catches_an_op_wrong_by_84_ulp():
     """The rounding bound has teeth: LayerNorm's rsqrt wrong by 1e-5 relative (84 ulp) in the
     language model fails the comparison."""
