@@ -136,6 +136,7 @@ def test_importing_the_zoo_imports_no_library():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow   # a second build and lowering of each program
 @pytest.mark.parametrize("name", program_params())
 def test_a_program_is_the_same_at_each_build(name):
     """Fixed seeds: a second build has the same arguments and lowers to the same module."""
