@@ -58,21 +58,11 @@ CPU = jax.devices("cpu")[0]
 # The tools run on every program, and each answer is checked against what is known of the program
 # from XLA (every result is finite; the interpreter agrees with XLA within rounding). The tools that
 # mislead today (issue 27's list) are strict xfails, so that a fix is noticed:
-NONFINITE_FILL = ("issue 27 item 2: find_nonfinite blames a non-finite value that never reaches a result "
-                  "(a NaN fill constant of jnp.take/take_along_axis/var, selected away)")
-NONFINITE_UNSAVED = ("issue 27 item 2: find_nonfinite blames the inf Diffrax fills the steps it does not take "
-                     "with (in func.call @diffeqsolve), masked before the loss")
-NONFINITE_REJECTED = ("issue 27 item 2: find_nonfinite blames the inf of a rejected NUTS proposal "
-                      "(exp of a divergent trajectory's potential), which never reaches a result")
 COMPARE_NOISE = ("issue 27 item 3: compare reports summation-order noise as a divergence "
                  "(a dot_general/multiply a few thousand ulp off in a cancelling sum; zero-gradient leaves)")
 COMPARE_CALLBACKS = ("issue 27 item 3: compare cannot run a program with host callbacks on the other backend "
                      "(No registered implementation for custom call stablehlo_interp.host_callback)")
 KNOWN_FAILURES = {
-    **{("find_nonfinite", name): NONFINITE_FILL for name in
-       ("flax_nnx_transformer_lm", "flax_nnx_cnn_batchnorm", "flax_linen_mlp", "haiku_mlp", "keras_mlp")},
-    ("find_nonfinite", "numpyro_nuts_regression"): NONFINITE_REJECTED,
-    ("find_nonfinite", "equinox_diffrax_saved_steps"): NONFINITE_UNSAVED,
     **{("compare", name): COMPARE_NOISE for name in
        ("flax_nnx_transformer_lm", "flax_nnx_cnn_batchnorm", "numpyro_nuts_regression")},
     **{("compare", name): COMPARE_CALLBACKS for name in ("equinox_diffrax_neural_ode", "equinox_diffrax_saved_steps")},
