@@ -79,26 +79,53 @@ def difference(ours, theirs, table: dict) -> Difference | None:
     if isinstance(ours, (tuple, Token)) or isinstance(theirs, (tuple, Token)):
         return None   # tokens and tuples are not compared
     ours, theirs = np.asarray(ours), np.asarray(theirs)
+    problem = mismatched_types(ours, theirs)
+    if problem:
+        return problem
+    rtol, atol = tolerance_of(table, ours.dtype)
+    if is_numeric(ours.dtype):
+        a, b = widened_pair(ours, theirs)
+        with np.errstate(all="ignore"):
+            close = np.abs(a - b) <= atol + rtol * np.abs(a)
+        return differing(ours, theirs, close | same_values(a, b))
+    return differing(ours, theirs, ours == theirs)
+
+
+def is_numeric(dtype) -> bool:
+    """Floats and complex numbers: compared by distance (integers and booleans: equal or not)."""
+    return np.dtype(dtype).kind == "c" or is_float_dtype(dtype)
+
+
+def mismatched_types(ours: np.ndarray, theirs: np.ndarray) -> Difference | None:
     if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
         return Difference(problem=f"expected {element_name(ours.dtype)}{list(ours.shape)}, "
                                   f"got {element_name(theirs.dtype)}{list(theirs.shape)}")
-    rtol, atol = tolerance_of(table, ours.dtype)
-    numeric = ours.dtype.kind == "c" or is_float_dtype(ours.dtype)
-    if numeric:
-        wide = np.complex128 if ours.dtype.kind == "c" else np.float64
-        a, b = ours.astype(wide), theirs.astype(wide)
-        with np.errstate(all="ignore"):
-            error = np.abs(a - b)
-            close = error <= atol + rtol * np.abs(a)
-        same = (a == b) | (np.isnan(a) & np.isnan(b))
-        ok = same | close
-    else:
-        ok = ours == theirs
+    return None
+
+
+def widened_pair(ours: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both values as float64 (complex128 for complex types)."""
+    wide = np.complex128 if ours.dtype.kind == "c" else np.float64
+    return ours.astype(wide), theirs.astype(wide)
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Equal, or NaN on both sides (infinities match themselves)."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, excess=None) -> Difference | None:
+    """The Difference of the elements that are not ``ok`` (None when all are): the
+    largest error is where ``excess`` (default: the abs error) is largest."""
     mismatched = int(np.count_nonzero(~ok))
     if not mismatched:
         return None
-    if numeric:
-        ranked = np.where(ok, -1.0, np.where(np.isnan(error), np.inf, error))
+    if is_numeric(ours.dtype):
+        a, b = widened_pair(ours, theirs)
+        with np.errstate(all="ignore"):
+            error = np.abs(a - b)
+        measure = error if excess is None else excess
+        ranked = np.where(ok, -1.0, np.where(np.isnan(measure), np.inf, measure))
         flat = int(np.argmax(ranked))
         finite_errors = error[~ok & np.isfinite(error)]
         max_abs = float(finite_errors.max()) if finite_errors.size else float("inf")

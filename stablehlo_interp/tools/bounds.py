@@ -1,0 +1,206 @@
+"""Rounding noise or a real difference: how far another backend's value of one op may
+be from the interpreter's (tools/compare.py).
+
+The judgement is local to the op. compare has, for each op of the entry function,
+the backend's value ``theirs`` and the backend's values of its operands; the
+interpreter re-runs the op on *those* operands (``recomputed``). Whatever the
+operands already carried, rounding noise of earlier ops or an earlier error, is
+thus not held against the op: this is the first-order propagation of every
+earlier difference, done exactly. What remains, ``|theirs - recomputed|``, is
+what the op computed differently, and its bound is:
+
+* **sums** (``dot_general``, ``dot``, ``convolution``; ``reduce``,
+  ``reduce_window`` and ``scatter`` whose body is one ``add``): any order of
+  summing n terms is within γ(n)·Σ|terms| of the exact sum, γ(n) = n·u/(1 - n·u),
+  u the unit roundoff of the element type (Higham, *Accuracy and Stability of
+  Numerical Algorithms*, 2nd ed., §3.1, and §2.6 for a fused multiply-add,
+  which only removes roundings). Two orders, the backend's and ours, are at
+  most twice that apart; two more units cover operands the backend consumed
+  before rounding them (excess precision). The bound per element is
+  ``(2n + 2)·u·Σ|terms|``, where Σ|terms| is the op run on the absolute values of
+  its float operands and n the op run on ones (the number of terms each element
+  sums), plus n times the smallest normal number (XLA flushes subnormals).
+* **every other op with a float result**: :data:`ELEMENTWISE_ULP` ULP of the
+  result (its own rounding, and XLA's approximations of ``tanh``, ``expm1``,
+  ``logistic`` ..., measured within 4 ULP: tests/test_elementwise.py), plus for
+  each float operand the largest change of the result when that operand moves
+  one ULP up or down (the operand consumed unrounded: excess precision, a fused
+  multiply-add). A result equal to the op's value on such a moved operand is
+  within the bound too: so for integer and boolean results (a comparison of a
+  value held unrounded); otherwise those must be equal.
+* **ops that run their regions as control flow** (``while``, ``case``, ``if``,
+  calls that were not inlined, custom calls with called computations): the op
+  is re-run whole on the backend's operands, but nothing inside its regions can
+  be bounded op by op, so a difference there is **unbounded**: neither noise
+  nor a known error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ..engine.regions import monoid_of
+from ..ir.types import Token
+from .difference import Difference, differing, is_numeric, mismatched_types, same_values, widened_pair
+
+AGREE, NOISE, BEYOND, UNBOUNDED = "agree", "rounding noise", "beyond its bound", "unbounded"
+ELEMENTWISE_ULP = 4
+SUMS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
+SUMS_WITH_AN_ADD_BODY = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter"})
+# Ops whose regions are applied element by element or as a comparator: re-run like any other op.
+DATA_PARALLEL_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter",
+                                   "stablehlo.select_and_scatter", "stablehlo.sort", "stablehlo.map"})
+
+
+@dataclass
+class Verdict:
+    """What one op's values on the backend are: ``kind`` is AGREE, NOISE, BEYOND or UNBOUNDED.
+
+    ``rule`` names the bound applied; ``result`` is the result the verdict is about
+    (the worst one); ``difference`` describes the elements beyond the bound (BEYOND)
+    or differing (UNBOUNDED); ``worst`` is, for NOISE, the largest error as a
+    fraction of its bound."""
+
+    kind: str
+    rule: str = ""
+    result: int = 0
+    difference: Difference | None = None
+    worst: float = 0.0
+
+
+def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
+    """The verdict on ``theirs``, the backend's results of ``step``, against
+    ``recomputed``, the interpreter's results of the op on the backend's
+    ``operands``. ``env`` holds the values the op's regions capture (by slot)."""
+    pairs = [(index, np.asarray(ours), np.asarray(other)) for index, (ours, other) in enumerate(zip(recomputed, theirs))
+             if not isinstance(ours, (tuple, Token)) and other is not None]
+    for index, ours, other in pairs:
+        problem = mismatched_types(ours, other)
+        if problem:
+            return Verdict(BEYOND, "types", index, problem)
+    differing_results = [(index, ours, other) for index, ours, other in pairs if not _identical(ours, other)]
+    if not differing_results:
+        return Verdict(AGREE)
+    if step.regions and step.name not in DATA_PARALLEL_REGIONS:
+        index, ours, other = differing_results[0]
+        return Verdict(UNBOUNDED, "inside its regions", index, differing(ours, other, _equal(ours, other)))
+    rule, allowance = _allowance(execution, step, operands, recomputed, env)
+    worst = 0.0
+    for index, ours, other in differing_results:
+        bound, alternatives = allowance(index)
+        ok = _equal(ours, other)
+        for alternative in alternatives:
+            ok |= _equal(np.asarray(alternative), other)
+        if bound is not None:
+            a, b = widened_pair(ours, other)
+            with np.errstate(all="ignore"):
+                error = np.abs(a - b)
+                ok |= error <= bound
+                excess = error - bound
+                ratios = np.where(bound > 0, error / bound, np.where(error > 0, np.inf, 0.0))
+            inside = ok & np.isfinite(ratios) & ~_equal(ours, other)
+            if inside.any():
+                worst = max(worst, float(ratios[inside].max()))
+        else:
+            excess = None
+        beyond = differing(ours, other, ok, excess)
+        if beyond is not None:
+            return Verdict(BEYOND, rule, index, beyond)
+    return Verdict(NOISE, rule, differing_results[0][0], worst=worst)
+
+
+def unit_roundoff(dtype) -> float:
+    """u = 2^-p for p significand bits (half the machine epsilon)."""
+    real = np.empty(0, dtype).real.dtype
+    return float(ml_dtypes.finfo(real).eps) / 2
+
+
+def _smallest_normal(dtype) -> float:
+    return float(ml_dtypes.finfo(np.empty(0, dtype).real.dtype).smallest_normal)
+
+
+def _allowance(execution, step, operands, recomputed, env):
+    """``(rule, allowance)``: ``allowance(result)`` is ``(bound, alternatives)``, the
+    bound on the abs error of a float result (None for others) and the values
+    that count as within it."""
+    if step.name in SUMS or (step.name in SUMS_WITH_AN_ADD_BODY and monoid_of(step.regions[0]) == "stablehlo.add"):
+        magnitudes = execution.run_alone(step, [np.abs(x).astype(x.dtype) if _is_float(x) else x
+                                                for x in map(np.asarray, operands)], env)
+        terms = execution.run_alone(step, [np.ones_like(x) if _is_float(x) else x
+                                           for x in map(np.asarray, operands)], env)
+
+        def sum_bound(index):
+            result = np.asarray(recomputed[index])
+            if not _is_float(result):
+                return None, ()
+            n = np.abs(np.asarray(terms[index]).astype(np.complex128)).real
+            total = np.abs(np.asarray(magnitudes[index]).astype(np.complex128))
+            return (2 * n + 2) * unit_roundoff(result.dtype) * total + n * _smallest_normal(result.dtype), ()
+
+        return "a sum of n terms: (2n+2)·u·Σ|terms|", sum_bound
+    moved = []   # per float operand: the results with it one ULP down, and up
+    for position, operand in enumerate(operands):
+        operand = np.asarray(operand)
+        if not _is_float(operand):
+            continue
+        for direction in (-1, 1):
+            changed = list(operands)
+            changed[position] = _one_ulp(operand, direction)
+            moved.append((position, execution.run_alone(step, changed, env)))
+
+    def elementwise_bound(index):
+        result = np.asarray(recomputed[index])
+        alternatives = [results[index] for _, results in moved]
+        if not _is_float(result):
+            return None, alternatives
+        base = widened_pair(result, result)[0]
+        bound = ELEMENTWISE_ULP * _ulp(base, result.dtype)
+        effects = {}
+        for position, results in moved:
+            with np.errstate(all="ignore"):
+                effect = np.abs(widened_pair(np.asarray(results[index]), result)[0] - base)
+            effect = np.where(np.isfinite(effect), effect, 0.0)   # a moved operand out of the domain: no allowance
+            effects[position] = np.maximum(effects.get(position, 0.0), effect)
+        return bound + sum(effects.values()), alternatives
+
+    return f"one op: {ELEMENTWISE_ULP} ULP, and one ULP of each operand", elementwise_bound
+
+
+def _is_float(value) -> bool:
+    return is_numeric(np.asarray(value).dtype)
+
+
+def _identical(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    return bool(_equal(ours, theirs).all())
+
+
+def _equal(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    if is_numeric(ours.dtype):
+        return same_values(*widened_pair(ours, theirs))
+    return np.asarray(ours == theirs)
+
+
+def _ulp(values: np.ndarray, dtype) -> np.ndarray:
+    """The spacing of ``dtype``'s numbers at ``|values|`` (float64), at least the
+    smallest normal number (subnormals may be flushed to zero)."""
+    real = np.empty(0, dtype).real.dtype
+    finfo = ml_dtypes.finfo(real)
+    magnitude = np.abs(values)
+    with np.errstate(all="ignore"):
+        exponent = np.floor(np.log2(np.maximum(magnitude, float(finfo.smallest_normal))))
+    spacing = np.ldexp(float(finfo.eps), exponent.astype(np.int64))
+    return np.where(np.isfinite(magnitude), np.maximum(spacing, float(finfo.smallest_normal)), np.inf)
+
+
+def _one_ulp(values: np.ndarray, direction: int) -> np.ndarray:
+    """``values`` moved one ULP (at least the smallest normal) towards ``direction``·∞;
+    complex values scaled by 1 ± 2u."""
+    if values.dtype.kind == "c":
+        return (values * (1 + direction * 2 * unit_roundoff(values.dtype))).astype(values.dtype)
+    wide = values.astype(np.float64)
+    with np.errstate(all="ignore"):
+        moved = wide + direction * _ulp(wide, values.dtype)
+    return np.where(np.isfinite(wide), moved, wide).astype(values.dtype)
