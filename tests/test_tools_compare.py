@@ -135,3 +135,90 @@ def test_compare_needs_main():
 }"""
     with pytest.raises(si.InterpreterError, match="compare runs @main"):
         si.compare(text, np.float32(1))
+
+
+# ---------------------------------------------------------------- rounding bounds
+
+from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, unit_roundoff   # noqa: E402
+
+# Terms of a dot that cancel: summed left to right in f32, ((1 + 1e8) - 1e8) + 1e-3 = 1e-3;
+# right to left, 1; exactly, 1.001. Every term and partial sum is exact in f32 but these.
+CANCELLING_A = np.array([1.0, 1e8, -1e8, 1e-3], np.float32)
+CANCELLING_B = np.ones(4, np.float32)
+# The bound of the dot's one element: (2n+2)·u·Σ|aᵢbᵢ|, n = 4 terms
+CANCELLING_BOUND = 10 * 2.0 ** -24 * float(np.abs(CANCELLING_A.astype(np.float64)).sum())   # 119.2
+
+
+def dot_summed(order, offset=0.0):
+    """A dot_general of two vectors summed term by term in f32 in ``order``, plus ``offset``."""
+    def builder(info):
+        def run(a, b):
+            total = np.float32(0)
+            for i in order(len(a)):
+                total = np.float32(total + a[i] * b[i])
+            return np.asarray(total + np.float32(offset), a.dtype)
+        return run
+    return builder
+
+
+def right_to_left(n):
+    return range(n - 1, -1, -1)
+
+
+def test_a_reordered_cancelling_sum_is_rounding_noise():
+    assert 119 < CANCELLING_BOUND < 120 and unit_roundoff(np.float32) == 2.0 ** -24
+    reordered = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(right_to_left)}, name="reordered")
+    comparison = si.compare(jnp.dot, CANCELLING_A, CANCELLING_B, backend=reordered)
+    assert not comparison.ok                                   # 1 against ~0.001: far beyond any tolerance
+    assert comparison.kinds == [NOISE] and comparison.noise_only and comparison.divergence is None
+    assert comparison.ops[NOISE] == 1 and comparison.ops[BEYOND] == 0
+    text = str(comparison)
+    assert "result #0 differs (rounding noise: every op it depends on is within its bound)" in text
+    assert "ops whose value differs: 1 rounding noise" in text
+
+
+@pytest.mark.parametrize("offset, kind", [(100.0, NOISE), (140.0, BEYOND)])
+def test_the_bound_of_a_dot_is_2n_plus_2_units_of_the_sum_of_magnitudes(offset, kind):
+    """An error of 100 is within the bound (119.2) of that dot; 140 is beyond it."""
+    shifted = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(range, offset)})
+    comparison = si.compare(jnp.dot, CANCELLING_A, CANCELLING_B, backend=shifted)
+    assert comparison.kinds == [kind]
+    if kind == BEYOND:
+        found = comparison.divergence
+        assert found.op == "stablehlo.dot_general" and found.kind == BEYOND
+        assert found.difference.bound == pytest.approx(CANCELLING_BOUND, rel=1e-6)
+        assert "beyond its rounding bound (a sum of n terms: (2n+2)·u·Σ|terms|)" in str(comparison)
+    else:
+        assert comparison.divergence is None
+
+
+def test_a_cancelled_gradient_feeding_an_adam_step_is_noise():
+    """Terms summing to 0 exactly: left to right 1e8 + 1 - 1e8 - 1 = -1 in f32, right to left 0.
+    Adam's normalised step g / (sqrt(g²) + eps) then turns that into -1 against 0 (or
+    whatever NumPy's order gives): every op after the dot is exact on the backend's operands."""
+    terms = np.array([1e8, 1.0, -1e8, -1.0], np.float32)
+
+    def adam_like(a, b, m):
+        g = jnp.dot(a, b)
+        m = 0.9 * m + 0.1 * g
+        return m / (jnp.sqrt(m * m) + 1e-8), g
+
+    backends = [InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(order)}) for order in (range, right_to_left)]
+    outcomes = [si.compare(adam_like, terms, CANCELLING_B, np.float32(0), backend=b) for b in backends]
+    differing = [c for c in outcomes if not c.ok]
+    assert differing   # one of the two orders is not NumPy's
+    for comparison in differing:
+        assert comparison.noise_only and comparison.divergence is None
+        assert all(k in (None, NOISE) for k in comparison.kinds) and NOISE in comparison.kinds
+
+
+@pytest.mark.parametrize("ulps, kind", [(4, NOISE), (8, BEYOND)])
+def test_an_elementwise_op_is_allowed_4_ulp_and_one_ulp_of_its_operand(ulps, kind):
+    def negate_off(info):
+        return lambda a: np.asarray(-(a.astype(np.float64) + ulps * np.spacing(a).astype(np.float64)), a.dtype)
+
+    x = np.float32([1.5, -3.0, 1e-3])
+    wrong = InterpreterBackend(ops={"stablehlo.negate": negate_off})
+    comparison = si.compare(lambda v: -v * 1, x, backend=wrong, tolerance=(0.0, 0.0))   # within the default one
+    assert comparison.kinds == [kind]
+    assert (comparison.divergence is not None) == (kind == BEYOND)

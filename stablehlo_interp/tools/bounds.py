@@ -99,14 +99,11 @@ def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
             with np.errstate(all="ignore"):
                 error = np.abs(a - b)
                 ok |= error <= bound
-                excess = error - bound
                 ratios = np.where(bound > 0, error / bound, np.where(error > 0, np.inf, 0.0))
             inside = ok & np.isfinite(ratios) & ~_equal(ours, other)
             if inside.any():
                 worst = max(worst, float(ratios[inside].max()))
-        else:
-            excess = None
-        beyond = differing(ours, other, ok, excess)
+        beyond = differing(ours, other, ok, bound)
         if beyond is not None:
             return Verdict(BEYOND, rule, index, beyond)
     return Verdict(NOISE, rule, differing_results[0][0], worst=worst)

@@ -60,13 +60,18 @@ class Difference:
     max_abs: float | None = None
     max_ulp: int | None = None
     problem: str | None = None
+    bound: float | None = None    # the rounding bound at ``index``, when elements were judged by one
+
 
     def describe(self, backend: str) -> str:
         if self.problem:
             return self.problem
         at = f" at [{', '.join(map(str, self.index))}]" if self.index else ""
-        text = (f"{self.mismatched} of {self.size} elements differ; largest{at}: "
+        what = "differ" if self.bound is None else "are beyond the bound"
+        text = (f"{self.mismatched} of {self.size} elements {what}; largest{at}: "
                 f"{format_number(self.ours)} (interpreter) vs {format_number(self.theirs)} ({backend})")
+        if self.bound is not None:
+            text += f", bound there {format_number(self.bound)}"
         if self.max_abs is not None:
             text += f"; max abs error {format_number(self.max_abs)}"
         if self.max_ulp is not None:
@@ -114,9 +119,10 @@ def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
-def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, excess=None) -> Difference | None:
-    """The Difference of the elements that are not ``ok`` (None when all are): the
-    largest error is where ``excess`` (default: the abs error) is largest."""
+def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, bound=None) -> Difference | None:
+    """The Difference of the elements that are not ``ok`` (None when all are). The
+    largest error is where the abs error is largest, or with a ``bound`` (an array
+    of the abs error allowed per element), where it exceeds the bound most."""
     mismatched = int(np.count_nonzero(~ok))
     if not mismatched:
         return None
@@ -124,7 +130,8 @@ def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, excess=None)
         a, b = widened_pair(ours, theirs)
         with np.errstate(all="ignore"):
             error = np.abs(a - b)
-        measure = error if excess is None else excess
+        with np.errstate(all="ignore"):
+            measure = error if bound is None else error - bound
         ranked = np.where(ok, -1.0, np.where(np.isnan(measure), np.inf, measure))
         flat = int(np.argmax(ranked))
         finite_errors = error[~ok & np.isfinite(error)]
@@ -135,4 +142,4 @@ def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, excess=None)
         flat, max_abs, max_ulp = int(np.argmax(~ok.reshape(-1))), None, None
     index = tuple(int(i) for i in np.unravel_index(flat, ours.shape)) if ours.shape else ()
     return Difference(mismatched, int(ours.size), index, ours[index].item(), theirs[index].item(),
-                      max_abs, max_ulp)
+                      max_abs, max_ulp, bound=None if bound is None else float(np.broadcast_to(bound, ours.shape)[index]))
