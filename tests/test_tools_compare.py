@@ -222,3 +222,72 @@ def test_an_elementwise_op_is_allowed_4_ulp_and_one_ulp_of_its_operand(ulps, kin
     comparison = si.compare(lambda v: -v * 1, x, backend=wrong, tolerance=(0.0, 0.0))   # within the default one
     assert comparison.kinds == [kind]
     assert (comparison.divergence is not None) == (kind == BEYOND)
+
+
+# ---------------------------------------------------------------- host callbacks
+
+def test_host_callbacks_run_on_both_sides_and_compare(capsys):
+    """jax.debug.print, pure_callback and io_callback (ordered and not): the interpreter
+    runs the function lowered for interp, XLA CPU the one lowered for cpu, each calling
+    the callbacks; with no tolerance, XLA's tanh (within 3 ULP) and sums make the search
+    run the backend's prefixes, whose callbacks run too."""
+    from jax.experimental import io_callback
+
+    received = []
+
+    def record(v):
+        received.append(np.array(v))
+        return (v * 2).astype(v.dtype)
+
+    def f(x):
+        jax.debug.print("sum {s}", s=x.sum())
+        y = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        z = io_callback(record, jax.ShapeDtypeStruct(x.shape, x.dtype), y, ordered=True)
+        w = io_callback(record, jax.ShapeDtypeStruct(x.shape, x.dtype), z)
+        return jnp.tanh(w * 3).sum(), jnp.tanh(w)
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    comparison = si.compare(f, x, backend="cpu", tolerance=(0.0, 0.0))
+    runs = 2 + comparison.compiled_prefixes              # ours, XLA's, and each prefix XLA ran
+    assert comparison.compiled_prefixes >= 1 and len(received) == 2 * runs
+    for first, second in zip(received[::2], received[1::2]):   # each run: sin(x), then 2 sin(x)
+        np.testing.assert_array_equal(first, np.sin(x))
+        np.testing.assert_array_equal(second, 2 * np.sin(x))
+    assert capsys.readouterr().out.count("sum ") == runs
+    expected = jax.jit(f)(x)
+    ours = si.run(jax.jit(f).trace(x).lower(lowering_platforms=("interp",)), x)
+    np.testing.assert_allclose(ours[1], expected[1], rtol=0, atol=4e-7)
+    assert comparison.noise_only and comparison.divergence is None
+
+
+def test_a_wrong_op_after_a_callback_is_found():
+    def f(x):
+        y = jax.pure_callback(np.cos, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return jnp.tanh(y) * 2
+
+    wrong = InterpreterBackend(ops={"stablehlo.tanh": off_by(np.float32(1.01), np.tanh)})
+    found = si.compare(f, np.linspace(0, 1, 5, dtype=np.float32), backend=wrong).divergence
+    assert found.op == "stablehlo.tanh" and found.kind == BEYOND
+
+
+def test_equinox_runtime_checks_compare():
+    eqx = pytest.importorskip("equinox")
+
+    def checked(x):
+        y = eqx.error_if(x, x < -10, "x too small")
+        return jnp.tanh(y * 3).sum()
+
+    comparison = si.compare(checked, np.linspace(-1, 1, 16, dtype=np.float32), backend="cpu", tolerance=(0.0, 0.0))
+    assert comparison.noise_only
+    with pytest.raises(si.InterpreterError, match="x too small"):
+        si.compare(checked, np.full(4, -20, np.float32), backend="cpu")
+
+
+def test_a_module_with_interp_callbacks_needs_the_function_for_a_jax_backend():
+    def f(x):
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    lowered = jax.jit(f).trace(np.ones(2, np.float32)).lower(lowering_platforms=("interp",))
+    with pytest.raises(si.InterpreterError, match="give compare the function"):
+        si.compare(lowered, np.ones(2, np.float32), backend="cpu")
+    assert si.compare(lowered, np.ones(2, np.float32), backend=InterpreterBackend()).ok
