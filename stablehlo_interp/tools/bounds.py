@@ -19,7 +19,7 @@ what the op computed differently, and its bound is:
   before rounding them (excess precision). The bound per element is
   ``(2n + 2)·u·Σ|terms|``, where Σ|terms| is the op run on the absolute values of
   its float operands and n the op run on ones (the number of terms each element
-  sums), plus n times the smallest normal number (XLA flushes subnormals).
+  sums).
 * **every other op with a float result**: :data:`ELEMENTWISE_ULP` ULP of the
   result (its own rounding, and XLA's approximations of ``tanh``, ``expm1``,
   ``logistic`` ..., measured within 4 ULP: tests/test_elementwise.py), plus for
@@ -115,10 +115,6 @@ def unit_roundoff(dtype) -> float:
     return float(ml_dtypes.finfo(real).eps) / 2
 
 
-def _smallest_normal(dtype) -> float:
-    return float(ml_dtypes.finfo(np.empty(0, dtype).real.dtype).smallest_normal)
-
-
 def _allowance(execution, step, operands, recomputed, env):
     """``(rule, allowance)``: ``allowance(result)`` is ``(bound, alternatives)``, the
     bound on the abs error of a float result (None for others) and the values
@@ -135,7 +131,7 @@ def _allowance(execution, step, operands, recomputed, env):
                 return None, ()
             n = np.abs(np.asarray(terms[index]).astype(np.complex128)).real
             total = np.abs(np.asarray(magnitudes[index]).astype(np.complex128))
-            return (2 * n + 2) * unit_roundoff(result.dtype) * total + n * _smallest_normal(result.dtype), ()
+            return (2 * n + 2) * unit_roundoff(result.dtype) * total, ()
 
         return "a sum of n terms: (2n+2)·u·Σ|terms|", sum_bound
     moved = []   # per float operand: the results with it one ULP down, and up
@@ -181,19 +177,19 @@ def _equal(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 
 
 def _ulp(values: np.ndarray, dtype) -> np.ndarray:
-    """The spacing of ``dtype``'s numbers at ``|values|`` (float64), at least the
-    smallest normal number (subnormals may be flushed to zero)."""
+    """The spacing of ``dtype``'s numbers at ``|values|`` (float64; subnormals are
+    numbers: flushing them to zero is no rounding noise, docs/semantics.md)."""
     real = np.empty(0, dtype).real.dtype
     finfo = ml_dtypes.finfo(real)
     magnitude = np.abs(values)
     with np.errstate(all="ignore"):
         exponent = np.floor(np.log2(np.maximum(magnitude, float(finfo.smallest_normal))))
     spacing = np.ldexp(float(finfo.eps), exponent.astype(np.int64))
-    return np.where(np.isfinite(magnitude), np.maximum(spacing, float(finfo.smallest_normal)), np.inf)
+    return np.where(np.isfinite(magnitude), spacing, np.inf)
 
 
 def _one_ulp(values: np.ndarray, direction: int) -> np.ndarray:
-    """``values`` moved one ULP (at least the smallest normal) towards ``direction``·∞;
+    """``values`` moved one ULP towards ``direction``·∞;
     complex values scaled by 1 ± 2u."""
     if values.dtype.kind == "c":
         return (values * (1 + direction * 2 * unit_roundoff(values.dtype))).astype(values.dtype)
