@@ -41,6 +41,7 @@ from ..ir.locations import SourceLocation
 from ..ir.types import Token
 from ..ops.host_callback import TARGET as HOST_CALLBACK
 from ..program import load, prepare
+from ..program.signature import is_jax_function
 from .backends import resolve
 from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify
 from .difference import Difference, difference, tolerances
@@ -173,7 +174,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     over :data:`~stablehlo_interp.tools.difference.DEFAULT_TOLERANCES`: results
     within it agree, and no search is made.
     """
-    call = prepare(target, args, kwargs, function, platform=interpreter_platform())
+    call = prepare(target, args, kwargs, function, platform=interpreter_platform() if is_jax_function(target) else None)
     if call.function != "main":
         raise InterpreterError(f"compare runs @main (backends compile a module's @main), not @{call.function}")
     table = tolerances(tolerance)
