@@ -76,13 +76,33 @@ def test_wrong_op_inside_a_nested_jit_is_found_after_inlining():
 
 
 def test_wrong_op_inside_a_loop_names_the_loop():
+    """Beyond the noise estimated for the loop (runs with every op inside moved within its
+    bound): unbounded, the first divergent op when no op is beyond its bound."""
     def f(x):
         return jax.lax.fori_loop(0, 3, lambda i, a: jnp.cos(a) + i, x)
 
     wrong = InterpreterBackend(ops={"stablehlo.cosine": off_by(np.float32(2), np.cos)})
-    found = si.compare(f, np.float32(0.5), backend=wrong).divergence
-    assert found.op == "stablehlo.while" and found.regions == ("cond", "body")
-    assert "the difference arises inside its regions (cond, body)" in found.describe("x")
+    comparison = si.compare(f, np.float32(0.5), backend=wrong)
+    found = comparison.divergence
+    assert found.op == "stablehlo.while" and found.regions == ("cond", "body") and found.kind == UNBOUNDED
+    assert comparison.kinds == [UNBOUNDED] and not comparison.noise_only
+    assert "the difference arises inside its regions (cond, body): it is not bounded op by op there" \
+        in found.describe("x")
+
+
+def test_a_reordered_sum_inside_a_loop_is_estimated_noise():
+    """The loop adds the cancelling dot 3 times: 0.003 here, 3 summed right to left. The
+    loop's runs with each op inside moved within its bound (the dot's: 119.2) spread far
+    wider: noise. Summed correctly plus 1000 each time, it is not."""
+    def f(a, b):
+        return jax.lax.fori_loop(0, 3, lambda i, total: total + jnp.dot(a, b), np.float32(0))
+
+    reordered = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(right_to_left)})
+    comparison = si.compare(f, CANCELLING_A, CANCELLING_B, backend=reordered)
+    assert not comparison.ok and comparison.kinds == [NOISE] and comparison.divergence is None
+    far_off = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(range, 1000.0)})
+    comparison = si.compare(f, CANCELLING_A, CANCELLING_B, backend=far_off)
+    assert comparison.kinds == [UNBOUNDED] and comparison.divergence.op == "stablehlo.while"
 
 
 def test_a_deliberately_wrong_xla_build_as_a_callable_backend():

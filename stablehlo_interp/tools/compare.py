@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..device.lowering import interpreter_platform
-from ..engine.run import Execution, Listener, RunContext
+from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..errors import InterpreterError
 from ..ir.edit import entry_op_names, inline_calls, prefix_module
 from ..ir.locations import SourceLocation
@@ -200,7 +200,8 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     backend_values = {}
     for window in _windows(recorder.ops, window_bytes):
         comparison.compiled_prefixes += _backend_window(window, their_text, values, run_theirs, backend_values)
-    _classify(comparison, program, recorder.ops, values, backend_values)
+    with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
+        _classify(comparison, program, recorder.ops, values, backend_values)
     return comparison
 
 
