@@ -82,6 +82,8 @@ class Divergence:
             lines.append(f"  source: {text}")
         if self.kind == BEYOND:
             lines.append(f"  beyond its rounding bound ({self.rule})")
+        elif self.rule:
+            lines.append(f"  beyond the rounding noise estimated for it ({self.rule})")
         lines.append(f"  result #{self.result}: {self.difference.describe(backend)}")
         lines.append(f"    interpreter: {summarize(self.ours)}")
         lines.append(f"    {backend}: {summarize(self.theirs)}")
