@@ -70,15 +70,13 @@ class Verdict:
     """What one op's values on the backend are: ``kind`` is AGREE, NOISE, BEYOND or UNBOUNDED.
 
     ``rule`` names the bound applied; ``result`` is the result the verdict is about
-    (the worst one); ``difference`` describes the elements beyond the bound (BEYOND)
-    or differing (UNBOUNDED); ``worst`` is, for NOISE, the largest error as a
-    fraction of its bound."""
+    (the first beyond its bound); ``difference`` describes its elements beyond the
+    bound (BEYOND, UNBOUNDED)."""
 
     kind: str
     rule: str = ""
     result: int = 0
     difference: Difference | None = None
-    worst: float = 0.0
 
 
 def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
@@ -90,7 +88,7 @@ def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
     for index, ours, other in pairs:
         problem = mismatched_types(ours, other)
         if problem:
-            return Verdict(BEYOND, "types", index, problem)
+            return Verdict(BEYOND, "a value of another type", index, problem)
     differing_results = [(index, ours, other) for index, ours, other in pairs if not _identical(ours, other)]
     if not differing_results:
         return Verdict(AGREE)
@@ -98,7 +96,6 @@ def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
         rule, allowance = _estimated_allowance(execution, step, operands, recomputed, env)
     else:
         rule, allowance = _allowance(execution, step, operands, recomputed, env)
-    worst = 0.0
     for index, ours, other in differing_results:
         bound, alternatives = allowance(index)
         ok = _equal(ours, other)
@@ -109,14 +106,10 @@ def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
             with np.errstate(all="ignore"):
                 error = np.abs(a - b)
                 ok |= error <= bound
-                ratios = np.where(bound > 0, error / bound, np.where(error > 0, np.inf, 0.0))
-            inside = ok & np.isfinite(ratios) & ~_equal(ours, other)
-            if inside.any():
-                worst = max(worst, float(ratios[inside].max()))
         beyond = differing(ours, other, ok, bound)
         if beyond is not None:
             return Verdict(UNBOUNDED if rule.startswith(ESTIMATED) else BEYOND, rule, index, beyond)
-    return Verdict(NOISE, rule, differing_results[0][0], worst=worst)
+    return Verdict(NOISE, rule, differing_results[0][0])
 
 
 def unit_roundoff(dtype) -> float:
