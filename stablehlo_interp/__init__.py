@@ -22,7 +22,7 @@ from .errors import (
 )
 from .engine.hostio import HostQueues
 from .program import Program, load, run
-from .engine.registry import register_custom_call, register_op
+from .program.registration import register_custom_call, register_op
 from .ir.types import TOKEN, TensorType, Token
 
 __version__ = "0.1.0"

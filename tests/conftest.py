@@ -1,8 +1,10 @@
 import os
 import zlib
 
-# Multi-device tests on CPU need several host devices; must be set before jax is imported.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Multi-device tests on CPU need several host devices; must be set before jax is imported
+# (added to the flags a run brings, such as --xla_cpu_max_isa).
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -10,6 +10,10 @@ order (pairwise, BLAS's blocks, a wider accumulator) lands ULPs away. Each case
 also runs with tiny fold buffers, so the chunked paths give the same bits.
 """
 
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -249,14 +253,18 @@ def test_a_whole_vector_folds_like_the_reference(reference, dtype, body, size):
         st, values, np.asarray(cancelling((), dtype, 8)))
 
 
-XLA_ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>"}
+XLA_ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>", np.complex128: "complex<f64>"}
 
 
 @pytest.mark.parametrize("dtype, body", [(np.float32, "add"), (np.float64, "add"), (np.complex64, "add"),
-                                         (np.float32, "multiply"), (np.float64, "multiply")])
+                                         (np.complex128, "add"), (np.float32, "multiply"), (np.float64, "multiply")])
 @pytest.mark.parametrize("shape, dimensions", [
-    ((4, 8), [0, 1]),        # rows summed in the lanes of one vector, then the lanes by halves
+    ((4, 8), [0, 1]),        # rows summed in the lanes of a vector (or not: AVX-512 and complex), then by halves
     ((4, 5), [0, 1]),
+    ((8, 8), [0, 1]),        # more rows than some hosts' lanes: rows 0, 4 in lane 0 ...
+    ((16, 32), [0, 1]),      # AVX-512: a left fold; AVX2: 8 f32 lanes
+    ((8, 5), [0, 1]),
+    ((2, 16, 8), [1, 2]),
     ((7, 5), [0, 1]),        # 7 rows do not fill a vector: a left fold
     ((3, 4, 5), [1, 2]),
     ((5, 6, 7), [0, 1]),
@@ -288,6 +296,31 @@ def test_reduce_sums_like_xla_cpu_under_xla_semantics(dtype, body, shape, dimens
     (expected,) = run_xla_text(text, values)
     (actual,) = si.run(text, values, semantics="xla")
     assert_same(actual, expected)
+
+
+# XLA's --xla_cpu_max_isa values and the CPU feature (NumPy's name) each needs. jaxlib
+# needs AVX (and XLA CPU under SSE4_2 cannot compile f16 code), so AVX is the least.
+XLA_CPU_INSTRUCTION_SETS = {"AVX": "AVX", "AVX2": "AVX2", "AVX512": "AVX512F"}
+
+
+@pytest.mark.parametrize("instruction_set", XLA_CPU_INSTRUCTION_SETS)
+def test_reduce_sums_like_xla_cpu_under_each_instruction_set_of_this_host(instruction_set):
+    """XLA CPU's vector code, and so its order of a sum, follows the host's instruction
+    set (``--xla_cpu_max_isa`` caps it): the cases above, in a child process whose XLA
+    is limited to ``instruction_set``, give XLA's bits there too."""
+    features = np._core._multiarray_umath.__cpu_features__
+    if not features.get(XLA_CPU_INSTRUCTION_SETS[instruction_set]):
+        pytest.skip(f"this host has no {instruction_set}")
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_max_isa={instruction_set}"
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+             "-k", "test_reduce_sums_like_xla_cpu_under_xla_semantics"],
+            env={**os.environ, "XLA_FLAGS": flags}, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as timeout:
+        pytest.fail(f"the child did not end in 600 s; its output so far:\n{timeout.stdout or ''}")
+    assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
+    assert " passed" in child.stdout.splitlines()[-1], child.stdout[-2000:]
 
 
 def test_the_orders_differ_on_a_cancelling_sum():

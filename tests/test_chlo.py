@@ -119,8 +119,9 @@ UNARY = {
 
 # XLA CPU's error per op and type, on normal inputs: (ULP, absolute error in eps
 # of the type), an element passing either; complex: (0, norm of the error relative
-# to |reference|, in eps of the part type). Measured on these inputs, rounded up
-# to a power of 2.
+# to |reference|, in eps of the part type). Measured on these inputs under each
+# instruction set XLA CPU runs with (--xla_cpu_max_isa AVX, AVX2, AVX512: XLA's
+# approximations round differently without FMA), rounded up to a power of 2.
 XLA_BOUNDS = {
     "acos": {"f16": (1, 0), "bf16": (1, 0), "f32": (1, 0), "f64": (1, 0),
              "complex<f32>": (0, 2), "complex<f64>": (0, 2)},
@@ -145,7 +146,7 @@ XLA_BOUNDS = {
             "complex<f32>": (0, 32), "complex<f64>": (0, 16)},
     "square": {"f16": (0, 0), "bf16": (0, 0), "f32": (0, 0), "f64": (1, 0),
                "complex<f32>": (0, 1), "complex<f64>": (0, 1)},
-    "bessel_i1e": {"f16": (1, 0), "bf16": (0, 0), "f32": (8, 0), "f64": (8, 0)},
+    "bessel_i1e": {"f16": (1, 0), "bf16": (0, 0), "f32": (16, 0), "f64": (8, 0)},   # f32: 10 with AVX
     # digamma, lgamma: absolute error near their zeros; digamma f64 near the poles.
     "digamma": {"f16": (0, 8), "bf16": (0, 8), "f32": (4, 8), "f64": (512, 8)},
     "erf": {"f16": (0, 0), "bf16": (0, 0), "f32": (4, 0), "f64": (2, 0)},

@@ -470,3 +470,238 @@ def test_a_multi_result_op_needs_a_variadic_implementation():
         np.testing.assert_array_equal(second, x + 1)
     finally:
         registry.unregister_custom_call("two_results")
+
+
+# ------------------------------------------------ a user's op in the bodies of other ops
+
+CAP = 10   # the user's add below saturates there
+
+
+@pytest.fixture
+def saturating_add():
+    """``stablehlo.add`` registered as a user's add that saturates at CAP (observably
+    not the built-in one); yields, per call of its runners, whether the operands had
+    the shapes of the op's types. Restored afterwards by registering the builder that
+    the registration returned."""
+    calls = []
+
+    def builder(info):
+        shapes = [t.shape for t in info.operand_types]
+
+        def run(x, y):
+            calls.append([np.shape(x), np.shape(y)] == shapes)
+            return np.asarray(np.minimum(np.add(x, y), CAP), x.dtype)
+
+        return run
+
+    previous = si.register_op("stablehlo.add", builder)
+    try:
+        yield calls
+    finally:
+        si.register_op("stablehlo.add", previous)
+    assert registry.is_builtin("stablehlo.add")
+
+
+def _assert_saturated(actual, exact):
+    """``actual`` is ``exact`` (non-negative sums) capped at CAP, which changes some of it."""
+    expected = np.minimum(exact, CAP)
+    assert (expected != exact).any() and (expected == exact).any()   # the data shows the cap
+    np.testing.assert_array_equal(actual, expected)
+    assert actual.dtype == exact.dtype
+
+
+def _terms(dtype) -> np.ndarray:
+    """A (4, 5) array of small non-negative numbers: its first row sums to 3, the others
+    to more than CAP."""
+    x = (np.arange(20) % 7).astype(dtype).reshape(4, 5)
+    x[0] = [0, 1, 0, 2, 0]
+    return x
+
+
+# Sums of _terms, as jitted JAX functions and in NumPy: some above CAP, some not.
+SUMS = {
+    "vector": (lambda v: jnp.stack([jnp.sum(v[0]), jnp.sum(v[1]), jnp.sum(v[1:3].reshape(-1))]),   # (whole-vector folds)
+               lambda v: np.stack([v[0].sum(), v[1].sum(), v[1:3].sum()])),
+    "rows": (lambda v: jnp.sum(v, 1), lambda v: v.sum(1)),
+    "all": (lambda v: jnp.stack([jnp.sum(v), jnp.sum(v[:1])]), lambda v: np.stack([v.sum(), v[:1].sum()])),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("sums", sorted(SUMS))
+def test_a_registered_add_runs_in_reduce_bodies(saturating_add, dtype, sums):
+    """jnp.sum is a reduce whose body is one add: with a user's add it is not NumPy's
+    sum (nor the whole-vector fold) but the body, pair by pair on 0-d values. Sums of
+    non-negative terms capped at CAP do not depend on the order of the terms."""
+    x = _terms(dtype)
+    jax_sum, numpy_sum = SUMS[sums]
+    exact = numpy_sum(x).astype(jax.eval_shape(jax_sum, x).dtype)   # (int64 under jax_enable_x64)
+    _assert_saturated(si.run(jax.jit(jax_sum), x), exact)
+    assert saturating_add and all(saturating_add)
+
+
+def test_a_registered_add_runs_in_reduce_window_bodies(saturating_add):
+    """lax.reduce_window with add (a sum pool, padded with the init value 0)."""
+    x = (np.arange(36) % 5).astype(np.float32).reshape(6, 6)
+    actual = si.run(jax.jit(lambda v: jax.lax.reduce_window(v, 0.0, jax.lax.add, (3, 3), (1, 1), "SAME")), x)
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, 1), (3, 3))
+    _assert_saturated(actual, windows.sum(axis=(2, 3)))
+    assert saturating_add and all(saturating_add)
+
+
+def test_a_registered_add_runs_in_scatter_bodies(saturating_add):
+    """``.at[].add`` with repeated indices: each element gets its updates through the body."""
+    x = np.array([0, 1, 2, 3, 4, 5], np.float32)
+    indices = np.array([1, 3, 1, 5, 1, 3])
+    updates = np.array([4, 3, 5, 2, 1, 6], np.float32)
+    actual = si.run(jax.jit(lambda v, i, u: v.at[i].add(u)), x, indices, updates)
+    exact = x.copy()
+    np.add.at(exact, indices, updates)
+    _assert_saturated(actual, exact)
+    assert saturating_add and all(saturating_add)
+
+
+def test_a_registered_add_runs_in_select_and_scatter_bodies(saturating_add):
+    """The gradient of a max pool is select_and_scatter: each window's cotangent (3)
+    goes to its maximum, summed there by the scatter body from 0."""
+    x = np.random.default_rng(0).permutation(16).astype(np.float32).reshape(4, 4)
+    x[1, 1] = 100   # the maximum of the 4 windows that hold it: 4 * 3 = 12 capped
+    pooled = lambda v: (jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, (2, 2), (1, 1), "VALID") * 3).sum()  # noqa: E731
+    actual = si.run(jax.jit(jax.grad(pooled)), x)
+    exact = np.zeros_like(x)
+    for i in range(3):
+        for j in range(3):
+            row, column = np.unravel_index(np.argmax(x[i:i + 2, j:j + 2]), (2, 2))
+            exact[i + row, j + column] += 3
+    _assert_saturated(actual, exact)
+    assert saturating_add and all(saturating_add)
+
+
+def test_a_registered_add_runs_in_map_and_all_reduce_bodies(saturating_add):
+    """Bodies of element-wise ops run on whole tensors only when the ops are built in:
+    a user's add gets the 0-d values the body's types say."""
+    (mapped,) = si.run("""
+func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "stablehlo.map"(%x, %y) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %s = stablehlo.add %a, %b : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }) {dimensions = array<i64: 0>} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}""", np.array([1, 4, 8, 9], np.float32), np.array([2, 5, 3, 0], np.float32))
+    _assert_saturated(mapped, np.array([3, 9, 11, 9], np.float32))
+    program = si.load("""
+module @m attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 1 : i32} {
+  func.func @main(%a: tensor<3xi32>) -> tensor<3xi32> {
+    %r = "stablehlo.all_reduce"(%a) ({
+    ^bb0(%x: tensor<i32>, %y: tensor<i32>):
+      %s = stablehlo.add %x, %y : tensor<i32>
+      stablehlo.return %s : tensor<i32>
+    }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<3xi32>) -> tensor<3xi32>
+    return %r : tensor<3xi32>
+  }
+}""")
+    per_process = [np.array([1, 6, 9], np.int32), np.array([2, 3, 4], np.int32)]
+    for (reduced,) in program.run_grid([[a] for a in per_process]):
+        _assert_saturated(reduced, per_process[0] + per_process[1])
+    assert saturating_add and all(saturating_add)
+
+
+def test_a_registered_compare_runs_in_sort_comparators():
+    """jnp.sort's comparator is a compare: a user's compare that orders integers by
+    their last digit sorts by it (no key sort of the values behind its back)."""
+    calls = []
+
+    def by_last_digit(info):
+        direction = {"LT": np.less, "GT": np.greater, "EQ": np.equal, "NE": np.not_equal,
+                     "LE": np.less_equal, "GE": np.greater_equal}[info.attr("comparison_direction")]
+
+        def run(x, y):
+            calls.append(np.shape(x) == np.shape(y) == ())
+            return np.asarray(direction(x % 10, y % 10))
+
+        return run
+
+    x = np.array([23, 5, 11, 40, 8, 97, 64, 16, 32, 59], np.int32)
+    previous = si.register_op("stablehlo.compare", by_last_digit)
+    try:
+        actual = si.run(jax.jit(jnp.sort), x)
+        rows = si.run(jax.jit(lambda v: jnp.sort(v, axis=1)), x.reshape(2, 5))
+    finally:
+        si.register_op("stablehlo.compare", previous)
+    np.testing.assert_array_equal(actual, x[np.argsort(x % 10, kind="stable")])
+    np.testing.assert_array_equal(rows, [r[np.argsort(r % 10, kind="stable")] for r in x.reshape(2, 5)])
+    assert calls and all(calls)
+    np.testing.assert_array_equal(si.run(jax.jit(jnp.sort), x), np.sort(x))   # the built-in one again
+
+
+def test_a_registered_add_runs_on_the_device(saturating_add):
+    """The interp device compiles with the same registry: a sum and a scatter-add
+    jitted on it run the user's add in their bodies."""
+    device = jax.devices("interp")[0]
+    x = _terms(np.float32)
+    indices, updates = np.array([1, 2, 1, 1]), np.array([5, 2, 4, 3], np.float32)
+    on_device = jax.device_put((x, indices, updates), device)
+    total, scattered = jax.jit(lambda v, i, u: (jnp.sum(v, 1), v[0].at[i].add(u)))(*on_device)
+    assert total.devices() == scattered.devices() == {device}
+    _assert_saturated(np.asarray(total), x.sum(1))
+    exact = x[0].copy()
+    np.add.at(exact, indices, updates)
+    _assert_saturated(np.asarray(scattered), exact)
+    assert saturating_add and all(saturating_add)
+
+
+def test_recognized_bodies_run_as_numpy_again_once_the_registration_is_undone():
+    """While a user's add is registered, a sum's body is called; once the builder the
+    registration returned is registered again, the sum is NumPy's (the body is not
+    even bound: OpInfo.regions_called) and the user's runner is not called."""
+    lowered = jax.jit(lambda v: jnp.sum(v, 1)).lower(np.ones((2, 3), np.float32))
+    calls = []
+
+    def counted_add(info):
+        return lambda x, y: calls.append(1) or np.add(x, y)
+
+    def reduce_step(program):
+        (step,) = [s for s in program.function("main").region.steps if s.name == "stablehlo.reduce"]
+        return step
+
+    previous = si.register_op("stablehlo.add", counted_add)
+    try:
+        assert reduce_step(si.load(lowered)).info.regions_called
+        np.testing.assert_array_equal(si.run(lowered, np.full((2, 3), 6, np.float32)), [18, 18])
+        assert len(calls) == 6   # one per element: the left fold from init
+    finally:
+        si.register_op("stablehlo.add", previous)
+    assert registry.is_builtin("stablehlo.add")
+    assert not reduce_step(si.load(lowered)).info.regions_called
+    calls.clear()
+    np.testing.assert_array_equal(si.run(lowered, np.full((2, 3), 6, np.float32)), [18, 18])
+    assert not calls
+
+
+def test_the_builder_a_registration_returns_restores_the_builtin_convention():
+    """Before any module is loaded too (a fresh process), si.register_op returns the
+    built-in builder, and registering it again restores the built-in implementation
+    with its calling convention: a variadic reduce runs again."""
+    script = """
+import numpy as np, stablehlo_interp as si
+from stablehlo_interp.engine import registry
+previous = si.register_op("stablehlo.reduce", lambda info: None)
+assert previous is not None and not registry.is_builtin("stablehlo.reduce")
+assert si.register_op("stablehlo.reduce", previous) is not previous
+assert registry.is_builtin("stablehlo.reduce") and registry.op_implementation("stablehlo.reduce").variadic
+assert si.register_op("my.op", lambda info: None) is None
+si.register_op("my.op", None)
+assert "my.op" not in registry.registered_ops()
+(total,) = si.run('''func.func @main(%x: tensor<3xf32>) -> tensor<f32> {
+  %0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %1 = stablehlo.reduce(%x init: %0) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}''', np.array([1, 2, 3], np.float32))
+print(total)
+"""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "6.0"

@@ -19,6 +19,12 @@ instead:
 * JAX's **argmax/argmin body** over (value, index) pairs, which has a closed
   form (:func:`argminmax_of`).
 
+A pattern stands for what the built-in ops compute: it is recognized only in
+a region whose ops all run their built-in implementations
+(:func:`runs_builtin`). An op a user registered (``si.register_op``) runs in a
+body as anywhere else, so a body with one runs as written, one call per element
+(or pair) on the 0-d values its types say.
+
 Everything here reads plans only; what the ops do with a recognized pattern
 is theirs (ops/reduction.py, ops/indexing.py ...). Sort's comparator analysis,
 which also evaluates the comparator's own steps to compute sort keys, stays
@@ -29,30 +35,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import ELEMENTWISE_OPS
+from .registry import ELEMENTWISE_OPS, is_builtin
 
 MONOID_OPS = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
               "stablehlo.and", "stablehlo.or", "stablehlo.xor")
 
 
+def runs_builtin(region) -> bool:
+    """Whether every op of ``region`` runs its built-in implementation (registry.is_builtin)."""
+    return all(is_builtin(step.info.name) for step in region.steps)
+
+
 def is_elementwise_step(step) -> bool:
-    """Whether ``step`` is an element-wise op or a (0-d) constant."""
-    return step.info.name in ELEMENTWISE_OPS or step.info.name == "stablehlo.constant"
+    """Whether ``step`` is a built-in element-wise op or (0-d) constant."""
+    name = step.info.name
+    return (name in ELEMENTWISE_OPS or name == "stablehlo.constant") and is_builtin(name)
 
 
 def is_elementwise(region) -> bool:
-    """Whether ``region`` can run on whole tensors: element-wise ops and (0-d) constants."""
+    """Whether ``region`` can run on whole tensors: built-in element-wise ops and (0-d) constants."""
     return all(map(is_elementwise_step, region.steps))
 
 
 def monoid_of(region) -> str | None:
-    """The op name if ``region`` computes ``op(arg0, arg1)`` of one monoid op, else None."""
+    """The op name if ``region`` computes ``op(arg0, arg1)`` of one built-in monoid op, else None."""
     if len(region.steps) != 1 or region.n_args != 2 or region.n_captures:
         return None
     step = region.steps[0]
     if step.info.name not in MONOID_OPS or set(step.operands) != {0, 1} or len(step.operands) != 2:
         return None
-    if region.outputs != step.results:
+    if region.outputs != step.results or not is_builtin(step.info.name):
         return None
     return step.info.name
 
@@ -92,11 +104,11 @@ _ARGMINMAX = {_argminmax_template("GT"): np.greater, _argminmax_template("LT"): 
 
 def argminmax_of(region):
     """``np.greater`` (argmax) or ``np.less`` (argmin) if ``region`` is JAX's
-    argmax/argmin body over (values, indices), else None."""
+    argmax/argmin body over (values, indices) of built-in ops, else None."""
     if region.n_args != 4 or region.n_captures or region.outputs != (11, 12):
         return None
     template = tuple((step.info.name, step.info.attributes.get("comparison_direction"), step.operands)
                      for step in region.steps)
     if any(step.info.attributes.get("compare_type") == "TOTALORDER" for step in region.steps):
         return None
-    return _ARGMINMAX.get(template)
+    return _ARGMINMAX.get(template) if runs_builtin(region) else None

@@ -90,22 +90,33 @@ def custom_call(*targets: str, variadic: bool = False, execution: bool = False):
 
 def register_op(name: str, builder: Builder, *, variadic: bool = False,
                 execution: bool = False) -> Builder | None:
-    """Register (or replace) the implementation of an op; returns the previous builder.
-
-    Takes effect for modules loaded afterwards. A user's registration wins over
-    the built-in one whenever it was made.
-    """
+    """Register (or replace) the implementation of an op; returns the previous builder
+    (the built-in ones once stablehlo_interp.ops is loaded: si.register_op,
+    program/registration.py, loads them first). Registering the previous builder
+    again restores what was: the built-in implementation, its calling convention
+    included, or none (for None).
+    Takes effect for modules loaded afterwards, in regions too (engine/regions.py)."""
     previous = op_builder(name)
-    _USER_OPS[name] = Implementation(builder, variadic, execution)
+    _register(_USER_OPS, _OPS, name, Implementation(builder, variadic, execution))
     return previous
 
 
 def register_custom_call(target: str, builder: Builder, *, variadic: bool = False,
                          execution: bool = False) -> Builder | None:
-    """Register (or replace) the implementation of a custom-call target."""
+    """Register (or replace) the implementation of a custom-call target, as register_op."""
     previous = custom_call_builder(target)
-    _USER_CUSTOM_CALLS[target] = Implementation(builder, variadic, execution)
+    _register(_USER_CUSTOM_CALLS, _CUSTOM_CALLS, target, Implementation(builder, variadic, execution))
     return previous
+
+
+def _register(users: dict, builtins: dict, name: str, implementation: Implementation) -> None:
+    """A user's implementation for ``name``; the built-in builder again (or None, what
+    registering a name without one returns) drops the user's."""
+    builtin = builtins.get(name)
+    if implementation.builder is None or (builtin is not None and implementation.builder is builtin.builder):
+        users.pop(name, None)
+    else:
+        users[name] = implementation
 
 
 def unregister_op(name: str) -> None:
@@ -145,6 +156,14 @@ def op_implementation(name: str) -> Implementation | None:
 
 def custom_call_implementation(target: str) -> Implementation | None:
     return _USER_CUSTOM_CALLS.get(target) or _CUSTOM_CALLS.get(target)
+
+
+def is_builtin(name: str) -> bool:
+    """Whether op ``name`` runs its built-in builder (no user's registration replaces
+    it): only a region of such ops may be computed by a pattern engine/regions.py
+    recognizes in it, since its steps compute what the built-in ops compute."""
+    builtin = _OPS.get(name)
+    return builtin is not None and op_builder(name) is builtin.builder
 
 
 def op_builder(name: str) -> Builder | None:

@@ -49,7 +49,7 @@ def case(info):
 
 @op("stablehlo.map")
 def map_(info):
-    """Apply ``computation`` element-wise. A computation made only of element-wise
+    """Apply ``computation`` element-wise. A computation made only of built-in element-wise
     ops runs once on whole tensors (listeners see it as a vectorized region, like
     reduce's); any other runs once per element on 0-d values."""
     vectorized = is_elementwise(info.regions[0])

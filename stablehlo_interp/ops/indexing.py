@@ -178,11 +178,12 @@ def scatter_combiner(info, n: int):
 
     * a body that returns its update arguments (``replace``): the last update of
       each target wins;
-    * one monoid op on one operand: ``ufunc.at``, which applies duplicates one
+    * one built-in monoid op on one operand: ``ufunc.at``, which applies duplicates one
       after another in order (so float sums round as a sequential loop);
-    * element-wise bodies: rounds of one vectorized ``body`` call, round ``r``
+    * built-in element-wise bodies: rounds of one vectorized ``body`` call, round ``r``
       applying the ``r``-th update of every target;
-    * any other body: one 0-d call per update.
+    * any other body (an op a user registered among them: engine/regions.py):
+      one 0-d call per update.
     """
     region = info.regions[-1]
     ttype = region.arg_types[0]

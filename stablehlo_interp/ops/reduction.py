@@ -6,17 +6,19 @@ positions. ``reduce_window`` is ``reduce`` over each window of the padded and
 dilated inputs. Three strategies, chosen at load time from the body's pattern
 (engine/regions.py):
 
-1. ``body`` is one monoid op (add, multiply, maximum, minimum, and, or, xor) on
-   its two arguments: NumPy's reduction of that op. Float and complex sums and
+1. ``body`` is one built-in monoid op (add, multiply, maximum, minimum, and, or,
+   xor) on its two arguments: NumPy's reduction of that op. Float and complex sums and
    products of ``reduce`` follow the run's semantics (docs/semantics.md,
    "Accumulation"): under "spec", left folds, init first, in row-major order of
    the reduced indices (the C++ reference interpreter's schedule); under "xla",
-   XLA CPU's schedule (support.xla_cpu_fold). ``reduce_window`` folds each
+   XLA CPU's schedule on this host (support.xla_cpu_fold,
+   ops/xla_cpu_schedule.py). ``reduce_window`` folds each
    window left under both: XLA CPU does too.
-2. ``body`` is made of element-wise ops only (argmax/argmin pairs, ...): the
+2. ``body`` is made of built-in element-wise ops only (argmax/argmin pairs, ...): the
    left fold of the C++ reference interpreter, init first, each step one
    vectorized call of ``body`` on whole tensors (:func:`vectorized_fold`).
-3. anything else: ``body`` called on one pair of 0-d values at a time.
+3. anything else (an op a user registered among them): ``body`` called on one
+   pair of 0-d values at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufu
 from .shape import pad_array
 from .support import (FOLD_BUFFER_ELEMENTS, XLA_REDUCE_WINDOW, ExtremumOfZeros, count_nonzero, fold_reduce,
                       integer_compute_dtype, xla_cpu_fold)
+from .xla_cpu_schedule import lanes_on_this_host
 
 
 def monoid_reducer(name: str, ttype, semantics: str = SPEC):
@@ -58,8 +61,9 @@ def monoid_reducer(name: str, ttype, semantics: str = SPEC):
         return _float_extremum(name == "stablehlo.maximum", dtype)
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
-    fold = xla_cpu_fold if semantics == XLA else fold_reduce
-    return functools.partial(fold, monoid_ufunc(name, kind), dtype=dtype)
+    if semantics == XLA:
+        return functools.partial(xla_cpu_fold, monoid_ufunc(name, kind), dtype=dtype, lanes_of=lanes_on_this_host)
+    return functools.partial(fold_reduce, monoid_ufunc(name, kind), dtype=dtype)
 
 
 def _float_extremum(is_max: bool, dtype):

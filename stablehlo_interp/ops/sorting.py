@@ -13,8 +13,8 @@ Slices along ``dimension`` are sorted together, ordered by ``comparator``
    element by a binary search in the other run, one vectorized comparator call
    per search step across all elements of all rows.
 3. Any other comparator (or one that is not a strict weak order, which makes
-   the merge inconsistent): Python's stable sort per row, comparator called on
-   0-d values.
+   the merge inconsistent, or one with an op a user registered: engine/regions.py):
+   Python's stable sort per row, comparator called on 0-d values.
 
 Every strategy sorts stably, which the spec allows whatever ``is_stable`` says.
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from ..engine.plan import OpInfo
 from ..engine.registry import custom_call, op
-from ..engine.regions import is_elementwise, is_elementwise_step
+from ..engine.regions import is_elementwise, is_elementwise_step, runs_builtin
 from .support import integer_compute_dtype
 
 _INDEX_BITS = 32  # keys of up to 32 bits sort packed with their index in one uint64
@@ -274,7 +274,7 @@ def sort(info):
     dimension += rank * (dimension < 0)
     region = info.regions[0]
     dataflow = _Dataflow(region)
-    keys = dataflow.lexicographic(region.outputs[0]) if not region.n_captures else None
+    keys = dataflow.lexicographic(region.outputs[0]) if not region.n_captures and runs_builtin(region) else None
     vectorized = is_elementwise(region)
     lhs_slots = {2 * k: k for k in range(n)}
 

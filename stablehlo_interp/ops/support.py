@@ -248,14 +248,11 @@ def fold_reduce(ufunc, values, axes, init, dtype):
 # window size 32 on CPU): a reduction with a reduced dimension longer than this first
 # reduces windows of this many elements.
 XLA_REDUCE_WINDOW = 32
-# The bytes of one AVX2 vector register: LLVM keeps up to this many bytes of row sums
-# in the lanes of one register (see xla_cpu_fold).
-_VECTOR_BYTES = 32
 
 
-def xla_cpu_fold(ufunc, values, axes, init, dtype):
+def xla_cpu_fold(ufunc, values, axes, init, dtype, lanes_of):
     """``reduce`` of ``ufunc`` (add or multiply) on floats as XLA's CPU backend schedules it
-    (docs/semantics.md, "Accumulation"), measured against XLA CPU on cancelling sums:
+    on this host (docs/semantics.md, "Accumulation"):
 
     * XLA's TreeReductionRewriter: where a reduced dimension is longer than 32, the
       operand is first reduced in windows of ``min(size, 32)`` along every reduced
@@ -263,34 +260,53 @@ def xla_cpu_fold(ufunc, values, axes, init, dtype):
       padding adds nothing), each window a left fold from ``init``; the windows'
       results are then reduced the same way, until no reduced dimension exceeds 32.
     * Within that, a reduction over the minor dimension and others before it: XLA
-      emits a loop of ``fadd reassoc``, and LLVM keeps the sum of each row (each index
-      of the other reduced dimensions) in a lane of one vector register when the rows
-      fit in one (a power of two, at most 32 bytes), then adds the lanes by halves.
-      Otherwise a left fold in row-major order, as ``fold_reduce``.
+      emits a loop over the *rows* (each index of the other reduced dimensions), each
+      row's elements added in order with ``fadd reassoc``, and LLVM may vectorize that
+      loop: :func:`fold_in_lanes`, with as many lanes as ``lanes_of(ufunc, shape,
+      axes, dtype)`` answers (1 is a left fold in row-major order, as ``fold_reduce``).
+      How many lanes LLVM uses is its cost model's choice for the host's vector unit
+      (4 f32 lanes with SSE, 8 with AVX2, and with AVX-512 a choice that depends on the
+      row length), so the semantics "xla" asks XLA CPU itself (ops/xla_cpu_schedule.py).
 
-    Not reproduced: larger row counts (LLVM's unrolled vectors), reductions whose
-    minor dimension is kept while several others are reduced, and the large f32/f64
-    reductions XLA hands to YNNPACK; there the result lands within a few ULP.
+    Not reproduced: row counts that are not a multiple of the lane count (LLVM's
+    scalar remainder loop), reductions whose minor dimension is kept while several
+    others are reduced, and the large f32/f64 reductions XLA hands to YNNPACK; there
+    the result lands within a few ULP.
     """
     axes = sorted(axes)
     values = np.asarray(values, dtype)
     if any(values.shape[d] > XLA_REDUCE_WINDOW for d in axes):
         windows, window_axes = _fold_windows(ufunc, values, axes, init, dtype)
-        return xla_cpu_fold(ufunc, windows, window_axes, init, dtype)
-    rows = math.prod(values.shape[d] for d in axes[:-1])
-    in_lanes = (values.size and len(axes) > 1 and axes[-1] == values.ndim - 1 and rows > 1 and rows & (rows - 1) == 0
-                and rows * values.dtype.itemsize <= _VECTOR_BYTES)
-    if not in_lanes:
+        return xla_cpu_fold(ufunc, windows, window_axes, init, dtype, lanes_of)
+    if not values.size or len(axes) < 2 or axes[-1] != values.ndim - 1:
         return fold_reduce(ufunc, values, axes, init, dtype)
+    lanes = lanes_of(ufunc, values.shape, tuple(axes), dtype)
+    if lanes <= 1:
+        return fold_reduce(ufunc, values, axes, init, dtype)
+    return fold_in_lanes(ufunc, values, axes, init, dtype, lanes)
+
+
+def fold_in_lanes(ufunc, values, axes, init, dtype, lanes: int):
+    """The rows of a reduction (each index of the reduced dimensions but the minor one,
+    the minor one reduced) summed in ``lanes`` accumulators, as LLVM's loop vectorizer
+    schedules a ``fadd reassoc`` loop over the rows: lane ``l`` folds rows ``l``,
+    ``l + lanes``, ``l + 2·lanes`` ... left, each row's elements in order, lane 0 from
+    ``init`` and the others from the exact identity; then the lanes are combined by
+    halves (``lane[i] ∘ lane[i + half]``), as LLVM's vector reduction does. The row
+    count must be a multiple of ``lanes``."""
     kept = [d for d in range(values.ndim) if d not in axes]
-    by_row = np.transpose(values, kept + axes).reshape(tuple(values.shape[d] for d in kept) + (rows, -1))
-    minor = by_row.ndim - 1
-    lanes = np.array(fold_reduce(ufunc, by_row, (minor,), _exact_identity(ufunc, dtype), dtype))  # rows folded
-    lanes[..., 0] = fold_reduce(ufunc, by_row[..., 0, :], (minor - 1,), init, dtype)  # the first from init
-    while lanes.shape[-1] > 1:
-        half = lanes.shape[-1] // 2
-        lanes = ufunc(lanes[..., :half], lanes[..., half:])
-    return np.asarray(lanes[..., 0], dtype)
+    rows = math.prod(values.shape[d] for d in axes[:-1])
+    by_row = np.transpose(values, kept + list(axes)).reshape(tuple(values.shape[d] for d in kept) + (rows, -1))
+    # (..., lane, row of that lane, element): each lane's terms in the order it adds them
+    terms = np.swapaxes(by_row.reshape(by_row.shape[:-2] + (rows // lanes, lanes, -1)), -3, -2)
+    terms = terms.reshape(terms.shape[:-2] + (-1,))
+    last = terms.ndim - 1
+    lane_sums = np.array(fold_reduce(ufunc, terms, (last,), _exact_identity(ufunc, dtype), dtype))
+    lane_sums[..., 0] = fold_reduce(ufunc, terms[..., 0, :], (last - 1,), init, dtype)
+    while lane_sums.shape[-1] > 1:
+        half = lane_sums.shape[-1] // 2
+        lane_sums = ufunc(lane_sums[..., :half], lane_sums[..., half:])
+    return np.asarray(lane_sums[..., 0], dtype)
 
 
 def _fold_windows(ufunc, values, axes, init, dtype):

@@ -3,6 +3,8 @@ the front door (calls.py) that calls one as a JAX function or as its module."""
 
 from .calls import Call, prepare, run
 from .program import Program, coerce_arguments, load
+from .registration import register_custom_call, register_op
 from .signature import JaxSignature
 
-__all__ = ["Call", "JaxSignature", "Program", "coerce_arguments", "load", "prepare", "run"]
+__all__ = ["Call", "JaxSignature", "Program", "coerce_arguments", "load", "prepare", "register_custom_call",
+           "register_op", "run"]

@@ -246,7 +246,8 @@ def _producer(step, axes: tuple, region, dimension_axes, mesh_axes: tuple):
     info = step.info
     origin_only = ()   # operands that only coordinate 0 of the new axes keeps
     if info.name in ("stablehlo.reduce", "stablehlo.scatter") and monoid_of(info.regions[0]) != "stablehlo.add":
-        raise info.unsupported(f"an unreduced result of a {info.name.split('.')[1]} other than a sum")
+        raise info.unsupported(f"an unreduced result of a {info.name.split('.')[1]} other than a sum "
+                               "(of the built-in stablehlo.add)")
     if info.name == "stablehlo.reduce":
         summed = {i: tuple(info.attr("dimensions")) for i in range(len(info.result_types))}
     elif info.name == "stablehlo.scatter":
