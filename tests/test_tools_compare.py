@@ -311,3 +311,26 @@ def test_a_module_with_interp_callbacks_needs_the_function_for_a_jax_backend():
     with pytest.raises(si.InterpreterError, match="give compare the function"):
         si.compare(lowered, np.ones(2, np.float32), backend="cpu")
     assert si.compare(lowered, np.ones(2, np.float32), backend=InterpreterBackend()).ok
+
+
+def test_a_result_that_differs_only_from_the_whole_program():
+    """A backend whose prefixes agree with the interpreter but whose whole program (one
+    result; the prefix returns the dot's and the multiply's) is 50 off: that difference is
+    explained by no op."""
+    def whole_program_off(module_text, args):
+        results = si.run(module_text, *args)
+        return [r + np.float32(50) for r in results] if len(results) == 1 else results
+
+    comparison = si.compare(lambda a, b: jnp.dot(a, b) * 2, CANCELLING_A, CANCELLING_B, backend=whole_program_off)
+    assert comparison.kinds == [UNBOUNDED] and comparison.ops[NOISE] == comparison.ops[BEYOND] == 0
+    assert "result #0: the backend's value from the whole program is not the one its prefixes showed" in str(comparison)
+
+
+def test_an_argument_returned_as_it_is_must_be_equal():
+    def first_off(module_text, args):
+        first, *rest = si.run(module_text, *args)
+        return [first + np.float32(1e-7), *rest]
+
+    comparison = si.compare(lambda a, b: (a, b * 2), np.float32(1), np.float32(2), backend=first_off,
+                            tolerance=(0.0, 0.0))
+    assert comparison.kinds == [BEYOND, None]

@@ -203,7 +203,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     for window in _windows(recorder.ops, window_bytes):
         comparison.compiled_prefixes += _backend_window(window, their_text, values, run_theirs, backend_values)
     with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
-        _classify(comparison, program, recorder.ops, values, backend_values)
+        _classify(comparison, program, recorder.ops, values, backend_values, theirs)
     return comparison
 
 
@@ -226,9 +226,11 @@ def _backend_side(call, text: str, run_backend):
     return run, inline_calls(their_text, "main")
 
 
-def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict) -> None:
+def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, final: list) -> None:
     """Judge each op of the entry function by its rounding bound on the backend's
-    operands (tools/bounds.py); set the comparison's divergence, kinds and counts."""
+    operands (tools/bounds.py); set the comparison's divergence, kinds and counts.
+    ``final``: the backend's results of the whole program. A result that is an
+    argument returned as it is, and differs, is beyond any bound."""
     entry = program.function("main")
     execution = Execution(RunContext(semantics=program.semantics))
     env = dict(enumerate(arguments))          # slot -> the backend's value (its arguments are ours)
@@ -253,11 +255,21 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
             taint[slot] = kind
     comparison.ops = counts
     comparison.divergence = first.get(BEYOND) or first.get(UNBOUNDED)
-    comparison.kinds = [None if d is None else (_worst([taint.get(slot)]) or NOISE)
-                        for d, slot in zip(comparison.outputs, entry.region.outputs)]
+    outputs = list(zip(comparison.outputs, entry.region.outputs, final))
+    # a result whose ops all agree on the prefixes and that differs at the end: only the whole program
+    # differs, by nothing bounded
+    comparison.kinds = [None if d is None else {AGREE: UNBOUNDED}.get(taint.get(slot, BEYOND), taint.get(slot, BEYOND))
+                        for d, slot, _ in outputs]
+    notes = []
     if comparison.divergence is None:
-        comparison.note = ("every op is within its rounding bound on the backend's operands: the results differ "
-                           "only as much as summation order, fused multiply-adds and excess precision allow")
+        notes.append("every op is within its rounding bound on the backend's operands: the results differ "
+                     "only as much as summation order, fused multiply-adds and excess precision allow")
+    recompiled = [f"#{i}" for i, (d, slot, value) in enumerate(outputs)
+                  if d is not None and slot in env and not _same(env[slot], value)]
+    if recompiled:
+        notes.append(f"result {', '.join(recompiled)}: the backend's value from the whole program is not the one "
+                     "its prefixes showed (compiled with other fusions); the kind is that of the prefixes' value")
+    comparison.note = "\n".join(notes) or None
 
 
 def _worst(kinds) -> str | None:
