@@ -256,10 +256,7 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
     comparison.ops = counts
     comparison.divergence = first.get(BEYOND) or first.get(UNBOUNDED)
     outputs = list(zip(comparison.outputs, entry.region.outputs, final))
-    # a result whose ops all agree on the prefixes and that differs at the end: only the whole program
-    # differs, by nothing bounded
-    comparison.kinds = [None if d is None else {AGREE: UNBOUNDED}.get(taint.get(slot, BEYOND), taint.get(slot, BEYOND))
-                        for d, slot, _ in outputs]
+    comparison.kinds = [None if d is None else _result_kind(taint.get(slot)) for d, slot, _ in outputs]
     notes = []
     if comparison.divergence is None:
         notes.append("every op is within its rounding bound on the backend's operands: the results differ "
@@ -270,6 +267,15 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
         notes.append(f"result {', '.join(recompiled)}: the backend's value from the whole program is not the one "
                      "its prefixes showed (compiled with other fusions); the kind is that of the prefixes' value")
     comparison.note = "\n".join(notes) or None
+
+
+def _result_kind(kind: str | None) -> str:
+    """The kind of a differing result from the worst kind of the ops it depends on."""
+    if kind is None:     # no op computed it: an argument returned as it is
+        return BEYOND
+    if kind == AGREE:    # every op agreed on the prefixes: only the whole program differs, by nothing bounded
+        return UNBOUNDED
+    return kind
 
 
 def _worst(kinds) -> str | None:
