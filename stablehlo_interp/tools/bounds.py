@@ -132,7 +132,9 @@ def _allowance(execution, step, operands, recomputed, env):
         for direction in (-1, 1):
             changed = list(operands)
             changed[position] = _one_ulp(operand, direction)
-            moved.append((position, execution.run_alone(step, changed, env)))
+            results = _run_or_none(execution, step, changed, env)
+            if results is not None:
+                moved.append((position, results))
 
     def elementwise_bound(index):
         result = np.asarray(recomputed[index])
@@ -179,8 +181,11 @@ def _estimated_allowance(execution, step, operands, recomputed, env):
     :data:`NOISE_RUNS` runs with every float result inside moved within its bound."""
     runs = []
     for seed in range(NOISE_RUNS):
-        jitter = _Jitter(np.random.default_rng(seed), execution.semantics)
-        runs.append(Execution(RunContext([jitter], semantics=execution.semantics)).run_alone(step, operands, env))
+        jitter = Execution(RunContext([_Jitter(np.random.default_rng(seed), execution.semantics)],
+                                      semantics=execution.semantics))
+        results = _run_or_none(jitter, step, operands, env)
+        if results is not None:
+            runs.append(results)
 
     def allowance(index):
         result = np.asarray(recomputed[index])
@@ -233,6 +238,15 @@ class _Jitter(Listener):
                 pass
         return [ELEMENTWISE_ULP * _ulp(widened_pair(np.asarray(r), np.asarray(r))[0], np.asarray(r).dtype)
                 if is_float else None for r, is_float in zip(results, floats)]
+
+
+def _run_or_none(execution, step, operands, env) -> list | None:
+    """The op's results on moved operands, or None when it fails on them (a check that
+    fires, a value out of an op's domain): that move then allows nothing."""
+    try:
+        return execution.run_alone(step, operands, env)
+    except Exception:  # noqa: BLE001 - any failure of the op: no allowance from this run
+        return None
 
 
 def _is_float(value) -> bool:
