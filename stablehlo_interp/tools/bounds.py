@@ -102,18 +102,52 @@ def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
         rule, allowance = _allowance(execution, step, operands, recomputed, env)
     for index, ours, other in differing_results:
         bound, alternatives = allowance(index)
-        ok = _equal(ours, other)
-        for alternative in alternatives:
-            ok |= _equal(np.asarray(alternative), other)
-        if bound is not None:
-            a, b = widened_pair(ours, other)
-            with np.errstate(all="ignore"):
-                error = np.abs(a - b)
-                ok |= error <= bound
-        beyond = differing(ours, other, ok, bound)
+        beyond = differing(ours, other, within(ours, other, bound, alternatives), bound)
         if beyond is not None:
             return Verdict(UNBOUNDED if rule.startswith(ESTIMATED) else BEYOND, rule, index, beyond)
     return Verdict(NOISE, rule, differing_results[0][0])
+
+
+def within(ours: np.ndarray, other: np.ndarray, bound, alternatives) -> np.ndarray:
+    """Per element: ``other`` equals ``ours`` or one of ``alternatives``, or is within
+    ``bound`` (an abs error per element; None for integers) of ``ours``."""
+    ok = _equal(ours, other)
+    for alternative in alternatives:
+        ok |= _equal(np.asarray(alternative), other)
+    if bound is not None:
+        a, b = widened_pair(ours, other)
+        with np.errstate(all="ignore"):
+            ok |= np.abs(a - b) <= bound
+    return ok
+
+
+def noise_runs(run, semantics: str) -> list:
+    """The results of :data:`NOISE_RUNS` calls of ``run(listener)``, each with a listener
+    that moves every float result of every op it sees by a random amount within that
+    op's own bound; a run that fails is left out."""
+    runs = []
+    for seed in range(NOISE_RUNS):
+        try:
+            runs.append(run(_Jitter(np.random.default_rng(seed), semantics)))
+        except Exception:  # noqa: BLE001 - a check that fires on moved values: no allowance from this run
+            continue
+    return runs
+
+
+def spread_allowance(result, runs: list):
+    """``(bound, alternatives)`` for a value whose noise ``runs`` estimate (the same
+    value computed with every op moved within its bound): :data:`NOISE_SPREAD` times
+    their farthest from ``result``, and :data:`ELEMENTWISE_ULP` ULP."""
+    result = np.asarray(result)
+    if not _is_float(result):
+        return None, runs
+    base = widened_pair(result, result)[0]
+    spread = np.zeros(result.shape)
+    for alternative in runs:
+        with np.errstate(all="ignore"):
+            moved = np.abs(widened_pair(np.asarray(alternative), result)[0] - base)
+        spread = np.maximum(spread, np.where(np.isfinite(moved), moved, 0.0))
+    return ELEMENTWISE_ULP * _ulp(base, result.dtype) + NOISE_SPREAD * spread, runs
 
 
 def unit_roundoff(dtype) -> float:
@@ -184,42 +218,23 @@ def _sum_allowance(execution, step, operands, recomputed, env):
 def _estimated_allowance(execution, step, operands, recomputed, env):
     """:func:`_allowance`'s form for an op with control-flow regions: the spread of
     :data:`NOISE_RUNS` runs with every float result inside moved within its bound."""
-    runs = []
-    for seed in range(NOISE_RUNS):
-        jitter = Execution(RunContext([_Jitter(np.random.default_rng(seed), execution.semantics)],
-                                      semantics=execution.semantics))
-        results = _run_or_none(jitter, step, operands, env)
-        if results is not None:
-            runs.append(results)
+    def run(listener):
+        return Execution(RunContext([listener], semantics=execution.semantics)).run_alone(step, operands, env)
 
-    def allowance(index):
-        result = np.asarray(recomputed[index])
-        alternatives = [run[index] for run in runs]
-        if not _is_float(result):
-            return None, alternatives
-        base = widened_pair(result, result)[0]
-        spread = np.zeros(result.shape)
-        for alternative in alternatives:
-            with np.errstate(all="ignore"):
-                moved = np.abs(widened_pair(np.asarray(alternative), result)[0] - base)
-            spread = np.maximum(spread, np.where(np.isfinite(moved), moved, 0.0))
-        return ELEMENTWISE_ULP * _ulp(base, result.dtype) + NOISE_SPREAD * spread, alternatives
-
+    runs = noise_runs(run, execution.semantics)
     return (f"{ESTIMATED} inside its regions: {NOISE_SPREAD}× the spread of {NOISE_RUNS} runs with every op "
-            "there moved within its bound"), allowance
+            "there moved within its bound"), lambda index: spread_allowance(recomputed[index], [r[index] for r in runs])
 
 
 class _Jitter(Listener):
-    """Moves each float result of the ops inside an op's regions by a random amount
-    within the op's own rounding bound (a sum's, else ELEMENTWISE_ULP ULP)."""
+    """Moves each float result of the ops it sees by a random amount within the op's
+    own rounding bound (a sum's, else ELEMENTWISE_ULP ULP)."""
 
     def __init__(self, rng, semantics: str):
         self.rng = rng
         self.plain = Execution(RunContext(semantics=semantics))   # for the sums' magnitudes, unobserved
 
     def after_op(self, step, operands, results, stack):
-        if not stack:
-            return None
         moved = []
         for result, bound in zip(results, self._bounds(step, operands, results)):
             if bound is None:
@@ -246,8 +261,8 @@ class _Jitter(Listener):
 
 
 def _run_or_none(execution, step, operands, env) -> list | None:
-    """The op's results on moved operands, or None when it fails on them (a check that
-    fires, a value out of an op's domain): that move then allows nothing."""
+    """The op's results on moved operands, or None when it fails on them (a value out
+    of an op's domain): that move then allows nothing."""
     try:
         return execution.run_alone(step, operands, env)
     except Exception:  # noqa: BLE001 - any failure of the op: no allowance from this run

@@ -43,7 +43,7 @@ from ..ops.host_callback import TARGET as HOST_CALLBACK
 from ..program import load, prepare
 from ..program.signature import is_jax_function
 from .backends import resolve
-from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify
+from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
 from .difference import Difference, difference, tolerances
 from .region_calls import describe_location, op_label, region_name, source_text
 from .summary import summarize
@@ -203,7 +203,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     for window in _windows(recorder.ops, window_bytes):
         comparison.compiled_prefixes += _backend_window(window, their_text, values, run_theirs, backend_values)
     with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
-        _classify(comparison, program, recorder.ops, values, backend_values, theirs)
+        _classify(comparison, program, recorder.ops, values, backend_values, ours, theirs)
     return comparison
 
 
@@ -226,11 +226,12 @@ def _backend_side(call, text: str, run_backend):
     return run, inline_calls(their_text, "main")
 
 
-def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, final: list) -> None:
+def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, ours: list,
+              final: list) -> None:
     """Judge each op of the entry function by its rounding bound on the backend's
     operands (tools/bounds.py); set the comparison's divergence, kinds and counts.
-    ``final``: the backend's results of the whole program. A result that is an
-    argument returned as it is, and differs, is beyond any bound."""
+    ``ours`` and ``final``: both sides' results of the whole program. A result that is
+    an argument returned as it is, and differs, is beyond any bound."""
     entry = program.function("main")
     execution = Execution(RunContext(semantics=program.semantics))
     env = dict(enumerate(arguments))          # slot -> the backend's value (its arguments are ours)
@@ -256,26 +257,43 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
     comparison.ops = counts
     comparison.divergence = first.get(BEYOND) or first.get(UNBOUNDED)
     outputs = list(zip(comparison.outputs, entry.region.outputs, final))
-    comparison.kinds = [None if d is None else _result_kind(taint.get(slot)) for d, slot, _ in outputs]
+    comparison.kinds = [None if d is None else taint.get(slot, BEYOND) for d, slot, _ in outputs]   # no op: an argument
     notes = []
     if comparison.divergence is None:
         notes.append("every op is within its rounding bound on the backend's operands: the results differ "
                      "only as much as summation order, fused multiply-adds and excess precision allow")
-    recompiled = [f"#{i}" for i, (d, slot, value) in enumerate(outputs)
-                  if d is not None and slot in env and not _same(env[slot], value)]
+    recompiled = [i for i, (d, slot, value) in enumerate(outputs)
+                  if d is not None and d.problem is None and slot in env and not _same(env[slot], value)]
     if recompiled:
-        notes.append(f"result {', '.join(recompiled)}: the backend's value from the whole program is not the one "
-                     "its prefixes showed (compiled with other fusions); the kind is that of the prefixes' value")
+        notes.append(_judge_whole_program(comparison, program, arguments, recompiled,
+                                          [env[outputs[i][1]] for i in recompiled], ours, final))
     comparison.note = "\n".join(notes) or None
 
 
-def _result_kind(kind: str | None) -> str:
-    """The kind of a differing result from the worst kind of the ops it depends on."""
-    if kind is None:     # no op computed it: an argument returned as it is
-        return BEYOND
-    if kind == AGREE:    # every op agreed on the prefixes: only the whole program differs, by nothing bounded
-        return UNBOUNDED
-    return kind
+def _judge_whole_program(comparison: Comparison, program, arguments, recompiled: list, shown: list, ours: list,
+                         final: list) -> str:
+    """Results whose value from the whole program is not the one the backend's prefixes
+    showed (XLA fuses a program with more results otherwise): within the noise
+    estimated for the whole program (its runs with every op moved within its bound,
+    tools/bounds.py) of the prefixes' value, they keep their kind (noise, if every op
+    agreed); else they are unbounded. Says which are which."""
+    runs = noise_runs(lambda listener: program.run(*arguments, listeners=[listener]), program.semantics)
+    outside = []
+    for index, prefix_value in zip(recompiled, shown):
+        bound, alternatives = spread_allowance(ours[index], [run[index] for run in runs])
+        value = np.asarray(final[index])
+        if within(np.asarray(prefix_value), value, bound, alternatives).all():
+            comparison.kinds[index] = _worst([comparison.kinds[index], NOISE])
+        else:
+            outside.append(index)
+            comparison.kinds[index] = _worst([comparison.kinds[index], UNBOUNDED])
+    names = ", ".join(f"#{i}" for i in recompiled)
+    text = (f"result {names}: the backend's value from the whole program is not the one its prefixes showed "
+            f"(compiled with other fusions)")
+    if not outside:
+        return text + "; within the noise estimated for the whole program of it"
+    return text + (f"; {', '.join(f'#{i}' for i in outside)} beyond the noise estimated for the whole program "
+                   "of it (unbounded)")
 
 
 def _worst(kinds) -> str | None:
