@@ -268,12 +268,14 @@ def test_host_callbacks_run_on_both_sides_and_compare(capsys):
 
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     comparison = si.compare(f, x, backend="cpu", tolerance=(0.0, 0.0))
-    runs = 2 + comparison.compiled_prefixes              # ours, XLA's, and each prefix XLA ran
-    assert comparison.compiled_prefixes >= 1 and len(received) == 2 * runs
+    # ours, XLA's, each prefix XLA ran (and the noise estimate's runs of the whole program, when XLA
+    # computed a result otherwise than in its prefixes)
+    runs = len(received) // 2
+    assert comparison.compiled_prefixes >= 1 and runs >= 2 + comparison.compiled_prefixes
     for first, second in zip(received[::2], received[1::2]):   # each run: sin(x), then 2 sin(x)
         np.testing.assert_array_equal(first, np.sin(x))
         np.testing.assert_array_equal(second, 2 * np.sin(x))
-    assert capsys.readouterr().out.count("sum ") == runs
+    assert len(received) == 2 * runs and capsys.readouterr().out.count("sum ") == runs
     expected = jax.jit(f)(x)
     ours = si.run(jax.jit(f).trace(x).lower(lowering_platforms=("interp",)), x)
     np.testing.assert_allclose(ours[1], expected[1], rtol=0, atol=4e-7)

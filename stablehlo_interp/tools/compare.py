@@ -24,7 +24,8 @@ Equinox's checks): the interpreter runs the function lowered for the ``interp``
 platform, whose callbacks it calls; a JAX backend gets the same function lowered
 for its own platform, whose callbacks it calls itself, op for op the same
 program otherwise. The callbacks run on every run: the interpreter's, the
-backend's, and each prefix the backend runs.
+backend's, each prefix the backend runs, and the runs that estimate noise
+(tools/bounds.py); those with side effects are not run again op by op.
 """
 
 from __future__ import annotations
