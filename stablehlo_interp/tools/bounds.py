@@ -5,9 +5,11 @@ The judgement is local to the op. compare has, for each op of the entry function
 the backend's value ``theirs`` and the backend's values of its operands; the
 interpreter re-runs the op on *those* operands (``recomputed``). Whatever the
 operands already carried, rounding noise of earlier ops or an earlier error, is
-thus not held against the op: this is the first-order propagation of every
-earlier difference, done exactly. What remains, ``|theirs - recomputed|``, is
-what the op computed differently, and its bound is:
+thus not held against the op: every earlier difference is propagated exactly,
+where a first-order propagation of bounds would only estimate it. What remains,
+``|theirs - recomputed|``, is what the op computed differently, and its bound is
+(a ULP is the spacing of the type's numbers there, subnormals included: a
+subnormal flushed to zero is no rounding):
 
 * **sums** (``dot_general``, ``dot``, ``convolution``; ``reduce``,
   ``reduce_window`` and ``scatter`` whose body is one ``add``): any order of
@@ -52,8 +54,8 @@ import numpy as np
 from ..engine.regions import monoid_of
 from ..engine.run import Execution, Listener, RunContext
 from ..ir.types import Token
-from .summary import element_name
 from .difference import Difference, differing, is_numeric, mismatched_types, same_values, widened_pair
+from .summary import element_name
 
 AGREE, NOISE, BEYOND, UNBOUNDED = "agree", "rounding noise", "beyond its bound", "unbounded"
 ELEMENTWISE_ULP = 4
