@@ -227,7 +227,7 @@ def _module_text(program, graph: _Graph) -> tuple[str, dict]:
     """The module's text (large constants elided) and the line of each step in it."""
     shown = program.module.operation.get_asm(large_elements_limit=16)
     full = program.module.operation.get_asm()
-    located = load(full)      # each op's location is now its line in ``full``
+    located = load(full, host_callbacks=program.host_callbacks)   # each op's location is now its line in ``full``
     if len(shown.splitlines()) != len(full.splitlines()):
         shown = full
     lines = {}
