@@ -26,7 +26,6 @@ move by a few ulp. For those the interpreter's values must be noise of the same 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import pathlib
@@ -222,42 +221,31 @@ def test_on_the_interp_device(name):
     assert_agrees_with_oracle(name, actual)
 
 
-@functools.cache
-def has_host_callbacks(name: str) -> bool:
-    """Whether the program calls back to Python (Equinox's runtime checks do). Lowered for the
-    CPU, such a callback is a custom call only XLA can make; as docs/device.md says, a program
-    with callbacks is lowered for the interp device (``JAX_PLATFORMS=interp,cpu``), where the
-    interpreter makes the call."""
-    return "xla_ffi_python_cpu_callback" in program(name).lowered().as_text()
-
-
-@contextlib.contextmanager
-def lowered_for_the_interpreter(name: str):
-    """Where JAX lowers the program the tools run: for the CPU (JAX's default here), or for
-    the interp device when it has host callbacks (see :func:`has_host_callbacks`)."""
-    with jax.default_device(DEV) if has_host_callbacks(name) else contextlib.nullcontext():
-        yield
-
-
 @pytest.mark.parametrize("name", program_params())
 def test_through_si_run(name):
     zoo_program = program(name)
     counter = OpCounter()
-    with lowered_for_the_interpreter(name):
-        actual = si.run(jax.jit(zoo_program.function), *zoo_program.args, listeners=[counter])
+    actual = si.run(jax.jit(zoo_program.function), *zoo_program.args, listeners=[counter])
     assert counter.ops > 100
     assert_agrees_with_oracle(name, actual)
 
 
-@pytest.mark.parametrize("name", [param for param in program_params() if "diffrax" in param.values[0]])
-def test_a_callback_lowered_for_the_cpu_is_a_clear_error(name):
-    """Lowered for the CPU, Equinox's check is a callback only XLA can make: si.run names the
-    op and where it came from, and runs nothing."""
-    zoo_program = program(name)
-    assert has_host_callbacks(name)
-    with pytest.raises(si.UnsupportedOpError, match=r"custom_call at .*equinox/_errors\.py:\d+ .*"
-                                                      r"'xla_ffi_python_cpu_callback' is not implemented"):
-        si.run(jax.jit(zoo_program.function), *zoo_program.args)
+@pytest.mark.slow
+def test_a_failing_equinox_check_stops_the_run_with_its_message():
+    """Equinox's runtime checks are host callbacks (a ``pure_callback`` that raises, under a
+    ``cond``), lowered for the CPU as JAX lowers by default: the interpreter calls them as XLA
+    CPU does. At a frequency of 300 the solve runs out of steps; both stop with Equinox's
+    message, and the interpreter's error names the check's op and its line in Equinox."""
+    name = "equinox_diffrax_saved_steps"
+    params, y0, _ = program(name).args
+    step = jax.jit(program(name).function)
+    args = (params, y0, np.array(300.0, np.float32))
+    message = r"The maximum number of solver steps was reached"
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match=message):   # ValueError: fast dispatch
+        jax.block_until_ready(step(*jax.device_put(args, CPU)))
+    with pytest.raises(si.OpExecutionError, match=r"custom_call at .*equinox/_errors\.py:\d+ .*pure_callback.*: "
+                                                  r"the host callback #\d+ raised \w*EquinoxRuntimeError: " + message):
+        si.run(step, *args)
 
 
 def test_the_bound_catches_an_op_wrong_by_84_ulp():
@@ -283,8 +271,7 @@ def _ops_run(name: str) -> int:
     """How many ops si.run runs for the program."""
     zoo_program = program(name)
     counter = OpCounter()
-    with lowered_for_the_interpreter(name):
-        si.run(jax.jit(zoo_program.function), *zoo_program.args, listeners=[counter])
+    si.run(jax.jit(zoo_program.function), *zoo_program.args, listeners=[counter])
     return counter.ops
 
 
@@ -302,8 +289,7 @@ def _check_run_record(name: str, trace) -> None:
 @pytest.mark.parametrize("name", program_params("trace"))
 def test_trace(name):
     zoo_program = program(name)
-    with lowered_for_the_interpreter(name):
-        trace = si.trace(jax.jit(zoo_program.function), *zoo_program.args)
+    trace = si.trace(jax.jit(zoo_program.function), *zoo_program.args)
     _check_run_record(name, trace)
     dots = trace.find("stablehlo.dot_general")
     assert dots and all(record.location is not None for record in dots)
@@ -315,8 +301,7 @@ def test_find_nonfinite(name):
     zoo_program = program(name)
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(oracle(name)[0])
                if np.issubdtype(leaf.dtype, np.floating))
-    with lowered_for_the_interpreter(name):
-        report = si.find_nonfinite(jax.jit(zoo_program.function), *zoo_program.args)
+    report = si.find_nonfinite(jax.jit(zoo_program.function), *zoo_program.args)
     assert report is None, str(report)
 
 
@@ -334,8 +319,7 @@ def test_compare_with_cpu(name):
 @pytest.mark.parametrize("name", program_params("explain"))
 def test_explain(name):
     zoo_program = program(name)
-    with lowered_for_the_interpreter(name):
-        explanation = si.explain(jax.jit(zoo_program.function), *zoo_program.args, file=io.StringIO())
+    explanation = si.explain(jax.jit(zoo_program.function), *zoo_program.args, file=io.StringIO())
     _check_run_record(name, explanation.trace)
     text = str(explanation)
     assert "== jaxpr ==" in text and "== StableHLO ==" in text and "stablehlo.dot_general" in text
@@ -346,8 +330,7 @@ def test_explain(name):
 @pytest.mark.parametrize("name", program_params("explore"))
 def test_explore(name, tmp_path):
     zoo_program = program(name)
-    with lowered_for_the_interpreter(name):
-        exploration = si.explore(jax.jit(zoo_program.function), *zoo_program.args, path=tmp_path / "page.html")
+    exploration = si.explore(jax.jit(zoo_program.function), *zoo_program.args, path=tmp_path / "page.html")
     assert len(exploration.trace) == _ops_run(name)
     page = (tmp_path / "page.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "stablehlo.dot_general" in page
