@@ -194,3 +194,22 @@ def test_the_text_of_a_lowered_needs_its_callbacks():
     assert types == ["!stablehlo.token", "!stablehlo.token", "tensor<2x3xf32>"]   # one per ordered effect
     assert_same_tree(as_tree(expected, program.run(si.TOKEN, si.TOKEN, X)), expected)
     assert_same_calls(log, expected_log)
+
+
+def test_compare_runs_a_lowered_with_callbacks_on_both_sides():
+    """A Lowered made for the CPU: the interpreter calls its callbacks, and so does XLA CPU,
+    given the same functions; another backend cannot, and compare says so."""
+    log = []
+
+    def f(x):
+        jax.debug.callback(lambda v: log.append(np.asarray(v).copy()), x)
+        return jnp.sin(x) * 2
+
+    lowered = jax.jit(f).lower(X)
+    comparison = si.compare(lowered, X, backend="cpu")
+    assert comparison.ok, str(comparison)
+    assert len(log) >= 2   # one run each side at least
+    for seen in log:
+        np.testing.assert_array_equal(seen, X)
+    with pytest.raises(si.InterpreterError, match="host callbacks lowered for the CPU, which reordered cannot call"):
+        si.compare(lowered, X, backend=si.tools.InterpreterBackend(name="reordered"))

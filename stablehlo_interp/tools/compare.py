@@ -189,7 +189,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     text = inline_calls(module_text(call.program), "main")
     run_theirs, their_text = _backend_side(call, text, run_backend)
     recorder = _EntryValues()
-    program = load(text)
+    program = load(text, host_callbacks=call.program.host_callbacks)
     ours = program.run(*values, listeners=[recorder])
     theirs = run_theirs(their_text, values)
     outputs = [difference(o, t, table) for o, t in zip(ours, theirs)]
@@ -214,20 +214,30 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
 def _backend_side(call, text: str, run_backend):
     """``(run, text)``: how the backend runs a module, and the module it runs. The
     interpreter's own unless that one calls host callbacks and the backend is a
-    JAX platform other than ``interp``: then the function lowered for it."""
+    JAX platform other than ``interp``: then the function lowered for it. A
+    ``Lowered`` the caller made for the CPU runs with its callbacks' functions on
+    the CPU backend."""
     platform = getattr(run_backend, "platform", None)
-    if HOST_CALLBACK not in text or platform in (None, "interp"):
+    if call.program.host_callbacks:
+        if platform != "cpu":
+            raise InterpreterError(f"this Lowered calls host callbacks lowered for the CPU, which {run_backend.name} "
+                                   "cannot call: compare it with backend='cpu', or give compare the function (or "
+                                   f"jitted function) itself, and it lowers it for {run_backend.name} too")
+        their_text, host_callbacks = text, call.program.host_callbacks
+    elif HOST_CALLBACK not in text or platform in (None, "interp"):
         return run_backend, text
-    if call.traced is None:
+    elif call.traced is None:
         raise InterpreterError(f"this module calls host callbacks lowered for the interp platform, which "
                                f"{run_backend.name} cannot call: give compare the function (or jitted function) "
                                f"itself, and it lowers it for {run_backend.name} too")
-    their_text, host_callbacks = run_backend.lower(call.traced)
+    else:
+        lowered_text, host_callbacks = run_backend.lower(call.traced)
+        their_text = inline_calls(lowered_text, "main")
 
     def run(module_text, arguments):
         return run_backend(module_text, arguments, host_callbacks=host_callbacks)
 
-    return run, inline_calls(their_text, "main")
+    return run, their_text
 
 
 def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, ours: list,
