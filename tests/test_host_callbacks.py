@@ -213,3 +213,12 @@ def test_compare_runs_a_lowered_with_callbacks_on_both_sides():
         np.testing.assert_array_equal(seen, X)
     with pytest.raises(si.InterpreterError, match="host callbacks lowered for the CPU, which reordered cannot call"):
         si.compare(lowered, X, backend=si.tools.InterpreterBackend(name="reordered"))
+
+
+def test_a_cpu_callback_without_its_index_is_a_clear_error():
+    text = """func.func @main(%x: tensor<f32>) -> tensor<f32> {
+      %0 = stablehlo.custom_call @xla_ffi_python_cpu_callback(%x) : (tensor<f32>) -> tensor<f32>
+      return %0 : tensor<f32>
+    }"""
+    with pytest.raises(si.OpError, match=r"custom_call at .*: a host callback needs its index"):
+        si.load(text)

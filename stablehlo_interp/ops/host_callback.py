@@ -75,7 +75,10 @@ def host_callback(info):
 def cpu_host_callback(info):
     """Call the function JAX lowered for the CPU at ``index``: JAX's wrapper of the
     user's function, which takes and returns the token as well when there is one."""
-    index = int(info.attr("mhlo.backend_config", {}).get("index", -1))
+    config = info.attr("mhlo.backend_config", None)
+    index = config.get("index") if isinstance(config, dict) else None
+    if index is None:
+        raise info.error("a host callback needs its index: mhlo.backend_config = {index = N : ui64}")
     known = info.module.host_callbacks if info.module is not None else ()
     if not 0 <= index < len(known):
         raise info.unsupported(
