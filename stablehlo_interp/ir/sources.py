@@ -180,7 +180,7 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
         return _of_source(_parse_text(source), None, source)
     compiler_ir = getattr(source, "compiler_ir", None)
     if callable(compiler_ir):  # jax.stages.Lowered
-        return ParsedModule(compiler_ir("stablehlo"), None, owned=False, host_callbacks=_host_callbacks(source))
+        return ParsedModule(compiler_ir("stablehlo"), None, owned=False, host_callbacks=host_callbacks_of(source))
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
         data = bytes(serialized)
@@ -190,7 +190,7 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
         "an ir.Module, a jax.stages.Lowered or a jax.export.Exported")
 
 
-def _host_callbacks(lowered) -> tuple:
+def host_callbacks_of(lowered) -> tuple:
     """The Python functions a ``Lowered``'s host callbacks call, in the order of their
     index (jax/_src/callback.py: ``emit_python_callback``); jax 0.10 keeps them only in
     the lowering's compile arguments, which JAX hands to XLA's compiler."""

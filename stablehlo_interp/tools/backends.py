@@ -19,6 +19,7 @@ import numpy as np
 from .. import ops as op_families
 from ..engine import registry
 from ..ir.decode import load_quant_dialect
+from ..ir.sources import host_callbacks_of
 from ..ir.types import Token
 from ..program import load
 
@@ -50,8 +51,7 @@ class JaxBackend:
         from jax._src import xla_bridge
 
         lowered = traced.lower(lowering_platforms=(xla_bridge.canonicalize_platform(self.platform),))
-        # jax 0.10 keeps the callbacks only in the lowering's compile arguments
-        return lowered.as_text(debug_info=True), tuple(lowered._lowering.compile_args["host_callbacks"])
+        return lowered.as_text(debug_info=True), host_callbacks_of(lowered)
 
 
 _TOKEN_BUFFER = np.zeros(0, np.bool_)   # what JAX passes for a token (jax/_src/dispatch.py)
