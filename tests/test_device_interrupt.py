@@ -242,22 +242,27 @@ STRESS_CASES = {
 }
 
 STRESS_ATTEMPTS = 50          # per case: 300 in all
+SAMPLE_ATTEMPTS = 2           # per case, by default
 LATEST_SIGNAL = {"first": 0.5}   # seconds into a call; 0.2 for the others
 DEADLINE = 1.0                # for a call to raise KeyboardInterrupt after the signal
 
 STRESS_CHILD = """
     attempts = int(sys.argv[1])
-    for attempt in range(attempts):
-        try:
-            print("start", attempt, flush=True)
-            call()
-            outcome = "finished"
-        except KeyboardInterrupt:
-            outcome = "interrupted"
-        except BaseException as error:
-            outcome = "failed:" + type(error).__name__ + ":" + str(error).replace(" ", "_").replace("\\n", "_")[:300]
-        print(outcome, attempt, time.monotonic(), flush=True)
-        print("usable", attempt, usable(), flush=True)
+    for case in sys.argv[2].split(","):
+        namespace = dict(globals())
+        exec(CASES[case], namespace)
+        call, usable = namespace["call"], namespace["usable"]
+        for attempt in range(attempts):
+            try:
+                print("start", case, attempt, flush=True)
+                call()
+                outcome = "finished"
+            except KeyboardInterrupt:
+                outcome = "interrupted"
+            except BaseException as error:
+                outcome = "failed:" + type(error).__name__ + ":" + str(error).replace(" ", "_").replace("\\n", "_")[:300]
+            print(outcome, case, attempt, time.monotonic(), flush=True)
+            print("usable", case, attempt, usable(), flush=True)
     print("done", flush=True)
 """
 
@@ -271,33 +276,41 @@ def cpu_load():
     hog.wait(timeout=30)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", sorted(STRESS_CASES))
-def test_ctrl_c_at_random_moments_under_load_always_interrupts_within_a_second(case, cpu_load):
-    rng = random.Random(case)
-    latest = LATEST_SIGNAL.get(case, 0.2)
-    child = Child(textwrap.dedent(STRESS_CASES[case]) + textwrap.dedent(STRESS_CHILD), str(STRESS_ATTEMPTS))
-    late, interrupted = [], 0
+def interrupt_at_random_moments(cases: list[str], attempts: int) -> None:
+    """``attempts`` calls of each case in a child, each sent a SIGINT at a random moment:
+    every one raises KeyboardInterrupt within DEADLINE, and the device stays usable."""
+    rng = random.Random(",".join(cases))
+    code = f"CASES = {dict((case, textwrap.dedent(STRESS_CASES[case])) for case in cases)!r}\n"
+    child = Child(code + textwrap.dedent(STRESS_CHILD), str(attempts), ",".join(cases))
+    late = []
     try:
-        for attempt in range(STRESS_ATTEMPTS):
-            assert child.next_line(300, f"{case}: attempt {attempt} starting") == ["start", str(attempt)], \
-                child.report()
-            delay = rng.uniform(0, latest)
-            time.sleep(delay)
-            sent = child.interrupt()
-            outcome, number, when = child.next_line(60, f"{case}: attempt {attempt} (SIGINT {delay:.3f} s in)")
-            assert (outcome, number) == ("interrupted", str(attempt)), \
-                f"case {case}, attempt {attempt}, SIGINT {delay:.3f} s in: {outcome}\n{child.report()}"
-            interrupted += 1
-            if float(when) - sent > DEADLINE:
-                late.append(f"attempt {attempt}: SIGINT {delay:.3f} s in, KeyboardInterrupt {float(when) - sent:.3f} s "
-                            "after it")
-            usable = child.next_line(120, f"{case}: attempt {attempt}, the device's next call")
-            assert usable == ["usable", str(attempt), "True"], f"case {case}, attempt {attempt}\n{child.report()}"
+        for case in cases:
+            for attempt in range(attempts):
+                what = f"case {case}, attempt {attempt}"
+                assert child.next_line(300, f"{what} starting") == ["start", case, str(attempt)], child.report()
+                delay = rng.uniform(0, LATEST_SIGNAL.get(case, 0.2))
+                time.sleep(delay)
+                sent = child.interrupt()
+                outcome, *_, when = child.next_line(60, f"{what} (SIGINT {delay:.3f} s in)")
+                assert outcome == "interrupted", f"{what}, SIGINT {delay:.3f} s in: {outcome}\n{child.report()}"
+                if float(when) - sent > DEADLINE:
+                    late.append(f"{what}: SIGINT {delay:.3f} s in, KeyboardInterrupt {float(when) - sent:.3f} s after it")
+                usable = child.next_line(120, f"{what}, the device's next call")
+                assert usable == ["usable", case, str(attempt), "True"], f"{what}\n{child.report()}"
         assert child.next_line(60, "the end") == ["done"], child.report()
         child.finish()
     finally:
         child.close()
-    assert interrupted == STRESS_ATTEMPTS
-    assert not late, f"case {case}: {len(late)} of {STRESS_ATTEMPTS} calls stopped later than {DEADLINE} s after " \
-                     f"the SIGINT:\n" + "\n".join(late)
+    assert not late, f"{len(late)} of {len(cases) * attempts} calls stopped later than {DEADLINE} s after the " \
+                     "SIGINT:\n" + "\n".join(late)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(STRESS_CASES))
+def test_ctrl_c_at_random_moments_under_load_always_interrupts_within_a_second(case, cpu_load):
+    interrupt_at_random_moments([case], STRESS_ATTEMPTS)
+
+
+def test_ctrl_c_at_random_moments_a_sample(cpu_load):
+    """The stress test's cases, a few calls each."""
+    interrupt_at_random_moments(sorted(STRESS_CASES), SAMPLE_ATTEMPTS)
