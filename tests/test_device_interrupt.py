@@ -252,6 +252,7 @@ STRESS_CHILD = """
         namespace = dict(globals())
         exec(CASES[case], namespace)
         call, usable = namespace["call"], namespace["usable"]
+        usable()   # the modules JAX imports on first use, which a Ctrl-C waits for (an import half done breaks JAX)
         for attempt in range(attempts):
             try:
                 print("start", case, attempt, flush=True)

@@ -39,8 +39,8 @@ raises it only where it does no harm:
   :data:`JAX_WAIT_SECONDS` after the last PJRT call (JAX tracing a large function
   does not return soon).
 * While it owes the exception it sets the interrupt again every
-  :data:`RETRY_SECONDS` (after a stopped run, at once), until Python handles it in
-  the caller's code: it raises it there. That is what the CPU does, where the ``KeyboardInterrupt`` comes from
+  :data:`RETRY_SECONDS` (after a stopped run or under a frame of 3., at once),
+  until Python handles it in the caller's code: it raises it there. That is what the CPU does, where the ``KeyboardInterrupt`` comes from
   jaxlib's wait for the result (and the run goes on in the background).
 
 Only the main thread runs signal handlers, so all this holds for calls made on
@@ -83,8 +83,8 @@ _JAX_PACKAGES = ("jax", "jaxlib")
 JAX_WAIT_SECONDS = 0.5
 
 # Where the main thread is when the handler runs (see _place).
-OUTSIDE, IN_CALL, IN_HOST_CALLBACK, SHELTERED, IN_JAX = ("outside", "in a PJRT call", "in a host callback",
-                                                         "sheltered", "in JAX")
+OUTSIDE, IN_CALL, IN_HOST_CALLBACK, DROPPING, IMPORTING, IN_JAX = (
+    "outside", "in a PJRT call", "in a host callback", "dropping", "importing", "in JAX")
 
 _previous = None            # the handler that _on_sigint replaced
 _tried_install = False
@@ -148,7 +148,7 @@ def _on_sigint(signum, frame):
             owed, _owed, _promptly = _owed, None, False
         engine_run.request_interrupt(False)
         raise owed
-    if _promptly:
+    if _promptly or place == DROPPING:
         interrupt = _interrupt_when_freed()  # noqa: F841 - set again when this frame is gone
     else:
         _ask_again()
@@ -157,31 +157,33 @@ def _on_sigint(signum, frame):
 def _place(frame) -> str:
     """Where ``frame`` (the innermost frame of the main thread) runs: inside a PJRT
     call (a thunk's frame below it), in the user's code of a host callback of a run
-    (nothing between that drops exceptions), sheltered (under a frame whose exceptions
-    Python drops, or in an import), in JAX's code or code JAX called, or outside all
-    of these."""
+    (nothing between that drops exceptions), under a frame whose exceptions Python
+    drops, in an import, in JAX's code or code JAX called, or outside all of these."""
     gc_callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
-    sheltered = callback = jax = False
+    dropping = importing = callback = jax = False
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
         code = frame.f_code
         if code.co_name == "thunk" and module == _THUNK_MODULE:
             return IN_HOST_CALLBACK if callback else IN_CALL
-        if code.co_name == "run" and module == _HOST_CALLBACK_MODULE and not sheltered:
+        if code.co_name == "run" and module == _HOST_CALLBACK_MODULE and not (dropping or importing):
             callback = True
-        if code in gc_callbacks or code.co_name == "__del__" or module in _WEAKREF_MODULES + _IMPORT_MODULES:
-            sheltered = True
+        dropping = dropping or code in gc_callbacks or code.co_name == "__del__" or module in _WEAKREF_MODULES
+        importing = importing or module in _IMPORT_MODULES
         jax = jax or module.partition(".")[0] in _JAX_PACKAGES
         frame = frame.f_back
-    return SHELTERED if sheltered else IN_JAX if jax else OUTSIDE
+    return DROPPING if dropping else IMPORTING if importing else IN_JAX if jax else OUTSIDE
 
 
 def _interrupt_when_freed():
     """An object whose destruction calls ``PyErr_SetInterrupt`` (which ignores the
     capsule a destructor gets): held by the handler's frame, it sets the interrupt
     again once the handler has returned (set earlier, it would be handled again inside
-    the handler), for Python's next check. After a run a KeyboardInterrupt stopped the
-    caller must get it at once, and what remains of the call is short."""
+    the handler), for Python's next check. After a run a KeyboardInterrupt stopped, and
+    after a frame that drops exceptions (a garbage-collector callback ...), the code
+    that comes next must get it, not code that runs RETRY_SECONDS later (an ``atexit``
+    handler, say, which drops it too); and what remains of the call or the frame is
+    short (unlike an import, or JAX's tracing)."""
     return _new_capsule(ctypes.addressof(_CAPSULE_POINTER), None, _SET_INTERRUPT)
 
 
