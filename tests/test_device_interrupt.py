@@ -261,7 +261,8 @@ STRESS_CHILD = """
             except KeyboardInterrupt:
                 outcome = "interrupted"
             except BaseException as error:
-                outcome = "failed:" + type(error).__name__ + ":" + str(error).replace(" ", "_").replace("\\n", "_")[:300]
+                words = str(error).replace(" ", "_").replace("\\n", "_")[:300]
+                outcome = "failed:" + type(error).__name__ + ":" + words
             print(outcome, case, attempt, time.monotonic(), flush=True)
             print("usable", case, attempt, usable(), flush=True)
     print("done", flush=True)
@@ -295,7 +296,8 @@ def interrupt_at_random_moments(cases: list[str], attempts: int) -> None:
                 outcome, *_, when = child.next_line(60, f"{what} (SIGINT {delay:.3f} s in)")
                 assert outcome == "interrupted", f"{what}, SIGINT {delay:.3f} s in: {outcome}\n{child.report()}"
                 if float(when) - sent > DEADLINE:
-                    late.append(f"{what}: SIGINT {delay:.3f} s in, KeyboardInterrupt {float(when) - sent:.3f} s after it")
+                    late.append(f"{what}: SIGINT {delay:.3f} s in, KeyboardInterrupt "
+                                f"{float(when) - sent:.3f} s after it")
                 usable = child.next_line(120, f"{what}, the device's next call")
                 assert usable == ["usable", case, str(attempt), "True"], f"{what}\n{child.report()}"
         assert child.next_line(60, "the end") == ["done"], child.report()

@@ -40,8 +40,9 @@ raises it only where it does no harm:
   does not return soon).
 * While it owes the exception it sets the interrupt again every
   :data:`RETRY_SECONDS` (after a stopped run or under a frame of 3., at once),
-  until Python handles it in the caller's code: it raises it there. That is what the CPU does, where the ``KeyboardInterrupt`` comes from
-  jaxlib's wait for the result (and the run goes on in the background).
+  until Python handles it in the caller's code: it raises it there. That is what
+  the CPU does, where the ``KeyboardInterrupt`` comes from jaxlib's wait for the
+  result (and the run goes on in the background).
 
 Only the main thread runs signal handlers, so all this holds for calls made on
 the main thread; a program that installs its own SIGINT handler after JAX has
