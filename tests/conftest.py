@@ -1,4 +1,5 @@
 import os
+import subprocess
 import zlib
 
 # Multi-device tests on CPU need several host devices; must be set before jax is imported
@@ -82,3 +83,17 @@ def ran():
     interp_device.listeners.append(recorder)
     yield recorder
     interp_device.listeners.remove(recorder)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test whose child process ran past its timeout (subprocess.TimeoutExpired) shows
+    what the child printed until then."""
+    outcome = yield
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, subprocess.TimeoutExpired):
+        report = outcome.get_result()
+        for name, text in (("stdout", error.stdout), ("stderr", error.stderr)):
+            if text:
+                text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+                report.sections.append((f"the child's {name} until its timeout", text[-6000:]))

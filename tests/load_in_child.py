@@ -17,9 +17,17 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from child_deadline import Deadline
 from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
 
 SECONDS_PER_CASE = 3
+# The parent's limit for each message, past the child's own per case (a hang in C code,
+# which the child's alarm cannot end).
+SECONDS_PER_MESSAGE = 120
+
+
+class ChildHung(RuntimeError):
+    pass
 
 
 @dataclass
@@ -67,7 +75,16 @@ class ChildLoader:
         try:
             _send(self._process.stdin, [(source, args) for _, source, args in cases])
             while True:
-                message = _receive(self._process.stdout)
+                with Deadline(self._process, SECONDS_PER_MESSAGE) as deadline:
+                    try:
+                        message = _receive(self._process.stdout)
+                    except EOFError:
+                        if deadline.expired:
+                            self._process.wait()
+                            label = cases[started][0] if started is not None else "(before the first case)"
+                            raise ChildHung(f"the child sent nothing for {SECONDS_PER_MESSAGE} s (killed) during "
+                                            f"case {label}; its stderr:\n{self._stderr_tail()}") from None
+                        raise
                 if message[0] == "start":
                     started = message[1]
                 elif message[0] == "done":
@@ -76,18 +93,24 @@ class ChildLoader:
                 else:
                     return outcomes
         except (EOFError, BrokenPipeError, OSError):
-            returncode = self._process.wait()
+            returncode = self._process.wait(timeout=60)
             died = f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
-            self._stderr.seek(0)
-            tail = self._stderr.read().decode("utf-8", "replace")[-1000:]
             killer = started if started is not None else len(outcomes)
-            outcomes.append(Outcome(cases[killer][0], died, tail))
+            outcomes.append(Outcome(cases[killer][0], died, self._stderr_tail()))
             return outcomes
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode("utf-8", "replace")[-1000:]
 
     def close(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.stdin.close()
-            self._process.wait()
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=60)
 
 
 class CaseTimeout(Exception):

@@ -14,7 +14,11 @@ import sys
 
 import numpy as np
 
+from child_deadline import Deadline
 from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
+
+# How long one evaluation may take before the child counts as hung.
+REPLY_SECONDS = 300
 
 
 class ReferenceCrashed(RuntimeError):
@@ -22,6 +26,10 @@ class ReferenceCrashed(RuntimeError):
 
 
 class ReferenceError_(RuntimeError):
+    pass
+
+
+class ReferenceHung(RuntimeError):
     pass
 
 
@@ -48,12 +56,16 @@ class ReferenceInterpreter:
         if self._process is None or self._process.poll() is not None:
             self._start()
         request = (module_text, [_encode(np.asarray(a)) for a in args])
-        try:
-            _send(self._process.stdin, request)
-            status, payload = _receive(self._process.stdout)
-        except (EOFError, BrokenPipeError, OSError):
-            self._process = None
-            raise ReferenceCrashed("the C++ reference interpreter aborted on this module") from None
+        with Deadline(self._process, REPLY_SECONDS) as deadline:
+            try:
+                _send(self._process.stdin, request)
+                status, payload = _receive(self._process.stdout)
+            except (EOFError, BrokenPipeError, OSError):
+                self._process = None
+                if deadline.expired:
+                    raise ReferenceHung(f"the C++ reference interpreter did not answer within {REPLY_SECONDS} s "
+                                        f"(killed); the module:\n{module_text[:3000]}") from None
+                raise ReferenceCrashed("the C++ reference interpreter aborted on this module") from None
         if status != "ok":
             raise ReferenceError_(payload)
         from stablehlo_interp.ir.decode import parse_elements_text

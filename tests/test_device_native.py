@@ -468,7 +468,7 @@ def test_aarch64_code_under_qemu(tmp_path):
         source = source.replace(f"MARK_{name}", f"{value:#x}ULL")
     (tmp_path / "harness.c").write_text(source)
     subprocess.run([CROSS_GCC, "-O1", "-static", "-o", str(tmp_path / "harness"), str(tmp_path / "harness.c"),
-                    str(tmp_path / "check_call.s")], check=True, capture_output=True)
+                    str(tmp_path / "check_call.s")], check=True, capture_output=True, timeout=300)
     run = subprocess.run([QEMU, str(tmp_path / "harness")], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()

@@ -69,7 +69,9 @@ def test_threads_call_jitted_functions_concurrently():
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=300)
+    stuck = [thread for thread in threads if thread.is_alive()]
+    assert not stuck, f"{len(stuck)} threads still calling after 300 s; threads {sorted(results)} finished"
     assert not errors
     for index in range(4):
         for k, got in enumerate(results[index]):

@@ -143,6 +143,7 @@ def _document_parameter(path: pathlib.Path):
     return pytest.param(path, id=name)
 
 
+@pytest.mark.timeout(1900)   # above the child's own limit, which reports the document
 @pytest.mark.parametrize("document", [_document_parameter(p) for p in DOCUMENTS])
 def test_document(document, scratch, tmp_path):
     name = str(document.relative_to(ROOT))

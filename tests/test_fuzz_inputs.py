@@ -123,7 +123,7 @@ def test_thousands_of_damaged_inputs_are_clear_errors(loader, originals, batch):
 def _in_child(code: str) -> str:
     """The output of ``code`` run by a fresh Python (it may abort: then the test sees why)."""
     process = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                             errors="replace")
+                             errors="replace", timeout=300)
     assert process.returncode == 0, process.stderr[-2000:]
     return process.stdout
 

@@ -585,7 +585,7 @@ def test_the_processes_of_a_grid_see_the_same_steps():
     seen, start = [], threading.Barrier(4)
 
     def ask():
-        start.wait()
+        start.wait(timeout=60)
         seen.append(region.steps)
 
     threads = [threading.Thread(target=ask) for _ in range(4)]
@@ -595,9 +595,11 @@ def test_the_processes_of_a_grid_see_the_same_steps():
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            thread.join(timeout=120)
     finally:
         sys.setswitchinterval(interval)
+    stuck = [thread for thread in threads if thread.is_alive()]
+    assert not stuck, f"{len(stuck)} threads still asking after 120 s ({len(seen)} got their steps)"
     assert len(seen) == 4 and all(steps is seen[0] for steps in seen)
 
 

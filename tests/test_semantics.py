@@ -110,7 +110,8 @@ def test_the_device_semantics_comes_from_the_environment():
             "args = jax.device_put((np.zeros(10, np.float32), np.array([[-1], [3], [9]], np.int32), "
             "np.ones((3, 2), np.float32)), jax.devices('interp')[0])\n"
             "print(np.asarray(f(*args)).astype(int).tolist())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         timeout=300)
     assert out.stdout.strip() == "[1, 0, 0, 1, 1, 0, 0, 0, 0, 1]"
 
 
@@ -242,7 +243,7 @@ def test_the_cli_runs_with_either_semantics_and_reports(tmp_path):
 
     def cli(*extra):
         return subprocess.run([sys.executable, "-m", "stablehlo_interp", "run", str(path), *inputs, *extra],
-                              capture_output=True, text=True, check=True, cwd=ROOT).stdout
+                              capture_output=True, text=True, check=True, cwd=ROOT, timeout=300).stdout
 
     assert "[0. 0. 0. 1. 1. 0. 0. 0. 0. 0.]" in cli("--semantics", "xla")
     out = cli("--portability")

@@ -299,7 +299,7 @@ def test_a_file_whose_worker_is_killed_fails_alone_and_the_others_go_on(tmp_path
     results = run_files(files, jobs=2)
     died = next(results)
     first_result.set()
-    killer.join()
+    killer.join(timeout=60)
     rest = list(results)
     assert died.file == str(endless) and [o.verdict for o in died.outcomes] == [FAILED]
     assert "worker process running this file died" in died.outcomes[0].message

@@ -37,6 +37,7 @@ import time
 
 from .pjrt import abi
 from .pjrt import api
+from .pjrt import interrupts
 from .pjrt import native
 
 PLATFORM = "interp"
@@ -81,6 +82,7 @@ def initialize() -> None:
     from . import lowering
 
     lowering.register()
+    interrupts.install()   # Ctrl-C in a call: pjrt/interrupts.py
 
 
 # The calls that only give something back (memory, a handle, a reference): at exit,

@@ -326,6 +326,25 @@ def _results_of(step: Step, out) -> list | tuple:
     return out
 
 
+# Whether a run has been asked to stop from outside (request_interrupt): the next op of
+# a run, in any thread, raises KeyboardInterrupt instead of running. Process-wide, as the
+# signal that asks it (the device's SIGINT handler, device/pjrt/interrupts.py) is.
+_interrupt_requested = False
+
+
+def request_interrupt(requested: bool = True) -> None:
+    """Ask the run in progress to stop at its next op with ``KeyboardInterrupt`` (or,
+    with False, withdraw the request). The first run loop to see it takes it."""
+    global _interrupt_requested
+    _interrupt_requested = requested
+
+
+def _interrupt() -> KeyboardInterrupt:
+    """The KeyboardInterrupt a run raises when asked to stop; the request is taken."""
+    request_interrupt(False)
+    return KeyboardInterrupt()
+
+
 def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution: Execution,
                bound: BoundRegion | None, args):
     """The run loop: a region's unobserved call. Its environment is ``head`` (the
@@ -343,6 +362,8 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
     try:
         try:
             for run, operands, results, release, kind, step in program:
+                if _interrupt_requested:
+                    raise _interrupt()
                 if kind == UNARY:
                     env[results] = run(env[operands])
                 elif kind == BINARY:
@@ -371,6 +392,8 @@ def _run_steps_observed(steps, env, execution, stack) -> None:
     step = None
     try:
         for step in steps:
+            if _interrupt_requested:
+                raise _interrupt()
             operands = [env[i] for i in step.operands]
             for listener in listeners:
                 listener.before_op(step, operands, stack)
