@@ -38,6 +38,7 @@ import scipy.special
 import stablehlo_interp as si
 from oracles import (assert_same, dtype_id, element_values, legalized, op_module, run_interp, run_interp_text,
                      run_xla, run_xla_text, tensor_type)
+from test_elementwise import is_subnormal
 from stablehlo_interp.ops.numerics import ulp_difference
 from stablehlo_interp.ir.types import dtype_of
 
@@ -225,6 +226,7 @@ UNARY_CASES = [(op_name, t) for op_name, (_, complex_ok, _) in UNARY.items()
 
 
 def assert_within_xla_bound(actual, expected, op_name, element_type, context=""):
+    assert actual.size > 0, f"{context}no elements compared"
     ulp_bound, other_bound = XLA_BOUNDS[op_name][element_type]
     ulp, other = xla_error(actual, expected)
     bad = (ulp > ulp_bound) & (other > other_bound)
@@ -351,6 +353,7 @@ def test_legalized_module_agrees(op_name, element_type):
         assert_same_special_values(ours, decomposed)
     if op_name == "sinh" and values.dtype.kind == "c":
         comparable &= np.abs(values) >= 1
+    assert comparable.any()
     ulp_bound, other_bound = XLA_BOUNDS[op_name][element_type]
     ulp, other = xla_error(decomposed[comparable], expected[comparable])
     assert not np.any((ulp > 2 * ulp_bound) & (other > 2 * other_bound))
@@ -369,19 +372,46 @@ def all_pairs(values):
     return lhs.ravel(), rhs.ravel()
 
 
+def next_after_by_enumeration(lhs, rhs):
+    """C's nextafter for a type of at most 16 bits, from the sorted list of all its
+    values: the neighbour of x toward y; y where x == y; NaN where either is; a zero
+    reached from a subnormal has the subnormal's sign."""
+    dtype = lhs.dtype
+    every = np.arange(2 ** (8 * dtype.itemsize), dtype=f"u{dtype.itemsize}").view(dtype)
+    with np.errstate(invalid="ignore"):
+        ladder = np.unique(every.astype(np.float64))
+        x, y = lhs.astype(np.float64), rhs.astype(np.float64)
+    ladder = ladder[~np.isnan(ladder)]
+    up = ladder[np.minimum(np.searchsorted(ladder, x, "right"), len(ladder) - 1)]
+    down = ladder[np.maximum(np.searchsorted(ladder, x, "left") - 1, 0)]
+    with np.errstate(invalid="ignore"):
+        result = np.where(y > x, up, down)
+        result = np.where(result == 0, np.copysign(0.0, x), result)
+        result = np.where(x == y, y, result)
+    result = np.where(np.isnan(x) | np.isnan(y), np.nan, result)
+    return result.astype(dtype)
+
+
 @pytest.mark.parametrize("element_type", REAL_TYPES + ["f8E5M2"])
 def test_next_after(element_type):
-    """Bit-exact against XLA CPU and the legalized module, on all pairs of edge values."""
+    """Bit-exact against C's nextafter (NumPy's for f16, f32, f64; by enumerating
+    the values for bf16 and f8E5M2; subnormals kept), XLA CPU (subnormals flushed)
+    and the legalized module, on all pairs of edge values."""
     values = element_values(element_type, 20)
     lhs, rhs = all_pairs(values if len(values) < 100 else values[::2])
     text = binary_module("next_after", element_type, lhs.shape)
     (ours,) = run_interp_text(text, lhs, rhs)
     (decomposed,) = run_interp_text(legalized(text), lhs, rhs)
     assert_same(ours, decomposed)
-    if element_type in REAL_TYPES:  # XLA CPU flushes subnormal results
+    if lhs.dtype in (np.float16, np.float32, np.float64):
+        # (NumPy's own f16 nextafter gives x, not C's y, for x == y: -0.0 for (-0.0, 0.0))
+        assert_same(ours, np.nextafter(lhs, rhs), zero_signs=lhs.dtype != np.float16)
+    if lhs.dtype.itemsize <= 2:
+        assert_same(ours, next_after_by_enumeration(lhs, rhs))
+    if element_type in REAL_TYPES:
         (xla,) = run_xla_text(text, lhs, rhs)
-        keep = away_from_subnormals(ours) & away_from_subnormals(lhs)
-        assert_same(ours[keep], xla[keep])
+        keep = ~(is_subnormal(lhs) | is_subnormal(rhs))   # XLA CPU reads them as zeros
+        assert_same(ours[keep], xla[keep], flushes_subnormals=True)
 
 
 def test_broadcast_next_after_of_complex_operands_is_a_clear_error():
@@ -422,7 +452,8 @@ def test_zeta_and_polygamma_regular(op_name, element_type):
         else:
             expected = scipy.special.polygamma(wide_lhs.astype(int), wide_rhs).astype(dtype)
     assert_same(ours, expected, max_ulp=1)
-    keep = away_from_subnormals(ours) & away_from_subnormals(xla)
+    keep = away_from_subnormals(expected)   # where XLA CPU's flushing cannot reach
+    assert keep.sum() > len(keep) // 2, f"{keep.sum()} of {len(keep)} compared"
     ulp, absolute = xla_error(xla[keep], ours[keep])
     assert not np.any((ulp > bounds[element_type][0]) & (absolute > bounds[element_type][1]))
 
@@ -492,8 +523,9 @@ def test_broadcast_binary_op(op_name, lhs_shape, rhs_shape, result_shape):
                      tensor_type(result_shape, result_element or element_type))
     (ours,) = run_interp_text(text, lhs, rhs)
     (xla,) = run_xla_text(text, lhs, rhs)
-    keep = away_from_subnormals(ours) & away_from_subnormals(xla) if ours.dtype.kind in "fc" else Ellipsis
-    assert_same(ours[keep], xla[keep], max_ulp=max_ulp)
+    # XLA CPU reads subnormal operands as zeros and flushes subnormal results (flushes_subnormals)
+    keep = ~(np.broadcast_to(is_subnormal(lhs), result_shape) | np.broadcast_to(is_subnormal(rhs), result_shape))
+    assert_same(ours[keep], xla[keep], max_ulp=max_ulp, flushes_subnormals=True)
 
 
 @pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
@@ -658,6 +690,7 @@ def test_scan(reverse):
     args = (np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5), np.arange(15, dtype=np.int32).reshape(3, 5),
             np.array([0.5, -1, 2], np.float32), np.int32(0))
     ours, xla = run_interp_text(text, *args), run_xla_text(text, *args)
+    assert len(ours) == len(xla) == 4
     for a, e in zip(ours, xla):
         assert_same(a, e)
 
@@ -689,7 +722,9 @@ func.func @main(%x: tensor<2x3xf32>, %z: tensor<2xcomplex<f32>>) -> (tensor<2x2x
   return %0, %1, %2 : tensor<2x2xi32>, tensor<2x3xf32>, tensor<2xcomplex<f32>>
 }"""
     args = (np.zeros((2, 3), np.float32), np.zeros(2, np.complex64))
-    for a, e in zip(run_interp_text(text, *args), run_xla_text(text, *args)):
+    ours, xla = run_interp_text(text, *args), run_xla_text(text, *args)
+    assert len(ours) == len(xla) == 3
+    for a, e in zip(ours, xla):
         assert_same(a, e)
 
 
@@ -706,18 +741,30 @@ def test_exact_unary(op_name, element_type, result):
     assert_same(ours, run_interp_text(legalized(text), values)[0])
 
 
-@pytest.mark.parametrize("fn", [jax.lax.acos, jax.lax.asinh, jax.lax.digamma, jax.lax.lgamma, jax.lax.erf_inv,
-                                jax.lax.bessel_i1e, jax.lax.cosh, jax.scipy.special.i0e, jax.nn.gelu,
-                                lambda x: jax.scipy.special.polygamma(2, x), lambda x: jax.lax.nextafter(x, -x),
-                                jnp.arctanh, jax.lax.square],
-                         ids=["acos", "asinh", "digamma", "lgamma", "erf_inv", "i1e", "cosh", "i0e", "gelu",
-                              "polygamma", "nextafter", "arctanh", "square"])
-def test_jax_programs(fn):
+# JAX function -> ULP bound of ours against XLA CPU on f32 inputs in [0.05, 0.95]:
+# XLA's error, measured under AVX, AVX2 and AVX-512 (the largest, rounded up to a
+# power of 2); ours is within 1 ULP of the reference (test_unary_against_reference).
+JAX_PROGRAMS = {
+    "acos": (jax.lax.acos, 1), "asinh": (jax.lax.asinh, 2),
+    "digamma": (jax.lax.digamma, 16),   # 13: absolute, not relative, error by digamma's zero 1.46
+    "lgamma": (jax.lax.lgamma, 128),    # 92 at 0.95: absolute error by lgamma's zero at 1
+    "erf_inv": (jax.lax.erf_inv, 2), "i1e": (jax.lax.bessel_i1e, 4), "cosh": (jax.lax.cosh, 1),
+    "i0e": (jax.scipy.special.i0e, 4),  # 3 under AVX2 and AVX-512, 0 under AVX
+    "gelu": (jax.nn.gelu, 2),           # tanh's approximation in XLA
+    "polygamma": (lambda x: jax.scipy.special.polygamma(2, x), 16),   # 10: XLA's zeta series
+    "nextafter": (lambda x: jax.lax.nextafter(x, -x), 0), "arctanh": (jnp.arctanh, 1),
+    "square": (jax.lax.square, 0),
+}
+
+
+@pytest.mark.parametrize("name", JAX_PROGRAMS)
+def test_jax_programs(name):
     """JAX functions that lower to chlo ops, end to end against XLA CPU (f32, inputs
-    in their domains): within the largest XLA bound of the table, 512 ULP."""
+    in their domains), within XLA's error for each (JAX_PROGRAMS)."""
+    fn, max_ulp = JAX_PROGRAMS[name]
     x = np.linspace(0.05, 0.95, 64, dtype=np.float32)
     (ours,), (xla,) = run_interp(fn, x), run_xla(fn, x)
-    assert_same(ours, xla, max_ulp=512)
+    assert_same(ours, xla, max_ulp=max_ulp, flushes_subnormals=True)
 
 
 def test_unsupported_element_type_names_the_op():
