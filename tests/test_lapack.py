@@ -347,11 +347,10 @@ def test_tridiagonal_solve_perturbed_singular(letter):
 
 
 def stored_cpu_modules():
-    """JAX's back-compat test data: LAPACK modules serialized by earlier JAX versions."""
-    try:
-        import jax._src.internal_test_util.export_back_compat_test_data as data
-    except ImportError:
-        return []
+    """JAX's back-compat test data: LAPACK modules serialized by earlier JAX versions
+    (shipped in the jax wheel we pin: an import error fails the collection)."""
+    import jax._src.internal_test_util.export_back_compat_test_data as data
+
     cases = []
     for found in pkgutil.iter_modules(data.__path__):
         if found.name.startswith("cpu_"):
@@ -360,6 +359,7 @@ def stored_cpu_modules():
                 for key, case in getattr(module, name).items():
                     if key in ("f64", "c64"):  # the other two types take the same paths
                         cases.append(pytest.param(case, id=f"{found.name[4:]}-{name[5:]}-{key}"))
+    assert cases, f"no cpu_ modules in {data.__path__}"
     return cases
 
 
