@@ -6,9 +6,10 @@ Accuracy, element-wise math (ULP = units in the last place of the type):
 * Ours: within 1 ULP of the reference for every op and type (measured: 0). The
   reference is NumPy in long double (f64) or f64 (narrower types) for the
   elementary functions and their complex versions, SciPy in f64 for the special
-  functions; rounded once to the type. For f64 special functions SciPy is both
-  the implementation and the reference: only XLA is measured there, except for
-  lgamma within 1/2 of its zeros 1 and 2, where the reference is
+  functions; rounded once to the type. The special functions are also checked
+  against mpmath, independent of the SciPy calls ops/chlo.py makes
+  (``MPMATH``): narrower types within 1 ULP, f64 within SciPy's measured error
+  (up to 21151 ULP for zeta); lgamma within 1/2 of its zeros 1 and 2 against
   :func:`lgamma_decimal` (gammaln cancels there; ours does not).
 * XLA CPU: the bounds in ``XLA_BOUNDS`` (measured on these inputs), on normal
   inputs and results away from the subnormal range, which XLA CPU flushes to
@@ -31,6 +32,7 @@ from fractions import Fraction
 import jax
 import jax.numpy as jnp
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
 import scipy.special
@@ -323,6 +325,58 @@ def test_unary_xla_against_reference(op_name, element_type):
     if op_name == "sinh" and values.dtype.kind == "c":
         comparable &= np.abs(values) >= 1
     assert_within_xla_bound(xla[comparable], expected[comparable], op_name, element_type)
+
+
+# --------------------------------------------- special functions against mpmath
+
+# The special functions against mpmath (50 digits), an oracle independent of the
+# SciPy functions ops/chlo.py evaluates them with. f16, bf16 and f32 results are
+# SciPy's f64 values rounded once: within 1 ULP (measured: 0). f64 results are
+# SciPy's own, with its error: the ULP bound here, the largest measured on 3000
+# inputs in these domains rounded up to a power of 2.
+MPMATH = {
+    "bessel_i1e": (lambda x: mpmath.besseli(1, x) * mpmath.exp(-abs(x)), 8),
+    # digamma on the negative axis (its reflection formula): 1995 ULP at -2.62
+    "digamma": (mpmath.digamma, 2048),
+    "erf": (mpmath.erf, 2),
+    "erfc": (mpmath.erfc, 64),   # its tail: 62 ULP at 8.93
+    "erf_inv": (mpmath.erfinv, 2),
+    # next to its zeros on the negative axis, absolute error (docs/semantics.md): 65 ULP at -3.955
+    "lgamma": (lambda x: mpmath.log(abs(mpmath.gamma(x))), 128),
+    "zeta": (mpmath.zeta, 32768),   # large s and q: 21151 ULP (4.7e-12 relative) at (28.5, 93.0)
+    "polygamma": (lambda n, x: mpmath.polygamma(int(n), x), 4),
+}
+
+
+def mpmath_inputs(op_name, dtype, count=128):
+    """Inputs in the function's domain (UNARY, ZETA_LIKE), poles left out."""
+    rng = np.random.default_rng(11)
+    if op_name in ZETA_LIKE:
+        return [v[:count].astype(dtype) for v in ZETA_LIKE[op_name][1](rng)]
+    low, high = UNARY[op_name][2]
+    x = rng.uniform(low, high, count).astype(dtype)
+    wide = x.astype(np.float64)
+    if op_name == "erf_inv":
+        x = x[np.abs(wide) < 1]
+    if op_name in ("digamma", "lgamma"):
+        x = x[wide != np.round(wide)]
+    return [x]
+
+
+@pytest.mark.parametrize("op_name", MPMATH)
+@pytest.mark.parametrize("element_type", [pytest.param(t, marks=() if t in ("f32", "f64") else pytest.mark.slow)
+                                          for t in REAL_TYPES])
+def test_special_functions_against_mpmath(op_name, element_type):
+    fn, f64_bound = MPMATH[op_name]
+    dtype = dtype_of(element_type)
+    args = mpmath_inputs(op_name, dtype)
+    ttype = tensor_type(args[0].shape, element_type)
+    (ours,) = run_interp_text(op_module(f"chlo.{op_name}", [ttype] * len(args), ttype), *args)
+    with mpmath.workdps(50), np.errstate(over="ignore"):   # (beyond the type's range: inf)
+        expected = np.array([float(fn(*(mpmath.mpf(float(a)) for a in point))) for point in zip(*args)])
+        expected = expected.astype(dtype)
+    compared = assert_same(ours, expected, max_ulp=f64_bound if dtype == np.float64 else 1)
+    assert compared >= 100
 
 
 # ------------------------------------------------------- jaxlib's CHLO legalization
