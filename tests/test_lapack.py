@@ -92,7 +92,7 @@ def custom_call_text(target, operands, results, config="", layouts=True) -> str:
 
 
 def assert_close(actual, expected, context=""):
-    """Same dtype, shape and NaN pattern; values within a few hundred eps of XLA's."""
+    """Same dtype, shape, NaNs and infinities; finite values within a few hundred eps of XLA's."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.dtype == expected.dtype, f"{context}dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{context}shape {actual.shape} != {expected.shape}"
@@ -102,6 +102,8 @@ def assert_close(actual, expected, context=""):
     np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected), err_msg=context)
     eps = np.finfo(actual.dtype).eps
     finite = np.isfinite(expected)
+    infinite = ~finite & ~np.isnan(expected)
+    np.testing.assert_array_equal(actual[infinite], expected[infinite], err_msg=context)
     scale = 1 + (np.abs(expected[finite]).max() if finite.any() else 0)
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=0, atol=256 * eps * scale,
                                err_msg=context)
