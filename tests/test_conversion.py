@@ -81,6 +81,7 @@ def test_integers_wrap():
     ("f32", "i32", (3,), (3,)), ("f64", "f16", (2,), (2, 4)), ("ui8", "f32", (2, 4), (2,)),
     ("i4", "ui4", (5,), (5,)), ("complex<f32>", "complex<f32>", (2,), (2,)), ("bf16", "f8E5M2", (3,), (3, 2)),
     ("f8E4M3FN", "i8", (3,), (3,)), ("i64", "f64", (2,), (2,)),
+    ("ui4", "ui8", (3, 2), (3,)), ("i2", "i8", (2, 4), (2,)), ("i4", "i16", (2, 4), (2,)),  # packs sub-byte values
 ])
 def test_bitcast_convert_matches_xla(source, target, shape, result_shape):
     count = int(np.prod(shape))
