@@ -23,7 +23,7 @@ REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 # op module -> the test file that covers it
 TESTS = {
     "bitwise.py": "tests/test_elementwise.py", "comparison.py": "tests/test_elementwise.py",
-    "elementwise.py": "tests/test_elementwise.py", "numerics.py": "tests/test_elementwise.py",
+    "elementwise.py": "tests/test_elementwise.py", "numerics.py": "tests/test_check_dialect.py",
     "conversion.py": "tests/test_conversion.py", "shape.py": "tests/test_shape_ops.py",
     "sorting.py": "tests/test_sort.py", "reduction.py": "tests/test_reduction.py",
     "indexing.py": "tests/test_indexing.py", "fft.py": "tests/test_fft.py", "chlo.py": "tests/test_chlo.py",
