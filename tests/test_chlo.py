@@ -670,6 +670,9 @@ RAGGED_DOT_CASES = {
     "b-m": ((2, 6, 3), (2, 2, 3, 4), [1, 3], ragged_dot_numbers(([2], [2]), ([0], [1]), [1], [0])),
     "b-m, sizes per batch": ((2, 6, 3), (2, 2, 3, 4), [[1, 3], [4, 2]],
                              ragged_dot_numbers(([2], [2]), ([0], [1]), [1], [0])),
+    # the ragged dimension after another non-contracting one: sizes per batch and per row
+    "b-x-m": ((2, 3, 6, 4), (2, 2, 4, 5), [[[1, 5], [4, 2], [0, 6]], [[3, 3], [6, 0], [2, 1]]],
+              ragged_dot_numbers(([3], [2]), ([0], [0]), [2], [1])),
     # mode 2: ragged contracting k -> [g, m, n]
     "k": ((4, 7), (7, 5), [3, 0, 2], ragged_dot_numbers(([1], [0]), ([], []), [1], [])),
     "b-k": ((2, 4, 6), (2, 6, 3), [2, 4], ragged_dot_numbers(([2], [1]), ([0], [0]), [2], [])),
