@@ -610,6 +610,7 @@ def test_broadcast_select():
     ((3,), (3, 4), (0,)), ((4,), (3, 4), (1,)), ((3, 4), (2, 3, 5, 4), (1, 3)), ((2, 4), (4, 2), (1, 0)),
     ((1, 3), (3, 5), (1, 0)),
     ((2, 5), (5, 3, 2), (2, 0)),
+    ((2, 3, 5, 4), (3, 4), (1, 3)), ((5, 3, 2), (2, 5), (2, 0)),   # the rhs the lower-rank operand
 ], ids=str)
 def test_broadcast_dimensions(lhs_shape, rhs_shape, dims):
     """Explicit broadcast_dimensions map the lower-rank operand (lhs for equal
