@@ -3,7 +3,7 @@
     stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz] [--semantics xla] [--portability]
     stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
     stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
-    stablehlo-interp trace FILE [--input ...] [--first-nonfinite | --probe OUT.npz]
+    stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...]
     stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu]
     stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
@@ -106,8 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--head", type=int, default=2, help="region calls shown before the folded ones")
     trace.add_argument("--tail", type=int, default=1, help="region calls shown after the folded ones")
     trace.add_argument("--json", metavar="OUT.json", help="also save the trace as JSON records")
+    trace.add_argument("--nonfinite", action="store_true",
+                       help="instead, report where the NaNs and infs of the results came from")
     trace.add_argument("--first-nonfinite", action="store_true",
-                       help="instead, report the first op that makes a NaN or inf")
+                       help="instead, report the first op that makes a NaN or inf, whether or not it "
+                            "reaches a result")
     trace.add_argument("--probe", metavar="OUT.npz",
                        help="instead, save intermediate values (with an index) to a .npz file")
     trace.add_argument("--select", action="append", metavar="OP_OR_LINE",
@@ -125,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     explore = commands.add_parser("explore", help="write the explorer page (module, graph, values; HTML)",
                                   description="Run the function and write one self-contained HTML page: "
                                               "the module, its dataflow graph and each op's values, linked "
-                                              "by source line, with the first non-finite value marked.")
+                                              "by source line, with the op a non-finite result came from marked.")
     _add_program_arguments(explore)   # without --input, a function that takes arguments is drawn, not run
     explore.add_argument("--output", "-o", metavar="OUT.html", help="the page (default: FILE with .html)")
     explore.add_argument("--backend", "-b", help="also mark the first op whose value differs on this JAX "
@@ -283,9 +286,11 @@ def _trace(args) -> int:
     from . import tools
 
     program, name, inputs = _program_and_inputs(args)
-    if args.first_nonfinite:
-        report = tools.find_nonfinite(program, *inputs, function=name)
-        print(report if report is not None else "every value is finite")
+    if args.nonfinite or args.first_nonfinite:
+        mode = "first" if args.first_nonfinite else "origins"
+        report = tools.find_nonfinite(program, *inputs, function=name, mode=mode)
+        print(report if report is not None else "every value is finite" if args.first_nonfinite
+              else "all results finite")
         return 0
     if args.probe:
         recorder = tools.probe(program, *inputs, function=name, path=args.probe, select=args.select,

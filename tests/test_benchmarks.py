@@ -28,6 +28,7 @@ def _run(script: str, *options: str) -> str:
      ["trivial jitted call", "eager op x + x", "device_put + read back", "jitted call, 12 ops"]),
     ("load_bench.py", ["--repeat", "1", "--sizes", "100"], ["\n100 ", "large (600 ops)"]),
     ("ops_bench.py", ["--repeat", "1", "--reference-timeout", "1"], ["conv", "sort", "MLP"]),
+    ("real_bench.py", ["--programs", "haiku_mlp", "--repeat", "1"], ["\nhaiku_mlp "]),
     ("sharding_bench.py", ["--batch", "16", "--features", "4", "--hidden", "8", "--outputs", "2", "--repeat", "1"],
      ["\ncpu ", "\ninterp "]),
 ])

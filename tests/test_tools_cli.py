@@ -31,18 +31,31 @@ def test_trace(capsys, tmp_path):
     assert status == 0 and "folded" not in out and "iteration 4" in out
 
 
-def test_trace_first_nonfinite_and_probe(capsys, tmp_path):
+def test_trace_nonfinite_first_nonfinite_and_probe(capsys, tmp_path):
     path = write(tmp_path, "doubling.mlir", DOUBLING)
-    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 3e38, 3]", "-i", "2", "--first-nonfinite")
-    assert status == 0
-    assert out.splitlines() == [
-        "first non-finite value: stablehlo.multiply at doubling.mlir:10",
+    # 3e38 doubled overflows in iteration 0; iteration 1 doubles the inf; the sum adds it
+    the_multiply = [
         "  source: %w = stablehlo.multiply %v, %b : tensor<3xf32>",
         "  result #0 has 1 inf (first at [1]): f32[3] [2 inf 6]",
         "  operand #0: f32[3] [1 3e+38 3]",
         "  operand #1: f32[3] [2 2 2]",
         "  inside stablehlo.while at doubling.mlir:3: body, iteration 0",
     ]
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 3e38, 3]", "-i", "2", "--nonfinite")
+    assert status == 0
+    assert out.splitlines() == [
+        "non-finite result #0: f32[3] [4 inf 12]",
+        "non-finite result #1: f32[] inf",
+        "inf made by stablehlo.multiply at doubling.mlir:10",
+        *the_multiply,
+        "  reaches results #0, #1: stablehlo.multiply (doubling.mlir:10) → stablehlo.while (doubling.mlir:3) "
+        "→ result #0",
+    ]
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "2", "--nonfinite")
+    assert out == "all results finite\n"
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 3e38, 3]", "-i", "2", "--first-nonfinite")
+    assert status == 0
+    assert out.splitlines() == ["first non-finite value: stablehlo.multiply at doubling.mlir:10", *the_multiply]
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "2", "--first-nonfinite")
     assert out == "every value is finite\n"
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "3", "--probe", tmp_path / "p.npz",
@@ -67,7 +80,8 @@ def test_explore(capsys, tmp_path):
     page = tmp_path / "doubling.html"
     # 1 constant, the while, cond 3 times (1 op), body twice (5 ops), then constant and reduce
     assert status == 0 and out.splitlines()[0] == f"wrote {page}: 17 ops run"
-    assert out.splitlines()[1] == "first non-finite value: stablehlo.multiply at doubling.mlir:10"
+    assert out.splitlines()[1:4] == ["non-finite result #0: f32[3] [4 inf 12]", "non-finite result #1: f32[] inf",
+                                     "inf made by stablehlo.multiply at doubling.mlir:10"]
     data = explorer_data(page.read_text())
     # a module from a file: its own text is the source the ops point at
     multiply = next(step for step in data["steps"].values() if step["op"] == "stablehlo.multiply")
@@ -122,16 +136,19 @@ def test_compare(capsys, tmp_path):
     status, out, _ = cli(capsys, "compare", path, "-i", tmp_path / "args.npz")
     assert status == 1
     lines = out.splitlines()
-    assert lines[0].startswith("result #0 differs: 2 of 5 elements differ; largest at [4]: 7.3891 (interpreter) "
-                               "vs 2.7183 (cpu)")
-    assert lines[1:5] == [
+    assert lines[0].startswith("result #0 differs (beyond bound: it depends on an op beyond its rounding bound): "
+                               "2 of 5 elements differ; largest at [4]: 7.3891 (interpreter) vs 2.7183 (cpu)")
+    # the scatter's sum of n terms (n = 2 where the spec adds one update) may be 6·2^-24·Σ|terms| = 3.6e-7 off
+    assert lines[1:7] == [
+        "ops whose value differs: 1 beyond its bound",
         "first divergent op: stablehlo.scatter (op #2 of the entry function) at scatter.mlir:4",
         '  source: %out = "stablehlo.scatter"(%x, %a1, %a2) ({',
-        "  result #0: 2 of 5 elements differ; largest at [0]: 1 (interpreter) vs 0 (cpu); max abs error 1, "
-        "max 1056964609 ULP",   # 0x3f800000 less the 2**23 - 1 subnormal steps counted as one
+        "  beyond its rounding bound (a sum of n terms: (2n+2)·u·Σ|terms|)",
+        "  result #0: 2 of 5 elements are beyond the bound; largest at [0]: 1 (interpreter) vs 0 (cpu), bound there "
+        "3.5763e-07; max abs error 1, max 1056964609 ULP",   # 0x3f800000 less the 2**23 - 1 subnormal steps as one
         "    interpreter: f32[5] [1 0 0 1 2]",
     ]
-    assert lines[5] == "    cpu: f32[5] [0 0 0 1 1]"
+    assert lines[7] == "    cpu: f32[5] [0 0 0 1 1]"
     assert "the difference arises inside its regions (body)" in out
 
     path = write(tmp_path, "doubling.mlir", DOUBLING)

@@ -76,13 +76,33 @@ def test_wrong_op_inside_a_nested_jit_is_found_after_inlining():
 
 
 def test_wrong_op_inside_a_loop_names_the_loop():
+    """Beyond the noise estimated for the loop (runs with every op inside moved within its
+    bound): unbounded, the first divergent op when no op is beyond its bound."""
     def f(x):
         return jax.lax.fori_loop(0, 3, lambda i, a: jnp.cos(a) + i, x)
 
     wrong = InterpreterBackend(ops={"stablehlo.cosine": off_by(np.float32(2), np.cos)})
-    found = si.compare(f, np.float32(0.5), backend=wrong).divergence
-    assert found.op == "stablehlo.while" and found.regions == ("cond", "body")
-    assert "the difference arises inside its regions (cond, body)" in found.describe("x")
+    comparison = si.compare(f, np.float32(0.5), backend=wrong)
+    found = comparison.divergence
+    assert found.op == "stablehlo.while" and found.regions == ("cond", "body") and found.kind == UNBOUNDED
+    assert comparison.kinds == [UNBOUNDED] and not comparison.noise_only
+    assert "the difference arises inside its regions (cond, body): it is not bounded op by op there" \
+        in found.describe("x")
+
+
+def test_a_reordered_sum_inside_a_loop_is_estimated_noise():
+    """The loop adds the cancelling dot 3 times: 0.003 here, 3 summed right to left. The
+    loop's runs with each op inside moved within its bound (the dot's: 119.2) spread far
+    wider: noise. Summed correctly plus 1000 each time, it is not."""
+    def f(a, b):
+        return jax.lax.fori_loop(0, 3, lambda i, total: total + jnp.dot(a, b), np.float32(0))
+
+    reordered = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(right_to_left)})
+    comparison = si.compare(f, CANCELLING_A, CANCELLING_B, backend=reordered)
+    assert not comparison.ok and comparison.kinds == [NOISE] and comparison.divergence is None
+    far_off = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(range, 1000.0)})
+    comparison = si.compare(f, CANCELLING_A, CANCELLING_B, backend=far_off)
+    assert comparison.kinds == [UNBOUNDED] and comparison.divergence.op == "stablehlo.while"
 
 
 def test_a_deliberately_wrong_xla_build_as_a_callable_backend():
@@ -92,9 +112,9 @@ def test_a_deliberately_wrong_xla_build_as_a_callable_backend():
     comparison = si.compare(model, X, W, backend=xla_with_a_bug)
     assert comparison.backend == "xla_with_a_bug"
     assert comparison.divergence.op == "stablehlo.tanh" and comparison.compiled_prefixes == 1
-    # windows of one op each: the prefixes are compiled one after the other up to tanh
+    # windows of one op each: a prefix for each of the 12 ops, every value shown to classify every op
     small = si.compare(model, X, W, backend=xla_with_a_bug, window_bytes=1)
-    assert small.divergence.op == "stablehlo.tanh" and small.compiled_prefixes == 2   # dot, then tanh
+    assert small.divergence.op == "stablehlo.tanh" and small.compiled_prefixes == 12
 
 
 def test_tolerances_per_element_type():
@@ -135,3 +155,197 @@ def test_compare_needs_main():
 }"""
     with pytest.raises(si.InterpreterError, match="compare runs @main"):
         si.compare(text, np.float32(1))
+
+
+# ---------------------------------------------------------------- rounding bounds
+
+from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, unit_roundoff   # noqa: E402
+
+# Terms of a dot that cancel: summed left to right in f32, ((1 + 1e8) - 1e8) + 1e-3 = 1e-3;
+# right to left, 1; exactly, 1.001. Every term and partial sum is exact in f32 but these.
+CANCELLING_A = np.array([1.0, 1e8, -1e8, 1e-3], np.float32)
+CANCELLING_B = np.ones(4, np.float32)
+# The bound of the dot's one element: (2n+2)·u·Σ|aᵢbᵢ|, n = 4 terms
+CANCELLING_BOUND = 10 * 2.0 ** -24 * float(np.abs(CANCELLING_A.astype(np.float64)).sum())   # 119.2
+
+
+def dot_summed(order, offset=0.0):
+    """A dot_general of two vectors summed term by term in f32 in ``order``, plus ``offset``."""
+    def builder(info):
+        def run(a, b):
+            total = np.float32(0)
+            for i in order(len(a)):
+                total = np.float32(total + a[i] * b[i])
+            return np.asarray(total + np.float32(offset), a.dtype)
+        return run
+    return builder
+
+
+def right_to_left(n):
+    return range(n - 1, -1, -1)
+
+
+def test_a_reordered_cancelling_sum_is_rounding_noise():
+    assert 119 < CANCELLING_BOUND < 120 and unit_roundoff(np.float32) == 2.0 ** -24
+    reordered = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(right_to_left)}, name="reordered")
+    comparison = si.compare(jnp.dot, CANCELLING_A, CANCELLING_B, backend=reordered)
+    assert not comparison.ok                                   # 1 against ~0.001: far beyond any tolerance
+    assert comparison.kinds == [NOISE] and comparison.noise_only and comparison.divergence is None
+    assert comparison.ops[NOISE] == 1 and comparison.ops[BEYOND] == 0
+    text = str(comparison)
+    assert "result #0 differs (rounding noise: every op it depends on is within its bound)" in text
+    assert "ops whose value differs: 1 rounding noise" in text
+
+
+@pytest.mark.parametrize("offset, kind", [(100.0, NOISE), (140.0, BEYOND)])
+def test_the_bound_of_a_dot_is_2n_plus_2_units_of_the_sum_of_magnitudes(offset, kind):
+    """An error of 100 is within the bound (119.2) of that dot; 140 is beyond it."""
+    shifted = InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(range, offset)})
+    comparison = si.compare(jnp.dot, CANCELLING_A, CANCELLING_B, backend=shifted)
+    assert comparison.kinds == [kind]
+    if kind == BEYOND:
+        found = comparison.divergence
+        assert found.op == "stablehlo.dot_general" and found.kind == BEYOND
+        assert found.difference.bound == pytest.approx(CANCELLING_BOUND, rel=1e-6)
+        assert "beyond its rounding bound (a sum of n terms: (2n+2)·u·Σ|terms|)" in str(comparison)
+    else:
+        assert comparison.divergence is None
+
+
+def test_a_cancelled_gradient_feeding_an_adam_step_is_noise():
+    """Terms summing to 0 exactly: left to right 1e8 + 1 - 1e8 - 1 = -1 in f32, right to left 0.
+    Adam's normalised step g / (sqrt(g²) + eps) then turns that into -1 against 0 (or
+    whatever NumPy's order gives): every op after the dot is exact on the backend's operands."""
+    terms = np.array([1e8, 1.0, -1e8, -1.0], np.float32)
+
+    def adam_like(a, b, m):
+        g = jnp.dot(a, b)
+        m = 0.9 * m + 0.1 * g
+        return m / (jnp.sqrt(m * m) + 1e-8), g
+
+    backends = [InterpreterBackend(ops={"stablehlo.dot_general": dot_summed(order)}) for order in (range, right_to_left)]
+    outcomes = [si.compare(adam_like, terms, CANCELLING_B, np.float32(0), backend=b) for b in backends]
+    differing = [c for c in outcomes if not c.ok]
+    assert differing   # one of the two orders is not NumPy's
+    for comparison in differing:
+        assert comparison.noise_only and comparison.divergence is None
+        assert all(k in (None, NOISE) for k in comparison.kinds) and NOISE in comparison.kinds
+
+
+@pytest.mark.parametrize("ulps, kind", [(4, NOISE), (8, BEYOND)])
+def test_an_elementwise_op_is_allowed_4_ulp_and_one_ulp_of_its_operand(ulps, kind):
+    def negate_off(info):
+        return lambda a: np.asarray(-(a.astype(np.float64) + ulps * np.spacing(a).astype(np.float64)), a.dtype)
+
+    x = np.float32([1.5, -3.0, 1e-3])
+    wrong = InterpreterBackend(ops={"stablehlo.negate": negate_off})
+    comparison = si.compare(lambda v: -v * 1, x, backend=wrong, tolerance=(0.0, 0.0))   # within the default one
+    assert comparison.kinds == [kind]
+    assert (comparison.divergence is not None) == (kind == BEYOND)
+
+
+# ---------------------------------------------------------------- host callbacks
+
+def test_host_callbacks_run_on_both_sides_and_compare(capsys):
+    """jax.debug.print, pure_callback and io_callback (ordered and not): the interpreter
+    runs the function lowered for interp, XLA CPU the one lowered for cpu, each calling
+    the callbacks; with no tolerance, XLA's tanh (within 3 ULP) and sums make the search
+    run the backend's prefixes, whose callbacks run too."""
+    from jax.experimental import io_callback
+
+    received = []
+
+    def record(v):
+        received.append(np.array(v))
+        return (v * 2).astype(v.dtype)
+
+    def f(x):
+        jax.debug.print("sum {s}", s=x.sum())
+        y = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        z = io_callback(record, jax.ShapeDtypeStruct(x.shape, x.dtype), y, ordered=True)
+        w = io_callback(record, jax.ShapeDtypeStruct(x.shape, x.dtype), z)
+        return jnp.tanh(w * 3).sum(), jnp.tanh(w)
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    comparison = si.compare(f, x, backend="cpu", tolerance=(0.0, 0.0))
+    # ours, XLA's, each prefix XLA ran (and the noise estimate's runs of the whole program, when XLA
+    # computed a result otherwise than in its prefixes)
+    runs = len(received) // 2
+    assert comparison.compiled_prefixes >= 1 and runs >= 2 + comparison.compiled_prefixes
+    for first, second in zip(received[::2], received[1::2]):   # each run: sin(x), then 2 sin(x)
+        np.testing.assert_array_equal(first, np.sin(x))
+        np.testing.assert_array_equal(second, 2 * np.sin(x))
+    assert len(received) == 2 * runs and capsys.readouterr().out.count("sum ") == runs
+    expected = jax.jit(f)(x)
+    ours = si.run(jax.jit(f).trace(x).lower(lowering_platforms=("interp",)), x)
+    np.testing.assert_allclose(ours[1], expected[1], rtol=0, atol=4e-7)
+    assert comparison.noise_only and comparison.divergence is None
+
+
+def test_a_wrong_op_after_a_callback_is_found():
+    def f(x):
+        y = jax.pure_callback(np.cos, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return jnp.tanh(y) * 2
+
+    wrong = InterpreterBackend(ops={"stablehlo.tanh": off_by(np.float32(1.01), np.tanh)})
+    found = si.compare(f, np.linspace(0, 1, 5, dtype=np.float32), backend=wrong).divergence
+    assert found.op == "stablehlo.tanh" and found.kind == BEYOND
+
+
+def test_equinox_runtime_checks_compare():
+    eqx = pytest.importorskip("equinox")
+
+    def checked(x):
+        y = eqx.error_if(x, x < -10, "x too small")
+        return jnp.tanh(y * 3).sum()
+
+    comparison = si.compare(checked, np.linspace(-1, 1, 16, dtype=np.float32), backend="cpu", tolerance=(0.0, 0.0))
+    assert comparison.noise_only
+    with pytest.raises(si.InterpreterError, match="x too small"):
+        si.compare(checked, np.full(4, -20, np.float32), backend="cpu")
+
+
+def test_a_module_with_interp_callbacks_needs_the_function_for_a_jax_backend():
+    def f(x):
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    lowered = jax.jit(f).trace(np.ones(2, np.float32)).lower(lowering_platforms=("interp",))
+    with pytest.raises(si.InterpreterError, match="give compare the function"):
+        si.compare(lowered, np.ones(2, np.float32), backend="cpu")
+    assert si.compare(lowered, np.ones(2, np.float32), backend=InterpreterBackend()).ok
+
+
+@pytest.mark.parametrize("offset, kind", [(50.0, NOISE), (5000.0, UNBOUNDED)])
+def test_a_result_that_differs_only_from_the_whole_program(offset, kind):
+    """A backend whose prefixes agree with the interpreter but whose whole program (one
+    result; the prefix returns the dot's and the multiply's) is ``offset`` off. The
+    noise estimated for the whole program (runs with the dot moved within its bound,
+    119.2, then doubled) covers 50, not 5000."""
+    def whole_program_off(module_text, args):
+        results = si.run(module_text, *args)
+        return [r + np.float32(offset) for r in results] if len(results) == 1 else results
+
+    comparison = si.compare(lambda a, b: jnp.dot(a, b) * 2, CANCELLING_A, CANCELLING_B, backend=whole_program_off)
+    assert comparison.kinds == [kind] and comparison.ops[NOISE] == comparison.ops[BEYOND] == 0
+    assert "result #0: the backend's value from the whole program is not the one its prefixes showed" in str(comparison)
+
+
+def test_an_argument_returned_as_it_is_must_be_equal():
+    def first_off(module_text, args):
+        first, *rest = si.run(module_text, *args)
+        return [first + np.float32(1e-7), *rest]
+
+    comparison = si.compare(lambda a, b: (a, b * 2), np.float32(1), np.float32(2), backend=first_off,
+                            tolerance=(0.0, 0.0))
+    assert comparison.kinds == [BEYOND, None]
+
+
+def test_xla_cpu_log1p_in_f64_is_within_its_measured_approximation():
+    """XLA CPU's f64 log1p is up to 128 ULP off (tests/test_elementwise.py): noise, at no tolerance."""
+    jax.config.update("jax_enable_x64", True)
+    try:
+        x = np.linspace(-0.9, 5, 4001)
+        comparison = si.compare(jnp.log1p, x, backend="cpu", tolerance=(0.0, 0.0))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert not comparison.ok and comparison.noise_only and comparison.outputs[0].max_ulp > 4

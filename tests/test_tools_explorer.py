@@ -102,7 +102,7 @@ def test_loop_iterations_are_recorded_per_call():
     assert data["regions"][multiply["region"]]["title"] == "@closed_call" and multiply["region"] in data["sections"]
 
 
-def test_first_nonfinite_and_divergence_overlays():
+def test_nonfinite_and_divergence_overlays():
     def running_log_sum(xs):
         def step(total, x):
             total = total + jnp.log(x)
@@ -112,12 +112,19 @@ def test_first_nonfinite_and_divergence_overlays():
     exploration = si.explore(running_log_sum, np.array([1.0, 2.0, -3.0, 4.0], np.float32))
     data = explorer_data(exploration.html)
     overlay = data["overlays"]["nonfinite"]
-    assert overlay["text"] == str(exploration.nonfinite)
+    assert overlay["text"] == str(exploration.nonfinite) and overlay["label"] == "stablehlo.log"
     record = data["records"]["ops"][overlay["record"]]
     assert data["steps"][record["s"]]["op"] == "stablehlo.log" and record["res"][0]["s"] == "f32[] nan"
     # in iteration 2 of the scan's loop (log(-3))
     call = data["records"]["ops"][record["p"]]
     assert data["steps"][call["s"]]["name"] == "func.call @closed_call" and call["c"] == 2
+    # a NaN that came in as an argument has no op to open: the banner names it
+    exploration = si.explore(running_log_sum, np.array([1.0, np.nan], np.float32))
+    overlay = explorer_data(exploration.html)["overlays"]["nonfinite"]
+    assert overlay == {"record": None, "text": str(exploration.nonfinite), "label": "argument #0"}
+    # a log's NaN that a where masks: every result finite, no banner
+    masked = si.explore(lambda v: jnp.where(v > 0, jnp.log(v), 0.0), np.array([1.0, -1.0], np.float32))
+    assert masked.nonfinite is None and "nonfinite" not in explorer_data(masked.html)["overlays"]
 
     def xla_with_a_bug(module_text, args):
         return JaxBackend("cpu")(module_text.replace("stablehlo.tanh", "stablehlo.sine"), args)

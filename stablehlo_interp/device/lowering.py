@@ -65,6 +65,17 @@ def _call_exported_like_the_cpu(generic_rule):
     return rule
 
 
+def interpreter_platform() -> str | None:
+    """``"interp"`` when JAX lowers for the interp platform in this process (its plugin
+    is initialized: not under ``JAX_PLATFORMS=cpu``), else None. A function lowered
+    for it calls its host callbacks through the interpreter (host_callbacks.py)."""
+    import jax
+    from jax._src.interpreters import mlir
+
+    jax.devices()   # initializes the plugins JAX_PLATFORMS allows
+    return PLATFORM if isinstance(mlir._platform_specific_lowerings.get(PLATFORM), collections.ChainMap) else None
+
+
 def register() -> None:
     from jax._src.interpreters import mlir
 

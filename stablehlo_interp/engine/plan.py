@@ -31,19 +31,22 @@ class ModuleInfo:
     """What an op's builder may know of its module beyond the op itself: the process
     grid the module runs as (``mhlo.num_replicas`` x ``mhlo.num_partitions``), its
     meshes (``sdy.mesh``, by name), its functions (for ops that run functions by
-    name) and a numbering of its ``rng`` ops (ops/random.py).
+    name), a numbering of its ``rng`` ops (ops/random.py) and the Python functions
+    its host callbacks lowered for the CPU call, by their ``index`` (JAX keeps them
+    beside the module: ops/host_callback.py).
 
     It holds the functions weakly (their Program holds them): every OpInfo of
     their plans refers to it, and a cycle through it would leave a dropped
     program to the cyclic collector, which visits the whole plan to free it."""
 
     def __init__(self, num_replicas: int = 1, num_partitions: int = 1, meshes: dict | None = None,
-                 functions: dict | None = None):
+                 functions: dict | None = None, host_callbacks: tuple = ()):
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.meshes = meshes or {}
         self.functions: weakref.WeakValueDictionary = weakref.WeakValueDictionary(functions or {})
         self._rng_ops = itertools.count()
+        self.host_callbacks = tuple(host_callbacks)
 
     def function(self, name: str) -> "Function":
         try:

@@ -284,6 +284,13 @@ class Execution:
                 self._stack.pop()
         return list(region.output_values(env))
 
+    def run_alone(self, step: Step, operands, env=None) -> list:
+        """``step``'s results on ``operands``, outside any run loop (a tool asking what
+        the op makes of other values). ``env`` maps the enclosing region's slots to
+        values, for what the op's regions capture (none needed when they capture
+        nothing). No listener sees it."""
+        return list(_results_of(step, step.run(*_leading_arguments(step, self, env or {}), *operands)))
+
     def bind(self, step: Step, env: list) -> tuple:
         """The step's regions bound to the values they capture from ``env`` (None for
         each when its runner never calls them: OpInfo.regions_called)."""

@@ -20,8 +20,10 @@ where the file's RUN line asks for it, as there):
    as ULP distances
    (:func:`~stablehlo_interp.ops.numerics.ulp_difference`, the rule of
    ``check.expect_close``), in a histogram;
-5. for a failure, :func:`~stablehlo_interp.tools.compare.compare` finds the first op
-   whose value differs at all (no tolerance) between the backend and the interpreter.
+5. for a failure, :func:`~stablehlo_interp.tools.compare.compare` (no tolerance) says
+   what kind of difference the backend's values have (``difference_kind``: rounding
+   noise, beyond the rounding bound of an op, unbounded) and finds the first op beyond
+   its bound (tools/bounds.py).
 
 Other verdicts: **backend error** (the backend cannot compile or run the
 program), **cannot parse** (jaxlib's parser cannot read the module), and
@@ -46,6 +48,7 @@ from ..ir.edit import checks_as_results
 from ..ops.numerics import ulp_difference
 from ..program import Program
 from ..tools.backends import resolve
+from ..tools.bounds import NOISE
 from ..tools.compare import compare
 from . import junit
 from .testfile import (disabled_reason, expand_paths, legalizes_chlo, location_in_file, outcome_of_error,
@@ -77,6 +80,7 @@ class ConformResult:
     max_ulp: int | None = None                      # largest finite ULP distance to the interpreter
     interpreter_passes: bool | None = None
     divergence: str | None = None                   # the first divergent op, for a failure
+    difference_kind: str | None = None              # for a failure: tools/bounds.py's NOISE, BEYOND or UNBOUNDED
     seconds: float = 0.0
 
     @property
@@ -217,7 +221,7 @@ def _conform_test(path: str, source: str, function: str, line: int, backend: str
     result.verdict = PASS if failure is None else FAIL
     if failure is not None:
         result.message = _message(path, failure)
-        result.divergence = _first_divergence(program_text, backend, path)
+        result.difference_kind, result.divergence = _first_divergence(program_text, backend, path)
     return result
 
 
@@ -276,14 +280,18 @@ def _is_float(dtype) -> bool:
     return True
 
 
-def _first_divergence(program_text: str, backend: str, path: str) -> str | None:
+def _first_divergence(program_text: str, backend: str, path: str) -> tuple[str | None, str | None]:
+    """The kind of the backend's difference (None when unknown) and its description."""
     try:
         comparison = compare(program_text, backend=backend, tolerance=(0.0, 0.0))
     except Exception as error:  # noqa: BLE001 - the search is extra information, not the verdict
-        return f"(no divergence search: {type(error).__name__}: {error})"
+        return None, f"(no divergence search: {type(error).__name__}: {error})"
+    if comparison.ok:
+        return None, ("the backend's values are the interpreter's: "
+                      "the test's expectation does not hold under the interpreter either")
     if comparison.divergence is None:
-        return comparison.note or ("the backend's values are the interpreter's: "
-                                   "the test's expectation does not hold under the interpreter either")
+        return (NOISE if comparison.noise_only else None), comparison.note
     text = comparison.divergence.describe(backend)
     where = location_in_file(comparison.divergence.location, path)
-    return text.replace(f" at {comparison.divergence.location}", f" at {where}", 1) if where else text
+    text = text.replace(f" at {comparison.divergence.location}", f" at {where}", 1) if where else text
+    return comparison.divergence.kind, text

@@ -4,6 +4,7 @@
   the body of the function it calls, so that every op JAX emitted (nested
   ``jit``, ``jnp.where`` ...) is an op of the entry function, except those in
   the regions of control-flow ops.
+* :func:`entry_op_names` lists the entry function's ops, to match two lowerings op for op.
 * :func:`prefix_module` keeps the entry function's ops up to one op and
   returns the values of chosen ops instead of the function's results: a
   program any backend can compile and run to show its intermediate values.
@@ -84,6 +85,14 @@ def _inline_until_none(find_calls, functions: dict) -> None:
             _inline(call, functions[callee])
     raise ModuleError(f"cannot inline the module's calls: they are nested more than {INLINE_ROUNDS} deep "
                       "(a recursive function?)")
+
+
+def entry_op_names(text: str, function: str) -> list[str]:
+    """The names of ``@function``'s ops, in block order: two lowerings of one function
+    for two platforms have the same ones where only their custom calls' targets differ."""
+    with make_context():
+        module = ir.Module.parse(text)
+        return [op.operation.name for op in _body(function_operations(module)[function]).operations]
 
 
 def prefix_module(text: str, function: str, last: int, returned: list[tuple[int, int]]) -> str:

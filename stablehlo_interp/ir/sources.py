@@ -45,6 +45,9 @@ class ParsedModule:
     # Set when the module is text that writes no location and is compiled as parsed: every
     # op's location is its place in the text, which the compiler need not read (TextLocations).
     text_locations: "TextLocations | None" = None
+    # The Python functions the module's host callbacks lowered for the CPU call, by their
+    # index: JAX keeps them in a Lowered beside the module, never in the module itself.
+    host_callbacks: tuple = ()
 
 
 def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) -> ParsedModule:
@@ -177,7 +180,7 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
         return _of_source(_parse_text(source), None, source)
     compiler_ir = getattr(source, "compiler_ir", None)
     if callable(compiler_ir):  # jax.stages.Lowered
-        return ParsedModule(compiler_ir("stablehlo"), None, owned=False)
+        return ParsedModule(compiler_ir("stablehlo"), None, owned=False, host_callbacks=host_callbacks_of(source))
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
         data = bytes(serialized)
@@ -185,6 +188,14 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
     raise ModuleError(
         f"cannot load a module from {type(source).__name__}: expected MLIR text, a path, bytes, "
         "an ir.Module, a jax.stages.Lowered or a jax.export.Exported")
+
+
+def host_callbacks_of(lowered) -> tuple:
+    """The Python functions a ``Lowered``'s host callbacks call, in the order of their
+    index (jax/_src/callback.py: ``emit_python_callback``); jax 0.10 keeps them only in
+    the lowering's compile arguments, which JAX hands to XLA's compiler."""
+    compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
+    return tuple(compile_args.get("host_callbacks", ()))
 
 
 def _looks_like_path(text: str) -> bool:

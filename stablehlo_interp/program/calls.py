@@ -52,13 +52,15 @@ class Call:
         return self.signature.results(self.program.function(self.function), outputs)
 
 
-def prepare(target, args=(), kwargs=None, function: str | None = None) -> Call:
-    """Load ``target`` for the call with ``args`` and ``kwargs`` (see the module's docstring)."""
+def prepare(target, args=(), kwargs=None, function: str | None = None, platform: str | None = None) -> Call:
+    """Load ``target`` for the call with ``args`` and ``kwargs`` (see the module's docstring).
+    ``platform``: the JAX platform a Python or jitted function is lowered for (default:
+    JAX's default backend's)."""
     kwargs = kwargs or {}
     if is_jax_function(target):
         _no_function_name(target, function)
         traced, static_argnums = _trace(target, args, kwargs)
-        program = load(traced.lower())
+        program = load(traced.lower(lowering_platforms=(platform,) if platform else None))
         return Call(program, program.bind(args, kwargs, static_argnums), "main", program.signature, traced)
     program = target if isinstance(target, Program) else load(target)
     if program.signature is not None and program is not target:

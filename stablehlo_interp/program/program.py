@@ -41,11 +41,15 @@ class Program:
 
     ``semantics`` is what its runs follow unless a run says otherwise: ``"spec"``
     (the default) or ``"xla"`` (docs/semantics.md, engine/semantics.py).
+
+    ``host_callbacks`` are the Python functions the module's host callbacks lowered
+    for the CPU call (``xla_ffi_python_cpu_callback``), by their index: a ``Lowered``
+    carries them; for the text of its module, pass them (ops/host_callback.py).
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
 
-    def __init__(self, source, *, verify: bool = True, semantics: str = SPEC):
+    def __init__(self, source, *, verify: bool = True, semantics: str = SPEC, host_callbacks=None):
         if is_jax_function(source):
             raise ModuleError("a function becomes a module for its arguments: si.run(f, *args), or "
                               "si.load(jax.jit(f).lower(*args))")
@@ -55,6 +59,7 @@ class Program:
         self.module = annotate_manual_borders(parsed.module, parsed.owned) if parsed.may_have_manual_borders \
             else parsed.module
         self.file_name = parsed.file_name
+        self.host_callbacks = parsed.host_callbacks if host_callbacks is None else tuple(host_callbacks)
         if verify and not (parsed.verified and not parsed.may_have_manual_borders):
             sources.verify(self.module)
         declared = decode_module(self.module, self.file_name)
@@ -69,7 +74,8 @@ class Program:
                                      for f in self.functions.values() for t in f.arg_types)
         self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
         self._refined: dict = {}
-        self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions)
+        self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions,
+                                      self.host_callbacks)
         self._in_grid = self.num_processes > 1
         if not self.shape_polymorphic:
             Compiler(self.module_info, self.file_name, parsed.text_locations).compile_functions(self.module)
@@ -221,7 +227,8 @@ class Program:
         if program is None:
             with self.module.context:
                 module = refine(self.module, target.name, key[1])
-            program = Program(sources.ParsedModule(module, self.file_name), verify=False)
+            program = Program(sources.ParsedModule(module, self.file_name), verify=False,
+                              host_callbacks=self.host_callbacks)
             if len(self._refined) >= self._MAX_REFINED:
                 del self._refined[next(iter(self._refined))]
             self._refined[key] = program
@@ -232,10 +239,12 @@ class Program:
         return f"<Program functions=[{names}]>"
 
 
-def load(source, *, verify: bool = True, semantics: str = SPEC) -> Program:
+def load(source, *, verify: bool = True, semantics: str = SPEC, host_callbacks=None) -> Program:
     """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported);
-    its runs follow ``semantics`` (``"spec"`` or ``"xla"``) unless a run says otherwise."""
-    return Program(source, verify=verify, semantics=semantics)
+    its runs follow ``semantics`` (``"spec"`` or ``"xla"``) unless a run says otherwise.
+    ``host_callbacks``: the Python functions of the module's CPU host callbacks, for a
+    module whose source does not carry them (see :class:`Program`)."""
+    return Program(source, verify=verify, semantics=semantics, host_callbacks=host_callbacks)
 
 
 def coerce_arguments(function: Function, args) -> list:

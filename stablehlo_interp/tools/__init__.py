@@ -7,7 +7,7 @@ a function that runs a target on its arguments as ``si.run`` does
 
 =====================  =====================================================
 ``trace``              every op run, with value summaries (:mod:`.trace`)
-``find_nonfinite``     the first op that made a NaN or inf (:mod:`.nonfinite`)
+``find_nonfinite``     the op a result's NaN or inf came from (:mod:`.nonfinite`)
 ``probe``              intermediate values saved to .npz (:mod:`.probes`)
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
 ``compare``            first op that differs on another backend (:mod:`.compare`)
@@ -28,7 +28,8 @@ from .compare import Comparison, Divergence, compare
 from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
 from .explorer import Exploration, explore
-from .nonfinite import NonFiniteFinder, NonFiniteReport, find_nonfinite
+from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
+    find_nonfinite
 from .portability import Finding, PortabilityReport, portability
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .region_calls import RegionCall
@@ -38,7 +39,8 @@ from .trace import OpRecord, Trace, TraceRecorder, trace
 
 __all__ = [
     "BreakHit", "Breakpoint", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteReport",
+    "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
+    "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
     "load_probes", "on_device", "portability", "probe", "summarize", "trace",

@@ -60,13 +60,18 @@ class Difference:
     max_abs: float | None = None
     max_ulp: int | None = None
     problem: str | None = None
+    bound: float | None = None    # the rounding bound at ``index``, when elements were judged by one
+
 
     def describe(self, backend: str) -> str:
         if self.problem:
             return self.problem
         at = f" at [{', '.join(map(str, self.index))}]" if self.index else ""
-        text = (f"{self.mismatched} of {self.size} elements differ; largest{at}: "
+        what = "differ" if self.bound is None else "are beyond the bound"
+        text = (f"{self.mismatched} of {self.size} elements {what}; largest{at}: "
                 f"{format_number(self.ours)} (interpreter) vs {format_number(self.theirs)} ({backend})")
+        if self.bound is not None:
+            text += f", bound there {format_number(self.bound)}"
         if self.max_abs is not None:
             text += f"; max abs error {format_number(self.max_abs)}"
         if self.max_ulp is not None:
@@ -79,26 +84,55 @@ def difference(ours, theirs, table: dict) -> Difference | None:
     if isinstance(ours, (tuple, Token)) or isinstance(theirs, (tuple, Token)):
         return None   # tokens and tuples are not compared
     ours, theirs = np.asarray(ours), np.asarray(theirs)
+    problem = mismatched_types(ours, theirs)
+    if problem:
+        return problem
+    rtol, atol = tolerance_of(table, ours.dtype)
+    if is_numeric(ours.dtype):
+        a, b = widened_pair(ours, theirs)
+        with np.errstate(all="ignore"):
+            close = np.abs(a - b) <= atol + rtol * np.abs(a)
+        return differing(ours, theirs, close | same_values(a, b))
+    return differing(ours, theirs, ours == theirs)
+
+
+def is_numeric(dtype) -> bool:
+    """Floats and complex numbers: compared by distance (integers and booleans: equal or not)."""
+    return np.dtype(dtype).kind == "c" or is_float_dtype(dtype)
+
+
+def mismatched_types(ours: np.ndarray, theirs: np.ndarray) -> Difference | None:
     if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
         return Difference(problem=f"expected {element_name(ours.dtype)}{list(ours.shape)}, "
                                   f"got {element_name(theirs.dtype)}{list(theirs.shape)}")
-    rtol, atol = tolerance_of(table, ours.dtype)
-    numeric = ours.dtype.kind == "c" or is_float_dtype(ours.dtype)
-    if numeric:
-        wide = np.complex128 if ours.dtype.kind == "c" else np.float64
-        a, b = ours.astype(wide), theirs.astype(wide)
-        with np.errstate(all="ignore"):
-            error = np.abs(a - b)
-            close = error <= atol + rtol * np.abs(a)
-        same = (a == b) | (np.isnan(a) & np.isnan(b))
-        ok = same | close
-    else:
-        ok = ours == theirs
+    return None
+
+
+def widened_pair(ours: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both values as float64 (complex128 for complex types)."""
+    wide = np.complex128 if ours.dtype.kind == "c" else np.float64
+    return ours.astype(wide), theirs.astype(wide)
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Equal, or NaN on both sides (infinities match themselves)."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, bound=None) -> Difference | None:
+    """The Difference of the elements that are not ``ok`` (None when all are). The
+    largest error is where the abs error is largest, or with a ``bound`` (an array
+    of the abs error allowed per element), where it exceeds the bound most."""
     mismatched = int(np.count_nonzero(~ok))
     if not mismatched:
         return None
-    if numeric:
-        ranked = np.where(ok, -1.0, np.where(np.isnan(error), np.inf, error))
+    if is_numeric(ours.dtype):
+        a, b = widened_pair(ours, theirs)
+        with np.errstate(all="ignore"):
+            error = np.abs(a - b)
+        with np.errstate(all="ignore"):
+            measure = error if bound is None else error - bound
+        ranked = np.where(ok, -1.0, np.where(np.isnan(measure), np.inf, measure))
         flat = int(np.argmax(ranked))
         finite_errors = error[~ok & np.isfinite(error)]
         max_abs = float(finite_errors.max()) if finite_errors.size else float("inf")
@@ -108,4 +142,4 @@ def difference(ours, theirs, table: dict) -> Difference | None:
         flat, max_abs, max_ulp = int(np.argmax(~ok.reshape(-1))), None, None
     index = tuple(int(i) for i in np.unravel_index(flat, ours.shape)) if ours.shape else ()
     return Difference(mismatched, int(ours.size), index, ours[index].item(), theirs[index].item(),
-                      max_abs, max_ulp)
+                      max_abs, max_ulp, bound=None if bound is None else float(np.broadcast_to(bound, ours.shape)[index]))

@@ -1,42 +1,56 @@
-"""The first op that produces a NaN or an infinity.
+"""Where the NaN or inf in a result came from.
 
-    report = si.find_nonfinite(f, x)     # None when every value stays finite
-    print(report)                        # op, source line, inputs, region calls around it
+    report = si.find_nonfinite(f, x)     # None when every result is finite
+    print(report)                        # per origin: op, source line, operands, path to the result
 
-An op is reported when one of its results holds a NaN (or an infinity) and
-none of its operands does: the op where the non-finite value appears, not the
-ops it then flows through. The search runs the exact lowered program once,
-inside loops and branches too, and stops at the first such op.
+The default answer follows each non-finite value of a result (the loss, a
+gradient, the new state: every result of the entry function) back through the
+dataflow to its *origin*, the op that computed it from finite operands, and
+names that op, its source line, its operands, the region calls around it and
+the ops it then flowed through to the result. Non-finite values that never reach
+a result are not blamed: ``jnp.take``'s NaN fill that the gather's mask selects
+away, the ``-inf`` initial value of a max reduction, a masked branch of
+``jnp.where``, a solver's inf fill of steps it does not save. The program runs
+once (:class:`NonFiniteTracer`); values are followed into and out of
+``func.call``, ``while``, ``case`` and ``if`` (see :class:`NonFiniteTracer` for
+the rule at each op).
 
-Infinities written into the program as constants are not reported: JAX writes
-``-inf`` and ``inf`` as the initial values of every max and min reduction
-(``softmax``, ``argmax``, ``max_pool`` ...), so the first infinity of most
-programs is one of those. A NaN constant is reported.
+``mode="first"`` gives the older answer (:class:`NonFiniteFinder`): the first op
+anywhere whose results hold a NaN or inf that its operands did not, whether or
+not it reaches a result. Infinities written into the program as constants are
+not reported there (JAX writes ``-inf`` and ``inf`` as the initial values of
+every max and min reduction); a NaN constant is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.run import Listener
+from ..engine.registry import ELEMENTWISE_OPS
+from ..engine.run import Listener, numpy_warnings_off
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
-from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls
 from ..program import prepare
-from .summary import summarize, widened
+from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, \
+    region_name
+from .summary import ValueSummary, is_float_dtype, summarize, widened
 
 
 KINDS = ("nan", "inf")
+MODES = ("origins", "first")
 
 
 @dataclass
 class NonFiniteReport:
-    """Where a NaN or infinity first appeared.
+    """An op where a NaN or infinity appeared (the answer of ``mode="first"``).
 
     ``new`` lists, per result that has them, ``(result index, kind, count,
-    index of the first one)`` with kind ``"nan"`` or ``"inf"``.
+    index of the first one)`` with kind ``"nan"`` or ``"inf"``. ``operands`` and
+    ``results`` are the op's values (arrays, or their
+    :class:`~.summary.ValueSummary` where a long run keeps no more).
     """
 
     op: str
@@ -46,16 +60,511 @@ class NonFiniteReport:
     results: list
     new: list
 
-    def __str__(self) -> str:
-        lines = op_heading(f"first non-finite value: {self.op}", self.location)
+    def title(self) -> str:
+        return f"first non-finite value: {self.op}"
+
+    def lines(self) -> list[str]:
+        lines = op_heading(self.title(), self.location)
         for index in sorted({entry[0] for entry in self.new}):
-            found = [f"{count} {'NaN' if kind == 'nan' else 'inf'}" + (f" (first at {list(first)})" if first else "")
+            found = [f"{count} {_kind_name(kind)}" + (f" (first at {list(first)})" if first else "")
                      for i, kind, count, first in self.new if i == index]
-            lines.append(f"  result #{index} has {' and '.join(found)}: {summarize(self.results[index])}")
+            lines.append(f"  result #{index} has {' and '.join(found)}: {_summary(self.results[index])}")
         for index, operand in enumerate(self.operands):
-            lines.append(f"  operand #{index}: {summarize(operand)}")
-        lines += ["  " + line for line in describe_stack(self.stack)]
+            lines.append(f"  operand #{index}: {_summary(operand)}")
+        return lines + ["  " + line for line in describe_stack(self.stack)]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """An op a non-finite value flowed through on its way to a result."""
+
+    op: str
+    location: SourceLocation | None
+    stack: tuple[RegionCall, ...]
+
+    def __str__(self) -> str:
+        frame = self.location.frame if self.location else None
+        return f"{self.op} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame else self.op
+
+
+@dataclass
+class NonFiniteOrigin(NonFiniteReport):
+    """An op that computed non-finite values from finite operands, and those values
+    reached results.
+
+    ``new`` counts only the values this op made (an element-wise op may also pass
+    on non-finite operands). ``reaches`` are the indices of the results they
+    reach; ``chain`` the ops from this one to the first of them (the origin
+    itself not included); ``executions`` how many executions of this op are
+    origins of values that reach results (in a loop: how many iterations);
+    ``stack``, ``operands`` and ``results`` are those of the first of them.
+    An origin that is an argument of the entry function has ``op`` ``"argument
+    #i"`` and no location.
+    """
+
+    reaches: tuple[int, ...] = ()
+    chain: tuple[ChainLink, ...] = ()
+    executions: int = 1
+
+    def title(self) -> str:
+        kinds = " and ".join(dict.fromkeys(_kind_name(kind) for _, kind, _, _ in self.new)) or "non-finite value"
+        return f"{kinds} made by {self.op}"
+
+    def lines(self) -> list[str]:
+        lines = super().lines()
+        if self.executions > 1:
+            lines.insert(1, f"  in {self.executions} executions of the op; the first is shown")
+        targets = ", ".join(f"#{index}" for index in self.reaches)
+        path = " → ".join(compress_chain(self.chain) + [f"result #{self.reaches[0]}"])
+        lines.append(f"  reaches result{'s' if len(self.reaches) > 1 else ''} {targets}: {path}")
+        return lines
+
+
+@dataclass
+class NonFiniteOrigins:
+    """The answer of :func:`find_nonfinite`: the non-finite results, and the origins of
+    their non-finite values (:class:`NonFiniteOrigin`, by order of execution).
+
+    ``nonfinite_results`` lists ``(index, summary)`` of each result holding a NaN
+    or inf. ``op``, ``location``, ``stack``, ``operands``, ``results`` and ``new``
+    are the first origin's (None when no origin was found).
+    """
+
+    nonfinite_results: list
+    origins: list[NonFiniteOrigin] = field(default_factory=list)
+
+    def _first(self, name: str):
+        return getattr(self.origins[0], name) if self.origins else None
+
+    op = property(lambda self: self._first("op"))
+    location = property(lambda self: self._first("location"))
+    stack = property(lambda self: self._first("stack"))
+    operands = property(lambda self: self._first("operands"))
+    results = property(lambda self: self._first("results"))
+    new = property(lambda self: self._first("new"))
+
+    def __str__(self) -> str:
+        lines = [f"non-finite result #{index}: {summary}" for index, summary in self.nonfinite_results]
+        for origin in self.origins:
+            lines += origin.lines()
+        if not self.origins:
+            lines.append("no origin found: the values were followed back to ops this search does not enter")
         return "\n".join(lines)
+
+
+def compress_chain(chain) -> list[str]:
+    """The links as text, a run of repeated links (a loop's iterations, up to
+    _CHAIN_PERIOD links each) written once with ``×n``: ``add (f.py:3) → [add (f.py:3)
+    → func.call @body] ×97 → while``; a chain still longer than 2 x _CHAIN_SHOWN
+    links keeps its ends."""
+    texts = [str(link) for link in chain]
+    out, position = [], 0
+    while position < len(texts):
+        best_period, best_count = 1, 1
+        for period in range(1, _CHAIN_PERIOD + 1):
+            if position + period >= len(texts) or texts[position + period] != texts[position]:
+                continue
+            block, count = texts[position:position + period], 1
+            while texts[position + count * period:position + (count + 1) * period] == block:
+                count += 1
+            if count > 1 and count * period > best_count * best_period:
+                best_period, best_count = period, count
+        block = texts[position:position + best_period]
+        if best_count == 1:
+            out.append(block[0])
+        else:
+            out.append(f"{block[0] if best_period == 1 else '[' + ' → '.join(block) + ']'} ×{best_count}")
+        position += best_period * best_count
+    if len(out) > 2 * _CHAIN_SHOWN + 1:
+        out = out[:_CHAIN_SHOWN] + [f"… {len(out) - 2 * _CHAIN_SHOWN} more …"] + out[-_CHAIN_SHOWN:]
+    return out
+
+
+_CHAIN_PERIOD = 32   # the longest run of links compress_chain finds repeated
+_CHAIN_SHOWN = 6     # links shown at each end of a long chain
+
+
+# ------------------------------------------------------------------ the origins
+
+
+# Ops whose regions the search follows values into: the others (reduce, sort, map,
+# scatter ...) are followed as one op, from their results to their operands.
+_WHILE, _CASE, _IF = "stablehlo.while", "stablehlo.case", "stablehlo.if"
+_CALLS = ("func.call", "stablehlo.composite")     # region[-1] takes the operands, returns the results
+_ENTERED = (_WHILE, _CASE, _IF, *_CALLS)
+# Ops that only move elements: a non-finite result element is a non-finite operand element.
+_MOVES = frozenset(f"stablehlo.{name}" for name in (
+    "broadcast_in_dim", "concatenate", "dynamic_slice", "dynamic_update_slice", "gather", "pad", "reshape",
+    "reverse", "slice", "transpose"))
+_PICKS = ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp")   # element-wise, result = an operand
+_REDUCTIONS = ("stablehlo.reduce", "stablehlo.reduce_window")   # operands: inputs, then initial values
+_SMALL = 256               # arrays up to this size are checked for NaN and inf by subtraction (faster)
+_KEEP_ELEMENTS = 1 << 20    # an origin's values are kept whole up to this many elements (else summaries)
+
+
+class _Made:
+    """One execution of an op (in the region call ``key``) that produced a non-finite
+    result: where the non-finite values of result ``r`` come from, the operands
+    ``follow[r]`` (indices; None for a finite result) or the outputs of the region
+    call ``inner`` (a loop's last iteration, a called function, the branch taken),
+    and which ones it made itself (``new``: None, or per result ``(kind, count,
+    first index)`` tuples; then ``details`` keep the op's values)."""
+
+    __slots__ = ("step", "key", "order", "follow", "inner", "new", "details")
+
+    def __init__(self, step, key, order, follow, inner, new, details):
+        self.step, self.key, self.order, self.follow, self.inner = step, key, order, follow, inner
+        self.new, self.details = new, details
+
+
+class NonFiniteTracer(Listener):
+    """Records, in one run, where each non-finite value came from; :meth:`report`
+    follows the non-finite results back to their origins.
+
+    For each op whose results hold a NaN or inf it keeps a small record (no
+    arrays): for each such result, which values its non-finite elements come from,
+    and whether the op made some itself. The rule, chosen to be sound where it is
+    cheap and never to blame a value that was selected away:
+
+    * element-wise ops: an operand is followed when one of its non-finite elements
+      sits where the result is non-finite (``select``: only where the predicate
+      picks that operand); result elements non-finite where every operand is
+      finite were made by the op (``log(-1)``, ``0/0``, an overflowing ``exp``).
+    * ops that only move elements (slices, gathers, pads, concatenation,
+      ``dynamic_update_slice`` ...): the non-finite operands; when several are, the
+      op is run again on the masks of each to see whose elements land in the result
+      (an inf fill overwritten by an update is not followed).
+    * ``scatter``: the non-finite updates, and the inputs whose non-finite elements
+      are still in the result (a buffer's inf fill that the updates replaced is not).
+    * ``reduce`` and ``reduce_window``: the non-finite inputs; an initial value
+      (``-inf`` of a max) only when no input is non-finite.
+    * ``func.call``, ``while``, ``case``, ``if``: into the region call that returned
+      the value (a loop's last iteration, the branch taken), and from a region's
+      arguments to the operands or to the previous iteration's results.
+    * any other op: its non-finite operands; with none, the op made the values
+      (a ``dot_general`` that overflows, a NaN ``constant``). Regions of these ops
+      are not entered (a ``reduce`` that overflows is the origin).
+
+    A result element that is non-finite because of two inputs is followed to both.
+    A tracer observes one run of the function whose region it is given (the
+    processes of a grid each run it: it follows the first). Memory grows with the
+    number of non-finite values a run computes (a small record each), never with
+    the arrays; an origin keeps its operands and results whole for its first
+    execution (summaries after it).
+    """
+
+    def __init__(self, region):
+        self.region = region      # the entry function's region (entry_region)
+        self._values: dict = {}        # (invocation key, slot) -> _Made
+        self._last_body_call: dict = {}   # (while's invocation key, while step) -> last body call
+        self._current = (None, None)   # (the last stack seen, its invocation key)
+        self._shown: set = set()       # steps whose first origin execution kept its values
+        self._order = 0
+        self._entry_process = None
+
+    def after_op(self, step, operands, results, stack):
+        current = self._current
+        if current[0] is not stack:
+            current = self._enter(stack)
+        last_body_call = self._last_body_call.pop((current[1], step), None) if step.regions else None
+        for value in results:
+            if _nonfinite(value):
+                if current[1] is not None:
+                    self._record(step, operands, results, current[1], stack, last_body_call)
+                return None
+        return None
+
+    def _enter(self, stack) -> tuple:
+        """The invocation key of the region call running ``stack``'s ops: the
+        process, then per enclosing region ``(owner step, region index, call)``; None
+        inside a region the search does not enter."""
+        if not stack:
+            key = (stack.process.id,)
+            if self._entry_process is None or stack.process.id < self._entry_process:
+                self._entry_process = stack.process.id     # a grid's results are its first process's
+        elif all(frame.step.info.name in _ENTERED for frame in stack):
+            key = (stack[0].process, *((frame.step, frame.region_index, frame.call) for frame in stack))
+            owner, region_index, call = key[-1]
+            if owner.info.name == _WHILE and region_index == 1:
+                self._last_body_call[(key[:-1], owner)] = call
+        else:
+            key = None
+        self._current = (stack, key)
+        return self._current
+
+    def _record(self, step, operands, results, key, stack, last_body_call) -> None:
+        follow, inner, new = _sources(step, operands, results, key, last_body_call)
+        details = None
+        if new is not None:
+            keep = step not in self._shown and sum(np.size(v) for v in (*operands, *results)
+                                                   if not isinstance(v, tuple)) <= _KEEP_ELEMENTS
+            self._shown.add(step)
+            values = (list(operands), list(results)) if keep else \
+                ([summarize(v) for v in operands], [summarize(v) for v in results])
+            details = (region_calls(stack), *values)
+        self._order += 1
+        made = _Made(step, key, self._order, follow, inner, new, details)
+        for slot, followed in zip(step.results, follow):
+            if followed is not None:
+                self._values[(key, slot)] = made
+
+    # ---------------------------------------------------------- following back
+
+    def _region_of(self, key):
+        if len(key) == 1:
+            return self.region
+        owner, region_index, _ = key[-1]
+        return owner.regions[region_index]
+
+    def resolve(self, key, slot, arguments) -> list:
+        """What the value in ``slot`` of the region call ``key`` holds of non-finite
+        values: ``[(_Made, result index)]`` for a value an op made, ``[("argument",
+        i)]`` for a non-finite argument of the entry function, ``[]`` for a finite
+        value."""
+        while True:
+            found = self._values.get((key, slot))
+            if found is not None:
+                return [(found, found.step.results.index(slot))]
+            region = self._region_of(key)
+            if slot >= region.n_captures + region.n_args:
+                return []       # a finite value of the region
+            if len(key) == 1:
+                return [("argument", slot)] if _nonfinite(arguments[slot]) else []
+            owner, region_index, call = key[-1]
+            parent = key[:-1]
+            if slot < region.n_captures:
+                key, slot = parent, owner.captures[region_index][slot]
+                continue
+            argument = slot - region.n_captures
+            if owner.info.name == _WHILE and call > 0:   # the previous iteration's results
+                key, slot = parent + ((owner, 1, call - 1),), owner.regions[1].outputs[argument]
+            else:                                        # a while's first call, a function's call
+                key, slot = parent, owner.operands[argument]
+
+    def _sources_of(self, node, arguments) -> list:
+        """The nodes the non-finite values of a node's result come from."""
+        made, index = node
+        if made.inner is not None:
+            return self.resolve(made.inner, self._region_of(made.inner).outputs[index], arguments)
+        return [source for operand in made.follow[index]
+                for source in self.resolve(made.key, made.step.operands[operand], arguments)]
+
+    def report(self, arguments, outputs) -> NonFiniteOrigins | None:
+        """The origins of the non-finite values among ``outputs``, the entry function's
+        results for ``arguments`` (None when every result is finite)."""
+        with numpy_warnings_off():     # NaN and inf are what it looks at
+            return self._report(arguments, outputs)
+
+    def _report(self, arguments, outputs) -> NonFiniteOrigins | None:
+        nonfinite = [index for index, value in enumerate(outputs) if _nonfinite(value)]
+        if not nonfinite:
+            return None
+        entry = (self._entry_process,)
+        found: dict = {}   # the origin's step (or argument) -> [first node, its walk, executions, results reached]
+        for index in nonfinite:
+            origins, parents = self._walk(self.resolve(entry, self.region.outputs[index], arguments), arguments)
+            for node in origins:
+                origin = found.setdefault(node if node[0] == "argument" else node[0].step, [node, parents, set(), []])
+                origin[2].add(node[0])
+                if index not in origin[3]:
+                    origin[3].append(index)
+                if _order(node) < _order(origin[0]):
+                    origin[0], origin[1] = node, parents
+        origins = [self._origin(node, _chain(node, parents), executions, reaches, arguments)
+                   for node, parents, executions, reaches in sorted(found.values(), key=lambda o: _order(o[0]))]
+        return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins)
+
+    def _walk(self, start, arguments) -> tuple[list, dict]:
+        """Breadth first from a result's sources: the origin nodes reached, and for
+        each node reached the node it was reached from (None for the first ones)."""
+        parents = dict.fromkeys(start)
+        queue, origins = list(parents), []
+        for node in queue:      # the queue grows as it is read
+            if node[0] == "argument" or (node[0].new is not None and node[0].new[node[1]]):
+                origins.append(node)
+            if node[0] == "argument":
+                continue
+            for source in self._sources_of(node, arguments):
+                if source not in parents:
+                    parents[source] = node
+                    queue.append(source)
+        return origins, parents
+
+    @staticmethod
+    def _origin(node, chain, executions, reaches, arguments) -> NonFiniteOrigin:
+        if node[0] == "argument":
+            value = arguments[node[1]]
+            new = [(0, kind, *_first(value, kind)) for kind in KINDS if _first(value, kind)[0]]
+            return NonFiniteOrigin(f"argument #{node[1]}", None, (), [], [value], new, tuple(reaches), chain)
+        made, index = node
+        stack, operands, results = made.details
+        new = [(result, *made) for result, found in enumerate(made.new) for made in found]
+        return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
+                               tuple(reaches), chain, len(executions))
+
+
+def _chain(node, parents) -> tuple[ChainLink, ...]:
+    """The ops from an origin node to the result its walk started from."""
+    chain = []
+    node = parents[node]
+    while node is not None:
+        made = node[0]
+        chain.append(ChainLink(op_label(made.step), made.step.info.location, _calls_of(made.key)))
+        node = parents[node]
+    return tuple(chain)
+
+
+def _order(node) -> int:
+    """When a walk's node was made: an entry argument first, then ops in execution order."""
+    return -1 if node[0] == "argument" else node[0].order
+
+
+def _calls_of(key) -> tuple[RegionCall, ...]:
+    return tuple(RegionCall(step.info.name, step.index, step.info.location, region_name(step, index), call)
+                 for step, index, call in key[1:])
+
+
+def _sources(step, operands, results, key, last_body_call) -> tuple:
+    """``(follow, inner, new)`` of an op execution with a non-finite result (see
+    :class:`_Made`), by NonFiniteTracer's rule (``last_body_call``: a while's last
+    iteration, None if its body never ran)."""
+    name = step.info.name
+    nonfinite = [_nonfinite(value) for value in results]
+    if name in _ENTERED:
+        if name == _WHILE:
+            if last_body_call is None:   # a loop that never ran returns its operands
+                return tuple((index,) if flag else None for index, flag in enumerate(nonfinite)), None, None
+            inner = key + ((step, 1, last_body_call),)
+        elif name in _CALLS:
+            inner = key + ((step, len(step.regions) - 1, 0),)
+        else:
+            branch = (0 if operands[0] else 1) if name == _IF else int(operands[0])
+            inner = key + ((step, branch if 0 <= branch < len(step.regions) else len(step.regions) - 1, 0),)
+        return tuple(() if flag else None for flag in nonfinite), inner, None
+    if name == "stablehlo.optimization_barrier":
+        return tuple((index,) if flag else None for index, flag in enumerate(nonfinite)), None, None
+    if name in ELEMENTWISE_OPS and len(results) == 1:
+        followed, made = _elementwise_sources(name, operands, results[0])
+        return (tuple(followed),), None, ((made,) if made else None)
+    followed = [index for index, operand in enumerate(operands) if _nonfinite(operand)]
+    if name in _REDUCTIONS:
+        inputs = len(operands) // 2
+        if any(index < inputs for index in followed):
+            followed = [index for index in followed if index < inputs]
+    elif name in _MOVES and len(followed) > 1 and not step.execution:   # (a user's runner may want the Execution)
+        followed = [index for index in followed if _lands(step, operands, index)]
+    elif name == "stablehlo.scatter":   # operands: inputs, indices, updates; results: the inputs updated
+        inputs = len(results)
+        followed = [index for index in followed if index >= inputs or _survives(operands[index], results[index])]
+    follow = tuple(tuple(followed) if flag else None for flag in nonfinite)
+    if followed:
+        return follow, None, None
+    return follow, None, tuple(_counts(value) if flag else () for value, flag in zip(results, nonfinite))
+
+
+def _elementwise_sources(name, operands, result) -> tuple[list, tuple]:
+    """(operands whose non-finite elements reach the result's, what the op made).
+
+    At a NaN of the result, the operands NaN there are its source (a NaN goes
+    through whatever the others are: ``max(-inf, NaN)``), and when none is, the
+    operands infinite there (``inf - inf``, ``0 * inf``); at an infinity of the
+    result, the operands infinite there. ``select`` takes each branch only where
+    the predicate picks it; ``maximum``, ``minimum`` and ``clamp`` take an operand
+    only where the result is that operand (not the ``-inf`` that lost a max)."""
+    result_nan, result_inf = np.isnan(result), np.isinf(result)
+    any_nan = np.zeros(np.shape(result), bool)
+    nonfinite = []          # (operand index, its NaN elements, its infinite elements)
+    for index, operand in enumerate(operands):
+        mask = _mask(operand)
+        if mask is None or not mask.any():
+            continue
+        nan = np.isnan(operand)
+        if name == "stablehlo.select":
+            picked = np.asarray(operands[0], bool)
+            picked = picked if index == 1 else ~picked
+            mask, nan = mask & picked, nan & picked
+        elif name in _PICKS:      # the result is one of the operands: only that one reaches it
+            picked = (operand == result) | (nan & result_nan)
+            mask, nan = mask & picked, nan & picked
+        any_nan = any_nan | nan
+        nonfinite.append((index, nan, mask & ~nan))
+    infinities_make = result_inf | (result_nan & ~any_nan)
+    covered, followed = np.zeros(np.shape(result), bool), []
+    for index, nan, infinite in nonfinite:
+        reach = (nan & result_nan) | (infinite & infinities_make)
+        if reach.any():
+            followed.append(index)
+            covered = covered | reach
+    made = (result_nan | result_inf) & ~covered
+    return followed, (_counts(result, made) if made.any() else ())
+
+
+def _counts(value, where=None) -> tuple:
+    """``(kind, count, index of the first)`` of the NaNs and infinities of a value
+    (its elements ``where`` is true, or all of them)."""
+    if where is None:
+        return tuple((kind, *_first(value, kind)) for kind in KINDS if _first(value, kind)[0])
+    array = widened(value)
+    found = []
+    for kind in KINDS:
+        positions = np.argwhere(where & (np.isnan(array) if kind == "nan" else np.isinf(array)))
+        if len(positions):
+            found.append((kind, len(positions), tuple(int(i) for i in positions[0])))
+    return tuple(found)
+
+
+def _survives(before, after) -> bool:
+    """Whether some non-finite element of an op's operand ``before`` is still there in
+    its result ``after`` (a scatter writes over some elements: an inf fill that an
+    update replaced is gone; a NaN replaced by a NaN counts as still there)."""
+    kept = _mask(before) & _mask(after) & ((before == after) | (np.isnan(before) & np.isnan(after)))
+    return bool(kept.any())
+
+
+def _lands(step, operands, index) -> bool:
+    """Whether operand ``index``'s non-finite elements land in the result of an op that
+    only moves elements: the op run again on that operand's mask, the other float
+    operands zero."""
+    probe = []
+    for position, operand in enumerate(operands):
+        mask = _mask(operand)
+        if mask is None:
+            probe.append(operand)
+        else:
+            probe.append((mask if position == index else np.zeros_like(mask)).astype(np.asarray(operand).dtype))
+    return bool(np.asarray(step.run(*probe)).any())
+
+
+def _nonfinite(value) -> bool:
+    """Whether a value (array, scalar, tuple) holds a NaN or an infinity; cheap for
+    the finite float arrays most ops return."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return type(value) is tuple and any(map(_nonfinite, value))
+    kind = dtype.kind
+    if kind == "f":
+        if value.ndim == 0:
+            return not math.isfinite(value)
+        if value.size <= _SMALL:   # x - x is 0 for every finite x, NaN for the others
+            return np.count_nonzero(value - value) != 0
+        return not np.isfinite(value).all()
+    if kind == "c" or (kind == "V" and is_float_dtype(dtype)):
+        return not np.isfinite(value).all()
+    return False
+
+
+def _mask(value) -> np.ndarray | None:
+    """The non-finite elements of a float value (None for other values)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not (dtype.kind in "fc" or (dtype.kind == "V" and is_float_dtype(dtype))):
+        return None
+    return ~np.isfinite(value)
+
+
+# ------------------------------------------------------------------ the first non-finite value
 
 
 class NonFiniteFinder(Listener):
@@ -82,7 +591,7 @@ class NonFiniteFinder(Listener):
             self._reported_this_run = False
 
     def after_op(self, step, operands, results, stack):
-        if self._reported_this_run:
+        if self._reported_this_run or not any(map(_nonfinite, results)):
             return None
         before = _kinds(operands) if operands else {"inf"}   # a constant's infinities: see the module's text
         new = [(index, kind, *_first(value, kind)) for index, value in enumerate(results)
@@ -97,9 +606,16 @@ class NonFiniteFinder(Listener):
         return None
 
 
-def find_nonfinite(target, *args, function: str | None = None, **kwargs) -> NonFiniteReport | None:
-    """Run ``target`` on ``args`` and report the first op that made a NaN or inf (None if none did)."""
+def find_nonfinite(target, *args, function: str | None = None, mode: str = "origins", **kwargs):
+    """Run ``target`` on ``args`` and say where the NaNs and infs of its results came
+    from (:class:`NonFiniteOrigins`; None when every result is finite). With
+    ``mode="first"``: the first op that made a NaN or inf anywhere
+    (:class:`NonFiniteReport`; None if none did)."""
+    if mode not in MODES:
+        raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
     call = prepare(target, args, kwargs, function)
+    if mode == "origins":
+        return run_traced(call, [])[1]
     finder = NonFiniteFinder(stop=True)
     try:
         call.run([finder])
@@ -107,6 +623,29 @@ def find_nonfinite(target, *args, function: str | None = None, **kwargs) -> NonF
         if stopped.values is not finder.report:
             raise
     return finder.report
+
+
+def run_traced(call, listeners) -> tuple[list, NonFiniteOrigins | None]:
+    """Run a prepared call with ``listeners`` and a :class:`NonFiniteTracer`: its
+    results, and the origins of their non-finite values."""
+    tracer = NonFiniteTracer(entry_region(call))
+    outputs = call.run([*listeners, tracer])
+    return outputs, tracer.report(call.arguments, outputs)
+
+
+def entry_region(call):
+    """The region a prepared call runs (its refined copy for a shape-polymorphic program)."""
+    program = call.program.refined(*call.arguments, function=call.function)
+    return program.runnable(call.function).region
+
+
+def _summary(value) -> ValueSummary:
+    """A value's summary (a value a long run kept as its summary: itself)."""
+    return value if isinstance(value, ValueSummary) else summarize(value)
+
+
+def _kind_name(kind: str) -> str:
+    return "NaN" if kind == "nan" else "inf"
 
 
 def _kinds(values) -> set:
@@ -131,6 +670,8 @@ def _first(value, kind: str) -> tuple[int, tuple]:
         found = [_first(v, kind) for v in value]
         return sum(count for count, _ in found), next((index for count, index in found if count), ())
     array = widened(value)
+    if array is None:
+        return 0, ()
     mask = np.isnan(array) if kind == "nan" else np.isinf(array)
     positions = np.argwhere(mask)
     return len(positions), tuple(int(i) for i in positions[0]) if len(positions) else ()

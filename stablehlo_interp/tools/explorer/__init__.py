@@ -9,8 +9,8 @@ The panels are linked: select a Python line and its jaxpr equations, its ops and
 their graph nodes light up; select an op (in the module text or the graph) and
 its line, equations and values show. Regions (loop bodies, branches, reduction
 bodies) are drawn inside their op, with their calls (loop iterations) browsable;
-called functions have graphs of their own. The first non-finite value
-(:mod:`..nonfinite`) is marked, and with ``backend=`` the first op that
+called functions have graphs of their own. The op where the NaN or inf of a
+result came from (:mod:`..nonfinite`) is marked, and with ``backend=`` the first op that
 diverges on that backend (:mod:`..compare`).
 
 The graphs are laid out in the browser by dagre (the npm package
@@ -40,8 +40,9 @@ class Exploration:
     """The page of one explored run, and what the run found.
 
     ``html`` is the page; ``path`` where it was written (or None); ``trace``
-    the run's :class:`~..trace.Trace`; ``nonfinite`` the first non-finite
-    value's report (None when every value stayed finite); ``comparison`` the
+    the run's :class:`~..trace.Trace`; ``nonfinite`` where the non-finite
+    values of the results came from (:class:`~..nonfinite.NonFiniteOrigins`,
+    None when every result is finite); ``comparison`` the
     :class:`~..compare.Comparison` with ``backend`` (else None).
     """
 

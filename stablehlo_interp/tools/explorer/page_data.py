@@ -1,7 +1,7 @@
 """What the explorer page shows, as JSON-ready data.
 
 One run observed by the existing listeners (:class:`~..trace.TraceRecorder`
-with values, :class:`~..nonfinite.NonFiniteFinder` without stopping) gives the
+with values, :class:`~..nonfinite.NonFiniteTracer`) gives the
 values; the plan gives the graphs; the module text, the jaxpr and the Python
 files give the three text panels. Everything is linked by ids:
 
@@ -27,7 +27,7 @@ from ...errors import OpError
 from ...ir.types import Token
 from ...program import load
 from ..compare import compare
-from ..nonfinite import NonFiniteFinder
+from ..nonfinite import run_traced
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
 from ..trace import TraceRecorder
@@ -40,11 +40,11 @@ _JAXPR_SOURCE = re.compile(r"^(?P<code>.*?)\s+# (?P<file>\S.*?):(?P<line>\d+)(?:
 
 def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, object, dict]:
     """The page data for one prepared call; also the trace and the overlays' reports
-    (``{"nonfinite": NonFiniteReport | None, "comparison": Comparison | None}``)."""
-    recorder, finder = _FirstValuesRecorder(), NonFiniteFinder(stop=False)
+    (``{"nonfinite": NonFiniteOrigins | None, "comparison": Comparison | None}``)."""
+    recorder, nonfinite = _FirstValuesRecorder(), None
     if call.arguments is not None:      # else the structure only
         try:
-            call.run([recorder, finder])
+            nonfinite = run_traced(call, [recorder])[1]
         except OpError as error:      # an op that failed: the page shows the run up to it
             recorder.trace.error = error
     trace = recorder.trace
@@ -66,10 +66,10 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
     }
     for sid, line in hlo_lines.items():
         data["steps"][sid]["hlo"] = line
-    reports = {"nonfinite": finder.report, "comparison": None}
-    if finder.report is not None:
-        number = _nonfinite_record(trace, finder.report)
-        data["overlays"]["nonfinite"] = {"record": number, "text": str(finder.report)}
+    reports = {"nonfinite": nonfinite, "comparison": None}
+    if nonfinite is not None:
+        number = _nonfinite_record(trace, nonfinite)
+        data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
     if backend is not None and call.arguments is not None:
         comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
                              function=call.function)
@@ -227,7 +227,7 @@ def _module_text(program, graph: _Graph) -> tuple[str, dict]:
     """The module's text (large constants elided) and the line of each step in it."""
     shown = program.module.operation.get_asm(large_elements_limit=16)
     full = program.module.operation.get_asm()
-    located = load(full)      # each op's location is now its line in ``full``
+    located = load(full, host_callbacks=program.host_callbacks)   # each op's location is now its line in ``full``
     if len(shown.splitlines()) != len(full.splitlines()):
         shown = full
     lines = {}
@@ -309,7 +309,7 @@ def _value(value, budget: list) -> dict:
 
 
 def _nonfinite_record(trace, report) -> int | None:
-    """The number of the record where the report's non-finite value appeared."""
+    """The number of the record of the report's first origin (None for an argument)."""
     for record in trace.records[:MAX_RECORDS]:
         if (record.label == report.op and record.location == report.location and record.stack == report.stack
                 and record.results is not None and any(r.nonfinite for r in record.results)):

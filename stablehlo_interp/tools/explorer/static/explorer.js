@@ -146,7 +146,7 @@
     const nonfinite = data.overlays.nonfinite;
     if (nonfinite) {
       const sid = overlayStep.nonfinite;
-      add("nonfinite", "first non-finite: " + (sid ? where(sid) : "?"), nonfinite.text,
+      add("nonfinite", "non-finite result from: " + (sid ? where(sid) : nonfinite.label || "?"), nonfinite.text,
           sid ? () => showRecord(nonfinite.record, nonfinite.text) : null);
     }
     const divergence = data.overlays.divergence;

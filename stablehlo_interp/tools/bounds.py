@@ -1,0 +1,308 @@
+"""Rounding noise or a real difference: how far another backend's value of one op may
+be from the interpreter's (tools/compare.py).
+
+The judgement is local to the op. compare has, for each op of the entry function,
+the backend's value ``theirs`` and the backend's values of its operands; the
+interpreter re-runs the op on *those* operands (``recomputed``). Whatever the
+operands already carried, rounding noise of earlier ops or an earlier error, is
+thus not held against the op: every earlier difference is propagated exactly,
+where a first-order propagation of bounds would only estimate it. What remains,
+``|theirs - recomputed|``, is what the op computed differently, and its bound is
+(a ULP is the spacing of the type's numbers there, subnormals included: a
+subnormal flushed to zero is no rounding):
+
+* **sums** (``dot_general``, ``dot``, ``convolution``; ``reduce``,
+  ``reduce_window`` and ``scatter`` whose body is one ``add``): any order of
+  summing n terms is within γ(n)·Σ|terms| of the exact sum, γ(n) = n·u/(1 - n·u),
+  u the unit roundoff of the element type (Higham, *Accuracy and Stability of
+  Numerical Algorithms*, 2nd ed., §3.1, and §2.6 for a fused multiply-add,
+  which only removes roundings). Two orders, the backend's and ours, are at
+  most twice that apart; two more units cover operands the backend consumed
+  before rounding them (excess precision). The bound per element is
+  ``(2n + 2)·u·Σ|terms|``, where Σ|terms| is the op run on the absolute values of
+  its float operands and n the op run on ones (the number of terms each element
+  sums).
+* **every other op with a float result**: :data:`ELEMENTWISE_ULP` ULP of the
+  result (its own rounding, and XLA's approximations of ``tanh``, ``expm1``,
+  ``logistic`` ..., measured within 4 ULP: tests/test_elementwise.py; those
+  measured farther off: :data:`APPROXIMATION_ULP`), plus for
+  each float operand the largest change of the result when that operand moves
+  one ULP up or down (the operand consumed unrounded: excess precision, a fused
+  multiply-add). A result equal to the op's value on such a moved operand is
+  within the bound too: so for integer and boolean results (a comparison of a
+  value held unrounded); otherwise those must be equal.
+* **ops that run their regions as control flow** (``while``, ``case``, ``if``,
+  calls that were not inlined, custom calls with called computations): the
+  backend shows no value inside their regions, so nothing there is bounded op by
+  op. The noise is *estimated* instead: the op runs :data:`NOISE_RUNS` more times
+  on the backend's operands with every float result inside its regions moved by
+  a random amount within that op's own bound (the rounding of a sum, or
+  :data:`ELEMENTWISE_ULP` ULP), and the backend's value is noise when it is
+  within :data:`NOISE_SPREAD` times the farthest those runs went (or equal to one
+  of them, for integers: a loop that took another number of steps). Beyond
+  that, the difference is **unbounded**: not shown to be noise, and not proven
+  an error either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ..engine.regions import monoid_of
+from ..engine.run import Execution, Listener, RunContext
+from ..ir.types import Token
+from .difference import Difference, differing, is_numeric, mismatched_types, same_values, widened_pair
+from .summary import element_name
+
+AGREE, NOISE, BEYOND, UNBOUNDED = "agree", "rounding noise", "beyond its bound", "unbounded"
+ELEMENTWISE_ULP = 4
+# ops whose approximation on XLA CPU is measured farther off (tests/test_elementwise.py, XLA_ULP)
+APPROXIMATION_ULP = {("stablehlo.log_plus_one", "f64"): 128}
+NOISE_RUNS = 3          # runs of a loop or conditional with its ops' results moved within their bounds
+NOISE_SPREAD = 4        # the backend's value is noise within this many times their farthest
+ESTIMATED = "estimated"
+SUMS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
+SUMS_WITH_AN_ADD_BODY = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter"})
+# Ops whose regions are applied element by element or as a comparator: re-run like any other op.
+DATA_PARALLEL_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter",
+                                   "stablehlo.select_and_scatter", "stablehlo.sort", "stablehlo.map"})
+
+
+@dataclass
+class Verdict:
+    """What one op's values on the backend are: ``kind`` is AGREE, NOISE, BEYOND or UNBOUNDED.
+
+    ``rule`` names the bound applied; ``result`` is the result the verdict is about
+    (the first beyond its bound); ``difference`` describes its elements beyond the
+    bound (BEYOND, UNBOUNDED)."""
+
+    kind: str
+    rule: str = ""
+    result: int = 0
+    difference: Difference | None = None
+
+
+def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
+    """The verdict on ``theirs``, the backend's results of ``step``, against
+    ``recomputed``, the interpreter's results of the op on the backend's
+    ``operands``. ``env`` holds the values the op's regions capture (by slot)."""
+    pairs = [(index, np.asarray(ours), np.asarray(other)) for index, (ours, other) in enumerate(zip(recomputed, theirs))
+             if not isinstance(ours, (tuple, Token)) and other is not None]
+    for index, ours, other in pairs:
+        problem = mismatched_types(ours, other)
+        if problem:
+            return Verdict(BEYOND, "a value of another type", index, problem)
+    differing_results = [(index, ours, other) for index, ours, other in pairs if not _identical(ours, other)]
+    if not differing_results:
+        return Verdict(AGREE)
+    if step.regions and step.name not in DATA_PARALLEL_REGIONS:
+        rule, allowance = _estimated_allowance(execution, step, operands, recomputed, env)
+    else:
+        rule, allowance = _allowance(execution, step, operands, recomputed, env)
+    for index, ours, other in differing_results:
+        bound, alternatives = allowance(index)
+        beyond = differing(ours, other, within(ours, other, bound, alternatives), bound)
+        if beyond is not None:
+            return Verdict(UNBOUNDED if rule.startswith(ESTIMATED) else BEYOND, rule, index, beyond)
+    return Verdict(NOISE, rule, differing_results[0][0])
+
+
+def within(ours: np.ndarray, other: np.ndarray, bound, alternatives) -> np.ndarray:
+    """Per element: ``other`` equals ``ours`` or one of ``alternatives``, or is within
+    ``bound`` (an abs error per element; None for integers) of ``ours``."""
+    ok = _equal(ours, other)
+    for alternative in alternatives:
+        ok |= _equal(np.asarray(alternative), other)
+    if bound is not None:
+        a, b = widened_pair(ours, other)
+        with np.errstate(all="ignore"):
+            ok |= np.abs(a - b) <= bound
+    return ok
+
+
+def noise_runs(run, semantics: str) -> list:
+    """The results of :data:`NOISE_RUNS` calls of ``run(listener)``, each with a listener
+    that moves every float result of every op it sees by a random amount within that
+    op's own bound; a run that fails is left out."""
+    runs = []
+    for seed in range(NOISE_RUNS):
+        try:
+            runs.append(run(_Jitter(np.random.default_rng(seed), semantics)))
+        except Exception:  # noqa: BLE001 - a check that fires on moved values: no allowance from this run
+            continue
+    return runs
+
+
+def spread_allowance(result, runs: list):
+    """``(bound, alternatives)`` for a value whose noise ``runs`` estimate (the same
+    value computed with every op moved within its bound): :data:`NOISE_SPREAD` times
+    their farthest from ``result``, and :data:`ELEMENTWISE_ULP` ULP."""
+    result = np.asarray(result)
+    if not _is_float(result):
+        return None, runs
+    base = widened_pair(result, result)[0]
+    spread = np.zeros(result.shape)
+    for alternative in runs:
+        with np.errstate(all="ignore"):
+            moved = np.abs(widened_pair(np.asarray(alternative), result)[0] - base)
+        spread = np.maximum(spread, np.where(np.isfinite(moved), moved, 0.0))
+    return ELEMENTWISE_ULP * _ulp(base, result.dtype) + NOISE_SPREAD * spread, runs
+
+
+def unit_roundoff(dtype) -> float:
+    """u = 2^-p for p significand bits (half the machine epsilon)."""
+    real = np.empty(0, dtype).real.dtype
+    return float(ml_dtypes.finfo(real).eps) / 2
+
+
+def _allowance(execution, step, operands, recomputed, env):
+    """``(rule, allowance)``: ``allowance(result)`` is ``(bound, alternatives)``, the
+    bound on the abs error of a float result (None for others) and the values
+    that count as within it."""
+    if _is_sum(step):
+        return _sum_allowance(execution, step, operands, recomputed, env)
+    moved = []   # per float operand: the results with it one ULP down, and up
+    for position, operand in enumerate(operands):
+        operand = np.asarray(operand)
+        if not _is_float(operand):
+            continue
+        for direction in (-1, 1):
+            changed = list(operands)
+            changed[position] = _one_ulp(operand, direction)
+            results = _run_or_none(execution, step, changed, env)
+            if results is not None:
+                moved.append((position, results))
+
+    def elementwise_bound(index):
+        result = np.asarray(recomputed[index])
+        alternatives = [results[index] for _, results in moved]
+        if not _is_float(result):
+            return None, alternatives
+        base = widened_pair(result, result)[0]
+        ulps = APPROXIMATION_ULP.get((step.name, element_name(result.dtype)), ELEMENTWISE_ULP)
+        bound = ulps * _ulp(base, result.dtype)
+        effects = {}
+        for position, results in moved:
+            with np.errstate(all="ignore"):
+                effect = np.abs(widened_pair(np.asarray(results[index]), result)[0] - base)
+            effect = np.where(np.isfinite(effect), effect, 0.0)   # a moved operand out of the domain: no allowance
+            effects[position] = np.maximum(effects.get(position, 0.0), effect)
+        return bound + sum(effects.values()), alternatives
+
+    return f"one op: {ELEMENTWISE_ULP} ULP, and one ULP of each operand", elementwise_bound
+
+
+def _is_sum(step) -> bool:
+    return step.name in SUMS or (step.name in SUMS_WITH_AN_ADD_BODY and monoid_of(step.regions[0]) == "stablehlo.add")
+
+
+def _sum_allowance(execution, step, operands, recomputed, env):
+    """The bound of a sum, (2n+2)·u·Σ|terms| (module docstring), as :func:`_allowance` gives it."""
+    magnitudes = execution.run_alone(step, [np.abs(x).astype(x.dtype) if _is_float(x) else x
+                                            for x in map(np.asarray, operands)], env)
+    terms = execution.run_alone(step, [np.ones_like(x) if _is_float(x) else x
+                                       for x in map(np.asarray, operands)], env)
+
+    def sum_bound(index):
+        result = np.asarray(recomputed[index])
+        if not _is_float(result):
+            return None, ()
+        n = np.abs(np.asarray(terms[index]).astype(np.complex128)).real
+        total = np.abs(np.asarray(magnitudes[index]).astype(np.complex128))
+        return (2 * n + 2) * unit_roundoff(result.dtype) * total, ()
+
+    return "a sum of n terms: (2n+2)·u·Σ|terms|", sum_bound
+
+
+def _estimated_allowance(execution, step, operands, recomputed, env):
+    """:func:`_allowance`'s form for an op with control-flow regions: the spread of
+    :data:`NOISE_RUNS` runs with every float result inside moved within its bound."""
+    def run(listener):
+        return Execution(RunContext([listener], semantics=execution.semantics)).run_alone(step, operands, env)
+
+    runs = noise_runs(run, execution.semantics)
+    return (f"{ESTIMATED} inside its regions: {NOISE_SPREAD}× the spread of {NOISE_RUNS} runs with every op "
+            "there moved within its bound"), lambda index: spread_allowance(recomputed[index], [r[index] for r in runs])
+
+
+class _Jitter(Listener):
+    """Moves each float result of the ops it sees by a random amount within the op's
+    own rounding bound (a sum's, else ELEMENTWISE_ULP ULP)."""
+
+    def __init__(self, rng, semantics: str):
+        self.rng = rng
+        self.plain = Execution(RunContext(semantics=semantics))   # for the sums' magnitudes, unobserved
+
+    def after_op(self, step, operands, results, stack):
+        moved = []
+        for result, bound in zip(results, self._bounds(step, operands, results)):
+            if bound is None:
+                moved.append(result)
+                continue
+            value = np.asarray(result)
+            with np.errstate(all="ignore"):
+                shifted = widened_pair(value, value)[0] + self.rng.uniform(-1.0, 1.0, value.shape) * bound
+            moved.append(np.where(np.isfinite(shifted), shifted, value).astype(value.dtype))
+        return moved
+
+    def _bounds(self, step, operands, results) -> list:
+        floats = [not isinstance(r, (tuple, Token)) and _is_float(r) for r in results]
+        if not any(floats):
+            return [None] * len(results)
+        if _is_sum(step):
+            try:
+                _, bound = _sum_allowance(self.plain, step, operands, results, {})
+                return [bound(i)[0] if is_float else None for i, is_float in enumerate(floats)]
+            except KeyError:   # a body that captures values of its region: bounded as one op
+                pass
+        return [ELEMENTWISE_ULP * _ulp(widened_pair(np.asarray(r), np.asarray(r))[0], np.asarray(r).dtype)
+                if is_float else None for r, is_float in zip(results, floats)]
+
+
+def _run_or_none(execution, step, operands, env) -> list | None:
+    """The op's results on moved operands, or None when it fails on them (a value out
+    of an op's domain): that move then allows nothing."""
+    try:
+        return execution.run_alone(step, operands, env)
+    except Exception:  # noqa: BLE001 - any failure of the op: no allowance from this run
+        return None
+
+
+def _is_float(value) -> bool:
+    return is_numeric(np.asarray(value).dtype)
+
+
+def _identical(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    return bool(_equal(ours, theirs).all())
+
+
+def _equal(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    if is_numeric(ours.dtype):
+        return same_values(*widened_pair(ours, theirs))
+    return np.asarray(ours == theirs)
+
+
+def _ulp(values: np.ndarray, dtype) -> np.ndarray:
+    """The spacing of ``dtype``'s numbers at ``|values|`` (float64; subnormals are
+    numbers: flushing them to zero is no rounding noise, docs/semantics.md)."""
+    real = np.empty(0, dtype).real.dtype
+    finfo = ml_dtypes.finfo(real)
+    magnitude = np.abs(values)
+    with np.errstate(all="ignore"):
+        exponent = np.floor(np.log2(np.maximum(magnitude, float(finfo.smallest_normal))))
+    spacing = np.ldexp(float(finfo.eps), np.where(np.isfinite(exponent), exponent, 0).astype(np.int64))
+    return np.where(np.isfinite(magnitude), spacing, np.inf)
+
+
+def _one_ulp(values: np.ndarray, direction: int) -> np.ndarray:
+    """``values`` moved one ULP towards ``direction``·∞;
+    complex values scaled by 1 ± 2u."""
+    if values.dtype.kind == "c":
+        return (values * (1 + direction * 2 * unit_roundoff(values.dtype))).astype(values.dtype)
+    wide = values.astype(np.float64)
+    with np.errstate(all="ignore"):
+        moved = wide + direction * _ulp(wide, values.dtype)
+    return np.where(np.isfinite(wide), moved, wide).astype(values.dtype)

@@ -1,0 +1,71 @@
+"""A zoo of real programs written with JAX's ecosystem (Flax, Optax, Equinox, Diffrax, NumPyro,
+Haiku, Keras): the models people train, at a size that lowers to thousands of ops yet runs a
+step in seconds on the interpreter.
+
+    from zoo import PROGRAMS
+    program = PROGRAMS["flax_nnx_transformer_lm"]()    # builds the model (imports flax, optax)
+    jax.jit(program.function)(*program.args)           # a plain JAX function, concrete NumPy inputs
+    program.lowered()                                  # jax.jit(function).lower(*args)
+
+Importing this package imports none of the libraries: each builder imports its family's
+module when called. Every builder is deterministic (fixed seeds), so two builds give the
+same function and the same arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooProgram:
+    name: str
+    function: Callable          # a plain JAX function: callers jit it
+    args: tuple                 # concrete inputs: NumPy arrays or pytrees of them
+    libraries: tuple[str, ...]  # the PyPI distributions it is written with
+    description: str            # one line
+    slow: bool = False          # too heavy for the default run (marked slow in the tests);
+                                # PROGRAMS decides it, and tells it before building (builder.slow)
+
+    def lowered(self):
+        """The program as ``jax.jit`` lowers it (a ``jax.stages.Lowered``)."""
+        import jax
+
+        return jax.jit(self.function).lower(*self.args)
+
+
+def _builder(module: str, name: str, *, slow: bool) -> Callable[[], ZooProgram]:
+    """The builder of ``name`` in the family module ``module``; ``build.slow`` tells without
+    building whether the program is too heavy for the default run."""
+
+    def build() -> ZooProgram:
+        made = getattr(importlib.import_module(f"{__name__}.{module}"), name)()
+        return dataclasses.replace(made, slow=slow)
+
+    build.__name__ = name
+    build.__qualname__ = f"{module}.{name}"
+    build.slow = slow
+    return build
+
+
+# name -> builder; the builder's module is the library family the program is written with.
+PROGRAMS: dict[str, Callable[[], ZooProgram]] = {
+    "flax_nnx_transformer_lm": _builder("flax_nnx", "transformer_lm", slow=False),
+    "flax_nnx_cnn_batchnorm": _builder("flax_nnx", "cnn_batchnorm", slow=False),
+    "flax_linen_mlp": _builder("flax_linen", "mlp_classifier", slow=False),
+    "equinox_diffrax_neural_ode": _builder("equinox_diffrax", "neural_ode", slow=True),
+    "equinox_diffrax_saved_steps": _builder("equinox_diffrax", "saved_steps", slow=True),
+    "numpyro_nuts_regression": _builder("numpyro_models", "nuts_regression", slow=True),
+    "haiku_mlp": _builder("haiku_models", "mlp_regression", slow=False),
+    "keras_mlp": _builder("keras_models", "mlp_classifier", slow=False),
+}
+
+
+def as_numpy(tree: Any) -> Any:
+    """Every array leaf of ``tree`` as a NumPy array (the form ``ZooProgram.args`` holds)."""
+    import jax
+    import numpy as np
+
+    return jax.tree.map(np.asarray, tree)
