@@ -17,21 +17,49 @@ settings.register_profile("thorough", max_examples=500, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+_SLOW_SHARE = pytest.StashKey[tuple]()
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", default=False,
                      help="run the exhaustive tests marked slow (CI runs a sample)")
 
 
+def slow_rotation() -> int:
+    """Which share of the slow tests this run takes: STABLEHLO_INTERP_SLOW_ROTATION if
+    set, else the number of commits up to HEAD (so each commit takes the next share),
+    else 0 (no git, or not a repository)."""
+    if "STABLEHLO_INTERP_SLOW_ROTATION" in os.environ:
+        return int(os.environ["STABLEHLO_INTERP_SLOW_ROTATION"])
+    try:
+        count = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=os.path.dirname(__file__),
+                               capture_output=True, text=True, timeout=30).stdout
+        return int(count)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return 0
+
+
 def pytest_collection_modifyitems(config, items):
-    """Without --run-slow, a fixed sample of the slow tests runs: one in
-    STABLEHLO_INTERP_SLOW_SAMPLE (default 25), picked by a stable hash of the test id."""
+    """Without --run-slow, a rotating share of the slow tests runs: one in
+    STABLEHLO_INTERP_SLOW_SAMPLE (default 25), the tests whose stable hash of the
+    test id is the rotation (slow_rotation) modulo that: a different share for each
+    commit, every slow test once in that many consecutive commits."""
     if config.getoption("--run-slow"):
         return
     one_in = int(os.environ.get("STABLEHLO_INTERP_SLOW_SAMPLE", "25"))
-    skip = pytest.mark.skip(reason="slow: not in the sample (run all with --run-slow)")
+    share = slow_rotation() % one_in
+    config.stash[_SLOW_SHARE] = (share, one_in)
+    skip = pytest.mark.skip(reason=f"slow: not in share {share} of {one_in} (run all with --run-slow)")
     for item in items:
-        if "slow" in item.keywords and zlib.crc32(item.nodeid.encode()) % one_in:
+        if "slow" in item.keywords and zlib.crc32(item.nodeid.encode()) % one_in != share:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if _SLOW_SHARE in config.stash:
+        share, one_in = config.stash[_SLOW_SHARE]
+        terminalreporter.write_line(f"slow tests: share {share} of {one_in} (STABLEHLO_INTERP_SLOW_ROTATION={share} "
+                                    f"repeats it; --run-slow runs all)")
 
 
 @pytest.fixture(scope="session")

@@ -246,6 +246,8 @@ def test_ulp_difference_with_subnormals_as_one_step():
         (f32(0.0), subnormal, 0),       # a subnormal below half the smallest normal counts as 0
         (f32(0.0), tiny, 1),
         (tiny, np.nextafter(tiny, f32(1)), 1),
+        (0.30910525376096126, 0.3091052537609613, 1),   # f64: one step, not 512 (float64 arithmetic)
+        (np.float64(1.0), np.nextafter(1.0, 2.0), 1),
     ]
     for a, b, expected in cases:
         assert int(ulp_difference(np.array(a), np.array(b), subnormals_as_one_step=True)) == expected, (a, b)

@@ -123,10 +123,15 @@ LINALG = {
 }
 
 
+# Relative tolerances other than 1e-5: the bf16 and f16 programs are rounded once
+# to the narrow type on both sides and agree exactly on these inputs (measured).
+PROGRAM_RTOL = {"bfloat16": 0, "float16": 0}
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_program_matches_cpu(ran, name):
     f, arg = PROGRAMS[name]
-    check(ran, f, arg, rtol=2e-2 if name in ("bfloat16", "float16") else 1e-5, atol=1e-5)
+    check(ran, f, arg, rtol=PROGRAM_RTOL.get(name, 1e-5), atol=1e-5)
 
 
 @pytest.mark.parametrize("case", LINALG.values(), ids=LINALG.keys())

@@ -92,7 +92,7 @@ def custom_call_text(target, operands, results, config="", layouts=True) -> str:
 
 
 def assert_close(actual, expected, context=""):
-    """Same dtype, shape and NaN pattern; values within a few hundred eps of XLA's."""
+    """Same dtype, shape, NaNs and infinities; finite values within a few hundred eps of XLA's."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.dtype == expected.dtype, f"{context}dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{context}shape {actual.shape} != {expected.shape}"
@@ -102,15 +102,19 @@ def assert_close(actual, expected, context=""):
     np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected), err_msg=context)
     eps = np.finfo(actual.dtype).eps
     finite = np.isfinite(expected)
+    infinite = ~finite & ~np.isnan(expected)
+    np.testing.assert_array_equal(actual[infinite], expected[infinite], err_msg=context)
     scale = 1 + (np.abs(expected[finite]).max() if finite.any() else 0)
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=0, atol=256 * eps * scale,
                                err_msg=context)
 
 
-def check_call(target, letter, args, cores, results, config="", ignore=(), layouts=True):
+def check_call(target, letter, args, cores, results, config="", ignore=(), layouts=True, rows=None):
     """Run one custom call on XLA CPU and in the interpreter; compare every result
-    but those in ``ignore`` (buffers jaxlib leaves unwritten). ``results``:
-    (shape, kind, core) with kind T/R/C/i as in ops/lapack.py. Returns XLA's results."""
+    but those in ``ignore`` (buffers jaxlib leaves unwritten); with ``rows``, only
+    those batch elements of the results before the last (info, compared whole).
+    ``results``: (shape, kind, core) with kind T/R/C/i as in ops/lapack.py.
+    Returns XLA's results."""
     operands = [(a.shape, a.dtype, core) for a, core in zip(args, cores)]
     results = [(shape, dtype_kind(letter, kind), core) for shape, kind, core in results]
     text = custom_call_text(target, operands, results, config, layouts)
@@ -118,6 +122,8 @@ def check_call(target, letter, args, cores, results, config="", ignore=(), layou
     expected = run_xla_text(text, *args)
     assert len(actual) == len(expected)
     for index, (a, e) in enumerate(zip(actual, expected)):
+        if rows is not None and index < len(expected) - 1:
+            a, e = a[rows], e[rows]
         if index not in ignore:
             assert_close(a, e, f"{target} result {index}: ")
     return expected
@@ -259,9 +265,10 @@ def test_geev_non_finite(letter):
     a = np.eye(3, dtype=TYPES[letter])[None].repeat(2, 0)
     a[1, 0, 1] = np.nan
     results = geev_results(letter, (2,), 3)
+    left_vectors = 1 if letter in "cz" else 2   # not computed: unwritten
     expected = check_call(f"lapack_{letter}geev_ffi", letter, [a], [2], results,
                           f"compute_left = {ord('N')} : ui8, compute_right = {ord('V')} : ui8",
-                          ignore=tuple(range(len(results) - 1)))
+                          ignore=(left_vectors,), rows=[0])   # the NaN matrix's results are undefined
     assert list(expected[-1]) == [0, -4]
 
 
@@ -347,11 +354,10 @@ def test_tridiagonal_solve_perturbed_singular(letter):
 
 
 def stored_cpu_modules():
-    """JAX's back-compat test data: LAPACK modules serialized by earlier JAX versions."""
-    try:
-        import jax._src.internal_test_util.export_back_compat_test_data as data
-    except ImportError:
-        return []
+    """JAX's back-compat test data: LAPACK modules serialized by earlier JAX versions
+    (shipped in the jax wheel we pin: an import error fails the collection)."""
+    import jax._src.internal_test_util.export_back_compat_test_data as data
+
     cases = []
     for found in pkgutil.iter_modules(data.__path__):
         if found.name.startswith("cpu_"):
@@ -360,6 +366,7 @@ def stored_cpu_modules():
                 for key, case in getattr(module, name).items():
                     if key in ("f64", "c64"):  # the other two types take the same paths
                         cases.append(pytest.param(case, id=f"{found.name[4:]}-{name[5:]}-{key}"))
+    assert cases, f"no cpu_ modules in {data.__path__}"
     return cases
 
 
@@ -392,6 +399,7 @@ def test_layouts_other_than_jax(layouts):
                             'tensor<3xindex>, dense<[1, 0]> : tensor<2xindex>]')
     expected = run_xla_text(text, a)
     actual = run_interp_text(text, a)
+    assert len(actual) == len(expected) == 2
     for x, e in zip(actual, expected):
         assert_close(x, e)
     # Not the QR of a: the kernel factored each 4x3 matrix's bytes read as 3x4 column-major.
@@ -452,7 +460,11 @@ def test_unimplemented_modes_name_target():
 
 
 def tolerance(dtype):
-    return 2e-3 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-9
+    """rtol and atol of f32/c64 and f64/c128 results: the interpreter's LAPACK (SciPy's)
+    and XLA's (jaxlib's) round differently in eigh, svd, qr, eig and schur of these 4x4
+    and 5x5 matrices, and A V = V diag(w) holds to rounding: measured 2.8e-6 at most in
+    f32 (all pass at 2e-6, 10 fail at 2e-7); 1e-5 leaves a margin for other builds."""
+    return 1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-9
 
 
 def same_as_xla(fn, *args, unique=()):

@@ -437,7 +437,7 @@ def test_triangular_solve_matches_reference(reference, options):
 def test_triangular_solve_empty(a_shape, b_shape):
     text = _triangular_op(a_shape, b_shape, "f32", True, True, False, "NO_TRANSPOSE")
     a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)
-    assert_same(run_interp_text(text, a, b)[0], run_xla_text(text, a, b)[0])
+    assert_same(run_interp_text(text, a, b)[0], run_xla_text(text, a, b)[0], empty_ok=True)
 
 
 def test_triangular_solve_f16_goes_through_f32():
@@ -499,7 +499,7 @@ def test_cholesky_not_positive_definite_gives_nan_like_xla():
 def test_cholesky_empty(shape):
     text = _cholesky_module(shape, "f32", True)
     a = np.ones(shape, np.float32)
-    assert_same(run_interp_text(text, a)[0], run_xla_text(text, a)[0])
+    assert_same(run_interp_text(text, a)[0], run_xla_text(text, a)[0], empty_ok=True)
 
 
 # ------------------------------------------------------------- whole programs

@@ -46,6 +46,7 @@ def placement(array) -> tuple:
 
 
 def assert_same_placement(expected, actual) -> None:
+    assert jax.tree.structure(actual) == jax.tree.structure(expected)
     for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(actual)):
         assert {d.platform for d in got.devices()} == {"interp"}
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)

@@ -320,7 +320,22 @@ def _math(fn, exact=False, accurate_f32=False, complex_fn=None):
 
 
 def _logistic(x):
-    return 1 / (1 + np.exp(-x))
+    """1 / (1 + e**-x). For complex x with a negative real part, the same as
+    e**x / (1 + e**x): e**-x overflows there, and NumPy's complex 1 / (inf + inf i)
+    is NaN where C99 Annex G (and XLA) give 0. e**x is e**re x * (cos im x, sin im x)
+    (C99's cexp), so that an underflow to zero keeps the signs of the cosine and the
+    sine; where 1 + e**x is 1, the quotient is e**x itself (NumPy's complex division
+    would lose those signs)."""
+    if not np.iscomplexobj(x):
+        return 1 / (1 + np.exp(-x))
+    x = np.asarray(x)
+    negative = x.real < 0
+    w = np.where(negative, x, -x)
+    magnitude = np.exp(w.real)
+    e = np.empty_like(w)
+    e.real, e.imag = magnitude * np.cos(w.imag), magnitude * np.sin(w.imag)
+    with np.errstate(invalid="ignore"):
+        return np.where(negative, np.where(1 + e == 1, e, e / (1 + e)), 1 / (1 + e))
 
 
 def _rsqrt(x):

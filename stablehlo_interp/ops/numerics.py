@@ -47,7 +47,9 @@ def ulp_difference(actual, expected, *, subnormals_as_one_step: bool = False) ->
     def collapse_subnormals(m):
         z = np.uint64(smallest_normal_bits)
         below_half = m < (z + np.uint64(1)) // np.uint64(2)
-        return np.where(m > z, np.maximum(m, z) - z, np.where(below_half, 0, 1)).astype(np.uint64)
+        # uint64 constants: a Python int would make np.where's result float64, which
+        # rounds f64 magnitudes to 512 steps (1 ULP counted as 512).
+        return np.where(m > z, np.maximum(m, z) - z, np.where(below_half, np.uint64(0), np.uint64(1)))
 
     finite = np.isfinite(wide_a) & np.isfinite(wide_b)
     has_subnormals = smallest_normal_bits > 0  # f8E8M0FNU has none
