@@ -32,8 +32,12 @@ import pytest
 
 FOREVER = 10**9
 
+# The child is a program started at a terminal: Ctrl-C raises KeyboardInterrupt. (A test run
+# started in the background by a non-interactive shell ignores SIGINT, and its children inherit
+# that: Python keeps an ignored SIGINT ignored, and so does the device.)
 PRELUDE = """
     import faulthandler, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     import numpy as np
     import jax, jax.numpy as jnp
