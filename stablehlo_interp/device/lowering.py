@@ -66,9 +66,10 @@ def _call_exported_like_the_cpu(generic_rule):
 
 
 def interpreter_platform() -> str | None:
-    """``"interp"`` when JAX lowers for the interp platform in this process (its plugin
-    is initialized: not under ``JAX_PLATFORMS=cpu``), else None. A function lowered
-    for it calls its host callbacks through the interpreter (host_callbacks.py)."""
+    """``"interp"`` when JAX can lower for the interp platform in this process (its
+    lowering rules are registered, which importing this package does, whatever
+    ``JAX_PLATFORMS`` says), else None. A function lowered for it calls its host
+    callbacks through the interpreter (host_callbacks.py)."""
     import jax
     from jax._src.interpreters import mlir
 
