@@ -34,9 +34,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-Builder = Callable[["OpInfo"], Callable]  # noqa: F821
+if TYPE_CHECKING:
+    from .plan import OpInfo
+
+Builder = Callable[["OpInfo"], Callable]
 CUSTOM_CALL = "stablehlo.custom_call"   # dispatched on call_target_name to the custom-call table
 
 
@@ -119,15 +122,6 @@ def _register(users: dict, builtins: dict, name: str, implementation: Implementa
         users[name] = implementation
 
 
-def unregister_op(name: str) -> None:
-    """Drop a user's registration (the built-in implementation, if any, applies again)."""
-    _USER_OPS.pop(name, None)
-
-
-def unregister_custom_call(target: str) -> None:
-    _USER_CUSTOM_CALLS.pop(target, None)
-
-
 @contextlib.contextmanager
 def replaced(ops: dict | None = None, custom_calls: dict | None = None):
     """``with replaced(ops={name: builder}, custom_calls={target: builder}):`` the builders
@@ -168,12 +162,12 @@ def is_builtin(name: str) -> bool:
 
 def op_builder(name: str) -> Builder | None:
     implementation = op_implementation(name)
-    return implementation and implementation.builder
+    return implementation.builder if implementation else None
 
 
 def custom_call_builder(target: str) -> Builder | None:
     implementation = custom_call_implementation(target)
-    return implementation and implementation.builder
+    return implementation.builder if implementation else None
 
 
 def registered_ops() -> list[str]:
