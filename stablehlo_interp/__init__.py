@@ -10,6 +10,7 @@
 
 import os
 
+from typing import Any
 from .engine.run import Listener
 from .errors import (
     ArgumentError,
@@ -33,7 +34,7 @@ _TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite"
           "on_device", "portability", "probe", "trace")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name == "conform":
         from .frontends.conform import conform
 

@@ -13,6 +13,8 @@ See docs/cli.md and docs/tools.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import argparse
 import ast
 import pathlib
@@ -32,7 +34,7 @@ class UsageError(Exception):
     """Bad command-line input (exit status 2)."""
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:

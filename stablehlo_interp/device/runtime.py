@@ -158,7 +158,7 @@ class Buffer:
         array = self.array()
         if self.dtype is None:
             raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
-        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # noqa: E721 - not a subclass
+        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # (not a subclass)
             array = self.value = np.array(array, order="C")   # the same value, dense
         self.external_references += 1
         if self.held is None:

@@ -18,7 +18,7 @@ def _read_everything(module) -> None:
     """Read each string of ``module`` that loading it reads: the op and attribute
     names, the attributes and the locations of ops and block arguments."""
     def visit(operation):
-        operation.name
+        _ = operation.name   # read: the bindings raise on a name that is not UTF-8
         decode_location(operation.location)
         try:
             decode_op_attributes(operation)

@@ -392,7 +392,7 @@ def top_k(info):
         key = total_order_key
     else:
         compute = integer_compute_dtype(ttype.dtype)
-        key = lambda x: np.asarray(x).astype(compute)  # noqa: E731
+        key = lambda x: np.asarray(x).astype(compute)  # noqa: E731 - one of two keys, as the branch above
     index_dtype = info.result_types[1].dtype
 
     def run(operand):

@@ -43,5 +43,5 @@ __all__ = [
     "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
-    "load_probes", "on_device", "portability", "probe", "summarize", "trace",
+    "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
 ]

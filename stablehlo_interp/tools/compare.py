@@ -33,6 +33,8 @@ backend's, each prefix the backend runs, and the runs that estimate noise
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,8 +171,8 @@ class _EntryValues(Listener):
         return None
 
 
-def compare(target, *args, backend="cpu", tolerance=None, function: str | None = None,
-            window_bytes: int = WINDOW_BYTES, **kwargs) -> Comparison:
+def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
+            window_bytes: int = WINDOW_BYTES, **kwargs: Any) -> Comparison:
     """Run ``target`` on ``args`` here and on ``backend``; classify the differences and
     find the first divergent op (module docstring).
 

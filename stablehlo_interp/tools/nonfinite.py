@@ -24,6 +24,8 @@ every max and min reduction); a NaN constant is.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass, field
 
@@ -606,7 +608,8 @@ class NonFiniteFinder(Listener):
         return None
 
 
-def find_nonfinite(target, *args, function: str | None = None, mode: str = "origins", **kwargs):
+def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: str = "origins",
+                   **kwargs: Any) -> Any:
     """Run ``target`` on ``args`` and say where the NaNs and infs of its results came
     from (:class:`NonFiniteOrigins`; None when every result is finite). With
     ``mode="first"``: the first op that made a NaN or inf anywhere

@@ -19,6 +19,12 @@ or for the whole process, with environment variables read when
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine.run import Listener
+
 import contextlib
 import os
 import sys
@@ -38,7 +44,7 @@ def device_listeners() -> list:
 
 
 @contextlib.contextmanager
-def on_device(*listeners):
+def on_device(*listeners: Listener) -> Iterator[Listener | tuple[Listener, ...]]:
     """Attach ``listeners`` to every program run on the interp device inside the block.
 
     Yields the listener (or the tuple of them when several are given).

@@ -15,7 +15,7 @@ from . import abi
 from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
-from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
+from .calls import (FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
                     header_handle, immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
 

@@ -20,6 +20,9 @@ The graphs are laid out in the browser by dagre (the npm package
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import html
 import json
 import pathlib
@@ -67,8 +70,8 @@ class Exploration:
         return f"<Exploration: {len(self.trace)} ops run{where}>"
 
 
-def explore(target, *args, path=None, function: str | None = None, backend=None, tolerance=None,
-            **kwargs) -> Exploration:
+def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, function: str | None = None,
+            backend: Any = None, tolerance: Any = None, **kwargs: Any) -> Exploration:
     """Run ``target`` on its arguments (as ``si.run`` does) and build the explorer page;
     write it to ``path`` when given. A module given without the arguments its
     function takes is drawn without running it (no values).
