@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 
 OK, ERROR = b"o", b"e"  # a reply's status byte: its payload is the answer, or an error message
 
@@ -113,15 +114,20 @@ def read(stream) -> bytes:
     return data
 
 
-def serve(answer) -> None:
-    """The child's loop: answer each request with ``answer(request) -> (status, payload)``
-    until stdin closes."""
+def serve(compute: Callable[[bytes], bytes], reported: tuple[type[Exception], ...] = (),
+          describe: Callable[[Exception], str] = str) -> None:
+    """The child's loop, until stdin closes: each request's reply is OK and
+    ``compute(request)``, or ERROR and ``describe(error)`` when ``compute`` raises one
+    of ``reported`` (any other exception ends the child: the parent gets ChildDied)."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
             request = read(requests)
         except EOFError:
             return
-        status, payload = answer(request)
+        try:
+            status, payload = OK, compute(request)
+        except reported as error:
+            status, payload = ERROR, describe(error).encode("utf-8")
         replies.write(status)
         write(replies, payload)

@@ -10,7 +10,7 @@ from jaxlib.mlir import ir, passmanager
 
 from ..errors import ModuleError
 from .declarations import function_operations
-from .child_process import ERROR, OK, serve
+from .child_process import serve
 from .shardy import PIPELINE, SHARDING_ATTRIBUTES
 from .sources import captured_diagnostics, parse_bytes, shared_context
 
@@ -73,12 +73,5 @@ def propagate(data: bytes) -> dict:
     return answer
 
 
-def _answer(request: bytes) -> tuple[bytes, bytes]:
-    try:
-        return OK, json.dumps(propagate(request)).encode("utf-8")
-    except ModuleError as error:
-        return ERROR, str(error).encode("utf-8")
-
-
 if __name__ == "__main__":
-    serve(_answer)
+    serve(lambda request: json.dumps(propagate(request)).encode("utf-8"), reported=(ModuleError,))
