@@ -8,9 +8,8 @@
     si.explore(f, x, path="f.html")         # one page: source, jaxpr, StableHLO, graph and values, linked
 """
 
-import os
-
 from typing import Any
+
 from .engine.run import Listener
 from .errors import (
     ArgumentError,
@@ -45,12 +44,6 @@ def __getattr__(name: str) -> Any:
         tools = importlib.import_module(f"{__name__}.tools")  # (from . import would recurse here)
         return tools if name == "tools" else getattr(tools, name)
     raise AttributeError(f"module 'stablehlo_interp' has no attribute {name!r}")
-
-
-if os.environ.get("STABLEHLO_INTERP_TRACE") or os.environ.get("STABLEHLO_INTERP_NONFINITE"):
-    from .tools import install_from_environment
-
-    install_from_environment()
 
 __all__ = [
     "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",

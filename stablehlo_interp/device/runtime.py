@@ -11,6 +11,7 @@ and donation share them freely.
 from __future__ import annotations
 
 import math
+import threading
 import os
 
 import ml_dtypes
@@ -34,8 +35,11 @@ DEVICE_KIND = "interp"
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
 DEFAULT_DEVICE_COUNT = 8
 
-# Listeners (stablehlo_interp.Listener) attached to every execution on the device.
+# Listeners (stablehlo_interp.Listener) attached to every execution on the device (each
+# run takes a snapshot: RunContext's tuple). si.on_device changes the list under the lock,
+# so that blocks entered and left on several threads neither lose nor leave a listener.
 listeners: list = []
+listeners_lock = threading.Lock()
 
 # The semantics of programs the device compiles (docs/semantics.md): "xla", what JAX
 # relies on, unless STABLEHLO_INTERP_SEMANTICS says "spec".
