@@ -115,7 +115,9 @@ class Buffer:
     """A device array: a NumPy array (or the token) in a memory of a device (its
     default one unless given), until deleted."""
 
-    __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held")
+    # c_dimensions: the C array of its shape that its PJRT header points to (pjrt/calls_buffers.py)
+    __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held",
+                 "c_dimensions")
 
     def __init__(self, device: Device, value, memory: Memory | None = None):
         self.device = device

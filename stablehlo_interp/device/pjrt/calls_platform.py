@@ -126,7 +126,7 @@ def event_await(args):
     event_error(args)
 
 
-_on_ready_callbacks: dict[int, object] = {}
+_on_ready_callbacks: dict[int, object] = {}   # by jaxlib's callback function: a handful in a process
 
 
 @CALLS.implements("Event_OnReady", abi.PJRT_Event_OnReady_Args, native.CompleteEvent(on_ready=True))
