@@ -104,5 +104,5 @@ def _silence_releasing_calls() -> None:
     waiting for the GIL get it now, before CPython finalizes."""
     no_op = native.no_op()
     for name in RELEASING_SLOTS:
-        setattr(_table.api, f"PJRT_{name}", no_op)
+        setattr(table().api, f"PJRT_{name}", no_op)
     time.sleep(DRAIN_SECONDS)

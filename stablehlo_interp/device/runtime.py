@@ -10,6 +10,7 @@ and donation share them freely.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import os
@@ -118,6 +119,7 @@ class Buffer:
     # c_dimensions: the C array of its shape that its PJRT header points to (pjrt/calls_buffers.py)
     __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held",
                  "c_dimensions")
+    c_dimensions: ctypes.Array
 
     def __init__(self, device: Device, value, memory: Memory | None = None):
         self.device = device

@@ -44,7 +44,7 @@ def _argument_shardings(func_op, key: str, count: int) -> list:
 def propagate(data: bytes) -> dict:
     module = parse_bytes(data, shared_context(len(data)))   # a fresh context would cost more than the pipeline
     with module.context, captured_diagnostics(module.context) as diagnostics:
-        tagged = []   # every op of every function: the tags are unique in the module
+        tagged: list[ir.Operation] = []   # every op of every function: the tags are unique in the module
         trees = {name: _tag_blocks(op.regions[0], tagged) if len(op.regions[0].blocks) else []
                  for name, op in function_operations(module).items()}
         try:

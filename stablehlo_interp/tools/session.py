@@ -83,7 +83,7 @@ def printing_recorder(stream) -> TraceRecorder:
 
 def listeners_from_environment(environ=os.environ) -> list:
     """The listeners that the environment variables ask for."""
-    listeners = []
+    listeners: list[Listener] = []
     destination = environ.get(TRACE_VARIABLE, "")
     if destination and destination != "0":
         stream = sys.stderr if destination in ("1", "stderr") else open(destination, "a", encoding="utf-8")
