@@ -139,7 +139,11 @@ def node_data(program, findings: Findings, nodes: dict, entry: str = "main") -> 
         backend = findings.comparison.backend
         overlays["ulp"] = _Overlay(f"ULP distance from {backend}", gradient=GRADIENT)
         overlays["noise"] = _Overlay(f"vs {backend}: 0 same, 1 rounding noise, 2 unbounded, 3 beyond its bound")
-        for step, finding in zip(inlined_entry_steps(program, entry), findings.comparison.findings):
+        steps = list(inlined_entry_steps(program, entry))
+        if findings.comparison.findings and len(steps) != len(findings.comparison.findings):
+            raise GraphMismatch(f"compare judged {len(findings.comparison.findings)} ops of @{entry} with its calls "
+                                f"inlined, the program has {len(steps)}")
+        for step, finding in zip(steps, findings.comparison.findings):
             if step.info.name != finding.step.info.name:
                 raise GraphMismatch(f"compare's inlined @{entry} has {finding.step.info.name} where the program "
                                     f"has {step.info.name}")
