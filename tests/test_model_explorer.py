@@ -187,3 +187,22 @@ def test_the_command_line_writes_the_files(capsys, tmp_path):
     origin = json.loads((tmp_path / "me" / "nan_origin.json").read_text())
     graphs = model_explorer_graphs(tmp_path / "me" / "module.mlir")
     assert list(origin["main"]["results"]) == [node(graphs, "main", "stablehlo.log")]
+
+
+def test_the_extension_answers_its_run_with_the_overlays_or_a_clear_error(tmp_path):
+    from stablehlo_interp.tools.model_explorer.main import PROVIDER_ID, InterpreterRun
+
+    module = tmp_path / "f.mlir"
+    module.write_text(jax.jit(lambda x: jnp.exp(x) * 2).lower(np.ones(3, np.float32)).as_text(debug_info=True))
+    np.save(tmp_path / "x.npy", np.array([1.0, 2.0, 3.0], np.float32))
+    provider = InterpreterRun()
+    answer = provider.run(PROVIDER_ID, str(module), "main", {"inputs": str(tmp_path / "x.npy"), "backend": "cpu"})
+    assert answer.error == ""
+    names = [data.name for data in answer.result]
+    assert names == ["max |value|", "NaN and inf count", "where the NaN or inf of a result was made",
+                     "ULP distance from cpu", "vs cpu: 0 same, 1 rounding noise, 2 unbounded, 3 beyond its bound"]
+    exp = node(model_explorer_graphs(module), "main", "stablehlo.exponential")
+    assert answer.result[0].results[exp].value == float(np.exp(np.float32(3)))
+    assert answer.result[4].results[exp].value in (0, 1)         # XLA's exp: the same or within its bound
+    wrong = provider.run(PROVIDER_ID, str(module), "main", {"inputs": f"{tmp_path / 'x.npy'},{tmp_path / 'x.npy'}"})
+    assert wrong.result is None and "argument" in wrong.error.lower(), wrong.error

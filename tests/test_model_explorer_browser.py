@@ -9,7 +9,6 @@ from the values the op it labels made (a real Flax model: tests/zoo/), and the N
 origin must be marked on the op that made it.
 """
 
-import json
 import os
 
 import numpy as np
@@ -21,13 +20,13 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no Chromiu
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("model_explorer", reason="Model Explorer is not installed (the model-explorer extra)")
 
+import jax   # noqa: E402
 import jax.numpy as jnp   # noqa: E402
 
 import stablehlo_interp as si   # noqa: E402
 from model_explorer_server import ModelExplorerServer   # noqa: E402
 from stablehlo_interp.tools.model_explorer import model_explorer_graphs   # noqa: E402
 from stablehlo_interp.tools.model_explorer.graphs import graphs_by_id   # noqa: E402
-from stablehlo_interp.tools.model_explorer.main import PROVIDER_ID   # noqa: E402
 
 PAGE_SECONDS = 120
 
@@ -49,15 +48,21 @@ def node_data_table(browser, files, node_filter: str) -> tuple[list[str], list[l
         page.wait_for_selector("table.results tbody tr", timeout=PAGE_SECONDS * 1000)
         page.locator("input[placeholder='regex to filter nodes']").last.fill(node_filter)
         page.wait_for_timeout(500)
-        names = [text.strip() for text in page.eval_on_selector_all(
-            "table.results th .stat-label", "labels => labels.map(l => l.textContent)")]
-        rows = page.eval_on_selector_all(
-            "table.results tbody tr", "rows => rows.map(r => [...r.children].map(c => c.textContent.trim()))")
-        colours = page.eval_on_selector_all(
-            "table.results tbody tr", "rows => rows.map(r => [...r.children].map(c => c.style.backgroundColor))")
+        shown = table(page)
         page.close()
         assert errors == []
-    return names, [(row, colour) for row, colour in zip(rows, colours)]
+    return shown
+
+
+def table(page) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
+    """The Node data table: the overlays' names, and per row its cells' texts and colours."""
+    names = [text.strip() for text in page.eval_on_selector_all(
+        "table.results th .stat-label", "labels => labels.map(l => l.textContent)")]
+    rows = page.eval_on_selector_all(
+        "table.results tbody tr", "rows => rows.map(r => [...r.children].map(c => c.textContent.trim()))")
+    colours = page.eval_on_selector_all(
+        "table.results tbody tr", "rows => rows.map(r => [...r.children].map(c => c.style.backgroundColor))")
+    return names, list(zip(rows, colours))
 
 
 def largest_finite(values) -> float | None:
@@ -113,20 +118,30 @@ def test_the_nan_origin_and_the_backend_verdict_are_shown_on_their_nodes(browser
     assert [row[origin] for row, _ in rows].count("-") == len(rows) - 1
 
 
-def test_the_extension_runs_the_opened_module_on_the_users_inputs(tmp_path):
-    lowered = __import__("jax").jit(lambda x: jnp.log(x) * 2).lower(np.ones(3, np.float32))
+def test_the_extension_runs_the_opened_module_on_inputs_picked_in_model_explorer(browser, tmp_path):
+    lowered = jax.jit(lambda x: jnp.log(x) * 2).lower(np.ones(3, np.float32))
     module = tmp_path / "f.mlir"
     module.write_text(lowered.as_text(debug_info=True))
     np.savez(tmp_path / "inputs.npz", np.array([4.0, -1.0, 0.5], np.float32))
     with ModelExplorerServer(module, extensions=["stablehlo_interp.tools.model_explorer"]) as server:
-        assert "stablehlo-interp: run" in "".join(server.output)
-        answer = server.command({"extensionId": PROVIDER_ID, "cmdId": "run", "modelPath": str(module),
-                                 "graphId": "main", "configValues": {"inputs": str(tmp_path / "inputs.npz")}})
-    assert answer.get("error") == "", answer
-    overlays = {data["name"]: data["results"] for data in answer["result"]}
+        page = browser.new_page(viewport={"width": 1500, "height": 860})
+        page.goto(server.url)
+        page.wait_for_selector("canvas.main", timeout=PAGE_SECONDS * 1000)
+        page.get_by_text("Add per-node data").click()
+        page.locator(".cdk-overlay-container").get_by_text("stablehlo-interp: run").click()
+        dialog = page.locator("mat-dialog-container")
+        assert dialog.locator("input").count() == 4      # the run's name, then the provider's editors in order
+        dialog.locator("input").nth(1).fill(str(tmp_path / "inputs.npz"))
+        dialog.get_by_text("Run", exact=True).click()
+        page.wait_for_selector("table.results tbody tr", timeout=PAGE_SECONDS * 1000)
+        names, rows = table(page)
+        page.close()
     graph = graphs_by_id(model_explorer_graphs(module))["main"]["nodes"]
-    ids = {node["label"]: node["id"] for node in graph}
-    assert overlays["max |value|"][ids["stablehlo.log"]]["value"] == pytest.approx(float(np.log(np.float32(4))))
-    assert overlays["max |value|"][ids["stablehlo.multiply"]]["value"] == pytest.approx(float(2 * np.log(np.float32(4))))
-    assert json.dumps(overlays["where the NaN or inf of a result was made"]) == json.dumps(
-        {ids["stablehlo.log"]: {"value": 1, "bgColor": "#d50000", "textColor": "#ffffff"}})
+    assert [row[1] for row, _ in rows] == [node["label"] for node in graph]      # each row is the node drawn there
+    shown = {row[1]: dict(zip(names, row[2:])) for row, _ in rows}
+    log4 = np.log(np.float32(4))
+    assert float(shown["stablehlo.log"]["max |value|"]) == float(log4)
+    assert float(shown["stablehlo.multiply"]["max |value|"]) == float(log4 * np.float32(2))
+    assert shown["stablehlo.log"]["NaN and inf count"] == shown["stablehlo.multiply"]["NaN and inf count"] == "1"
+    assert [label for label, values in shown.items()
+            if values["where the NaN or inf of a result was made"] != "-"] == ["stablehlo.log"]

@@ -151,6 +151,8 @@ def node_data(program, findings: Findings, nodes: dict, entry: str = "main") -> 
             if finding.max_ulp is not None:
                 overlays["ulp"].raise_to(graph, node, finding.max_ulp)
             overlays["noise"].worst(graph, node, finding.kind)
+    for overlay in overlays.values():
+        overlay.results(entry)          # the entry function's graph in every overlay, empty as it may be
     return {name: overlay.graphs for name, overlay in overlays.items()}
 
 
@@ -172,7 +174,8 @@ class _Overlay:
         self.name, self.gradient = name, gradient
         self.graphs: dict[str, dict] = {}
 
-    def _results(self, graph: str) -> dict:
+    def results(self, graph: str) -> dict:
+        """The node data of ``graph``'s nodes (made empty on first use)."""
         if graph not in self.graphs:
             self.graphs[graph] = {"name": self.name, "results": {}}
             if self.gradient:
@@ -185,17 +188,17 @@ class _Overlay:
             result["bgColor"] = background
         if text:
             result["textColor"] = text
-        self._results(graph)[node] = result
+        self.results(graph)[node] = result
 
     def raise_to(self, graph: str, node: str, value) -> None:
         """The node's value, or ``value`` when that is larger."""
-        current = self._results(graph).get(node)
+        current = self.results(graph).get(node)
         if current is None or value > current["value"]:
             self.set(graph, node, value)
 
     def worst(self, graph: str, node: str, kind: str) -> None:
         """The node's verdict, or ``kind`` when that is worse."""
-        current = self._results(graph).get(node)
+        current = self.results(graph).get(node)
         if current is None or VERDICT_VALUES[kind] > current["value"]:
             self.set(graph, node, VERDICT_VALUES[kind], VERDICT_COLOURS[kind])
 
