@@ -186,7 +186,8 @@ def test_document(document, scratch, tmp_path):
     assert len(results) == len(expected)
     for entry in _explorer_pages(name):
         if "model_explorer" in entry:
-            written, fingerprint = entry["model_explorer"], model_explorer_fingerprint(scratch / entry["model_explorer"])
+            written = entry["model_explorer"]
+            fingerprint = model_explorer_fingerprint(scratch / written)
         else:
             written, fingerprint = entry["page"], explorer_page_fingerprint(scratch / entry["page"])
         assert fingerprint == entry["sha256"], (
@@ -234,7 +235,8 @@ def test_explorer_screenshots_cover_the_documents():
     manifest = json.loads((ROOT / "docs" / "images" / "explorer_pages.json").read_text())
     for entry in manifest:
         text = (ROOT / entry["document"]).read_text(encoding="utf-8")
-        written = f'model_explorer="{entry["model_explorer"]}"' if "model_explorer" in entry else f'path="{entry["page"]}"'
+        written = (f'model_explorer="{entry["model_explorer"]}"' if "model_explorer" in entry
+                   else f'path="{entry["page"]}"')
         assert written in text, entry
         assert entry["screenshot"].removeprefix("docs/") in text, entry
 

@@ -66,10 +66,10 @@ def overlays_of(model_path: str, graph_id: str, config_values: dict) -> list[Gra
     findings = find(call, backend=str(config_values.get("backend") or "").strip() or None)
     nodes = node_ids(program, model_explorer_graphs(model_path))
     overlays = node_data(program, findings, nodes, call.function)
-    return [GraphNodeData(results={node: NodeDataResult(**result) for node, result in graphs[graph_id]["results"].items()},
-                          name=graphs[graph_id]["name"],
-                          gradient=[GradientItem(**stop) for stop in graphs[graph_id].get("gradient", [])])
-            for graphs in overlays.values() if graph_id in graphs]
+    shown = [graphs[graph_id] for graphs in overlays.values() if graph_id in graphs]
+    return [GraphNodeData(results={node: NodeDataResult(**result) for node, result in data["results"].items()},
+                          name=data["name"], gradient=[GradientItem(**stop) for stop in data.get("gradient", [])])
+            for data in shown]
 
 
 def read_inputs(text: str) -> list[np.ndarray]:
