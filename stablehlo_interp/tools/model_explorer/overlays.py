@@ -57,13 +57,14 @@ class OpValues:
 
 
 class OpStatistics(Listener):
-    """Per op over every time it ran: :class:`OpValues` of its results, by ``id(step)``."""
+    """Per op over every time it ran: :class:`OpValues` of its results, by its step
+    (the object: a step is known by identity, and kept alive here)."""
 
     def __init__(self):
-        self.ops: dict[int, OpValues] = {}
+        self.ops: dict[object, OpValues] = {}
 
     def after_op(self, step, operands, results, stack):
-        entry = self.ops.setdefault(id(step), OpValues())
+        entry = self.ops.setdefault(step, OpValues())
         for value in results:
             magnitudes = _magnitudes(value)
             if magnitudes is None:
@@ -119,10 +120,10 @@ def node_data(program, findings: Findings, nodes: dict, entry: str = "main") -> 
     overlays = {"max_abs": _Overlay("max |value|", gradient=GRADIENT),
                 "nonfinite": _Overlay("NaN and inf count"),
                 "nan_origin": _Overlay("where the NaN or inf of a result was made")}
-    for key, values in findings.statistics.ops.items():
-        if key not in nodes:
+    for step, values in findings.statistics.ops.items():
+        if id(step) not in nodes:
             continue            # a step of a refined copy (a shape-polymorphic program): not drawn
-        graph, node, _ = nodes[key]
+        graph, node, _ = nodes[id(step)]
         if values.max_abs is not None:
             overlays["max_abs"].set(graph, node, values.max_abs)
         count = values.nan + values.inf
