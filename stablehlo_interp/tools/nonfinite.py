@@ -102,14 +102,15 @@ class NonFiniteOrigin(NonFiniteReport):
     reach; ``chain`` the ops from this one to the first of them (the origin
     itself not included); ``executions`` how many executions of this op are
     origins of values that reach results (in a loop: how many iterations);
-    ``stack``, ``operands`` and ``results`` are those of the first of them.
-    An origin that is an argument of the entry function has ``op`` ``"argument
-    #i"`` and no location.
+    ``stack``, ``operands`` and ``results`` are those of the first of them;
+    ``step`` the op's step in the plan. An origin that is an argument of the entry
+    function has ``op`` ``"argument #i"``, no location and no step.
     """
 
     reaches: tuple[int, ...] = ()
     chain: tuple[ChainLink, ...] = ()
     executions: int = 1
+    step: object = field(default=None, repr=False, compare=False)
 
     def title(self) -> str:
         kinds = " and ".join(dict.fromkeys(_kind_name(kind) for _, kind, _, _ in self.new)) or "non-finite value"
@@ -405,7 +406,7 @@ class NonFiniteTracer(Listener):
         stack, operands, results = made.details
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
-                               tuple(reaches), chain, len(executions))
+                               tuple(reaches), chain, len(executions), made.step)
 
 
 def _chain(node, parents) -> tuple[ChainLink, ...]:
