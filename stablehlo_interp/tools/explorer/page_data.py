@@ -31,6 +31,7 @@ from ..nonfinite import run_traced
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
 from ..trace import TraceRecorder
+from .groups import GroupBuilder, outer_frame_count, scope_of
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
 FULL_TEXT_BUDGET = 4_000_000  # characters of whole values per page; later values keep their summary only
@@ -57,6 +58,7 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
         "jaxpr": _jaxpr_lines(call.traced, files),
         "stablehlo": hlo_text.splitlines(),
         "regions": graph.regions,
+        "groups": graph.groups,
         "sections": graph.sections,
         "steps": graph.steps,
         "records": _records(trace, graph, call.arguments or []),
@@ -150,6 +152,7 @@ class _Graph:
         self.regions: dict[str, dict] = {}
         self.steps: dict[str, dict] = {}
         self.step_ids: dict[int, str] = {}      # id(step) -> sid
+        self.locations: dict[str, object] = {}  # sid -> its location (None: none)
         self.sections: list[str] = []
         self.functions = {name: function for name, function in program.functions.items()
                           if function.region is not None}
@@ -157,6 +160,19 @@ class _Graph:
             region = self.functions[name].region
             arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(region.arg_types)]
             self.sections.append(self._region(region, f"@{name}", None, arguments))
+        self.groups = self._group()
+
+    def _group(self) -> dict[str, dict]:
+        """Each region's ops grouped by scope (:mod:`.groups`)."""
+        outer = outer_frame_count(self.locations.values())
+        scopes = {sid: scope_of(location, outer) for sid, location in self.locations.items()}
+        builder = GroupBuilder(self.files)
+        for rid, region in self.regions.items():
+            operands = {sid: [operand[0] for operand in self.steps[sid]["operands"]
+                              if operand is not None and self.steps.get(operand[0], {}).get("region") == rid]
+                        for sid in region["steps"]}
+            builder.group(region, scopes, operands, self.steps)
+        return builder.page_groups()
 
     def _region(self, region, title: str, owner: str | None, inputs: list[dict]) -> str:
         """The region's entry: its inputs (captured values, with ``from`` naming their
@@ -199,7 +215,7 @@ class _Graph:
     def _step(self, step, rid: str) -> str:
         sid = f"s{len(self.steps)}"
         self.step_ids[id(step)] = sid
-        location = step.info.location
+        location = self.locations[sid] = step.info.location
         frame = location.frame if location else None
         callee = next((inner.description[1:] for inner in step.regions if inner.description.startswith("@")),
                       None)
