@@ -5,6 +5,7 @@ One browser per module; each test opens a page from disk, as a user would.
 """
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -228,14 +229,86 @@ def test_a_large_program_opens_collapsed_and_search_finds_ops_inside_regions(ope
         return jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, jnp.cos(c[1])), (0, x))
 
     page = open_page(long_program, np.float32(0.5))
-    assert page.evaluate("Object.keys(explorer.data.steps).length") > 200
-    # op regions start collapsed: the loop's regions show their size, not their ops
-    assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▸ body"]
-    assert op_names(page, ".node") >= {"stablehlo.sine", "stablehlo.while"}
-    assert "stablehlo.cosine" not in op_names(page, ".node")
+    page.wait_for_selector("body[data-ready]", state="attached")
+    steps = page.evaluate("Object.keys(explorer.data.steps).length")
+    assert steps > 200
+    # one flat function: its ops in consecutive parts of at most 40, drawn collapsed with their size
+    parts = texts(page, "#section-main > .canvas > .node.group > .opname")
+    assert parts and all(re.fullmatch(r"▸ part \d+ of \d+", part) for part in parts)
+    sizes = [int(re.match(r"(\d+) ops", text)[1]) for text in texts(page, "#section-main > .canvas > .node.group > .where")]
+    main_ops = page.evaluate("explorer.data.regions[explorer.data.sections[0]].steps.length")
+    assert sum(sizes) + page.locator("#section-main > .canvas > .node.op").count() == main_ops
+    assert "stablehlo.cosine" not in op_names(page, ".node") and page.locator(".region").count() == 0
     page.fill("#search", "cosine")
     assert page.inner_text("#search-count") == "1 match"
+    assert page.locator(".node.group.match").count() == 1    # the part that holds it
     page.press("#search", "Enter")
-    # the region holding it opens, and the op is selected
+    # the part and the loop's body open, and the op is selected
     assert op_names(page, ".node.selected") == {"stablehlo.cosine"}
     assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▾ body"]
+    assert page.evaluate(GEOMETRY) == []
+
+
+def test_the_nonfinite_banner_opens_the_group_where_the_nan_appeared(open_page):
+    def long_program(x):
+        for i in range(60):
+            x = jnp.sin(x) * 1.01 + i
+        return jnp.log(x - 100.0) + 1.0        # x is below 100: NaN
+
+    page = open_page(long_program, np.float32(0.5))
+    assert page.locator(".node.op", has=page.locator(".opname", has_text="stablehlo.log")).count() == 0
+    page.click("#banners .nonfinite")
+    assert op_names(page, ".node.selected") == {"stablehlo.log"}
+    selected = page.locator(".node.selected")
+    assert selected.locator(".value").inner_text() == "f32[] nan" and "nonfinite" in selected.get_attribute("class")
+
+
+def zoo_page(open_page, name):
+    import sys
+    import pathlib
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from zoo import PROGRAMS
+
+    program = PROGRAMS[name]()
+    page = open_page(jax.jit(program.function), *program.args)
+    page.wait_for_selector("body[data-ready]", state="attached", timeout=120_000)
+    return page
+
+
+def check_overview(page, line_text: str):
+    """The overview of a real model: every op drawn or inside a collapsed group, nothing
+    overlapping, no edge through a node; a source line marks the groups holding its ops."""
+    data_steps = page.evaluate("Object.keys(explorer.data.steps).length")
+    assert data_steps > 200 and page.locator("#graphs .node.group").count() >= 2
+    assert page.locator("#graphs .node.op").count() < 200
+    assert page.evaluate(GEOMETRY) == []
+    assert page.evaluate(TRUNCATED) == []
+    page.locator("#python .line", has_text=line_text).first.click()
+    ops = page.evaluate("""() => { const key = document.querySelector('#python .line.selected').dataset.key;
+        return Object.values(explorer.data.steps).filter(s => s.file + ':' + s.line === key).length; }""")
+    assert ops > 0 and f"became {ops} op(s)" in page.inner_text("#details")
+    assert page.locator("#graphs .node.group.hl").count() >= 1
+    # a group opens into its own graph, as readable
+    page.locator("#section-main > .canvas > .node.group").first.click()
+    assert page.locator("#section-main > .canvas > .node.group.open > .canvas > .node").count() >= 2
+    assert page.evaluate(GEOMETRY) == []
+
+
+def test_a_flax_linen_model_overview(open_page):
+    page = zoo_page(open_page, "flax_linen_mlp")
+    check_overview(page, "x = nn.Dense(width)(x)")
+
+
+@pytest.mark.slow
+def test_a_flax_nnx_transformer_lm_overview(open_page):
+    page = zoo_page(open_page, "flax_nnx_transformer_lm")
+    check_overview(page, "h = block(h, mask)")
+    # the top: the forward pass (jvp), the backward pass (transpose), the optimizer
+    titles = texts(page, "#section-main > .canvas > .node.group > .opname")
+    assert any(title.startswith("▸ jvp") for title in titles) and any(t.startswith("▸ transpose") for t in titles)
+
+
+@pytest.mark.slow
+def test_an_equinox_neural_ode_overview(open_page):
+    page = zoo_page(open_page, "equinox_diffrax_neural_ode")
+    check_overview(page, "self.mlp(y)")

@@ -458,10 +458,14 @@
     dagre.layout(graph);
     const layout = {key: sizeKey, nodes: {}, edges: [], width: graph.graph().width, height: graph.graph().height};
     for (const [id] of sizes) layout.nodes[id] = graph.node(id);
+    // An edge leaves its node at the bottom and enters at the top (dagre clips it to the
+    // node's side, from where a long edge's first leg can cross a node of the same rank).
     for (const edge of graph.edges()) {
-      const routed = graph.edge(edge);
-      layout.edges.push({from: edge.v, to: edge.w, points: routed.points, x: routed.x, y: routed.y,
-                         label: routed.label});
+      const routed = graph.edge(edge), source = graph.node(edge.v), target = graph.node(edge.w);
+      const points = routed.points.slice();
+      points[0] = {x: source.x, y: source.y + source.height / 2};
+      points[points.length - 1] = {x: target.x, y: target.y - target.height / 2};
+      layout.edges.push({from: edge.v, to: edge.w, points, x: routed.x, y: routed.y, label: routed.label});
     }
     layouts.set(key, layout);
     return layout;
