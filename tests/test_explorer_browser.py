@@ -283,11 +283,19 @@ def check_overview(page, line_text: str):
     assert page.locator("#graphs .node.op").count() < 200
     assert page.evaluate(GEOMETRY) == []
     assert page.evaluate(TRUNCATED) == []
+    # a line of the model that calls a layer: the calls made there are listed, their groups marked
     page.locator("#python .line", has_text=line_text).first.click()
-    ops = page.evaluate("""() => { const key = document.querySelector('#python .line.selected').dataset.key;
-        return Object.values(explorer.data.steps).filter(s => s.file + ':' + s.line === key).length; }""")
-    assert ops > 0 and f"became {ops} op(s)" in page.inner_text("#details")
-    assert page.locator("#graphs .node.group.hl").count() >= 1
+    calls = page.evaluate("""() => { const key = document.querySelector('#python .line.selected').dataset.key;
+        return Object.values(explorer.data.groups).filter(g => g.where && g.where.file + ':' + g.where.line === key)
+                                                  .map(g => g.id); }""")
+    assert calls and f"made {len(calls)} call(s)" in page.inner_text("#details")
+    marked = page.eval_on_selector_all("#graphs .node.group.hl", "nodes => nodes.map(n => n.dataset.node)")
+    around = page.evaluate("""calls => calls.map(gid => { const chain = [];
+        for (let g = gid; g !== null; g = explorer.data.groups[g].parent) chain.push(g); return chain; })""", calls)
+    assert marked and all(any(gid in chain for chain in around) for gid in marked)
+    # the first call opens into its ops
+    page.locator("#details li.link").first.click()
+    assert page.locator(f'.node.group.open[data-node="{calls[0]}"] > .canvas > .node').count() >= 2
     # a group opens into its own graph, as readable
     page.locator("#section-main > .canvas > .node.group").first.click()
     assert page.locator("#section-main > .canvas > .node.group.open > .canvas > .node").count() >= 2

@@ -30,7 +30,7 @@ def scope_of(location, outer_frames: int) -> tuple:
     The keys: the transformation it was traced under
     (``("transform", "jvp")``: the outermost of the name stack's first component,
     ``jvp`` for a forward pass, ``transpose`` for its backward pass), then
-    ``("call", calling file, calling line, function)`` for each frame below the
+    ``("call", calling file, line, column, function)`` for each frame below the
     ``outer_frames`` outermost ones, then ``("scope", name)`` for each name the
     name stack holds that is not a transformation (``jax.named_scope``, Flax Linen
     and Haiku module names)."""
@@ -47,8 +47,8 @@ def scope_of(location, outer_frames: int) -> tuple:
     frames = [frame for frame in reversed(location.frames) if frame.function is not None]   # outermost first
     for depth in range(outer_frames, len(frames)):
         caller = frames[depth - 1] if depth else None
-        path.append((("call", caller.file if caller else None, caller.line if caller else None,
-                      frames[depth].function), frames[depth].line))
+        call_site = (caller.file, caller.line, caller.column) if caller else (None, None, None)
+        path.append((("call", *call_site, frames[depth].function), frames[depth].line))
     return tuple(path + names)
 
 
@@ -99,7 +99,7 @@ def _next_call(previous, scope, depth) -> bool:
 def _title(key) -> str:
     if key[0] in ("transform", "scope"):
         return key[1]
-    function = key[3]
+    function = key[4]
     return function.rsplit(".<locals>.", 1)[-1]
 
 

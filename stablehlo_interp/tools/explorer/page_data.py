@@ -52,6 +52,7 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
     files = _Files()
     graph = _Graph(call.program, call.function, files)
     hlo_text, hlo_lines = _module_text(call.program, graph)
+    records, full_values = _records(trace, graph, call.arguments or [])
     data = {
         "title": call.program.name or "module",
         "function": call.function,
@@ -61,7 +62,8 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
         "groups": graph.groups,
         "sections": graph.sections,
         "steps": graph.steps,
-        "records": _records(trace, graph, call.arguments or []),
+        "records": records,
+        "full_values": full_values,
         "ran": call.arguments is not None,
         "error": None if trace.error is None else str(trace.error),
         "overlays": {},
@@ -292,9 +294,10 @@ def _jaxpr_lines(traced, files: _Files) -> list[dict] | None:
     return lines
 
 
-def _records(trace, graph: _Graph, arguments) -> dict:
-    """Each executed op: its step, the op whose region it ran in, the call, its values."""
-    budget = [FULL_TEXT_BUDGET]
+def _records(trace, graph: _Graph, arguments) -> tuple[dict, list[str]]:
+    """Each executed op: its step, the op whose region it ran in, the call, its values;
+    and the whole values' texts (a value's ``full`` is its index there)."""
+    full_values = _FullValues()
     kept = []
     for record in trace.records[:MAX_RECORDS]:
         sid = graph.step_ids.get(id(record.step))
@@ -305,22 +308,36 @@ def _records(trace, graph: _Graph, arguments) -> dict:
         elif record.values is None:      # closed after the recorder stopped keeping values
             results = [{"t": summary.type, "s": str(summary), "full": None} for summary in record.results]
         else:
-            results = [_value(value, budget) for value in record.values]
+            results = [_value(value, full_values) for value in record.values]
         kept.append({"n": record.number, "s": sid, "p": record.parent,
                      "c": record.stack[-1].call if record.stack else None, "res": results})
-    return {"ops": kept, "total": len(trace.records),
-            "arguments": [_value(value, budget) for value in arguments]}
+    arguments = [_value(value, full_values) for value in arguments]
+    return {"ops": kept, "total": len(trace.records), "arguments": arguments}, full_values
 
 
-def _value(value, budget: list) -> dict:
-    """A value's type, summary, and (small values, while the budget lasts) its whole text."""
+class _FullValues(list):
+    """The whole values' texts kept, up to ``FULL_TEXT_BUDGET`` characters."""
+
+    size = 0
+
+    def keep(self, array) -> int | None:
+        """The index of the array's text, or None once the budget is spent."""
+        if self.size >= FULL_TEXT_BUDGET:
+            return None
+        self.append(np.array2string(array, threshold=sys.maxsize, max_line_width=100, separator=" "))
+        self.size += len(self[-1])
+        return len(self) - 1
+
+
+def _value(value, full_values: _FullValues) -> dict:
+    """A value's type, summary, and (small values, while the budget lasts) the index of
+    its whole text in ``full_values``."""
     entry = {"t": type_text(value), "s": str(summarize(value)), "full": None}
     if isinstance(value, (tuple, Token)):
         return entry
     array = np.asarray(value)
-    if array.size <= FULL_ELEMENTS and budget[0] > 0:
-        entry["full"] = np.array2string(array, threshold=sys.maxsize, max_line_width=100, separator=" ")
-        budget[0] -= len(entry["full"])
+    if array.size <= FULL_ELEMENTS:
+        entry["full"] = full_values.keep(array)
     return entry
 
 

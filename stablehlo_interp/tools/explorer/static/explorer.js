@@ -40,6 +40,14 @@
     if (!stepsOfLine.has(key)) stepsOfLine.set(key, []);
     stepsOfLine.get(key).push(sid);
   }
+  const groupsOfLine = new Map();   // a call site -> the groups (calls) made there
+  for (const gid in groups) {
+    const where = groups[gid].where;
+    if (where === null) continue;
+    const key = lineKey(where.file, where.line);
+    if (!groupsOfLine.has(key)) groupsOfLine.set(key, []);
+    groupsOfLine.get(key).push(gid);
+  }
   const totalSteps = Object.keys(steps).length;
   const COLLAPSED_ABOVE = 200;   // ops: a larger program opens with its op regions and groups collapsed
   const MAX_PORTS = 8;           // an opened group draws each outside producer apart up to this many
@@ -193,7 +201,7 @@
     return null;
   }
 
-  // Opens the groups and regions around step ``sid``; whether any was closed.
+  // Opens the groups and regions around step (or group) ``sid``; whether any was closed.
   function reveal(sid) {
     let changed = false;
     for (let id = sid; id !== null;) {
@@ -208,6 +216,14 @@
       }
     }
     return changed;
+  }
+
+  // Opens group ``gid`` (and those around it) and scrolls to it.
+  function openGroup(gid) {
+    reveal(gid);
+    state.open.add(gid);
+    renderGraphs();
+    shownNodes.get(gid).scrollIntoView({block: "start", inline: "nearest"});
   }
 
   function renderGraphs() {
@@ -564,6 +580,7 @@
       for (const row of document.querySelectorAll(`#python [data-key="${key}"]`))
         mark(row, selection.kind === "line" ? "selected" : "hl");
       for (const row of document.querySelectorAll(`#jaxpr [data-key="${key}"]`)) mark(row, "hl");
+      for (const gid of groupsOfLine.get(key) || []) mark(shownNodeOf(gid), "hl");
       for (const sid of stepsOfLine.get(key) || []) {
         mark(shownNodeOf(sid), "hl");
         if (steps[sid].hlo !== null) mark(rowOf(steps[sid].hlo), "hl");
@@ -588,6 +605,17 @@
           list.appendChild(item);
         }
         details.appendChild(list);
+        const calls = groupsOfLine.get(lineKey(selection.file, selection.line)) || [];
+        if (calls.length) {
+          details.appendChild(el("p", null, `made ${calls.length} call(s) (groups of ops):`));
+          const callList = el("ul");
+          for (const gid of calls) {
+            const item = el("li", "link", `${groups[gid].title} (${groups[gid].ops} ops)`);
+            item.addEventListener("click", () => openGroup(gid));
+            callList.appendChild(item);
+          }
+          details.appendChild(callList);
+        }
       }
       return;
     }
@@ -624,13 +652,35 @@
       block.appendChild(el("dd", null, value.s));
       if (value.full !== null) {
         const button = el("button", "show-full", "show all values");
-        button.addEventListener("click", () => { button.replaceWith(el("pre", "full", value.full)); });
+        button.addEventListener("click", () => withFullValue(value.full, text => button.replaceWith(text)));
         block.appendChild(button);
       } else {
         block.appendChild(el("p", "hint", "too large to keep whole: summary only"));
       }
       details.appendChild(block);
     });
+  }
+
+  // The whole text of kept value ``index`` (an element, or a hint when the file that
+  // holds them is not beside the page) to ``use``: the page's JSON of them is read on
+  // first use; a page written with its values apart loads that file (a script, as a
+  // page opened from disk may load no data otherwise).
+  let fullValues = null;
+  function withFullValue(index, use) {
+    if (fullValues !== null) return use(el("pre", "full", fullValues[index]));
+    const source = JSON.parse(document.getElementById("explorer-values").textContent);
+    if (Array.isArray(source)) {
+      fullValues = source;
+      return use(el("pre", "full", fullValues[index]));
+    }
+    window.explorerValues = values => { fullValues = values; };
+    const script = document.createElement("script");
+    const done = () => use(fullValues !== null ? el("pre", "full", fullValues[index]) :
+                           el("p", "hint", `the values are in ${source.file}, not found beside the page`));
+    script.addEventListener("load", done);
+    script.addEventListener("error", done);
+    script.src = source.file;
+    document.head.appendChild(script);
   }
 
   // Values not recorded as an op's result: what flowed into a region. ``ref`` is
@@ -733,6 +783,7 @@
   renderGraphs();
   timings.graph = performance.now();
   const finish = () => {
+    timings.painted = performance.now();    // a task after the frame that drew the graph
     renderTexts();
     applySelection(false);
     timings.texts = performance.now();
