@@ -474,13 +474,22 @@
     dagre.layout(graph);
     const layout = {key: sizeKey, nodes: {}, edges: [], width: graph.graph().width, height: graph.graph().height};
     for (const [id] of sizes) layout.nodes[id] = graph.node(id);
-    // An edge leaves its node at the bottom and enters at the top (dagre clips it to the
-    // node's side, from where a long edge's first leg can cross a node of the same rank).
+    // An edge leaves its node straight down out of the node's rank, and enters its
+    // target straight down from above the target's rank (dagre clips an edge to the
+    // node's side, from where its first leg can cross a taller node of the same rank).
+    const halfRank = new Map();    // a rank's centre -> half the height of its tallest node
+    for (const [id] of sizes) {
+      const node = graph.node(id), centre = Math.round(node.y);
+      halfRank.set(centre, Math.max(halfRank.get(centre) || 0, node.height / 2));
+    }
     for (const edge of graph.edges()) {
       const routed = graph.edge(edge), source = graph.node(edge.v), target = graph.node(edge.w);
-      const points = routed.points.slice();
-      points[0] = {x: source.x, y: source.y + source.height / 2};
-      points[points.length - 1] = {x: target.x, y: target.y - target.height / 2};
+      const sourceBand = source.y + halfRank.get(Math.round(source.y));
+      const targetBand = target.y - halfRank.get(Math.round(target.y));
+      const points = [{x: source.x, y: source.y + source.height / 2}, {x: source.x, y: sourceBand},
+                      ...routed.points.slice(1, -1),
+                      {x: target.x, y: targetBand}, {x: target.x, y: target.y - target.height / 2}]
+        .filter((p, i, all) => i === 0 || p.x !== all[i - 1].x || p.y !== all[i - 1].y);
       layout.edges.push({from: edge.v, to: edge.w, points, x: routed.x, y: routed.y, label: routed.label});
     }
     layouts.set(key, layout);
