@@ -797,6 +797,7 @@
     applySelection(false);
     timings.texts = performance.now();
     document.body.dataset.ready = "true";
+    requestAnimationFrame(() => setTimeout(() => { timings.textsPainted = performance.now(); }, 0));
   };
   if (small) finish(); else requestAnimationFrame(() => setTimeout(finish, 0));
   const box = document.getElementById("search");
