@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
+from stablehlo_interp.tools import JaxBackend
 from oracles import run_xla
 
 CHROMIUM = "/usr/bin/chromium"
@@ -222,38 +223,55 @@ def test_docs_examples_have_no_overlaps_no_edges_through_nodes_and_whole_names(o
     assert sorted(names) == sorted(page.evaluate("Object.values(explorer.data.steps).map(s => s.name)"))
 
 
+def sixty_steps(x, then=lambda x: x):
+    for i in range(60):          # 4 ops a line, 60 times
+        x = jnp.sin(x) * 1.01 + i
+    return then(x)
+
+
 def test_a_large_program_opens_collapsed_and_search_finds_ops_inside_regions(open_page):
     def long_program(x):
-        for i in range(60):          # 4 ops a line, 60 times
-            x = jnp.sin(x) * 1.01 + i
-        return jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, jnp.cos(c[1])), (0, x))
+        return jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, jnp.cos(c[1])), (0, sixty_steps(x)))
 
     page = open_page(long_program, np.float32(0.5))
     page.wait_for_selector("body[data-ready]", state="attached")
     steps = page.evaluate("Object.keys(explorer.data.steps).length")
     assert steps > 200
-    # one flat function: its ops in consecutive parts of at most 40, drawn collapsed with their size
-    parts = texts(page, "#section-main > .canvas > .node.group > .opname")
-    assert parts and all(re.fullmatch(r"▸ part \d+ of \d+", part) for part in parts)
-    sizes = [int(re.match(r"(\d+) ops", text)[1]) for text in texts(page, "#section-main > .canvas > .node.group > .where")]
+    # the call of sixty_steps, drawn collapsed with its size; the loop beside it, its regions collapsed
+    assert texts(page, "#section-main > .canvas > .node.group > .opname") == ["▸ sixty_steps"]
+    size = int(re.match(r"(\d+) ops", page.inner_text("#section-main > .canvas > .node.group > .where"))[1])
     main_ops = page.evaluate("explorer.data.regions[explorer.data.sections[0]].steps.length")
-    assert sum(sizes) + page.locator("#section-main > .canvas > .node.op").count() == main_ops
-    assert "stablehlo.cosine" not in op_names(page, ".node") and page.locator(".region").count() == 0
+    assert size + page.locator("#section-main > .canvas > .node.op").count() == main_ops
+    assert "stablehlo.cosine" not in op_names(page, ".node")
+    assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▸ body"]
+    # opened: its ops of one flat function in consecutive parts of at most 40
+    page.click("#section-main > .canvas > .node.group")
+    parts = texts(page, "#section-main > .canvas > .node.group > .canvas > .node.group > .opname")
+    assert len(parts) > 1 and all(re.fullmatch(r"▸ part \d+ of \d+", part) for part in parts)
+    page.click("#section-main > .canvas > .node.group > .opname")      # closed again
     page.fill("#search", "cosine")
     assert page.inner_text("#search-count") == "1 match"
-    assert page.locator(".node.group.match").count() == 1    # the part that holds it
+    assert op_names(page, ".node.match") == {"stablehlo.while"}    # the op whose collapsed body holds it
     page.press("#search", "Enter")
     # the part and the loop's body open, and the op is selected
     assert op_names(page, ".node.selected") == {"stablehlo.cosine"}
     assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▾ body"]
     assert page.evaluate(GEOMETRY) == []
+    # its iterations are browsable: cos of what the iteration before gave
+    body = page.locator('.region:has(> .region-head .toggle:text("body"))')
+    cosine = body.locator(".node", has=page.locator(".opname", has_text="stablehlo.cosine"))
+    carried = body.locator("> .canvas > .node.input", has=page.locator(".opname", has_text="%arg1"))
+    first = (carried.locator(".value").inner_text(), cosine.locator(".value").inner_text())
+    body.locator("> .region-head .next").click()
+    assert body.locator("> .region-head .call-text").inner_text().strip() == "iteration 1 (2 of 2)"
+    assert carried.locator(".value").inner_text() == first[1]
+    before_loop = run_xla(sixty_steps, np.float32(0.5))[0]
+    assert first == (str(si.tools.summarize(before_loop)), str(si.tools.summarize(np.cos(before_loop))))
 
 
 def test_the_nonfinite_banner_opens_the_group_where_the_nan_appeared(open_page):
     def long_program(x):
-        for i in range(60):
-            x = jnp.sin(x) * 1.01 + i
-        return jnp.log(x - 100.0) + 1.0        # x is below 100: NaN
+        return sixty_steps(x, lambda x: jnp.log(x - 100.0)) + 1.0        # below 100: NaN
 
     page = open_page(long_program, np.float32(0.5))
     assert page.locator(".node.op", has=page.locator(".opname", has_text="stablehlo.log")).count() == 0
@@ -261,6 +279,20 @@ def test_the_nonfinite_banner_opens_the_group_where_the_nan_appeared(open_page):
     assert op_names(page, ".node.selected") == {"stablehlo.log"}
     selected = page.locator(".node.selected")
     assert selected.locator(".value").inner_text() == "f32[] nan" and "nonfinite" in selected.get_attribute("class")
+
+
+def test_the_divergence_banner_opens_the_group_of_the_first_divergent_op(open_page):
+    def long_program(x):
+        return sixty_steps(x, jnp.tanh) * 2.0
+
+    def xla_with_a_bug(module_text, args):
+        return JaxBackend("cpu")(module_text.replace("stablehlo.tanh", "stablehlo.sine"), args)
+
+    page = open_page(long_program, np.float32(0.5), backend=xla_with_a_bug)
+    assert op_names(page, ".node.op") & {"stablehlo.tanh"} == set()     # inside a collapsed part
+    page.click("#banners .divergence")
+    assert op_names(page, ".node.selected") == {"stablehlo.tanh"}
+    assert "divergent" in page.locator(".node.selected").get_attribute("class")
 
 
 def zoo_page(open_page, name):
