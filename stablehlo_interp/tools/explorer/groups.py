@@ -12,7 +12,8 @@ are dropped.
 A region's ops are grouped by scope in program order: a group is a run of
 consecutive ops that share the same scope down to its depth, so each call of a
 layer (twelve calls of one ``DecoderBlock.__call__`` from one line) is a group of
-its own. An op without operands (a constant) takes the scope of its first
+its own (consecutive calls from one line told apart by :func:`_next_call`, which
+also cuts a Python loop in a function into its iterations). An op without operands (a constant) takes the scope of its first
 consumer and stands just before it. A group of one item is that item; a group
 with more than ``MAX_ITEMS`` items (a long flat program) is cut into parts.
 """
@@ -20,18 +21,20 @@ with more than ``MAX_ITEMS`` items (a long flat program) is cut into parts.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 MAX_ITEMS = 40     # items shown in one graph of the overview (a group's contents, a region's top)
 
 
-def scope_of(location, outer_frames: int) -> tuple:
+def scope_of(location, outer: tuple) -> tuple:
     """The scope path of a located op, a ``(key, line)`` pair a level, the line
     being where in that level's function the op came from (None but for calls).
     The keys: the transformation it was traced under
     (``("transform", "jvp")``: the outermost of the name stack's first component,
     ``jvp`` for a forward pass, ``transpose`` for its backward pass), then
     ``("call", calling file, line, column, function)`` for each frame below the
-    ``outer_frames`` outermost ones, then ``("scope", name)`` for each name the
+    ``outer`` frames (:func:`outer_frames`) it starts with, then
+    ``("scope", name)`` for each name the
     name stack holds that is not a transformation (``jax.named_scope``, Flax Linen
     and Haiku module names)."""
     if location is None:
@@ -45,24 +48,44 @@ def scope_of(location, outer_frames: int) -> tuple:
             path.append((("transform", components[0].split("(", 1)[0]), None))
         names = [(("scope", component), None) for component in components if "(" not in component]
     frames = [frame for frame in reversed(location.frames) if frame.function is not None]   # outermost first
-    for depth in range(outer_frames, len(frames)):
+    shared = 0
+    while shared < min(len(outer), len(frames)) and _frame_key(frames[shared]) == outer[shared]:
+        shared += 1
+    for depth in range(shared, len(frames)):
         caller = frames[depth - 1] if depth else None
         call_site = (caller.file, caller.line, caller.column) if caller else (None, None, None)
         path.append((("call", *call_site, frames[depth].function), frames[depth].line))
     return tuple(path + names)
 
 
-def outer_frame_count(locations) -> int:
-    """How many outermost frames every located op shares (the caller of ``jit``)."""
-    stacks = [[(frame.file, frame.line, frame.function) for frame in reversed(location.frames)
-               if frame.function is not None] for location in locations if location is not None]
-    stacks = [stack for stack in stacks if stack]
-    if not stacks:
-        return 0
-    shared = 0
-    while all(len(stack) > shared and stack[shared] == stacks[0][shared] for stack in stacks):
-        shared += 1
-    return shared
+OUTER_SHARE = 0.9     # the outer frames are those this share of the located ops starts with
+
+
+def outer_frames(locations, function_lines=None) -> tuple:
+    """The outermost frames (file, line, function) that nearly every op's stack starts
+    with (at each depth, ``OUTER_SHARE`` of the stacks that deep): where ``jit`` was
+    called from, up to the jitted function's own frame when its lines are known
+    (``function_lines``: file, first and last line). Nearly: an op that JAX made with
+    no frame of the program (a random key's split in a library's internals) does not
+    keep the others from sharing theirs."""
+    stacks = [[_frame_key(frame) for frame in reversed(location.frames) if frame.function is not None]
+              for location in locations if location is not None]
+    prefix = ()
+    while True:
+        deeper = [tuple(stack[:len(prefix) + 1]) for stack in stacks if len(stack) > len(prefix)]
+        if not deeper:
+            return prefix
+        longer, count = Counter(deeper).most_common(1)[0]
+        file, line, _ = longer[-1]
+        if count < OUTER_SHARE * len(deeper) or (
+                function_lines is not None and file == function_lines[0]
+                and function_lines[1] <= line <= function_lines[2]):
+            return prefix
+        prefix = longer
+
+
+def _frame_key(frame) -> tuple:
+    return frame.file, frame.line, frame.function
 
 
 def _within_transforms(entries: list) -> list:

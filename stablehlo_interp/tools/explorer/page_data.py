@@ -31,7 +31,7 @@ from ..nonfinite import run_traced
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
 from ..trace import TraceRecorder
-from .groups import GroupBuilder, outer_frame_count, scope_of
+from .groups import GroupBuilder, outer_frames, scope_of
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
 FULL_TEXT_BUDGET = 4_000_000  # characters of whole values per page; later values keep their summary only
@@ -50,7 +50,7 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
             recorder.trace.error = error
     trace = recorder.trace
     files = _Files()
-    graph = _Graph(call.program, call.function, files)
+    graph = _Graph(call.program, call.function, files, _function_lines(target))
     hlo_text, hlo_lines = _module_text(call.program, graph)
     records, full_values = _records(trace, graph, call.arguments or [])
     data = {
@@ -149,7 +149,7 @@ def _function_lines(target) -> tuple[str, int, int] | None:
 class _Graph:
     """The plan as graphs: one section per function, op regions nested in their op."""
 
-    def __init__(self, program, entry: str, files: _Files):
+    def __init__(self, program, entry: str, files: _Files, function_lines=None):
         self.files = files
         self.regions: dict[str, dict] = {}
         self.steps: dict[str, dict] = {}
@@ -162,11 +162,12 @@ class _Graph:
             region = self.functions[name].region
             arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(region.arg_types)]
             self.sections.append(self._region(region, f"@{name}", None, arguments))
-        self.groups = self._group()
+        self.groups = self._group(function_lines)
 
-    def _group(self) -> dict[str, dict]:
-        """Each region's ops grouped by scope (:mod:`.groups`)."""
-        outer = outer_frame_count(self.locations.values())
+    def _group(self, function_lines) -> dict[str, dict]:
+        """Each region's ops grouped by scope (:mod:`.groups`); ``function_lines``: where
+        the jitted function is (its frames are the first kept)."""
+        outer = outer_frames(self.locations.values(), function_lines)
         scopes = {sid: scope_of(location, outer) for sid, location in self.locations.items()}
         builder = GroupBuilder(self.files)
         for rid, region in self.regions.items():
