@@ -5,6 +5,7 @@ One browser per module; each test opens a page from disk, as a user would.
 """
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ import pytest
 
 import stablehlo_interp as si
 from browser import CHROMIUM, chromium
+from stablehlo_interp.tools import JaxBackend
 from oracles import run_xla
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no Chromium at /usr/bin/chromium")
@@ -218,21 +220,148 @@ def test_docs_examples_have_no_overlaps_no_edges_through_nodes_and_whole_names(o
     assert sorted(names) == sorted(page.evaluate("Object.values(explorer.data.steps).map(s => s.name)"))
 
 
+def sixty_steps(x, then=lambda x: x):
+    for i in range(60):          # 4 ops a line, 60 times
+        x = jnp.sin(x) * 1.01 + i
+    return then(x)
+
+
 def test_a_large_program_opens_collapsed_and_search_finds_ops_inside_regions(open_page):
     def long_program(x):
-        for i in range(60):          # 4 ops a line, 60 times
-            x = jnp.sin(x) * 1.01 + i
-        return jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, jnp.cos(c[1])), (0, x))
+        return jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, jnp.cos(c[1])), (0, sixty_steps(x)))
 
     page = open_page(long_program, np.float32(0.5))
-    assert page.evaluate("Object.keys(explorer.data.steps).length") > 200
-    # op regions start collapsed: the loop's regions show their size, not their ops
-    assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▸ body"]
-    assert op_names(page, ".node") >= {"stablehlo.sine", "stablehlo.while"}
+    page.wait_for_selector("body[data-ready]", state="attached")
+    steps = page.evaluate("Object.keys(explorer.data.steps).length")
+    assert steps > 200
+    # the call of sixty_steps, drawn collapsed with its size; the loop beside it, its regions collapsed
+    assert texts(page, "#section-main > .canvas > .node.group > .opname") == ["▸ sixty_steps"]
+    size = int(re.match(r"(\d+) ops", page.inner_text("#section-main > .canvas > .node.group > .where"))[1])
+    main_ops = page.evaluate("explorer.data.regions[explorer.data.sections[0]].steps.length")
+    assert size + page.locator("#section-main > .canvas > .node.op").count() == main_ops
     assert "stablehlo.cosine" not in op_names(page, ".node")
+    assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▸ body"]
+    # opened: its ops of one flat function in consecutive parts of at most 40
+    page.click("#section-main > .canvas > .node.group")
+    parts = texts(page, "#section-main > .canvas > .node.group > .canvas > .node.group > .opname")
+    assert len(parts) > 1 and all(re.fullmatch(r"▸ part \d+ of \d+", part) for part in parts)
+    page.click("#section-main > .canvas > .node.group > .opname")      # closed again
     page.fill("#search", "cosine")
     assert page.inner_text("#search-count") == "1 match"
+    assert op_names(page, ".node.match") == {"stablehlo.while"}    # the op whose collapsed body holds it
     page.press("#search", "Enter")
-    # the region holding it opens, and the op is selected
+    # the part and the loop's body open, and the op is selected
     assert op_names(page, ".node.selected") == {"stablehlo.cosine"}
     assert [t.strip() for t in texts(page, ".region-head .toggle")] == ["▸ cond", "▾ body"]
+    assert page.evaluate(GEOMETRY) == []
+    # its iterations are browsable: cos of what the iteration before gave
+    body = page.locator('.region:has(> .region-head .toggle:text("body"))')
+    cosine = body.locator(".node", has=page.locator(".opname", has_text="stablehlo.cosine"))
+    carried = body.locator("> .canvas > .node.input", has=page.locator(".opname", has_text="%arg1"))
+    first = (carried.locator(".value").inner_text(), cosine.locator(".value").inner_text())
+    body.locator("> .region-head .next").click()
+    assert body.locator("> .region-head .call-text").inner_text().strip() == "iteration 1 (2 of 2)"
+    assert carried.locator(".value").inner_text() == first[1]
+    before_loop = run_xla(sixty_steps, np.float32(0.5))[0]
+    assert first == (str(si.tools.summarize(before_loop)), str(si.tools.summarize(np.cos(before_loop))))
+
+
+def test_the_nonfinite_banner_opens_the_group_where_the_nan_appeared(open_page):
+    def long_program(x):
+        return sixty_steps(x, lambda x: jnp.log(x - 100.0)) + 1.0        # below 100: NaN
+
+    page = open_page(long_program, np.float32(0.5))
+    assert page.locator(".node.op", has=page.locator(".opname", has_text="stablehlo.log")).count() == 0
+    page.click("#banners .nonfinite")
+    assert op_names(page, ".node.selected") == {"stablehlo.log"}
+    selected = page.locator(".node.selected")
+    assert selected.locator(".value").inner_text() == "f32[] nan" and "nonfinite" in selected.get_attribute("class")
+
+
+def test_the_divergence_banner_opens_the_group_of_the_first_divergent_op(open_page):
+    def long_program(x):
+        return sixty_steps(x, jnp.tanh) * 2.0
+
+    def xla_with_a_bug(module_text, args):
+        return JaxBackend("cpu")(module_text.replace("stablehlo.tanh", "stablehlo.sine"), args)
+
+    page = open_page(long_program, np.float32(0.5), backend=xla_with_a_bug)
+    assert op_names(page, ".node.op") & {"stablehlo.tanh"} == set()     # inside a collapsed part
+    page.click("#banners .divergence")
+    assert op_names(page, ".node.selected") == {"stablehlo.tanh"}
+    assert "divergent" in page.locator(".node.selected").get_attribute("class")
+
+
+def zoo_page(open_page, name):
+    """The page of zoo program ``name`` (tests/zoo/), opened and drawn."""
+    from zoo import PROGRAMS
+
+    x64 = jax.config.jax_enable_x64      # on since oracles' import: the zoo is written for 32 bits
+    jax.config.update("jax_enable_x64", False)
+    try:
+        program = PROGRAMS[name]()
+        page = open_page(jax.jit(program.function), *program.args)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+    page.wait_for_selector("body[data-ready]", state="attached", timeout=120_000)
+    return page
+
+
+def check_overview(page, line_text: str):
+    """The overview of a real model: every op drawn or inside a collapsed group, nothing
+    overlapping, no edge through a node; a source line marks the groups holding its ops."""
+    data_steps = page.evaluate("Object.keys(explorer.data.steps).length")
+    assert data_steps > 200 and page.locator("#graphs .node.group").count() >= 2
+    # each graph drawn holds at most 40 ops and groups (groups.MAX_ITEMS)
+    sizes = page.eval_on_selector_all("#graphs .canvas", "canvases => canvases.map(c => c.querySelectorAll("
+                                      "':scope > .node.op, :scope > .node.group').length)")
+    assert sizes and max(sizes) <= 40
+    assert page.evaluate(GEOMETRY) == []
+    assert page.evaluate(TRUNCATED) == []
+    # a line of the model that calls a layer: the calls made there are listed, their groups marked
+    page.locator("#python .line", has_text=line_text).first.click()
+    calls = page.evaluate("""() => { const key = document.querySelector('#python .line.selected').dataset.key;
+        return Object.values(explorer.data.groups).filter(g => g.where && g.where.file + ':' + g.where.line === key)
+                                                  .map(g => g.id); }""")
+    assert calls and f"made {len(calls)} call(s)" in page.inner_text("#details")
+    # marked: groups that hold (maybe in a loop's body) a call made there, or an op of the line
+    marked = page.eval_on_selector_all("#graphs .node.group.hl", "nodes => nodes.map(n => n.dataset.node)")
+    around = page.evaluate("""calls => {
+        const {groups, steps, regions} = explorer.data;
+        const key = document.querySelector('#python .line.selected').dataset.key;
+        const around = new Set();
+        for (let id of calls.concat(Object.keys(steps).filter(sid => steps[sid].file + ':' + steps[sid].line === key)))
+          while (id !== null) {
+            if (groups[id]) around.add(id);
+            const item = steps[id] || groups[id], parent = steps[id] ? item.group : item.parent;
+            id = parent !== null ? parent : regions[item.region].owner;
+          }
+        return [...around]; }""", calls)
+    assert marked and set(marked) <= set(around)
+    # the first call opens into its ops
+    page.locator("#details li.link").first.click()
+    assert page.locator(f'.node.group.open[data-node="{calls[0]}"] > .canvas > .node').count() >= 2
+    # a group opens into its own graph, as readable
+    page.locator("#section-main > .canvas > .node.group").first.click()
+    assert page.locator("#section-main > .canvas > .node.group.open > .canvas > .node").count() >= 2
+    assert page.evaluate(GEOMETRY) == []
+
+
+def test_a_flax_linen_model_overview(open_page):
+    page = zoo_page(open_page, "flax_linen_mlp")
+    check_overview(page, "x = nn.Dense(width)(x)")
+
+
+@pytest.mark.slow
+def test_a_flax_nnx_transformer_lm_overview(open_page):
+    page = zoo_page(open_page, "flax_nnx_transformer_lm")
+    # the top: the forward pass (jvp), the backward pass (transpose), the optimizer
+    titles = texts(page, "#section-main > .canvas > .node.group > .opname")
+    assert any(title.startswith("▸ jvp") for title in titles) and any(t.startswith("▸ transpose") for t in titles)
+    check_overview(page, "h = block(h, mask)")
+
+
+@pytest.mark.slow
+def test_an_equinox_neural_ode_overview(open_page):
+    page = zoo_page(open_page, "equinox_diffrax_neural_ode")
+    check_overview(page, "self.mlp(y)")

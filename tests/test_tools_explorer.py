@@ -1,5 +1,6 @@
 """si.explore: the data of the explorer page (the browser tests are in test_explorer_browser.py)."""
 
+import json
 import re
 from importlib import resources
 
@@ -24,6 +25,13 @@ def first_example(x, y):   # the README's first example, as a plain function
 LINE = first_example.__code__.co_firstlineno + 1
 
 
+def page_values(page: str):
+    """The whole arrays a page carries (a list), or where it finds them ({"file": ...})."""
+    start = page.index('<script type="application/json" id="explorer-values">') + len(
+        '<script type="application/json" id="explorer-values">')
+    return json.loads(page[start:page.index("</script>", start)])
+
+
 def steps_of(data, region_id):
     return [data["steps"][sid] for sid in data["regions"][region_id]["steps"]]
 
@@ -34,8 +42,12 @@ def records_of(data, sid):
 
 def test_first_example_ops_lines_edges_and_values(tmp_path):
     exploration = si.explore(first_example, X, Y, path=tmp_path / "f.html")
-    assert (tmp_path / "f.html").read_text() == exploration.html
     data = explorer_data(exploration.html)
+    # the page written holds the same data; the whole arrays are beside it, in f.values.js
+    written = (tmp_path / "f.html").read_text()
+    assert explorer_data(written) == data and page_values(written) == {"file": "f.values.js"}
+    side = (tmp_path / "f.values.js").read_text()
+    assert side.startswith("explorerValues(") and json.loads(side[len("explorerValues("):-3]) == page_values(exploration.html)
     main = data["sections"][0]
     assert data["regions"][main]["title"] == "@main"
     ops = steps_of(data, main)
@@ -73,7 +85,8 @@ def test_first_example_ops_lines_edges_and_values(tmp_path):
     (tanh_record,) = records_of(data, tanh)
     ours = exploration.trace.records[tanh_record["n"]].values[0]
     np.testing.assert_allclose(ours, expected_tanh, rtol=2e-6)
-    assert tanh_record["res"][0]["full"] == np.array2string(ours, max_line_width=100, separator=" ")
+    assert page_values(exploration.html)[tanh_record["res"][0]["full"]] == np.array2string(
+        ours, max_line_width=100, separator=" ")
     assert tanh_record["res"][0]["t"] == "f32[3,5]"
     (reduce_record,) = records_of(data, reduce)
     assert reduce_record["res"][0]["s"] == str(si.tools.summarize(exploration.trace.records[-1].values[0]))
@@ -180,3 +193,41 @@ def test_a_long_run_keeps_its_first_ops(monkeypatch):
     assert [value["full"] for value in loop["res"]] == [None] * len(loop["res"])
     assert loop["res"][-1]["s"] == "f32[] 3.8354"    # sin(0.5) * 8
     assert data["records"]["ops"][0]["res"][0]["full"] is not None
+
+
+def layer(x, w):
+    return jnp.tanh(x @ w)
+
+
+def two_layers_loss(w1, w2, x):
+    return layer(layer(x, w1), w2).sum()
+
+
+def test_ops_are_grouped_by_transformation_and_call():
+    w = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
+    data = explorer_data(si.explore(jax.grad(two_layers_loss), w, w.T, X[:2]).html)
+    groups, main = data["groups"], data["regions"][data["sections"][0]]
+
+    def ops_under(item):
+        return [item] if item in data["steps"] else [sid for inner in groups[item]["items"] for sid in ops_under(inner)]
+
+    # every op of the function once, in a tree whose groups count their ops
+    assert sorted(sid for item in main["items"] for sid in ops_under(item)) == sorted(main["steps"])
+    assert all(group["ops"] == len(ops_under(gid)) for gid, group in groups.items())
+    for gid, group in groups.items():
+        for item in group["items"]:
+            assert (groups[item]["parent"] if item in groups else data["steps"][item]["group"]) == gid
+    # the top: the forward pass (jvp) and the backward pass (transpose), each with its two calls of layer
+    forward, backward = (groups[item] for item in main["items"])
+    assert (forward["title"], backward["title"]) == ("jvp › two_layers_loss", "transpose › two_layers_loss")
+    line = layer.__code__.co_firstlineno + 1
+    for pass_ in (forward, backward):
+        calls = [groups[item] for item in pass_["items"] if item in groups]
+        assert [call["title"] for call in calls] == ["layer #1", "layer #2"]
+        assert all(call["where"]["line"] == two_layers_loss.__code__.co_firstlineno + 1 for call in calls)
+        for call in calls:
+            # one matmul a call: forward x @ w; backward, the outer call's gradient for its x,
+            # then the inner call's for w1 (grad differentiates the first argument only)
+            ops = [data["steps"][sid] for sid in ops_under(call["id"])]
+            assert [op["op"] for op in ops].count("stablehlo.dot_general") == 1
+            assert {op["line"] for op in ops if op["op"] != "stablehlo.constant"} == {line}

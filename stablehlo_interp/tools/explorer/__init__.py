@@ -21,6 +21,7 @@ The graphs are laid out in the browser by dagre (the npm package
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -28,7 +29,7 @@ import html
 import json
 import pathlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 from ...program import Program, load, prepare
@@ -37,14 +38,15 @@ from ...program.signature import is_jax_function
 from ..model_explorer.overlays import Findings, OpStatistics, write as write_model_explorer
 from .page_data import collect
 
-__all__ = ["Exploration", "explore", "page"]
+__all__ = ["Exploration", "explore", "page", "values_path"]
 
 
 @dataclass
 class Exploration:
     """The page of one explored run, and what the run found.
 
-    ``html`` is the page; ``path`` where it was written (or None); ``trace``
+    ``data`` is what the page shows; ``html`` the page, whole (the whole arrays of
+    small values inside); ``path`` where it was written (or None); ``trace``
     the run's :class:`~..trace.Trace`; ``nonfinite`` where the non-finite
     values of the results came from (:class:`~..nonfinite.NonFiniteOrigins`,
     None when every result is finite); ``comparison`` the
@@ -53,16 +55,24 @@ class Exploration:
     ``model_explorer=DIR`` (else None).
     """
 
-    html: str
+    data: dict = field(repr=False)
     path: pathlib.Path | None
     trace: object
     nonfinite: object = None
     comparison: object = None
     model_explorer: object = None
 
+    @functools.cached_property
+    def html(self) -> str:
+        return page(self.data)
+
     def write(self, path) -> pathlib.Path:
+        """Writes the page to ``path``, and the whole arrays beside it, in
+        ``values_path(path)``: the page loads them when asked to show one."""
         self.path = pathlib.Path(path)
-        self.path.write_text(self.html, encoding="utf-8")
+        side = values_path(self.path)
+        self.path.write_text(page(self.data, values_file=side.name), encoding="utf-8")
+        side.write_text(f"explorerValues({_json(self.data['full_values'])});\n", encoding="utf-8")
         return self.path
 
     def _repr_html_(self) -> str:
@@ -98,7 +108,7 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
     wanted = model_explorer is not None
     data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance,
                                    listeners=[statistics] if wanted else (), every_op=wanted)
-    exploration = Exploration(page(data), None, trace, reports["nonfinite"], reports["comparison"])
+    exploration = Exploration(data, None, trace, reports["nonfinite"], reports["comparison"])
     if wanted:
         findings = Findings(statistics, reports["nonfinite"], reports["comparison"])
         exploration.model_explorer = write_model_explorer(call.program, findings, model_explorer, call.function)
@@ -117,13 +127,28 @@ def _structure_only(target, function: str | None) -> Call | None:
     return Call(program, None, runnable.name) if runnable.arg_types else None
 
 
-def page(data: dict) -> str:
-    """The self-contained page for collected data: the template with the styles, the
-    layout library, the page's script and the data inlined."""
+def values_path(path) -> pathlib.Path:
+    """Where the page written at ``path`` finds its whole arrays: ``f.html`` -> ``f.values.js``."""
+    path = pathlib.Path(path)
+    return path.with_name(path.stem + ".values.js")
+
+
+def page(data: dict, values_file: str | None = None) -> str:
+    """The page for collected data: the template with the styles, the layout library,
+    the page's script and the data inlined. The whole arrays are inlined too (read by
+    the page only when asked for), or with ``values_file``, left to that file beside
+    the page."""
     static = resources.files(__package__) / "static"
     text = {name: (static / name).read_text(encoding="utf-8")
             for name in ("page.html", "explorer.css", "dagre.min.js", "explorer.js")}
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    shown = {key: value for key, value in data.items() if key != "full_values"}
+    values = (_json(data["full_values"]) if values_file is None else _json({"file": values_file}))
     replacements = {"title": html.escape(data["title"]), "style": text["explorer.css"],
-                    "dagre": text["dagre.min.js"], "script": text["explorer.js"], "data": payload}
+                    "dagre": text["dagre.min.js"], "script": text["explorer.js"], "data": _json(shown),
+                    "values": values}
     return re.sub(r"\{\{(\w+)\}\}", lambda match: replacements[match[1]], text["page.html"])
+
+
+def _json(value) -> str:
+    """JSON to inline in a script element (a ``</`` in it would end the element)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")

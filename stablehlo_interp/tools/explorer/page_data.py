@@ -31,6 +31,7 @@ from ..nonfinite import run_traced
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
 from ..trace import TraceRecorder
+from .groups import GroupBuilder, outer_frames, scope_of
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
 FULL_TEXT_BUDGET = 4_000_000  # characters of whole values per page; later values keep their summary only
@@ -51,17 +52,20 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
             recorder.trace.error = error
     trace = recorder.trace
     files = _Files()
-    graph = _Graph(call.program, call.function, files)
+    graph = _Graph(call.program, call.function, files, _function_lines(target))
     hlo_text, hlo_lines = _module_text(call.program, graph)
+    records, full_values = _records(trace, graph, call.arguments or [])
     data = {
         "title": call.program.name or "module",
         "function": call.function,
         "jaxpr": _jaxpr_lines(call.traced, files),
         "stablehlo": hlo_text.splitlines(),
         "regions": graph.regions,
+        "groups": graph.groups,
         "sections": graph.sections,
         "steps": graph.steps,
-        "records": _records(trace, graph, call.arguments or []),
+        "records": records,
+        "full_values": full_values,
         "ran": call.arguments is not None,
         "error": None if trace.error is None else str(trace.error),
         "overlays": {},
@@ -147,11 +151,12 @@ def _function_lines(target) -> tuple[str, int, int] | None:
 class _Graph:
     """The plan as graphs: one section per function, op regions nested in their op."""
 
-    def __init__(self, program, entry: str, files: _Files):
+    def __init__(self, program, entry: str, files: _Files, function_lines=None):
         self.files = files
         self.regions: dict[str, dict] = {}
         self.steps: dict[str, dict] = {}
         self.step_ids: dict[int, str] = {}      # id(step) -> sid
+        self.locations: dict[str, object] = {}  # sid -> its location (None: none)
         self.sections: list[str] = []
         self.functions = {name: function for name, function in program.functions.items()
                           if function.region is not None}
@@ -159,6 +164,20 @@ class _Graph:
             region = self.functions[name].region
             arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(region.arg_types)]
             self.sections.append(self._region(region, f"@{name}", None, arguments))
+        self.groups = self._group(function_lines)
+
+    def _group(self, function_lines) -> dict[str, dict]:
+        """Each region's ops grouped by scope (:mod:`.groups`); ``function_lines``: where
+        the jitted function is (its frames are the first kept)."""
+        outer = outer_frames(self.locations.values(), function_lines)
+        scopes = {sid: scope_of(location, outer) for sid, location in self.locations.items()}
+        builder = GroupBuilder(self.files)
+        for rid, region in self.regions.items():
+            operands = {sid: [operand[0] for operand in self.steps[sid]["operands"]
+                              if operand is not None and self.steps.get(operand[0], {}).get("region") == rid]
+                        for sid in region["steps"]}
+            builder.group(region, scopes, operands, self.steps)
+        return builder.page_groups()
 
     def _region(self, region, title: str, owner: str | None, inputs: list[dict]) -> str:
         """The region's entry: its inputs (captured values, with ``from`` naming their
@@ -201,7 +220,7 @@ class _Graph:
     def _step(self, step, rid: str) -> str:
         sid = f"s{len(self.steps)}"
         self.step_ids[id(step)] = sid
-        location = step.info.location
+        location = self.locations[sid] = step.info.location
         frame = location.frame if location else None
         callee = next((inner.description[1:] for inner in step.regions if inner.description.startswith("@")),
                       None)
@@ -278,9 +297,10 @@ def _jaxpr_lines(traced, files: _Files) -> list[dict] | None:
     return lines
 
 
-def _records(trace, graph: _Graph, arguments) -> dict:
-    """Each executed op: its step, the op whose region it ran in, the call, its values."""
-    budget = [FULL_TEXT_BUDGET]
+def _records(trace, graph: _Graph, arguments) -> tuple[dict, list[str]]:
+    """Each executed op: its step, the op whose region it ran in, the call, its values;
+    and the whole values' texts (a value's ``full`` is its index there)."""
+    full_values = _FullValues()
     kept = []
     for record in trace.records[:MAX_RECORDS]:
         sid = graph.step_ids.get(id(record.step))
@@ -291,22 +311,36 @@ def _records(trace, graph: _Graph, arguments) -> dict:
         elif record.values is None:      # closed after the recorder stopped keeping values
             results = [{"t": summary.type, "s": str(summary), "full": None} for summary in record.results]
         else:
-            results = [_value(value, budget) for value in record.values]
+            results = [_value(value, full_values) for value in record.values]
         kept.append({"n": record.number, "s": sid, "p": record.parent,
                      "c": record.stack[-1].call if record.stack else None, "res": results})
-    return {"ops": kept, "total": len(trace.records),
-            "arguments": [_value(value, budget) for value in arguments]}
+    arguments = [_value(value, full_values) for value in arguments]
+    return {"ops": kept, "total": len(trace.records), "arguments": arguments}, full_values
 
 
-def _value(value, budget: list) -> dict:
-    """A value's type, summary, and (small values, while the budget lasts) its whole text."""
+class _FullValues(list):
+    """The whole values' texts kept, up to ``FULL_TEXT_BUDGET`` characters."""
+
+    size = 0
+
+    def keep(self, array) -> int | None:
+        """The index of the array's text, or None once the budget is spent."""
+        if self.size >= FULL_TEXT_BUDGET:
+            return None
+        self.append(np.array2string(array, threshold=sys.maxsize, max_line_width=100, separator=" "))
+        self.size += len(self[-1])
+        return len(self) - 1
+
+
+def _value(value, full_values: _FullValues) -> dict:
+    """A value's type, summary, and (small values, while the budget lasts) the index of
+    its whole text in ``full_values``."""
     entry = {"t": type_text(value), "s": str(summarize(value)), "full": None}
     if isinstance(value, (tuple, Token)):
         return entry
     array = np.asarray(value)
-    if array.size <= FULL_ELEMENTS and budget[0] > 0:
-        entry["full"] = np.array2string(array, threshold=sys.maxsize, max_line_width=100, separator=" ")
-        budget[0] -= len(entry["full"])
+    if array.size <= FULL_ELEMENTS:
+        entry["full"] = full_values.keep(array)
     return entry
 
 

@@ -1,9 +1,10 @@
 // The stablehlo-interp lowering explorer. The data (sources, module, plan, run) is the
-// JSON above; dagre lays out each region's graph; everything else is plain DOM.
+// JSON above; dagre lays out each graph (a region's top, or an opened group's contents)
+// when it is first shown, and keeps the layout; everything else is plain DOM.
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("explorer-data").textContent);
-  const steps = data.steps, regions = data.regions;
+  const steps = data.steps, regions = data.regions, groups = data.groups;
   const records = data.records.ops;
   const recordByNumber = new Map(records.map(r => [r.n, r]));
   const recordsOfStep = new Map();
@@ -32,16 +33,36 @@
     if (overlay && overlay.record !== null && recordByNumber.has(overlay.record))
       overlayStep[kind] = recordByNumber.get(overlay.record).s;
   }
+  const stepsOfLine = new Map();
+  for (const sid in steps) {
+    if (steps[sid].file === null) continue;
+    const key = lineKey(steps[sid].file, steps[sid].line);
+    if (!stepsOfLine.has(key)) stepsOfLine.set(key, []);
+    stepsOfLine.get(key).push(sid);
+  }
+  const groupsOfLine = new Map();   // a call site -> the groups (calls) made there
+  for (const gid in groups) {
+    const where = groups[gid].where;
+    if (where === null) continue;
+    const key = lineKey(where.file, where.line);
+    if (!groupsOfLine.has(key)) groupsOfLine.set(key, []);
+    groupsOfLine.get(key).push(gid);
+  }
   const totalSteps = Object.keys(steps).length;
-  const COLLAPSED_ABOVE = 200;   // ops: a larger program opens with its op regions collapsed
+  const COLLAPSED_ABOVE = 200;   // ops: a larger program opens with its op regions and groups collapsed
+  const MAX_PORTS = 8;           // an opened group draws each outside producer apart up to this many
+  const small = totalSteps <= COLLAPSED_ABOVE;
   const state = {
-    collapsed: new Set(totalSteps > COLLAPSED_ABOVE ? Object.values(regions).filter(r => r.owner !== null).map(r => r.id) : []),
+    collapsed: new Set(small ? [] : Object.values(regions).filter(r => r.owner !== null).map(r => r.id)),
+    open: new Set(small ? Object.keys(groups) : []),   // the groups shown opened
     call: {},           // region id -> index of the shown call among its calls
     selection: null,    // {kind: "step", sid} or {kind: "line", file, line}
     matches: [], matchIndex: -1,
   };
   const measure = document.createElement("canvas").getContext("2d");
   measure.font = "10px monospace";
+
+  function lineKey(file, line) { return file + ":" + line; }
 
   // ------------------------------------------------------------------ calls and records
 
@@ -78,7 +99,8 @@
     if (text !== undefined) node.textContent = text;
     return node;
   }
-  function lineKey(file, line) { return file + ":" + line; }
+
+  const hloRows = [];   // line number -> its row in the StableHLO panel
 
   function renderTexts() {
     const python = document.getElementById("python");
@@ -114,6 +136,7 @@
     data.stablehlo.forEach((text, index) => {
       const number = index + 1, row = el("div", "line");
       row.dataset.hlo = number;
+      hloRows[number] = row;
       row.append(el("span", "no", String(number)), el("span", "text", text));
       const owners = stepsOfHloLine.get(number);
       if (owners) {
@@ -127,7 +150,7 @@
       if (sid === undefined) continue;
       const marker = kind === "nonfinite" ? "nonfinite" : "divergent";
       const step = steps[sid];
-      if (step.hlo !== null) hlo.querySelector(`[data-hlo="${step.hlo}"]`).classList.add(marker);
+      if (step.hlo !== null) hloRows[step.hlo].classList.add(marker);
       if (step.file !== null)
         for (const row of document.querySelectorAll(`#python [data-key="${lineKey(step.file, step.line)}"]`))
           row.classList.add(marker);
@@ -164,8 +187,48 @@
 
   // ------------------------------------------------------------------ graphs
 
+  const shownNodes = new Map();   // step, group or port id -> its node, as drawn now
+
+  // The drawn node that shows step ``sid``: its own, else that of the collapsed group
+  // or region (its op's node) it is in.
+  function shownNodeOf(sid) {
+    for (let id = sid; id !== null && id !== undefined;) {
+      if (shownNodes.has(id)) return shownNodes.get(id);
+      const item = steps[id] || groups[id];
+      const parent = steps[id] ? item.group : item.parent;
+      id = parent !== null ? parent : regions[item.region].owner;
+    }
+    return null;
+  }
+
+  // Opens the groups and regions around step (or group) ``sid``; whether any was closed.
+  function reveal(sid) {
+    let changed = false;
+    for (let id = sid; id !== null;) {
+      const item = steps[id] || groups[id];
+      const parent = steps[id] ? item.group : item.parent;
+      if (parent !== null) {
+        if (!state.open.has(parent)) { state.open.add(parent); changed = true; }
+        id = parent;
+      } else {
+        if (state.collapsed.delete(item.region)) changed = true;
+        id = regions[item.region].owner;
+      }
+    }
+    return changed;
+  }
+
+  // Opens group ``gid`` (and those around it) and scrolls to it.
+  function openGroup(gid) {
+    reveal(gid);
+    state.open.add(gid);
+    renderGraphs();
+    shownNodes.get(gid).scrollIntoView({block: "start", inline: "nearest"});
+  }
+
   function renderGraphs() {
     const graphs = document.getElementById("graphs");
+    shownNodes.clear();
     const scroll = [graphs.scrollLeft, graphs.scrollTop];
     graphs.textContent = "";
     for (const rid of data.sections) {
@@ -206,38 +269,131 @@
     return span;
   }
 
-  // Draws region ``rid`` inside ``parent``: each node is measured, then dagre places
-  // nodes and routes edges (with their labels as nodes of their own, so labels do
-  // not overlap), and the canvas takes the size of the laid-out graph.
-  function renderCanvas(rid, parent) {
+  // The item of the graph of group ``gid`` (null: the region's top) that holds ``id``
+  // (a step; a region's inputs and return are at its top): the step or the group
+  // around it just inside ``gid``; null when ``id`` is outside ``gid``.
+  function itemIn(id, gid) {
+    if (!steps[id]) return gid === null ? id : null;
+    let item = id;
+    for (let parent = steps[id].group; parent !== gid; parent = groups[parent].parent) {
+      if (parent === null) return null;
+      item = parent;
+    }
+    return item;
+  }
+
+  // The groups around a step, innermost first.
+  function groupsAround(id) {
+    const chain = [];
+    for (let gid = steps[id] ? steps[id].group : null; gid !== null; gid = groups[gid].parent) chain.push(gid);
+    return chain;
+  }
+
+  // Per group of a region: how many distinct values flow in and out (one pass over its edges).
+  const flowsOfRegion = new Map();
+  function flowsOf(rid) {
+    if (flowsOfRegion.has(rid)) return flowsOfRegion.get(rid);
+    const flows = {};
+    const add = (gid, kind, value) => {
+      if (!flows[gid]) flows[gid] = {in: new Set(), out: new Set()};
+      flows[gid][kind].add(value);
+    };
+    for (const [source, target] of regions[rid].edges) {
+      const from = groupsAround(source), to = groupsAround(target);
+      for (const gid of to) if (!from.includes(gid)) add(gid, "in", source);
+      for (const gid of from) if (!to.includes(gid)) add(gid, "out", source);
+    }
+    flowsOfRegion.set(rid, flows);
+    return flows;
+  }
+
+  // The graph of group ``gid`` of region ``rid`` (null: the region's top, its inputs
+  // one node when there are more than MAX_PORTS): the edges between its items, those that come from outside (``ports``: each producer apart,
+  // or one node for all when there are more than MAX_PORTS) and those that leave
+  // (to one ``out`` node). Edges between the same two items are drawn once, labelled
+  // with the type of the value, or how many values.
+  const graphOfGroup = new Map();
+  function graphOf(rid, gid) {
+    const key = rid + "/" + gid;
+    if (graphOfGroup.has(key)) return graphOfGroup.get(key);
+    const ends = [];
+    const outside = new Map();    // producer outside -> its type
+    const inputsTogether = gid === null && regions[rid].inputs.length > MAX_PORTS;
+    const item = id => inputsTogether && !steps[id] && id !== regions[rid].ret.id ? rid + ":inputs" : itemIn(id, gid);
+    for (const [source, target, label] of regions[rid].edges) {
+      const from = item(source), to = item(target);
+      if (from === to || (from === null && to === null)) continue;
+      if (from === null) outside.set(source, label);
+      ends.push([from, to, source, label]);
+    }
+    const together = outside.size > MAX_PORTS;
+    const ports = together ? [{id: gid + ":in", name: `${outside.size} values from outside`, type: ""}] :
+      [...outside].map(([source, type]) => ({id: gid + ":in:" + source, name: "from " + nameOf(rid, source), type}));
+    const merged = new Map();
+    let leaves = false;
+    for (const [from, to, source, label] of ends) {
+      const start = from !== null ? from : together ? gid + ":in" : gid + ":in:" + source;
+      const end = to !== null ? to : gid + ":out";
+      leaves = leaves || to === null;
+      const edgeKey = start + "\n" + end;
+      if (!merged.has(edgeKey)) merged.set(edgeKey, {from: start, to: end, values: new Map()});
+      merged.get(edgeKey).values.set(source, label);
+    }
+    const edges = [...merged.values()].map(({from, to, values}) => {
+      const types = [...values.values()];
+      return [from, to, types.length === 1 ? types[0] : new Set(types).size === 1 ? `${types.length} × ${types[0]}` :
+                        `${types.length} values`];
+    });
+    const graph = {ports, edges, leaves};
+    graphOfGroup.set(key, graph);
+    return graph;
+  }
+  function nameOf(rid, id) {
+    return steps[id] ? steps[id].name : regions[rid].inputs.find(input => input.id === id).name;
+  }
+
+  // Draws the graph of group ``gid`` of region ``rid`` (null: the region's top) inside
+  // ``parent``: each node is measured (an opened group or region holds its own graph,
+  // drawn first), then dagre places the nodes and routes the edges (with their labels
+  // as nodes of their own, so labels do not overlap), and the canvas takes the size
+  // of the laid-out graph.
+  function renderCanvas(rid, parent, gid = null) {
     const region = regions[rid];
     const canvas = el("div", "canvas");
     canvas.dataset.region = rid;
+    if (gid !== null) canvas.dataset.group = gid;
     parent.appendChild(canvas);
     const nodes = [];
     const call = currentCall(rid);
-    region.inputs.forEach((input, index) => {
-      const node = el("div", "node input");
-      node.dataset.node = input.id;
-      node.appendChild(el("div", "opname", input.name));
-      const value = inputValue(rid, call, index);
-      node.appendChild(el("div", "value", value ? value.s : input.type));
-      nodes.push([input.id, node]);
-      canvas.appendChild(node);
-    });
-    for (const sid of region.steps) {
-      const node = stepNode(sid);
-      canvas.appendChild(node);
-      for (const inner of steps[sid].regions) renderRegion(inner, node);
-      nodes.push([sid, node]);
+    const graph = graphOf(rid, gid);
+    const add = (id, node) => { canvas.appendChild(node); nodes.push([id, node]); shownNodes.set(id, node); };
+    if (gid === null && region.inputs.length > MAX_PORTS) {
+      add(rid + ":inputs", portNode("input", rid + ":inputs", `${region.inputs.length} inputs`,
+                                    `${region.inputs[0].name} … ${region.inputs[region.inputs.length - 1].name}`));
+    } else if (gid === null) {
+      region.inputs.forEach((input, index) => {
+        const value = inputValue(rid, call, index);
+        add(input.id, portNode("input", input.id, input.name, value ? value.s : input.type));
+      });
+    } else {
+      for (const port of graph.ports) add(port.id, portNode("input port", port.id, port.name, port.type));
     }
-    const ret = el("div", "node ret");
-    ret.dataset.node = region.ret.id;
-    ret.append(el("div", "opname", "return"), el("div", "value", region.ret.types.join(", ") || "()"));
-    canvas.appendChild(ret);
-    nodes.push([region.ret.id, ret]);
+    for (const item of gid === null ? region.items : groups[gid].items) {
+      if (steps[item]) {
+        const node = stepNode(item);
+        add(item, node);
+        for (const inner of steps[item].regions) renderRegion(inner, node);
+      } else {
+        const node = groupNode(rid, item);
+        add(item, node);
+        if (state.open.has(item)) renderCanvas(rid, node, item);   // measured in place
+      }
+    }
+    if (gid === null) add(region.ret.id, portNode("ret", region.ret.id, "return", region.ret.types.length > MAX_PORTS ?
+                                                  `${region.ret.types.length} results` : region.ret.types.join(", ") || "()"));
+    else if (graph.leaves) add(gid + ":out", portNode("ret port", gid + ":out", "to outside", ""));
     const sizes = nodes.map(([id, node]) => [id, node.offsetWidth, node.offsetHeight]);
-    const layout = layoutOf(rid, sizes);
+    const layout = layoutOf(rid + "/" + gid, sizes, graph.edges);
     for (const [id, node] of nodes) {
       const placed = layout.nodes[id];
       node.style.left = (placed.x - placed.width / 2) + "px";
@@ -249,7 +405,7 @@
     const svg = document.createElementNS(svgNS, "svg");
     svg.setAttribute("width", Math.ceil(layout.width));
     svg.setAttribute("height", Math.ceil(layout.height));
-    const marker = `arrow-${rid}`;
+    const marker = `arrow-${rid}-${gid}`;
     svg.innerHTML = `<defs><marker id="${marker}" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7"
       markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#8d99ab"/></marker></defs>`;
     for (const routed of layout.edges) {
@@ -270,28 +426,73 @@
     canvas.insertBefore(svg, canvas.firstChild);
   }
 
-  // dagre's layout of a region for its nodes' sizes; kept while the sizes stay the same
-  // (browsing calls changes values, rarely sizes: the graph keeps its shape).
+  function portNode(kind, id, name, text) {
+    const node = el("div", "node " + kind);
+    node.dataset.node = id;
+    node.append(el("div", "opname", name), el("div", "value", text));
+    return node;
+  }
+
+  // A group: collapsed, its title, size and flows (click: open); opened, the same
+  // head (click: close) over its graph (drawn by the caller once the node is placed).
+  function groupNode(rid, gid) {
+    const group = groups[gid], open = state.open.has(gid);
+    const node = el("div", "node group" + (open ? " open" : ""));
+    node.dataset.node = gid;
+    node.title = group.path + (group.where ? ` (called at ${data.files[group.where.file].name}:${group.where.line})` : "");
+    const head = el("div", "opname", (open ? "▾ " : "▸ ") + group.title);
+    const flows = flowsOf(rid)[gid] || {in: new Set(), out: new Set()};
+    node.append(head, el("div", "where", `${group.ops} ops · ${flows.in.size} in → ${flows.out.size} out`));
+    const toggle = event => {
+      event.stopPropagation();
+      if (state.open.has(gid)) state.open.delete(gid); else state.open.add(gid);
+      renderGraphs();
+    };
+    if (open) {
+      head.addEventListener("click", toggle);
+      node.addEventListener("click", event => event.stopPropagation());
+    } else {
+      node.addEventListener("click", toggle);
+    }
+    return node;
+  }
+
+  // dagre's layout of a graph (``key``: its region and group) for its nodes' sizes;
+  // kept while the sizes stay the same (browsing calls changes values, rarely sizes:
+  // the graph keeps its shape).
   const layouts = new Map();
-  function layoutOf(rid, sizes) {
-    const key = JSON.stringify(sizes), known = layouts.get(rid);
-    if (known && known.key === key) return known;
+  function layoutOf(key, sizes, edges) {
+    const sizeKey = JSON.stringify(sizes), known = layouts.get(key);
+    if (known && known.key === sizeKey) return known;
     const graph = new dagre.graphlib.Graph({multigraph: true});
     graph.setGraph({rankdir: "TB", nodesep: 24, ranksep: 34, edgesep: 14, marginx: 6, marginy: 6});
     for (const [id, width, height] of sizes) graph.setNode(id, {width, height});
-    regions[rid].edges.forEach(([source, target, label], index) => {
+    edges.forEach(([source, target, label], index) => {
       graph.setEdge(source, target, {width: measure.measureText(label).width + 6, height: 12, labelpos: "c",
                                      label}, "e" + index);
     });
     dagre.layout(graph);
-    const layout = {key, nodes: {}, edges: [], width: graph.graph().width, height: graph.graph().height};
+    const layout = {key: sizeKey, nodes: {}, edges: [], width: graph.graph().width, height: graph.graph().height};
     for (const [id] of sizes) layout.nodes[id] = graph.node(id);
-    for (const edge of graph.edges()) {
-      const routed = graph.edge(edge);
-      layout.edges.push({from: edge.v, to: edge.w, points: routed.points, x: routed.x, y: routed.y,
-                         label: routed.label});
+    // An edge leaves its node straight down out of the node's rank, and enters its
+    // target straight down from above the target's rank (dagre clips an edge to the
+    // node's side, from where its first leg can cross a taller node of the same rank).
+    const halfRank = new Map();    // a rank's centre -> half the height of its tallest node
+    for (const [id] of sizes) {
+      const node = graph.node(id), centre = Math.round(node.y);
+      halfRank.set(centre, Math.max(halfRank.get(centre) || 0, node.height / 2));
     }
-    layouts.set(rid, layout);
+    for (const edge of graph.edges()) {
+      const routed = graph.edge(edge), source = graph.node(edge.v), target = graph.node(edge.w);
+      const sourceBand = source.y + halfRank.get(Math.round(source.y));
+      const targetBand = target.y - halfRank.get(Math.round(target.y));
+      const points = [{x: source.x, y: source.y + source.height / 2}, {x: source.x, y: sourceBand},
+                      ...routed.points.slice(1, -1),
+                      {x: target.x, y: targetBand}, {x: target.x, y: target.y - target.height / 2}]
+        .filter((p, i, all) => i === 0 || p.x !== all[i - 1].x || p.y !== all[i - 1].y);
+      layout.edges.push({from: edge.v, to: edge.w, points, x: routed.x, y: routed.y, label: routed.label});
+    }
+    layouts.set(key, layout);
     return layout;
   }
 
@@ -373,14 +574,14 @@
       const panel = element.closest("#python, #jaxpr, #stablehlo, #graphs");
       if (!firstOf.has(panel)) firstOf.set(panel, element);
     };
-    const nodeOf = sid => document.querySelector(`.node[data-step="${sid}"]`);
-    const rowOf = line => document.querySelector(`#stablehlo [data-hlo="${line}"]`);
+    const rowOf = line => hloRows[line];
     let key = null;
     if (selection.kind === "line") {
       key = lineKey(selection.file, selection.line);
     } else {
       const step = steps[selection.sid];
-      mark(nodeOf(selection.sid), "selected");
+      mark(shownNodes.get(selection.sid), "selected");
+      mark(shownNodeOf(selection.sid), "hl");
       if (step.hlo !== null) mark(rowOf(step.hlo), "selected");
       if (step.file !== null) key = lineKey(step.file, step.line);
     }
@@ -388,11 +589,10 @@
       for (const row of document.querySelectorAll(`#python [data-key="${key}"]`))
         mark(row, selection.kind === "line" ? "selected" : "hl");
       for (const row of document.querySelectorAll(`#jaxpr [data-key="${key}"]`)) mark(row, "hl");
-      for (const sid in steps) {
-        const step = steps[sid];
-        if (step.file === null || lineKey(step.file, step.line) !== key) continue;
-        mark(nodeOf(sid), "hl");
-        if (step.hlo !== null) mark(rowOf(step.hlo), "hl");
+      for (const gid of groupsOfLine.get(key) || []) mark(shownNodeOf(gid), "hl");
+      for (const sid of stepsOfLine.get(key) || []) {
+        mark(shownNodeOf(sid), "hl");
+        if (steps[sid].hlo !== null) mark(rowOf(steps[sid].hlo), "hl");
       }
     }
     if (scroll) for (const element of firstOf.values()) element.scrollIntoView({block: "nearest", inline: "nearest"});
@@ -404,7 +604,7 @@
     if (!selection || selection.kind !== "step") {
       if (selection && selection.kind === "line") {
         details.textContent = "";
-        const ops = Object.values(steps).filter(s => s.file === selection.file && s.line === selection.line);
+        const ops = (stepsOfLine.get(lineKey(selection.file, selection.line)) || []).map(sid => steps[sid]);
         details.appendChild(el("h3", null, `${data.files[selection.file].name}:${selection.line}`));
         details.appendChild(el("p", null, ops.length ? `became ${ops.length} op(s):` : "no op came from this line"));
         const list = el("ul");
@@ -414,6 +614,17 @@
           list.appendChild(item);
         }
         details.appendChild(list);
+        const calls = groupsOfLine.get(lineKey(selection.file, selection.line)) || [];
+        if (calls.length) {
+          details.appendChild(el("p", null, `made ${calls.length} call(s) (groups of ops):`));
+          const callList = el("ul");
+          for (const gid of calls) {
+            const item = el("li", "link", `${groups[gid].title} (${groups[gid].ops} ops)`);
+            item.addEventListener("click", () => openGroup(gid));
+            callList.appendChild(item);
+          }
+          details.appendChild(callList);
+        }
       }
       return;
     }
@@ -450,13 +661,35 @@
       block.appendChild(el("dd", null, value.s));
       if (value.full !== null) {
         const button = el("button", "show-full", "show all values");
-        button.addEventListener("click", () => { button.replaceWith(el("pre", "full", value.full)); });
+        button.addEventListener("click", () => withFullValue(value.full, text => button.replaceWith(text)));
         block.appendChild(button);
       } else {
         block.appendChild(el("p", "hint", "too large to keep whole: summary only"));
       }
       details.appendChild(block);
     });
+  }
+
+  // The whole text of kept value ``index`` (an element, or a hint when the file that
+  // holds them is not beside the page) to ``use``: the page's JSON of them is read on
+  // first use; a page written with its values apart loads that file (a script, as a
+  // page opened from disk may load no data otherwise).
+  let fullValues = null;
+  function withFullValue(index, use) {
+    if (fullValues !== null) return use(el("pre", "full", fullValues[index]));
+    const source = JSON.parse(document.getElementById("explorer-values").textContent);
+    if (Array.isArray(source)) {
+      fullValues = source;
+      return use(el("pre", "full", fullValues[index]));
+    }
+    window.explorerValues = values => { fullValues = values; };
+    const script = document.createElement("script");
+    const done = () => use(fullValues !== null ? el("pre", "full", fullValues[index]) :
+                           el("p", "hint", `the values are in ${source.file}, not found beside the page`));
+    script.addEventListener("load", done);
+    script.addEventListener("error", done);
+    script.src = source.file;
+    document.head.appendChild(script);
   }
 
   // Values not recorded as an op's result: what flowed into a region. ``ref`` is
@@ -507,14 +740,14 @@
     }
     for (const record of chain) {
       const rid = steps[record.s].region;
-      if (regions[rid].owner !== null) state.collapsed.delete(rid);
+      reveal(record.s);
       const index = callsOf(rid).findIndex(call => call.p === record.p && call.c === record.c);
       state.call[rid] = Math.max(index, 0);
     }
     const sid = recordByNumber.get(number).s;
     renderGraphs();
     select({kind: "step", sid});
-    const node = document.querySelector(`.node[data-step="${sid}"]`);
+    const node = shownNodes.get(sid);
     if (node) node.scrollIntoView({block: "center", inline: "center"});
     if (report) document.getElementById("details").appendChild(el("div", "report", report));
   }
@@ -522,7 +755,7 @@
   // ------------------------------------------------------------------ search
 
   function search(query) {
-    for (const node of document.querySelectorAll(".node.match")) node.classList.remove("match");
+    for (const node of document.querySelectorAll(".match")) node.classList.remove("match");
     query = query.trim().toLowerCase();
     state.matches = [];
     state.matchIndex = -1;
@@ -538,7 +771,7 @@
 
   function markMatches() {
     for (const sid of state.matches) {
-      const node = document.querySelector(`.node[data-step="${sid}"]`);
+      const node = shownNodeOf(sid);
       if (node) node.classList.add("match");
     }
   }
@@ -547,21 +780,28 @@
     if (!state.matches.length) return;
     state.matchIndex = (state.matchIndex + 1) % state.matches.length;
     const sid = state.matches[state.matchIndex];
-    let expanded = false;
-    for (let rid = steps[sid].region; regions[rid].owner !== null; rid = steps[regions[rid].owner].region) {
-      if (state.collapsed.delete(rid)) expanded = true;
-    }
-    if (expanded) renderGraphs();
+    if (reveal(sid)) renderGraphs();
     select({kind: "step", sid});
-    const node = document.querySelector(`.node[data-step="${sid}"]`);
+    const node = shownNodes.get(sid);
     if (node) node.scrollIntoView({block: "center", inline: "center"});
   }
 
-  renderTexts();
+  // The graphs first; the text panels of a large program after the graph is on screen.
+  const timings = {};
   renderBanners();
   renderGraphs();
+  timings.graph = performance.now();
+  const finish = () => {
+    timings.painted = performance.now();    // a task after the frame that drew the graph
+    renderTexts();
+    applySelection(false);
+    timings.texts = performance.now();
+    document.body.dataset.ready = "true";
+    requestAnimationFrame(() => setTimeout(() => { timings.textsPainted = performance.now(); }, 0));
+  };
+  if (small) finish(); else requestAnimationFrame(() => setTimeout(finish, 0));
   const box = document.getElementById("search");
   box.addEventListener("input", () => search(box.value));
   box.addEventListener("keydown", event => { if (event.key === "Enter") nextMatch(); });
-  window.explorer = {data, select, showRecord, state};
+  window.explorer = {data, select, showRecord, state, timings};
 })();
