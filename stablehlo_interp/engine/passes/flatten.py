@@ -10,6 +10,7 @@ program holds only what is live.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 from ..plan import BINARY, GENERAL, SINGLE, UNARY, Step, StepColumns
 from .folding import FOLDABLE
@@ -29,13 +30,16 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
     """
     live = set(outputs)
     see = live.add
-    entries, releases, foldable = [], [], []
+    entries: list[tuple] = []
+    releases: list[tuple[int, ...]] = []
+    foldable: list[tuple] = []
     append, append_release = entries.append, releases.append
     index = len(columns.ops)
     for op, operands, result in zip(reversed(columns.ops), reversed(columns.operands), reversed(columns.results)):
         index -= 1
         whole = type(op) is Step
         # liveness: the results nobody uses, then the operands (and captures) used last here
+        used: Iterable[int]
         if whole:
             release = tuple(slot for slot in result if slot not in live)
             used = itertools.chain(*op.captures, operands)
