@@ -1,7 +1,7 @@
 """Liveness and flattening: a region's steps as the run loop's entries, and each step's releases.
 
 One walk from the last op back (walking twice cost a load 0.05 to 0.2 us more per
-op: docs/engine.md, "What a load costs"). A slot not seen yet, nor one of the
+op: benchmarks/RESULTS.md, "What a load costs"). A slot not seen yet, nor one of the
 region's outputs, is one that no later op uses: the op at hand is its last use
 and releases it after it runs (its results that nobody uses too), so a long
 program holds only what is live.
