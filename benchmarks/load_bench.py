@@ -60,7 +60,7 @@ from jax import export
 from jaxlib.mlir import ir
 
 import stablehlo_interp as si
-from stablehlo_interp.engine import plan
+from stablehlo_interp.engine import passes
 from stablehlo_interp.ir import first_parse, sources
 
 from core_bench import elementwise_chain
@@ -118,8 +118,9 @@ def plan_bytes(text: str) -> int:
 def python_parts(text: str, repeat: int, clock) -> tuple:
     """Seconds of two parts of a load that are ours, not the bindings': the run loop's
     program and the releases, made in one pass from the loaded region's columns
-    (engine/plan.py, flatten), and the collector's pass over the new plan (the compile
-    pauses it; its next young-generation pass visits every object the compile made)."""
+    (engine/passes: liveness and flattening, then folding), and the collector's pass
+    over the new plan (the compile pauses it; its next young-generation pass visits
+    every object the compile made)."""
     region = si.load(text).function("main").region
 
     def collector_pass():
@@ -133,7 +134,7 @@ def python_parts(text: str, repeat: int, clock) -> tuple:
         return elapsed
 
     gc.disable()   # (as while a module compiles)
-    program = best_time(lambda: plan.flatten(region.columns, region.outputs), repeat, clock)
+    program = best_time(lambda: passes.run_program(region.columns, region.outputs), repeat, clock)
     gc.enable()
     return program, min(collector_pass() for _ in range(repeat))
 

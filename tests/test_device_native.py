@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 
 import ml_dtypes
 import numpy as np
@@ -374,14 +375,17 @@ static void fetch(void **t, void **v, void **tb) { NOTE("F "); *t = pending ? (v
 static void *thunk(void *args) { NOTE("T%lx ", (long)args); return (void *)0x1234; }
 static void restore(void *t, void *v, void *tb) { NOTE("R%lx,%lx,%lx ", (long)t, (long)v, (long)tb); }
 static void release(int state) { NOTE("L%d ", state); }
+static void *take(void) { NOTE("G "); return pending ? (void *)0x10 : 0; }
+static void put_back(void *exception) { NOTE("S%lx ", (long)exception); }
 static void *fallback(uint64_t *args) { NOTE("fallback(%lx) ", (long)args[2]); return (void *)0x4321; }
 static void callback(void *error, void *user_arg) { NOTE("callback(%lx,%lx) ", (long)error, (long)user_arg); }
 static void *install(const unsigned char *code, size_t size) {
   unsigned char *page = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   memcpy(page, code, size);
-  uint64_t marks[7][2] = {{MARK_ENSURE, (uint64_t)ensure}, {MARK_FETCH, (uint64_t)fetch}, {MARK_THUNK, (uint64_t)thunk},
+  uint64_t marks[9][2] = {{MARK_ENSURE, (uint64_t)ensure}, {MARK_FETCH, (uint64_t)fetch}, {MARK_THUNK, (uint64_t)thunk},
                           {MARK_RESTORE, (uint64_t)restore}, {MARK_RELEASE, (uint64_t)release},
-                          {MARK_FALLBACK, (uint64_t)fallback}, {0, 0}};
+                          {MARK_FALLBACK, (uint64_t)fallback}, {MARK_TAKE, (uint64_t)take},
+                          {MARK_PUT_BACK, (uint64_t)put_back}, {0, 0}};
   for (size_t i = 0; i + 8 <= size; i += 4)
     for (int m = 0; marks[m][0]; m++)
       if (!memcmp(page + i, &marks[m][0], 8)) memcpy(page + i, &marks[m][1], 8);
@@ -406,15 +410,21 @@ CASES
 
 @pytest.mark.skipif(not (QEMU and CROSS_GCC), reason="needs qemu-aarch64 and aarch64-linux-gnu-gcc")
 def test_aarch64_code_under_qemu(tmp_path):
-    """The AArch64 guard and fast paths, run by an AArch64 program under qemu with stub
-    functions in place of CPython's and jaxlib's: calls, arguments, results, outputs,
-    and the registers the calling convention says they keep."""
+    """The AArch64 guards (of CPython 3.11's PyErr_Fetch and of 3.12's
+    PyErr_GetRaisedException) and fast paths, run by an AArch64 program under qemu
+    with stub functions in place of CPython's and jaxlib's: calls, arguments,
+    results, outputs, and the registers the calling convention says they keep."""
     machine = native.AArch64()
     marks = {name: 0x0101010101010101 * byte for name, byte in (
-        ("ENSURE", 0xA1), ("FETCH", 0xA2), ("THUNK", 0xA3), ("RESTORE", 0xA4), ("RELEASE", 0xA5), ("FALLBACK", 0xA6))}
+        ("ENSURE", 0xA1), ("FETCH", 0xA2), ("THUNK", 0xA3), ("RESTORE", 0xA4), ("RELEASE", 0xA5), ("FALLBACK", 0xA6),
+        ("TAKE", 0xA7), ("PUT_BACK", 0xA8))}
     complete = 0xC0FFEE
-    guard = native.guard_code(machine, marks["THUNK"], {name.lower(): marks[name] for name in
-                                                        ("ENSURE", "FETCH", "RESTORE", "RELEASE")})
+    gil = {"ensure": marks["ENSURE"], "release": marks["RELEASE"], "thunk": marks["THUNK"]}
+    guards = {
+        "fetch": (native.guard_code(machine.GUARDS["fetch"], {**gil, "take": marks["FETCH"],
+                                                              "put_back": marks["RESTORE"]}), "F ", "R10,20,30 "),
+        "raised": (native.guard_code(machine.GUARDS["raised"], {**gil, "take": marks["TAKE"],
+                                                                "put_back": marks["PUT_BACK"]}), "G ", "S10 ")}
     cases, expected = [], []
 
     def case(name, code, fill, shown, outcome):
@@ -423,9 +433,11 @@ def test_aarch64_code_under_qemu(tmp_path):
                      f"    result = check_call(install(code, sizeof code), args); report(\"{name}\", result, args, {shown}); }}")
         expected.append(f"{name}: {outcome}")
 
-    for is_pending in (0, 1):
-        restored = "R10,20,30 " if is_pending else ""
-        case(f"guard{is_pending}", guard, f"pending = {is_pending};", 0, f"E F T{{args}} {restored}L7 -> 1234")
+    for kind, (guard, taken, put_back) in guards.items():
+        for is_pending in (0, 1):
+            restored = put_back if is_pending else ""
+            case(f"guard-{kind}{is_pending}", guard, f"pending = {is_pending};", 0,
+                 f"E {taken}T{{args}} {restored}L7 -> 1234")
     for name, (shape, args_type) in sorted(api.CALLS.fast_paths.items()):
         words = ctypes.sizeof(args_type) // 8
         if isinstance(shape, native.CompleteEvent):
@@ -510,3 +522,141 @@ def test_at_exit_releasing_calls_no_longer_enter_python():
     assert {"Buffer_Destroy", "Buffer_Delete", "Buffer_DecreaseExternalReferenceCount", "Client_Destroy",
             "LoadedExecutable_Delete", "Event_Destroy", "Error_Destroy"} <= set(plugin.RELEASING_SLOTS)
     assert others == "True [0.0, 2.0, 4.0, 6.0]"
+
+
+# ---------------------------------------------------------------- the x86-64 guards, on stub functions
+
+x86_64_only = pytest.mark.skipif(not isinstance(native.architecture(), native.X86_64),
+                                 reason="x86-64 machine code, run on this machine")
+
+
+@x86_64_only
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("kind", ["fetch", "raised"])
+def test_x86_64_guards_call_in_order(kind, pending):
+    """Each x86-64 guard (CPython 3.11's PyErr_Fetch/PyErr_Restore, 3.12's
+    PyErr_GetRaisedException/PyErr_SetRaisedException), called as jaxlib calls a slot,
+    with ctypes stubs in place of CPython's calls: the GIL taken, the pending
+    exception taken out, the thunk called on the args, the exception put back only if
+    there was one, the GIL's state released, the thunk's result returned."""
+    trail = []
+    void_p = ctypes.c_void_p
+    stubs = {
+        "ensure": ctypes.CFUNCTYPE(ctypes.c_int)(lambda: trail.append("E") or 7),
+        "thunk": ctypes.CFUNCTYPE(void_p, void_p)(lambda args: trail.append(f"T{args or 0:x}") or 0x1234),
+        "release": ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda state: trail.append(f"L{state}")),
+    }
+    if kind == "fetch":
+        def fetch(kind_out, value_out, traceback_out):
+            trail.append("F")
+            kind_out[0], value_out[0], traceback_out[0] = (0x10 if pending else None), 0x20, 0x30
+
+        pointer = ctypes.POINTER(void_p)
+        stubs["take"] = ctypes.CFUNCTYPE(None, pointer, pointer, pointer)(fetch)
+        stubs["put_back"] = ctypes.CFUNCTYPE(None, void_p, void_p, void_p)(
+            lambda *exception: trail.append("R" + ",".join(f"{part or 0:x}" for part in exception)))
+        put_back = "R10,20,30"
+    else:
+        stubs["take"] = ctypes.CFUNCTYPE(void_p)(lambda: trail.append("G") or (0x10 if pending else None))
+        stubs["put_back"] = ctypes.CFUNCTYPE(None, void_p)(lambda exception: trail.append(f"S{exception or 0:x}"))
+        put_back = "S10"
+    pages = native._CodePages(1)
+    guard = pages.add(native.guard_code(native.X86_64.GUARDS[kind],
+                                        {name: ctypes.cast(stub, void_p).value for name, stub in stubs.items()}))
+    pages.seal()
+    assert abi.API_FUNCTION(guard)(0xABC0) == 0x1234
+    assert trail == ["E", "F" if kind == "fetch" else "G", "Tabc0", *([put_back] if pending else []), "L7"]
+
+
+def test_the_guard_takes_the_exception_with_this_python_s_calls():
+    """3.12 and later: PyErr_GetRaisedException (PyErr_Fetch is deprecated there); 3.11:
+    PyErr_Fetch. A Python that has the new calls gets them."""
+    kind, addresses = native.exception_calls()
+    assert kind == ("raised" if sys.version_info >= (3, 12) else "fetch")
+    python = ctypes.pythonapi
+    new = types.SimpleNamespace(PyGILState_Ensure=python.PyGILState_Ensure, PyGILState_Release=python.PyGILState_Release,
+                                PyErr_GetRaisedException=python.Py_IncRef, PyErr_SetRaisedException=python.Py_DecRef)
+    kind, addresses = native.exception_calls(new)
+    assert kind == "raised"
+    assert (addresses["take"], addresses["put_back"]) == (ctypes.cast(python.Py_IncRef, ctypes.c_void_p).value,
+                                                          ctypes.cast(python.Py_DecRef, ctypes.c_void_p).value)
+
+
+# ---------------------------------------------------------------- each invariant of the encodings is an exception
+
+@pytest.mark.parametrize("machine", [native.X86_64(), native.AArch64()], ids=["x86-64", "aarch64"])
+@pytest.mark.parametrize("encode, message", [
+    (lambda m: m.header_words(-8, [(0, 0, 8)]), "field offset -8|offset of a 8-byte access -8"),
+    (lambda m: m.header_words(0, [(0, 2**31, 8)]), "2147483648"),
+    (lambda m: m.header_words(0, [(0, 8, 2)]), "2 bytes wide"),
+    (lambda m: m.constants([(0, 8, 2**64)]), "64-bit value"),
+    (lambda m: m.constants([(0, 8, -1)]), "64-bit value"),
+    (lambda m: m.complete_event(0, 1, 0, None), "fallback address 0"),
+])
+def test_an_encoding_that_cannot_hold_its_value_raises(machine, encode, message):
+    with pytest.raises(ValueError, match=message):
+        encode(machine)
+
+
+@pytest.mark.parametrize("encode, message", [
+    (lambda m: m.header_words(12, [(0, 0, 8)]), "a multiple of 8"),            # ldr's offset is scaled
+    (lambda m: m.header_words(0, [(0, 6, 4)]), "a multiple of 4"),
+    (lambda m: m.header_words(32768, [(0, 0, 8)]), "32768"),
+    (lambda m: m.complete_event(0, 1, 64, (12, 16)), "a multiple of 8"),
+])
+def test_an_aarch64_offset_its_instruction_cannot_scale_raises(encode, message):
+    with pytest.raises(ValueError, match=message):
+        encode(native.AArch64())
+
+
+def test_a_guard_listing_and_its_addresses_are_checked():
+    listing = native.X86_64.GUARDS["raised"]
+    addresses = dict(ensure=1, take=2, thunk=3, put_back=4, release=5)
+    code = native.guard_code(listing, addresses)
+    assert len(code) == len(listing) and all(address.to_bytes(8, "little") in code for address in range(1, 6))
+    with pytest.raises(ValueError, match="takes the addresses of"):
+        native.guard_code(listing, {**addresses, "fetch": 6})
+    with pytest.raises(ValueError, match="placeholder of 'thunk' 0 times"):
+        native.guard_code(listing.replace(b"\x33" * 8, b"\x00" * 8), addresses)
+    with pytest.raises(ValueError, match="placeholder of 'take' 2 times"):
+        native.guard_code(listing + b"\x22" * 8, addresses)
+    with pytest.raises(ValueError, match="address of release 0"):
+        native.guard_code(listing, {**addresses, "release": 0})
+
+
+def test_code_pages_refuse_code_larger_than_a_slot_and_slots_past_their_pages():
+    pages = native._CodePages(1)
+    with pytest.raises(ValueError, match="193 bytes does not fit its slot of 192"):
+        pages.add(b"\xc3" * 193)
+    for _ in range(pages.size // native._SLOT):
+        pages.add(b"\xc3")
+    with pytest.raises(ValueError, match="no slot left"):
+        pages.add(b"\xc3")
+
+
+def test_the_checks_hold_under_python_dash_o():
+    """``python -O`` drops asserts: the encodings' checks are exceptions, so they stay."""
+    script = ("from stablehlo_interp.device.pjrt import native\n"
+              "try:\n    native.AArch64().header_words(12, [])\nexcept ValueError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "offset of a 8-byte access 12 does not fit its encoding" in done.stdout
+
+
+def test_without_a_guard_the_device_warns_what_remains(monkeypatch):
+    """No machine code for this platform (macOS on arm64, Windows ...) or no executable
+    memory: the thunks are the entry points, and a RuntimeWarning says the
+    pending-exception hazard remains, instead of falling back in silence."""
+    thunks = {"Buffer_Destroy": 0x1000, "Error_Destroy": 0x2000}
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "architecture", lambda: None)
+        with pytest.warns(RuntimeWarning, match="has no native guard for .*exception is pending"):
+            assert native.entry_points(thunks, {}, 0) == thunks
+
+    def refused(self):
+        raise OSError(13, "mprotect failed")
+
+    if native.architecture() is not None:
+        monkeypatch.setattr(native._CodePages, "seal", refused)
+        with pytest.warns(RuntimeWarning, match=r"cannot install its native guards \(\[Errno 13\] mprotect failed\)"):
+            assert native.entry_points(thunks, {}, 0) == thunks

@@ -3,6 +3,8 @@ element-wise ops, locations of text decoded lazily, the shared MLIR context."""
 
 import functools
 import gc
+import pathlib
+import re
 import types
 
 import jax
@@ -13,7 +15,7 @@ import pytest
 import stablehlo_interp as si
 from stablehlo_interp import ops
 from stablehlo_interp.engine import registry
-from stablehlo_interp.engine.plan import ModuleInfo, OpInfo
+from stablehlo_interp.engine.plan import IN_TEXT, ModuleInfo, OpInfo, RegionKind, StepColumns, encode_location
 from stablehlo_interp.errors import OpError
 from stablehlo_interp.ir import sources
 from stablehlo_interp.ir.decode import Quantization
@@ -635,3 +637,171 @@ def test_the_child_processes_end_with_the_process():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "4.0"
     assert "ResourceWarning" not in done.stderr, done.stderr
+
+
+# ---------------------------------------------------------------- the compiler's hot path builds the general one's plan
+
+def _plan_of(region, seen: set) -> dict:
+    """Everything a region's plan is, as plain values: its kind and layout; per op its
+    name, decoded attributes, types, location, slots, releases, runner and which earlier
+    op's OpInfo and runner it shares (by position: sharing is part of the plan); the
+    run loop's entries and the values folded at load; the regions of its ops, each
+    once (a called function's body is compared where it is first reached)."""
+    columns = region.columns
+    first_with = {}
+    ops = []
+    for index, step in enumerate(region.steps):
+        built = columns.ops[index]
+        info = step.info
+        ops.append((info.name, repr(sorted(info.attributes.items())), info.operand_types, info.result_types,
+                    str(info.location), repr(info.location.frames), step.operands, step.results, step.release,
+                    step.captures, getattr(step.run, "__qualname__", type(step.run).__qualname__),
+                    first_with.setdefault(id(built.info), index), first_with.setdefault(id(built.run), index),
+                    step.variadic, step.execution, info.regions_called,
+                    [str(inner.kind) for inner in step.regions]))
+    entries = [(kind, operands, results, release, reference if type(reference) is int else reference.index)
+               for _, operands, results, release, kind, reference in region.flat_steps]
+    folded = [(slot, value.dtype, value.shape, value.tobytes()) for slot, value in region.flat_steps.folded]
+    plan = {"kind": str(region.kind), "layout": (region.n_captures, region.arg_types, region.outputs,
+                                                region.output_types, str(region.return_location), region.n_slots),
+            "ops": ops, "releases": list(columns.releases), "entries": entries, "folded": folded,
+            "result slots": [None if value is None else value.tobytes() for value in region.result_slots],
+            "regions": []}
+    for step in region.steps:
+        for inner in step.regions:
+            if id(inner) not in seen:
+                seen.add(id(inner))
+                plan["regions"].append(_plan_of(inner, seen))
+    return plan
+
+
+def _plans_of(program) -> dict:
+    plans, seen = {}, set()
+    for name, function in sorted(program.functions.items()):
+        if function.region is not None and id(function.region) not in seen:
+            seen.add(id(function.region))
+            plans[name] = _plan_of(function.region, seen)
+    return plans
+
+
+def _count_ops(plan: dict) -> int:
+    return len(plan["ops"]) + sum(map(_count_ops, plan["regions"]))
+
+
+def _location_codes(program) -> set:
+    """The kinds of location codes (engine/plan.py, encode_location) the program's plans hold."""
+    kinds, pending, seen = set(), [f.region for f in program.functions.values() if f.region is not None], set()
+    while pending:
+        region = pending.pop()
+        if id(region) in seen:
+            continue
+        seen.add(id(region))
+        for code in region.columns.locations:
+            kinds.add("in text" if code == -1 and type(code) is int else type(code).__name__)
+        pending.extend(inner for step in region.steps for inner in step.regions)
+    return kinds
+
+
+def _zoo_texts() -> list:
+    from zoo import PROGRAMS
+    return [(name, PROGRAMS[name]().lowered().as_text(debug_info=True)) for name in ("flax_linen_mlp", "haiku_mlp")]
+
+
+def _random_program_texts() -> list:
+    from test_random_programs import FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY, build
+    rng = np.random.default_rng(28)
+    texts = []
+    for index in range(12):
+        unary, binary, dtype = ((FLOAT_UNARY, FLOAT_BINARY, np.float32) if index % 2 else
+                                (INT_UNARY, INT_BINARY, np.int32))
+        plan = [tuple(rng.integers(0, 100, 3)) for _ in range(rng.integers(5, 30))]
+        x = np.ones((2, 3), dtype)
+        texts.append((f"random {index}", jax.jit(build(unary, binary, plan)).lower(x, x, x).as_text(debug_info=True)))
+    return texts
+
+
+def _corpus(tmp_path) -> list:
+    """Real programs: the zoo's, tests/data's test files (each module of them), random
+    chains of element-wise and shape ops as JAX writes them (with locations) and as
+    text without them (the text's own lines), and modules of this file with regions,
+    calls and captures, from a file and from a string."""
+    data = pathlib.Path(__file__).parent / "data"
+    corpus = [(f"{path.name} {index}", module) for path in sorted(data.glob("*.mlir"))
+              for index, module in enumerate(path.read_text().split("// -----"))]
+    corpus += _zoo_texts()
+    randoms = _random_program_texts()
+    corpus += randoms + [(f"{name} without locations", re.sub(r"\s*loc\(#loc\d*\)|#loc.*\n", "\n", text))
+                         for name, text in randoms[:4]]
+    path = tmp_path / "nested.mlir"
+    path.write_text(NESTED_EQUAL_OPS)
+    corpus += [("many kinds", MANY_KINDS), ("nested equal ops, a file", str(path)),
+               ("nested equal ops", NESTED_EQUAL_OPS)]
+    return corpus
+
+
+def test_the_hot_path_and_the_general_one_build_the_same_plans(monkeypatch, tmp_path):
+    """The compiler's hot path for equal element-wise ops (program/compiler.py,
+    _compile_block: its own look-up of the shared runner, location codes, and
+    _Scope.define and StepColumns.append inlined) builds, op for op, the plan that
+    the general path (_compile_op, for every op: Compiler.shortcuts off) builds, on
+    real programs; and the corpus takes the hot path, with each kind of location."""
+    from stablehlo_interp.program.compiler import Compiler
+    corpus = _corpus(tmp_path)
+    codes, compared = set(), 0
+    for name, source in corpus:
+        loaded = []
+        for shortcuts in (True, False):
+            with monkeypatch.context() as patch:
+                patch.setattr(Compiler, "shortcuts", shortcuts)
+                try:
+                    with registry.replaced(custom_calls={"my_sum": lambda info: lambda x: x + 1}):   # (MANY_KINDS)
+                        loaded.append(si.load(source))
+                except si.InterpreterError as error:   # (a test file's module that must not load)
+                    loaded.append(f"{type(error).__name__}: {error}")
+        fast, general = loaded
+        if isinstance(fast, str) or isinstance(general, str):
+            assert fast == general and name.startswith("checks_fail.mlir"), (name, fast, general)
+            continue
+        codes |= _location_codes(fast)
+        assert _location_codes(general) <= {"NoneType", "SourceLocation"}, name   # (it reads every location)
+        fast_plans, general_plans = _plans_of(fast), _plans_of(general)
+        assert fast_plans == general_plans, name
+        compared += sum(map(_count_ops, fast_plans.values()))
+    assert {"in text", "int", "SourceLocation"} <= codes
+    assert compared > 1000
+
+
+def test_a_regions_kind_is_data():
+    """A region says what it is (a function's body, region i of an op) as data, and
+    the line an error gains leaving it is made from that (``region 1, call 2``)."""
+    with registry.replaced(custom_calls={"my_sum": lambda info: lambda x: x + 1}):
+        program = si.load(MANY_KINDS)
+    main = program.function("main").region
+    assert main.kind == RegionKind.body_of("main") and main.kind.is_function_body
+    loop = next(step for step in main.steps if step.name == "stablehlo.while")
+    assert [region.kind for region in loop.regions] == [RegionKind.of_op("stablehlo.while", 0),
+                                                        RegionKind.of_op("stablehlo.while", 1)]
+    assert [str(region.kind) for region in loop.regions] == ["region 0 of stablehlo.while",
+                                                            "region 1 of stablehlo.while"]
+    call = next(step for step in loop.regions[1].steps if step.name == "func.call")
+    assert call.regions[0].kind == RegionKind.body_of("double") and call.regions[0].kind.name == "@double"
+    assert not loop.regions[1].kind.is_function_body and loop.regions[1].kind.name == "region 1"
+
+
+def test_an_ops_location_has_one_encoding():
+    """encode_location makes each kind of location's code; StepColumns.location reads
+    each back (a line of the module's own text, ``-``, in the columns' file)."""
+    columns = StepColumns("model.mlir", locate=lambda index: SourceLocation.at_line("found.mlir", index, 1))
+    named = SourceLocation("jit(f)/add", (Frame("f", "x.py", 6, 11),))
+    locations = [None, IN_TEXT, ("-", 70000, 123456), ("other.py", 3, 4), named]
+    codes = [encode_location(location) for location in locations]
+    assert [type(code).__name__ for code in codes] == ["NoneType", "int", "int", "SourceLocation", "SourceLocation"]
+    assert codes[1] == IN_TEXT and codes[2] == 70000 << 32 | 123456 and codes[4] is named
+    columns.locations = codes
+    decoded = [columns.location(index) for index in range(len(codes))]
+    assert decoded[0] is None
+    assert [(frame.file, frame.line, frame.column) for frame in (d.frame for d in decoded[1:4])] == [
+        ("found.mlir", 1, 1), ("model.mlir", 70000, 123456), ("other.py", 3, 4)]
+    assert decoded[4] is named
+    with pytest.raises(TypeError, match="not an op's location"):
+        encode_location("x.py:3")

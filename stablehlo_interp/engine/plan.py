@@ -10,8 +10,9 @@ Values that a region uses from an enclosing region are *captures*: the owning
 op reads them from its own environment and hands them to the region when it
 binds it.
 
-The compiler (program/compiler.py) builds them; nothing here runs at execution
-time, run.py runs the plans.
+The compiler (program/compiler.py) builds them, the passes of engine/passes/
+(liveness, flattening, folding) make the program the run loop reads; nothing
+here runs at execution time, run.py runs the plans.
 """
 
 from __future__ import annotations
@@ -164,9 +165,28 @@ class BuiltOp:
 
 _MAKING_STEPS = threading.Lock()
 
-# StepColumns.locations' entry for an op whose location is its place in the module's
-# text, found there again when asked (StepColumns.locate).
-IN_TEXT = "in the module's text"
+# An op's location as StepColumns.locations keeps it: one encoding, made by
+# encode_location and read back by StepColumns.location.
+#   None            the op's OpInfo holds its location (the OpInfo is its own);
+#   IN_TEXT         where the op starts in the module's text, which writes no location:
+#                   found there when asked (StepColumns.locate: ir/sources.py,
+#                   TextLocations), so the load never reads it;
+#   an int >= 0     line << 32 | column of a line of the module's own text (MLIR's file
+#                   ``-``): no object that the collector visits;
+#   a SourceLocation  any other location.
+IN_TEXT = -1
+
+
+def encode_location(location):
+    """The code of an op's ``location`` in StepColumns.locations: ``location`` is
+    None (the op's OpInfo holds it), IN_TEXT, a SourceLocation, or a line of MLIR
+    text as ``(file, line, column)``."""
+    if type(location) is tuple:
+        file, line, column = location
+        return line << 32 | column if file == "-" else SourceLocation.at_line(file, line, column)
+    if location is None or location is IN_TEXT or type(location) is SourceLocation:
+        return location
+    raise TypeError(f"not an op's location: {location!r}")
 
 
 class StepColumns:
@@ -183,14 +203,9 @@ class StepColumns:
     * a :class:`BuiltOp`, for an op of one result (``results[i]`` is its slot).
       ``locations[i]`` is None when its OpInfo is the op's own; otherwise the op
       shares the OpInfo and runner of an equal element-wise op, and
-      ``locations[i]`` is the op's own location: a SourceLocation; for a line of
-      the module's own text (``file_name``, MLIR's ``-``), the int
-      ``line << 32 | column`` (no object that the collector visits); for a line
-      of another file, ``(file, line, column)``; or IN_TEXT, for a module of
-      text that writes no location: ``locate(i)`` finds it there when asked
-      (ir/sources.py, TextLocations), and the load never reads it.
+      ``locations[i]`` codes the op's own location (:func:`encode_location`).
 
-    ``releases[i]`` are the slots whose last use op ``i`` is (set by :func:`flatten`).
+    ``releases[i]`` are the slots whose last use op ``i`` is (set by engine/passes).
     """
 
     __slots__ = ("file_name", "locate", "ops", "operands", "results", "locations", "releases", "_steps")
@@ -223,15 +238,28 @@ class StepColumns:
         self.locations.append(None)
 
     def append(self, op: BuiltOp, operands: tuple, result: int, location=None) -> None:
-        """An op of one result whose Step is made on demand; ``location``: see the class."""
+        """An op of one result whose Step is made on demand; ``location``: its code
+        (:func:`encode_location`)."""
         self.ops.append(op)
         self.operands.append(operands)
         self.results.append(result)
         self.locations.append(location)
 
+    def location(self, index: int) -> SourceLocation | None:
+        """The location of op ``index`` that its code in ``locations`` says (None: its
+        OpInfo's)."""
+        code = self.locations[index]
+        if code is None or type(code) is SourceLocation:
+            return code
+        if code == IN_TEXT:
+            return self.locate(index)
+        return SourceLocation.at_line(self.file_name, code >> 32, code & 0xFFFFFFFF)
+
     def renumber(self, mapping: dict) -> None:
         """Give every slot ``s`` the number ``mapping[s]`` (the steps made whole too)."""
-        remap = lambda slots: tuple(mapping[s] for s in slots)  # noqa: E731
+        def remap(slots):
+            return tuple(mapping[s] for s in slots)
+
         for index, op in enumerate(self.ops):
             if type(op) is Step:
                 op.operands, op.results = remap(op.operands), remap(op.results)
@@ -259,35 +287,61 @@ class StepColumns:
         op = self.ops[index]
         if type(op) is Step:
             return op
-        info, location = op.info, self.locations[index]
+        info, location = op.info, self.location(index)
         if location is not None:   # the OpInfo of an equal op: this op's own, at its location
-            if location is IN_TEXT:
-                location = self.locate(index)
-            elif type(location) is int:
-                location = SourceLocation.at_line(self.file_name, location >> 32, location & 0xFFFFFFFF)
-            elif type(location) is tuple:
-                location = SourceLocation.at_line(*location)
             info = OpInfo(info.name, info.attributes, info.operand_types, info.result_types, (), location,
                           info.module, info.watches)
         return Step(info, op.run, self.operands[index], (self.results[index],), self.releases[index], (), (), index)
 
 
+@dataclass(frozen=True, slots=True)
+class RegionKind:
+    """What a region is: the body of ``function`` (a function's plan, or the body an
+    op calls: func.call, composite, custom_call's called computations), or region
+    ``index`` of an op named ``op``."""
+
+    function: str | None = None
+    op: str | None = None
+    index: int = 0
+
+    @classmethod
+    def body_of(cls, function: str) -> "RegionKind":
+        return cls(function=function)
+
+    @classmethod
+    def of_op(cls, op: str, index: int) -> "RegionKind":
+        return cls(op=op, index=index)
+
+    @property
+    def is_function_body(self) -> bool:
+        return self.function is not None
+
+    @property
+    def name(self) -> str:
+        """``@f`` for a function's body, ``region 1`` for an op's region."""
+        return f"@{self.function}" if self.function is not None else f"region {self.index}"
+
+    def __str__(self) -> str:
+        return self.name if self.function is not None else f"{self.name} of {self.op}"
+
+
 class Region:
     """A compiled block: captures in slots ``[0, n_captures)``, then arguments, then results.
 
-    Built whole, from what the block is: its steps (:class:`StepColumns`, their
-    slots already in that layout), how many values it captures, its argument
-    types, the slots and types of what it returns, where it returns, and how
-    many slots it uses. The rest follows here: each step's releases, the
-    program the run loop reads and the result slots of a fresh environment.
+    Built whole, from what the block is: its kind, its steps (:class:`StepColumns`,
+    their slots already in that layout), how many values it captures, its argument
+    types, the slots and types of what it returns, where it returns, how many slots
+    it uses, and the program the run loop reads (a :class:`RunProgram`, made by
+    engine/passes, which set the steps' releases). The result slots of a fresh
+    environment follow here.
     """
 
-    __slots__ = ("description", "columns", "n_captures", "arg_types", "n_args", "outputs", "output_types",
+    __slots__ = ("kind", "columns", "n_captures", "arg_types", "n_args", "outputs", "output_types",
                  "return_location", "n_slots", "flat_steps", "result_slots", "output_values")
 
-    def __init__(self, description: str, columns: StepColumns, n_captures: int, arg_types, outputs, output_types,
-                 return_location: SourceLocation | None, n_slots: int):
-        self.description = description
+    def __init__(self, kind: RegionKind, columns: StepColumns, n_captures: int, arg_types, outputs, output_types,
+                 return_location: SourceLocation | None, n_slots: int, program: RunProgram):
+        self.kind = kind
         self.columns = columns
         self.n_captures = n_captures
         self.arg_types: tuple = tuple(arg_types)
@@ -296,24 +350,23 @@ class Region:
         self.output_types: tuple = tuple(output_types)
         self.return_location = return_location
         self.n_slots = n_slots
-        self._plan(columns)
+        self.set_program(program)
         self.output_values = _values_in(self.outputs)   # env -> the region's outputs, a sequence
 
-    def _plan(self, columns: StepColumns) -> None:
-        """The run loop's program of ``columns`` and their releases (:func:`flatten`),
-        and the tail of a fresh environment: a slot per result, the values folded at
-        load filled in."""
-        self.flat_steps = flatten(columns, self.outputs)
+    def set_program(self, program: RunProgram) -> None:
+        """Run ``program`` from now on (engine/passes), and fill the tail of a fresh
+        environment: a slot per result, the values folded at load filled in."""
+        self.flat_steps = program
         first = self.n_captures + self.n_args
         tail = [None] * (self.n_slots - first)
-        for slot, value in self.flat_steps.folded:
+        for slot, value in program.folded:
             tail[slot - first] = value
         self.result_slots = tuple(tail)
 
-    def replan(self) -> None:
-        """Make the run loop's program again from the steps (after a tool changed
-        their runners)."""
-        self._plan(StepColumns.of_steps(self.steps))
+    @property
+    def description(self) -> str:
+        """``@f``, ``region 0 of stablehlo.while`` ... (for messages)."""
+        return str(self.kind)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -355,28 +408,8 @@ class Function(FunctionSignature):
 UNARY, BINARY, SINGLE, GENERAL = range(4)
 
 
-# Ops whose result depends on nothing but their operands, cheap to keep: with
-# constant operands (a literal broadcast to a shape, ...) the run loop gets their
-# result computed once, at load. The observed loop still runs every op.
-FOLDABLE = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim", "stablehlo.broadcast", "stablehlo.reshape",
-                      "stablehlo.transpose", "stablehlo.convert"})
-
-
-def _folded(info: OpInfo, run, operands: tuple, constants: dict):
-    """The value of a foldable op (FOLDABLE) whose operands are all constants, or None."""
-    if info.has_quantized_types or not all(slot in constants for slot in operands):
-        return None
-    try:
-        value = run(*[constants[slot] for slot in operands])
-    except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
-        return None
-    if hasattr(value, "flags"):
-        value.flags.writeable = False   # every run returns this array: read-only, as constants are
-    return value
-
-
 class RunProgram(tuple):
-    """A region's program as the run loop reads it (:func:`flatten`): a tuple of
+    """A region's program as the run loop reads it (made by engine/passes): a tuple of
     ``(runner, operands, results, release, kind, step)`` entries, where ``step``
     is the op's Step or, for an op whose Step is made on demand, its index:
     :meth:`step` gives the Step either way (for an error). ``folded``: the
@@ -390,72 +423,3 @@ class RunProgram(tuple):
 
     def step(self, step) -> Step:
         return step if type(step) is Step else self.columns.step(step)
-
-
-def flatten(columns: StepColumns, outputs: tuple) -> RunProgram:
-    """The run loop's program of a region's steps, and their releases.
-
-    Each op's release, the slots whose last use it is (and its results nobody
-    uses), is found in one pass from the last op back: a slot not seen yet (nor
-    one of the region's ``outputs``) is one that no later op uses. The same pass
-    makes the program's entries, so a load walks the ops once (releases go to
-    ``columns.releases`` and to the Steps made whole).
-
-    Plain single-result ops (most of a program) get their result slot as a plain
-    int, and unary ones their operand slot too, so the loop skips building
-    argument lists. Foldable ops of constants (FOLDABLE) are computed, in
-    program order, after that pass and left out: their values wait in their slots
-    of each fresh environment (Region.result_slots; the plan holds them anyway,
-    so that the releases the left-out entries made would free nothing).
-    """
-    live = set(outputs)
-    see = live.add
-    program, releases, foldable = [], [], []   # (foldable: op, operands, result, its entry's place from the end)
-    append, append_release = program.append, releases.append
-    index = len(columns.ops)
-    for op, operands, result in zip(reversed(columns.ops), reversed(columns.operands), reversed(columns.results)):
-        index -= 1
-        if type(op) is Step:
-            release = tuple(slot for slot in result if slot not in live)
-            for slot in itertools.chain(*op.captures, operands):
-                if slot not in live:
-                    see(slot)
-                    release += (slot,)
-            if len(release) > 1:
-                release = tuple(sorted(release))
-            op.release = release
-            append_release(release)
-            if op.regions or op.variadic or op.execution:
-                append((op.run, operands, result, release, GENERAL, op))
-                continue
-            reference, result = op, result[0]
-        else:
-            release = () if result in live else (result,)
-            for slot in operands:
-                if slot not in live:
-                    see(slot)
-                    release += (slot,)
-            if len(release) > 1:
-                release = tuple(sorted(release))
-            append_release(release)
-            reference = index
-        if op.info.name in FOLDABLE:
-            foldable.append((op, operands, result, len(program)))
-        if len(operands) == 1:
-            append((op.run, operands[0], result, release, UNARY, reference))
-        elif len(operands) == 2:
-            append((op.run, operands, result, release, BINARY, reference))
-        else:
-            append((op.run, operands, result, release, SINGLE, reference))
-    program.reverse()
-    releases.reverse()
-    columns.releases = releases
-    constants: dict[int, object] = {}
-    folded = set()
-    for op, operands, result, position in reversed(foldable):   # (in program order)
-        if (value := _folded(op.info, op.run, operands, constants)) is not None:
-            constants[result] = value
-            folded.add(len(program) - 1 - position)
-    if folded:
-        program = [entry for position, entry in enumerate(program) if position not in folded]
-    return RunProgram(program, columns, tuple(constants.items()))

@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from ..ir.types import TensorType
+from .passes import run_program
 from .plan import OpInfo, Region, Step, StepColumns
 
 # Ops defined on quantized tensors directly by the spec (no dequantization).
@@ -120,8 +121,9 @@ def _opaque(region):
 
     step = Step(info, call, arguments, outputs, (), (region,), (tuple(range(n_captures)),), 0,
                 variadic=True)
-    return Region(region.description, StepColumns.of_steps([step]), n_captures, region.arg_types, outputs, region.output_types,
-                  region.return_location, n_captures + n_args + n_results)
+    columns = StepColumns.of_steps([step])
+    return Region(region.kind, columns, n_captures, region.arg_types, outputs, region.output_types,
+                  region.return_location, n_captures + n_args + n_results, run_program(columns, outputs))
 
 
 def _converter(ttype, convert):

@@ -192,7 +192,7 @@ class BoundRegion:
     def add_enclosing(self, error: OpError, call: int) -> None:
         """Say in ``error`` that it happened inside call ``call`` of this region."""
         error.add_enclosing(self.step.info.name, self.step.info.location,
-                            f"{self.region.description.split(' of ')[0]}, call {call}")
+                            f"{self.region.kind.name}, call {call}")
 
     @property
     def arg_types(self):

@@ -19,7 +19,9 @@ from jaxlib.mlir.ir import FileLineColLoc
 
 from .. import ops
 from ..engine import registry
-from ..engine.plan import IN_TEXT, BuiltOp, Function, ModuleInfo, OpInfo, Region, Step, StepColumns
+from ..engine.passes import run_program
+from ..engine.plan import (IN_TEXT, BuiltOp, Function, ModuleInfo, OpInfo, Region, RegionKind, Step, StepColumns,
+                           encode_location)
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
@@ -143,6 +145,10 @@ class Compiler:
     when asked (StepColumns.locate).
     """
 
+    # Whether _compile_block takes the hot path for equal element-wise ops; the general
+    # one (_compile_op) builds the same plan (tests/test_load.py compiles both ways).
+    shortcuts = True
+
     def __init__(self, module: ModuleInfo, file_name: str | None, text_locations: TextLocations | None = None):
         ops.load_all()
         self.module = module
@@ -181,21 +187,21 @@ class Compiler:
             return
         self._compiling.add(function.name)
         block = self._func_ops[function.name].regions[0].blocks[0]
-        function.region, _ = self._compile_block(block, f"@{function.name}", None, (function.name,))
+        function.region, _ = self._compile_block(block, RegionKind.body_of(function.name), None, (function.name,))
         self._compiling.remove(function.name)
         for step, index in self._recursive_calls.pop(function.name, ()):
             regions = list(step.regions)
             regions[index] = function.region
             step.regions = step.info.regions = tuple(regions)
 
-    def compile_region(self, mlir_region, description: str, parent: _Scope, path: tuple) -> tuple:
+    def compile_region(self, mlir_region, kind: RegionKind, parent: _Scope, path: tuple) -> tuple:
         """An op's region (its block at ``path``): ``(Region, the outer values it captures)``."""
         blocks = list(mlir_region.blocks)
         if len(blocks) != 1:
-            raise ModuleError(f"{description}: regions must have exactly one block, found {len(blocks)}")
-        return self._compile_block(blocks[0], description, parent, path)
+            raise ModuleError(f"{kind}: regions must have exactly one block, found {len(blocks)}")
+        return self._compile_block(blocks[0], kind, parent, path)
 
-    def _compile_block(self, block, description: str, parent: _Scope | None, path: tuple) -> tuple:
+    def _compile_block(self, block, kind: RegionKind, parent: _Scope | None, path: tuple) -> tuple:
         scope = _Scope(parent, path)
         arguments = list(block.arguments)
         for argument in arguments:
@@ -207,13 +213,14 @@ class Compiler:
         # The loop below is the load's hot path (docs/engine.md, "What a load costs"): an
         # element-wise op without attributes equal to one compiled before (the same name
         # and types: _built) costs only the binding calls that read it and a few list
-        # appends; any other op goes through _compile_op.
-        elementwise, shared_runners, slots, types, type_ids = \
-            registry.ELEMENTWISE_OPS, self._shared_runners, scope.slots, scope.types, scope.type_ids
-        slot_of = slots.get
+        # appends (_Scope.define and StepColumns.append inlined: 0.1 to 0.3 us per op less,
+        # same-run A/B); any other op goes through _compile_op, which builds the same plan
+        # (tests/test_load.py compiles a corpus both ways: Compiler.shortcuts).
+        elementwise = registry.ELEMENTWISE_OPS if self.shortcuts else ()
+        shared_runners, slots, types, type_ids = self._shared_runners, scope.slots, scope.types, scope.type_ids
+        slot_of, encode, file_line_col = slots.get, encode_location, FileLineColLoc
         append_op, append_operands, append_result, append_location = (   # (StepColumns.append, inlined)
             columns.ops.append, columns.operands.append, columns.results.append, columns.locations.append)
-        file_line_col = FileLineColLoc
         for operation in block.operations:
             operation = operation.operation
             name = operation.name
@@ -230,12 +237,11 @@ class Compiler:
                     shared = shared_runners.get((name, result.type, *map(type_ids.__getitem__, operands)))
                 if shared is not None:
                     if text_locations is not None:
-                        location = IN_TEXT
-                    elif type(location := operation.location) is file_line_col:   # (as StepColumns.locations says)
-                        file, line, column = location.filename, location.start_line, location.start_col
-                        location = line << 32 | column if file == "-" else (file, line, column)
+                        location = IN_TEXT   # (its own code: encode_location)
+                    elif type(location := operation.location) is file_line_col:
+                        location = encode((location.filename, location.start_line, location.start_col))
                     else:
-                        location = self.location(operation)
+                        location = encode(self.location(operation))
                     slots[hash(result)] = slot = len(types)   # (scope.define, inlined)
                     types.append(shared.result_type)
                     type_ids.append(shared.result_type_id)
@@ -251,11 +257,11 @@ class Compiler:
                 break
             self._compile_op(operation, name, scope, columns)
         else:
-            raise ModuleError(f"{description}: block has no terminator")
+            raise ModuleError(f"{kind}: block has no terminator")
         scope.check_keys_apart()
         outputs = scope.captures_first(len(arguments), columns, outputs)
-        region = Region(description, columns, len(scope.captured_values), arg_types, outputs, output_types,
-                        return_location, scope.n_slots)
+        region = Region(kind, columns, len(scope.captured_values), arg_types, outputs, output_types,
+                        return_location, scope.n_slots, run_program(columns, outputs))
         return region, scope.captured_values
 
     def _compile_op(self, op, name: str, scope: _Scope, columns: StepColumns) -> None:
@@ -265,7 +271,7 @@ class Compiler:
             if len(op.regions):
                 path = scope.path
                 index = len(columns)
-                compiled = [self.compile_region(r, f"region {i} of {name}", scope, (*path, (index, i)))
+                compiled = [self.compile_region(r, RegionKind.of_op(name, i), scope, (*path, (index, i)))
                             for i, r in enumerate(op.regions)]
                 nested = tuple(region for region, _ in compiled)
                 captures = tuple(tuple(scope.lookup(v) for v in captured) for _, captured in compiled)
@@ -304,7 +310,7 @@ class Compiler:
                 if region is None:
                     self._recursive_calls.setdefault(function.name, []).append((step, len(nested) + offset))
         else:   # (an equal element-wise op compiled before has another location)
-            columns.append(built, operands, results[0], None if info.location is location else location)
+            columns.append(built, operands, results[0], None if info.location is location else encode_location(location))
 
     def _built(self, name: str, attributes: dict, operands: tuple, scope: _Scope, result_types: tuple,
                regions: tuple, location: SourceLocation, shared_key: tuple | None) -> tuple:

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from ..engine.passes import replan
 from ..engine.regions import monoid_of
 from . import tiling as sharding
 
@@ -189,7 +190,7 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
                 step.run = _producer(step, axes, region, dimension_axes, mesh.axes)
             elif step.info.name not in _PASS_THROUGH and step.info.name not in _ANNOTATIONS:
                 step.run = _per_partial(step, step.run)
-        region.replan()
+        replan(region)
 
 
 def _regions(root) -> list:

@@ -72,9 +72,9 @@ def region_calls(stack) -> tuple[RegionCall, ...]:
 
 def region_name(step, index: int) -> str:
     """``body``, ``cond``, ``true branch``, ``branch 2``, ``@callee`` ..."""
-    description = step.regions[index].description
-    if description.startswith("@"):  # the body of a called function
-        return description
+    kind = step.regions[index].kind
+    if kind.is_function_body:  # the body of a called function
+        return kind.name
     names = _REGION_NAMES.get(step.info.name)
     if names and index < len(names):
         return names[index]

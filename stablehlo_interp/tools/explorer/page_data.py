@@ -202,7 +202,7 @@ class _Graph:
             for index, (slot, declared) in enumerate(zip(step.results, step.info.result_types)):
                 producers[slot] = (sid, type_text_of(declared), index)
             for index, (inner, captures) in enumerate(zip(step.regions, step.captures)):
-                if inner.description.startswith("@"):
+                if inner.kind.is_function_body:
                     continue                      # a called function: its own section
                 captured = [{"name": f"outer value {k}", "type": producers[slot][1] if slot in producers else "?",
                              "from": list(producers[slot][::2]) if slot in producers else None}
@@ -222,8 +222,7 @@ class _Graph:
         self.step_ids[id(step)] = sid
         location = self.locations[sid] = step.info.location
         frame = location.frame if location else None
-        callee = next((inner.description[1:] for inner in step.regions if inner.description.startswith("@")),
-                      None)
+        callee = next((inner.kind.function for inner in step.regions if inner.kind.is_function_body), None)
         self.steps[sid] = {
             "id": sid, "region": rid, "name": op_label(step), "op": step.info.name,
             "file": self.files.index(frame.file, frame.line) if frame else None,
@@ -259,7 +258,7 @@ def _module_text(program, graph: _Graph) -> tuple[str, dict]:
             if frame is not None:
                 lines[graph.step_ids[id(step)]] = frame.line
             for inner, inner_twin in zip(step.regions, twin.regions):
-                if not inner.description.startswith("@"):
+                if not inner.kind.is_function_body:
                     walk(inner, inner_twin)
 
     for name, function in graph.functions.items():
