@@ -70,7 +70,7 @@ def outer_frames(locations, function_lines=None) -> tuple:
     keep the others from sharing theirs."""
     stacks = [[_frame_key(frame) for frame in reversed(location.frames) if frame.function is not None]
               for location in locations if location is not None]
-    prefix = ()
+    prefix: tuple[tuple, ...] = ()
     while True:
         deeper = [tuple(stack[:len(prefix) + 1]) for stack in stacks if len(stack) > len(prefix)]
         if not deeper:
@@ -140,7 +140,7 @@ class GroupBuilder:
         ``"group"``; ``scopes`` maps a step to its scope path, ``operands`` to the steps
         it consumes in this region."""
         order = {sid: position for position, sid in enumerate(region["steps"])}
-        first_consumer = {}
+        first_consumer: dict[int, int] = {}
         for sid in region["steps"]:
             for producer in operands[sid]:
                 first_consumer.setdefault(producer, sid)
@@ -226,10 +226,10 @@ class GroupBuilder:
     def _number(self, items) -> None:
         """Siblings of the same title (the calls of one layer) are numbered."""
         titled = [item for item in items if item in self.groups]
-        counts = {}
+        counts: dict[str, int] = {}
         for item in titled:
             counts[self.groups[item]["title"]] = counts.get(self.groups[item]["title"], 0) + 1
-        seen = {}
+        seen: dict[str, int] = {}
         for item in titled:
             title = self.groups[item]["title"]
             if counts[title] > 1:
