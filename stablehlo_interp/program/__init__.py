@@ -2,9 +2,10 @@
 the front door (calls.py) that calls one as a JAX function or as its module."""
 
 from .calls import Call, prepare, run
+from .per_device import DeviceRun, PerDeviceProgram, run_per_device
 from .program import Program, coerce_arguments, load
 from .registration import register_custom_call, register_op
 from .signature import JaxSignature
 
-__all__ = ["Call", "JaxSignature", "Program", "coerce_arguments", "load", "prepare", "register_custom_call",
-           "register_op", "run"]
+__all__ = ["Call", "DeviceRun", "JaxSignature", "PerDeviceProgram", "Program", "coerce_arguments", "load", "prepare",
+           "register_custom_call", "register_op", "run", "run_per_device"]

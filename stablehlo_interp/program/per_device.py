@@ -1,0 +1,172 @@
+"""A sharded program run as XLA runs it: each device's program on the process grid.
+
+``si.run`` runs a multi-device program's *global* form once, on whole values
+(docs/sharding.md). XLA runs something else: its SPMD partitioner makes one program
+for a device, with local shapes and collectives (``compiled.as_text()``), and every
+device runs that program on its own shards. :class:`PerDeviceProgram` does the same
+with the partitioner jaxlib ships from Shardy (ir/partition.py): the per-device
+program runs as a grid of processes (``Program.run_grid``), one per device, process
+``i`` being the ``i``-th device of the program's device assignment (its
+``partition_id``, the logical id the collectives' groups name). Listeners see every
+op of every device (``stack.process``), collectives included.
+
+Where Shardy cannot partition the program, :class:`PerDeviceProgram` raises
+``PartitionError`` with its message; the global run is then the only one.
+
+The two runs agree bit for bit except where the per-device program adds floats in
+another order: a sum over a sharded dimension is each device's sum of its part, then
+a collective (``all_reduce``, ``reduce_scatter``) adding the devices' partial sums in
+device order, where the global program folds the whole dimension at once.
+:meth:`PerDeviceProgram.differences` says where the runs differ and
+:attr:`PerDeviceProgram.reordered_sums` which collectives may explain it.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.grid import steps_within
+from ..engine.hostio import HostQueues
+from ..errors import ArgumentError, InterpreterError
+from ..ir import partition
+from ..ir.types import TensorType
+from ..sharding import unreduced
+from ..sharding.propagation import Propagation, value_tilings
+from .calls import prepare
+from .program import Program
+
+# Collectives that combine the devices' values with their body (a sum, for JAX's psum).
+COMBINING_COLLECTIVES = frozenset({"stablehlo.all_reduce", "stablehlo.reduce_scatter"})
+
+
+class PerDeviceProgram:
+    """``program``'s entry function partitioned for each of its ``num_partitions``
+    devices: ``text`` is the per-device program, ``local`` it loaded; ``arg_tilings``
+    and ``result_tilings`` say which part of each global argument and result a device
+    holds (None: a token, or the whole value)."""
+
+    def __init__(self, program: Program, function: str | None = None):
+        if program.num_replicas != 1 or program.num_partitions < 2 or not program.meshes:
+            raise ArgumentError("a per-device run partitions a program over several devices with Shardy "
+                                f"meshes; this one has {program.num_replicas} replica(s) x "
+                                f"{program.num_partitions} partition(s) and {len(program.meshes)} mesh(es)")
+        self.program = program
+        self.function = program.runnable(function)
+        self.num_devices = program.num_partitions
+        self.text = partition.per_device_program(program.module)
+        self.local = Program(self.text, semantics=program.semantics, host_callbacks=program.host_callbacks)
+        self.arg_tilings, self.result_tilings, _ = value_tilings(Propagation(program), self.function,
+                                                                 self.num_devices)
+
+    def shards(self, values: list) -> list:
+        """Each device's arguments: its shard of each global argument."""
+        return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.arg_tilings)]
+                for device in range(self.num_devices)]
+
+    def assemble(self, per_device: list) -> list:
+        """The global results from each device's results (``per_device[d][i]``)."""
+        results = []
+        for index, (value_type, tiling) in enumerate(zip(self.function.result_types, self.result_tilings)):
+            if tiling is None or not isinstance(value_type, TensorType):
+                results.append(per_device[0][index])
+            else:
+                results.append(unreduced.assemble(value_type.shape, value_type.dtype, tiling,
+                                                  lambda device, i=index: per_device[device][i]))
+        return results
+
+    @property
+    def reordered_sums(self) -> list[str]:
+        """The per-device program's collectives that add or multiply floating-point values
+        across devices, as ``op at location``: where its order of sums differs from the
+        global program's."""
+        found = []
+        for step in steps_within(self.local.function(self.function.name).region):
+            if step.info.name in COMBINING_COLLECTIVES and step.info.operand_types[0].kind in ("float", "complex") \
+                    and any(inner.info.name in ("stablehlo.add", "stablehlo.multiply")
+                            for region in step.regions for inner in region.steps):
+                found.append(f"{step.info.name} at {step.info.location}")
+        return found
+
+    def differences(self, expected: list, actual: list) -> list[str]:
+        """Where the devices' results ``actual[d][i]`` differ from ``expected[d][i]`` (the
+        global run's shards), bit for bit: one line per result that differs."""
+        lines = []
+        for index in range(len(expected[0]) if expected else 0):
+            devices, first = [], None
+            for device, (wanted, got) in enumerate(zip(expected, actual)):
+                problem = _difference(np.asarray(wanted[index]), np.asarray(got[index]))
+                if problem:
+                    devices.append(device)
+                    first = first or f"device {device}: {problem}"
+            if devices:
+                lines.append(f"result {index} differs on device(s) {devices}; {first}")
+        return lines
+
+    def check(self, expected: list, actual: list) -> list[str]:
+        """Compare the per-device run (``actual[d][i]``) with the global run's shards
+        (``expected``). Where they differ and the per-device program has no
+        :attr:`reordered_sums`, raises :class:`PerDeviceMismatch`; where it has some,
+        returns the differences (it may be their order of sums), with those collectives."""
+        lines = self.differences(expected, actual)
+        if not lines:
+            return []
+        sums = self.reordered_sums
+        if not sums:
+            raise PerDeviceMismatch("the per-device program's results differ from the global program's, and no sum "
+                                    "is reordered:\n" + "\n".join(lines))
+        return lines + [f"the per-device program adds floats in another order: {', '.join(sums)}"]
+
+    def run_devices(self, per_device_args: list, listeners=(), io: HostQueues | None = None,
+                    semantics: str | None = None) -> list:
+        """Run the per-device program on each device's arguments; each device's results."""
+        return self.local.run_grid(per_device_args, function=self.function.name, listeners=listeners, io=io,
+                                   semantics=semantics or self.program.semantics)
+
+
+def _difference(wanted: np.ndarray, got: np.ndarray) -> str:
+    """How ``got`` differs from ``wanted`` bit for bit ('' where it does not)."""
+    if wanted.shape != got.shape or wanted.dtype != got.dtype:
+        return f"{got.dtype}{list(got.shape)}, the global run's shard is {wanted.dtype}{list(wanted.shape)}"
+    if not wanted.size:
+        return ""
+    differ = (np.frombuffer(np.ascontiguousarray(wanted).tobytes(), np.uint8).reshape(wanted.size, -1)
+              != np.frombuffer(np.ascontiguousarray(got).tobytes(), np.uint8).reshape(got.size, -1)).any(axis=1)
+    if not differ.any():
+        return ""
+    where = np.unravel_index(int(np.argmax(differ)), wanted.shape)
+    return (f"{int(differ.sum())} of {wanted.size} element(s) differ, the first at {list(map(int, where))}: "
+            f"{got[where]!r}, {wanted[where]!r} in the global run")
+
+
+class PerDeviceMismatch(InterpreterError):
+    """The per-device run's results differ from the global run's where no reordered sum
+    explains it."""
+
+
+@dataclass
+class DeviceRun:
+    """What a per-device run gives: ``outputs``, the global results put together from the
+    devices' shards (as ``si.run`` returns them), and ``per_device[d]``, device ``d``'s
+    own list of results; ``program`` is the :class:`PerDeviceProgram` that ran."""
+
+    outputs: object
+    per_device: list
+    program: PerDeviceProgram
+
+
+def run_per_device(target, *args, listeners=(), io: HostQueues | None = None, semantics: str | None = None,
+                   **kwargs) -> DeviceRun:
+    """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
+    shards, with collectives between the devices (see the module's docstring).
+
+    ``target`` and its arguments are ``si.run``'s (a jitted function with sharded
+    arguments or ``in_shardings``, a ``Lowered``, a module with Shardy meshes);
+    arguments are global values, cut into each device's shards by the program's
+    argument shardings. Raises ``PartitionError`` where Shardy cannot partition it."""
+    call = prepare(target, args, kwargs)
+    partitioned = PerDeviceProgram(call.program, call.function)
+    per_device = partitioned.run_devices(partitioned.shards(call.arguments), listeners, io, semantics)
+    return DeviceRun(call.results(partitioned.assemble(per_device)), per_device, partitioned)
