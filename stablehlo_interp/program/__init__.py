@@ -1,8 +1,8 @@
 """Programs: a module compiled into plans with the registered ops, run on NumPy values;
 the front door (calls.py) that calls one as a JAX function or as its module."""
 
-from .calls import Call, prepare, run
-from .per_device import DeviceRun, PerDeviceProgram, run_per_device
+from .calls import Call, DeviceRun, prepare, run, run_per_device
+from .per_device import PerDeviceProgram
 from .program import Program, coerce_arguments, load
 from .registration import register_custom_call, register_op
 from .signature import JaxSignature

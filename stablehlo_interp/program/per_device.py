@@ -24,8 +24,6 @@ device order, where the global program folds the whole dimension at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..engine.grid import steps_within
@@ -35,7 +33,6 @@ from ..ir import partition
 from ..ir.types import TensorType
 from ..sharding import unreduced
 from ..sharding.propagation import Propagation, value_tilings
-from .calls import prepare
 from .program import Program
 
 # Collectives that combine the devices' values with their body (a sum, for JAX's psum).
@@ -144,29 +141,3 @@ def _difference(wanted: np.ndarray, got: np.ndarray) -> str:
 class PerDeviceMismatch(InterpreterError):
     """The per-device run's results differ from the global run's where no reordered sum
     explains it."""
-
-
-@dataclass
-class DeviceRun:
-    """What a per-device run gives: ``outputs``, the global results put together from the
-    devices' shards (as ``si.run`` returns them), and ``per_device[d]``, device ``d``'s
-    own list of results; ``program`` is the :class:`PerDeviceProgram` that ran."""
-
-    outputs: object
-    per_device: list
-    program: PerDeviceProgram
-
-
-def run_per_device(target, *args, listeners=(), io: HostQueues | None = None, semantics: str | None = None,
-                   **kwargs) -> DeviceRun:
-    """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
-    shards, with collectives between the devices (see the module's docstring).
-
-    ``target`` and its arguments are ``si.run``'s (a jitted function with sharded
-    arguments or ``in_shardings``, a ``Lowered``, a module with Shardy meshes);
-    arguments are global values, cut into each device's shards by the program's
-    argument shardings. Raises ``PartitionError`` where Shardy cannot partition it."""
-    call = prepare(target, args, kwargs)
-    partitioned = PerDeviceProgram(call.program, call.function)
-    per_device = partitioned.run_devices(partitioned.shards(call.arguments), listeners, io, semantics)
-    return DeviceRun(call.results(partitioned.assemble(per_device)), per_device, partitioned)
