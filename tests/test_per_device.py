@@ -1,0 +1,247 @@
+"""Running what each device runs: Shardy's per-device program on the process grid
+(program/per_device.py, the device's ``interp_spmd`` modes), against XLA's CPU with 8
+host devices and against our global run.
+
+Integer-valued float data make every sum exact, so the devices' results must equal
+XLA's bit for bit whatever the order of sums; random data are judged against a bound
+on the rounding of a reordered sum computed from the inputs (``reordered_sum_bound``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import stablehlo_interp as si
+from stablehlo_interp.device import placement
+from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceProgram
+
+INTEGERS = np.random.default_rng(0).integers(-8, 9, size=(8, 16)).astype(np.float32)
+
+
+def mesh_of(platform: str) -> Mesh:
+    return Mesh(np.array(jax.devices(platform)[:8]), ("x",))
+
+
+def contracting_dim(platform):
+    """``a @ b`` with the contracting dimension sharded: each device multiplies its
+    columns of ``a`` by its rows of ``b``, and an all-reduce adds the partial products."""
+    mesh = mesh_of(platform)
+    a = jax.device_put(INTEGERS[:4], NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(INTEGERS.T[:, :8].copy(), NamedSharding(mesh, P("x", None)))
+    return jax.jit(lambda a, b: a @ b), (a, b), "stablehlo.all_reduce"
+
+
+def batch_dim(platform):
+    """``a @ b`` with the rows of ``a`` sharded: each device computes its rows, nothing moves."""
+    mesh = mesh_of(platform)
+    a = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    b = jax.device_put(INTEGERS.T[:, :4].copy(), NamedSharding(mesh, P()))
+    return jax.jit(lambda a, b: (a @ b) * 0.5 + 1), (a, b), None
+
+
+def rows_to_columns(platform):
+    """A reshard from rows to columns: an all-to-all."""
+    mesh = mesh_of(platform)
+    x = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    columns = NamedSharding(mesh, P(None, "x"))
+    return jax.jit(lambda x: jax.lax.with_sharding_constraint(x * 2, columns)), (x,), "stablehlo.all_to_all"
+
+
+def gathered(platform):
+    """A reshard from rows to replicated: an all-gather."""
+    mesh = mesh_of(platform)
+    x = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    return jax.jit(lambda x: (x + 1).sum(axis=1), out_shardings=NamedSharding(mesh, P())), (x,), \
+        "stablehlo.all_gather"
+
+
+CASES = [contracting_dim, batch_dim, rows_to_columns, gathered]
+
+
+def held(output) -> dict:
+    return {shard.device.id: np.asarray(shard.data) for shard in output.addressable_shards}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_each_device_holds_what_it_holds_on_xla(case):
+    """The device in mode per_device: each device runs its program (the case's collective
+    too), and its result is XLA's bit for bit and the global run's (the default mode);
+    mode check returns the global run's."""
+    function, args, collective = case("interp")
+    with warnings.catch_warnings(), si.on_device(si.tools.TraceRecorder()) as recorder:
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        per_device = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    ran = {(record.op, record.process) for record in recorder.traces[0]}
+    assert {process for _, process in ran} == set(range(8))   # each device ran its own program
+    assert collective is None or {(collective, device) for device in range(8)} <= ran
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        checked = jax.jit(function, compiler_options={"interp_spmd": "check"})(*args)
+    global_run = function(*args)
+    cpu_function, cpu_args, _ = case("cpu")
+    xla = cpu_function(*cpu_args)
+    assert per_device.sharding.spec == xla.sharding.spec
+    ours, theirs, global_shards, checked_shards = held(per_device), held(xla), held(global_run), held(checked)
+    assert sorted(ours) == sorted(theirs) == list(range(8))
+    for device in range(8):
+        np.testing.assert_array_equal(ours[device], theirs[device], strict=True)
+        np.testing.assert_array_equal(ours[device], global_shards[device], strict=True)
+        np.testing.assert_array_equal(checked_shards[device], global_shards[device], strict=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_run_per_device_runs_the_collective_and_matches_xla(case):
+    """``si.run_per_device``: the devices' results and their global value are XLA's; the
+    per-device program runs the collective the case is about, in every process."""
+    function, args, collective = case("cpu")
+    xla = function(*args)
+    traffic = si.tools.CollectiveTraffic()
+    run = si.run_per_device(function, *args, listeners=[traffic])
+    np.testing.assert_array_equal(run.outputs, np.asarray(xla), strict=True)
+    theirs = held(xla)
+    assert len(run.per_device) == 8
+    for device, results in enumerate(run.per_device):
+        np.testing.assert_array_equal(results[0], theirs[device], strict=True)
+    assert sorted({t.process for t in traffic.transfers if t.op == collective}) == (
+        list(range(8)) if collective else [])
+    if collective is None:
+        assert traffic.transfers == []
+
+
+def reordered_sum_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What two orders of the sums of ``a @ b`` (float32) can differ by: each order's error
+    is at most ``(n - 1) u sum_k |a_ik b_kj|`` (Higham, Accuracy and Stability, 3.1)."""
+    n, u = a.shape[1], np.finfo(np.float32).eps / 2
+    return 2 * (n - 1) * u * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+
+
+def test_random_contracting_dim_within_the_reordering_bound_and_check_says_why():
+    """On random floats the per-device sums (each device's part, then the all-reduce) and
+    the global program's differ in the last bits: both are within the bound of a
+    reordered sum of XLA's result, and mode check warns naming the all-reduce."""
+    rng = np.random.default_rng(1)
+    a_value, b_value = rng.standard_normal((4, 64)).astype(np.float32), rng.standard_normal((64, 8)).astype(np.float32)
+    results = {}
+    for platform in ("cpu", "interp"):
+        mesh = mesh_of(platform)
+        a = jax.device_put(a_value, NamedSharding(mesh, P(None, "x")))
+        b = jax.device_put(b_value, NamedSharding(mesh, P("x", None)))
+        results[platform] = (jax.jit(lambda a, b: a @ b), a, b)
+    function, a, b = results["interp"]
+    xla = np.asarray(results["cpu"][0](*results["cpu"][1:]))
+    bound = reordered_sum_bound(a_value, b_value)
+    per_device = np.asarray(jax.jit(function, compiler_options={"interp_spmd": "per_device"})(a, b))
+    assert (np.abs(per_device.astype(np.float64) - xla) <= bound).all()
+    assert (np.abs(np.asarray(function(a, b)).astype(np.float64) - xla) <= bound).all()
+    with pytest.warns(placement.PerDeviceWarning, match=r"(?s)result 0 differs on device.*adds floats in another "
+                                                        r"order: stablehlo\.all_reduce"):
+        checked = jax.jit(function, compiler_options={"interp_spmd": "check"})(a, b)
+    np.testing.assert_array_equal(np.asarray(checked), np.asarray(function(a, b)))   # the global run's
+
+
+def test_check_refuses_a_difference_no_reordered_sum_explains():
+    """Where the per-device program sums nothing across devices, any difference between the
+    two runs is a fault: one element changed is a PerDeviceMismatch naming it."""
+    function, args, _ = batch_dim("cpu")
+    call = si.program.prepare(function, args, per_device=True)
+    per_device = call.run_devices()
+    expected = [list(results) for results in per_device]
+    assert call.partitioned.check(expected, per_device) == []
+    expected[5][0] = expected[5][0].copy()
+    expected[5][0][0, 2] += 1
+    with pytest.raises(PerDeviceMismatch, match=r"result 0 differs on device\(s\) \[5\]; device 5: 1 of 4 "
+                                                r"element\(s\) differ, the first at \[0, 2\]"):
+        call.partitioned.check(expected, per_device)
+
+
+def test_collective_traffic_counts_the_bytes_by_hand():
+    """Contracting dimension over 8 devices, result f32[4, 8]: each device hands the
+    all-reduce its partial product (4 * 8 * 4 = 128 bytes) and gets the sum back: 1024
+    bytes sent and 1024 received. An all-gather of f32[8, 16] sharded by rows: each
+    device sends its row (64 bytes) and gets all 8 (512): 512 sent, 4096 received."""
+    function, args, _ = contracting_dim("cpu")
+    traffic = si.tools.CollectiveTraffic()
+    si.run_per_device(function, *args, listeners=[traffic])
+    assert [(t.process, t.sent, t.received) for t in sorted(traffic.transfers, key=lambda t: t.process)] == [
+        (device, 128, 128) for device in range(8)]
+    assert (traffic.sent, traffic.received) == (1024, 1024)
+    assert list(traffic.by_op().values()) == [(1024, 1024)]
+
+    mesh = mesh_of("cpu")
+    x = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    gather = jax.jit(lambda x: x * 1, out_shardings=NamedSharding(mesh, P()))
+    traffic = si.tools.CollectiveTraffic()
+    run = si.run_per_device(gather, x, listeners=[traffic])
+    np.testing.assert_array_equal(run.outputs, INTEGERS)
+    assert {t.op for t in traffic.transfers} == {"stablehlo.all_gather"}
+    assert (traffic.sent, traffic.received) == (512, 4096)
+
+
+def test_trace_shows_what_each_device_computed():
+    """``si.trace(..., per_device=True)``: each device's dot_general is the product of its
+    own shards (NumPy), on local shapes, and the trace prints each process's ops."""
+    function, args, _ = contracting_dim("cpu")
+    trace = si.trace(function, *args, per_device=True, values=True)
+    dots = trace.find("stablehlo.dot_general")
+    assert sorted(record.process for record in dots) == list(range(8))
+    a, b = INTEGERS[:4], INTEGERS.T[:, :8]
+    for record in dots:
+        columns = slice(2 * record.process, 2 * record.process + 2)
+        np.testing.assert_array_equal(record.values[0], a[:, columns] @ b[columns])
+    text = str(trace)
+    assert all(f"process {device}:" in text for device in range(8))
+    np.testing.assert_array_equal(trace.outputs[0], a @ b)
+
+
+def test_device_trace_of_a_per_device_run_is_one_trace():
+    """On the device, one TraceRecorder sees one run of the 8 processes as one trace."""
+    function, args, _ = contracting_dim("interp")
+    with si.on_device(si.tools.TraceRecorder()) as recorder:
+        jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    assert len(recorder.traces) == 1
+    assert sorted({record.process for record in recorder.traces[0]}) == list(range(8))
+
+
+UNEVEN_SLICE = "slice is not a full slice"
+
+
+def test_where_shardy_cannot_partition_the_global_program_runs_and_says_why():
+    """Slicing 3 of 4 rows sharded over 2 devices: Shardy's global-to-local pass refuses
+    (XLA pads); the mode warns with Shardy's message and the global program runs."""
+    results = {}
+    for platform in ("cpu", "interp"):
+        mesh = Mesh(np.array(jax.devices(platform)[:2]), ("x",))
+        x = jax.device_put(INTEGERS[:4, :2], NamedSharding(mesh, P("x")))
+        rows = NamedSharding(mesh, P("x"))
+        results[platform] = (lambda x, rows=rows: jax.lax.with_sharding_constraint(x[:3], rows).sum(0), x)
+    function, x = results["interp"]
+    with pytest.warns(placement.PerDeviceWarning, match=f"runs the global program.*{UNEVEN_SLICE}"):
+        ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(jax.jit(results["cpu"][0])(results["cpu"][1])))
+    with pytest.raises(si.ModuleError, match=UNEVEN_SLICE):
+        si.run_per_device(jax.jit(results["cpu"][0]), results["cpu"][1])
+
+
+def test_mode_from_the_environment_and_bad_modes(monkeypatch):
+    monkeypatch.setenv(placement.SPMD_VARIABLE, "per-device")
+    assert placement.spmd_mode() == placement.PER_DEVICE
+    assert placement.spmd_mode("check") == placement.CHECK
+    monkeypatch.setenv(placement.SPMD_VARIABLE, "everywhere")
+    with pytest.raises(si.ArgumentError, match="STABLEHLO_INTERP_SPMD is 'everywhere'; the modes are global, "
+                                               "per_device, check"):
+        placement.spmd_mode()
+    function, args, _ = contracting_dim("interp")
+    with pytest.raises(Exception, match="the compiler option interp_spmd is 'sometimes'"):
+        jax.jit(function, compiler_options={"interp_spmd": "sometimes"})(*args)
+
+
+def test_per_device_program_needs_a_sharded_program():
+    with pytest.raises(si.ArgumentError, match="1 replica\\(s\\) x 1 partition\\(s\\)"):
+        PerDeviceProgram(si.load(jax.jit(jnp.sin).lower(np.float32(1))))
