@@ -245,3 +245,19 @@ def test_mode_from_the_environment_and_bad_modes(monkeypatch):
 def test_per_device_program_needs_a_sharded_program():
     with pytest.raises(si.ArgumentError, match="1 replica\\(s\\) x 1 partition\\(s\\)"):
         PerDeviceProgram(si.load(jax.jit(jnp.sin).lower(np.float32(1))))
+
+
+def test_a_custom_call_without_a_sharding_rule_runs_globally():
+    """Shardy's partitioner gives a host callback (a custom call without a sharding rule)
+    its devices' shards but keeps its global result type; the mode says so and runs the
+    global program, whose results are XLA's."""
+    results = {}
+    for platform in ("cpu", "interp"):
+        x = jax.device_put(INTEGERS, NamedSharding(mesh_of(platform), P("x")))
+        results[platform] = jax.jit(lambda v: jax.pure_callback(lambda w: w * 2, jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                                                v) + 1), x
+    function, x = results["interp"]
+    with pytest.warns(placement.PerDeviceWarning, match="custom call @stablehlo_interp.host_callback at .* no "
+                                                        "sdy.sharding_rule"):
+        ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(results["cpu"][0](results["cpu"][1])))

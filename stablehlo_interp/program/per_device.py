@@ -50,8 +50,19 @@ class PerDeviceProgram:
             raise ArgumentError("a per-device run partitions a program over several devices with Shardy "
                                 f"meshes; this one has {program.num_replicas} replica(s) x "
                                 f"{program.num_partitions} partition(s) and {len(program.meshes)} mesh(es)")
+        maximal = sorted(name for name, mesh in program.meshes.items() if not mesh.axes)
+        if maximal:
+            raise partition.PartitionError(
+                f"the program puts values on one device (the maximal mesh @{maximal[0]}, as JAX does for host "
+                "callbacks), which Shardy's partitioner leaves with their global types on every device")
         self.program = program
         self.function = program.runnable(function)
+        for step in steps_within(self.function.region):
+            if step.info.name == "stablehlo.custom_call" and "sdy.sharding_rule" not in step.info.attributes:
+                raise partition.PartitionError(
+                    f"Shardy's partitioner gives the custom call @{step.info.attributes.get('call_target_name')} "
+                    f"at {step.info.location} local operands but leaves its results global (it has no "
+                    "sdy.sharding_rule)")
         self.num_devices = program.num_partitions
         self.text = partition.per_device_program(program.module)
         self.local = Program(self.text, semantics=program.semantics, host_callbacks=program.host_callbacks)
