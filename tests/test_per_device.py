@@ -261,3 +261,19 @@ def test_a_custom_call_without_a_sharding_rule_runs_globally():
                                                         "sdy.sharding_rule"):
         ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(results["cpu"][0](results["cpu"][1])))
+
+
+def test_nonfinite_finder_names_the_device_whose_op_made_the_nan(monkeypatch):
+    """Mode per_device chosen by the environment: the square root of -1 is taken by the
+    device holding element 2 of a vector sharded over 4 devices, on its one element."""
+    monkeypatch.setenv(placement.SPMD_VARIABLE, "per_device")
+    mesh = Mesh(np.array(jax.devices("interp")[:4]), ("x",))
+    x = jax.device_put(np.array([4.0, 1.0, -1.0, 9.0], np.float32), NamedSharding(mesh, P("x")))
+    finder = si.tools.NonFiniteFinder(stop=False)
+    with si.on_device(finder):
+        total = jax.jit(lambda v: jnp.sqrt(v).sum())(x)
+    assert np.isnan(np.asarray(total))
+    (report,) = finder.reports
+    assert (report.op, report.process) == ("stablehlo.sqrt", 2)
+    np.testing.assert_array_equal(report.operands[0], [-1.0])
+    assert "  on process 2" in str(report).splitlines()
