@@ -277,3 +277,143 @@ def test_nonfinite_finder_names_the_device_whose_op_made_the_nan(monkeypatch):
     assert (report.op, report.process) == ("stablehlo.sqrt", 2)
     np.testing.assert_array_equal(report.operands[0], [-1.0])
     assert "  on process 2" in str(report).splitlines()
+
+
+def manual_everywhere(text: str) -> str:
+    """The per-device program ``text`` with every argument and result of @main marked
+    ``{manual}``: XLA's SPMD partitioner then leaves it as it is, and each device runs it
+    on its own buffers."""
+    from jaxlib.mlir import ir
+
+    from stablehlo_interp.ir.sources import make_context
+
+    with make_context():
+        module = ir.Module.parse(text)
+        main = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        manual = ir.StringAttr.get("{manual}")
+        for key, count in (("arg_attrs", len(main.regions[0].blocks[0].arguments)),
+                           ("res_attrs", len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+                                             .results))):
+            old = [ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes[key])] if key in main.attributes \
+                else [ir.DictAttr.get({})] * count
+            main.attributes[key] = ir.ArrayAttr.get([
+                ir.DictAttr.get({**{named.name: named.attr for named in d}, "mhlo.sharding": manual}) for d in old])
+        return module.operation.get_asm()
+
+
+def xla_runs(text: str, per_device_args: list) -> list:
+    """Each device's results of the per-device program ``text`` compiled by XLA's CPU for 8
+    partitions and run on the devices' own arguments."""
+    from jaxlib import xla_client
+
+    devices = jax.devices("cpu")[:8]
+    options = xla_client.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas, build.num_partitions, build.use_spmd_partitioning = 1, 8, True
+    build.device_assignment = xla_client.DeviceAssignment.create(np.arange(8).reshape(1, 8))
+    executable = devices[0].client.compile_and_load(manual_everywhere(text), xla_client.DeviceList(tuple(devices)),
+                                                    options)
+    everywhere = NamedSharding(Mesh(np.array(devices), ("d",)), P())
+    arrays = [jax.make_array_from_single_device_arrays(
+        np.shape(per_device_args[0][i]), everywhere,
+        [jax.device_put(per_device_args[d][i], devices[d]) for d in range(8)]) for i in range(len(per_device_args[0]))]
+    outputs = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
+    return [[np.asarray(output[d]) for output in outputs] for d in range(8)]
+
+
+def reshard_rows_to_y_columns_to_x(platform):
+    """From rows over x to rows over y and columns over x on a 4 x 2 mesh: Shardy's
+    per-device program reorders the devices with a collective_permute."""
+    mesh = Mesh(np.array(jax.devices(platform)[:8]).reshape(4, 2), ("x", "y"))
+    x = jax.device_put(INTEGERS[:, :8], NamedSharding(mesh, P("x")))
+    target = NamedSharding(mesh, P("y", "x"))
+    return jax.jit(lambda v: jax.lax.with_sharding_constraint(v, target)), (x,), None
+
+
+@pytest.mark.parametrize("case", CASES + [reshard_rows_to_y_columns_to_x], ids=lambda case: case.__name__)
+def test_the_grid_runs_the_per_device_program_as_xla_runs_it(case):
+    """The same per-device program, run by XLA's CPU on each device's shards, gives each
+    device what our grid gives it, bit for bit: the collectives move what XLA's move."""
+    from stablehlo_interp.ir import partition
+
+    function, args, _ = case("cpu")
+    call = si.program.prepare(function, args)
+    text = partition.per_device_program(call.program.module)
+    local = si.load(text)
+    shards = [[np.asarray(shard) for shard in device_args] for device_args in
+              [[held(arg)[device] for arg in args] for device in range(8)]]
+    ours = local.run_grid(shards)
+    for device, (mine, theirs) in enumerate(zip(ours, xla_runs(text, shards))):
+        for a, b in zip(mine, theirs):
+            np.testing.assert_array_equal(a, b, strict=True)
+
+
+def test_a_reshard_shardy_partitions_wrong_runs_globally():
+    """Shardy's per-device program for this reshard gives devices other shards than XLA's
+    (the test above: XLA runs that program as the grid does); the mode refuses it with
+    the reason, and the global program's shards are XLA's."""
+    function, args, _ = reshard_rows_to_y_columns_to_x("interp")
+    with pytest.warns(placement.PerDeviceWarning, match="collective_permute of its own"):
+        ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    cpu_function, cpu_args, _ = reshard_rows_to_y_columns_to_x("cpu")
+    theirs = held(cpu_function(*cpu_args))
+    for device, shard in held(ours).items():
+        np.testing.assert_array_equal(shard, theirs[device], strict=True)
+
+
+def test_a_convolution_whose_windows_cross_shard_borders_runs_globally():
+    """A 3x3 "SAME" convolution of an image sharded by rows needs the neighbouring rows
+    (XLA exchanges them); Shardy's per-device program convolves each device's rows alone.
+    The mode refuses it and says where; the global run's shards are XLA's. Sharded on the
+    batch, the same convolution runs per device and matches XLA."""
+    image = INTEGERS[:, :8]
+    def convolve(v):
+        return jax.lax.conv_general_dilated(v[None, None], jnp.ones((1, 1, 3, 3), v.dtype), (1, 1), "SAME")[0, 0]
+
+    def batch_convolve(v):
+        return jax.lax.conv_general_dilated(v[:, None, :, None], jnp.ones((1, 1, 3, 1), v.dtype), (1, 1),
+                                            "SAME")[:, 0, :, 0]
+
+    for function, expect_refusal in ((convolve, True), (batch_convolve, False)):
+        xla = jax.jit(function)(jax.device_put(image, NamedSharding(mesh_of("cpu"), P("x"))))
+        x = jax.device_put(image, NamedSharding(mesh_of("interp"), P("x")))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", placement.PerDeviceWarning)
+            ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
+        messages = [str(w.message) for w in caught if w.category is placement.PerDeviceWarning]
+        if expect_refusal:
+            assert len(messages) == 1 and "slides the windows of stablehlo.convolution" in messages[0]
+            assert "over dimension 2 of its operand (1 of 8 elements on each device)" in messages[0]
+        else:
+            assert messages == []
+        theirs = held(xla)
+        for device, shard in held(ours).items():
+            np.testing.assert_array_equal(shard, theirs[device], strict=True)
+
+
+CHILD_DROPS_A_PROGRAM = """
+import os, warnings
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from stablehlo_interp.device import placement
+placement.PerDevice._mismatched_types = lambda self, partitioned: "refused for the test"
+warnings.simplefilter("ignore")
+mesh = Mesh(np.array(jax.devices("interp")), ("x",))
+a = jax.device_put(np.ones((4, 16), np.float32), NamedSharding(mesh, P(None, "x")))
+print(np.asarray(jax.jit(lambda a: (a * 2).sum(1), compiler_options={"interp_spmd": "per_device"})(a)).tolist())
+"""
+
+
+def test_a_per_device_program_dropped_while_the_device_compiles_leaves_the_process_alive():
+    """The device compiles on XLA's threads, whose Python state (thread-locals too) is
+    cleared when the call returns; a per-device program loaded there and then refused
+    was the last user of that thread's shared MLIR context, which died then and
+    crashed the process. Run in a child process: it must live and print the sums."""
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", CHILD_DROPS_A_PROGRAM], capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.strip() == "[32.0, 32.0, 32.0, 32.0]"

@@ -65,7 +65,17 @@ class PerDeviceProgram:
                     "sdy.sharding_rule)")
         self.num_devices = program.num_partitions
         self.text = partition.per_device_program(program.module)
+        if self.text.count('"stablehlo.collective_permute"') > sum(
+                step.info.name == "stablehlo.collective_permute" for step in steps_within(self.function.region)):
+            raise partition.PartitionError(
+                "Shardy's per-device program moves shards between devices with a collective_permute of its own "
+                "(a reshard that reorders the mesh's devices), and those programs compute other shards than the "
+                "global program (XLA running the same per-device program agrees with the interpreter; "
+                "docs/sharding.md)")
         self.local = Program(self.text, semantics=program.semantics, host_callbacks=program.host_callbacks)
+        problem = self._windows_cut_at_shard_borders()
+        if problem:
+            raise partition.PartitionError(problem)
         self.arg_tilings, self.result_tilings, _ = value_tilings(Propagation(program), self.function,
                                                                  self.num_devices)
 
@@ -84,6 +94,27 @@ class PerDeviceProgram:
                 results.append(unreduced.assemble(value_type.shape, value_type.dtype, tiling,
                                                   lambda device, i=index: per_device[device][i]))
         return results
+
+    def _windows_cut_at_shard_borders(self) -> str | None:
+        """Why the per-device program's windows (a convolution's, a ``reduce_window``'s) miss
+        elements, or None: Shardy's program slides them over a device's part of a dimension
+        its windows span, without the neighbouring devices' elements (the halo XLA's
+        partitioner exchanges), which gave devices other values than XLA's (a 3x3 "SAME"
+        convolution of an image sharded by rows). The global program's op of the same
+        location gives the dimension's whole size."""
+        whole = {(step.info.name, str(step.info.location)): step for step in steps_within(self.function.region)
+                 if _windowed_dimensions(step)}
+        for step in steps_within(self.local.function(self.function.name).region):
+            for dimension in _windowed_dimensions(step):
+                original = whole.get((step.info.name, str(step.info.location)))
+                size = step.info.operand_types[0].shape[dimension]
+                full = original.info.operand_types[0].shape[dimension] if original is not None else None
+                if size != full:
+                    return (f"Shardy's per-device program slides the windows of {step.info.name} at "
+                            f"{step.info.location} over dimension {dimension} of its operand "
+                            f"({size} of {full if full is not None else 'an unknown number of'} elements on each "
+                            "device) without its neighbours' elements, which XLA exchanges")
+        return None
 
     @property
     def reordered_sums(self) -> list[str]:
@@ -132,6 +163,21 @@ class PerDeviceProgram:
         """Run the per-device program on each device's arguments; each device's results."""
         return self.local.run_grid(per_device_args, function=self.function.name, listeners=listeners, io=io,
                                    semantics=semantics or self.program.semantics)
+
+
+def _windowed_dimensions(step) -> tuple:
+    """The dimensions of a windowed op's operand that its windows span with more than one
+    element (spec: convolution, reduce_window, select_and_scatter); () for other ops."""
+    name = step.info.name
+    if name == "stablehlo.convolution":
+        numbers = step.info.attr("dimension_numbers")
+        kernel = step.info.operand_types[1].shape
+        return tuple(dimension for dimension, kernel_dimension in zip(numbers.input_spatial_dimensions,
+                                                                       numbers.kernel_spatial_dimensions)
+                     if kernel[kernel_dimension] > 1)
+    if name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
+        return tuple(dimension for dimension, size in enumerate(step.info.attr("window_dimensions")) if size > 1)
+    return ()
 
 
 def _difference(wanted: np.ndarray, got: np.ndarray) -> str:
