@@ -137,7 +137,8 @@ def test_random_contracting_dim_within_the_reordering_bound_and_check_says_why()
     function, a, b = results["interp"]
     xla = np.asarray(results["cpu"][0](*results["cpu"][1:]))
     bound = reordered_sum_bound(a_value, b_value)
-    per_device = np.asarray(jax.jit(function, compiler_options={"interp_spmd": "per_device"})(a, b))
+    with pytest.warns(placement.PerDeviceWarning, match="within the rounding noise of the global program"):
+        per_device = np.asarray(jax.jit(function, compiler_options={"interp_spmd": "per_device"})(a, b))
     assert (np.abs(per_device.astype(np.float64) - xla) <= bound).all()
     assert (np.abs(np.asarray(function(a, b)).astype(np.float64) - xla) <= bound).all()
     with pytest.warns(placement.PerDeviceWarning, match=r"(?s)result 0 differs on device.*adds floats in another "
@@ -148,17 +149,42 @@ def test_random_contracting_dim_within_the_reordering_bound_and_check_says_why()
 
 def test_check_refuses_a_difference_no_reordered_sum_explains():
     """Where the per-device program sums nothing across devices, any difference between the
-    two runs is a fault: one element changed is a PerDeviceMismatch naming it."""
+    two runs is a fault: one element changed is a PerDeviceMismatch naming it (the judge
+    of rounding noise is not even asked)."""
     function, args, _ = batch_dim("cpu")
     call = si.program.prepare(function, args, per_device=True)
     per_device = call.run_devices()
     expected = [list(results) for results in per_device]
-    assert call.partitioned.check(expected, per_device) == []
+    assert call.partitioned.check(expected, per_device, lambda: []) == []
     expected[5][0] = expected[5][0].copy()
     expected[5][0][0, 2] += 1
     with pytest.raises(PerDeviceMismatch, match=r"result 0 differs on device\(s\) \[5\]; device 5: 1 of 4 "
                                                 r"element\(s\) differ, the first at \[0, 2\]"):
-        call.partitioned.check(expected, per_device)
+        call.partitioned.check(expected, per_device, lambda: pytest.fail("no sum is reordered: nothing to judge"))
+
+
+def test_a_reordered_sum_beyond_the_rounding_noise_is_refused():
+    """Doubling an unreduced argument and reducing it: Shardy's per-device program gives
+    each device twice the sum XLA and the global run give (found by mode per_device over
+    tests/test_sharding_unreduced.py). Its all-reduce reorders sums, but the difference
+    is far beyond the rounding noise of the global program: both modes refuse it."""
+    from jax.sharding import AxisType, reshard
+
+    rows = np.arange(16.0, dtype=np.float32).reshape(8, 2)
+    mesh = Mesh(np.array(jax.devices("interp")[:8]).reshape(2, 2, 2), ("x", "y", "z"),
+                axis_types=(AxisType.Explicit,) * 3)
+    with jax.set_mesh(mesh):
+        a = jax.device_put(rows, P(None, "x"))
+        b = jax.device_put(rows.T, P("x", None))
+        partials = jax.jit(lambda a, b: jnp.einsum("ij,jk->ik", a, b, out_sharding=P(None, None, unreduced={"x"})))(
+            a, b)
+        np.testing.assert_array_equal(np.asarray(jax.jit(lambda p: reshard(p + p, P(None, None)))(partials)),
+                                      2 * rows @ rows.T)
+        for mode in ("per_device", "check"):
+            doubled = jax.jit(lambda p: reshard(p + p, P(None, None)), compiler_options={"interp_spmd": mode})
+            with pytest.raises(Exception, match=r"(?s)beyond the rounding noise a reordered sum makes.*result 0 "
+                                                r"is beyond the rounding noise of the global program on device"):
+                doubled(partials)
 
 
 def test_collective_traffic_counts_the_bytes_by_hand():

@@ -189,8 +189,8 @@ class Global(Placement):
 
 class PerDevice(Global):
     """A global program in a per-device mode: with ``mode`` PER_DEVICE each device runs
-    Shardy's per-device program on its own shards (program/per_device.py); with CHECK the
-    global program runs and the per-device one is checked against it. Where Shardy cannot
+    Shardy's per-device program on its own shards (program/per_device.py), with CHECK the
+    global program gives the results; either way both run and are compared. Where Shardy cannot
     partition the program, or its per-device types are not the shards the device reports,
     ``why_global`` says so (a :class:`PerDeviceWarning` too) and the global program runs."""
 
@@ -225,16 +225,39 @@ class PerDevice(Global):
         return None
 
     def run(self, arguments: list, listeners) -> list:
+        """Both runs, each device's results checked against its shards of the global
+        ones (:meth:`PerDeviceProgram.check`): Shardy's per-device programs are not
+        always right (docs/sharding.md). The listeners observe the run whose results
+        are returned: the per-device one in mode PER_DEVICE, the global one in CHECK."""
         if self.partitioned is None:
             return super().run(arguments, listeners)
-        if self.mode == PER_DEVICE:
-            return self.partitioned.run_devices(arguments, listeners)
-        results = super().run(arguments, listeners)
-        notes = self.partitioned.check(results, self.partitioned.run_devices(arguments))
+        per_device_observed = self.mode == PER_DEVICE
+        expected = super().run(arguments, () if per_device_observed else listeners)
+        actual = self.partitioned.run_devices(arguments, listeners if per_device_observed else ())
+        notes = self.partitioned.check(expected, actual, lambda: self._beyond_rounding_noise(arguments, expected,
+                                                                                             actual))
         if notes:
             warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
                           stacklevel=2)
-        return results
+        return actual if per_device_observed else expected
+
+    def _beyond_rounding_noise(self, arguments: list, expected: list, actual: list) -> list[str]:
+        """The devices' results beyond the rounding noise of the global program: its runs
+        with every op's float results moved within the op's rounding bound
+        (tools/bounds.py, as ``si.compare`` judges a backend) give each value's allowance."""
+        from ..tools import bounds   # the tools share the device's floor
+
+        runs = bounds.noise_runs(lambda listener: Global.run(self, arguments, [listener]), self.program.semantics)
+        beyond: dict = {}
+        for device, (wanted, got) in enumerate(zip(expected, actual)):
+            for index, (value, other) in enumerate(zip(wanted, got)):
+                if not isinstance(value, np.ndarray):
+                    continue
+                bound, alternatives = bounds.spread_allowance(value, [run[device][index] for run in runs])
+                if not bounds.within(value, np.asarray(other), bound, alternatives).all():
+                    beyond.setdefault(index, []).append(device)
+        return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} "
+                f"({len(runs)} runs with every op moved within its rounding bound)" for index, devices in beyond.items()]
 
 
 def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool,
