@@ -28,7 +28,7 @@ binding calls 3.4-3.6 (3.4-4.1); floor 6.35-6.55 (7.3-7.7); our Python 1.7-1.9
 (1.45-1.8): the program and releases 0.42-0.47 (0.47-0.66 as two passes
 before), the collector's pass 0.13-0.15 (0.22-0.28; before 0.3-0.45), the
 compile loop's own work 1.15-1.4 (0.75-1.1: shared-runner keys and look-ups,
-list appends). See docs/engine.md, "What a load costs", for where each
+list appends). See benchmarks/RESULTS.md for where each
 remaining us goes.
 
 Then what parsing untrusted bytecode first in a child process costs a load.

@@ -8,7 +8,7 @@
     si.explore(f, x, path="f.html")         # one page: source, jaxpr, StableHLO, graph and values, linked
 """
 
-import os
+from typing import Any
 
 from .engine.run import Listener
 from .errors import (
@@ -33,7 +33,7 @@ _TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite"
           "on_device", "portability", "probe", "trace")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name == "conform":
         from .frontends.conform import conform
 
@@ -44,12 +44,6 @@ def __getattr__(name):
         tools = importlib.import_module(f"{__name__}.tools")  # (from . import would recurse here)
         return tools if name == "tools" else getattr(tools, name)
     raise AttributeError(f"module 'stablehlo_interp' has no attribute {name!r}")
-
-
-if os.environ.get("STABLEHLO_INTERP_TRACE") or os.environ.get("STABLEHLO_INTERP_NONFINITE"):
-    from .tools import install_from_environment
-
-    install_from_environment()
 
 __all__ = [
     "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",

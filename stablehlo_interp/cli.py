@@ -5,13 +5,15 @@
     stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...]
-    stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu]
+    stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu] [--model-explorer DIR]
     stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
 
 See docs/cli.md and docs/tools.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import argparse
 import ast
@@ -32,7 +34,7 @@ class UsageError(Exception):
     """Bad command-line input (exit status 2)."""
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -133,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
     explore.add_argument("--output", "-o", metavar="OUT.html", help="the page (default: FILE with .html)")
     explore.add_argument("--backend", "-b", help="also mark the first op whose value differs on this JAX "
                                                  "backend (e.g. cpu)")
+    explore.add_argument("--model-explorer", metavar="DIR",
+                         help="also write the module and the run's findings per op as Model Explorer's node data "
+                              "into DIR (needs the model-explorer extra)")
     explore.set_defaults(command=_explore, name="explore")
 
     compare = commands.add_parser("compare", help="compare with another backend; find the first divergent op",
@@ -323,8 +328,11 @@ def _explore(args) -> int:
         program = Program(pathlib.Path(args.file))
         name, inputs = args.function or program.entry_name, []
     path = pathlib.Path(args.output or pathlib.Path(args.file).with_suffix(".html"))
-    exploration = tools.explore(program, *inputs, function=name, backend=args.backend, path=path)
+    exploration = tools.explore(program, *inputs, function=name, backend=args.backend, path=path,
+                                model_explorer=args.model_explorer)
     print(f"wrote {path}: {len(exploration.trace)} ops run")
+    if exploration.model_explorer is not None:
+        print(f"for Model Explorer: {exploration.model_explorer.command}")
     if exploration.nonfinite is not None:
         print(exploration.nonfinite)
     if exploration.comparison is not None:

@@ -7,6 +7,11 @@ inside a region, the chain of enclosing ops.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .ir.locations import SourceLocation
+
 
 class InterpreterError(Exception):
     """Base class of every error raised by stablehlo_interp."""
@@ -37,14 +42,14 @@ class OpError(InterpreterError):
         contain this op, innermost first (filled in as the error propagates).
     """
 
-    def __init__(self, op_name: str, location, reason: str):
+    def __init__(self, op_name: str, location: SourceLocation | None, reason: str) -> None:
         self.op_name = op_name
         self.location = location
         self.reason = reason
-        self.enclosing: list[tuple[str, object, str]] = []
+        self.enclosing: list[tuple[str, SourceLocation | None, str]] = []
         super().__init__(reason)
 
-    def add_enclosing(self, op_name: str, location, detail: str = "") -> None:
+    def add_enclosing(self, op_name: str, location: SourceLocation | None, detail: str = "") -> None:
         self.enclosing.append((op_name, location, detail))
 
     def __str__(self) -> str:
@@ -71,6 +76,6 @@ class StopExecution(InterpreterError):
     values seen at a breakpoint).
     """
 
-    def __init__(self, message: str = "execution stopped by a listener", values=None):
+    def __init__(self, message: str = "execution stopped by a listener", values: Any = None) -> None:
         super().__init__(message)
         self.values = values

@@ -107,12 +107,10 @@ func.func @second() {
     def builder(info):
         return lambda x: 1 / 0
 
-    si.register_custom_call("crashes", builder)
-    try:
+    from stablehlo_interp.engine import registry
+
+    with registry.replaced(custom_calls={"crashes": builder}):
         first, second = run_text(text, "m.mlir")
-    finally:
-        from stablehlo_interp.engine import registry
-        registry.unregister_custom_call("crashes")
     assert not first.passed and first.op == "stablehlo.custom_call" and first.location == "m.mlir:3:8"
     assert "ZeroDivisionError" in first.message
     assert second.passed

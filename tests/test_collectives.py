@@ -422,14 +422,12 @@ def test_a_failing_process_stops_the_grid_and_is_named():
             return partition
         return run
 
-    si.register_custom_call("fails_on_partition_2", fails_on_partition_2)
-    try:
+    from stablehlo_interp.engine import registry
+
+    with registry.replaced(custom_calls={"fails_on_partition_2": fails_on_partition_2}):
         program = si.load(text)
         with pytest.raises(si.OpError) as raised:
             program.run_grid([[np.zeros(2, np.float32)]] * 4)
-    finally:
-        from stablehlo_interp.engine import registry
-        registry.unregister_custom_call("fails_on_partition_2")
     assert "partition 2 is broken" in str(raised.value)
     assert "inside process 2 (replica 0, partition 2)" in str(raised.value)
 

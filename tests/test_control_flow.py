@@ -565,16 +565,10 @@ func.func @main(%x: tensor<i32>) -> tensor<i32> {
             return i + np.int32(1)
         return run
 
-    previous = si.register_custom_call("fails_on_three", builder)
-    try:
-        with pytest.raises(si.OpExecutionError) as error:
-            si.run(text, np.int32(0))
-    finally:
-        from stablehlo_interp.engine import registry
-        if previous is None:
-            registry.unregister_custom_call("fails_on_three")
-        else:
-            si.register_custom_call("fails_on_three", previous)
+    from stablehlo_interp.engine import registry
+
+    with registry.replaced(custom_calls={"fails_on_three": builder}), pytest.raises(si.OpExecutionError) as error:
+        si.run(text, np.int32(0))
     message = str(error.value)
     assert "three" in message and "inside stablehlo.while" in message and "call 3" in message
     assert message.count("inside stablehlo.while") == 1

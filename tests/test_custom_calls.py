@@ -160,11 +160,8 @@ def test_custom_call_sees_non_utf8_backend_config_as_bytes():
         seen.append(info.attr("backend_config"))
         return lambda a: a
 
-    si.register_custom_call("InspectSharding", builder)
-    try:
+    with registry.replaced(custom_calls={"InspectSharding": builder}):
         out = si.run(lowered, np.asarray(x))
-    finally:
-        registry.unregister_custom_call("InspectSharding")
     assert isinstance(seen[0], bytes) and seen[0]
     np.testing.assert_array_equal(out, np.asarray(jax.jit(lambda a: a * 2)(x)))
 

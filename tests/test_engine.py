@@ -458,8 +458,7 @@ def test_a_multi_result_op_needs_a_variadic_implementation():
   return %0#0, %0#1 : tensor<2xf32>, tensor<2xf32>
 }"""
     x = np.arange(2, dtype=np.float32)
-    si.register_custom_call("two_results", lambda info: lambda v: (v, v + 1))
-    try:
+    with registry.replaced(custom_calls={"two_results": lambda info: lambda v: (v, v + 1)}):
         with pytest.raises(si.OpError, match="has 2 results, but its implementation returns one"):
             si.load(text)
         si.register_custom_call("two_results", lambda info: lambda v: (v,), variadic=True)
@@ -468,8 +467,6 @@ def test_a_multi_result_op_needs_a_variadic_implementation():
         si.register_custom_call("two_results", lambda info: lambda v: (v, v + 1), variadic=True)
         first, second = si.run(text, x)
         np.testing.assert_array_equal(second, x + 1)
-    finally:
-        registry.unregister_custom_call("two_results")
 
 
 # ------------------------------------------------ a user's op in the bodies of other ops

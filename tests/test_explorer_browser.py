@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
+from browser import CHROMIUM, chromium
 from oracles import run_xla
 
-CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no Chromium at /usr/bin/chromium")
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -24,11 +24,8 @@ Y = (np.arange(20, dtype=np.float32).reshape(4, 5) - 10) / 10
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ def _complex(shape, dtype, rng):
 
 def assert_fft_close(actual, expected, size, context=""):
     assert actual.dtype == expected.dtype and actual.shape == expected.shape, context
-    if actual.size == 0:
-        return
+    assert actual.size > 0, f"{context}a comparison of zero elements (empty cases: test_fft_of_empty_operand)"
     real = np.float32 if actual.dtype in (np.float32, np.complex64) else np.float64
     bound = 8 * np.log2(size + 1) * np.finfo(real).eps * max(np.abs(expected).max(), 1.0)
     error = np.abs(actual.astype(np.complex128) - expected.astype(np.complex128)).max()
@@ -37,7 +36,11 @@ CASES = [
     ("RFFT", (1,), (1,)), ("RFFT", (4, 1000), (1000,)),
     ("IRFFT", (5,), (8,)), ("IRFFT", (3, 4), (7,)), ("IRFFT", (2, 4, 4), (4, 6)), ("IRFFT", (2, 3, 4, 3), (3, 4, 5)),
     ("IRFFT", (1,), (1,)),
-    ("FFT", (0, 4), (4,)), ("RFFT", (0, 6), (6,)), ("IRFFT", (2, 0, 3), (0, 4)),
+]
+
+# (fft_type, operand shape, fft_length, the result's shape by the spec's shape rules, hand-derived)
+EMPTY_CASES = [
+    ("FFT", (0, 4), (4,), (0, 4)), ("RFFT", (0, 6), (6,), (0, 4)), ("IRFFT", (2, 0, 3), (0, 4), (2, 0, 4)),
 ]
 
 
@@ -65,6 +68,16 @@ def test_fft_matches_xla(fft_type, shape, lengths, real):
     text = _fft_module(fft_type, shape, lengths, real)
     expected = run_xla_text(text, operand)[0]
     assert_fft_close(run_interp_text(text, operand)[0], expected, int(np.prod(lengths)))
+
+
+@pytest.mark.parametrize("fft_type, shape, lengths, result_shape", EMPTY_CASES, ids=lambda v: str(v).replace(" ", ""))
+def test_fft_of_empty_operand(fft_type, shape, lengths, result_shape):
+    """An empty operand has an empty result: its shape and element type are all there is to check."""
+    operand = np.zeros(shape, np.float32 if fft_type == "RFFT" else np.complex64)
+    text = _fft_module(fft_type, shape, lengths, "f32")
+    ours, xla = run_interp_text(text, operand)[0], run_xla_text(text, operand)[0]
+    expected_dtype = np.float32 if fft_type == "IRFFT" else np.complex64
+    assert (ours.shape, ours.dtype) == (xla.shape, xla.dtype) == (result_shape, expected_dtype)
 
 
 def test_irfft_ignores_imaginary_parts_of_real_bins():

@@ -105,15 +105,15 @@ func.func @main(%x: tensor<4xf32>, %n: tensor<4xi32>) -> (tensor<4xf32>, tensor<
 
 def test_equal_elementwise_ops_share_one_runner_and_keep_their_own_info(monkeypatch):
     ops.load_all()
-    builder = registry._OPS["stablehlo.add"].builder
+    builder = registry._OPS.builtin["stablehlo.add"].builder
     built = []
 
     def counted(info):
         built.append(str(info.result_type))
         return builder(info)
 
-    monkeypatch.setitem(registry._OPS, "stablehlo.add", registry.Implementation(counted, shareable=True))
-    monkeypatch.delitem(registry._USER_OPS, "stablehlo.add", raising=False)   # (left by another test)
+    monkeypatch.setitem(registry._OPS.builtin, "stablehlo.add", registry.Implementation(counted, shareable=True))
+    monkeypatch.delitem(registry._OPS.user, "stablehlo.add", raising=False)   # (left by another test)
     program = si.load(CHAIN)
     assert built == ["tensor<4xf32>", "tensor<4xi32>"]   # one build per signature
     steps = program.function("main").region.steps
@@ -236,7 +236,7 @@ _ATTRIBUTES = {"comparison_direction": "LT", "exponent_bits": 5, "mantissa_bits"
 def test_elementwise_runners_do_not_hold_their_op(name):
     """Equal element-wise ops share one runner (program/compiler.py), so the runner
     must not reach the OpInfo it was built from (its location, its module)."""
-    implementation = registry._OPS[name]   # the built-in one (another test may have registered its own)
+    implementation = registry._OPS.builtin[name]   # the built-in one (another test may have registered its own)
     assert implementation.shareable
     built = 0
     for arity in (1, 2, 3):
@@ -390,9 +390,9 @@ def test_an_unobserved_run_names_the_failing_shared_ops_own_line(monkeypatch):
             return x + y
         return add
 
-    monkeypatch.setitem(registry._OPS, "stablehlo.add", registry.Implementation(add_refusing_negatives,
+    monkeypatch.setitem(registry._OPS.builtin, "stablehlo.add", registry.Implementation(add_refusing_negatives,
                                                                                  shareable=True))
-    monkeypatch.delitem(registry._USER_OPS, "stablehlo.add", raising=False)   # (left by another test)
+    monkeypatch.delitem(registry._OPS.user, "stablehlo.add", raising=False)   # (left by another test)
     text = """func.func @main(%x: tensor<2xi32>, %y: tensor<2xi32>) -> tensor<2xi32> {
   %0 = stablehlo.add %x, %x : tensor<2xi32>
   %1 = stablehlo.add %0, %y : tensor<2xi32>

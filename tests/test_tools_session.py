@@ -31,6 +31,41 @@ def test_on_device_attaches_to_the_list_the_device_runs_with():
     assert recorder not in runtime.listeners
 
 
+def test_on_device_changes_the_list_under_the_devices_lock():
+    """A block entered on another thread waits for the lock before it attaches, and
+    blocks on many threads leave the list as it was."""
+    import threading
+
+    from stablehlo_interp.device import runtime
+
+    recorder, entered = TraceRecorder(), threading.Event()
+
+    def attach():
+        with si.on_device(recorder):
+            entered.set()
+
+    with runtime.listeners_lock:
+        thread = threading.Thread(target=attach)
+        thread.start()
+        assert not entered.wait(0.2) and recorder not in runtime.listeners
+    thread.join(10)
+    assert entered.is_set() and recorder not in runtime.listeners
+
+    before = list(runtime.listeners)
+
+    def enter_and_leave():
+        for _ in range(200):
+            with si.on_device(TraceRecorder(), TraceRecorder()):
+                pass
+
+    threads = [threading.Thread(target=enter_and_leave) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert runtime.listeners == before
+
+
 def test_trace_every_program_run_on_the_device():
     device = interp_device()
     x = jax.device_put(np.array([1.0, 4.0], np.float32), device)

@@ -27,7 +27,7 @@ _EMPTY_PROGRAM = "module @check_compiler_options { func.func public @main() { re
 
 _lock = threading.Lock()
 _client = None
-_accepted: set = set()
+_accepted: set = set()   # the option sets a process compiles with: a few
 
 
 def problem(overrides: tuple) -> str | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import time
 
 from .pjrt import abi
@@ -83,6 +84,10 @@ def initialize() -> None:
 
     lowering.register()
     interrupts.install()   # Ctrl-C in a call: pjrt/interrupts.py
+    if os.environ.get("STABLEHLO_INTERP_TRACE") or os.environ.get("STABLEHLO_INTERP_NONFINITE"):
+        from ..tools.session import install_from_environment   # (the tools load only when asked for)
+
+        install_from_environment()
 
 
 # The calls that only give something back (memory, a handle, a reference): at exit,
@@ -99,5 +104,5 @@ def _silence_releasing_calls() -> None:
     waiting for the GIL get it now, before CPython finalizes."""
     no_op = native.no_op()
     for name in RELEASING_SLOTS:
-        setattr(_table.api, f"PJRT_{name}", no_op)
+        setattr(table().api, f"PJRT_{name}", no_op)
     time.sleep(DRAIN_SECONDS)

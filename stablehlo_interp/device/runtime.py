@@ -10,7 +10,9 @@ and donation share them freely.
 
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
 import os
 
 import ml_dtypes
@@ -34,8 +36,11 @@ DEVICE_KIND = "interp"
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
 DEFAULT_DEVICE_COUNT = 8
 
-# Listeners (stablehlo_interp.Listener) attached to every execution on the device.
+# Listeners (stablehlo_interp.Listener) attached to every execution on the device (each
+# run takes a snapshot: RunContext's tuple). si.on_device changes the list under the lock,
+# so that blocks entered and left on several threads neither lose nor leave a listener.
 listeners: list = []
+listeners_lock = threading.Lock()
 
 # The semantics of programs the device compiles (docs/semantics.md): "xla", what JAX
 # relies on, unless STABLEHLO_INTERP_SEMANTICS says "spec".
@@ -111,7 +116,10 @@ class Buffer:
     """A device array: a NumPy array (or the token) in a memory of a device (its
     default one unless given), until deleted."""
 
-    __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held")
+    # c_dimensions: the C array of its shape that its PJRT header points to (pjrt/calls_buffers.py)
+    __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held",
+                 "c_dimensions")
+    c_dimensions: ctypes.Array
 
     def __init__(self, device: Device, value, memory: Memory | None = None):
         self.device = device
@@ -158,7 +166,7 @@ class Buffer:
         array = self.array()
         if self.dtype is None:
             raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
-        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # noqa: E721 - not a subclass
+        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # (not a subclass)
             array = self.value = np.array(array, order="C")   # the same value, dense
         self.external_references += 1
         if self.held is None:

@@ -19,6 +19,9 @@ to go on consuming them. A run without queues of the caller's gets empty ones
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from collections import defaultdict, deque
 
 from ..errors import InterpreterError
@@ -27,18 +30,18 @@ from ..errors import InterpreterError
 class HostQueues:
     """Infeed, outfeed and channel queues (see the module docstring)."""
 
-    def __init__(self, infeed=(), channels=None):
+    def __init__(self, infeed: Iterable[Iterable[Any]] = (), channels: Mapping[int, Iterable[Iterable[Any]]] | None = None) -> None:
         self.infeed: deque = deque(list(values) for values in infeed)
         self.outfeed: list = []
         self.channels: defaultdict = defaultdict(deque)
         for channel, entries in (channels or {}).items():
             self.channels[channel].extend(list(values) for values in entries)
 
-    def put_infeed(self, *values) -> None:
+    def put_infeed(self, *values: Any) -> None:
         """Queue the results of one infeed op."""
         self.infeed.append(list(values))
 
-    def put(self, channel: int, *values) -> None:
+    def put(self, channel: int, *values: Any) -> None:
         """Queue the results of one recv op on ``channel``."""
         self.channels[channel].append(list(values))
 

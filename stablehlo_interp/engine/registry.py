@@ -34,9 +34,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-Builder = Callable[["OpInfo"], Callable]  # noqa: F821
+if TYPE_CHECKING:
+    from .plan import OpInfo
+
+Builder = Callable[["OpInfo"], Callable]
 CUSTOM_CALL = "stablehlo.custom_call"   # dispatched on call_target_name to the custom-call table
 
 
@@ -52,12 +55,39 @@ class Implementation:
     # (the built-in element-wise ops; a chain of 10 000 adds on f32[4] builds one).
     shareable: bool = False
 
-# The built-in implementations (stablehlo_interp.ops registers them by decorator when
-# the compiler loads it) and the ones users register, which take precedence.
-_OPS: dict[str, Implementation] = {}
-_CUSTOM_CALLS: dict[str, Implementation] = {}
-_USER_OPS: dict[str, Implementation] = {}
-_USER_CUSTOM_CALLS: dict[str, Implementation] = {}
+class _Table:
+    """The implementations of one kind of name (ops, or custom-call targets): the
+    built-in ones (stablehlo_interp.ops registers them by decorator when the compiler
+    loads it) and the ones users register, which take precedence."""
+
+    def __init__(self):
+        self.builtin: dict[str, Implementation] = {}
+        self.user: dict[str, Implementation] = {}
+
+    def implementation(self, name: str) -> Implementation | None:
+        return self.user.get(name) or self.builtin.get(name)
+
+    def builder(self, name: str) -> Builder | None:
+        implementation = self.implementation(name)
+        return implementation.builder if implementation else None
+
+    def register(self, name: str, implementation: Implementation) -> Builder | None:
+        """A user's implementation for ``name``; the built-in builder again (or None, what
+        registering a name without one returns) drops the user's. Returns the builder
+        that applied before."""
+        previous = self.builder(name)
+        builtin = self.builtin.get(name)
+        if implementation.builder is None or (builtin is not None and implementation.builder is builtin.builder):
+            self.user.pop(name, None)
+        else:
+            self.user[name] = implementation
+        return previous
+
+    def names(self) -> list[str]:
+        return sorted(self.builtin.keys() | self.user.keys())
+
+
+_OPS, _CUSTOM_CALLS = _Table(), _Table()
 # Ops whose result element i depends only on operand elements i (and that accept
 # any shape): a region made of these can run on whole tensors at once.
 ELEMENTWISE_OPS: set[str] = set()
@@ -68,7 +98,7 @@ def op(*names: str, elementwise: bool = False, variadic: bool = False, execution
 
     def decorate(builder: Builder) -> Builder:
         for name in names:
-            _OPS[name] = Implementation(builder, variadic, execution, shareable=elementwise)
+            _OPS.builtin[name] = Implementation(builder, variadic, execution, shareable=elementwise)
             if elementwise:
                 ELEMENTWISE_OPS.add(name)
         return builder
@@ -82,7 +112,7 @@ def custom_call(*targets: str, variadic: bool = False, execution: bool = False):
 
     def decorate(builder: Builder) -> Builder:
         for target in targets:
-            _CUSTOM_CALLS[target] = Implementation(builder, variadic, execution)
+            _CUSTOM_CALLS.builtin[target] = Implementation(builder, variadic, execution)
         return builder
 
     return decorate
@@ -96,36 +126,13 @@ def register_op(name: str, builder: Builder, *, variadic: bool = False,
     again restores what was: the built-in implementation, its calling convention
     included, or none (for None).
     Takes effect for modules loaded afterwards, in regions too (engine/regions.py)."""
-    previous = op_builder(name)
-    _register(_USER_OPS, _OPS, name, Implementation(builder, variadic, execution))
-    return previous
+    return _OPS.register(name, Implementation(builder, variadic, execution))
 
 
 def register_custom_call(target: str, builder: Builder, *, variadic: bool = False,
                          execution: bool = False) -> Builder | None:
     """Register (or replace) the implementation of a custom-call target, as register_op."""
-    previous = custom_call_builder(target)
-    _register(_USER_CUSTOM_CALLS, _CUSTOM_CALLS, target, Implementation(builder, variadic, execution))
-    return previous
-
-
-def _register(users: dict, builtins: dict, name: str, implementation: Implementation) -> None:
-    """A user's implementation for ``name``; the built-in builder again (or None, what
-    registering a name without one returns) drops the user's."""
-    builtin = builtins.get(name)
-    if implementation.builder is None or (builtin is not None and implementation.builder is builtin.builder):
-        users.pop(name, None)
-    else:
-        users[name] = implementation
-
-
-def unregister_op(name: str) -> None:
-    """Drop a user's registration (the built-in implementation, if any, applies again)."""
-    _USER_OPS.pop(name, None)
-
-
-def unregister_custom_call(target: str) -> None:
-    _USER_CUSTOM_CALLS.pop(target, None)
+    return _CUSTOM_CALLS.register(target, Implementation(builder, variadic, execution))
 
 
 @contextlib.contextmanager
@@ -133,54 +140,52 @@ def replaced(ops: dict | None = None, custom_calls: dict | None = None):
     """``with replaced(ops={name: builder}, custom_calls={target: builder}):`` the builders
     are registered for the block, each with the calling convention of the
     implementation it replaces; afterwards the registrations are as they were."""
-    replacements = [(_USER_OPS, op_implementation, ops or {}),
-                    (_USER_CUSTOM_CALLS, custom_call_implementation, custom_calls or {})]
-    saved = [(table, name, table.get(name)) for table, _, builders in replacements for name in builders]
+    replacements = [(_OPS, ops or {}), (_CUSTOM_CALLS, custom_calls or {})]
+    saved = [(table, name, table.user.get(name)) for table, builders in replacements for name in builders]
     try:
-        for table, implementation_of, builders in replacements:
+        for table, builders in replacements:
             for name, builder in builders.items():
-                previous = implementation_of(name)
-                table[name] = dataclasses.replace(previous, builder=builder, shareable=False) if previous else Implementation(builder)
+                previous = table.implementation(name)
+                table.user[name] = (dataclasses.replace(previous, builder=builder, shareable=False) if previous
+                                    else Implementation(builder))
         yield
     finally:
         for table, name, entry in saved:
             if entry is None:
-                table.pop(name, None)
+                table.user.pop(name, None)
             else:
-                table[name] = entry
+                table.user[name] = entry
 
 
 def op_implementation(name: str) -> Implementation | None:
-    return _USER_OPS.get(name) or _OPS.get(name)
+    return _OPS.implementation(name)
 
 
 def custom_call_implementation(target: str) -> Implementation | None:
-    return _USER_CUSTOM_CALLS.get(target) or _CUSTOM_CALLS.get(target)
+    return _CUSTOM_CALLS.implementation(target)
 
 
 def is_builtin(name: str) -> bool:
     """Whether op ``name`` runs its built-in builder (no user's registration replaces
     it): only a region of such ops may be computed by a pattern engine/regions.py
     recognizes in it, since its steps compute what the built-in ops compute."""
-    builtin = _OPS.get(name)
-    return builtin is not None and op_builder(name) is builtin.builder
+    builtin = _OPS.builtin.get(name)
+    return builtin is not None and _OPS.builder(name) is builtin.builder
 
 
 def op_builder(name: str) -> Builder | None:
-    implementation = op_implementation(name)
-    return implementation and implementation.builder
+    return _OPS.builder(name)
 
 
 def custom_call_builder(target: str) -> Builder | None:
-    implementation = custom_call_implementation(target)
-    return implementation and implementation.builder
+    return _CUSTOM_CALLS.builder(target)
 
 
 def registered_ops() -> list[str]:
     """Every op with an implementation (the built-in ones once stablehlo_interp.ops is
     loaded); ``stablehlo.custom_call`` dispatches to the custom-call targets."""
-    return sorted(_OPS.keys() | _USER_OPS.keys() | {CUSTOM_CALL})
+    return sorted({*_OPS.names(), CUSTOM_CALL})
 
 
 def registered_custom_calls() -> list[str]:
-    return sorted(_CUSTOM_CALLS.keys() | _USER_CUSTOM_CALLS.keys())
+    return _CUSTOM_CALLS.names()

@@ -95,7 +95,7 @@ class Listener:
     def before_op(self, step: Step, operands: list, stack: tuple) -> None:
         """Called before an op runs. Raise StopExecution to stop the run."""
 
-    def after_op(self, step: Step, operands: list, results: list, stack: tuple):
+    def after_op(self, step: Step, operands: list, results: list, stack: tuple) -> list | None:
         """Called after an op ran. Return a list to replace its results, or None."""
         return None
 

@@ -34,6 +34,9 @@ the checks (``stablehlo-interp test``'s verdict).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable
+
 import functools
 import json
 import pathlib
@@ -148,8 +151,9 @@ class ConformReport:
                            for r in self.results], f"stablehlo-interp conform --backend {self.backend}")
 
 
-def conform(paths, backend: str = "cpu", jobs: int = 1, include_disabled: bool = False,
-            progress=None) -> ConformReport:
+def conform(paths: str | os.PathLike | Iterable[str | os.PathLike], backend: str = "cpu", jobs: int = 1,
+            include_disabled: bool = False,
+            progress: Callable[[list[ConformResult]], None] | None = None) -> ConformReport:
     """Run the tests of ``paths`` (files, or directories of ``*.mlir``) on the JAX
     platform ``backend`` and judge them (module docstring). Files run in ``jobs``
     worker processes (at least one: a backend that aborts takes only its process

@@ -118,7 +118,8 @@ class FileResult:
 def split_modules(text: str) -> list[tuple[int, str]]:
     """``(first line, text)`` of each ``// -----`` separated part. Each part is
     padded with empty lines so that MLIR reports the file's own line numbers."""
-    parts, start, current = [], 1, []
+    parts: list[tuple[int, list[str]]] = []
+    start, current = 1, list[str]()
     for number, line in enumerate(text.split("\n"), start=1):
         if SPLIT_MARKER.match(line):
             parts.append((start, current))

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
+from typing import IO, cast
 
 OK, ERROR = b"o", b"e"  # a reply's status byte: its payload is the answer, or an error message
 
@@ -37,7 +39,7 @@ class ChildProcess:
     def __init__(self, module: str):
         self._module = module
         self._process: subprocess.Popen | None = None
-        self._stderr = None   # the running child's stderr, a temporary file
+        self._stderr: IO[bytes] | None = None   # the running child's stderr, a temporary file
         self._lock = threading.Lock()
         atexit.register(self.close)
 
@@ -51,9 +53,10 @@ class ChildProcess:
                 self._process = subprocess.Popen([sys.executable, "-m", self._module],
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                  stderr=self._stderr)
+            stdin, stdout = cast(IO[bytes], self._process.stdin), cast(IO[bytes], self._process.stdout)   # (PIPEs)
             try:
-                write(self._process.stdin, request)
-                return self._process.stdout.read(1), read(self._process.stdout)
+                write(stdin, request)
+                return stdout.read(1), read(stdout)
             except (EOFError, BrokenPipeError, OSError):
                 returncode = self._process.wait()
                 raise ChildDied(f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}",
@@ -78,7 +81,7 @@ class ChildProcess:
         if process is not None:
             for pipe in (process.stdin, process.stdout):
                 try:
-                    pipe.close()
+                    cast(IO[bytes], pipe).close()   # (PIPEs)
                 except OSError:   # (a child that died: its stdin's last bytes cannot be flushed)
                     pass
             try:
@@ -91,9 +94,10 @@ class ChildProcess:
             self._stderr = None
 
     def _last_words(self) -> str:
-        self._stderr.seek(0, 2)
-        self._stderr.seek(max(0, self._stderr.tell() - 4096))
-        lines = [line.strip() for line in self._stderr.read().decode("utf-8", "replace").splitlines()]
+        stderr = cast(IO[bytes], self._stderr)   # (a child was started: its stderr is open)
+        stderr.seek(0, 2)
+        stderr.seek(max(0, stderr.tell() - 4096))
+        lines = [line.strip() for line in stderr.read().decode("utf-8", "replace").splitlines()]
         return next((line for line in reversed(lines) if line), "")
 
 
@@ -113,15 +117,20 @@ def read(stream) -> bytes:
     return data
 
 
-def serve(answer) -> None:
-    """The child's loop: answer each request with ``answer(request) -> (status, payload)``
-    until stdin closes."""
+def serve(compute: Callable[[bytes], bytes], reported: tuple[type[Exception], ...] = (),
+          describe: Callable[[Exception], str] = str) -> None:
+    """The child's loop, until stdin closes: each request's reply is OK and
+    ``compute(request)``, or ERROR and ``describe(error)`` when ``compute`` raises one
+    of ``reported`` (any other exception ends the child: the parent gets ChildDied)."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
             request = read(requests)
         except EOFError:
             return
-        status, payload = answer(request)
+        try:
+            status, payload = OK, compute(request)
+        except reported as error:
+            status, payload = ERROR, describe(error).encode("utf-8")
         replies.write(status)
         write(replies, payload)

@@ -8,7 +8,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from ..errors import ModuleError
-from .child_process import ERROR, OK, serve
+from .child_process import serve
 from .chlo_legalization import PIPELINE
 from .sources import captured_diagnostics, parse_bytes, shared_context
 
@@ -23,13 +23,6 @@ def legalized(data: bytes) -> str:
         return module.operation.get_asm(enable_debug_info=True)
 
 
-def _answer(request: bytes) -> tuple[bytes, bytes]:
-    try:
-        return OK, legalized(request).encode("utf-8")
-    except ModuleError as error:
-        return ERROR, str(error).encode("utf-8")
-
-
 if __name__ == "__main__":
     stablehlo.register_stablehlo_passes()
-    serve(_answer)
+    serve(lambda request: legalized(request).encode("utf-8"), reported=(ModuleError,))

@@ -16,8 +16,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 
 from ..errors import ModuleError
 from .locations import UNKNOWN, Frame, SourceLocation
-from .types import (  # noqa: F401
-    TOKEN,
+from .types import (
     FutureType,
     Quantization,
     TensorType,

@@ -9,7 +9,7 @@ import io
 from jaxlib.mlir import ir
 
 from ..errors import ModuleError
-from .child_process import ERROR, OK, serve
+from .child_process import serve
 from .decode import decode_location, decode_op_attributes
 from .sources import parse_bytes
 
@@ -18,11 +18,11 @@ def _read_everything(module) -> None:
     """Read each string of ``module`` that loading it reads: the op and attribute
     names, the attributes and the locations of ops and block arguments."""
     def visit(operation):
-        operation.name
+        _ = operation.name   # read: the bindings raise on a name that is not UTF-8
         decode_location(operation.location)
         try:
             decode_op_attributes(operation)
-        except RuntimeError:   # a name that is not UTF-8: reported by _serve
+        except RuntimeError:   # a name that is not UTF-8: reported by _rewritten
             raise
         except Exception:  # noqa: BLE001 - an attribute the load rejects clearly: not this check's concern
             pass
@@ -35,19 +35,18 @@ def _read_everything(module) -> None:
     module.operation.walk(visit)
 
 
-def _answer(data: bytes) -> tuple[bytes, bytes]:
+def _rewritten(data: bytes) -> bytes:
+    """The module of ``data`` as bytecode written here, once every name in it was read."""
     try:
         module = parse_bytes(data)
         _read_everything(module)
         rewritten = io.BytesIO()
         module.operation.write_bytecode(rewritten)
-        return OK, rewritten.getvalue()
-    except ModuleError as error:
-        return ERROR, str(error).encode("utf-8")
+        return rewritten.getvalue()
     except RuntimeError as error:  # nanobind's "conversion error": a name that is not UTF-8
         cause = str(error).strip().splitlines()[-1]   # the walk wraps it with the callback's traceback
-        return ERROR, f"cannot load the module: a name in it is not valid UTF-8 ({cause})".encode("utf-8")
+        raise ModuleError(f"cannot load the module: a name in it is not valid UTF-8 ({cause})") from None
 
 
 if __name__ == "__main__":
-    serve(_answer)
+    serve(_rewritten, reported=(ModuleError,))

@@ -8,7 +8,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
-from .child_process import ERROR, OK, serve
+from .child_process import serve
 from .edit import inline_every_call
 from .sources import make_context
 
@@ -239,12 +239,7 @@ def partition(text: str) -> str:
     return local
 
 
-def _answer(request: bytes) -> tuple[bytes, bytes]:
-    try:
-        return OK, partition(request.decode("utf-8")).encode("utf-8")
-    except Exception as error:  # noqa: BLE001 - a pass's or the converter's failure, reported to the parent
-        return ERROR, (str(error).strip() or type(error).__name__).encode("utf-8")
-
-
 if __name__ == "__main__":
-    serve(_answer)
+    serve(lambda request: partition(request.decode("utf-8")).encode("utf-8"),
+          reported=(Exception,),   # a pass's or the converter's failure, of several types: reported to the parent
+          describe=lambda error: str(error).strip() or type(error).__name__)

@@ -10,7 +10,7 @@ from jaxlib.mlir import ir, passmanager
 
 from ..errors import ModuleError
 from .declarations import function_operations
-from .child_process import ERROR, OK, serve
+from .child_process import serve
 from .shardy import PIPELINE, SHARDING_ATTRIBUTES
 from .sources import captured_diagnostics, parse_bytes, shared_context
 
@@ -44,7 +44,7 @@ def _argument_shardings(func_op, key: str, count: int) -> list:
 def propagate(data: bytes) -> dict:
     module = parse_bytes(data, shared_context(len(data)))   # a fresh context would cost more than the pipeline
     with module.context, captured_diagnostics(module.context) as diagnostics:
-        tagged = []   # every op of every function: the tags are unique in the module
+        tagged: list[ir.Operation] = []   # every op of every function: the tags are unique in the module
         trees = {name: _tag_blocks(op.regions[0], tagged) if len(op.regions[0].blocks) else []
                  for name, op in function_operations(module).items()}
         try:
@@ -73,12 +73,5 @@ def propagate(data: bytes) -> dict:
     return answer
 
 
-def _answer(request: bytes) -> tuple[bytes, bytes]:
-    try:
-        return OK, json.dumps(propagate(request)).encode("utf-8")
-    except ModuleError as error:
-        return ERROR, str(error).encode("utf-8")
-
-
 if __name__ == "__main__":
-    serve(_answer)
+    serve(lambda request: json.dumps(propagate(request)).encode("utf-8"), reported=(ModuleError,))

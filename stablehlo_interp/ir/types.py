@@ -12,6 +12,9 @@ held as integers of the storage type (``dtype`` is the storage dtype).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -152,16 +155,16 @@ class TensorType:
     quantization: Quantization | None = None
 
     @classmethod
-    def of(cls, shape, element_type: str) -> "TensorType":
+    def of(cls, shape: Iterable[int | None], element_type: str) -> "TensorType":
         return cls(tuple(shape), element_type, dtype_of(element_type), element_kind(element_type))
 
     @classmethod
-    def quantized(cls, shape, element_type: str, quantization: Quantization) -> "TensorType":
+    def quantized(cls, shape: Iterable[int | None], element_type: str, quantization: Quantization) -> "TensorType":
         """A quantized tensor type; ``element_type`` is the ``!quant.uniform<...>`` spelling."""
         return cls(tuple(shape), element_type, quantization.storage_dtype, QUANTIZED, quantization)
 
     @classmethod
-    def like(cls, array) -> "TensorType":
+    def like(cls, array: Any) -> "TensorType":
         array = np.asarray(array)
         return cls.of(array.shape, element_type_of(array.dtype))
 
@@ -191,10 +194,6 @@ class TensorType:
         return self.kind in (SIGNED, UNSIGNED)
 
     @property
-    def is_unsigned(self) -> bool:
-        return self.kind == UNSIGNED
-
-    @property
     def is_quantized(self) -> bool:
         return self.kind == QUANTIZED
 
@@ -210,7 +209,7 @@ class TensorType:
     def bit_width(self) -> int:
         return bit_width(self.dtype)
 
-    def matches(self, array) -> bool:
+    def matches(self, array: Any) -> bool:
         """Whether a runtime value has this type (dynamic dims match any size)."""
         return (array.dtype == self.dtype and array.ndim == len(self.shape)
                 and all(d is None or d == n for d, n in zip(self.shape, array.shape)))

@@ -34,7 +34,7 @@ from .support import contiguous, in_wider_precision, integer_compute_dtype, unsi
 # ------------------------------------------------------------------ element-wise math
 
 
-def _math(real=None, complex_=None, *, widen=in_wider_precision):
+def _real_or_complex_op(real=None, complex_=None, *, widen=in_wider_precision):
     """Builder of an element-wise function: ``real`` for float operands,
     ``complex_`` for complex ones, evaluated in a wider type (``widen``) and rounded."""
 
@@ -175,7 +175,7 @@ for _name, _real, _complex in [
     ("square", _square, _square),
     ("_asin_acos_kernel", None, _asin_acos_kernel),
 ]:
-    op(f"chlo.{_name}", elementwise=True)(_math(_real, _complex))
+    op(f"chlo.{_name}", elementwise=True)(_real_or_complex_op(_real, _complex))
 
 for _name, _real in [
     ("bessel_i1e", _odd(scipy.special.i1e)),
@@ -187,7 +187,7 @@ for _name, _real in [
     ("polygamma", _polygamma),
     ("zeta", _zeta),
 ]:
-    op(f"chlo.{_name}", elementwise=True)(_math(_real, widen=_in_float64))
+    op(f"chlo.{_name}", elementwise=True)(_real_or_complex_op(_real, widen=_in_float64))
 
 
 @op("chlo.tan", elementwise=True)
@@ -392,7 +392,7 @@ def top_k(info):
         key = total_order_key
     else:
         compute = integer_compute_dtype(ttype.dtype)
-        key = lambda x: np.asarray(x).astype(compute)  # noqa: E731
+        key = lambda x: np.asarray(x).astype(compute)  # noqa: E731 - one of two keys, as the branch above
     index_dtype = info.result_types[1].dtype
 
     def run(operand):

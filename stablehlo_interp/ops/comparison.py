@@ -59,13 +59,13 @@ def compare(info):
             raise info.unsupported(f"TOTALORDER needs floating-point operands, got {kind}")
         return lambda lhs, rhs: ufunc(total_order_key(lhs), total_order_key(rhs))
     if kind == "complex" and direction not in ("EQ", "NE"):
-        return _lexicographic(ufunc)
+        return _complex_order_comparison(ufunc)
     if info.operand_types[0].dtype.itemsize < 2 and kind == "float":
         return lambda lhs, rhs: ufunc(np.asarray(lhs, np.float32), np.asarray(rhs, np.float32))
     return ufunc
 
 
-def _lexicographic(ufunc):
+def _complex_order_comparison(ufunc):
     """Complex GE/GT/LE/LT: the real parts decide unless they are equal."""
 
     def run(lhs, rhs):

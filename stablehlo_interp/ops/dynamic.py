@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def _static_twin(info, name: str, n_operands: int, fix):
     keep the declared type) and the attributes the dynamic operands stand for."""
     builder = registry.op_builder(name)
     declared = info.result_type
-    runners = {}
+    runners: dict[tuple, Callable] = {}   # by the dynamic operands' values
 
     def runner_for(key):
         runner = runners.get(key)

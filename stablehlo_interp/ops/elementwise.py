@@ -146,7 +146,7 @@ def power(info):
     ttype = info.operand_types[0]
     if ttype.is_integer:
         return _integer_power(ttype)
-    return _math(np.power, exact=True)(info)
+    return _math_in_wider_precision(np.power, exact=True)(info)
 
 
 def _integer_power(ttype):
@@ -188,8 +188,8 @@ def maximum(info, ttype=None):
     lexicographic on (real, imag), as compare; i1: OR."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.maximum, ttype.dtype), boolean=np.logical_or,
-                    floating=_float_extremum(np.maximum, ttype.dtype),
-                    complex_=_lexicographic(np.greater), ttype=ttype)
+                    floating=_float_extremum_of_two(np.maximum, ttype.dtype),
+                    complex_=_complex_extremum(np.greater), ttype=ttype)
 
 
 @op("stablehlo.minimum", elementwise=True)
@@ -198,11 +198,11 @@ def minimum(info, ttype=None):
     lexicographic on (real, imag); i1: AND."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.minimum, ttype.dtype), boolean=np.logical_and,
-                    floating=_float_extremum(np.minimum, ttype.dtype),
-                    complex_=_lexicographic(np.less), ttype=ttype)
+                    floating=_float_extremum_of_two(np.minimum, ttype.dtype),
+                    complex_=_complex_extremum(np.less), ttype=ttype)
 
 
-def _float_extremum(ufunc, dtype):
+def _float_extremum_of_two(ufunc, dtype):
     """NumPy's maximum/minimum propagate NaN but return either zero of (-0, +0):
     only a result that is zero needs a second look (ExtremumOfZeros)."""
     zeros = ExtremumOfZeros(ufunc is np.maximum)
@@ -216,7 +216,7 @@ def _float_extremum(ufunc, dtype):
     return in_float32_if_needed(run, dtype)
 
 
-def _lexicographic(prefer):
+def _complex_extremum(prefer):
     """lhs if it is preferred to rhs on (real, imag) order, else rhs (so a NaN
     part, which compares false, gives rhs: XLA does the same)."""
 
@@ -295,7 +295,7 @@ op("stablehlo.round_nearest_afz", elementwise=True)(_rounding(_round_half_away))
 # --------------------------------------------------------------- math functions
 
 
-def _math(fn, exact=False, accurate_f32=False, complex_fn=None):
+def _math_in_wider_precision(fn, exact=False, accurate_f32=False, complex_fn=None):
     """Builder of a float/complex math op evaluated in wider precision.
 
     ``exact``: NumPy's f64 function is correctly rounded (sqrt, pow), so f64
@@ -403,18 +403,18 @@ def _complex_expm1(z):
     return result.astype(z.dtype)
 
 
-op("stablehlo.exponential", elementwise=True)(_math(np.exp))
-op("stablehlo.exponential_minus_one", elementwise=True)(_math(np.expm1, complex_fn=_complex_expm1))
-op("stablehlo.log", elementwise=True)(_math(np.log))
-op("stablehlo.log_plus_one", elementwise=True)(_math(np.log1p))
-op("stablehlo.logistic", elementwise=True)(_math(_logistic))
-op("stablehlo.sine", elementwise=True)(_math(np.sin))
-op("stablehlo.cosine", elementwise=True)(_math(np.cos))
-op("stablehlo.tan", elementwise=True)(_math(np.tan))
-op("stablehlo.tanh", elementwise=True)(_math(np.tanh, accurate_f32=True))
-op("stablehlo.sqrt", elementwise=True)(_math(np.sqrt, exact=True))
-op("stablehlo.rsqrt", elementwise=True)(_math(_rsqrt))
-op("stablehlo.cbrt", elementwise=True)(_math(_cbrt))
+op("stablehlo.exponential", elementwise=True)(_math_in_wider_precision(np.exp))
+op("stablehlo.exponential_minus_one", elementwise=True)(_math_in_wider_precision(np.expm1, complex_fn=_complex_expm1))
+op("stablehlo.log", elementwise=True)(_math_in_wider_precision(np.log))
+op("stablehlo.log_plus_one", elementwise=True)(_math_in_wider_precision(np.log1p))
+op("stablehlo.logistic", elementwise=True)(_math_in_wider_precision(_logistic))
+op("stablehlo.sine", elementwise=True)(_math_in_wider_precision(np.sin))
+op("stablehlo.cosine", elementwise=True)(_math_in_wider_precision(np.cos))
+op("stablehlo.tan", elementwise=True)(_math_in_wider_precision(np.tan))
+op("stablehlo.tanh", elementwise=True)(_math_in_wider_precision(np.tanh, accurate_f32=True))
+op("stablehlo.sqrt", elementwise=True)(_math_in_wider_precision(np.sqrt, exact=True))
+op("stablehlo.rsqrt", elementwise=True)(_math_in_wider_precision(_rsqrt))
+op("stablehlo.cbrt", elementwise=True)(_math_in_wider_precision(_cbrt))
 
 
 def _complex_atan2(y, x):

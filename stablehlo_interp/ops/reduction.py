@@ -58,7 +58,7 @@ def monoid_reducer(name: str, ttype, semantics: str = SPEC):
     if name in ("stablehlo.maximum", "stablehlo.minimum"):
         if kind == "complex":
             return None  # lexicographic order: fold the body (vectorized_fold)
-        return _float_extremum(name == "stablehlo.maximum", dtype)
+        return _float_extremum_reduction(name == "stablehlo.maximum", dtype)
     if name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
     if semantics == XLA:
@@ -66,7 +66,7 @@ def monoid_reducer(name: str, ttype, semantics: str = SPEC):
     return functools.partial(fold_reduce, monoid_ufunc(name, kind), dtype=dtype)
 
 
-def _float_extremum(is_max: bool, dtype):
+def _float_extremum_reduction(is_max: bool, dtype):
     """max/min with NaN propagation and -0.0 < +0.0, as stablehlo.maximum/minimum:
     where NumPy's extremum is zero, the zero comes from a sum over the reduced
     axes (ExtremumOfZeros)."""

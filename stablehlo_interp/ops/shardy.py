@@ -154,7 +154,8 @@ class _TilingPerGridSize:
     """An HLO sharding's tiling cut down to the tiles of a manual border, per grid size."""
 
     def __init__(self, text: str, tiles: tuple):
-        self.text, self.tiles, self.cache = text, tiles, {}
+        self.text, self.tiles = text, tiles
+        self.cache: dict[int, sharding.Tiling] = {}
 
     def __call__(self, size: int) -> sharding.Tiling:
         if size not in self.cache:

@@ -14,6 +14,12 @@ Two forms (docs/programs.md):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..engine.run import Listener
+
 import functools
 import pathlib
 from dataclasses import dataclass
@@ -92,8 +98,8 @@ def _prepare(target, args, kwargs: dict, function: str | None, platform: str | N
     return Call(program, coerce_arguments(runnable, args), runnable.name)
 
 
-def run(target, *args, function: str | None = None, listeners=(), io: HostQueues | None = None,
-        semantics: str | None = None, **kwargs):
+def run(target: Any, *args: Any, function: str | None = None, listeners: Iterable[Listener] = (),
+        io: HostQueues | None = None, semantics: str | None = None, **kwargs: Any) -> Any:
     """Run ``target`` on its arguments.
 
     A Python function, a jitted function, a ``Lowered`` or an ``Exported`` is called

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
 import numpy as np
 
 from ..engine.grid import MANUAL_BORDERS, Grid, process_ops
@@ -11,7 +14,7 @@ from ..sharding import tiling as sharding
 from ..ir import sources
 from ..ir.declarations import decode_module
 from ..ir.manual_borders import annotate_manual_borders
-from ..engine.run import Execution, RunContext, numpy_warnings_off
+from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
 from ..errors import ArgumentError, ModuleError
 from ..engine.plan import Function, ModuleInfo, Region
@@ -49,7 +52,8 @@ class Program:
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
 
-    def __init__(self, source, *, verify: bool = True, semantics: str = SPEC, host_callbacks=None):
+    def __init__(self, source: Any, *, verify: bool = True, semantics: str = SPEC,
+                 host_callbacks: Sequence[Callable] | None = None) -> None:
         if is_jax_function(source):
             raise ModuleError("a function becomes a module for its arguments: si.run(f, *args), or "
                               "si.load(jax.jit(f).lower(*args))")
@@ -93,7 +97,7 @@ class Program:
             return public[0]
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
-    def run(self, *args, function: str | None = None, listeners=(), io: HostQueues | None = None,
+    def run(self, *args: Any, function: str | None = None, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
             semantics: str | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
@@ -107,7 +111,8 @@ class Program:
         context = RunContext(listeners, io, semantics=semantics or self.semantics)
         return _as_results(self.execute(target, values, context), values)
 
-    def call(self, *args, listeners=(), io: HostQueues | None = None, semantics: str | None = None, **kwargs):
+    def call(self, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
+             semantics: str | None = None, **kwargs: Any) -> Any:
         """Call the program as the JAX function it was lowered from: the same positional
         and keyword arguments, pytrees and static arguments (see :meth:`bind`); returns
         the function's output pytree of NumPy arrays, as ``jax.jit(f)(*args, **kwargs)``
@@ -116,7 +121,7 @@ class Program:
         outputs = self.run(*self.bind(args, kwargs), listeners=listeners, io=io, semantics=semantics)
         return self.signature.results(main, outputs)
 
-    def bind(self, args: tuple, kwargs: dict, static_argnums=None) -> list:
+    def bind(self, args: tuple, kwargs: dict, static_argnums: int | Sequence[int] | None = None) -> list:
         """``@main``'s checked arguments for a call of the function this program was
         lowered from. A ``Lowered`` or ``Exported`` is specialized to the static
         arguments it was lowered with and does not keep them: they may stand in the
@@ -168,7 +173,8 @@ class Program:
     def num_processes(self) -> int:
         return self.num_replicas * self.num_partitions
 
-    def run_grid(self, per_process_args, *, function: str | None = None, listeners=(),
+    def run_grid(self, per_process_args: Sequence[Sequence[Any]], *, function: str | None = None,
+                 listeners: Iterable[Listener] = (),
                  io: HostQueues | None = None, semantics: str | None = None) -> list:
         """Run a function once per process of the module's grid, ``num_replicas`` x
         ``num_partitions`` (spec: Parallel execution), with collectives between them.
@@ -213,7 +219,7 @@ class Program:
                                 "process])")
         return bool(found)
 
-    def refined(self, *args, function: str | None = None) -> "Program":
+    def refined(self, *args: Any, function: str | None = None) -> "Program":
         """The program specialized to the shapes of ``args``: a shape-polymorphic
         function's copy with static argument types and every type that follows
         from them refined (spec: shape refinement; StableHLO's
@@ -239,7 +245,8 @@ class Program:
         return f"<Program functions=[{names}]>"
 
 
-def load(source, *, verify: bool = True, semantics: str = SPEC, host_callbacks=None) -> Program:
+def load(source: Any, *, verify: bool = True, semantics: str = SPEC,
+         host_callbacks: Sequence[Callable] | None = None) -> Program:
     """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported);
     its runs follow ``semantics`` (``"spec"`` or ``"xla"``) unless a run says otherwise.
     ``host_callbacks``: the Python functions of the module's CPU host callbacks, for a

@@ -12,7 +12,8 @@ a function that runs a target on its arguments as ``si.run`` does
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
 ``compare``            first op that differs on another backend (:mod:`.compare`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
-``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`)
+``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`);
+                       with ``model_explorer=DIR``, overlays for Google's Model Explorer (:mod:`.model_explorer`)
 ``portability``        where the result depends on the implementation (:mod:`.portability`)
 ``on_device``          any listener on every run of the interp device (:mod:`.session`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
@@ -44,6 +45,6 @@ __all__ = [
     "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
     "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
-    "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
-    "load_probes", "on_device", "portability", "probe", "summarize", "trace",
+    "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite",
+    "install_from_environment", "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
 ]

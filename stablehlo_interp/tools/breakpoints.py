@@ -10,6 +10,9 @@ a result, step, continue or quit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
+
 import cmd
 import sys
 from dataclasses import dataclass
@@ -74,7 +77,8 @@ def _stop(hit: BreakHit):
     raise StopExecution(f"breakpoint at {hit.op}", values=hit)
 
 
-def break_at(target, *args, at, condition=None, function: str | None = None, **kwargs) -> BreakHit | None:
+def break_at(target: Any, *args: Any, at: Any, condition: Callable[[BreakHit], bool] | None = None,
+             function: str | None = None, **kwargs: Any) -> BreakHit | None:
     """Run until the first op ``at`` selects (and ``condition(hit)`` accepts); None if none did."""
     call = prepare(target, args, kwargs, function)
     try:
@@ -173,9 +177,9 @@ class Debugger(Listener, cmd.Cmd):
         try:
             results = list(self._results())
             old = np.asarray(results[int(index)])
-            new = eval(expression, {"np": np}, self._names())  # noqa: S307
+            new = eval(expression, {"np": np}, self._names())  # noqa: S307 - the user's own prompt
             results[int(index)] = np.asarray(new, old.dtype).reshape(old.shape)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 - report any mistake and stay at the prompt
             self.print(f"*** {type(error).__name__}: {error}")
             return
         self.replaced = results
@@ -218,8 +222,8 @@ class Debugger(Listener, cmd.Cmd):
         return {"operands": self.hit.operands, "results": self._results(), "hit": self.hit}
 
 
-def debug(target, *args, breakpoints=(), function: str | None = None, stdin=None, stdout=None,
-          **kwargs):
+def debug(target: Any, *args: Any, breakpoints: Iterable[Any] = (), function: str | None = None,
+          stdin: TextIO | None = None, stdout: TextIO | None = None, **kwargs: Any) -> list | None:
     """Run ``target`` under the interactive :class:`Debugger`; returns the outputs
     (None when the session quit)."""
     call = prepare(target, args, kwargs, function)

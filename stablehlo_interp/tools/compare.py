@@ -33,6 +33,8 @@ backend's, each prefix the backend runs, and the runs that estimate noise
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +50,7 @@ from ..program import load, prepare
 from ..program.signature import is_jax_function
 from .backends import resolve
 from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
-from .difference import Difference, difference, tolerances
+from .difference import Difference, difference, max_ulp_distance, tolerances
 from .region_calls import describe_location, op_label, region_name, source_text
 from .summary import summarize
 
@@ -103,13 +105,26 @@ class Divergence:
 
 
 @dataclass
+class OpFinding:
+    """What compare found of one op of the entry function (after inlining): its
+    verdict (``kind``: AGREE, NOISE, BEYOND or UNBOUNDED, tools/bounds.py) and the
+    largest ULP distance of the backend's value from the interpreter's own run of it
+    (its float results' elements finite on both sides; None without such elements)."""
+
+    step: object                  # the op's step in the inlined entry function
+    kind: str
+    max_ulp: int | None
+
+
+@dataclass
 class Comparison:
     """The outcome of :func:`compare`. ``ok`` when every result is within tolerance.
 
     ``kinds``: per result that differs, ``"rounding noise"`` (every op it depends on
     is within its rounding bound), ``"beyond its bound"`` (it depends on an op
     that is not) or ``"unbounded"``; None for the others. ``ops``: how many ops of
-    the entry function were found of each kind."""
+    the entry function were found of each kind; ``findings`` each op's
+    :class:`OpFinding` (after a search: results that differ, or ``every_op=True``)."""
 
     backend: str
     outputs: list                 # per result: None (within tolerance) or a Difference
@@ -119,6 +134,7 @@ class Comparison:
     compiled_prefixes: int = 0
     kinds: list = field(default_factory=list)
     ops: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -169,8 +185,8 @@ class _EntryValues(Listener):
         return None
 
 
-def compare(target, *args, backend="cpu", tolerance=None, function: str | None = None,
-            window_bytes: int = WINDOW_BYTES, **kwargs) -> Comparison:
+def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
+            window_bytes: int = WINDOW_BYTES, every_op: bool = False, **kwargs: Any) -> Comparison:
     """Run ``target`` on ``args`` here and on ``backend``; classify the differences and
     find the first divergent op (module docstring).
 
@@ -178,7 +194,8 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     or a callable ``(module_text, args) -> arrays``. ``tolerance``: ``(rtol, atol)``
     for every float type, or a dict by element type (``{"f32": (1e-4, 1e-5)}``)
     over :data:`~stablehlo_interp.tools.difference.DEFAULT_TOLERANCES`: results
-    within it agree, and no search is made.
+    within it agree, and no search is made unless ``every_op`` asks for each op's
+    finding (``Comparison.findings``) all the same.
     """
     call = prepare(target, args, kwargs, function, platform=interpreter_platform() if is_jax_function(target) else None)
     if call.function != "main":
@@ -197,7 +214,7 @@ def compare(target, *args, backend="cpu", tolerance=None, function: str | None =
     if len(theirs) != len(ours):
         comparison.outputs = [Difference(problem=f"{run_backend.name} returned {len(theirs)} results, "
                                                  f"the interpreter {len(ours)}")]
-    if comparison.ok:
+    if comparison.ok and not every_op:
         return comparison
     if their_text != text and entry_op_names(their_text, "main") != entry_op_names(text, "main"):
         comparison.note = (f"the program lowered for {run_backend.name} is not op for op the interpreter's "
@@ -261,6 +278,7 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
             recomputed = execution.run_alone(step, operands, env)
         verdict = classify(execution, step, operands, recomputed, theirs, env)
         counts[verdict.kind] += 1
+        comparison.findings.append(OpFinding(step, verdict.kind, _max_ulp(own_results, theirs)))
         if verdict.kind in (BEYOND, UNBOUNDED) and verdict.kind not in first:
             first[verdict.kind] = _divergence(step, verdict, recomputed, theirs, operands, own_operands)
         inherited = [taint.get(slot) for slot in step.operands + tuple(s for c in step.captures for s in c)]
@@ -308,6 +326,14 @@ def _judge_whole_program(comparison: Comparison, program, arguments, recompiled:
         return text + "; within the noise estimated for the whole program of it"
     return text + (f"; {', '.join(f'#{i}' for i in outside)} beyond the noise estimated for the whole program "
                    "of it (unbounded)")
+
+
+def _max_ulp(own_results, theirs) -> int | None:
+    """The largest ULP distance of the backend's results from the interpreter's own."""
+    distances = [max_ulp_distance(np.asarray(own), other) for own, other in zip(own_results, theirs)
+                 if other is not None and not isinstance(own, (tuple, Token))]
+    distances = [d for d in distances if d is not None]
+    return max(distances) if distances else None
 
 
 def _worst(kinds) -> str | None:

@@ -114,6 +114,19 @@ def widened_pair(ours: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.n
     return ours.astype(wide), theirs.astype(wide)
 
 
+def max_ulp_distance(ours: np.ndarray, theirs: np.ndarray) -> int | None:
+    """The largest ULP distance between two float (or complex) arrays of one type and
+    shape, over the elements finite on both sides (the subnormal range one step, as
+    XLA CPU flushes it); None for other types or without such elements."""
+    if ours.shape != theirs.shape or ours.dtype != theirs.dtype or not is_numeric(ours.dtype):
+        return None
+    a, b = widened_pair(ours, theirs)
+    both_finite = np.isfinite(a) & np.isfinite(b)
+    if not both_finite.any():
+        return None
+    return int(ulp_difference(theirs, ours, subnormals_as_one_step=True)[both_finite].max())
+
+
 def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Equal, or NaN on both sides (infinities match themselves)."""
     return (a == b) | (np.isnan(a) & np.isnan(b))
@@ -136,8 +149,7 @@ def differing(ours: np.ndarray, theirs: np.ndarray, ok: np.ndarray, bound=None) 
         flat = int(np.argmax(ranked))
         finite_errors = error[~ok & np.isfinite(error)]
         max_abs = float(finite_errors.max()) if finite_errors.size else float("inf")
-        both_finite = np.isfinite(a) & np.isfinite(b)
-        max_ulp = int(ulp_difference(theirs, ours, subnormals_as_one_step=True)[both_finite].max()) if both_finite.any() else None
+        max_ulp = max_ulp_distance(ours, theirs)
     else:
         flat, max_abs, max_ulp = int(np.argmax(~ok.reshape(-1))), None, None
     index = tuple(int(i) for i in np.unravel_index(flat, ours.shape)) if ours.shape else ()

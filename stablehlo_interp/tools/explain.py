@@ -11,6 +11,8 @@ on the command line), there is no jaxpr to show.
 
 from __future__ import annotations
 
+from typing import Any, TextIO
+
 import sys
 from dataclasses import dataclass
 
@@ -43,8 +45,8 @@ class Explanation:
         return f"<Explanation: {len(self.trace)} ops run>"
 
 
-def explain(target, *args, function: str | None = None, file=None, head: int = 2,
-            tail: int = 1, **kwargs) -> Explanation:
+def explain(target: Any, *args: Any, function: str | None = None, file: TextIO | None = None, head: int = 2,
+            tail: int = 1, **kwargs: Any) -> Explanation:
     """Print (to ``file``, default stdout) and return the explanation of ``target`` on ``args``."""
     call = prepare(target, args, kwargs, function)
     jaxpr = str(call.traced.jaxpr) if call.traced is not None else None

@@ -24,6 +24,8 @@ every max and min reduction); a NaN constant is.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass, field
 
@@ -105,14 +107,15 @@ class NonFiniteOrigin(NonFiniteReport):
     reach; ``chain`` the ops from this one to the first of them (the origin
     itself not included); ``executions`` how many executions of this op are
     origins of values that reach results (in a loop: how many iterations);
-    ``stack``, ``operands`` and ``results`` are those of the first of them.
-    An origin that is an argument of the entry function has ``op`` ``"argument
-    #i"`` and no location.
+    ``stack``, ``operands`` and ``results`` are those of the first of them;
+    ``step`` the op's step in the plan. An origin that is an argument of the entry
+    function has ``op`` ``"argument #i"``, no location and no step.
     """
 
     reaches: tuple[int, ...] = ()
     chain: tuple[ChainLink, ...] = ()
     executions: int = 1
+    step: object = field(default=None, repr=False, compare=False)
 
     def title(self) -> str:
         kinds = " and ".join(dict.fromkeys(_kind_name(kind) for _, kind, _, _ in self.new)) or "non-finite value"
@@ -408,7 +411,7 @@ class NonFiniteTracer(Listener):
         stack, operands, results = made.details
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
-                               tuple(reaches), chain, len(executions))
+                               tuple(reaches), chain, len(executions), made.step)
 
 
 def _chain(node, parents) -> tuple[ChainLink, ...]:
@@ -613,7 +616,8 @@ class NonFiniteFinder(Listener):
         return None
 
 
-def find_nonfinite(target, *args, function: str | None = None, mode: str = "origins", **kwargs):
+def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: str = "origins",
+                   **kwargs: Any) -> Any:
     """Run ``target`` on ``args`` and say where the NaNs and infs of its results came
     from (:class:`NonFiniteOrigins`; None when every result is finite). With
     ``mode="first"``: the first op that made a NaN or inf anywhere

@@ -13,6 +13,8 @@ the op met the rule (an op in a loop body meets it every iteration).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 from ..engine.run import Listener
@@ -82,8 +84,8 @@ class PortabilityReport(Listener):
         return "\n".join(lines)
 
 
-def portability(target, *args, function: str | None = None, semantics: str | None = None,
-                **kwargs) -> PortabilityReport:
+def portability(target: Any, *args: Any, function: str | None = None, semantics: str | None = None,
+                **kwargs: Any) -> PortabilityReport:
     """Run ``target`` on its arguments (as ``si.run`` does, with ``semantics``) and
     return the :class:`PortabilityReport` of the run; its ``outputs`` are what
     ``si.run`` would have returned."""

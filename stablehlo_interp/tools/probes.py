@@ -13,6 +13,9 @@ saved once (the last iteration's) unless ``every_iteration=True``.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import json
 from dataclasses import dataclass
 
@@ -123,8 +126,8 @@ class ProbeFile:
         return "\n".join(map(str, self.probes))
 
 
-def probe(target, *args, path, select=None, every_iteration: bool = False,
-          function: str | None = None, **kwargs) -> ProbeRecorder:
+def probe(target: Any, *args: Any, path: str | os.PathLike, select: Any = None, every_iteration: bool = False,
+          function: str | None = None, **kwargs: Any) -> ProbeRecorder:
     """Run ``target`` on ``args`` and save the values of the selected ops to ``path``."""
     call = prepare(target, args, kwargs, function)
     recorder = ProbeRecorder(select, every_iteration)
@@ -133,5 +136,5 @@ def probe(target, *args, path, select=None, every_iteration: bool = False,
     return recorder
 
 
-def load_probes(path) -> ProbeFile:
+def load_probes(path: str | os.PathLike) -> ProbeFile:
     return ProbeFile(path)

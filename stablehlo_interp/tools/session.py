@@ -1,15 +1,15 @@
 """Tools on the interp device: observe every program JAX runs there.
 
 The device passes the listeners in :func:`device_listeners` to every
-``Program.run`` it makes (``stablehlo_interp.device.runtime.listeners``).
-Attach any :class:`~stablehlo_interp.Listener` for the duration of a block::
+``Program.run`` it makes (``stablehlo_interp.device.runtime.listeners``, changed under
+its lock). Attach any :class:`~stablehlo_interp.Listener` for the duration of a block::
 
     with si.on_device(si.tools.TraceRecorder()) as recorder:
         jax.jit(f, device=jax.devices("interp")[0])(x)
     print(recorder.traces[-1])
 
-or for the whole process, with environment variables read when
-``stablehlo_interp`` is imported (JAX imports it when it loads the device):
+or for the whole process, with environment variables read when the device starts
+(JAX calls its ``initialize`` when it loads the plugin):
 
 * ``STABLEHLO_INTERP_TRACE=1`` prints the trace of every run to stderr;
   ``STABLEHLO_INTERP_TRACE=path`` appends it to that file.
@@ -19,9 +19,16 @@ or for the whole process, with environment variables read when
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine.run import Listener
+
 import contextlib
 import os
 import sys
+import threading
 
 from .nonfinite import NonFiniteFinder
 from .trace import TraceRecorder
@@ -37,19 +44,27 @@ def device_listeners() -> list:
     return runtime.listeners
 
 
+def _device_lock() -> threading.Lock:
+    from ..device import runtime
+
+    return runtime.listeners_lock
+
+
 @contextlib.contextmanager
-def on_device(*listeners):
+def on_device(*listeners: Listener) -> Iterator[Listener | tuple[Listener, ...]]:
     """Attach ``listeners`` to every program run on the interp device inside the block.
 
     Yields the listener (or the tuple of them when several are given).
     """
-    attached = device_listeners()
-    attached.extend(listeners)
+    attached, lock = device_listeners(), _device_lock()
+    with lock:
+        attached.extend(listeners)
     try:
         yield listeners[0] if len(listeners) == 1 else listeners
     finally:
-        for listener in listeners:
-            attached.remove(listener)
+        with lock:
+            for listener in listeners:
+                attached.remove(listener)
 
 
 def printing_recorder(stream) -> TraceRecorder:
@@ -68,7 +83,7 @@ def printing_recorder(stream) -> TraceRecorder:
 
 def listeners_from_environment(environ=os.environ) -> list:
     """The listeners that the environment variables ask for."""
-    listeners = []
+    listeners: list[Listener] = []
     destination = environ.get(TRACE_VARIABLE, "")
     if destination and destination != "0":
         stream = sys.stderr if destination in ("1", "stderr") else open(destination, "a", encoding="utf-8")
@@ -79,14 +94,14 @@ def listeners_from_environment(environ=os.environ) -> list:
 
 
 def install_from_environment() -> None:
-    """Attach the listeners the environment asks for to the device (once per process)."""
+    """Attach the listeners the environment asks for to the device (once per process:
+    the device's ``initialize`` calls it)."""
     global _installed
-    if _installed:
-        return
-    _installed = True
-    listeners = listeners_from_environment()
-    if listeners:
-        device_listeners().extend(listeners)
+    with _device_lock():
+        if _installed:
+            return
+        _installed = True
+        device_listeners().extend(listeners_from_environment())
 
 
 _installed = False

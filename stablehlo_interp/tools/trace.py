@@ -13,6 +13,8 @@ regions) and completed when it has run.
 
 from __future__ import annotations
 
+from typing import Any
+
 import html
 from dataclasses import dataclass, field
 
@@ -209,8 +211,8 @@ def _entry_function(step):
     return None
 
 
-def trace(target, *args, function: str | None = None, values: bool = False, per_device: bool = False,
-          **kwargs) -> Trace:
+def trace(target: Any, *args: Any, function: str | None = None, values: bool = False, per_device: bool = False,
+          **kwargs: Any) -> Trace:
     """Run ``target`` (a module, or a jit-able function) on ``args`` and record every op.
 
     A run that fails returns the trace up to the failing op, with ``trace.error``

@@ -105,7 +105,7 @@ def _fold_note(call, folded: list, groups, children) -> str:
     folded_groups = [(c, records) for c, records in groups if c.call in folded_set]
     ops = sum(_subtree_size(r, children) for _, records in folded_groups for r in records)
     word = "iterations" if call.op == "stablehlo.while" else "calls"
-    regions = defaultdict(int)
+    regions: defaultdict[str, int] = defaultdict(int)
     for c, _ in folded_groups:
         regions[c.region] += 1
     made_of = ", ".join(f"{count} × {region}" for region, count in regions.items())

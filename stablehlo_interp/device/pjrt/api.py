@@ -27,10 +27,10 @@ from ..runtime import PluginError
 
 CALLS = Calls.union(calls_platform.CALLS, calls_buffers.CALLS, calls_executables.CALLS, calls_layouts.CALLS)
 
-_TRACE = bool(os.environ.get("STABLEHLO_INTERP_PJRT_TRACE"))
+TRACE_VARIABLE = "STABLEHLO_INTERP_PJRT_TRACE"
 
 
-def _thunk(name: str, function, args_type):
+def _thunk(name: str, function, args_type, traced: bool):
     """The C-callable wrapper of one implementation: returns NULL or a PJRT_Error*.
     Every thunk runs this one code object (``interrupts.py`` recognizes it).
 
@@ -38,7 +38,7 @@ def _thunk(name: str, function, args_type):
     structure is mostly at the same address: the thunk keeps the ctypes view of the
     last address it saw (a pair, replaced in one store: threads may share a thunk)."""
     from_address = args_type.from_address
-    if _TRACE:
+    if traced:
         function = _traced(name, function)
     last = [(None, None)]   # (address, the args structure there)
 
@@ -88,10 +88,12 @@ class Table:
     _LAYOUTS_SLOTS = tuple(f"Layouts_{name}" for name in abi.LAYOUTS_SLOTS)
 
     def __init__(self):
-        self.thunks = {name: self._thunk(name) for name in abi.API_SLOTS + self._SHARDINGS_SLOTS + self._LAYOUTS_SLOTS}
+        traced = bool(os.environ.get(TRACE_VARIABLE))   # read as the plugin starts: every call of it, or none
+        self.thunks = {name: self._thunk(name, traced)
+                       for name in abi.API_SLOTS + self._SHARDINGS_SLOTS + self._LAYOUTS_SLOTS}
         self.entry_points = native.entry_points({name: ctypes.cast(thunk, c_void_p).value
                                                  for name, thunk in self.thunks.items()},
-                                                {} if _TRACE else CALLS.fast_paths, COMPLETE_EVENT)
+                                                {} if traced else CALLS.fast_paths, COMPLETE_EVENT)
         self.api = abi.PJRT_Api()
         self.api.struct_size = ctypes.sizeof(abi.PJRT_Api)
         self.api.pjrt_api_version.struct_size = ctypes.sizeof(abi.PJRT_Api_Version)
@@ -114,12 +116,12 @@ class Table:
         self.api.extension_start = addressof(self.layouts)
 
     @staticmethod
-    def _thunk(name: str):
+    def _thunk(name: str, traced: bool):
         if name in CALLS.implementations:
             function, args_type = CALLS.implementations[name]
-            python = _thunk(name, function, args_type)
+            python = _thunk(name, function, args_type, traced)
         else:
-            python = _thunk(f"{name} (unimplemented)", _unimplemented(name), ctypes.c_void_p)
+            python = _thunk(f"{name} (unimplemented)", _unimplemented(name), ctypes.c_void_p, traced)
         return (VOID_API_FUNCTION if name in abi.VOID_SLOTS else API_FUNCTION)(python)
 
     @property

@@ -141,7 +141,7 @@ def write_pointers(address: int, values) -> None:
 
 # ---------------------------------------------------------------- C data handed out
 
-_immortal_strings: dict[str, ctypes.Array] = {}
+_immortal_strings: dict[str, ctypes.Array] = {}   # the plugin's and its devices' names: a fixed set
 
 
 def immortal_string(text: str) -> tuple[int, int]:

@@ -28,31 +28,43 @@ CALLS = Calls()
 (HEADER_DEVICE, HEADER_MEMORY, HEADER_TYPE, HEADER_DIMS, HEADER_NUM_DIMS, HEADER_LAYOUT, HEADER_READY_EVENT,
  HEADER_SIZE, HEADER_DATA, HEADER_DELETED) = range(10)
 
-# The header of each kind of buffer (class, memory, dtype, shape) there has been, and the
-# dimension arrays they point to: made once, kept for the process (as few as the distinct
-# shapes a process makes; a lookup is cheaper than building them for every buffer).
+# The header of each kind of buffer (class, memory, dtype, shape) seen lately, with the
+# dimension array it points to, and the dimension arrays by shape: a lookup is cheaper
+# than building them for every buffer. Each memo holds at most MEMO_LIMIT entries (it
+# starts again when full); a buffer keeps its own dimension array alive (c_dimensions),
+# so dropping a memo's entry frees no array a live buffer's header points to.
+MEMO_LIMIT = 4096
 _headers: dict[tuple, tuple] = {}
 _dimension_arrays: dict[tuple, ctypes.Array] = {}
 
 
+def _remember(memo: dict, key, value):
+    """``memo[key] = value``, emptying ``memo`` first when it holds MEMO_LIMIT entries."""
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 def buffer_handle(buffer: runtime.Buffer) -> int:
     key = (type(buffer), buffer.memory, buffer.dtype, buffer.shape)
-    words = _headers.get(key)
-    if words is None:
-        words = _headers[key] = _header(buffer)
+    header = _headers.get(key)
+    if header is None:
+        header = _remember(_headers, key, _header(buffer))
+    words, buffer.c_dimensions = header
     return header_handle(buffer, words)
 
 
 def _header(buffer: runtime.Buffer) -> tuple:
-    """The header of a buffer of this kind; the outputs of an interrupted run are ready
-    with an error (CANCELLED)."""
+    """The header of a buffer of this kind and the dimension array it points to; the
+    outputs of an interrupted run are ready with an error (CANCELLED)."""
     shape, memory = buffer.shape, buffer.memory
     dims = _dimension_arrays.get(shape)
     if dims is None:
-        dims = _dimension_arrays[shape] = (c_int64 * len(shape))(*shape)
+        dims = _remember(_dimension_arrays, shape, (c_int64 * len(shape))(*shape))
     ready = INTERRUPTED_EVENT if isinstance(buffer, runtime.InterruptedBuffer) else COMPLETE_EVENT
     return (id(memory.device), memory.handle, buffer.buffer_type, addressof(dims), len(shape),
-            layout_handle(len(shape)), ready, buffer.nbytes, 0, 0)
+            layout_handle(len(shape)), ready, buffer.nbytes, 0, 0), dims
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
@@ -79,7 +91,7 @@ def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides_ad
         return np.zeros(shape, dtype)
     dense = _row_major_strides.get((shape, dtype.itemsize))
     if dense is None:
-        dense = _row_major_strides[shape, dtype.itemsize] = row_major_strides(shape, dtype.itemsize)
+        dense = _remember(_row_major_strides, (shape, dtype.itemsize), row_major_strides(shape, dtype.itemsize))
     if byte_strides_address is None or (not shape or tuple(read_pointers(byte_strides_address, len(shape))) == dense):
         # the common case: one copy of the bytes
         return np.ndarray(shape, dtype, ctypes.string_at(address, dense[0] * shape[0] if shape else dtype.itemsize))
@@ -91,7 +103,7 @@ def array_from_host(address: int, dtype: np.dtype, shape: tuple, byte_strides_ad
     return np.ascontiguousarray(view) if not view.flags.c_contiguous else view
 
 
-_row_major_strides: dict[tuple, tuple] = {}   # (shape, itemsize) -> row_major_strides(shape, itemsize)
+_row_major_strides: dict[tuple, tuple] = {}   # (shape, itemsize) -> row_major_strides(shape, itemsize), a memo
 
 
 def row_major_strides(shape: tuple, itemsize: int) -> tuple:
@@ -120,7 +132,7 @@ CALLS.constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicD
                       dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
 
 
-_MINOR_TO_MAJOR: dict[int, ctypes.Array] = {}
+_MINOR_TO_MAJOR: dict[int, ctypes.Array] = {}   # by rank: as many as the ranks there are (handed out: kept)
 
 
 @CALLS.implements("Buffer_GetMemoryLayout", abi.PJRT_Buffer_GetMemoryLayout_Args)

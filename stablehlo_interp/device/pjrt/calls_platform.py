@@ -15,7 +15,7 @@ from . import abi
 from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
-from .calls import (COMPLETE_EVENT, FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
+from .calls import (FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
                     header_handle, immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
 
@@ -126,7 +126,7 @@ def event_await(args):
     event_error(args)
 
 
-_on_ready_callbacks: dict[int, object] = {}
+_on_ready_callbacks: dict[int, object] = {}   # by jaxlib's callback function: a handful in a process
 
 
 @CALLS.implements("Event_OnReady", abi.PJRT_Event_OnReady_Args, native.CompleteEvent(on_ready=True))

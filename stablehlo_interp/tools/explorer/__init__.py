@@ -11,7 +11,8 @@ its line, equations and values show. Regions (loop bodies, branches, reduction
 bodies) are drawn inside their op, with their calls (loop iterations) browsable;
 called functions have graphs of their own. The op where the NaN or inf of a
 result came from (:mod:`..nonfinite`) is marked, and with ``backend=`` the first op that
-diverges on that backend (:mod:`..compare`).
+diverges on that backend (:mod:`..compare`). ``model_explorer=DIR`` also writes
+the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
 The graphs are laid out in the browser by dagre (the npm package
 ``@dagrejs/dagre``, vendored in ``static/`` with its license; see
@@ -19,6 +20,9 @@ The graphs are laid out in the browser by dagre (the npm package
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import html
 import json
@@ -30,6 +34,7 @@ from importlib import resources
 from ...program import Program, load, prepare
 from ...program.calls import Call
 from ...program.signature import is_jax_function
+from ..model_explorer.overlays import Findings, OpStatistics, write as write_model_explorer
 from .page_data import collect
 
 __all__ = ["Exploration", "explore", "page"]
@@ -43,7 +48,9 @@ class Exploration:
     the run's :class:`~..trace.Trace`; ``nonfinite`` where the non-finite
     values of the results came from (:class:`~..nonfinite.NonFiniteOrigins`,
     None when every result is finite); ``comparison`` the
-    :class:`~..compare.Comparison` with ``backend`` (else None).
+    :class:`~..compare.Comparison` with ``backend`` (else None); ``model_explorer``
+    the :class:`~..model_explorer.ModelExplorerFiles` written with
+    ``model_explorer=DIR`` (else None).
     """
 
     html: str
@@ -51,6 +58,7 @@ class Exploration:
     trace: object
     nonfinite: object = None
     comparison: object = None
+    model_explorer: object = None
 
     def write(self, path) -> pathlib.Path:
         self.path = pathlib.Path(path)
@@ -67,8 +75,9 @@ class Exploration:
         return f"<Exploration: {len(self.trace)} ops run{where}>"
 
 
-def explore(target, *args, path=None, function: str | None = None, backend=None, tolerance=None,
-            **kwargs) -> Exploration:
+def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, function: str | None = None,
+            backend: Any = None, tolerance: Any = None, model_explorer: str | os.PathLike | None = None,
+            **kwargs: Any) -> Exploration:
     """Run ``target`` on its arguments (as ``si.run`` does) and build the explorer page;
     write it to ``path`` when given. A module given without the arguments its
     function takes is drawn without running it (no values).
@@ -76,11 +85,23 @@ def explore(target, *args, path=None, function: str | None = None, backend=None,
     ``backend`` (a JAX platform name such as ``"cpu"``, or any backend
     :func:`~..compare.compare` takes) also marks the first op whose value
     differs there, within ``tolerance``.
+
+    ``model_explorer`` (a directory) also writes the module as Google's Model
+    Explorer reads it and the run's findings as its node data, per op: max
+    ``|value|``, the NaN and inf count, the NaN's origin, and with ``backend`` each
+    op's ULP distance and whether it is beyond rounding noise
+    (:mod:`..model_explorer.overlays`; needs the ``model-explorer`` extra).
     """
     call = _structure_only(target, function) if not args and not kwargs else None
     call = call or prepare(target, args, kwargs, function)
-    data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance)
+    statistics = OpStatistics()
+    wanted = model_explorer is not None
+    data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance,
+                                   listeners=[statistics] if wanted else (), every_op=wanted)
     exploration = Exploration(page(data), None, trace, reports["nonfinite"], reports["comparison"])
+    if wanted:
+        findings = Findings(statistics, reports["nonfinite"], reports["comparison"])
+        exploration.model_explorer = write_model_explorer(call.program, findings, model_explorer, call.function)
     if path is not None:
         exploration.write(path)
     return exploration

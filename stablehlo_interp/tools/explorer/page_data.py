@@ -38,13 +38,15 @@ MAX_RECORDS = 20_000          # executed ops per page; a longer run keeps its fi
 _JAXPR_SOURCE = re.compile(r"^(?P<code>.*?)\s+# (?P<file>\S.*?):(?P<line>\d+)(?::\d+)? \((?P<function>.*)\)$")
 
 
-def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, object, dict]:
+def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
+            every_op: bool = False) -> tuple[dict, object, dict]:
     """The page data for one prepared call; also the trace and the overlays' reports
-    (``{"nonfinite": NonFiniteOrigins | None, "comparison": Comparison | None}``)."""
+    (``{"nonfinite": NonFiniteOrigins | None, "comparison": Comparison | None}``).
+    ``listeners`` also watch the run; ``every_op`` asks compare for each op's finding."""
     recorder, nonfinite = _FirstValuesRecorder(), None
     if call.arguments is not None:      # else the structure only
         try:
-            nonfinite = run_traced(call, [recorder])[1]
+            nonfinite = run_traced(call, [recorder, *listeners])[1]
         except OpError as error:      # an op that failed: the page shows the run up to it
             recorder.trace.error = error
     trace = recorder.trace
@@ -72,7 +74,7 @@ def collect(call, target=None, *, backend=None, tolerance=None) -> tuple[dict, o
         data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
     if backend is not None and call.arguments is not None:
         comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
-                             function=call.function)
+                             function=call.function, every_op=every_op)
         reports["comparison"] = comparison
         overlay = {"record": None, "text": str(comparison), "ok": comparison.ok}
         if comparison.divergence is not None:
