@@ -59,7 +59,14 @@ class Call:
 
     def run_devices(self, listeners=(), io: HostQueues | None = None, semantics: str | None = None) -> list:
         """A per-device run's results of each device (``[d][i]``: device d's result i)."""
-        return self.partitioned.run_devices(self.partitioned.shards(self.arguments), listeners, io, semantics)
+        partitioned = self.per_device_program()
+        return partitioned.run_devices(partitioned.shards(self.arguments), listeners, io, semantics)
+
+    def per_device_program(self) -> PerDeviceProgram:
+        """The per-device program of a call prepared with ``per_device=True``."""
+        if self.partitioned is None:
+            raise ArgumentError("this call runs the global program: prepare it with per_device=True")
+        return self.partitioned
 
     def results(self, outputs: list):
         """``outputs`` of :meth:`run` as the caller expects them: the function's output
@@ -126,8 +133,8 @@ class DeviceRun:
     program: PerDeviceProgram
 
 
-def run_per_device(target, *args, listeners=(), io: HostQueues | None = None, semantics: str | None = None,
-                   **kwargs) -> DeviceRun:
+def run_per_device(target: Any, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
+                   semantics: str | None = None, **kwargs: Any) -> DeviceRun:
     """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
     shards, with collectives between the devices (program/per_device.py).
 
@@ -137,7 +144,8 @@ def run_per_device(target, *args, listeners=(), io: HostQueues | None = None, se
     argument shardings. Raises ``PartitionError`` where Shardy cannot partition it."""
     call = prepare(target, args, kwargs, per_device=True)
     per_device = call.run_devices(listeners, io, semantics)
-    return DeviceRun(call.results(call.partitioned.assemble(per_device)), per_device, call.partitioned)
+    partitioned = call.per_device_program()
+    return DeviceRun(call.results(partitioned.assemble(per_device)), per_device, partitioned)
 
 
 def _no_function_name(target, function: str | None) -> None:
