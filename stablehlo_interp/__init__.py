@@ -21,7 +21,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .engine.hostio import HostQueues
-from .program import Program, load, run
+from .program import Program, load, run, run_per_device
 from .program.registration import register_custom_call, register_op
 from .ir.types import TOKEN, TensorType, Token
 
@@ -49,7 +49,7 @@ __all__ = [
     "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",
     "OpExecutionError",
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
-    "conform", "register_custom_call", "register_op", "run", "validation",
+    "conform", "register_custom_call", "register_op", "run", "run_per_device", "validation",
     # tools (see docs/tools.md)
     "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes", "on_device",
     "portability", "probe", "tools", "trace",

@@ -12,6 +12,10 @@ before it compiles). That costs a few milliseconds (about 35 ms the first time),
 once per set of options, and only for programs compiled with options. Whatever
 XLA dumps of that empty program (``xla_dump_to`` and the ``xla_dump_*`` options)
 goes to a temporary directory that is removed at once.
+
+One option is the interpreter's own and never reaches XLA: ``interp_spmd`` chooses
+how a program over several devices runs (device/placement.py: ``global``,
+``per_device``, ``check``; docs/sharding.md).
 """
 
 from __future__ import annotations

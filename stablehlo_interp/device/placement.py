@@ -9,6 +9,10 @@
   it runs per device, ops/shardy.py), and each device gets its shard of each
   result by the results' shardings. Values without a sharding get the one
   Shardy's propagation gives them, as on XLA (sharding/propagation.py).
+* A global program in a per-device mode (:class:`PerDevice`, the mode chosen by
+  :func:`spmd_mode`): each device runs its own program, Shardy's partition of the
+  global one, on its own shards, as XLA runs it (program/per_device.py); or the
+  global run, checked against that.
 * A program per process (``num_replicas > 1`` with one partition, or partitions
   without SPMD partitioning): each device is a process of the grid with its own
   arguments (``Program.run_grid``).
@@ -19,11 +23,16 @@ The shardings are reported to JAX as serialized ``xla.OpSharding`` protos.
 from __future__ import annotations
 
 import dataclasses
+import os
+import warnings
 
 import numpy as np
 
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
+from ..errors import ArgumentError
+from ..ir.partition import PartitionError
+from ..program.per_device import PerDeviceProgram
 from ..sharding import unreduced
 from ..sharding.propagation import Propagation, value_tilings
 from ..ir.types import TOKEN, TensorType
@@ -31,6 +40,32 @@ from . import inspect_sharding
 
 # A serialized xla.OpSharding {type: REPLICATED}.
 REPLICATED = b"\x08\x00"
+
+# How the device runs a global program over several devices (docs/sharding.md, "Running what
+# each device runs"): the global program once (the default), each device's partitioned program,
+# or the global program checked against the partitioned one. The compiler option
+# ``jax.jit(f, compiler_options={"interp_spmd": ...})`` chooses for one program, the
+# environment variable for every program compiled without it.
+GLOBAL, PER_DEVICE, CHECK = "global", "per_device", "check"
+SPMD_MODES = (GLOBAL, PER_DEVICE, CHECK)
+SPMD_VARIABLE = "STABLEHLO_INTERP_SPMD"
+SPMD_OPTION = "interp_spmd"
+
+
+class PerDeviceWarning(UserWarning):
+    """A per-device mode could not do all it was asked: the global program ran instead, or
+    the two runs differ where a reordered float sum may explain it."""
+
+
+def spmd_mode(option=None) -> str:
+    """The mode the compiler option's value ``option`` names, else the environment's."""
+    mode = os.environ.get(SPMD_VARIABLE, GLOBAL) if option is None else option
+    mode = str(mode).strip().lower().replace("-", "_") or GLOBAL
+    if mode not in SPMD_MODES:
+        source = f"the compiler option {SPMD_OPTION}" if option is not None else SPMD_VARIABLE
+        raise ArgumentError(f"{source} is {option if option is not None else os.environ[SPMD_VARIABLE]!r}; "
+                            f"the modes are {', '.join(SPMD_MODES)}")
+    return mode
 
 
 class Placement:
@@ -107,7 +142,7 @@ class Global(Placement):
         name = self.function.name
         if self.per_process:
             views = self.program.run_grid([values] * self.num_devices, function=name, listeners=listeners)
-            return [[self._shard(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
+            return [[unreduced.shard_of(view[j], tiling, device) for j, tiling in enumerate(self.result_tilings)]
                     for device, view in enumerate(views)]
         context = RunContext(listeners, local_results={}, semantics=self.program.semantics, partials=True)
         results = self.program.execute(self.function, values, context)
@@ -120,26 +155,23 @@ class Global(Placement):
                 if own is not None and own[0] is value and own[1].same_placement(tiling):
                     outputs.append(own[2][device])
                 else:
-                    outputs.append(self._shard(value, tiling, device))
+                    outputs.append(unreduced.shard_of(value, tiling, device))
         return per_device
 
     def result_types(self) -> list:
-        types = []
-        for device in range(self.num_devices):
-            types.append([])
-            for value_type, tiling in zip(self.function.result_types, self.result_tilings):
-                if isinstance(value_type, TensorType):   # the shape of a view: nothing is allocated
-                    whole = np.broadcast_to(np.empty((), value_type.dtype), value_type.shape)
-                    value_type = dataclasses.replace(value_type, shape=self._shard_view(whole, tiling, device).shape)
-                types[-1].append(value_type)
-        return types
+        return [self._local_types(self.function.result_types, self.result_tilings, device)
+                for device in range(self.num_devices)]
 
     @classmethod
-    def _shard(cls, value, tiling, device: int):
-        """The device's shard; a device without a tile (a maximal sharding elsewhere) keeps
-        the whole value."""
-        shard = cls._shard_view(value, tiling, device)
-        return shard if shard is value or shard.flags.c_contiguous else np.ascontiguousarray(shard)
+    def _local_types(cls, value_types, tilings, device: int) -> list:
+        """The types of ``device``'s shards of values of ``value_types`` under ``tilings``."""
+        types = []
+        for value_type, tiling in zip(value_types, tilings):
+            if isinstance(value_type, TensorType):   # the shape of a view: nothing is allocated
+                whole = np.broadcast_to(np.empty((), value_type.dtype), value_type.shape)
+                value_type = dataclasses.replace(value_type, shape=cls._shard_view(whole, tiling, device).shape)
+            types.append(value_type)
+        return types
 
     @staticmethod
     def _shard_view(value, tiling, device: int):
@@ -155,14 +187,88 @@ class Global(Placement):
         return unreduced.assemble(value_type.shape, value_type.dtype, tiling, lambda d: arguments[d][index])
 
 
-def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool) -> Placement:
+class PerDevice(Global):
+    """A global program in a per-device mode: with ``mode`` PER_DEVICE each device runs
+    Shardy's per-device program on its own shards (program/per_device.py), with CHECK the
+    global program gives the results; either way both run and are compared. Where Shardy cannot
+    partition the program, or its per-device types are not the shards the device reports,
+    ``why_global`` says so (a :class:`PerDeviceWarning` too) and the global program runs."""
+
+    def __init__(self, program, function, num_devices: int, mode: str):
+        super().__init__(program, function, num_devices)
+        self.mode = mode
+        self.partitioned = None
+        self.why_global = None
+        try:
+            partitioned = PerDeviceProgram(program, function.name)
+        except (PartitionError, ArgumentError) as why:
+            self.why_global = str(why)
+        else:
+            self.why_global = self._mismatched_types(partitioned)
+            if self.why_global is None:
+                self.partitioned = partitioned
+        if self.why_global is not None:
+            warnings.warn(f"the interp device runs the global program of {program.name or 'a module'} in mode "
+                          f"{mode}: {self.why_global}", PerDeviceWarning, stacklevel=2)
+
+    def _mismatched_types(self, partitioned) -> str | None:
+        local = partitioned.local.function(self.function.name)
+        for what, (global_types, tilings, local_types) in {
+                "argument": (self.function.arg_types, self.arg_tilings, local.arg_types),
+                "result": (self.function.result_types, self.result_tilings, local.result_types)}.items():
+            for device in range(self.num_devices):
+                shards = self._local_types(global_types, tilings, device)
+                for index, (shard, mine) in enumerate(zip(shards, local_types)):
+                    if str(shard) != str(mine):
+                        return (f"the per-device program's {what} {index} is {mine}, device {device}'s shard is "
+                                f"{shard}")
+        return None
+
+    def run(self, arguments: list, listeners) -> list:
+        """Both runs, each device's results checked against its shards of the global
+        ones (:meth:`PerDeviceProgram.check`): Shardy's per-device programs are not
+        always right (docs/sharding.md). The listeners observe the run whose results
+        are returned: the per-device one in mode PER_DEVICE, the global one in CHECK."""
+        if self.partitioned is None:
+            return super().run(arguments, listeners)
+        per_device_observed = self.mode == PER_DEVICE
+        expected = super().run(arguments, () if per_device_observed else listeners)
+        actual = self.partitioned.run_devices(arguments, listeners if per_device_observed else ())
+        notes = self.partitioned.check(expected, actual, lambda: self._beyond_rounding_noise(arguments, expected,
+                                                                                             actual))
+        if notes:
+            warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
+                          stacklevel=2)
+        return actual if per_device_observed else expected
+
+    def _beyond_rounding_noise(self, arguments: list, expected: list, actual: list) -> list[str]:
+        """The devices' results beyond the rounding noise of the global program: its runs
+        with every op's float results moved within the op's rounding bound
+        (tools/bounds.py, as ``si.compare`` judges a backend) give each value's allowance."""
+        from ..tools import bounds   # the tools share the device's floor
+
+        runs = bounds.noise_runs(lambda listener: Global.run(self, arguments, [listener]), self.program.semantics)
+        beyond: dict = {}
+        for device, (wanted, got) in enumerate(zip(expected, actual)):
+            for index, (value, other) in enumerate(zip(wanted, got)):
+                if not isinstance(value, np.ndarray):
+                    continue
+                bound, alternatives = bounds.spread_allowance(value, [run[device][index] for run in runs])
+                if not bounds.within(value, np.asarray(other), bound, alternatives).all():
+                    beyond.setdefault(index, []).append(device)
+        return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} "
+                f"({len(runs)} runs with every op moved within its rounding bound)" for index, devices in beyond.items()]
+
+
+def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool,
+              mode: str = GLOBAL) -> Placement:
     count = num_replicas * num_partitions
     if count == 1:
         return Placement(program, function, 1)
     if num_partitions == 1 or not spmd:
         return PerProcess(program, function, count)
     if num_replicas == 1:
-        return Global(program, function, count)
+        return Global(program, function, count) if mode == GLOBAL else PerDevice(program, function, count, mode)
     raise NotImplementedError(f"the interp device runs a global program over partitions, or a program per "
                               f"process, not a global program over {num_replicas} replicas x {num_partitions} "
                               "partitions")

@@ -256,7 +256,9 @@ class Executable:
     def __init__(self, client: "Client", code: bytes, options: bytes):
         self.client = client
         build = protobuf.compile_options(options)
-        unacceptable = compiler_options.problem(build.option_overrides)
+        ours = dict(build.option_overrides).get(placement.SPMD_OPTION)
+        unacceptable = compiler_options.problem(tuple((name, value) for name, value in build.option_overrides
+                                                      if name != placement.SPMD_OPTION))
         if unacceptable:
             raise PluginError(abi.INVALID_ARGUMENT, unacceptable)
         self.num_replicas = build.num_replicas
@@ -279,7 +281,7 @@ class Executable:
         self.num_parameters = len(self.function.arg_types)
         self.donated_parameters = _donated_parameters(self.function)
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
-                                             build.spmd)
+                                             build.spmd, placement.spmd_mode(ours))
         # The common call, decided here once: a program on one device that donates nothing
         # and runs its entry region as it is (Program.plain_region) is run by run_plain,
         # around the placement layer; None sends every call through execute.

@@ -296,17 +296,25 @@ def process_ops(region) -> set:
     """The process ops and manual borders (by op name or custom-call target) in
     ``region``, the regions of its ops and the functions it calls, except inside
     ``sdy.manual_computation``, which starts its own grid."""
-    found, seen, pending = set(), set(), [region]
+    found = set()
+    for step in steps_within(region, enter=lambda step: step.info.name != "sdy.manual_computation"):
+        name = step.info.name
+        target = step.info.attributes.get("call_target_name") if name == "stablehlo.custom_call" else None
+        if name in PROCESS_OPS or target in MANUAL_BORDERS:
+            found.add(target or name)
+    return found
+
+
+def steps_within(region, enter=lambda step: True):
+    """Every step of ``region``, of the regions of its ops and of the functions it calls
+    (each region once), except in the regions of the steps ``enter`` refuses."""
+    seen, pending = set(), [region]
     while pending:
         region = pending.pop()
         if id(region) in seen:
             continue
         seen.add(id(region))
         for step in region.steps:
-            name = step.info.name
-            target = step.info.attributes.get("call_target_name") if name == "stablehlo.custom_call" else None
-            if name in PROCESS_OPS or target in MANUAL_BORDERS:
-                found.add(target or name)
-            if name != "sdy.manual_computation":
+            yield step
+            if enter(step):
                 pending.extend(step.regions)
-    return found

@@ -157,7 +157,13 @@ _shared = _SharedContext()
 
 def shared_context(size: int) -> ir.Context:
     """The context in which to parse ``size`` bytes of source: this thread's shared
-    one, or a fresh one past the budget (SHARED_CONTEXT_BUDGET)."""
+    one, or a fresh one past the budget (SHARED_CONTEXT_BUDGET). A thread Python did not
+    start (the interp device's PJRT calls come on XLA's threads) gets a fresh one each
+    time: Python clears such a thread's state, its thread-locals with it, when the call
+    returns, and a context that dies then (its last module gone) crashed the process in
+    its deallocation, after the thread's interpreter state was gone."""
+    if isinstance(threading.current_thread(), threading._DummyThread):
+        return make_context()
     if _shared.context is None or _shared.parsed + size > SHARED_CONTEXT_BUDGET:
         _shared.context, _shared.parsed = make_context(), 0
     _shared.parsed += size

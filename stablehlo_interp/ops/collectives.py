@@ -277,6 +277,21 @@ def collective_broadcast(info):
     return run
 
 
+def senders_and_receivers(info, grid: Grid) -> tuple[set, set] | None:
+    """For ``collective_permute`` and ``collective_broadcast``, the processes (flattened ids)
+    whose operand goes to another process, and those that get one: a pair's source and
+    target; a group's first process, and the others. None for the other collectives,
+    where every process of a group sends its operand and gets a result made of them."""
+    strategy = _pairwise_strategy(info)
+    if info.name == "stablehlo.collective_permute":
+        pairs = _Groups(info, strategy, "source_target_pairs").all(grid)
+        return {source for source, _ in pairs}, {target for _, target in pairs}
+    if info.name == "stablehlo.collective_broadcast":
+        groups = [group for group in _Groups(info, strategy).all(grid) if len(group) > 1]
+        return {group[0] for group in groups}, {member for group in groups for member in group[1:]}
+    return None
+
+
 # ------------------------------------------------------------------------------ process ids
 
 

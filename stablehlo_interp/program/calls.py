@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..engine.hostio import HostQueues
 from ..errors import ArgumentError
+from .per_device import PerDeviceProgram
 from .program import Program, coerce_arguments, load
 from .signature import JaxSignature, is_jax_function
 
@@ -37,6 +38,8 @@ class Call:
     ``signature`` is set for a call in the function's form (results go back as its
     output pytree). ``traced`` is JAX's ``jax.stages.Traced`` when the target was a
     Python function (its ``.jaxpr`` is what ``si.explain`` prints), else None.
+    ``partitioned`` is set for a per-device run (program/per_device.py): each device
+    runs its own program on its shards of the arguments.
     """
 
     program: Program
@@ -44,11 +47,26 @@ class Call:
     function: str
     signature: JaxSignature | None = None
     traced: object = None
+    partitioned: PerDeviceProgram | None = None
 
     def run(self, listeners=(), io: HostQueues | None = None, semantics: str | None = None) -> list:
-        """The function's results as a flat list (the module's results)."""
+        """The function's results as a flat list (the module's results); in a per-device
+        run, put together from the devices' shards."""
+        if self.partitioned is not None:
+            return self.partitioned.assemble(self.run_devices(listeners, io, semantics))
         return self.program.run(*self.arguments, function=self.function, listeners=listeners, io=io,
                                 semantics=semantics)
+
+    def run_devices(self, listeners=(), io: HostQueues | None = None, semantics: str | None = None) -> list:
+        """A per-device run's results of each device (``[d][i]``: device d's result i)."""
+        partitioned = self.per_device_program()
+        return partitioned.run_devices(partitioned.shards(self.arguments), listeners, io, semantics)
+
+    def per_device_program(self) -> PerDeviceProgram:
+        """The per-device program of a call prepared with ``per_device=True``."""
+        if self.partitioned is None:
+            raise ArgumentError("this call runs the global program: prepare it with per_device=True")
+        return self.partitioned
 
     def results(self, outputs: list):
         """``outputs`` of :meth:`run` as the caller expects them: the function's output
@@ -58,11 +76,19 @@ class Call:
         return self.signature.results(self.program.function(self.function), outputs)
 
 
-def prepare(target, args=(), kwargs=None, function: str | None = None, platform: str | None = None) -> Call:
+def prepare(target, args=(), kwargs=None, function: str | None = None, platform: str | None = None,
+            per_device: bool = False) -> Call:
     """Load ``target`` for the call with ``args`` and ``kwargs`` (see the module's docstring).
     ``platform``: the JAX platform a Python or jitted function is lowered for (default:
-    JAX's default backend's)."""
-    kwargs = kwargs or {}
+    JAX's default backend's). ``per_device``: each device runs its partitioned program
+    (program/per_device.py; a ``PartitionError`` where Shardy cannot partition it)."""
+    call = _prepare(target, args, kwargs or {}, function, platform)
+    if per_device:
+        call.partitioned = PerDeviceProgram(call.program, call.function)
+    return call
+
+
+def _prepare(target, args, kwargs: dict, function: str | None, platform: str | None) -> Call:
     if is_jax_function(target):
         _no_function_name(target, function)
         traced, static_argnums = _trace(target, args, kwargs)
@@ -94,6 +120,32 @@ def run(target: Any, *args: Any, function: str | None = None, listeners: Iterabl
     """
     call = prepare(target, args, kwargs, function)
     return call.results(call.run(listeners, io, semantics))
+
+
+@dataclass
+class DeviceRun:
+    """What a per-device run gives: ``outputs``, the global results put together from the
+    devices' shards (as ``si.run`` returns them), and ``per_device[d]``, device ``d``'s
+    own list of results; ``program`` is the :class:`PerDeviceProgram` that ran."""
+
+    outputs: object
+    per_device: list
+    program: PerDeviceProgram
+
+
+def run_per_device(target: Any, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
+                   semantics: str | None = None, **kwargs: Any) -> DeviceRun:
+    """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
+    shards, with collectives between the devices (program/per_device.py).
+
+    ``target`` and its arguments are ``si.run``'s (a jitted function with sharded
+    arguments or ``in_shardings``, a ``Lowered``, a module with Shardy meshes);
+    arguments are global values, cut into each device's shards by the program's
+    argument shardings. Raises ``PartitionError`` where Shardy cannot partition it."""
+    call = prepare(target, args, kwargs, per_device=True)
+    per_device = call.run_devices(listeners, io, semantics)
+    partitioned = call.per_device_program()
+    return DeviceRun(call.results(partitioned.assemble(per_device)), per_device, partitioned)
 
 
 def _no_function_name(target, function: str | None) -> None:

@@ -154,6 +154,15 @@ def held_by(value, tiling: sharding.Tiling, device: int):
     return np.asarray(np.asarray(value)[tiling.slices(np.shape(value), tile)])   # 0-d stays 0-d
 
 
+def shard_of(value, tiling: sharding.Tiling | None, device: int):
+    """What ``device`` holds of ``value`` (:func:`held_by`), dense and row-major; the whole
+    value where it holds no tile (a maximal sharding elsewhere) or ``tiling`` is None."""
+    shard = value if tiling is None else held_by(value, tiling, device)
+    if shard is None:
+        return value
+    return shard if shard is value or shard.flags.c_contiguous else np.ascontiguousarray(shard)
+
+
 # ------------------------------------------------------------------------------ the plan
 
 

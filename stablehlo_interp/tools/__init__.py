@@ -17,6 +17,7 @@ a function that runs a target on its arguments as ``si.run`` does
 ``portability``        where the result depends on the implementation (:mod:`.portability`)
 ``on_device``          any listener on every run of the interp device (:mod:`.session`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
+``CollectiveTraffic``  bytes each process sends and receives at each collective (:mod:`.traffic`)
 =====================  =====================================================
 
 See docs/tools.md.
@@ -37,12 +38,13 @@ from .region_calls import RegionCall
 from .session import install_from_environment, on_device
 from .summary import ValueSummary, summarize
 from .trace import OpRecord, Trace, TraceRecorder, trace
+from .traffic import CollectiveTraffic, Transfer
 
 __all__ = [
-    "BreakHit", "Breakpoint", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
+    "BreakHit", "Breakpoint", "CollectiveTraffic", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
     "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
     "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
-    "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
-    "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
+    "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite",
+    "install_from_environment", "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
 ]

@@ -52,7 +52,9 @@ class NonFiniteReport:
     ``new`` lists, per result that has them, ``(result index, kind, count,
     index of the first one)`` with kind ``"nan"`` or ``"inf"``. ``operands`` and
     ``results`` are the op's values (arrays, or their
-    :class:`~.summary.ValueSummary` where a long run keeps no more).
+    :class:`~.summary.ValueSummary` where a long run keeps no more). ``process``
+    is the id of the process of a grid that ran the op (in a per-device run, the
+    device's), None outside a grid.
     """
 
     op: str
@@ -61,12 +63,15 @@ class NonFiniteReport:
     operands: list
     results: list
     new: list
+    process: int | None = field(default=None, kw_only=True)
 
     def title(self) -> str:
         return f"first non-finite value: {self.op}"
 
     def lines(self) -> list[str]:
         lines = op_heading(self.title(), self.location)
+        if self.process is not None:
+            lines.append(f"  on process {self.process}")
         for index in sorted({entry[0] for entry in self.new}):
             found = [f"{count} {_kind_name(kind)}" + (f" (first at {list(first)})" if first else "")
                      for i, kind, count, first in self.new if i == index]
@@ -590,7 +595,7 @@ class NonFiniteFinder(Listener):
         return self.reports[0] if self.reports else None
 
     def before_op(self, step, operands, stack) -> None:
-        if not stack and step.index == 0:
+        if not stack and step.index == 0 and stack.process.id == 0:   # a run (a grid's: its process 0) begins
             self._reported_this_run = False
 
     def after_op(self, step, operands, results, stack):
@@ -601,8 +606,10 @@ class NonFiniteFinder(Listener):
                for kind in KINDS if kind in _kinds([value]) - before]
         if new:
             self._reported_this_run = True
+            process = stack.process
             report = NonFiniteReport(op_label(step), step.info.location, region_calls(stack),
-                                     list(operands), list(results), new)
+                                     list(operands), list(results), new,
+                                     process=process.id if process.grid.size > 1 else None)
             self.reports.append(report)
             if self.stop:
                 raise StopExecution(str(report), values=report)

@@ -36,7 +36,8 @@ class OpRecord:
     region it ran in (None in the entry function); ``stack`` the region calls
     around it, outermost first. ``results`` summarize the values it produced
     (``values`` holds the arrays themselves when the trace keeps them). An op
-    that failed has ``results is None``.
+    that failed has ``results is None``. ``process`` is the id of the process of
+    a grid that ran it (in a per-device run, the device's), None outside a grid.
     """
 
     number: int
@@ -47,6 +48,7 @@ class OpRecord:
     result_types: tuple[str, ...]
     results: tuple[ValueSummary, ...] | None = None
     values: tuple | None = None
+    process: int | None = None
 
     @property
     def op(self) -> str:
@@ -64,7 +66,7 @@ class OpRecord:
         """The record as JSON-ready data."""
         frame = self.location.frame
         return {
-            "number": self.number, "op": self.op, "label": self.label, "parent": self.parent,
+            "number": self.number, "op": self.op, "label": self.label, "parent": self.parent, "process": self.process,
             "location": str(self.location) if self.location else None,
             "source": f"{frame.file}:{frame.line}" if frame else None,
             "stack": [{"op": c.op, "region": c.region, "call": c.call, "vectorized": c.vectorized}
@@ -137,16 +139,19 @@ class TraceRecorder(Listener):
 
     ``values=True`` also keeps every result array (memory grows with the run).
     The same recorder can watch many runs (on the interp device, every program
-    JAX executes): a run starts when the first op of an entry function runs,
-    and ends when its last op has run; ``on_trace(trace)`` is then called.
+    JAX executes): a run starts when the first op of an entry function runs (in
+    a grid of processes, process 0's), and ends when its last op has run (in
+    every process of the grid); ``on_trace(trace)`` is then called. The processes
+    of a grid take turns (engine/grid.py), so each has its own open ops.
     """
 
     def __init__(self, values: bool = False, on_trace=None):
         self.keep_values = values
         self.on_trace = on_trace
         self.traces: list[Trace] = []
-        self._open: list[OpRecord] = []
-        self._last_step = None   # the entry function's last op: when it has run, the run is over
+        self._open: dict = {}   # id of a process -> the records of the ops it runs, outermost first
+        self._last_step = None   # the entry function's last op: when every process has run it, the run is over
+        self._finished = 0
 
     @property
     def trace(self) -> Trace:
@@ -156,27 +161,44 @@ class TraceRecorder(Listener):
         return self.traces[-1]
 
     def before_op(self, step, operands, stack) -> None:
-        if not stack and step.index == 0:
+        process = stack.process
+        if not stack and step.index == 0 and process.id == 0:
             function = _entry_function(step)
             self.traces.append(Trace(function=function and function.name))
             self._last_step = function.region.steps[-1] if function else None
-            self._open = []
-        while self._open and len(self._open) > len(stack):  # ops that raised never closed
-            self._open.pop()
+            self._open, self._finished = {}, 0
+        opened = self._open.setdefault(id(process), [])
+        while opened and opened[-1].depth >= len(stack):  # ops that raised never closed
+            opened.pop()
         trace = self.trace
-        parent = self._open[-1].number if stack and self._open else None
+        parent = self._enclosing(opened, stack)
         record = OpRecord(len(trace.records), step, op_label(step), region_calls(stack), parent,
-                          tuple(map(str, step.info.result_types)))
+                          tuple(map(str, step.info.result_types)),
+                          process=process.id if process.grid.size > 1 else None)
         trace.records.append(record)
-        self._open.append(record)
+        opened.append(record)
+
+    def _enclosing(self, opened: list, stack) -> int | None:
+        """The number of the op whose region runs the op: the process's own innermost open
+        op, or for the first op of a process that a region started (a manual
+        computation's), the open op that owns that region."""
+        if not stack:
+            return None
+        if opened:
+            return opened[-1].number
+        owners = [record for records in self._open.values() for record in records
+                  if record.depth == len(stack) - 1 and record.step is stack[-1].step]
+        return max(owners, key=lambda record: record.number).number if owners else None
 
     def after_op(self, step, operands, results, stack):
-        record = self._open.pop()
+        record = self._open[id(stack.process)].pop()
         record.results = tuple(summarize(value) for value in results)
         if self.keep_values:
             record.values = tuple(results)
-        if step is self._last_step and not stack and self.on_trace is not None:
-            self.on_trace(self.trace)
+        if step is self._last_step and not stack:
+            self._finished += 1
+            if self._finished == stack.process.grid.size and self.on_trace is not None:
+                self.on_trace(self.trace)
         return None
 
 
@@ -189,13 +211,16 @@ def _entry_function(step):
     return None
 
 
-def trace(target: Any, *args: Any, function: str | None = None, values: bool = False, **kwargs: Any) -> Trace:
+def trace(target: Any, *args: Any, function: str | None = None, values: bool = False, per_device: bool = False,
+          **kwargs: Any) -> Trace:
     """Run ``target`` (a module, or a jit-able function) on ``args`` and record every op.
 
     A run that fails returns the trace up to the failing op, with ``trace.error``
-    set (the failing op is the last record, with ``results is None``).
+    set (the failing op is the last record, with ``results is None``). With
+    ``per_device=True`` a sharded program runs as XLA runs it, each device its own
+    program (``si.run_per_device``): the records of device ``d`` have ``process == d``.
     """
-    return record_run(prepare(target, args, kwargs, function), values=values)
+    return record_run(prepare(target, args, kwargs, function, per_device=per_device), values=values)
 
 
 def record_run(call, values: bool = False) -> Trace:

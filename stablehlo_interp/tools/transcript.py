@@ -24,8 +24,15 @@ def render(trace, *, head: int = 2, tail: int = 1, sources: bool = False) -> str
     for record in trace.records:
         children[record.parent].append(record)
     writer = _Writer(sources)
-    for record in children[None]:
-        _emit_op(record, 0, children, writer, head, tail)
+    processes = sorted({record.process for record in children[None]}, key=lambda p: -1 if p is None else p)
+    for process in processes:   # a grid's run: each process's ops under its heading
+        depth = 0 if process is None else 1
+        if process is not None:
+            writer.note(0, f"process {process}:")
+            writer.last_location = None
+        for record in children[None]:
+            if record.process == process:
+                _emit_op(record, depth, children, writer, head, tail)
     if trace.error is not None:
         writer.lines.append(f"error: {trace.error}")
     return "\n".join(writer.lines)

@@ -1,0 +1,445 @@
+"""Running what each device runs: Shardy's per-device program on the process grid
+(program/per_device.py, the device's ``interp_spmd`` modes), against XLA's CPU with 8
+host devices and against our global run.
+
+Integer-valued float data make every sum exact, so the devices' results must equal
+XLA's bit for bit whatever the order of sums; random data are judged against a bound
+on the rounding of a reordered sum computed from the inputs (``reordered_sum_bound``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import stablehlo_interp as si
+from stablehlo_interp.device import placement
+from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceProgram
+
+INTEGERS = np.random.default_rng(0).integers(-8, 9, size=(8, 16)).astype(np.float32)
+
+
+def mesh_of(platform: str) -> Mesh:
+    return Mesh(np.array(jax.devices(platform)[:8]), ("x",))
+
+
+def contracting_dim(platform):
+    """``a @ b`` with the contracting dimension sharded: each device multiplies its
+    columns of ``a`` by its rows of ``b``, and an all-reduce adds the partial products."""
+    mesh = mesh_of(platform)
+    a = jax.device_put(INTEGERS[:4], NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(INTEGERS.T[:, :8].copy(), NamedSharding(mesh, P("x", None)))
+    return jax.jit(lambda a, b: a @ b), (a, b), "stablehlo.all_reduce"
+
+
+def batch_dim(platform):
+    """``a @ b`` with the rows of ``a`` sharded: each device computes its rows, nothing moves."""
+    mesh = mesh_of(platform)
+    a = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    b = jax.device_put(INTEGERS.T[:, :4].copy(), NamedSharding(mesh, P()))
+    return jax.jit(lambda a, b: (a @ b) * 0.5 + 1), (a, b), None
+
+
+def rows_to_columns(platform):
+    """A reshard from rows to columns: an all-to-all."""
+    mesh = mesh_of(platform)
+    x = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    columns = NamedSharding(mesh, P(None, "x"))
+    return jax.jit(lambda x: jax.lax.with_sharding_constraint(x * 2, columns)), (x,), "stablehlo.all_to_all"
+
+
+def gathered(platform):
+    """A reshard from rows to replicated: an all-gather."""
+    mesh = mesh_of(platform)
+    x = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    return jax.jit(lambda x: (x + 1).sum(axis=1), out_shardings=NamedSharding(mesh, P())), (x,), \
+        "stablehlo.all_gather"
+
+
+CASES = [contracting_dim, batch_dim, rows_to_columns, gathered]
+
+
+def held(output) -> dict:
+    return {shard.device.id: np.asarray(shard.data) for shard in output.addressable_shards}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_each_device_holds_what_it_holds_on_xla(case):
+    """The device in mode per_device: each device runs its program (the case's collective
+    too), and its result is XLA's bit for bit and the global run's (the default mode);
+    mode check returns the global run's."""
+    function, args, collective = case("interp")
+    with warnings.catch_warnings(), si.on_device(si.tools.TraceRecorder()) as recorder:
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        per_device = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    ran = {(record.op, record.process) for record in recorder.traces[0]}
+    assert {process for _, process in ran} == set(range(8))   # each device ran its own program
+    assert collective is None or {(collective, device) for device in range(8)} <= ran
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        checked = jax.jit(function, compiler_options={"interp_spmd": "check"})(*args)
+    global_run = function(*args)
+    cpu_function, cpu_args, _ = case("cpu")
+    xla = cpu_function(*cpu_args)
+    assert per_device.sharding.spec == xla.sharding.spec
+    ours, theirs, global_shards, checked_shards = held(per_device), held(xla), held(global_run), held(checked)
+    assert sorted(ours) == sorted(theirs) == list(range(8))
+    for device in range(8):
+        np.testing.assert_array_equal(ours[device], theirs[device], strict=True)
+        np.testing.assert_array_equal(ours[device], global_shards[device], strict=True)
+        np.testing.assert_array_equal(checked_shards[device], global_shards[device], strict=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_run_per_device_runs_the_collective_and_matches_xla(case):
+    """``si.run_per_device``: the devices' results and their global value are XLA's; the
+    per-device program runs the collective the case is about, in every process."""
+    function, args, collective = case("cpu")
+    xla = function(*args)
+    traffic = si.tools.CollectiveTraffic()
+    run = si.run_per_device(function, *args, listeners=[traffic])
+    np.testing.assert_array_equal(run.outputs, np.asarray(xla), strict=True)
+    theirs = held(xla)
+    assert len(run.per_device) == 8
+    for device, results in enumerate(run.per_device):
+        np.testing.assert_array_equal(results[0], theirs[device], strict=True)
+    assert sorted({t.process for t in traffic.transfers if t.op == collective}) == (
+        list(range(8)) if collective else [])
+    if collective is None:
+        assert traffic.transfers == []
+
+
+def reordered_sum_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What two orders of the sums of ``a @ b`` (float32) can differ by: each order's error
+    is at most ``(n - 1) u sum_k |a_ik b_kj|`` (Higham, Accuracy and Stability, 3.1)."""
+    n, u = a.shape[1], np.finfo(np.float32).eps / 2
+    return 2 * (n - 1) * u * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+
+
+def test_random_contracting_dim_within_the_reordering_bound_and_check_says_why():
+    """On random floats the per-device sums (each device's part, then the all-reduce) and
+    the global program's differ in the last bits: both are within the bound of a
+    reordered sum of XLA's result, and mode check warns naming the all-reduce."""
+    rng = np.random.default_rng(1)
+    a_value, b_value = rng.standard_normal((4, 64)).astype(np.float32), rng.standard_normal((64, 8)).astype(np.float32)
+    results = {}
+    for platform in ("cpu", "interp"):
+        mesh = mesh_of(platform)
+        a = jax.device_put(a_value, NamedSharding(mesh, P(None, "x")))
+        b = jax.device_put(b_value, NamedSharding(mesh, P("x", None)))
+        results[platform] = (jax.jit(lambda a, b: a @ b), a, b)
+    function, a, b = results["interp"]
+    xla = np.asarray(results["cpu"][0](*results["cpu"][1:]))
+    bound = reordered_sum_bound(a_value, b_value)
+    with pytest.warns(placement.PerDeviceWarning, match="within the rounding noise of the global program"):
+        per_device = np.asarray(jax.jit(function, compiler_options={"interp_spmd": "per_device"})(a, b))
+    assert (np.abs(per_device.astype(np.float64) - xla) <= bound).all()
+    assert (np.abs(np.asarray(function(a, b)).astype(np.float64) - xla) <= bound).all()
+    with pytest.warns(placement.PerDeviceWarning, match=r"(?s)result 0 differs on device.*adds floats in another "
+                                                        r"order: stablehlo\.all_reduce"):
+        checked = jax.jit(function, compiler_options={"interp_spmd": "check"})(a, b)
+    np.testing.assert_array_equal(np.asarray(checked), np.asarray(function(a, b)))   # the global run's
+
+
+def test_check_refuses_a_difference_no_reordered_sum_explains():
+    """Where the per-device program sums nothing across devices, any difference between the
+    two runs is a fault: one element changed is a PerDeviceMismatch naming it (the judge
+    of rounding noise is not even asked)."""
+    function, args, _ = batch_dim("cpu")
+    call = si.program.prepare(function, args, per_device=True)
+    per_device = call.run_devices()
+    expected = [list(results) for results in per_device]
+    assert call.partitioned.check(expected, per_device, lambda: []) == []
+    expected[5][0] = expected[5][0].copy()
+    expected[5][0][0, 2] += 1
+    with pytest.raises(PerDeviceMismatch, match=r"result 0 differs on device\(s\) \[5\]; device 5: 1 of 4 "
+                                                r"element\(s\) differ, the first at \[0, 2\]"):
+        call.partitioned.check(expected, per_device, lambda: pytest.fail("no sum is reordered: nothing to judge"))
+
+
+def test_a_reordered_sum_beyond_the_rounding_noise_is_refused():
+    """Doubling an unreduced argument and reducing it: Shardy's per-device program gives
+    each device twice the sum XLA and the global run give (found by mode per_device over
+    tests/test_sharding_unreduced.py). Its all-reduce reorders sums, but the difference
+    is far beyond the rounding noise of the global program: both modes refuse it."""
+    from jax.sharding import AxisType, reshard
+
+    rows = np.arange(16.0, dtype=np.float32).reshape(8, 2)
+    mesh = Mesh(np.array(jax.devices("interp")[:8]).reshape(2, 2, 2), ("x", "y", "z"),
+                axis_types=(AxisType.Explicit,) * 3)
+    with jax.set_mesh(mesh):
+        a = jax.device_put(rows, P(None, "x"))
+        b = jax.device_put(rows.T, P("x", None))
+        partials = jax.jit(lambda a, b: jnp.einsum("ij,jk->ik", a, b, out_sharding=P(None, None, unreduced={"x"})))(
+            a, b)
+        np.testing.assert_array_equal(np.asarray(jax.jit(lambda p: reshard(p + p, P(None, None)))(partials)),
+                                      2 * rows @ rows.T)
+        for mode in ("per_device", "check"):
+            doubled = jax.jit(lambda p: reshard(p + p, P(None, None)), compiler_options={"interp_spmd": mode})
+            with pytest.raises(Exception, match=r"(?s)beyond the rounding noise a reordered sum makes.*result 0 "
+                                                r"is beyond the rounding noise of the global program on device"):
+                doubled(partials)
+
+
+def test_collective_traffic_counts_the_bytes_by_hand():
+    """Contracting dimension over 8 devices, result f32[4, 8]: each device hands the
+    all-reduce its partial product (4 * 8 * 4 = 128 bytes) and gets the sum back: 1024
+    bytes sent and 1024 received. An all-gather of f32[8, 16] sharded by rows: each
+    device sends its row (64 bytes) and gets all 8 (512): 512 sent, 4096 received."""
+    function, args, _ = contracting_dim("cpu")
+    traffic = si.tools.CollectiveTraffic()
+    si.run_per_device(function, *args, listeners=[traffic])
+    assert [(t.process, t.sent, t.received) for t in sorted(traffic.transfers, key=lambda t: t.process)] == [
+        (device, 128, 128) for device in range(8)]
+    assert (traffic.sent, traffic.received) == (1024, 1024)
+    assert list(traffic.by_op().values()) == [(1024, 1024)]
+
+    mesh = mesh_of("cpu")
+    x = jax.device_put(INTEGERS, NamedSharding(mesh, P("x", None)))
+    gather = jax.jit(lambda x: x * 1, out_shardings=NamedSharding(mesh, P()))
+    traffic = si.tools.CollectiveTraffic()
+    run = si.run_per_device(gather, x, listeners=[traffic])
+    np.testing.assert_array_equal(run.outputs, INTEGERS)
+    assert {t.op for t in traffic.transfers} == {"stablehlo.all_gather"}
+    assert (traffic.sent, traffic.received) == (512, 4096)
+
+
+def test_trace_shows_what_each_device_computed():
+    """``si.trace(..., per_device=True)``: each device's dot_general is the product of its
+    own shards (NumPy), on local shapes, and the trace prints each process's ops."""
+    function, args, _ = contracting_dim("cpu")
+    trace = si.trace(function, *args, per_device=True, values=True)
+    dots = trace.find("stablehlo.dot_general")
+    assert sorted(record.process for record in dots) == list(range(8))
+    a, b = INTEGERS[:4], INTEGERS.T[:, :8]
+    for record in dots:
+        columns = slice(2 * record.process, 2 * record.process + 2)
+        np.testing.assert_array_equal(record.values[0], a[:, columns] @ b[columns])
+    text = str(trace)
+    assert all(f"process {device}:" in text for device in range(8))
+    np.testing.assert_array_equal(trace.outputs[0], a @ b)
+
+
+def test_device_trace_of_a_per_device_run_is_one_trace():
+    """On the device, one TraceRecorder sees one run of the 8 processes as one trace."""
+    function, args, _ = contracting_dim("interp")
+    with si.on_device(si.tools.TraceRecorder()) as recorder:
+        jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    assert len(recorder.traces) == 1
+    assert sorted({record.process for record in recorder.traces[0]}) == list(range(8))
+
+
+UNEVEN_SLICE = "slice is not a full slice"
+
+
+def test_where_shardy_cannot_partition_the_global_program_runs_and_says_why():
+    """Slicing 3 of 4 rows sharded over 2 devices: Shardy's global-to-local pass refuses
+    (XLA pads); the mode warns with Shardy's message and the global program runs."""
+    results = {}
+    for platform in ("cpu", "interp"):
+        mesh = Mesh(np.array(jax.devices(platform)[:2]), ("x",))
+        x = jax.device_put(INTEGERS[:4, :2], NamedSharding(mesh, P("x")))
+        rows = NamedSharding(mesh, P("x"))
+        results[platform] = (lambda x, rows=rows: jax.lax.with_sharding_constraint(x[:3], rows).sum(0), x)
+    function, x = results["interp"]
+    with pytest.warns(placement.PerDeviceWarning, match=f"runs the global program.*{UNEVEN_SLICE}"):
+        ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(jax.jit(results["cpu"][0])(results["cpu"][1])))
+    with pytest.raises(si.ModuleError, match=UNEVEN_SLICE):
+        si.run_per_device(jax.jit(results["cpu"][0]), results["cpu"][1])
+
+
+def test_mode_from_the_environment_and_bad_modes(monkeypatch):
+    monkeypatch.setenv(placement.SPMD_VARIABLE, "per-device")
+    assert placement.spmd_mode() == placement.PER_DEVICE
+    assert placement.spmd_mode("check") == placement.CHECK
+    monkeypatch.setenv(placement.SPMD_VARIABLE, "everywhere")
+    with pytest.raises(si.ArgumentError, match="STABLEHLO_INTERP_SPMD is 'everywhere'; the modes are global, "
+                                               "per_device, check"):
+        placement.spmd_mode()
+    function, args, _ = contracting_dim("interp")
+    with pytest.raises(Exception, match="the compiler option interp_spmd is 'sometimes'"):
+        jax.jit(function, compiler_options={"interp_spmd": "sometimes"})(*args)
+
+
+def test_per_device_program_needs_a_sharded_program():
+    with pytest.raises(si.ArgumentError, match="1 replica\\(s\\) x 1 partition\\(s\\)"):
+        PerDeviceProgram(si.load(jax.jit(jnp.sin).lower(np.float32(1))))
+
+
+def test_a_custom_call_without_a_sharding_rule_runs_globally():
+    """Shardy's partitioner gives a host callback (a custom call without a sharding rule)
+    its devices' shards but keeps its global result type; the mode says so and runs the
+    global program, whose results are XLA's."""
+    results = {}
+    for platform in ("cpu", "interp"):
+        x = jax.device_put(INTEGERS, NamedSharding(mesh_of(platform), P("x")))
+        results[platform] = jax.jit(lambda v: jax.pure_callback(lambda w: w * 2, jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                                                v) + 1), x
+    function, x = results["interp"]
+    with pytest.warns(placement.PerDeviceWarning, match="custom call @stablehlo_interp.host_callback at .* no "
+                                                        "sdy.sharding_rule"):
+        ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(results["cpu"][0](results["cpu"][1])))
+
+
+def test_nonfinite_finder_names_the_device_whose_op_made_the_nan(monkeypatch):
+    """Mode per_device chosen by the environment: the square root of -1 is taken by the
+    device holding element 2 of a vector sharded over 4 devices, on its one element."""
+    monkeypatch.setenv(placement.SPMD_VARIABLE, "per_device")
+    mesh = Mesh(np.array(jax.devices("interp")[:4]), ("x",))
+    x = jax.device_put(np.array([4.0, 1.0, -1.0, 9.0], np.float32), NamedSharding(mesh, P("x")))
+    finder = si.tools.NonFiniteFinder(stop=False)
+    with si.on_device(finder):
+        total = jax.jit(lambda v: jnp.sqrt(v).sum())(x)
+    assert np.isnan(np.asarray(total))
+    (report,) = finder.reports
+    assert (report.op, report.process) == ("stablehlo.sqrt", 2)
+    np.testing.assert_array_equal(report.operands[0], [-1.0])
+    assert "  on process 2" in str(report).splitlines()
+
+
+def manual_everywhere(text: str) -> str:
+    """The per-device program ``text`` with every argument and result of @main marked
+    ``{manual}``: XLA's SPMD partitioner then leaves it as it is, and each device runs it
+    on its own buffers."""
+    from jaxlib.mlir import ir
+
+    from stablehlo_interp.ir.sources import make_context
+
+    with make_context():
+        module = ir.Module.parse(text)
+        main = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        manual = ir.StringAttr.get("{manual}")
+        for key, count in (("arg_attrs", len(main.regions[0].blocks[0].arguments)),
+                           ("res_attrs", len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+                                             .results))):
+            old = [ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes[key])] if key in main.attributes \
+                else [ir.DictAttr.get({})] * count
+            main.attributes[key] = ir.ArrayAttr.get([
+                ir.DictAttr.get({**{named.name: named.attr for named in d}, "mhlo.sharding": manual}) for d in old])
+        return module.operation.get_asm()
+
+
+def xla_runs(text: str, per_device_args: list) -> list:
+    """Each device's results of the per-device program ``text`` compiled by XLA's CPU for 8
+    partitions and run on the devices' own arguments."""
+    from jaxlib import xla_client
+
+    devices = jax.devices("cpu")[:8]
+    options = xla_client.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas, build.num_partitions, build.use_spmd_partitioning = 1, 8, True
+    build.device_assignment = xla_client.DeviceAssignment.create(np.arange(8).reshape(1, 8))
+    executable = devices[0].client.compile_and_load(manual_everywhere(text), xla_client.DeviceList(tuple(devices)),
+                                                    options)
+    everywhere = NamedSharding(Mesh(np.array(devices), ("d",)), P())
+    arrays = [jax.make_array_from_single_device_arrays(
+        np.shape(per_device_args[0][i]), everywhere,
+        [jax.device_put(per_device_args[d][i], devices[d]) for d in range(8)]) for i in range(len(per_device_args[0]))]
+    outputs = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
+    return [[np.asarray(output[d]) for output in outputs] for d in range(8)]
+
+
+def reshard_rows_to_y_columns_to_x(platform):
+    """From rows over x to rows over y and columns over x on a 4 x 2 mesh: Shardy's
+    per-device program reorders the devices with a collective_permute."""
+    mesh = Mesh(np.array(jax.devices(platform)[:8]).reshape(4, 2), ("x", "y"))
+    x = jax.device_put(INTEGERS[:, :8], NamedSharding(mesh, P("x")))
+    target = NamedSharding(mesh, P("y", "x"))
+    return jax.jit(lambda v: jax.lax.with_sharding_constraint(v, target)), (x,), None
+
+
+@pytest.mark.parametrize("case", CASES + [reshard_rows_to_y_columns_to_x], ids=lambda case: case.__name__)
+def test_the_grid_runs_the_per_device_program_as_xla_runs_it(case):
+    """The same per-device program, run by XLA's CPU on each device's shards, gives each
+    device what our grid gives it, bit for bit: the collectives move what XLA's move."""
+    from stablehlo_interp.ir import partition
+
+    function, args, _ = case("cpu")
+    call = si.program.prepare(function, args)
+    text = partition.per_device_program(call.program.module)
+    local = si.load(text)
+    shards = [[np.asarray(shard) for shard in device_args] for device_args in
+              [[held(arg)[device] for arg in args] for device in range(8)]]
+    ours = local.run_grid(shards)
+    for device, (mine, theirs) in enumerate(zip(ours, xla_runs(text, shards))):
+        for a, b in zip(mine, theirs):
+            np.testing.assert_array_equal(a, b, strict=True)
+
+
+def test_a_reshard_shardy_partitions_wrong_runs_globally():
+    """Shardy's per-device program for this reshard gives devices other shards than XLA's
+    (the test above: XLA runs that program as the grid does); the mode refuses it with
+    the reason, and the global program's shards are XLA's."""
+    function, args, _ = reshard_rows_to_y_columns_to_x("interp")
+    with pytest.warns(placement.PerDeviceWarning, match="collective_permute of its own"):
+        ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    cpu_function, cpu_args, _ = reshard_rows_to_y_columns_to_x("cpu")
+    theirs = held(cpu_function(*cpu_args))
+    for device, shard in held(ours).items():
+        np.testing.assert_array_equal(shard, theirs[device], strict=True)
+
+
+def test_a_convolution_whose_windows_cross_shard_borders_runs_globally():
+    """A 3x3 "SAME" convolution of an image sharded by rows needs the neighbouring rows
+    (XLA exchanges them); Shardy's per-device program convolves each device's rows alone.
+    The mode refuses it and says where; the global run's shards are XLA's. Sharded on the
+    batch, the same convolution runs per device and matches XLA."""
+    image = INTEGERS[:, :8]
+    def convolve(v):
+        return jax.lax.conv_general_dilated(v[None, None], jnp.ones((1, 1, 3, 3), v.dtype), (1, 1), "SAME")[0, 0]
+
+    def batch_convolve(v):
+        return jax.lax.conv_general_dilated(v[:, None, :, None], jnp.ones((1, 1, 3, 1), v.dtype), (1, 1),
+                                            "SAME")[:, 0, :, 0]
+
+    for function, expect_refusal in ((convolve, True), (batch_convolve, False)):
+        xla = jax.jit(function)(jax.device_put(image, NamedSharding(mesh_of("cpu"), P("x"))))
+        x = jax.device_put(image, NamedSharding(mesh_of("interp"), P("x")))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", placement.PerDeviceWarning)
+            ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
+        messages = [str(w.message) for w in caught if w.category is placement.PerDeviceWarning]
+        if expect_refusal:
+            assert len(messages) == 1 and "slides the windows of stablehlo.convolution" in messages[0]
+            assert "over dimension 2 of its operand (1 of 8 elements on each device)" in messages[0]
+        else:
+            assert messages == []
+        theirs = held(xla)
+        for device, shard in held(ours).items():
+            np.testing.assert_array_equal(shard, theirs[device], strict=True)
+
+
+CHILD_DROPS_A_PROGRAM = """
+import os, warnings
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from stablehlo_interp.device import placement
+placement.PerDevice._mismatched_types = lambda self, partitioned: "refused for the test"
+warnings.simplefilter("ignore")
+mesh = Mesh(np.array(jax.devices("interp")), ("x",))
+a = jax.device_put(np.ones((4, 16), np.float32), NamedSharding(mesh, P(None, "x")))
+print(np.asarray(jax.jit(lambda a: (a * 2).sum(1), compiler_options={"interp_spmd": "per_device"})(a)).tolist())
+"""
+
+
+def test_a_per_device_program_dropped_while_the_device_compiles_leaves_the_process_alive():
+    """The device compiles on XLA's threads, whose Python state (thread-locals too) is
+    cleared when the call returns; a per-device program loaded there and then refused
+    was the last user of that thread's shared MLIR context, which died then and
+    crashed the process. Run in a child process: it must live and print the sums."""
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", CHILD_DROPS_A_PROGRAM], capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.strip() == "[32.0, 32.0, 32.0, 32.0]"
