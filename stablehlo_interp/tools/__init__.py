@@ -22,7 +22,8 @@ See docs/tools.md.
 """
 
 from . import validation
-from .backends import InterpreterBackend, JaxBackend
+from .backends import Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend, \
+    IreeBackend, JaxBackend
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, compare
 from .difference import DEFAULT_TOLERANCES, Difference
@@ -38,8 +39,9 @@ from .summary import ValueSummary, summarize
 from .trace import OpRecord, Trace, TraceRecorder, trace
 
 __all__ = [
-    "BreakHit", "Breakpoint", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
+    "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CommandBackend",
+    "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
+    "Exploration", "Explanation", "Finding", "InterpreterBackend", "IreeBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
     "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
