@@ -35,8 +35,9 @@ def _answer(request: bytes) -> tuple[bytes, bytes]:
         if driver not in _CONFIGS:
             _CONFIGS[driver] = iree.runtime.Config(driver)
         context = iree.runtime.SystemContext(config=_CONFIGS[driver])
-        context.add_vm_module(iree.runtime.VmModule.copy_buffer(context.instance, flatbuffer))
-        main = context.modules.module["main"]
+        vm_module = iree.runtime.VmModule.copy_buffer(context.instance, flatbuffer)
+        context.add_vm_module(vm_module)
+        main = context.modules[vm_module.name]["main"]   # the VM module is named as the MLIR module (or "module")
         declared = declared_input_types(main.vm_function.reflection.get("iree.abi.declaration", ""))
         returned = main(*(_as_declared(np.asarray(value), declared, index) for index, value in enumerate(args)))
     except Exception as error:  # noqa: BLE001 - the runtime's refusal is the verdict's message
