@@ -107,6 +107,21 @@ def test_iree_that_cannot_compile_is_a_verdict_with_its_message(tmp_path):
     assert result.message.startswith("cannot compile: ") and "stablehlo.triangular_solve" in result.message
 
 
+@needs_iree
+def test_an_iree_compiler_that_dies_is_a_crash_and_the_next_program_runs():
+    """IREE 3.13's iree-compile dies of SIGFPE on a complex<f64> constant that is not a splat
+    (docs/findings.md); the child process that asked goes on."""
+    constant = """func.func @main() -> tensor<2xcomplex<f64>> {
+      %c = stablehlo.constant dense<[(1.0, 2.0), (3.0, -4.0)]> : tensor<2xcomplex<f64>>
+      return %c : tensor<2xcomplex<f64>>
+    }"""
+    with pytest.raises(BackendCrash) as caught:
+        resolve("iree")(constant, [])
+    assert caught.value.message.startswith("iree-compile died of signal 8")
+    (total,) = resolve("iree")(ADD_I32, [np.array([1, 2, 3], np.int32)] * 2)
+    assert total.tolist() == [2, 4, 6]
+
+
 # ------------------------------------------------------------------ the command backend
 
 TOOL = """\
