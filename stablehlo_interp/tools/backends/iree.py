@@ -28,7 +28,7 @@ import numpy as np
 from ...ir.child_process import ERROR, ChildDied, ChildProcess
 from .errors import BackendCompileError, BackendCrash, BackendError
 
-# The flags that change a program's types: IREE's default (3.x), and what they do.
+# The flags that change a program's types: IREE 3.13's default (read from compiled signatures), what they do.
 TYPE_FLAGS = {
     "--iree-input-demote-f64-to-f32": (True, "f64 (and complex<f64>) is computed in f32"),
     "--iree-input-demote-i64-to-i32": (False, "i64 is computed in i32"),
