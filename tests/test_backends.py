@@ -120,6 +120,8 @@ def test_an_iree_compiler_that_dies_is_a_crash_and_the_next_program_runs():
     assert caught.value.message.startswith("iree-compile died of signal 8")
     (total,) = resolve("iree")(ADD_I32, [np.array([1, 2, 3], np.int32)] * 2)
     assert total.tolist() == [2, 4, 6]
+    with pytest.raises(BackendCrash, match="iree-compile timed out after 0.001 s"):
+        IreeBackend(compile_timeout=0.001)(ADD_I32, [np.array([1, 2, 3], np.int32)] * 2)
 
 
 # ------------------------------------------------------------------ the command backend

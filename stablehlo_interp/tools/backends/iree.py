@@ -50,10 +50,13 @@ _ERRORS = {"compile": BackendCompileError, "crash": BackendCrash, "run": Backend
 class IreeBackend:
     """IREE's compiler for ``target`` (``llvm-cpu``, ``vmvx``, ``cuda`` ...) and its
     runtime's ``driver`` (by default the target's: :data:`DRIVERS`); ``flags``: extra
-    ``iree-compile`` flags, which replace this backend's defaults of the same name."""
+    ``iree-compile`` flags, which replace this backend's defaults of the same name. A
+    compile that takes longer than ``compile_timeout`` seconds is a crash."""
 
-    def __init__(self, target: str = "llvm-cpu", flags=(), driver: str | None = None):
+    def __init__(self, target: str = "llvm-cpu", flags=(), driver: str | None = None,
+                 compile_timeout: float = 600.0):
         self.target = target
+        self.compile_timeout = compile_timeout
         self.driver = driver or DRIVERS.get(target, "local-task")
         given = {_flag_name(flag) for flag in flags}
         defaults = DEFAULT_FLAGS + TARGET_DEFAULT_FLAGS.get(target, ())
@@ -84,7 +87,7 @@ class IreeBackend:
 
     def __call__(self, module_text: str, args) -> list:
         request = pickle.dumps((module_text, self.target, self.driver, self.flags,
-                                [np.asarray(value) for value in args]))
+                                [np.asarray(value) for value in args], self.compile_timeout))
         try:
             status, payload = _CHILD.ask(request)
         except ChildDied as died:

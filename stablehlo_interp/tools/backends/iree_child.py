@@ -2,15 +2,17 @@
 compiler and runs its ``@main`` with IREE's runtime (either may abort: only this
 process dies).
 
-A request is a pickled ``(module_text, target, driver, flags, args)``; the reply is
+A request is a pickled ``(module_text, target, driver, flags, args, timeout)``; the reply is
 OK with the pickled list of results, or ERROR with a pickled ``(kind, message)``,
-``kind`` "compile", "crash" (the compiler died of a signal) or "run".
+``kind`` "compile", "crash" (the compiler died of a signal or timed out) or "run".
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import subprocess
 
 import numpy as np
 
@@ -22,15 +24,12 @@ _CONFIGS = {}   # driver -> iree.runtime.Config: one device per driver for the c
 
 
 def _answer(request: bytes) -> tuple[bytes, bytes]:
-    import iree.compiler
     import iree.runtime
 
-    module_text, target, driver, flags, args = pickle.loads(request)
-    try:
-        flatbuffer = iree.compiler.compile_str(module_text, target_backends=[target], input_type="stablehlo",
-                                               extra_args=list(flags))
-    except iree.compiler.CompilerToolError as error:
-        return ERROR, pickle.dumps(compiler_failure(str(error)))
+    module_text, target, driver, flags, args, timeout = pickle.loads(request)
+    failure, flatbuffer = _compile(module_text, target, flags, timeout)
+    if failure is not None:
+        return ERROR, pickle.dumps(failure)
     try:
         if driver not in _CONFIGS:
             _CONFIGS[driver] = iree.runtime.Config(driver)
@@ -50,26 +49,37 @@ def _answer(request: bytes) -> tuple[bytes, bytes]:
     return OK, pickle.dumps(results)
 
 
-def compiler_failure(text: str) -> tuple[str, str]:
-    """``(kind, message)`` of a failed compile: "crash" when ``iree-compile`` died of a
-    signal (its error code is minus the signal's number; the message is what it said
-    before its stack trace), else "compile" and its diagnostics."""
-    code = re.search(r"^Error code: (-?\d+)$", text, re.MULTILINE)
-    if code is None or int(code.group(1)) >= 0:
-        return "compile", compiler_message(text)
-    diagnostics = text.partition("Diagnostics:")[2].partition("Invoked with:")[0]
-    said = [line.strip() for line in diagnostics.splitlines()
-            if line.strip() and not re.match(r"\s*(#\d+ |Please report|Stack dump:|\d+\.\s+Program arguments)", line)]
-    return "crash", "; ".join([f"iree-compile died of signal {-int(code.group(1))}"] + said[:5])[:4000]
+def _compile(module_text: str, target: str, flags, timeout: float):
+    """``(None, flatbuffer)``, or ``((kind, message), None)``: "crash" when ``iree-compile``
+    died of a signal or ran past ``timeout`` seconds, else "compile" and its diagnostics.
+    LLVM's crash handler runs without its symbolizer, which can deadlock (seen: a crashed
+    iree-compile asleep for half an hour)."""
+    from iree.compiler.tools.core import CompilerOptions, TempFileSaver, build_compile_command_line
+
+    with TempFileSaver.implicit() as temporary_files:
+        options = CompilerOptions(target_backends=[target], input_type="stablehlo", extra_args=list(flags))
+        command = build_compile_command_line("-", temporary_files, options)
+        try:
+            finished = subprocess.run(command, input=module_text.encode("utf-8"), capture_output=True,
+                                      timeout=timeout, env={**os.environ, "LLVM_DISABLE_SYMBOLIZATION": "1"})
+        except subprocess.TimeoutExpired:
+            return ("crash", f"iree-compile timed out after {timeout:g} s"), None
+    said = finished.stderr.decode("utf-8", "replace")
+    if finished.returncode < 0:
+        lines = [line.strip() for line in said.splitlines()
+                 if line.strip() and not re.match(r"\s*(#\d+ |Please report|Stack dump:|\d+\.\s+Program arguments)",
+                                                  line)]
+        return ("crash", "; ".join([f"iree-compile died of signal {-finished.returncode}"] + lines[:5])[:4000]), None
+    if finished.returncode > 0:
+        return ("compile", compiler_message(said)), None
+    return None, finished.stdout
 
 
 def compiler_message(text: str) -> str:
-    """The diagnostics of a failed compile, from its first ``error:`` on (IREE's
-    message starts with the compiler's name and ends with the command line it ran)."""
+    """The diagnostics of a failed compile, from its first ``error:`` on."""
     lines = text.splitlines()
     first = next((i for i, line in enumerate(lines) if "error:" in line), 0)
-    last = next((i for i, line in enumerate(lines) if line.startswith("Invoked with:") and i > first), len(lines))
-    return "\n".join(line for line in lines[first:last] if line.strip())[:4000]
+    return "\n".join(line for line in lines[first:] if line.strip())[:4000]
 
 
 _TENSOR = re.compile(r"%input\d+: tensor<((?:[^<>]|<[^<>]*>)*)>")
