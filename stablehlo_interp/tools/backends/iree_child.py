@@ -67,8 +67,7 @@ def _compile(module_text: str, target: str, flags, timeout: float):
     said = finished.stderr.decode("utf-8", "replace")
     if finished.returncode < 0:
         lines = [line.strip() for line in said.splitlines()
-                 if line.strip() and not re.match(r"\s*(#\d+ |Please report|Stack dump:|\d+\.\s+Program arguments)",
-                                                  line)]
+                 if line.strip() and not re.match(_STACK_TRACE, line)]
         return ("crash", "; ".join([f"iree-compile died of signal {-finished.returncode}"] + lines[:5])[:4000]), None
     if finished.returncode > 0:
         return ("compile", compiler_message(said)), None
@@ -82,6 +81,8 @@ def compiler_message(text: str) -> str:
     return "\n".join(line for line in lines[first:] if line.strip())[:4000]
 
 
+# the lines of LLVM's crash report that are its stack trace, not what went wrong
+_STACK_TRACE = r"\s*(#\d+ |\d+\s+\S+\s+0x|Please report|Stack dump|\d+\.\s+Program arguments)"
 _TENSOR = re.compile(r"%input\d+: tensor<((?:[^<>]|<[^<>]*>)*)>")
 
 
