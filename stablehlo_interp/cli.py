@@ -2,11 +2,14 @@
 
     stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz] [--semantics xla] [--portability]
     stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
-    stablehlo-interp conform PATH... [--backend cpu] [-j N] [--junit-xml PATH] [--json PATH]
+    stablehlo-interp conform PATH... [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
+                             [--backend-command 'TOOL {mlir} {inputs} {outputs}'] [-j N]
+                             [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...]
     stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu] [--model-explorer DIR]
-    stablehlo-interp compare FILE [--input ...] [--backend cpu] [--rtol R --atol A]
+    stablehlo-interp compare FILE [--input ...] [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
+                             [--backend-command CMD] [--rtol R --atol A]
 
 See docs/cli.md and docs/tools.md.
 """
@@ -28,6 +31,7 @@ from .errors import InterpreterError
 from .program import Program
 from .frontends.testfile import FAILED, expand_paths, report, run_files
 from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
+from .tools.backends.errors import BackendError
 
 
 class UsageError(Exception):
@@ -42,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"stablehlo-interp {args.name}: error: {error}", file=sys.stderr)
         return 2
-    except InterpreterError as error:
+    except (InterpreterError, BackendError) as error:
         print(f"stablehlo-interp {args.name}: {error}", file=sys.stderr)
         return 1
 
@@ -88,11 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     test.set_defaults(command=_test, name="test")
 
     conform = commands.add_parser("conform", help="judge a backend with test files (StableHLO's format)",
-                                  description="Run each test of the files on a JAX backend with its check "
+                                  description="Run each test of the files on a backend with its check "
                                               "ops turned into results, judge the backend's values with the "
                                               "file's checks and against the interpreter (docs/conformance.md).")
     conform.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
-    conform.add_argument("--backend", "-b", default="cpu", help="a JAX platform name (default: cpu)")
+    add_backend_arguments(conform)
     conform.add_argument("--verbose", "-v", action="store_true", help="list every test, not only the others")
     conform.add_argument("--include-disabled", action="store_true",
                          help="also run files whose interpreter RUN line upstream disabled")
@@ -141,14 +145,43 @@ def _parser() -> argparse.ArgumentParser:
     explore.set_defaults(command=_explore, name="explore")
 
     compare = commands.add_parser("compare", help="compare with another backend; find the first divergent op",
-                                  description="Run @main here and on a JAX backend; when the results "
+                                  description="Run @main here and on another backend; when the results "
                                               "differ, find the first op whose value differs.")
     _add_program_arguments(compare)
-    compare.add_argument("--backend", "-b", default="cpu", help="a JAX platform name (default: cpu)")
+    add_backend_arguments(compare)
     compare.add_argument("--rtol", type=float, help="relative tolerance for every float type")
     compare.add_argument("--atol", type=float, help="absolute tolerance for every float type")
     compare.set_defaults(command=_compare, name="compare")
     return parser
+
+
+def add_backend_arguments(parser) -> None:
+    """``--backend``, ``--backend-option`` and ``--backend-command``: the backend under
+    test (tools/backends/); :func:`backend_of` makes it from the parsed arguments."""
+    parser.add_argument("--backend", "-b", default="cpu",
+                        help="a JAX platform name, or iree / iree:TARGET (e.g. iree:llvm-cpu; the 'iree' extra) "
+                             "(default: cpu)")
+    parser.add_argument("--backend-option", action="append", default=[], metavar="FLAG",
+                        help="an extra flag for IREE's compiler, e.g. "
+                             "--backend-option=--iree-input-demote-f64-to-f32=true; repeat for each")
+    parser.add_argument("--backend-command", metavar="COMMAND",
+                        help="instead of --backend, a command that runs each program: {mlir} is the module's "
+                             "file, {inputs} its .npy inputs, {outputs} the directory for result_N.npy "
+                             "(docs/conformance.md)")
+
+
+def backend_of(args):
+    """The backend that :func:`add_backend_arguments`' arguments name."""
+    from .tools.backends import CommandBackend, resolve
+
+    if args.backend_command:
+        if args.backend_option:
+            raise UsageError("--backend-option is for --backend iree; a command takes its own options")
+        return CommandBackend(args.backend_command)
+    try:
+        return resolve(args.backend, args.backend_option)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _add_program_arguments(parser) -> None:
@@ -349,7 +382,7 @@ def _compare(args) -> int:
         raise UsageError("give both --rtol and --atol, or neither")
     program, name, inputs = _program_and_inputs(args)
     tolerance = None if args.rtol is None else (args.rtol, args.atol)
-    comparison = tools.compare(program, *inputs, backend=args.backend, tolerance=tolerance, function=name)
+    comparison = tools.compare(program, *inputs, backend=backend_of(args), tolerance=tolerance, function=name)
     print(comparison)
     return 0 if comparison.ok else 1
 
@@ -381,7 +414,7 @@ def _conform(args) -> int:
         line.clear()
         line.file_done(f"{counts[PASS]} pass, {counts[FAIL]} fail")
 
-    report = conform(files, args.backend, args.jobs, args.include_disabled, progress=file_done)
+    report = conform(files, backend_of(args), args.jobs, args.include_disabled, progress=file_done)
     line.clear()
     print(report.table(everything=args.verbose))
     if args.junit_xml:

@@ -13,7 +13,8 @@ where the file's RUN line asks for it, as there):
    function returns the values they check instead, and a *judge* module applies
    the same checks (same attributes, same rules as ``stablehlo-interp test``) to
    values given as arguments;
-2. the backend compiles and runs that program (tools/backends.py: any JAX platform);
+2. the backend compiles and runs that program (tools/backends/: a JAX platform,
+   IREE, a command, your callable);
 3. the judge checks the backend's values: **pass** or **fail**;
 4. the interpreter runs the same program; the backend's checked values (the first
    operand of each check) are compared with the interpreter's, element by element,
@@ -34,13 +35,13 @@ the checks (``stablehlo-interp test``'s verdict).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
-
 import functools
 import json
+import os
 import pathlib
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 from dataclasses import asdict, dataclass, field
 
 import ml_dtypes
@@ -50,7 +51,7 @@ from ..errors import ParseError
 from ..ir.edit import checks_as_results
 from ..ops.numerics import ulp_difference
 from ..program import Program
-from ..tools.backends import resolve
+from ..tools.backends import Backend, BackendError, resolve
 from ..tools.bounds import NOISE
 from ..tools.compare import compare
 from . import junit
@@ -103,6 +104,7 @@ class ConformReport:
 
     backend: str
     results: list = field(default_factory=list)
+    settings: tuple = ()   # the backend's settings that change semantics (Backend.settings)
 
     def counts(self) -> dict:
         totals = dict.fromkeys(VERDICTS, 0)
@@ -120,7 +122,8 @@ class ConformReport:
     def summary(self) -> str:
         counts = ", ".join(f"{n} {v}" for v, n in self.counts().items() if n or v in (PASS, FAIL))
         histogram = "  ".join(f"{b}: {n}" for b, n in self.histogram().items() if n)
-        return (f"{self.backend}: {counts}\n"
+        settings = "".join(f"\n  setting: {sentence}" for sentence in self.settings)
+        return (f"{self.backend}: {counts}{settings}\n"
                 f"checked elements by ULP distance to the interpreter: {histogram or 'none'}")
 
     def table(self, everything: bool = False) -> str:
@@ -142,8 +145,8 @@ class ConformReport:
         return [asdict(result) for result in self.results]
 
     def write_json(self, path) -> None:
-        document = {"backend": self.backend, "counts": self.counts(), "histogram": self.histogram(),
-                    "results": self.as_dicts()}
+        document = {"backend": self.backend, "settings": list(self.settings), "counts": self.counts(),
+                    "histogram": self.histogram(), "results": self.as_dicts()}
         pathlib.Path(path).write_text(json.dumps(document, indent=1))
 
     def write_junit(self, path) -> None:
@@ -151,16 +154,18 @@ class ConformReport:
                            for r in self.results], f"stablehlo-interp conform --backend {self.backend}")
 
 
-def conform(paths: str | os.PathLike | Iterable[str | os.PathLike], backend: str = "cpu", jobs: int = 1,
+def conform(paths: str | os.PathLike | Iterable[str | os.PathLike], backend: Any = "cpu", jobs: int = 1,
             include_disabled: bool = False,
             progress: Callable[[list[ConformResult]], None] | None = None) -> ConformReport:
-    """Run the tests of ``paths`` (files, or directories of ``*.mlir``) on the JAX
-    platform ``backend`` and judge them (module docstring). Files run in ``jobs``
-    worker processes (at least one: a backend that aborts takes only its process
-    down, and its file gets a backend error). ``progress``: called with each file's
-    results as they come, in order."""
+    """Run the tests of ``paths`` (files, or directories of ``*.mlir``) on ``backend``
+    (what :func:`~stablehlo_interp.tools.backends.resolve` takes: a JAX platform name,
+    ``"iree"``, a :class:`~stablehlo_interp.tools.backends.Backend`; it must pickle)
+    and judge them (module docstring). Files run in ``jobs`` worker processes (at
+    least one: a backend that aborts takes only its process down, and its file gets
+    a backend error). ``progress``: called with each file's results as they come, in order."""
     files = [str(f) for f in expand_paths([paths] if isinstance(paths, (str, pathlib.Path)) else paths)]
-    report = ConformReport(backend)
+    backend = resolve(backend)
+    report = ConformReport(backend.name, settings=tuple(backend.settings))
     task = functools.partial(conform_file, backend=backend, include_disabled=include_disabled)
     for results in ordered_map(task, files, jobs, on_crash=_crashed):
         report.results.extend(results)
@@ -175,9 +180,10 @@ def _crashed(path: str) -> list[ConformResult]:
                           "CHECK failure); run the file alone to see the message")]
 
 
-def conform_file(path: str, backend: str = "cpu", include_disabled: bool = False) -> list[ConformResult]:
-    """The results of one file's tests (none for a file whose interpreter RUN line upstream disabled,
-    unless ``include_disabled``)."""
+def conform_file(path: str, backend="cpu", include_disabled: bool = False) -> list[ConformResult]:
+    """The results of one file's tests on ``backend`` (as for :func:`conform`; none for a file
+    whose interpreter RUN line upstream disabled, unless ``include_disabled``)."""
+    backend = resolve(backend)
     text = pathlib.Path(path).read_text(encoding="utf-8")
     if disabled_reason(text) is not None and not include_disabled:
         return []
@@ -203,7 +209,7 @@ def conform_file(path: str, backend: str = "cpu", include_disabled: bool = False
     return results
 
 
-def _conform_test(path: str, source: str, function: str, line: int, backend: str) -> ConformResult:
+def _conform_test(path: str, source: str, function: str, line: int, backend: Backend) -> ConformResult:
     result = ConformResult(path, function, line, INTERPRETER_ERROR)
     try:
         program_text, judge_text, actual = checks_as_results(source, function)
@@ -214,10 +220,12 @@ def _conform_test(path: str, source: str, function: str, line: int, backend: str
         result.message = _message(path, error)
         return result
     try:
-        theirs = resolve(backend)(program_text, [])
-    except Exception as error:  # noqa: BLE001 - the backend could not compile or run it
+        theirs = backend(program_text, [])
+    except Exception as error:  # noqa: BLE001 - the backend could not compile or run it (a user's raises anything)
         result.verdict = BACKEND_ERROR
-        result.message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+        said = (f"{error.kind}: {error.message}" if isinstance(error, BackendError)
+                else f"{type(error).__name__}: {error}")
+        result.message = " ".join(said.split())[:500]
         return result
     result.histogram, result.max_ulp = _ulp_histogram([ours[i] for i in actual], [theirs[i] for i in actual])
     result.interpreter_passes = _passes(judge, ours) is None
@@ -284,7 +292,7 @@ def _is_float(dtype) -> bool:
     return True
 
 
-def _first_divergence(program_text: str, backend: str, path: str) -> tuple[str | None, str | None]:
+def _first_divergence(program_text: str, backend: Backend, path: str) -> tuple[str | None, str | None]:
     """The kind of the backend's difference (None when unknown) and its description."""
     try:
         comparison = compare(program_text, backend=backend, tolerance=(0.0, 0.0))
@@ -295,7 +303,7 @@ def _first_divergence(program_text: str, backend: str, path: str) -> tuple[str |
                       "the test's expectation does not hold under the interpreter either")
     if comparison.divergence is None:
         return (NOISE if comparison.noise_only else None), comparison.note
-    text = comparison.divergence.describe(backend)
+    text = comparison.divergence.describe(backend.name)
     where = location_in_file(comparison.divergence.location, path)
     text = text.replace(f" at {comparison.divergence.location}", f" at {where}", 1) if where else text
     return comparison.divergence.kind, text

@@ -24,7 +24,8 @@ See docs/tools.md.
 """
 
 from . import validation
-from .backends import InterpreterBackend, JaxBackend
+from .backends import Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend, \
+    IreeBackend, JaxBackend
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, compare
 from .difference import DEFAULT_TOLERANCES, Difference
@@ -41,8 +42,10 @@ from .trace import OpRecord, Trace, TraceRecorder, trace
 from .traffic import CollectiveTraffic, Transfer
 
 __all__ = [
-    "BreakHit", "Breakpoint", "CollectiveTraffic", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "Finding", "InterpreterBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
+    "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CollectiveTraffic",
+    "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
+    "Exploration", "Explanation", "Finding", "InterpreterBackend", "IreeBackend", "JaxBackend", "NonFiniteFinder",
+    "NonFiniteOrigin",
     "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite",

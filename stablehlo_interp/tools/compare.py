@@ -135,6 +135,7 @@ class Comparison:
     kinds: list = field(default_factory=list)
     ops: dict = field(default_factory=dict)
     findings: list = field(default_factory=list)
+    settings: tuple = ()          # the backend's settings that change semantics (Backend.settings)
 
     @property
     def ok(self) -> bool:
@@ -149,10 +150,11 @@ class Comparison:
         return self.kinds or [None] * len(self.outputs)
 
     def __str__(self) -> str:
+        settings = [f"{self.backend} setting: {sentence}" for sentence in self.settings]
         if self.ok:
             count = len(self.outputs)
-            return f"the interpreter and {self.backend} agree on " + (
-                "the result" if count == 1 else f"all {count} results")
+            return "\n".join([f"the interpreter and {self.backend} agree on " + (
+                "the result" if count == 1 else f"all {count} results")] + settings)
         lines = []
         for i, (d, kind) in enumerate(zip(self.outputs, self._kinds())):
             if d is not None:
@@ -165,7 +167,7 @@ class Comparison:
             lines.append(self.divergence.describe(self.backend))
         if self.note:
             lines.append(self.note)
-        return "\n".join(lines)
+        return "\n".join(lines + settings)
 
 
 _KIND_TEXT = {NOISE: "rounding noise: every op it depends on is within its bound",
@@ -190,8 +192,11 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     """Run ``target`` on ``args`` here and on ``backend``; classify the differences and
     find the first divergent op (module docstring).
 
-    ``backend``: a JAX platform name, an :class:`~stablehlo_interp.tools.backends.InterpreterBackend`
-    or a callable ``(module_text, args) -> arrays``. ``tolerance``: ``(rtol, atol)``
+    ``backend``: what :func:`~stablehlo_interp.tools.backends.resolve` takes (a JAX platform
+    name, ``"iree"``, a :class:`~stablehlo_interp.tools.backends.Backend` such as an
+    :class:`~stablehlo_interp.tools.backends.InterpreterBackend`, or a callable
+    ``(module_text, args) -> arrays``); a backend that cannot compile or run the program
+    raises a :class:`~stablehlo_interp.tools.backends.BackendError`. ``tolerance``: ``(rtol, atol)``
     for every float type, or a dict by element type (``{"f32": (1e-4, 1e-5)}``)
     over :data:`~stablehlo_interp.tools.difference.DEFAULT_TOLERANCES`: results
     within it agree, and no search is made unless ``every_op`` asks for each op's
@@ -210,7 +215,7 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     ours = program.run(*values, listeners=[recorder])
     theirs = run_theirs(their_text, values)
     outputs = [difference(o, t, table) for o, t in zip(ours, theirs)]
-    comparison = Comparison(run_backend.name, outputs, tolerances=table)
+    comparison = Comparison(run_backend.name, outputs, tolerances=table, settings=tuple(run_backend.settings))
     if len(theirs) != len(ours):
         comparison.outputs = [Difference(problem=f"{run_backend.name} returned {len(theirs)} results, "
                                                  f"the interpreter {len(ours)}")]
