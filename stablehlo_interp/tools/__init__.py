@@ -11,6 +11,7 @@ a function that runs a target on its arguments as ``si.run`` does
 ``probe``              intermediate values saved to .npz (:mod:`.probes`)
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
 ``compare``            first op that differs on another backend (:mod:`.compare`)
+``fuzz``               random programs here and on a backend; findings reduced (:mod:`.fuzz`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`)
 ``portability``        where the result depends on the implementation (:mod:`.portability`)
@@ -28,6 +29,7 @@ from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, compare
 from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
+from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
 from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
     find_nonfinite
@@ -41,9 +43,9 @@ from .trace import OpRecord, Trace, TraceRecorder, trace
 __all__ = [
     "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CommandBackend",
     "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "Finding", "InterpreterBackend", "IreeBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
+    "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend", "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin",
     "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
-    "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "install_from_environment",
+    "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "install_from_environment",
     "load_probes", "on_device", "portability", "probe", "summarize", "trace",
 ]

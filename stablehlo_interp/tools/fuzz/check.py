@@ -38,6 +38,7 @@ CRASH = "crashed"
 RUN_FAILURE = "failed to run"
 WRONG_TYPE = "a result of another type"
 SIGNED_ZERO = "signed zero"
+PROCESS_DIED = "the process running the backend died (a signal, an abort)"
 # Causes that are the interpreter's to answer for, and the backend's.
 OURS = (INTERPRETER_ERROR, UNSUPPORTED)
 
@@ -52,6 +53,7 @@ class Outcome:
     op: str | None = None
     element_type: str | None = None
     detail: str = ""
+    where: tuple | None = None   # the first element where the first differing result differs
 
     def same_as(self, other: "Outcome | None") -> bool:
         """Whether ``other`` shows the same thing (what the reducer keeps)."""
@@ -62,7 +64,7 @@ class Outcome:
         if self.element_type and other.element_type and self.element_type != other.element_type:
             return False
         if self.cause in (COMPILE_FAILURE, CRASH, RUN_FAILURE, INTERPRETER_ERROR):
-            return _message_stem(self.detail) == _message_stem(other.detail)
+            return message_stem(self.detail) == message_stem(other.detail)
         return True
 
     @property
@@ -70,7 +72,7 @@ class Outcome:
         return self.cause in OURS
 
 
-def _message_stem(message: str) -> str:
+def message_stem(message: str) -> str:
     """The first line of a message without its numbers, types and locations."""
     line = next((line for line in message.splitlines() if line.strip()), "")
     line = re.sub(r"tensor<[^>]*>|loc\([^)]*\)|%\w+|\d+", "#", line)
@@ -154,6 +156,7 @@ def _judge(text: str, arguments: list, backend, ours: list, theirs: list) -> Out
     unequal = [i for i, (a, b) in enumerate(zip(ours, theirs)) if not identical(np.asarray(a), b)]
     if not unequal:
         return None
+    where = tuple(int(i) for i in np.argwhere(~same_elements(np.asarray(ours[unequal[0]]), theirs[unequal[0]]))[0])
     try:
         comparison = compare(text, *arguments, backend=backend, tolerance=(0.0, 0.0))
     except (InterpreterError, BackendError) as error:   # a prefix the backend could not run: judge the results
@@ -165,16 +168,53 @@ def _judge(text: str, arguments: list, backend, ours: list, theirs: list) -> Out
         divergence = comparison.divergence
         ours_value, theirs_value = np.asarray(divergence.ours), np.asarray(divergence.theirs)
         return Outcome(f"{divergence.kind}: {what_differs(ours_value, theirs_value)}", divergence.op,
-                       element_type_of(ours_value.dtype), divergence.describe(backend.name))
+                       element_type_of(ours_value.dtype), divergence.describe(backend.name), where)
     first = unequal[0]
     a, b = np.asarray(ours[first]), theirs[first]
     what = what_differs(a, b)
     if what == SIGNED_ZERO:
-        return Outcome(SIGNED_ZERO, None, element_type_of(a.dtype), f"result #{first}: {describe_elements(a, b)}")
+        return Outcome(SIGNED_ZERO, None, element_type_of(a.dtype), f"result #{first}: {describe_elements(a, b)}",
+                       where)
     if comparison is not None and comparison.noise_only:
         return None
     return Outcome(f"{BEYOND}: {what}", None, element_type_of(a.dtype),
-                   f"result #{first}: {describe_elements(a, b)}{note}")
+                   f"result #{first}: {describe_elements(a, b)}{note}", where)
+
+
+class IsolatedCheck:
+    """:func:`check` in a child process (spawned on first use, kept for the next
+    checks): a backend that kills its process (XLA CPU on an integer division it
+    folds, say) makes a ``crashed`` outcome here, and the next check starts a new child."""
+
+    def __init__(self):
+        self.pool = None
+
+    def __call__(self, text: str, arguments: list, backend, timings: Timings | None = None) -> Outcome | None:
+        import concurrent.futures
+        import multiprocessing
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self.pool is None:
+            self.pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            outcome, spent = self.pool.submit(_check_here, text, arguments, backend).result()
+        except BrokenProcessPool:
+            self.close()
+            return Outcome(CRASH, None, None, PROCESS_DIED)
+        for phase, seconds in spent.items():
+            if timings is not None:
+                timings.add(phase, seconds)
+        return outcome
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+def _check_here(text: str, arguments: list, backend) -> tuple:
+    timings = Timings()
+    return check(text, arguments, backend, timings), dict(timings)
 
 
 def identical(ours: np.ndarray, theirs: np.ndarray) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...engine.run import Listener
 from ...program import load
-from .check import Outcome, Timings, check, same_elements
+from .check import Outcome, Timings, check
 from .generate import BINARY, UNARY
 from .programs import Program
 
@@ -69,12 +69,14 @@ def values_of(program: Program, arguments: list) -> list:
     return list(arguments) + results
 
 
-def reduce_finding(program: Program, arguments: list, outcome: Outcome, backend, budget: int = 150,
-                   timings: Timings | None = None) -> Reduced:
-    """The smallest program (and arguments) found that shows ``outcome`` (module docstring)."""
+def reduce_finding(program: Program, arguments: list, outcome: Outcome, backend, budget: int = 100,
+                   timings: Timings | None = None, checker=check) -> Reduced:
+    """The smallest program (and arguments) found that shows ``outcome`` (module docstring).
+    ``checker``: how a candidate is checked, :func:`~.check.check` or an
+    :class:`~.check.IsolatedCheck` (for a backend that may kill its process)."""
     timings = Timings() if timings is None else timings
     start = time.perf_counter()
-    state = _State(program, list(arguments), outcome, backend, budget, timings)
+    state = _State(program, list(arguments), outcome, backend, budget, timings, checker)
     try:
         state.fewer_results()
         state.fewer_ops()
@@ -86,9 +88,9 @@ def reduce_finding(program: Program, arguments: list, outcome: Outcome, backend,
 
 
 class _State:
-    def __init__(self, program, arguments, outcome, backend, budget, timings):
+    def __init__(self, program, arguments, outcome, backend, budget, timings, checker):
         self.program, self.arguments, self.outcome = program, arguments, outcome
-        self.backend, self.budget, self.timings = backend, budget, timings
+        self.backend, self.budget, self.timings, self.checker = backend, budget, timings, checker
         self.checks = 0
         self.values = values_of(program, arguments)
 
@@ -97,7 +99,7 @@ class _State:
         if self.checks >= self.budget:
             return False
         self.checks += 1
-        seen = check(program.text(), arguments, self.backend, Timings())
+        seen = self.checker(program.text(), arguments, self.backend, Timings())
         if not self.outcome.same_as(seen):
             return False
         self.program, self.arguments, self.outcome = program, arguments, _keep_known(self.outcome, seen)
@@ -145,20 +147,12 @@ class _State:
                 return
 
     def _differing_first(self, shape: tuple) -> list:
-        """Every element position, where the backend's first result differs first."""
+        """Every element position, the one where the outcome saw a difference first."""
         positions = [tuple(p) for p in np.ndindex(*shape)]
-        try:
-            import jax
+        first = self.outcome.where
+        return ([first] if first in positions else []) + [p for p in positions if p != first]
 
-            with jax.enable_x64(True):
-                theirs = np.asarray(self.backend(self.program.text(), self.arguments)[0])
-            ours = np.asarray(self.values[self.program.outputs[0]])
-            differ = {tuple(p) for p in np.argwhere(~same_elements(ours, theirs))} if ours.shape == shape else set()
-        except Exception:  # noqa: BLE001 - no values from the backend: every position in order
-            differ = set()
-        return [p for p in positions if p in differ] + [p for p in positions if p not in differ]
-
-    def simpler_values(self, tries: int = 48) -> None:
+    def simpler_values(self, tries: int = 24) -> None:
         """Each argument all zeros; else each element 0, else 1 (at most ``tries`` elements)."""
         for position, argument in enumerate(self.arguments):
             argument = np.asarray(argument)
@@ -191,4 +185,5 @@ def _same_bits(a, b) -> bool:
 
 def _keep_known(before: Outcome, after: Outcome) -> Outcome:
     """The newer outcome, keeping the op and element type the older one knew."""
-    return Outcome(after.cause, after.op or before.op, after.element_type or before.element_type, after.detail)
+    return Outcome(after.cause, after.op or before.op, after.element_type or before.element_type, after.detail,
+                   after.where)
