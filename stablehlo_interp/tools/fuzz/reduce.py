@@ -28,7 +28,7 @@ import numpy as np
 
 from ...engine.run import Listener
 from ...program import load
-from .check import Outcome, Timings, check
+from .check import CRASH, Outcome, Timings, check
 from .generate import BINARY, UNARY
 from .programs import Program
 
@@ -153,7 +153,10 @@ class _State:
         return ([first] if first in positions else []) + [p for p in positions if p != first]
 
     def simpler_values(self, tries: int = 24) -> None:
-        """Each argument all zeros; else each element 0, else 1 (at most ``tries`` elements)."""
+        """Each argument all zeros; else each element 0, else 1 (at most ``tries`` elements;
+        none for a crash, where each check that still crashes costs a new process)."""
+        if self.outcome.cause == CRASH:
+            tries = 0
         for position, argument in enumerate(self.arguments):
             argument = np.asarray(argument)
             zeros = np.zeros_like(argument)
