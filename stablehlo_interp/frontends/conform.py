@@ -219,7 +219,8 @@ def _conform_test(path: str, source: str, function: str, line: int, backend: Bac
         theirs = backend(program_text, [])
     except Exception as error:  # noqa: BLE001 - the backend could not compile or run it (a user's raises anything)
         result.verdict = BACKEND_ERROR
-        said = f"{error.kind}: {error.message}" if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
+        said = (f"{error.kind}: {error.message}" if isinstance(error, BackendError)
+                else f"{type(error).__name__}: {error}")
         result.message = " ".join(said.split())[:500]
         return result
     result.histogram, result.max_ulp = _ulp_histogram([ours[i] for i in actual], [theirs[i] for i in actual])

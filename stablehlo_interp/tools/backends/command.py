@@ -5,8 +5,8 @@ The contract, for each program run:
 
 * a fresh temporary directory holds ``program.mlir`` (the module's text, ``@main``
   its entry function) and ``input_0.npy``, ``input_1.npy`` ... (``@main``'s
-  arguments, NumPy's format, in order); the command runs there (its working
-  directory), without a shell;
+  arguments, NumPy's format, in order); the command runs without a shell, in
+  the caller's working directory (relative paths in it work);
 * in the command, ``{mlir}`` is the module's path, ``{inputs}`` (a word of its
   own) the input files, one argument each, and ``{outputs}`` the directory for
   the results (the same temporary directory);
@@ -40,7 +40,8 @@ class CommandBackend:
         self.words = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.words:
             raise ValueError("the backend command is empty")
-        self.name = name or pathlib.Path(self.words[0]).name
+        # by default the command's words but its placeholders, without their folders ("python tool.py")
+        self.name = name or " ".join(pathlib.Path(word).name for word in self.words if "{" not in word)
         self.timeout = timeout
         self.settings = tuple(settings)
 
@@ -55,7 +56,7 @@ class CommandBackend:
                 np.save(inputs[-1], np.asarray(value), allow_pickle=False)
             command = self._command_line(mlir, inputs, folder)
             try:
-                finished = subprocess.run(command, cwd=folder, capture_output=True, timeout=self.timeout)
+                finished = subprocess.run(command, capture_output=True, timeout=self.timeout)
             except subprocess.TimeoutExpired:
                 raise BackendCrash(self.name, f"timed out after {self.timeout:g} s: {shlex.join(command)}") from None
             except OSError as error:   # not found, not executable

@@ -28,7 +28,7 @@ import numpy as np
 from ...ir.child_process import ERROR, ChildDied, ChildProcess
 from .errors import BackendCompileError, BackendCrash, BackendError
 
-# The flags that change a program's types: IREE's default (3.x), and what they do.
+# The flags that change a program's types: IREE 3.13's default (read from compiled signatures), what they do.
 TYPE_FLAGS = {
     "--iree-input-demote-f64-to-f32": (True, "f64 (and complex<f64>) is computed in f32"),
     "--iree-input-demote-i64-to-i32": (False, "i64 is computed in i32"),
@@ -44,6 +44,7 @@ DRIVERS = {"llvm-cpu": "local-task", "vmvx": "local-task", "vulkan-spirv": "vulk
 TARGET_DEFAULT_FLAGS = {"llvm-cpu": ("--iree-llvmcpu-target-cpu=host",)}
 
 _CHILD = ChildProcess(f"{__package__}.iree_child")
+_ERRORS = {"compile": BackendCompileError, "crash": BackendCrash, "run": BackendError}   # iree_child's kinds
 
 
 class IreeBackend:
@@ -90,7 +91,7 @@ class IreeBackend:
             raise BackendCrash(self.name, str(died)) from None
         if status == ERROR:
             kind, message = pickle.loads(payload)
-            raise (BackendCompileError if kind == "compile" else BackendError)(self.name, message)
+            raise _ERRORS[kind](self.name, message)
         results = pickle.loads(payload)
         if any(self.flag_value(flag, default) for flag, (default, _) in TYPE_FLAGS.items()):
             results = _in_module_types(results, module_text)

@@ -4,7 +4,7 @@ process dies).
 
 A request is a pickled ``(module_text, target, driver, flags, args)``; the reply is
 OK with the pickled list of results, or ERROR with a pickled ``(kind, message)``,
-``kind`` "compile" or "run".
+``kind`` "compile", "crash" (the compiler died of a signal) or "run".
 """
 
 from __future__ import annotations
@@ -30,23 +30,37 @@ def _answer(request: bytes) -> tuple[bytes, bytes]:
         flatbuffer = iree.compiler.compile_str(module_text, target_backends=[target], input_type="stablehlo",
                                                extra_args=list(flags))
     except iree.compiler.CompilerToolError as error:
-        return ERROR, pickle.dumps(("compile", compiler_message(str(error))))
+        return ERROR, pickle.dumps(compiler_failure(str(error)))
     try:
         if driver not in _CONFIGS:
             _CONFIGS[driver] = iree.runtime.Config(driver)
         context = iree.runtime.SystemContext(config=_CONFIGS[driver])
-        context.add_vm_module(iree.runtime.VmModule.copy_buffer(context.instance, flatbuffer))
-        main = context.modules.module["main"]
+        vm_module = iree.runtime.VmModule.copy_buffer(context.instance, flatbuffer)
+        context.add_vm_module(vm_module)
+        main = context.modules[vm_module.name]["main"]   # the VM module is named as the MLIR module (or "module")
         declared = declared_input_types(main.vm_function.reflection.get("iree.abi.declaration", ""))
         returned = main(*(_as_declared(np.asarray(value), declared, index) for index, value in enumerate(args)))
-    except Exception as error:  # noqa: BLE001 - the runtime's refusal is the verdict's message
+        if returned is None:
+            returned = []
+        elif not isinstance(returned, (list, tuple)):
+            returned = [returned]
+        results = [np.asarray(value.to_host() if hasattr(value, "to_host") else value) for value in returned]
+    except Exception as error:  # noqa: BLE001 - the runtime's refusal (or its bindings'): the verdict's message
         return ERROR, pickle.dumps(("run", f"{type(error).__name__}: {error}"))
-    if returned is None:
-        returned = []
-    elif not isinstance(returned, (list, tuple)):
-        returned = [returned]
-    return OK, pickle.dumps([np.asarray(value.to_host() if hasattr(value, "to_host") else value)
-                             for value in returned])
+    return OK, pickle.dumps(results)
+
+
+def compiler_failure(text: str) -> tuple[str, str]:
+    """``(kind, message)`` of a failed compile: "crash" when ``iree-compile`` died of a
+    signal (its error code is minus the signal's number; the message is what it said
+    before its stack trace), else "compile" and its diagnostics."""
+    code = re.search(r"^Error code: (-?\d+)$", text, re.MULTILINE)
+    if code is None or int(code.group(1)) >= 0:
+        return "compile", compiler_message(text)
+    diagnostics = text.partition("Diagnostics:")[2].partition("Invoked with:")[0]
+    said = [line.strip() for line in diagnostics.splitlines()
+            if line.strip() and not re.match(r"\s*(#\d+ |Please report|Stack dump:|\d+\.\s+Program arguments)", line)]
+    return "crash", "; ".join([f"iree-compile died of signal {-int(code.group(1))}"] + said[:5])[:4000]
 
 
 def compiler_message(text: str) -> str:

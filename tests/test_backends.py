@@ -1,0 +1,211 @@
+"""The backends of conform, compare and fuzz (stablehlo_interp/tools/backends/): one
+protocol; IREE against NumPy and hand-checked values; the command contract with a tiny
+Python script as the tool; compile failures and crashes are verdicts with the backend's
+message."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from stablehlo_interp.cli import main
+from stablehlo_interp.frontends.conform import BACKEND_ERROR, PASS, conform_file
+from stablehlo_interp.tools.backends import (Backend, BackendCompileError, BackendCrash, BackendError,
+                                             CommandBackend, InterpreterBackend, IreeBackend, JaxBackend, resolve)
+
+needs_iree = pytest.mark.skipif(
+    importlib.util.find_spec("iree") is None or importlib.util.find_spec("iree.runtime") is None,
+    reason="IREE is not installed (pip install 'stablehlo-interp[iree]')")
+
+ADD_F64 = """func.func @main(%a: tensor<3xf64>, %b: tensor<3xf64>) -> tensor<3xf64> {
+  %0 = stablehlo.add %a, %b : tensor<3xf64>
+  return %0 : tensor<3xf64>
+}"""
+ADD_I32 = ADD_F64.replace("f64", "i32")
+TRIANGULAR_SOLVE = """func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x2xf32>) -> tensor<2x2xf32> {
+  %0 = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, unit_diagonal = false,
+      transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %0 : tensor<2x2xf32>
+}"""
+
+
+def test_every_backend_follows_the_protocol():
+    def mine(module_text, args):
+        return [np.zeros(1)]
+
+    for backend in (resolve("cpu"), resolve("iree:vmvx"), resolve(mine), CommandBackend("tool {mlir}"),
+                    InterpreterBackend()):
+        assert isinstance(backend, Backend), backend
+    assert (resolve("iree:vmvx").target, resolve("iree").target, resolve("iree").name) == ("vmvx", "llvm-cpu",
+                                                                                             "iree:llvm-cpu")
+    assert resolve(mine).name == "mine" and resolve(mine).settings == ()
+    assert resolve(mine)("", [])[0].tolist() == [0.0]
+    assert isinstance(resolve("cpu"), JaxBackend)
+    with pytest.raises(ValueError, match="IREE's compiler"):
+        resolve("cpu", ["--xla_flag"])
+
+
+def test_iree_flags_replace_the_defaults_of_the_same_name_and_settings_say_what_is_in_effect():
+    default = IreeBackend()
+    assert default.flags == ("--iree-input-demote-f64-to-f32=false", "--iree-llvmcpu-target-cpu=host")
+    assert default.settings[0] == ("f64 (and complex<f64>) runs as written (--iree-input-demote-f64-to-f32=false; "
+                                   "IREE's default demotes)")
+    demoting = IreeBackend(flags=["--iree-input-demote-f64-to-f32=true", "--iree-input-demote-i64-to-i32"])
+    assert demoting.flags == ("--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=true",
+                              "--iree-input-demote-i64-to-i32")
+    assert demoting.settings[:2] == (
+        "f64 (and complex<f64>) is computed in f32 (--iree-input-demote-f64-to-f32=true, IREE default)",
+        "i64 is computed in i32 (--iree-input-demote-i64-to-i32=true)")
+
+
+@needs_iree
+def test_iree_runs_f64_as_written_and_integers_wrap():
+    a, b = np.array([1.0, 2.0, 1e300]), np.array([1e-15, 2.0**-60, 1e300])
+    (total,) = resolve("iree")(ADD_F64, [a, b])
+    assert total.dtype == np.float64
+    np.testing.assert_array_equal(total, a + b)   # IEEE f64: 1 + 1e-15 is not 1, 1e300 + 1e300 is finite
+    assert total[0] != 1.0 and np.isfinite(total[2])
+    big = np.array([2**31 - 1, -7, -2**31], np.int32)
+    (wrapped,) = resolve("iree")(ADD_I32, [big, np.array([1, 2, -1], np.int32)])
+    assert wrapped.tolist() == [-2**31, -5, 2**31 - 1]   # the spec's two's complement wrap-around
+
+
+@needs_iree
+def test_iree_f64_demotion_computes_in_f32_and_returns_the_module_types():
+    a, b = np.array([1.0, 2.0, 1e300]), np.array([1e-15, 2.0**-60, 1e300])
+    (total,) = resolve("iree", ["--iree-input-demote-f64-to-f32=true"])(ADD_F64, [a, b])
+    assert total.dtype == np.float64   # widened back to the module's type
+    with np.errstate(over="ignore"):   # 1e300 is inf in f32
+        expected = (a.astype(np.float32) + b.astype(np.float32)).astype(np.float64)
+    np.testing.assert_array_equal(total, expected)
+    assert total.tolist()[:2] == [1.0, 2.0] and total[2] == np.inf
+
+
+@needs_iree
+def test_iree_that_cannot_compile_is_a_verdict_with_its_message(tmp_path):
+    with pytest.raises(BackendCompileError) as caught:
+        resolve("iree")(TRIANGULAR_SOLVE, [np.eye(2, dtype=np.float32)] * 2)
+    assert "failed to legalize operation 'stablehlo.triangular_solve'" in caught.value.message
+    assert caught.value.backend == "iree:llvm-cpu" and "Invoked with" not in caught.value.message
+    path = tmp_path / "solve.mlir"
+    path.write_text(textwrap.dedent("""\
+        func.func @solve() {
+          %a = stablehlo.constant dense<[[2.0, 0.0], [1.0, 1.0]]> : tensor<2x2xf32>
+          %0 = "stablehlo.triangular_solve"(%a, %a) {left_side = true, lower = true, unit_diagonal = false,
+              transpose_a = #stablehlo<transpose NO_TRANSPOSE>} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+          check.expect_almost_eq_const %0, dense<[[1.0, 0.0], [0.0, 1.0]]> : tensor<2x2xf32>
+          func.return
+        }
+        """))
+    (result,) = conform_file(str(path), "iree")
+    assert result.verdict == BACKEND_ERROR
+    assert result.message.startswith("cannot compile: ") and "stablehlo.triangular_solve" in result.message
+
+
+@needs_iree
+def test_an_iree_compiler_that_dies_is_a_crash_and_the_next_program_runs():
+    """IREE 3.13's iree-compile dies of SIGFPE on a complex<f64> constant that is not a splat
+    (docs/findings.md); the child process that asked goes on."""
+    constant = """func.func @main() -> tensor<2xcomplex<f64>> {
+      %c = stablehlo.constant dense<[(1.0, 2.0), (3.0, -4.0)]> : tensor<2xcomplex<f64>>
+      return %c : tensor<2xcomplex<f64>>
+    }"""
+    with pytest.raises(BackendCrash) as caught:
+        resolve("iree")(constant, [])
+    assert caught.value.message.startswith("iree-compile died of signal 8")
+    (total,) = resolve("iree")(ADD_I32, [np.array([1, 2, 3], np.int32)] * 2)
+    assert total.tolist() == [2, 4, 6]
+
+
+# ------------------------------------------------------------------ the command backend
+
+TOOL = """\
+import pathlib, sys
+import numpy as np
+
+mlir, inputs, outputs = sys.argv[1], sys.argv[2:-1], pathlib.Path(sys.argv[-1])
+text = pathlib.Path(mlir).read_text()
+if "stablehlo.add" not in text:
+    print("only stablehlo.add: cannot compile " + text.split()[0], file=sys.stderr)
+    sys.exit(3)
+a, b = (np.load(path) for path in inputs)
+np.save(outputs / "result_0.npy", a + b)
+np.save(outputs / "result_1.npy", np.array(len(inputs)))
+"""
+
+
+@pytest.fixture
+def tool(tmp_path):
+    path = tmp_path / "tool.py"
+    path.write_text(TOOL)
+    return f"{sys.executable} {path} {{mlir}} {{inputs}} {{outputs}}"
+
+
+def test_a_command_gets_the_mlir_and_npy_inputs_and_its_npy_outputs_are_the_results(tool):
+    backend = CommandBackend(tool, name="adder")
+    total, count = backend(ADD_I32, [np.array([1, 2, 3], np.int32), np.array([10, 20, 30], np.int32)])
+    assert total.dtype == np.int32 and total.tolist() == [11, 22, 33] and count == 2
+    assert backend.name == "adder" and CommandBackend(tool).name == f"{sys.executable.rsplit('/', 1)[-1]} tool.py"
+
+
+def test_a_command_that_exits_3_cannot_compile(tool):
+    with pytest.raises(BackendCompileError, match="only stablehlo.add: cannot compile func.func"):
+        CommandBackend(tool)(ADD_I32.replace("stablehlo.add", "stablehlo.subtract"), [np.zeros(3, np.int32)] * 2)
+
+
+def test_a_command_that_dies_or_hangs_is_a_crash(tmp_path):
+    aborts = tmp_path / "aborts.py"
+    aborts.write_text("import os, sys\nprint('about to abort', file=sys.stderr)\nos.abort()\n")
+    with pytest.raises(BackendCrash) as caught:
+        CommandBackend([sys.executable, str(aborts), "{mlir}"])(ADD_I32, [])
+    assert caught.value.message == "signal 6: about to abort"
+    with pytest.raises(BackendCrash, match="timed out after 0.5 s"):
+        CommandBackend([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)(ADD_I32, [])
+    with pytest.raises(BackendCrash, match="cannot start"):
+        CommandBackend(str(tmp_path / "no-such-tool"))(ADD_I32, [])
+    with pytest.raises(BackendCrash, match="(?s)exit status 1: .*ZeroDivisionError"):
+        CommandBackend([sys.executable, "-c", "1/0"])(ADD_I32, [])
+
+
+def test_unreadable_results_are_a_backend_error(tmp_path):
+    writes = [sys.executable, "-c", "import sys, pathlib; (pathlib.Path(sys.argv[1]) / 'result_0.npy')"
+                                    ".write_text('not npy')", "{outputs}"]
+    with pytest.raises(BackendError, match="cannot read result_0.npy"):
+        CommandBackend(writes)(ADD_I32, [])
+
+
+def test_conform_with_a_command_judges_its_values_and_reports_its_crash(tmp_path, tool, capsys):
+    tests = tmp_path / "tests.mlir"
+    tests.write_text(textwrap.dedent("""\
+        func.func @adds() {
+          %a = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+          %0 = stablehlo.add %a, %a : tensor<2xi32>
+          check.expect_eq_const %0, dense<[2, 4]> : tensor<2xi32>
+          func.return
+        }
+        func.func @subtracts() {
+          %a = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+          %0 = stablehlo.subtract %a, %a : tensor<2xi32>
+          check.expect_eq_const %0, dense<0> : tensor<2xi32>
+          func.return
+        }
+        """))
+    adds, subtracts = conform_file(str(tests), CommandBackend(tool))
+    # the tool's a + b of no inputs fails: it is given none (the tests take no arguments)
+    assert adds.verdict == BACKEND_ERROR and adds.message.startswith("crashed: exit status 1")
+    assert subtracts.verdict == BACKEND_ERROR and subtracts.message.startswith("cannot compile: only stablehlo.add")
+    echo = tmp_path / "echo.py"   # a tool that runs the program's constants: @adds' doubled [1, 2]
+    echo.write_text("import sys, pathlib, numpy as np\n"
+                    "np.save(pathlib.Path(sys.argv[1]) / 'result_0.npy', np.array([2, 4], np.int32))\n")
+    report_path = tmp_path / "report.json"
+    status = main(["conform", str(tests), "--backend-command", f"{sys.executable} {echo} {{outputs}}",
+                   "--json", str(report_path)])
+    document = json.loads(report_path.read_text())
+    assert [r["verdict"] for r in document["results"]] == [PASS, "fail"]
+    assert document["backend"] == f"{sys.executable.rsplit('/', 1)[-1]} echo.py"
+    assert status == 1 and "1 pass, 1 fail" in capsys.readouterr().out
