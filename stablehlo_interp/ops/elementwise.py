@@ -391,7 +391,10 @@ def _complex_expm1(z):
     where e**x * cos(y) is near 1; where they cancel by more bits than long
     double holds beyond the result type (6 spare bits kept), it is recomputed in
     decimal (:func:`_decimal_expm1_real`): complex128 has only 11 bits to spare,
-    and long double gave e.g. 6.37e-19 for 6.41e-19."""
+    and long double gave e.g. 6.37e-19 for 6.41e-19. A zero imaginary part stays
+    that zero (e**x * sin(±0) is ±0, as C99's cexp(x ± i0) = e**x ± i0, Annex G.6.3.1):
+    NumPy multiplies an overflowed e**x = inf by it, which is NaN (found by fuzz:
+    expm1(DBL_MAX + 0i) gave inf + NaN i, XLA CPU inf + 0i)."""
     wide = np.asarray(z, np.clongdouble)
     x, y = wide.real, wide.imag
     with np.errstate(all="ignore"):
@@ -400,6 +403,7 @@ def _complex_expm1(z):
     spare_bits = np.finfo(np.longdouble).nmant - np.finfo(z.real.dtype).nmant - 6
     cancels = np.isfinite(wide) & (np.abs(y) < _DECIMAL_REDUCIBLE) & (np.abs(result.real) < terms * 2.0**-spare_bits)
     result.real[cancels] = [_decimal_expm1_real(float(a), float(b)) for a, b in zip(x[cancels], y[cancels])]
+    result.imag[y == 0] = y[y == 0]
     return result.astype(z.dtype)
 
 
