@@ -29,7 +29,7 @@ import numpy as np
 from ...engine.run import Listener
 from ...program import load
 from .check import CRASH, Outcome, Timings, check
-from .generate import BINARY, UNARY
+from .generate import BINARY, UNARY, random_values
 from .programs import Program
 
 # Ops applied element by element to operands of one shape (a 0-d select predicate or clamp bound too).
@@ -107,12 +107,17 @@ class _State:
         return True
 
     def _cut(self, kept_ops, outputs=None) -> bool:
+        """Keep only ``kept_ops``; the values they read that no kept op makes are arguments
+        holding the interpreter's values, or random ones of their type where the interpreter
+        never computed them (an interpreter error: its finding is not about values)."""
         program, sources = self.program.keep(kept_ops, outputs)
-        if any(self.values[v] is None for v in sources):
-            return False   # a value the interpreter never computed
         if len(program.ops) == len(self.program.ops) and program.outputs == self.program.outputs:
             return False
-        return self._try(program, [self.values[v] for v in sources])
+        if any(self.values[v] is None for v in sources) and not self.outcome.ours:
+            return False   # a value the interpreter never computed
+        rng = np.random.default_rng(len(self.program.ops))
+        return self._try(program, [random_values(self.program.values[v], rng) if self.values[v] is None
+                                   else self.values[v] for v in sources])
 
     def fewer_results(self) -> None:
         if len(self.program.outputs) > 1:
