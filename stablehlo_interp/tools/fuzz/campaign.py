@@ -231,18 +231,24 @@ def _map(function, items: list, jobs: int, ray: str | None, on_crash):
         yield from ordered_map(function, items, jobs, on_crash=on_crash)
 
 
+def _call(function, item):
+    return function(item)
+
+
 def _ray_map(function, items: list, address: str, on_crash):
     """``function`` over ``items`` as Ray tasks on the cluster at ``address`` (``"local"``:
-    a Ray instance started here); a task whose worker died yields ``on_crash(item)``."""
+    a Ray instance started here); a task whose worker died yields ``on_crash(item)`` (an
+    exception the task raised is raised here). The workers import ``function`` and the
+    backend by name: stablehlo_interp and a backend's module must be installed there."""
     import ray
 
     if not ray.is_initialized():
         ray.init(address=None if address == "local" else address, include_dashboard=False,
                  log_to_driver=False)
-    remote = ray.remote(function)
-    futures = [remote.remote(item) for item in items]
+    remote = ray.remote(_call)   # (ray.remote takes functions, not a functools.partial)
+    futures = [remote.remote(function, item) for item in items]
     for item, future in zip(items, futures):
         try:
             yield ray.get(future)
-        except (ray.exceptions.WorkerCrashedError, ray.exceptions.RayTaskError):
+        except ray.exceptions.WorkerCrashedError:
             yield on_crash(item)
