@@ -103,6 +103,18 @@ class Program:
         program.outputs = [renumber[v] for v in outputs]
         return program, sources
 
+    def bypass(self, k: int, operand: int) -> "Program":
+        """This program with the uses of op ``k``'s result reading ``operand`` instead (a
+        value of the same type): op ``k`` is then dead, and :meth:`keep` drops it."""
+        old = self.op_value(k)
+
+        def swap(value):
+            return operand if value == old else value
+
+        return Program(self.arguments, list(self.values),
+                       [replace(op, operands=tuple(swap(v) for v in op.operands)) for op in self.ops],
+                       [swap(v) for v in self.outputs])
+
     def on_one_element(self) -> "Program":
         """This program with every value of rank 0 (for programs of element-wise ops)."""
         return Program(self.arguments, [Spec((), spec.element) for spec in self.values],

@@ -9,7 +9,8 @@ op and element type):
 2. **fewer ops**: an op is *cut* when its result becomes an argument holding
    the value the interpreter computed for it in the whole program, so any set of
    ops is again a program; first the op the outcome names alone, then every op
-   in turn;
+   in turn; then each op *bypassed*: its uses read one of its operands of the
+   same type (what a compiler that folds ``x - x`` needs to keep seeing);
 3. **smaller shapes**: a program of element-wise ops (the same shape for every
    operand and result) becomes the same program on one element (rank 0), at an
    element where the backend differs;
@@ -106,11 +107,12 @@ class _State:
         self.values = values_of(program, arguments)
         return True
 
-    def _cut(self, kept_ops, outputs=None) -> bool:
-        """Keep only ``kept_ops``; the values they read that no kept op makes are arguments
-        holding the interpreter's values, or random ones of their type where the interpreter
-        never computed them (an interpreter error: its finding is not about values)."""
-        program, sources = self.program.keep(kept_ops, outputs)
+    def _cut(self, kept_ops, outputs=None, base: Program | None = None) -> bool:
+        """Keep only ``kept_ops`` of ``base`` (this program, or one with the same values); the
+        values they read that no kept op makes are arguments holding the interpreter's
+        values, or random ones of their type where the interpreter never computed them (an
+        interpreter error: its finding is not about values)."""
+        program, sources = (base or self.program).keep(kept_ops, outputs)
         if len(program.ops) == len(self.program.ops) and program.outputs == self.program.outputs:
             return False
         if any(self.values[v] is None for v in sources) and not self.outcome.ours:
@@ -135,6 +137,19 @@ class _State:
         while k >= 0 and len(self.program.ops) > 1:
             kept = [j for j in range(len(self.program.ops)) if j != k]
             self._cut(kept)
+            k = min(k - 1, len(self.program.ops) - 1)
+        self.bypassed_ops()
+
+    def bypassed_ops(self) -> None:
+        """Each op in turn bypassed: its uses read one of its operands of its result's type."""
+        k = len(self.program.ops) - 1
+        while k >= 0 and len(self.program.ops) > 1:
+            op = self.program.ops[k]
+            for operand in dict.fromkeys(op.operands):
+                if self.program.values[operand] == op.result:
+                    kept = [j for j in range(len(self.program.ops)) if j != k]
+                    if self._cut(kept, base=self.program.bypass(k, operand)):
+                        break
             k = min(k - 1, len(self.program.ops) - 1)
 
     def one_element(self) -> None:
