@@ -266,12 +266,21 @@ def _array(values) -> str:
     return f"array<i64{': ' + _ints(values) if len(values) else ''}>"
 
 
+def _operand(*kinds, **constraints):
+    """A builder of an op on a value :meth:`_Builder.value` picks (``kinds``, ``min_rank``,
+    ``accept``), called with the value and its type; nothing when none fits."""
+    def wrap(build):
+        def picked(b: _Builder):
+            x = b.value(*kinds, **constraints)
+            if x is not None:
+                build(b, x, b.specs[x])
+        return picked
+    return wrap
+
+
 def _unary(name: str, kinds: str):
-    def build(b: _Builder):
-        x = b.value(kinds)
-        if x is None:
-            return
-        spec = b.specs[x]
+    @_operand(kinds)
+    def build(b: _Builder, x: int, spec: Spec):
         element = {"is_finite": "i1"}.get(name, spec.element)
         if name in ("abs", "real", "imag"):
             element = _real_of(spec.element)
@@ -280,11 +289,8 @@ def _unary(name: str, kinds: str):
 
 
 def _binary(name: str, kinds: str):
-    def build(b: _Builder):
-        x = b.value(kinds)
-        if x is None:
-            return
-        spec = b.specs[x]
+    @_operand(kinds)
+    def build(b: _Builder, x: int, spec: Spec):
         b.add(name, (x, b.like(spec)), spec)
     return build
 
@@ -292,11 +298,8 @@ def _binary(name: str, kinds: str):
 COMPARE_TYPES = {"f": "FLOAT", "c": "FLOAT", "si": "SIGNED", "ui": "UNSIGNED", "b": "UNSIGNED"}
 
 
-def _compare(b: _Builder):
-    x = b.value(ANY)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY)
+def _compare(b: _Builder, x: int, spec: Spec):
     k = kind(spec.element)
     directions = ["EQ", "NE"] if k == "c" else ["EQ", "NE", "LT", "LE", "GT", "GE"]
     compare_type = "TOTALORDER" if k == "f" and b.rng.random() < 0.3 else COMPARE_TYPES[k]
@@ -314,59 +317,41 @@ def _select(b: _Builder):
     b.add("select", (b.like(Spec(pred_shape, "i1")), x, b.like(spec)), spec)
 
 
-def _clamp(b: _Builder):
-    x = b.value("f si ui")
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f si ui")
+def _clamp(b: _Builder, x: int, spec: Spec):
     bound = Spec((), spec.element) if b.rng.random() < 0.5 else spec
     b.add("clamp", (b.like(bound), x, b.like(bound)), spec)
 
 
-def _convert(b: _Builder):
-    x = b.value(ANY)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY)
+def _convert(b: _Builder, x: int, spec: Spec):
     targets = [e for e in b.element_types if not (kind(spec.element) == "c" and kind(e) != "c")
                and not (kind(spec.element) in "f c" and kind(e) in ("si", "ui"))]
     b.add("convert", (x,), Spec(spec.shape, b.choice(targets)))
 
 
-def _bitcast_convert(b: _Builder):
-    x = b.value("f si ui c")
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f si ui c")
+def _bitcast_convert(b: _Builder, x: int, spec: Spec):
     width = np.dtype(dtype_of(spec.element)).itemsize * (1 if spec.element not in ("i4", "ui4") else 0.5)
-    same = [e for e in b.element_types if e != spec.element and kind(e) != "b" and (kind(e) == "c") == (kind(spec.element) == "c")
-            and np.dtype(dtype_of(e)).itemsize * (1 if e not in ("i4", "ui4") else 0.5) == width]
+    same = [e for e in b.element_types if e != spec.element and kind(e) != "b"
+            and (kind(e) == "c") == (kind(spec.element) == "c") and np.dtype(dtype_of(e)).itemsize * (1 if e not in ("i4", "ui4") else 0.5) == width]
     if same:
         b.add("bitcast_convert", (x,), Spec(spec.shape, b.choice(same)))
 
 
-def _reduce_precision(b: _Builder):
-    x = b.value("f")
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f")
+def _reduce_precision(b: _Builder, x: int, spec: Spec):
     b.add("reduce_precision", (x,), spec, f"exponent_bits = {int(b.rng.integers(1, 9))} : i32, "
           f"mantissa_bits = {int(b.rng.integers(0, 11))} : i32")
 
 
-def _complex(b: _Builder):
-    x = b.value("f", accept=lambda s: s.element in ("f32", "f64"))
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f", accept=lambda s: s.element in ("f32", "f64"))
+def _complex(b: _Builder, x: int, spec: Spec):
     b.add("complex", (x, b.like(spec)), Spec(spec.shape, f"complex<{spec.element}>"))
 
 
-def _reshape(b: _Builder):
-    x = b.value(ANY)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY)
+def _reshape(b: _Builder, x: int, spec: Spec):
     size, shape = spec.size, []
     if size == 0:
         shape = [0] + [int(b.rng.integers(1, 4)) for _ in range(int(b.rng.integers(0, 3)))]
@@ -385,21 +370,15 @@ def _reshape(b: _Builder):
     b.add("reshape", (x,), Spec(tuple(shape), spec.element))
 
 
-def _transpose(b: _Builder):
-    x = b.value(ANY, min_rank=2)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, min_rank=2)
+def _transpose(b: _Builder, x: int, spec: Spec):
     permutation = b.rng.permutation(len(spec.shape))
     b.add("transpose", (x,), Spec(tuple(spec.shape[p] for p in permutation), spec.element),
           f"permutation = {_array(permutation)}")
 
 
-def _broadcast_in_dim(b: _Builder):
-    x = b.value(ANY, accept=lambda s: len(s.shape) <= 2)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, accept=lambda s: len(s.shape) <= 2)
+def _broadcast_in_dim(b: _Builder, x: int, spec: Spec):
     rank = len(spec.shape) + int(b.rng.integers(0, 3))
     dims = sorted(b.rng.choice(rank, len(spec.shape), replace=False).tolist())
     shape = [int(b.rng.integers(1, 4)) for _ in range(rank)]
@@ -408,11 +387,8 @@ def _broadcast_in_dim(b: _Builder):
     b.add("broadcast_in_dim", (x,), Spec(tuple(shape), spec.element), f"broadcast_dimensions = {_array(dims)}")
 
 
-def _slice(b: _Builder):
-    x = b.value(ANY, min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, min_rank=1)
+def _slice(b: _Builder, x: int, spec: Spec):
     start, limit, strides, shape = [], [], [], []
     for size in spec.shape:
         s = int(b.rng.integers(0, size + 1))
@@ -424,11 +400,8 @@ def _slice(b: _Builder):
           f"start_indices = {_array(start)}, limit_indices = {_array(limit)}, strides = {_array(strides)}")
 
 
-def _concatenate(b: _Builder):
-    x = b.value(ANY, min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, min_rank=1)
+def _concatenate(b: _Builder, x: int, spec: Spec):
     dimension = int(b.rng.integers(len(spec.shape)))
     operands, total = [x], spec.shape[dimension]
     for _ in range(int(b.rng.integers(1, 3))):
@@ -441,11 +414,8 @@ def _concatenate(b: _Builder):
     b.add("concatenate", operands, Spec(tuple(shape), spec.element), f"dimension = {dimension} : i64")
 
 
-def _pad(b: _Builder):
-    x = b.value(ANY)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY)
+def _pad(b: _Builder, x: int, spec: Spec):
     low, high, interior, shape = [], [], [], []
     for size in spec.shape:
         i = int(b.rng.integers(0, 3))
@@ -459,11 +429,8 @@ def _pad(b: _Builder):
           f"interior_padding = {_array(interior)}")
 
 
-def _reverse(b: _Builder):
-    x = b.value(ANY, min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, min_rank=1)
+def _reverse(b: _Builder, x: int, spec: Spec):
     dims = sorted(b.rng.choice(len(spec.shape), int(b.rng.integers(1, len(spec.shape) + 1)), replace=False))
     b.add("reverse", (x,), spec, f"dimensions = {_array(dims)}")
 
@@ -522,11 +489,8 @@ def _body(name: str, element: str, arguments: int = 2, result: str | None = None
             f'      "stablehlo.return"(%r) : ({result}) -> ()\n    }}')
 
 
-def _reduce(b: _Builder):
-    x = b.value("f c si ui b", min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f c si ui b", min_rank=1)
+def _reduce(b: _Builder, x: int, spec: Spec):
     body = b.choice(REDUCE_BODIES[kind(spec.element)])
     dims = sorted(b.rng.choice(len(spec.shape), int(b.rng.integers(1, len(spec.shape) + 1)), replace=False))
     init = b.constant(Spec((), spec.element), _identity(body, spec.element))
@@ -535,11 +499,8 @@ def _reduce(b: _Builder):
           _body(f"stablehlo.{body}", spec.element))
 
 
-def _dot_general(b: _Builder):
-    x = b.value("f c si ui", min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f c si ui", min_rank=1)
+def _dot_general(b: _Builder, x: int, spec: Spec):
     rank = len(spec.shape)
     dims = list(b.rng.permutation(rank))
     batch = dims[:int(b.rng.integers(0, min(1, rank - 1) + 1))]
@@ -556,11 +517,8 @@ def _dot_general(b: _Builder):
           f"rhs_contracting_dimensions = [{_ints(range(nb, nb + len(contracting)))}]>")
 
 
-def _sort(b: _Builder):
-    x = b.value("f si ui b", min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand("f si ui b", min_rank=1)
+def _sort(b: _Builder, x: int, spec: Spec):
     k = kind(spec.element)
     compare_type = "TOTALORDER" if k == "f" else COMPARE_TYPES[k]
     direction = b.choice(["LT", "GT"])
@@ -575,31 +533,22 @@ def _indices(b: _Builder, rank: int) -> list:
     return [b.like(Spec((), element)) for _ in range(rank)]
 
 
-def _dynamic_slice(b: _Builder):
-    x = b.value(ANY, min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, min_rank=1)
+def _dynamic_slice(b: _Builder, x: int, spec: Spec):
     sizes = [int(b.rng.integers(0, s + 1)) for s in spec.shape]
     b.add("dynamic_slice", [x] + _indices(b, len(spec.shape)), Spec(tuple(sizes), spec.element),
           f"slice_sizes = {_array(sizes)}")
 
 
-def _dynamic_update_slice(b: _Builder):
-    x = b.value(ANY, min_rank=1)
-    if x is None:
-        return
-    spec = b.specs[x]
+@_operand(ANY, min_rank=1)
+def _dynamic_update_slice(b: _Builder, x: int, spec: Spec):
     update = b.like(Spec(tuple(int(b.rng.integers(0, s + 1)) for s in spec.shape), spec.element))
     b.add("dynamic_update_slice", [x, update] + _indices(b, len(spec.shape)), spec)
 
 
-def _get_dimension_size(b: _Builder):
-    x = b.value(ANY, min_rank=1)
-    if x is None:
-        return
-    b.add("get_dimension_size", (x,), Spec((), "i32"),
-          f"dimension = {int(b.rng.integers(len(b.specs[x].shape)))} : i64")
+@_operand(ANY, min_rank=1)
+def _get_dimension_size(b: _Builder, x: int, spec: Spec):
+    b.add("get_dimension_size", (x,), Spec((), "i32"), f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64")
 
 
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
