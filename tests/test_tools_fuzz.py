@@ -195,3 +195,13 @@ def test_a_campaign_runs_on_a_local_ray_instance():
     local = fuzz("cpu", **options)
     assert local.findings and [(f.key, f.programs, f.text) for f in report.findings] == \
         [(f.key, f.programs, f.text) for f in local.findings]
+
+
+def test_the_command(tmp_path, capsys):
+    from stablehlo_interp.cli import main
+
+    assert main(["fuzz", "--count", "2", "--op", "negate", "--element-type", "i32", "--out", str(tmp_path)]) == 0
+    assert "2 programs from seed 0 on cpu: 2 agree, 0 findings" in capsys.readouterr().out
+    assert json.loads((tmp_path / "report.json").read_text())["agreed"] == 2
+    assert main(["fuzz", "--op", "no_such_op"]) == 2
+    assert "the generator knows no no_such_op" in capsys.readouterr().err
