@@ -66,7 +66,7 @@ def campaign(backend: str, count: int, seed: int, jobs: int) -> None:
     report = fuzz(backend, seed=seed, count=count, jobs=jobs)
     total = sum(report.timings.values())
     print(f"\ncampaign against {report.backend}: {count} programs, -j {jobs}: {report.seconds:.1f} s wall, "
-          f"{count / report.seconds:.2f} programs/s; {report.agreed} agree, {len(report.findings)} findings")
+          f"{report.programs_per_second:.2f} programs/s; {report.agreed} agree, {len(report.findings)} findings")
     print(f"{'phase':<28}{'s (summed)':>12}{'share':>8}")
     for phase, seconds in sorted(report.timings.items(), key=lambda item: -item[1]):
         print(f"{phase:<28}{seconds:>12.2f}{seconds / total:>8.0%}")

@@ -27,7 +27,7 @@ from ...ir.types import element_type_of
 from ...program import load
 from ..backends import BackendCompileError, BackendCrash, BackendError
 from ..backends.jax import JaxBackend, _compile
-from ..bounds import BEYOND, UNBOUNDED
+from ..bounds import BEYOND
 from ..compare import compare
 from .generate import kind
 

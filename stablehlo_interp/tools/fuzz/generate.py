@@ -1,6 +1,10 @@
 """Random well-typed StableHLO programs and their arguments, deterministic from a seed.
 
-A program is one to ``max_ops`` ops drawn from :data:`OPS`, each with operands of
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (62 ops: element-wise,
+comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``dot_general``,
+dynamic slices; not yet control flow, gather/scatter, convolution, windows,
+fft, map, batch norm, linear algebra, random numbers, collectives, quantized
+types), each with operands of
 types the spec allows for it (StableHLO spec, each op's constraints) and random
 attributes; the values nothing else reads are returned. Arguments come in every
 element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
