@@ -1,10 +1,10 @@
 """Random well-typed StableHLO programs and their arguments, deterministic from a seed.
 
-A program is one to ``max_ops`` ops drawn from :data:`OPS` (62 ops: element-wise,
-comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``dot_general``,
-dynamic slices; not yet control flow, gather/scatter, convolution, windows,
-fft, map, batch norm, linear algebra, random numbers, collectives, quantized
-types), each with operands of
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (64 ops: element-wise,
+comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``reduce_window``,
+``map``, ``dot_general``, dynamic slices; not yet control flow, gather/scatter,
+convolution, ``select_and_scatter``, fft, batch norm, linear algebra, random
+numbers, collectives, quantized types), each with operands of
 types the spec allows for it (StableHLO spec, each op's constraints) and random
 attributes; the values nothing else reads are returned. Arguments come in every
 element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
@@ -521,6 +521,37 @@ def _dot_general(b: _Builder, x: int, spec: Spec):
           f"rhs_contracting_dimensions = [{_ints(range(nb, nb + len(contracting)))}]>")
 
 
+@_operand("f c si ui b", min_rank=1)
+def _reduce_window(b: _Builder, x: int, spec: Spec):
+    """Windows of 1 to 3 elements with strides, dilations and padding of 0 to 2 (spec:
+    reduce_window, C1-C16), reduced from the body's identity."""
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    windows, strides, base, dilations, padding, shape = [], [], [], [], [], []
+    for size in spec.shape:
+        w, s, bd, wd = (int(b.rng.integers(1, 4)), int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3)),
+                        int(b.rng.integers(1, 3)))
+        low, high = int(b.rng.integers(0, 3)), int(b.rng.integers(0, 3))
+        padded = ((size - 1) * bd + 1 if size else 0) + low + high
+        window = (w - 1) * wd + 1
+        windows.append(w), strides.append(s), base.append(bd), dilations.append(wd), padding.append((low, high))
+        shape.append((padded - window) // s + 1 if padded >= window else 0)
+    init = b.constant(Spec((), spec.element), _identity(body, spec.element))
+    pads = ", ".join(f"[{low}, {high}]" for low, high in padding)
+    b.add("reduce_window", (x, init), Spec(tuple(shape), spec.element),
+          f"window_dimensions = {_array(windows)}, window_strides = {_array(strides)}, "
+          f"base_dilations = {_array(base)}, window_dilations = {_array(dilations)}, "
+          f"padding = dense<[{pads}]> : tensor<{len(padding)}x2xi64>",
+          _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui b")
+def _map(b: _Builder, x: int, spec: Spec):
+    """An element-wise binary op of :data:`BINARY` as the body of ``map`` over every dimension."""
+    names = [name for name, kinds in BINARY.items() if kind(spec.element) in kinds.split()]
+    b.add("map", (x, b.like(spec)), spec, f"dimensions = {_array(range(len(spec.shape)))}",
+          _body(f"stablehlo.{b.choice(names)}", spec.element))
+
+
 @_operand("f si ui b", min_rank=1)
 def _sort(b: _Builder, x: int, spec: Spec):
     k = kind(spec.element)
@@ -562,6 +593,6 @@ OPS |= {
     "bitcast_convert": _bitcast_convert, "reduce_precision": _reduce_precision, "complex": _complex,
     "reshape": _reshape, "transpose": _transpose, "broadcast_in_dim": _broadcast_in_dim, "slice": _slice,
     "concatenate": _concatenate, "pad": _pad, "reverse": _reverse, "iota": _iota, "constant": _constant,
-    "reduce": _reduce, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
+    "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
 }
