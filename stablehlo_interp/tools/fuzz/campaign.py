@@ -25,10 +25,12 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import json
+import os
 import pathlib
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -143,7 +145,8 @@ def _slug(text) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_")[:40] or "none"
 
 
-def fuzz(backend="cpu", seed: int = 0, count: int = 100, jobs: int = 1, out=None, max_ops: int = 12,
+def fuzz(backend: str | Callable = "cpu", seed: int = 0, count: int = 100, jobs: int = 1,
+         out: str | os.PathLike | None = None, max_ops: int = 12,
          ops: tuple | None = None, element_types: tuple | None = None, reduce: bool = True,
          budget: int = 100, ray: str | None = None) -> FuzzReport:
     """Run a campaign (module docstring). ``backend``: what

@@ -189,8 +189,8 @@ def special_values(element: str) -> list:
     if kind(element) == "b":
         return [True, False]
     if kind(element) in ("si", "ui"):
-        info = ml_dtypes.iinfo(dtype)
-        return [int(info.min), int(info.max), 0, 1] + ([-1] if info.min < 0 else [])
+        bounds = ml_dtypes.iinfo(dtype)
+        return [int(bounds.min), int(bounds.max), 0, 1] + ([-1] if bounds.min < 0 else [])
     real = dtype_of(_real_of(element))
     info = ml_dtypes.finfo(real)
     tiny = float(info.smallest_subnormal)
@@ -398,7 +398,9 @@ def _slice(b: _Builder, x: int, spec: Spec):
         s = int(b.rng.integers(0, size + 1))
         e = int(b.rng.integers(s, size + 1))
         stride = int(b.rng.integers(1, 4))
-        start.append(s), limit.append(e), strides.append(stride)
+        start.append(s)
+        limit.append(e)
+        strides.append(stride)
         shape.append(-(-(e - s) // stride))
     b.add("slice", (x,), Spec(tuple(shape), spec.element),
           f"start_indices = {_array(start)}, limit_indices = {_array(limit)}, strides = {_array(strides)}")
@@ -426,7 +428,9 @@ def _pad(b: _Builder, x: int, spec: Spec):
         dilated = size + max(size - 1, 0) * i
         lo = int(b.rng.integers(-min(dilated, 2), 3))
         hi = int(b.rng.integers(-min(dilated + lo, 2), 3))
-        low.append(lo), high.append(hi), interior.append(i)
+        low.append(lo)
+        high.append(hi)
+        interior.append(i)
         shape.append(lo + hi + dilated)
     b.add("pad", (x, b.like(Spec((), spec.element))), Spec(tuple(shape), spec.element),
           f"edge_padding_low = {_array(low)}, edge_padding_high = {_array(high)}, "
@@ -471,8 +475,8 @@ def _identity(body: str, element: str):
     if body == "and":
         return np.array(-1 if k == "si" else ml_dtypes.iinfo(dtype).max).astype(dtype)
     if k in ("si", "ui"):
-        info = ml_dtypes.iinfo(dtype)
-        return np.array(info.min if body == "maximum" else info.max).astype(dtype)
+        bounds = ml_dtypes.iinfo(dtype)
+        return np.array(bounds.min if body == "maximum" else bounds.max).astype(dtype)
     info = ml_dtypes.finfo(dtype)
     infinite = np.isinf(np.array(np.inf).astype(dtype).astype(np.float64))
     extreme = np.inf if infinite else float(info.max)
@@ -533,7 +537,11 @@ def _reduce_window(b: _Builder, x: int, spec: Spec):
         low, high = int(b.rng.integers(0, 3)), int(b.rng.integers(0, 3))
         padded = ((size - 1) * bd + 1 if size else 0) + low + high
         window = (w - 1) * wd + 1
-        windows.append(w), strides.append(s), base.append(bd), dilations.append(wd), padding.append((low, high))
+        windows.append(w)
+        strides.append(s)
+        base.append(bd)
+        dilations.append(wd)
+        padding.append((low, high))
         shape.append((padded - window) // s + 1 if padded >= window else 0)
     init = b.constant(Spec((), spec.element), _identity(body, spec.element))
     pads = ", ".join(f"[{low}, {high}]" for low, high in padding)
