@@ -5,6 +5,7 @@
     program = si.load("model.mlir"); program.run(x, function="main")   # a module: @main's arguments
     print(si.trace(f, x)); si.find_nonfinite(f, x); si.compare(f, x, backend="cpu"); si.explain(f, x)
     print(si.conform("tests/", backend="cpu").table())   # judge a backend with StableHLO-style test files
+    print(si.fuzz(backend="cpu", seed=0, count=50).markdown())   # random programs; differences reduced
     si.explore(f, x, path="f.html")         # one page: source, jaxpr, StableHLO, graph and values, linked
 """
 
@@ -29,7 +30,7 @@ __version__ = "0.1.0"
 
 # The tools load on first use: JAX imports this package when it discovers the
 # device plugin, and most programs never need them.
-_TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes",
+_TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes",
           "on_device", "portability", "probe", "trace")
 
 
@@ -51,6 +52,6 @@ __all__ = [
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
     "conform", "register_custom_call", "register_op", "run", "run_per_device", "validation",
     # tools (see docs/tools.md)
-    "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "load_probes", "on_device",
+    "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes", "on_device",
     "portability", "probe", "tools", "trace",
 ]

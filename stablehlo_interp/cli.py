@@ -10,6 +10,7 @@
     stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu] [--model-explorer DIR]
     stablehlo-interp compare FILE [--input ...] [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
                              [--backend-command CMD] [--rtol R --atol A]
+    stablehlo-interp fuzz [--backend cpu|iree[:TARGET]] [--seed S] [--count N] [-j N] [--out DIR] [--ray ADDRESS]
 
 See docs/cli.md and docs/tools.md.
 """
@@ -152,6 +153,27 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--rtol", type=float, help="relative tolerance for every float type")
     compare.add_argument("--atol", type=float, help="absolute tolerance for every float type")
     compare.set_defaults(command=_compare, name="compare")
+
+    fuzz = commands.add_parser("fuzz", help="random programs here and on a backend; differences reduced",
+                               description="Generate random StableHLO programs from a seed, run each here and "
+                                           "on the backend, and reduce every difference beyond rounding, "
+                                           "crash or compile failure to a minimal program (docs/tools.md).")
+    add_backend_arguments(fuzz)
+    fuzz.add_argument("--seed", "-s", type=int, default=0, help="the campaign's seed (default 0)")
+    fuzz.add_argument("--count", "-n", type=int, default=100, help="how many programs (default 100)")
+    fuzz.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
+    fuzz.add_argument("--out", "-o", metavar="DIR", help="write report.md, report.json and each finding's "
+                                                          "program.mlir and arg*.npy there")
+    fuzz.add_argument("--max-ops", type=int, default=12, help="ops per program at most (default 12)")
+    fuzz.add_argument("--op", action="append", default=[], metavar="OP",
+                      help="generate only this op (without 'stablehlo.'); repeat for each")
+    fuzz.add_argument("--element-type", action="append", default=[], metavar="TYPE",
+                      help="give new values only this element type (f32, bf16, i4 ...); repeat for each")
+    fuzz.add_argument("--no-reduce", action="store_true", help="report findings without reducing them")
+    fuzz.add_argument("--ray", metavar="ADDRESS",
+                      help="check the programs as tasks on this Ray cluster ('local': start one here; "
+                           "the ray extra)")
+    fuzz.set_defaults(command=_fuzz, name="fuzz")
     return parser
 
 
@@ -397,6 +419,28 @@ def _test(args) -> int:
     results = run_files(files, args.include_disabled, args.probe_output_dir, args.jobs)
     totals = report(results, sys.stdout, total_files=len(files), verbose=args.verbose, junit_path=args.junit_xml)
     return 1 if totals[FAILED] else 0
+
+
+def _fuzz(args) -> int:
+    from .tools.fuzz.campaign import fuzz
+    from .tools.fuzz.generate import ELEMENT_TYPES, OPS
+
+    unknown = [op for op in args.op if op not in OPS] + [t for t in args.element_type if t not in ELEMENT_TYPES]
+    if unknown:
+        raise UsageError(f"the generator knows no {', '.join(unknown)}")
+    report = fuzz(backend_of(args), args.seed, args.count, args.jobs, args.out, args.max_ops, tuple(args.op) or None,
+                  tuple(args.element_type) or None, not args.no_reduce, ray=args.ray)
+    print(report.markdown() if args.out is None else _fuzz_summary(report, args.out))
+    return 1 if report.findings else 0
+
+
+def _fuzz_summary(report, out) -> str:
+    lines = [f"{report.count} programs from seed {report.seed} on {report.backend}: {report.agreed} agree, "
+             f"{len(report.findings)} findings ({report.seconds:.1f} s)"]
+    lines += [f"  {f.op} {f.element_type}: {f.cause} ({len(f.programs)} programs, {f.original_ops} -> "
+              f"{f.reduced_ops} ops)" for f in report.findings]
+    lines.append(f"report and reduced programs in {out}")
+    return "\n".join(lines)
 
 
 def _conform(args) -> int:

@@ -24,6 +24,7 @@ def _run(script: str, *options: str) -> str:
 @pytest.mark.parametrize("script, options, rows", [
     ("core_bench.py", ["--skip-reference", "--repeat", "1"],
      ["(a) 2000 elementwise ops", "(b) 128x128 matmul+tanh+reduce", "(c) while loop, 10000 iterations"]),
+    ("fuzz_bench.py", ["--programs", "5", "--campaign", "2", "-j", "1"], ["programs/s", "backend compile"]),
     ("device_bench.py", ["--calls", "10", "--repeat", "1"],
      ["trivial jitted call", "eager op x + x", "device_put + read back", "jitted call, 12 ops"]),
     ("load_bench.py", ["--repeat", "1", "--sizes", "100"], ["\n100 ", "large (600 ops)"]),

@@ -652,6 +652,39 @@ def test_complex_logistic_of_a_large_negative_real_part():
     assert_same(run1("logistic", "complex<f64>", z[:4]), expected[:4])   # the zeros' signs
 
 
+@pytest.mark.parametrize("element_type", COMPLEX_TYPES)
+def test_complex_expm1_of_an_overflowing_real_part_keeps_its_zero_imaginary_part(element_type):
+    """e**(x ± i0) - 1 = (e**x - 1) ± i0 where e**x overflows: inf ± i0 (mpmath's
+    exact value rounded; C99 G.6.3.1 cexp(x ± i0) = e**x ± i0). NumPy's formula gave
+    inf + NaN i (inf * sin(0)); found by fuzz (docs/findings.md)."""
+    import mpmath
+
+    big = float(np.finfo(np.dtype(element_type[8:-1].replace("f", "float"))).max)
+    z = np.array([complex(big, 0.0), complex(big, -0.0), complex(800.0, 0.0), complex(_INF, -0.0)])
+    ours = run1("exponential_minus_one", element_type, z)
+    for got, point in zip(ours, z):
+        exact = mpmath.expm1(mpmath.mpc(point.real, 0))   # unbounded exponent: finite, imaginary part 0
+        assert float(exact.imag) == 0 and float(exact.real) > float(np.finfo(got.real.dtype).max)
+        assert got.real == np.inf and got.imag == 0 and np.signbit(got.imag) == np.signbit(point.imag), (point, got)
+
+
+@pytest.mark.parametrize("element_type", COMPLEX_TYPES)
+def test_complex_log1p_keeps_a_tiny_real_part(element_type):
+    """log1p(z) ~ z for tiny z: the real part is not lost in 1 + z (mpmath's log1p,
+    exact, as the oracle). NumPy's formula gave 0 for 2.2e-308; found by fuzz."""
+    import mpmath
+
+    real = np.dtype(element_type[8:-1].replace("f", "float"))
+    tiny = float(np.finfo(real).smallest_normal)
+    z = np.array([complex(tiny, -float(np.finfo(real).smallest_subnormal)), complex(1e-20, 1e-20),
+                  complex(-3e-30, 2e-15), complex(0.25, -0.3)])
+    stored = z.astype(np.complex64 if real == np.float32 else np.complex128)
+    with mpmath.workdps(60):
+        expected = np.array([complex(mpmath.log1p(mpmath.mpc(float(v.real), float(v.imag)))) for v in stored])
+    assert_same(run1("log_plus_one", element_type, z), expected.astype(z.dtype if real == np.float64 else np.complex64),
+                max_ulp=2)
+
+
 def test_denormals_are_kept():
     tiny = np.float32(1e-45)
     assert run1("add", "f32", [tiny], [tiny])[0] == np.float32(3e-45)

@@ -391,7 +391,10 @@ def _complex_expm1(z):
     where e**x * cos(y) is near 1; where they cancel by more bits than long
     double holds beyond the result type (6 spare bits kept), it is recomputed in
     decimal (:func:`_decimal_expm1_real`): complex128 has only 11 bits to spare,
-    and long double gave e.g. 6.37e-19 for 6.41e-19."""
+    and long double gave e.g. 6.37e-19 for 6.41e-19. A zero imaginary part stays
+    that zero (e**x * sin(±0) is ±0, as C99's cexp(x ± i0) = e**x ± i0, Annex G.6.3.1):
+    NumPy multiplies an overflowed e**x = inf by it, which is NaN (found by fuzz:
+    expm1(DBL_MAX + 0i) gave inf + NaN i, XLA CPU inf + 0i)."""
     wide = np.asarray(z, np.clongdouble)
     x, y = wide.real, wide.imag
     with np.errstate(all="ignore"):
@@ -400,13 +403,32 @@ def _complex_expm1(z):
     spare_bits = np.finfo(np.longdouble).nmant - np.finfo(z.real.dtype).nmant - 6
     cancels = np.isfinite(wide) & (np.abs(y) < _DECIMAL_REDUCIBLE) & (np.abs(result.real) < terms * 2.0**-spare_bits)
     result.real[cancels] = [_decimal_expm1_real(float(a), float(b)) for a, b in zip(x[cancels], y[cancels])]
+    result.imag[y == 0] = y[y == 0]
     return result.astype(z.dtype)
 
 
 op("stablehlo.exponential", elementwise=True)(_math_in_wider_precision(np.exp))
 op("stablehlo.exponential_minus_one", elementwise=True)(_math_in_wider_precision(np.expm1, complex_fn=_complex_expm1))
 op("stablehlo.log", elementwise=True)(_math_in_wider_precision(np.log))
-op("stablehlo.log_plus_one", elementwise=True)(_math_in_wider_precision(np.log1p))
+def _complex_log1p(z):
+    """log(1 + z) for complex z = x + iy (spec: log_plus_one) in complex long double.
+    NumPy's complex log1p takes the log of 1 + z, where a real part far below the
+    precision of 1 is lost (found by fuzz: log1p(2.2e-308 - 4.9e-324i) gave a real
+    part of 0 for 2.2e-308). Near z = 0 (|x|, |y| < 1/2) the real part is
+    log|1 + z| = log1p(x * (2 + x) + y**2) / 2, which keeps it, and the imaginary
+    part atan2(y, 1 + x); elsewhere NumPy's (whose log of |1 + z| does not cancel
+    there: near z = -1 the formula would, -1 + y**2 rounding to -1)."""
+    wide = np.asarray(z, np.clongdouble)
+    x, y = wide.real, wide.imag
+    with np.errstate(all="ignore"):
+        result = np.asarray(np.log1p(wide))
+        near = (np.abs(x) < 0.5) & (np.abs(y) < 0.5)
+        result.real[near] = np.log1p(x[near] * (2 + x[near]) + y[near] * y[near]) / 2
+        result.imag[near] = np.arctan2(y[near], 1 + x[near])
+    return result.astype(z.dtype)
+
+
+op("stablehlo.log_plus_one", elementwise=True)(_math_in_wider_precision(np.log1p, complex_fn=_complex_log1p))
 op("stablehlo.logistic", elementwise=True)(_math_in_wider_precision(_logistic))
 op("stablehlo.sine", elementwise=True)(_math_in_wider_precision(np.sin))
 op("stablehlo.cosine", elementwise=True)(_math_in_wider_precision(np.cos))

@@ -11,6 +11,7 @@ a function that runs a target on its arguments as ``si.run`` does
 ``probe``              intermediate values saved to .npz (:mod:`.probes`)
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
 ``compare``            first op that differs on another backend (:mod:`.compare`)
+``fuzz``               random programs here and on a backend; findings reduced (:mod:`.fuzz`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`);
                        with ``model_explorer=DIR``, overlays for Google's Model Explorer (:mod:`.model_explorer`)
@@ -30,6 +31,7 @@ from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, compare
 from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
+from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
 from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
     find_nonfinite
@@ -44,10 +46,9 @@ from .traffic import CollectiveTraffic, Transfer
 __all__ = [
     "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CollectiveTraffic",
     "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "Finding", "InterpreterBackend", "IreeBackend", "JaxBackend", "NonFiniteFinder",
-    "NonFiniteOrigin",
-    "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
+    "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
+    "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
-    "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite",
+    "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
     "install_from_environment", "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
 ]

@@ -1,0 +1,606 @@
+"""Random well-typed StableHLO programs and their arguments, deterministic from a seed.
+
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (64 ops: element-wise,
+comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``reduce_window``,
+``map``, ``dot_general``, dynamic slices; not yet control flow, gather/scatter,
+convolution, ``select_and_scatter``, fft, batch norm, linear algebra, random
+numbers, collectives, quantized types), each with operands of
+types the spec allows for it (StableHLO spec, each op's constraints) and random
+attributes; the values nothing else reads are returned. Arguments come in every
+element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
+in shapes of rank 0 to 3 with sizes 0 to 5, and their values include the special
+ones of their type: NaN, ±inf, -0, subnormals, the largest and smallest numbers.
+
+Where the spec leaves a result to the implementation, the generator keeps out of
+it, so that a difference is somebody's bug: reductions start at their body's
+identity and sum only with ``add`` for floats (the spec leaves the order of a
+reduction open), sorts compare in a total order, and floats convert to integers
+only from values in range (the spec: implementation-defined otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ...ir.types import dtype_of
+from .programs import Op, Program, Spec
+
+# Element types and how often arguments take them.
+FLOATS = {"f32": 4, "f64": 2, "f16": 2, "bf16": 2, "f8E4M3FN": .4, "f8E5M2": .4, "f8E4M3FNUZ": .2,
+          "f8E5M2FNUZ": .2, "f8E4M3B11FNUZ": .2, "f8E4M3": .2, "f8E3M4": .2}
+SIGNED = {"i32": 2, "i64": 1, "i8": 1, "i16": .7, "i4": .4}
+UNSIGNED = {"ui32": 1, "ui8": 1, "ui16": .5, "ui64": .5, "ui4": .3}
+BOOLS = {"i1": 1.5}
+COMPLEX = {"complex<f32>": 1, "complex<f64>": .5}
+ELEMENT_WEIGHTS = FLOATS | SIGNED | UNSIGNED | BOOLS | COMPLEX
+ELEMENT_TYPES = tuple(ELEMENT_WEIGHTS)
+
+
+def kind(element: str) -> str:
+    """``f``, ``c``, ``si``, ``ui`` or ``b``."""
+    return ("f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
+            else "ui" if element in UNSIGNED else "si")
+
+
+NUMERIC = "f c si ui"
+ANY = "f c si ui b"
+UNARY = {
+    "abs": "f c si", "negate": "f c si ui", "sign": "f c si", "not": "si ui b",
+    "exponential": "f c", "log": "f c", "sqrt": "f c", "rsqrt": "f c", "cbrt": "f c", "tanh": "f c",
+    "sine": "f c", "cosine": "f c", "tan": "f c", "logistic": "f c", "exponential_minus_one": "f c",
+    "log_plus_one": "f c", "floor": "f", "ceil": "f", "round_nearest_afz": "f", "round_nearest_even": "f",
+    "popcnt": "si ui", "count_leading_zeros": "si ui", "is_finite": "f", "real": "f c", "imag": "f c",
+}
+BINARY = {
+    "add": ANY, "multiply": ANY, "maximum": ANY, "minimum": ANY, "subtract": NUMERIC, "divide": NUMERIC,
+    "remainder": "f si ui", "power": NUMERIC, "atan2": "f c", "and": "si ui b", "or": "si ui b",
+    "xor": "si ui b", "shift_left": "si ui", "shift_right_arithmetic": "si ui", "shift_right_logical": "si ui",
+}
+
+
+def _real_of(element: str) -> str:
+    return {"complex<f32>": "f32", "complex<f64>": "f64"}.get(element, element)
+
+
+@dataclass
+class Generated:
+    """A generated program, its arguments, and the seed it came from."""
+
+    program: Program
+    arguments: list
+    seed: int
+
+    @property
+    def text(self) -> str:
+        return self.program.text()
+
+
+def generate(seed: int, max_ops: int = 12, ops: tuple | None = None, element_types: tuple | None = None
+             ) -> Generated:
+    """The program and arguments of ``seed``: the same on every machine and run.
+
+    ``ops``: draw only these (names without ``stablehlo.``; default :data:`OPS`);
+    ``element_types``: give new values only these element types (default: all)."""
+    rng = np.random.default_rng(seed)
+    builder = _Builder(rng, tuple(element_types or ELEMENT_TYPES))
+    names = sorted(ops or OPS)
+    count = int(rng.integers(1, max_ops + 1)) if rng.random() < 0.5 else int(rng.integers(1, min(4, max_ops) + 1))
+    attempts = 0
+    while len(builder.ops) < count and attempts < 20 * count:
+        attempts += 1
+        OPS[names[int(rng.integers(len(names)))]](builder)
+    if not builder.ops:
+        OPS["add"](builder)
+    program = builder.program()
+    arguments = [random_values(spec, rng) for spec in program.argument_specs]
+    return Generated(program, arguments, seed)
+
+
+class _Builder:
+    """Values made so far (arguments made on demand, op results), in the order made."""
+
+    def __init__(self, rng, element_types: tuple):
+        self.rng = rng
+        self.element_types = element_types
+        self.specs: list = []
+        self.origin: list = []      # per value: None (an argument) or the op's index
+        self.ops: list = []
+        self.read: set = set()
+
+    # --- choosing
+    def choice(self, options):
+        options = list(options)
+        return options[int(self.rng.integers(len(options)))]
+
+    def element(self, kinds: str) -> str | None:
+        allowed = [e for e in self.element_types if kind(e) in kinds.split()]
+        if not allowed:
+            return None
+        weights = np.array([ELEMENT_WEIGHTS[e] for e in allowed])
+        return allowed[int(self.rng.choice(len(allowed), p=weights / weights.sum()))]
+
+    def shape(self, min_rank: int = 0) -> tuple:
+        rank = int(self.rng.choice([0, 1, 2, 3], p=[.15, .35, .3, .2]))
+        rank = max(rank, min_rank)
+        return tuple(0 if self.rng.random() < 0.04 else int(self.rng.integers(1, 6)) for _ in range(rank))
+
+    def argument(self, spec: Spec) -> int:
+        self.specs.append(spec)
+        self.origin.append(None)
+        return len(self.specs) - 1
+
+    def value(self, kinds: str = ANY, min_rank: int = 0, accept=None) -> int | None:
+        """A value whose element is of ``kinds``: mostly an op's result (chains), else a new argument."""
+        fits = [v for v, s in enumerate(self.specs) if kind(s.element) in kinds.split() and len(s.shape) >= min_rank
+                and s.element in self.element_types and (accept is None or accept(s))]
+        if fits and self.rng.random() < 0.8:
+            made = [v for v in fits if self.origin[v] is not None and v not in self.read]
+            return self.choice(made if made and self.rng.random() < 0.7 else fits)
+        element = self.element(kinds)
+        if element is None:
+            return None
+        spec = Spec(self.shape(min_rank), element)
+        if accept is not None and not accept(spec):
+            return None
+        return self.argument(spec)
+
+    def like(self, spec: Spec) -> int:
+        """A value of type ``spec``: an existing one or a new argument."""
+        same = [v for v, s in enumerate(self.specs) if s == spec]
+        if same and self.rng.random() < 0.5:
+            return self.choice(same)
+        return self.argument(spec)
+
+    def add(self, name: str, operands, result: Spec, attributes: str = "", regions: str = "") -> int:
+        self.ops.append(Op(f"stablehlo.{name}", tuple(operands), result, attributes, regions))
+        self.read.update(operands)
+        self.specs.append(result)
+        self.origin.append(len(self.ops) - 1)
+        return len(self.specs) - 1
+
+    def constant(self, spec: Spec, values: np.ndarray) -> int:
+        return self.add("constant", (), spec, f"value = {dense(values, spec)}")
+
+    def program(self) -> Program:
+        """Arguments first, then the ops' results; returns what nothing reads."""
+        arguments = [v for v, o in enumerate(self.origin) if o is None]
+        order = {v: i for i, v in enumerate(arguments)}
+        for k in range(len(self.ops)):
+            order[self.origin.index(k)] = len(arguments) + k
+        program = Program(len(arguments), [self.specs[v] for v in arguments])
+        for op in self.ops:
+            program.values.append(op.result)
+            program.ops.append(Op(op.name, tuple(order[v] for v in op.operands), op.result, op.attributes,
+                                  op.regions))
+        sinks = [v for v, o in enumerate(self.origin) if o is not None and v not in self.read]
+        program.outputs = [order[v] for v in sinks[-6:]]
+        return program
+
+
+# ------------------------------------------------------------------ values
+
+
+def special_values(element: str) -> list:
+    """The values of ``element`` that break code: NaN, ±inf, -0, subnormals, extremes."""
+    dtype = dtype_of(element)
+    if kind(element) == "b":
+        return [True, False]
+    if kind(element) in ("si", "ui"):
+        bounds = ml_dtypes.iinfo(dtype)
+        return [int(bounds.min), int(bounds.max), 0, 1] + ([-1] if bounds.min < 0 else [])
+    real = dtype_of(_real_of(element))
+    info = ml_dtypes.finfo(real)
+    tiny = float(info.smallest_subnormal)
+    values = [np.nan, np.inf, -np.inf, -0.0, 0.0, tiny, -tiny, float(info.max), -float(info.max),
+              float(info.smallest_normal), 1.0, -1.0]
+    kept = []
+    for value in values:
+        stored = float(np.array(value).astype(real).astype(np.float64))
+        if (np.isnan(value) == np.isnan(stored)) and (np.isnan(value) or stored == value):
+            kept.append(value)
+    if kind(element) == "c":
+        return [complex(a, b) for a in kept for b in (0.0, kept[len(kept) // 2], np.nan)]
+    return kept
+
+
+def random_values(spec: Spec, rng) -> np.ndarray:
+    """Random values of ``spec``, about a quarter of them special (:func:`special_values`)."""
+    dtype = dtype_of(spec.element)
+    shape = spec.shape
+    k = kind(spec.element)
+    if k == "b":
+        values = rng.random(shape) < 0.5
+    elif k in ("si", "ui"):
+        info = ml_dtypes.iinfo(dtype)
+        low, high = (max(int(info.min), -10), min(int(info.max), 10)) if rng.random() < 0.6 else \
+            (int(info.min), int(info.max))
+        values = rng.integers(low, high, shape, dtype=np.uint64 if k == "ui" else np.int64, endpoint=True)
+    else:
+        scale = float(rng.choice([1.0, 10.0, 1000.0]))
+        values = rng.standard_normal(shape) * scale
+        if k == "c":
+            values = values + 1j * rng.standard_normal(shape) * scale
+    values = np.asarray(values).astype(dtype)
+    specials = special_values(spec.element)
+    swap = rng.random(shape) < 0.25
+    if swap.any():
+        picks = rng.integers(0, len(specials), shape)
+        with np.errstate(all="ignore"):
+            chosen = np.array([specials[i] for i in picks.ravel()], dtype=object).reshape(shape)
+            special = np.array(chosen.tolist() if shape else chosen.item()).astype(dtype)
+        values = np.where(swap, special, values).astype(dtype)
+    return np.asarray(values, dtype)
+
+
+def dense(values: np.ndarray, spec: Spec) -> str:
+    """A ``dense<...>`` attribute of ``values``: floats as their bit patterns (NaN, -0 survive)."""
+    k = kind(spec.element)
+
+    def element(x) -> str:
+        if k == "b":
+            return "true" if x else "false"
+        if k in ("si", "ui"):
+            return str(int(x))
+        bits = np.array(x).view(f"u{np.array(x).dtype.itemsize}")
+        return f"0x{int(bits):0{2 * np.array(x).dtype.itemsize}X}"
+
+    def nested(array) -> str:
+        if array.ndim == 0:
+            if k == "c":
+                real = np.array(array.real)
+                imag = np.array(array.imag)
+                return f"({element(real)}, {element(imag)})"
+            return element(array)
+        return "[" + ", ".join(nested(a) for a in array) + "]"
+
+    return f"dense<{nested(np.asarray(values))}> : {spec}"
+
+
+# ------------------------------------------------------------------ ops
+
+
+def _ints(values) -> str:
+    return ", ".join(str(int(v)) for v in values)
+
+
+def _array(values) -> str:
+    return f"array<i64{': ' + _ints(values) if len(values) else ''}>"
+
+
+def _operand(*kinds, **constraints):
+    """A builder of an op on a value :meth:`_Builder.value` picks (``kinds``, ``min_rank``,
+    ``accept``), called with the value and its type; nothing when none fits."""
+    def wrap(build):
+        def picked(b: _Builder):
+            x = b.value(*kinds, **constraints)
+            if x is not None:
+                build(b, x, b.specs[x])
+        return picked
+    return wrap
+
+
+def _unary(name: str, kinds: str):
+    @_operand(kinds)
+    def build(b: _Builder, x: int, spec: Spec):
+        element = {"is_finite": "i1"}.get(name, spec.element)
+        if name in ("abs", "real", "imag"):
+            element = _real_of(spec.element)
+        b.add(name, (x,), Spec(spec.shape, element))
+    return build
+
+
+def _binary(name: str, kinds: str):
+    @_operand(kinds)
+    def build(b: _Builder, x: int, spec: Spec):
+        b.add(name, (x, b.like(spec)), spec)
+    return build
+
+
+COMPARE_TYPES = {"f": "FLOAT", "c": "FLOAT", "si": "SIGNED", "ui": "UNSIGNED", "b": "UNSIGNED"}
+
+
+@_operand(ANY)
+def _compare(b: _Builder, x: int, spec: Spec):
+    k = kind(spec.element)
+    directions = ["EQ", "NE"] if k == "c" else ["EQ", "NE", "LT", "LE", "GT", "GE"]
+    compare_type = "TOTALORDER" if k == "f" and b.rng.random() < 0.3 else COMPARE_TYPES[k]
+    b.add("compare", (x, b.like(spec)), Spec(spec.shape, "i1"),
+          f"comparison_direction = #stablehlo<comparison_direction {b.choice(directions)}>, "
+          f"compare_type = #stablehlo<comparison_type {compare_type}>")
+
+
+def _select(b: _Builder):
+    x = b.value(ANY)
+    if x is None or "i1" not in b.element_types:
+        return
+    spec = b.specs[x]
+    pred_shape = () if b.rng.random() < 0.2 else spec.shape
+    b.add("select", (b.like(Spec(pred_shape, "i1")), x, b.like(spec)), spec)
+
+
+@_operand("f si ui")
+def _clamp(b: _Builder, x: int, spec: Spec):
+    bound = Spec((), spec.element) if b.rng.random() < 0.5 else spec
+    b.add("clamp", (b.like(bound), x, b.like(bound)), spec)
+
+
+@_operand(ANY)
+def _convert(b: _Builder, x: int, spec: Spec):
+    targets = [e for e in b.element_types if not (kind(spec.element) == "c" and kind(e) != "c")
+               and not (kind(spec.element) in "f c" and kind(e) in ("si", "ui"))]
+    b.add("convert", (x,), Spec(spec.shape, b.choice(targets)))
+
+
+@_operand("f si ui c")
+def _bitcast_convert(b: _Builder, x: int, spec: Spec):
+    width = np.dtype(dtype_of(spec.element)).itemsize * (1 if spec.element not in ("i4", "ui4") else 0.5)
+    same = [e for e in b.element_types if e != spec.element and kind(e) != "b"
+            and (kind(e) == "c") == (kind(spec.element) == "c") and np.dtype(dtype_of(e)).itemsize * (1 if e not in ("i4", "ui4") else 0.5) == width]
+    if same:
+        b.add("bitcast_convert", (x,), Spec(spec.shape, b.choice(same)))
+
+
+@_operand("f")
+def _reduce_precision(b: _Builder, x: int, spec: Spec):
+    b.add("reduce_precision", (x,), spec, f"exponent_bits = {int(b.rng.integers(1, 9))} : i32, "
+          f"mantissa_bits = {int(b.rng.integers(0, 11))} : i32")
+
+
+@_operand("f", accept=lambda s: s.element in ("f32", "f64"))
+def _complex(b: _Builder, x: int, spec: Spec):
+    b.add("complex", (x, b.like(spec)), Spec(spec.shape, f"complex<{spec.element}>"))
+
+
+@_operand(ANY)
+def _reshape(b: _Builder, x: int, spec: Spec):
+    size, shape = spec.size, []
+    if size == 0:
+        shape = [0] + [int(b.rng.integers(1, 4)) for _ in range(int(b.rng.integers(0, 3)))]
+    else:
+        remaining = size
+        while remaining > 1 and len(shape) < 3:
+            divisors = [d for d in range(2, remaining + 1) if remaining % d == 0]
+            d = b.choice(divisors)
+            shape.append(d)
+            remaining //= d
+        if remaining > 1:
+            shape[-1] *= remaining
+        for _ in range(int(b.rng.integers(0, 2))):
+            shape.insert(int(b.rng.integers(0, len(shape) + 1)), 1)
+        b.rng.shuffle(shape)
+    b.add("reshape", (x,), Spec(tuple(shape), spec.element))
+
+
+@_operand(ANY, min_rank=2)
+def _transpose(b: _Builder, x: int, spec: Spec):
+    permutation = b.rng.permutation(len(spec.shape))
+    b.add("transpose", (x,), Spec(tuple(spec.shape[p] for p in permutation), spec.element),
+          f"permutation = {_array(permutation)}")
+
+
+@_operand(ANY, accept=lambda s: len(s.shape) <= 2)
+def _broadcast_in_dim(b: _Builder, x: int, spec: Spec):
+    rank = len(spec.shape) + int(b.rng.integers(0, 3))
+    dims = sorted(b.rng.choice(rank, len(spec.shape), replace=False).tolist())
+    shape = [int(b.rng.integers(1, 4)) for _ in range(rank)]
+    for d, size in zip(dims, spec.shape):
+        shape[d] = size if size != 1 or b.rng.random() < 0.5 else int(b.rng.integers(1, 4))
+    b.add("broadcast_in_dim", (x,), Spec(tuple(shape), spec.element), f"broadcast_dimensions = {_array(dims)}")
+
+
+@_operand(ANY, min_rank=1)
+def _slice(b: _Builder, x: int, spec: Spec):
+    start, limit, strides, shape = [], [], [], []
+    for size in spec.shape:
+        s = int(b.rng.integers(0, size + 1))
+        e = int(b.rng.integers(s, size + 1))
+        stride = int(b.rng.integers(1, 4))
+        start.append(s)
+        limit.append(e)
+        strides.append(stride)
+        shape.append(-(-(e - s) // stride))
+    b.add("slice", (x,), Spec(tuple(shape), spec.element),
+          f"start_indices = {_array(start)}, limit_indices = {_array(limit)}, strides = {_array(strides)}")
+
+
+@_operand(ANY, min_rank=1)
+def _concatenate(b: _Builder, x: int, spec: Spec):
+    dimension = int(b.rng.integers(len(spec.shape)))
+    operands, total = [x], spec.shape[dimension]
+    for _ in range(int(b.rng.integers(1, 3))):
+        shape = list(spec.shape)
+        shape[dimension] = int(b.rng.integers(0, 4))
+        operands.append(b.like(Spec(tuple(shape), spec.element)))
+        total += shape[dimension]
+    shape = list(spec.shape)
+    shape[dimension] = total
+    b.add("concatenate", operands, Spec(tuple(shape), spec.element), f"dimension = {dimension} : i64")
+
+
+@_operand(ANY)
+def _pad(b: _Builder, x: int, spec: Spec):
+    low, high, interior, shape = [], [], [], []
+    for size in spec.shape:
+        i = int(b.rng.integers(0, 3))
+        dilated = size + max(size - 1, 0) * i
+        lo = int(b.rng.integers(-min(dilated, 2), 3))
+        hi = int(b.rng.integers(-min(dilated + lo, 2), 3))
+        low.append(lo)
+        high.append(hi)
+        interior.append(i)
+        shape.append(lo + hi + dilated)
+    b.add("pad", (x, b.like(Spec((), spec.element))), Spec(tuple(shape), spec.element),
+          f"edge_padding_low = {_array(low)}, edge_padding_high = {_array(high)}, "
+          f"interior_padding = {_array(interior)}")
+
+
+@_operand(ANY, min_rank=1)
+def _reverse(b: _Builder, x: int, spec: Spec):
+    dims = sorted(b.rng.choice(len(spec.shape), int(b.rng.integers(1, len(spec.shape) + 1)), replace=False))
+    b.add("reverse", (x,), spec, f"dimensions = {_array(dims)}")
+
+
+def _iota(b: _Builder):
+    element = b.element("f si ui")
+    if element is None:
+        return
+    shape = b.shape(min_rank=1)
+    if kind(element) != "f" or element.startswith("f8"):
+        shape = tuple(min(d, 4) for d in shape)   # within the range of i4 and ui4, exact in f8
+    b.add("iota", (), Spec(shape, element), f"iota_dimension = {int(b.rng.integers(len(shape)))} : i64")
+
+
+def _constant(b: _Builder):
+    element = b.element(ANY)
+    if element is None:
+        return
+    spec = Spec(tuple(max(d, 1) for d in b.shape()), element)   # (an empty dense literal names no shape)
+    b.constant(spec, random_values(spec, b.rng))
+
+
+def _identity(body: str, element: str):
+    """The identity of ``body`` on ``element``: the reduction's init value (spec: reduce
+    leaves the result to the implementation otherwise)."""
+    dtype = dtype_of(element)
+    k = kind(element)
+    if body in ("add", "or", "xor"):
+        return np.zeros((), dtype)
+    if body == "multiply":
+        return np.ones((), dtype)
+    if k == "b":
+        return np.array(body in ("and", "minimum"), dtype)
+    if body == "and":
+        return np.array(-1 if k == "si" else ml_dtypes.iinfo(dtype).max).astype(dtype)
+    if k in ("si", "ui"):
+        bounds = ml_dtypes.iinfo(dtype)
+        return np.array(bounds.min if body == "maximum" else bounds.max).astype(dtype)
+    info = ml_dtypes.finfo(dtype)
+    infinite = np.isinf(np.array(np.inf).astype(dtype).astype(np.float64))
+    extreme = np.inf if infinite else float(info.max)
+    return np.array(-extreme if body == "maximum" else extreme).astype(dtype)
+
+
+REDUCE_BODIES = {"f": ["add", "maximum", "minimum"], "c": ["add"], "si": ["add", "multiply", "maximum", "minimum",
+                 "and", "or", "xor"], "b": ["and", "or"]}
+REDUCE_BODIES["ui"] = REDUCE_BODIES["si"]
+
+
+def _body(name: str, element: str, arguments: int = 2, result: str | None = None, attributes: str = "") -> str:
+    scalar = Spec((), element)
+    result = result or str(scalar)
+    block = ", ".join(f"%a{i}: {scalar}" for i in range(arguments))
+    attributes = f" {{{attributes}}}" if attributes else ""
+    return (f'{{\n  ^bb0({block}):\n      %r = "{name}"(%a0, %a1){attributes} : ({scalar}, {scalar}) -> {result}\n'
+            f'      "stablehlo.return"(%r) : ({result}) -> ()\n    }}')
+
+
+@_operand("f c si ui b", min_rank=1)
+def _reduce(b: _Builder, x: int, spec: Spec):
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    dims = sorted(b.rng.choice(len(spec.shape), int(b.rng.integers(1, len(spec.shape) + 1)), replace=False))
+    init = b.constant(Spec((), spec.element), _identity(body, spec.element))
+    shape = tuple(s for d, s in enumerate(spec.shape) if d not in dims)
+    b.add("reduce", (x, init), Spec(shape, spec.element), f"dimensions = {_array(dims)}",
+          _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui", min_rank=1)
+def _dot_general(b: _Builder, x: int, spec: Spec):
+    rank = len(spec.shape)
+    dims = list(b.rng.permutation(rank))
+    batch = dims[:int(b.rng.integers(0, min(1, rank - 1) + 1))]
+    contracting = dims[len(batch):len(batch) + int(b.rng.integers(0, rank - len(batch) + 1))]
+    free = [d for d in range(rank) if d not in batch and d not in contracting]
+    rhs_free = [int(b.rng.integers(1, 4)) for _ in range(int(b.rng.integers(0, 2)))]
+    rhs_shape = [spec.shape[d] for d in batch] + [spec.shape[d] for d in contracting] + rhs_free
+    rhs = b.like(Spec(tuple(rhs_shape), spec.element))
+    shape = [spec.shape[d] for d in batch] + [spec.shape[d] for d in free] + rhs_free
+    nb = len(batch)
+    b.add("dot_general", (x, rhs), Spec(tuple(shape), spec.element),
+          f"dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [{_ints(batch)}], "
+          f"rhs_batching_dimensions = [{_ints(range(nb))}], lhs_contracting_dimensions = [{_ints(contracting)}], "
+          f"rhs_contracting_dimensions = [{_ints(range(nb, nb + len(contracting)))}]>")
+
+
+@_operand("f c si ui b", min_rank=1)
+def _reduce_window(b: _Builder, x: int, spec: Spec):
+    """Windows of 1 to 3 elements with strides, dilations and padding of 0 to 2 (spec:
+    reduce_window, C1-C16), reduced from the body's identity."""
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    windows, strides, base, dilations, padding, shape = [], [], [], [], [], []
+    for size in spec.shape:
+        w, s, bd, wd = (int(b.rng.integers(1, 4)), int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3)),
+                        int(b.rng.integers(1, 3)))
+        low, high = int(b.rng.integers(0, 3)), int(b.rng.integers(0, 3))
+        padded = ((size - 1) * bd + 1 if size else 0) + low + high
+        window = (w - 1) * wd + 1
+        windows.append(w)
+        strides.append(s)
+        base.append(bd)
+        dilations.append(wd)
+        padding.append((low, high))
+        shape.append((padded - window) // s + 1 if padded >= window else 0)
+    init = b.constant(Spec((), spec.element), _identity(body, spec.element))
+    pads = ", ".join(f"[{low}, {high}]" for low, high in padding)
+    b.add("reduce_window", (x, init), Spec(tuple(shape), spec.element),
+          f"window_dimensions = {_array(windows)}, window_strides = {_array(strides)}, "
+          f"base_dilations = {_array(base)}, window_dilations = {_array(dilations)}, "
+          f"padding = dense<[{pads}]> : tensor<{len(padding)}x2xi64>",
+          _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui b")
+def _map(b: _Builder, x: int, spec: Spec):
+    """An element-wise binary op of :data:`BINARY` as the body of ``map`` over every dimension."""
+    names = [name for name, kinds in BINARY.items() if kind(spec.element) in kinds.split()]
+    b.add("map", (x, b.like(spec)), spec, f"dimensions = {_array(range(len(spec.shape)))}",
+          _body(f"stablehlo.{b.choice(names)}", spec.element))
+
+
+@_operand("f si ui b", min_rank=1)
+def _sort(b: _Builder, x: int, spec: Spec):
+    k = kind(spec.element)
+    compare_type = "TOTALORDER" if k == "f" else COMPARE_TYPES[k]
+    direction = b.choice(["LT", "GT"])
+    b.add("sort", (x,), spec, f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64, is_stable = true",
+          _body("stablehlo.compare", spec.element, result="tensor<i1>",
+                attributes=f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+                           f"compare_type = #stablehlo<comparison_type {compare_type}>"))
+
+
+def _indices(b: _Builder, rank: int) -> list:
+    element = b.choice([e for e in ("i32", "i64", "ui32", "i8") if e in ELEMENT_TYPES])
+    return [b.like(Spec((), element)) for _ in range(rank)]
+
+
+@_operand(ANY, min_rank=1)
+def _dynamic_slice(b: _Builder, x: int, spec: Spec):
+    sizes = [int(b.rng.integers(0, s + 1)) for s in spec.shape]
+    b.add("dynamic_slice", [x] + _indices(b, len(spec.shape)), Spec(tuple(sizes), spec.element),
+          f"slice_sizes = {_array(sizes)}")
+
+
+@_operand(ANY, min_rank=1)
+def _dynamic_update_slice(b: _Builder, x: int, spec: Spec):
+    update = b.like(Spec(tuple(int(b.rng.integers(0, s + 1)) for s in spec.shape), spec.element))
+    b.add("dynamic_update_slice", [x, update] + _indices(b, len(spec.shape)), spec)
+
+
+@_operand(ANY, min_rank=1)
+def _get_dimension_size(b: _Builder, x: int, spec: Spec):
+    b.add("get_dimension_size", (x,), Spec((), "i32"), f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64")
+
+
+OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
+OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
+OPS |= {
+    "compare": _compare, "select": _select, "clamp": _clamp, "convert": _convert,
+    "bitcast_convert": _bitcast_convert, "reduce_precision": _reduce_precision, "complex": _complex,
+    "reshape": _reshape, "transpose": _transpose, "broadcast_in_dim": _broadcast_in_dim, "slice": _slice,
+    "concatenate": _concatenate, "pad": _pad, "reverse": _reverse, "iota": _iota, "constant": _constant,
+    "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
+    "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
+}
