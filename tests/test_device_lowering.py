@@ -46,6 +46,8 @@ FUNCTIONS = {
                           jax.random.categorical(k, jnp.zeros(4)), jax.random.dirichlet(k, jnp.ones(3))), KEY),
     "sorting": (lambda v: (jnp.argsort(v), lax.top_k(v, 2), jnp.median(v)), VECTOR),
     "convolution": (lambda v: jnp.convolve(v, v[:3]), VECTOR),
+    "platform_dependent": (lambda v: lax.platform_dependent(v, cpu=jnp.sin, default=jnp.cos), VECTOR),
+    "platform_dependent batched": (jax.vmap(lambda v: lax.platform_dependent(v, cpu=jnp.sin, tpu=jnp.tan)), VECTOR),
 }
 
 
@@ -96,6 +98,39 @@ def platform_marked(v):
     return jnp.sin(v) + lax.platform_dependent(v, cpu=lambda u: u * 10, tpu=lambda u: u * 100, default=lambda u: u)
 
 
+def test_platform_dependent_runs_the_cpu_branch_on_interp():
+    """Eager, jitted, batched and differentiated, as JAX's own tests expect of the CPU."""
+    interp = jax.devices("interp")[0]
+    argument = jax.device_put(VECTOR, interp)
+    results = {"eager": platform_marked(argument), "jit": jax.jit(platform_marked)(argument),
+               "vmap": jax.vmap(platform_marked)(argument),
+               "grad": jax.vmap(jax.grad(platform_marked))(argument)}
+    expected = {"eager": np.sin(VECTOR) + VECTOR * 10, "jit": np.sin(VECTOR) + VECTOR * 10,
+                "vmap": np.sin(VECTOR) + VECTOR * 10, "grad": np.cos(VECTOR) + 10}
+    for how, result in results.items():
+        assert result.devices() == {interp}, how
+        np.testing.assert_allclose(np.asarray(result), expected[how], rtol=1e-6, err_msg=how)
+
+
+def test_platform_dependent_takes_a_branch_named_interp_first():
+    def f(v):
+        return lax.platform_dependent(v, cpu=jnp.sin, interp=jnp.cos, default=jnp.tan)
+
+    with jax.default_device(jax.devices("interp")[0]):
+        np.testing.assert_allclose(np.asarray(jax.jit(f)(VECTOR)), np.cos(VECTOR), rtol=1e-6)
+    assert "stablehlo.cosine" in lowered_text(f, VECTOR, "interp")
+    assert "stablehlo.sine" in lowered_text(f, VECTOR, "cpu")
+
+
+def test_platform_dependent_without_a_cpu_branch_takes_the_default_or_is_refused():
+    def with_default(v):
+        return lax.platform_dependent(v, tpu=jnp.sin, default=jnp.cos)
+
+    assert lowered_text(with_default, VECTOR, "interp") == lowered_text(with_default, VECTOR, "cpu")
+    with pytest.raises(NotImplementedError, match="not found for platform interp"):
+        lowered_text(lambda v: lax.platform_dependent(v, tpu=jnp.sin), VECTOR, "interp")
+
+
 @pytest.mark.parametrize("platforms", [("cpu", "tpu"), ("tpu", "cpu"), ("cpu",)])
 def test_an_export_that_includes_the_cpu_runs_its_cpu_lowering_on_interp(platforms):
     exported = jax.export.export(jax.jit(platform_marked), platforms=platforms)(
@@ -108,10 +143,14 @@ def test_an_export_that_includes_the_cpu_runs_its_cpu_lowering_on_interp(platfor
 
 
 def test_an_export_for_interp_keeps_its_own_branch():
-    exported = jax.export.export(jax.jit(platform_marked), platforms=("cpu", "interp"))(
+    def marked(v):
+        return jnp.sin(v) + lax.platform_dependent(v, cpu=lambda u: u * 10, interp=lambda u: u * 1000)
+
+    exported = jax.export.export(jax.jit(marked), platforms=("cpu", "interp"))(
         jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
-    result = exported.call(jax.device_put(VECTOR, jax.devices("interp")[0]))
-    np.testing.assert_allclose(np.asarray(result), np.sin(VECTOR) + VECTOR, rtol=1e-6)
+    for device, factor in (("interp", 1000), ("cpu", 10)):
+        result = exported.call(jax.device_put(VECTOR, jax.devices(device)[0]))
+        np.testing.assert_allclose(np.asarray(result), np.sin(VECTOR) + VECTOR * factor, rtol=1e-6, err_msg=device)
 
 
 def test_an_export_without_the_cpu_is_refused_and_si_run_runs_it():
