@@ -51,6 +51,26 @@ def test_a_buffer_passed_twice_without_donation_is_fine(platform):
     assert not x.is_deleted()
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_a_sharded_donation_is_given_up_only_where_a_result_can_take_it(platform):
+    """Over several devices JAX leaves the pairing to the compiler (``jax.buffer_donor``);
+    a donor no result matches (per-device shape and dtype) stays alive, as on XLA's CPU
+    (testBufferDonationNotDonated); one a result matches is deleted."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    rows = NamedSharding(Mesh(np.array(jax.devices(platform)[:2]), ("x",)), P("x"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "Some donated buffers were not usable"
+        kept = jax.device_put(np.arange(16.0).reshape(8, 2), rows)
+        product = jax.jit(lambda x: x @ x.T, donate_argnums=0)(kept)
+        taken = jax.device_put(np.arange(16.0).reshape(8, 2), rows)
+        doubled = jax.jit(lambda x: x * 2, donate_argnums=0)(taken)
+    assert not kept.is_deleted() and taken.is_deleted()
+    x = np.arange(16.0).reshape(8, 2)
+    np.testing.assert_array_equal(np.asarray(product), x @ x.T)
+    np.testing.assert_array_equal(np.asarray(doubled), x * 2)
+
+
 # ---------------------------------------------------------------- compiler options
 
 VALID = {"xla_embed_ir_in_executable": True, "xla_dump_max_hlo_modules": 200,

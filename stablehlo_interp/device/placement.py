@@ -59,6 +59,10 @@ class Placement:
         shapes a run hands out."""
         return [list(self.function.result_types)] * self.num_devices
 
+    def parameter_types(self) -> list:
+        """Each device's type of each parameter (its shard's, for a global program)."""
+        return [list(self.function.arg_types)] * self.num_devices
+
 
 class PerProcess(Placement):
     """Each device runs the program as one process of the grid (a program per process)."""
@@ -124,10 +128,16 @@ class Global(Placement):
         return per_device
 
     def result_types(self) -> list:
+        return self._shard_types(self.function.result_types, self.result_tilings)
+
+    def parameter_types(self) -> list:
+        return self._shard_types(self.function.arg_types, self.arg_tilings)
+
+    def _shard_types(self, value_types, tilings) -> list:
         types = []
         for device in range(self.num_devices):
             types.append([])
-            for value_type, tiling in zip(self.function.result_types, self.result_tilings):
+            for value_type, tiling in zip(value_types, tilings):
                 if isinstance(value_type, TensorType):   # the shape of a view: nothing is allocated
                     whole = np.broadcast_to(np.empty((), value_type.dtype), value_type.shape)
                     value_type = dataclasses.replace(value_type, shape=self._shard_view(whole, tiling, device).shape)
