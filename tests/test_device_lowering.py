@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import jax.scipy as jsp
 from jax import lax
+from jax._src import core, effects
+from jax._src.interpreters import mlir
 
 SQUARE = np.array([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], np.float32)
 VECTOR = np.linspace(0.1, 0.9, 6, dtype=np.float32)
@@ -165,3 +167,37 @@ def test_an_export_without_the_cpu_is_refused_and_si_run_runs_it():
         "interp device runs the 'cpu' lowering of an export made for it (platforms=(..., 'cpu', ...)); "
         "stablehlo_interp.run(exported, *args) runs this one.")
     np.testing.assert_allclose(si.run(exported, VECTOR), np.sin(VECTOR) + VECTOR * 100, rtol=1e-6)
+
+
+class _OrderedForTesting(effects.Effect):
+    """An ordered effect of the test's own primitive (as JAX's export tests make one)."""
+
+
+effects.lowerable_effects.add_type(_OrderedForTesting)
+effects.ordered_effects.add_type(_OrderedForTesting)
+effects.control_flow_allowed_effects.add_type(_OrderedForTesting)
+ORDERED = _OrderedForTesting()
+doubled_in_order_p = core.Primitive("stablehlo_interp_test_doubled_in_order")
+doubled_in_order_p.def_effectful_abstract_eval(lambda aval: (aval, {ORDERED}))
+
+
+def _doubled_in_order(ctx, x):
+    ctx.set_tokens_out(mlir.TokenSet({ORDERED: ctx.tokens_in.get(ORDERED)}))
+    return [mlir.hlo.add(x, x)]
+
+
+mlir.register_lowering(doubled_in_order_p, _doubled_in_order)
+
+
+def test_an_export_with_ordered_effects_runs_its_cpu_lowering_on_interp():
+    """The export's token goes through the call (the rule hands JAX's rule a context
+    lowering for the CPU, whose tokens_out it must take back)."""
+    def f(v):
+        return 10.0 + doubled_in_order_p.bind(v) + lax.platform_dependent(v, cpu=lambda u: u * 3, default=jnp.sin)
+
+    exported = jax.export.export(jax.jit(f), platforms=("cpu", "tpu"))(
+        jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
+    assert [str(effect) for effect in exported.ordered_effects] == [str(ORDERED)]
+    for device in ("cpu", "interp"):
+        result = jax.jit(exported.call)(jax.device_put(VECTOR, jax.devices(device)[0]))
+        np.testing.assert_allclose(np.asarray(result), 10 + VECTOR * 5, rtol=1e-6, err_msg=device)

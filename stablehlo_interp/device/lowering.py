@@ -58,8 +58,12 @@ def _call_exported_like_the_cpu(generic_rule):
         if PLATFORM in platforms and PLATFORM not in exported.platforms:
             if "cpu" in exported.platforms:
                 as_cpu = tuple("cpu" if platform == PLATFORM else platform for platform in platforms)
-                ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
-            elif DisabledSafetyCheck.platform() not in exported.disabled_safety_checks:
+                as_cpu_ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
+                results = generic_rule(as_cpu_ctx, *args, exported=exported)
+                if as_cpu_ctx.tokens_out is not None:   # an export with ordered effects threads their tokens
+                    ctx.set_tokens_out(as_cpu_ctx.tokens_out)
+                return results
+            if DisabledSafetyCheck.platform() not in exported.disabled_safety_checks:
                 raise ValueError(
                     f"Function '{exported.fun_name}' was exported for platforms '{exported.platforms}' but it is "
                     f"used on '{tuple(platforms)}'. The interp device runs the 'cpu' lowering of an export made "
