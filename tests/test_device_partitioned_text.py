@@ -214,33 +214,26 @@ def test_only_as_text_runs_the_partitioner(monkeypatch):
     assert len(asked) == 1
 
 
-REDUCES = """
-module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 2 : i32} {
-func.func public @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {
-  %0 = "stablehlo.all_reduce"(%a) ({
+def all_reduce_text(result: str, operand: str, reduction: str) -> str:
+    return f"""
+  {result} = "stablehlo.all_reduce"({operand}) ({{
   ^bb0(%x: tensor<f32>, %y: tensor<f32>):
-    %s = stablehlo.add %x, %y : tensor<f32>
+    %s = stablehlo.{reduction} %x, %y : tensor<f32>
     stablehlo.return %s : tensor<f32>
-  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<2xf32>) -> tensor<2xf32>
-  %1 = "stablehlo.all_reduce"(%b) ({
-  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
-    %s = stablehlo.add %x, %y : tensor<f32>
-    stablehlo.return %s : tensor<f32>
-  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<2xf32>) -> tensor<2xf32>
+  }}) {{replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>"""
+
+
+REDUCES = f"""
+module attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 2 : i32}} {{
+func.func public @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {{
+  {all_reduce_text("%0", "%a", "add")}
+  {all_reduce_text("%1", "%b", "add")}
   %2 = stablehlo.multiply %0, %1 : tensor<2xf32>
-  %3 = "stablehlo.all_reduce"(%2) ({
-  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
-    %s = stablehlo.add %x, %y : tensor<f32>
-    stablehlo.return %s : tensor<f32>
-  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<2xf32>) -> tensor<2xf32>
-  %4 = "stablehlo.all_reduce"(%b) ({
-  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
-    %s = stablehlo.maximum %x, %y : tensor<f32>
-    stablehlo.return %s : tensor<f32>
-  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<2xf32>) -> tensor<2xf32>
+  {all_reduce_text("%3", "%2", "add")}
+  {all_reduce_text("%4", "%b", "maximum")}
   return %0, %3, %4 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
-}
-}"""
+}}
+}}"""
 
 
 def test_all_reduces_combine_when_independent_and_alike():
