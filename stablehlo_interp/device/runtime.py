@@ -407,21 +407,29 @@ def _memory_kind(result_attributes: dict) -> str:
     return kind
 
 
+def _byte_size(value_type) -> int | None:
+    """A value's size in bytes (None for a token, which no buffer holds)."""
+    if not isinstance(value_type, TensorType):
+        return None
+    return math.prod(value_type.shape) * value_type.dtype.itemsize
+
+
 def _donated_parameters(function, where: placement.Placement) -> frozenset:
     """Parameters a call gives up: those JAX aliased with a result (``tf.aliasing_output``),
     and each ``jax.buffer_donor`` that a result can take over. JAX marks donors so when the
     compiler is to decide (a program over several devices); XLA then pairs each result with
-    the first unpaired donor of the same per-device shape, dtype and memory kind
-    (``OptimizeInputOutputBufferAlias``), and a donor left unpaired is not donated: it
-    stays alive after the call (JAX warns that it was not usable)."""
+    the first unpaired donor of its per-device size in bytes and memory kind (a shard of
+    (8, 1) takes over one of (8,); ``OptimizeInputOutputBufferAlias``), and a donor left
+    unpaired is not donated: it stays alive after the call (JAX warns that it was not
+    usable)."""
     attributes = function.arg_attributes
     aliased = {index for index, these in enumerate(attributes) if "tf.aliasing_output" in these}
     taken = {int(attributes[index]["tf.aliasing_output"]) for index in aliased}
     donors = [index for index, these in enumerate(attributes) if these.get("jax.buffer_donor") and index not in aliased]
     if not donors:
         return frozenset(aliased)
-    parameters = [(t, _memory_kind(a)) for t, a in zip(where.parameter_types()[0], attributes)]
-    results = [(t, _memory_kind(a)) for t, a in zip(where.result_types()[0], function.result_attributes)]
+    parameters = [(_byte_size(t), _memory_kind(a)) for t, a in zip(where.parameter_types()[0], attributes)]
+    results = [(_byte_size(t), _memory_kind(a)) for t, a in zip(where.result_types()[0], function.result_attributes)]
     for result, wanted in enumerate(results):
         match = next((d for d in donors if parameters[d] == wanted), None) if result not in taken else None
         if match is not None:
