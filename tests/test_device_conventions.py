@@ -51,6 +51,30 @@ def test_a_buffer_passed_twice_without_donation_is_fine(platform):
     assert not x.is_deleted()
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_a_sharded_donation_is_given_up_only_where_a_result_can_take_it(platform):
+    """Over several devices JAX leaves the pairing to the compiler (``jax.buffer_donor``);
+    a donor no result matches (per-device size in bytes) stays alive, as on XLA's CPU
+    (testBufferDonationNotDonated); one a result matches is deleted, of another shape too
+    (testBufferDonationDifferentIOShapes)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    rows = NamedSharding(Mesh(np.array(jax.devices(platform)[:2]), ("x",)), P("x"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "Some donated buffers were not usable"
+        kept = jax.device_put(np.arange(16.0).reshape(8, 2), rows)
+        product = jax.jit(lambda x: x @ x.T, donate_argnums=0)(kept)
+        taken = jax.device_put(np.arange(16.0).reshape(8, 2), rows)
+        doubled = jax.jit(lambda x: x * 2, donate_argnums=0)(taken)
+        column = jax.device_put(np.arange(16.0).reshape(16, 1), rows)
+        flat = jax.jit(lambda c: c.reshape(16), out_shardings=rows, donate_argnums=0)(column)
+    assert not kept.is_deleted() and taken.is_deleted() and column.is_deleted()
+    x = np.arange(16.0).reshape(8, 2)
+    np.testing.assert_array_equal(np.asarray(product), x @ x.T)
+    np.testing.assert_array_equal(np.asarray(doubled), x * 2)
+    np.testing.assert_array_equal(np.asarray(flat), np.arange(16.0))
+
+
 # ---------------------------------------------------------------- compiler options
 
 VALID = {"xla_embed_ir_in_executable": True, "xla_dump_max_hlo_modules": 200,

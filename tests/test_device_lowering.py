@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import jax.scipy as jsp
 from jax import lax
+from jax._src import core, effects
+from jax._src.interpreters import mlir
 
 SQUARE = np.array([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], np.float32)
 VECTOR = np.linspace(0.1, 0.9, 6, dtype=np.float32)
@@ -46,6 +48,8 @@ FUNCTIONS = {
                           jax.random.categorical(k, jnp.zeros(4)), jax.random.dirichlet(k, jnp.ones(3))), KEY),
     "sorting": (lambda v: (jnp.argsort(v), lax.top_k(v, 2), jnp.median(v)), VECTOR),
     "convolution": (lambda v: jnp.convolve(v, v[:3]), VECTOR),
+    "platform_dependent": (lambda v: lax.platform_dependent(v, cpu=jnp.sin, default=jnp.cos), VECTOR),
+    "platform_dependent batched": (jax.vmap(lambda v: lax.platform_dependent(v, cpu=jnp.sin, tpu=jnp.tan)), VECTOR),
 }
 
 
@@ -96,6 +100,39 @@ def platform_marked(v):
     return jnp.sin(v) + lax.platform_dependent(v, cpu=lambda u: u * 10, tpu=lambda u: u * 100, default=lambda u: u)
 
 
+def test_platform_dependent_runs_the_cpu_branch_on_interp():
+    """Eager, jitted, batched and differentiated, as JAX's own tests expect of the CPU."""
+    interp = jax.devices("interp")[0]
+    argument = jax.device_put(VECTOR, interp)
+    results = {"eager": platform_marked(argument), "jit": jax.jit(platform_marked)(argument),
+               "vmap": jax.vmap(platform_marked)(argument),
+               "grad": jax.vmap(jax.grad(platform_marked))(argument)}
+    expected = {"eager": np.sin(VECTOR) + VECTOR * 10, "jit": np.sin(VECTOR) + VECTOR * 10,
+                "vmap": np.sin(VECTOR) + VECTOR * 10, "grad": np.cos(VECTOR) + 10}
+    for how, result in results.items():
+        assert result.devices() == {interp}, how
+        np.testing.assert_allclose(np.asarray(result), expected[how], rtol=1e-6, err_msg=how)
+
+
+def test_platform_dependent_takes_a_branch_named_interp_first():
+    def f(v):
+        return lax.platform_dependent(v, cpu=jnp.sin, interp=jnp.cos, default=jnp.tan)
+
+    with jax.default_device(jax.devices("interp")[0]):
+        np.testing.assert_allclose(np.asarray(jax.jit(f)(VECTOR)), np.cos(VECTOR), rtol=1e-6)
+    assert "stablehlo.cosine" in lowered_text(f, VECTOR, "interp")
+    assert "stablehlo.sine" in lowered_text(f, VECTOR, "cpu")
+
+
+def test_platform_dependent_without_a_cpu_branch_takes_the_default_or_is_refused():
+    def with_default(v):
+        return lax.platform_dependent(v, tpu=jnp.sin, default=jnp.cos)
+
+    assert lowered_text(with_default, VECTOR, "interp") == lowered_text(with_default, VECTOR, "cpu")
+    with pytest.raises(NotImplementedError, match="not found for platform interp"):
+        lowered_text(lambda v: lax.platform_dependent(v, tpu=jnp.sin), VECTOR, "interp")
+
+
 @pytest.mark.parametrize("platforms", [("cpu", "tpu"), ("tpu", "cpu"), ("cpu",)])
 def test_an_export_that_includes_the_cpu_runs_its_cpu_lowering_on_interp(platforms):
     exported = jax.export.export(jax.jit(platform_marked), platforms=platforms)(
@@ -108,10 +145,14 @@ def test_an_export_that_includes_the_cpu_runs_its_cpu_lowering_on_interp(platfor
 
 
 def test_an_export_for_interp_keeps_its_own_branch():
-    exported = jax.export.export(jax.jit(platform_marked), platforms=("cpu", "interp"))(
+    def marked(v):
+        return jnp.sin(v) + lax.platform_dependent(v, cpu=lambda u: u * 10, interp=lambda u: u * 1000)
+
+    exported = jax.export.export(jax.jit(marked), platforms=("cpu", "interp"))(
         jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
-    result = exported.call(jax.device_put(VECTOR, jax.devices("interp")[0]))
-    np.testing.assert_allclose(np.asarray(result), np.sin(VECTOR) + VECTOR, rtol=1e-6)
+    for device, factor in (("interp", 1000), ("cpu", 10)):
+        result = exported.call(jax.device_put(VECTOR, jax.devices(device)[0]))
+        np.testing.assert_allclose(np.asarray(result), np.sin(VECTOR) + VECTOR * factor, rtol=1e-6, err_msg=device)
 
 
 def test_an_export_without_the_cpu_is_refused_and_si_run_runs_it():
@@ -126,3 +167,37 @@ def test_an_export_without_the_cpu_is_refused_and_si_run_runs_it():
         "interp device runs the 'cpu' lowering of an export made for it (platforms=(..., 'cpu', ...)); "
         "stablehlo_interp.run(exported, *args) runs this one.")
     np.testing.assert_allclose(si.run(exported, VECTOR), np.sin(VECTOR) + VECTOR * 100, rtol=1e-6)
+
+
+class _OrderedForTesting(effects.Effect):
+    """An ordered effect of the test's own primitive (as JAX's export tests make one)."""
+
+
+effects.lowerable_effects.add_type(_OrderedForTesting)
+effects.ordered_effects.add_type(_OrderedForTesting)
+effects.control_flow_allowed_effects.add_type(_OrderedForTesting)
+ORDERED = _OrderedForTesting()
+doubled_in_order_p = core.Primitive("stablehlo_interp_test_doubled_in_order")
+doubled_in_order_p.def_effectful_abstract_eval(lambda aval: (aval, {ORDERED}))
+
+
+def _doubled_in_order(ctx, x):
+    ctx.set_tokens_out(mlir.TokenSet({ORDERED: ctx.tokens_in.get(ORDERED)}))
+    return [mlir.hlo.add(x, x)]
+
+
+mlir.register_lowering(doubled_in_order_p, _doubled_in_order)
+
+
+def test_an_export_with_ordered_effects_runs_its_cpu_lowering_on_interp():
+    """The export's token goes through the call (the rule hands JAX's rule a context
+    lowering for the CPU, whose tokens_out it must take back)."""
+    def f(v):
+        return 10.0 + doubled_in_order_p.bind(v) + lax.platform_dependent(v, cpu=lambda u: u * 3, default=jnp.sin)
+
+    exported = jax.export.export(jax.jit(f), platforms=("cpu", "tpu"))(
+        jax.ShapeDtypeStruct(VECTOR.shape, VECTOR.dtype))
+    assert [str(effect) for effect in exported.ordered_effects] == [str(ORDERED)]
+    for device in ("cpu", "interp"):
+        result = jax.jit(exported.call)(jax.device_put(VECTOR, jax.devices(device)[0]))
+        np.testing.assert_allclose(np.asarray(result), 10 + VECTOR * 5, rtol=1e-6, err_msg=device)

@@ -73,8 +73,33 @@ def scan_over_sharded_columns(platform):
     return mesh, jax.jit(running_sums), (jax.device_put(ROWS.T.reshape(4, 4), NamedSharding(mesh, P(None, "x"))),)
 
 
+def gradients_accumulated_unreduced_over_a_scan(platform):
+    """A training step's minibatch loop: each step's gradients of two weights stay partial
+    sums (unreduced over "x", the batch's axis) and add up in the loop's carry, which
+    starts as zeros made unreduced (device 0 holds them, the others zeros); they are
+    all-reduced once, after the loop."""
+    mesh = make_mesh(platform, (2,), ("x",))
+
+    def loss(weights, batch):
+        for w in weights:
+            batch = jnp.dot(batch, w)
+        return jnp.sum(batch)
+
+    def step(weights, batches):
+        def accumulate(total, batch):
+            return jax.tree.map(jnp.add, total, jax.grad(loss)(weights, batch)), None
+
+        zeros = reshard(jax.tree.map(jnp.zeros_like, weights), P(unreduced={"x"}))
+        total, _ = jax.lax.scan(accumulate, zeros, batches)
+        return jax.tree.map(lambda w, g: w - g * 0.5, reshard(weights, P()), reshard(total, P()))
+
+    weights = tuple(jax.device_put(w, NamedSharding(mesh, P(reduced={"x"}))) for w in (SQUARE, SQUARE.T))
+    batches = jax.device_put(ROWS.reshape(2, 2, 4), NamedSharding(mesh, P(None, "x", None)))
+    return mesh, jax.jit(step), (weights, batches)
+
+
 CASES = [sum_over_sharded_rows, matmul_fsdp, threefry_bits_on_three_devices, unreduced_matmul_then_reshard,
-         scan_over_sharded_columns]
+         scan_over_sharded_columns, gradients_accumulated_unreduced_over_a_scan]
 
 
 def entry_shapes(text: str) -> list:
@@ -104,6 +129,16 @@ def test_text_shows_the_per_device_program(case):
     assert collective_kinds(ours) == collective_kinds(xla) - {"collective-permute"}
 
 
+def test_a_steps_gradients_are_all_reduced_once_after_the_loop():
+    """As XLA's: the unreduced carry is not all-reduced in the loop's body, and the two
+    gradients' all-reduces after it are one (XLA CPU's all-reduce combiner)."""
+    xla, ours = (compiled_text(gradients_accumulated_unreduced_over_a_scan, platform) for platform in PLATFORMS)
+    assert xla.count("all-reduce(") == 1
+    assert ours.count("all-reduce(") == 1
+    reduce_line = next(line for line in ours.splitlines() if "all-reduce(" in line)
+    assert reduce_line.split("=")[1].strip().startswith("(f32[4,4]{1,0}, f32[4,4]{1,0}) all-reduce(")
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
 def test_per_device_program_computes_what_each_device_holds(case):
     """Run the per-device program on a grid of processes, one per device with its shards:
@@ -116,7 +151,8 @@ def test_per_device_program_computes_what_each_device_holds(case):
     with jax.set_mesh(cpu_mesh), jax.threefry_partitionable(True):
         xla = cpu_function(*cpu_args)
     devices = list(mesh.devices.flat)
-    shard_data = [{shard.device: np.asarray(shard.data) for shard in arg.addressable_shards} for arg in args]
+    shard_data = [{shard.device: np.asarray(shard.data) for shard in arg.addressable_shards}
+                  for arg in jax.tree.leaves(args)]
     results = si.Program(text).run_grid([[data[device] for data in shard_data] for device in devices])
     for output, xla_output, number in zip(jax.tree.leaves(ours), jax.tree.leaves(xla), range(len(results[0]))):
         held = {shard.device: np.asarray(shard.data) for shard in output.addressable_shards}
@@ -176,3 +212,52 @@ def test_only_as_text_runs_the_partitioner(monkeypatch):
         assert not asked
         assert "all-reduce" in compiled.as_text()
     assert len(asked) == 1
+
+
+def all_reduce_text(result: str, operand: str, reduction: str) -> str:
+    return f"""
+  {result} = "stablehlo.all_reduce"({operand}) ({{
+  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+    %s = stablehlo.{reduction} %x, %y : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }}) {{replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>"""
+
+
+REDUCES = f"""
+module attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 2 : i32}} {{
+func.func public @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {{
+  {all_reduce_text("%0", "%a", "add")}
+  {all_reduce_text("%1", "%b", "add")}
+  %2 = stablehlo.multiply %0, %1 : tensor<2xf32>
+  {all_reduce_text("%3", "%2", "add")}
+  {all_reduce_text("%4", "%b", "maximum")}
+  return %0, %3, %4 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
+}}
+}}"""
+
+
+def test_all_reduces_combine_when_independent_and_alike():
+    """The first two become one; the third uses their results (after a multiply) and the
+    fourth reduces by another computation: each stays alone. The program computes the
+    same on a grid of two processes."""
+    from jaxlib.mlir import ir
+
+    from stablehlo_interp.ir import partition_child
+    from stablehlo_interp.ir.sources import make_context
+
+    with make_context():
+        module = ir.Module.parse(REDUCES)
+        partition_child.combine_all_reduces(module)
+        module.operation.verify()
+        combined = str(module)
+    assert combined.count('"stablehlo.all_reduce"') == 3
+    assert re.search(r'"stablehlo.all_reduce"\(%arg0, %arg1\)', combined)
+    a, b = np.array([1.0, -2.0], np.float32), np.array([3.0, 0.5], np.float32)
+    grid = [[a, b], [a * 4, b * -1]]
+    expected = si.Program(REDUCES).run_grid(grid)
+    results = si.Program(combined).run_grid(grid)
+    np.testing.assert_array_equal(expected[0][0], a * 5)
+    np.testing.assert_array_equal(expected[0][2], np.abs(b))
+    for ours, reference in zip(results, expected):
+        for value, wanted in zip(ours, reference):
+            np.testing.assert_array_equal(value, wanted)

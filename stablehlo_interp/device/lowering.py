@@ -16,6 +16,10 @@ JAX also keeps a list of the platforms that implement buffer donation (and
 otherwise ignores ``donate_argnums`` with a warning); the device does, see
 ``runtime.Executable.execute``.
 
+``lax.platform_dependent`` picks the ``cpu`` branch on ``interp`` where no branch names
+``interp`` (:func:`_platform_branches_as_cpu`): the code written for the CPU is the code
+the device checks, as it is for every other rule.
+
 Host callbacks are the exception: ``emit_python_callback`` refuses platforms
 other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them. So is
 ``jax.debug.inspect_array_sharding``, which XLA answers while it partitions:
@@ -54,8 +58,12 @@ def _call_exported_like_the_cpu(generic_rule):
         if PLATFORM in platforms and PLATFORM not in exported.platforms:
             if "cpu" in exported.platforms:
                 as_cpu = tuple("cpu" if platform == PLATFORM else platform for platform in platforms)
-                ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
-            elif DisabledSafetyCheck.platform() not in exported.disabled_safety_checks:
+                as_cpu_ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
+                results = generic_rule(as_cpu_ctx, *args, exported=exported)
+                if as_cpu_ctx.tokens_out is not None:   # an export with ordered effects threads their tokens
+                    ctx.set_tokens_out(as_cpu_ctx.tokens_out)
+                return results
+            if DisabledSafetyCheck.platform() not in exported.disabled_safety_checks:
                 raise ValueError(
                     f"Function '{exported.fun_name}' was exported for platforms '{exported.platforms}' but it is "
                     f"used on '{tuple(platforms)}'. The interp device runs the 'cpu' lowering of an export made "
@@ -63,6 +71,41 @@ def _call_exported_like_the_cpu(generic_rule):
         return generic_rule(ctx, *args, exported=exported)
 
     return rule
+
+
+def _platform_branches_as_cpu(branches_platforms: tuple) -> tuple:
+    """``lax.platform_dependent``'s branches (a tuple of platform tuples, ``None`` for the
+    default branch) with ``interp`` joining the branch that names ``cpu``, unless a branch
+    names ``interp`` itself. ``interp`` models XLA's CPU: it lowers with the CPU's rules and
+    runs the CPU's custom calls, so the branch written for the CPU is the one it runs (JAX's
+    own tests of ``platform_dependent`` expect the cpu branch where they run for cpu)."""
+    names = {name for platforms in branches_platforms if platforms is not None for name in platforms}
+    if PLATFORM in names or "cpu" not in names:
+        return branches_platforms
+    return tuple(platforms + (PLATFORM,) if platforms is not None and "cpu" in platforms else platforms
+                 for platforms in branches_platforms)
+
+
+def _register_platform_dependent_as_cpu(mlir) -> None:
+    """``platform_dependent`` is a ``cond`` whose index is a ``platform_index``; both
+    lowering rules read the branches' platforms (``platforms``, ``branches_platforms``),
+    and both get them with ``interp`` in the cpu branch."""
+    from jax._src.lax.control_flow import conditionals
+
+    index_rule = mlir._lowerings[conditionals.platform_index_p]
+    cond_rule = mlir._lowerings[conditionals.cond_p]
+
+    def platform_index(ctx, *args, platforms):
+        return index_rule.rule(ctx, *args, platforms=_platform_branches_as_cpu(platforms))
+
+    def cond(ctx, *args, **params):
+        if params.get("branches_platforms") is not None:
+            params["branches_platforms"] = _platform_branches_as_cpu(params["branches_platforms"])
+        return cond_rule.rule(ctx, *args, **params)
+
+    mlir.register_lowering(conditionals.platform_index_p, platform_index, platform=PLATFORM,
+                           inline=index_rule.inline)
+    mlir.register_lowering(conditionals.cond_p, cond, platform=PLATFORM, inline=cond_rule.inline)
 
 
 def interpreter_platform() -> str | None:
@@ -92,6 +135,7 @@ def register() -> None:
     generic = mlir._lowerings[_export.call_exported_p]
     mlir.register_lowering(_export.call_exported_p, _call_exported_like_the_cpu(generic.rule), platform=PLATFORM,
                            inline=generic.inline)
+    _register_platform_dependent_as_cpu(mlir)
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     from . import host_callbacks, inspect_sharding

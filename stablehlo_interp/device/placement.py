@@ -94,6 +94,10 @@ class Placement:
         shapes a run hands out."""
         return [list(self.function.result_types)] * self.num_devices
 
+    def parameter_types(self) -> list:
+        """Each device's type of each parameter (its shard's, for a global program)."""
+        return [list(self.function.arg_types)] * self.num_devices
+
 
 class PerProcess(Placement):
     """Each device runs the program as one process of the grid (a program per process)."""
@@ -160,6 +164,10 @@ class Global(Placement):
 
     def result_types(self) -> list:
         return [self._local_types(self.function.result_types, self.result_tilings, device)
+                for device in range(self.num_devices)]
+
+    def parameter_types(self) -> list:
+        return [self._local_types(self.function.arg_types, self.arg_tilings, device)
                 for device in range(self.num_devices)]
 
     @classmethod

@@ -279,9 +279,9 @@ class Executable:
         self.output_memory_kinds = tuple(_memory_kind(attributes) for attributes in self.function.result_attributes)
         self.outputs_in_default_memory = set(self.output_memory_kinds) <= {MEMORY_KINDS[0]}
         self.num_parameters = len(self.function.arg_types)
-        self.donated_parameters = _donated_parameters(self.function)
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd, placement.spmd_mode(ours))
+        self.donated_parameters = _donated_parameters(self.function, self.placement)
         # The common call, decided here once: a program on one device that donates nothing
         # and runs its entry region as it is (Program.plain_region) is run by run_plain,
         # around the placement layer; None sends every call through execute.
@@ -417,10 +417,35 @@ def _memory_kind(result_attributes: dict) -> str:
     return kind
 
 
-def _donated_parameters(function) -> frozenset:
-    """Parameters JAX donated: ``tf.aliasing_output`` or ``jax.buffer_donor`` on the argument."""
-    return frozenset(index for index, attributes in enumerate(function.arg_attributes)
-                     if "tf.aliasing_output" in attributes or attributes.get("jax.buffer_donor"))
+def _byte_size(value_type) -> int | None:
+    """A value's size in bytes (None for a token, which no buffer holds)."""
+    if not isinstance(value_type, TensorType):
+        return None
+    return math.prod(value_type.shape) * value_type.dtype.itemsize
+
+
+def _donated_parameters(function, where: placement.Placement) -> frozenset:
+    """Parameters a call gives up: those JAX aliased with a result (``tf.aliasing_output``),
+    and each ``jax.buffer_donor`` that a result can take over. JAX marks donors so when the
+    compiler is to decide (a program over several devices); XLA then pairs each result with
+    the first unpaired donor of its per-device size in bytes and memory kind (a shard of
+    (8, 1) takes over one of (8,); ``OptimizeInputOutputBufferAlias``), and a donor left
+    unpaired is not donated: it stays alive after the call (JAX warns that it was not
+    usable)."""
+    attributes = function.arg_attributes
+    aliased = {index for index, these in enumerate(attributes) if "tf.aliasing_output" in these}
+    taken = {int(attributes[index]["tf.aliasing_output"]) for index in aliased}
+    donors = [index for index, these in enumerate(attributes) if these.get("jax.buffer_donor") and index not in aliased]
+    if not donors:
+        return frozenset(aliased)
+    parameters = [(_byte_size(t), _memory_kind(a)) for t, a in zip(where.parameter_types()[0], attributes)]
+    results = [(_byte_size(t), _memory_kind(a)) for t, a in zip(where.result_types()[0], function.result_attributes)]
+    for result, wanted in enumerate(results):
+        match = next((d for d in donors if parameters[d] == wanted), None) if result not in taken else None
+        if match is not None:
+            donors.remove(match)
+            aliased.add(match)
+    return frozenset(aliased)
 
 
 class Client:

@@ -4,9 +4,13 @@ passes and replies with the per-device program (see
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 from jax._src.lib import _jax
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
+from jaxlib.mlir.dialects import stablehlo as hlo
 
 from .child_process import serve
 from .edit import inline_every_call
@@ -15,15 +19,20 @@ from .sources import make_context
 # What jaxlib's ``sdy-propagation-pipeline`` runs (Shardy's propagation_pipeline.cc), with its
 # export pipeline asked to insert every collective (``enable-insert-explicit-collectives``, which
 # that registered pipeline leaves off): reshards, then reshards as collectives, on global shapes.
+# The registered ``sdy-import-pipeline`` lacks two passes the C++ pipeline adds after importing calls:
+# ``sdy-apply-sharding-constraints`` gives a constrained value's producer (a while's operand,
+# an op with one user) the constraint's sharding; without it an unreduced loop carry
+# was replicated, and all-reduced at every step (ir/partition_child's tests).
 PROPAGATE_AND_INSERT_COLLECTIVES = (
-    "sdy-import-pipeline", "sdy-import-func-calls", "symbol-dce", "sdy-pre-order-funcs",
-    "sdy-user-priority-propagate{keep-sharding-rules=true}", "sdy-export-named-computations",
-    "sdy-export-pipeline{enable-insert-explicit-collectives=true}")
+    "sdy-import-pipeline", "sdy-import-func-calls", "symbol-dce", "sdy-apply-sharding-constraints",
+    "sdy-sharding-group-import", "sdy-pre-order-funcs", "sdy-user-priority-propagate{keep-sharding-rules=true}",
+    "sdy-export-named-computations", "sdy-export-pipeline{enable-insert-explicit-collectives=true}")
 # Then each value's global type becomes its device's tile (Shardy's partitioner_pipeline.cc ends so).
 GLOBAL_TO_LOCAL = ("sdy-convert-global-to-local", "sdy-drop-sharding-and-mesh")
 
 WHILE_TARGET = "stablehlo_interp.outlined_while"   # the stand-in for a while while its regions are functions
-SLICE_TARGET = "stablehlo_interp.dynamic_slice"    # the stand-in for a dynamic_slice whose sizes are global
+STAND_IN_TARGET = "stablehlo_interp.stand_in"     # the stand-in for an op the global-to-local pass refuses
+STAND_IN_ATTRIBUTES = "stablehlo_interp.attributes"
 
 
 def _run(module: ir.Module, passes: tuple) -> None:
@@ -170,52 +179,217 @@ def inline_whiles(module: ir.Module) -> None:
         stand_in.erase()
 
 
-def stand_in_for_dynamic_slices(module: ir.Module) -> None:
-    """The global-to-local pass gives a ``dynamic_slice`` its local operand and result but
-    keeps its global ``slice_sizes``, and then fails. Where every dimension the result is
-    sharded on is taken whole (a scan's step takes a whole row of its sharded input), the
-    slice is a stand-in custom call whose result the pass converts, and
-    :func:`restore_dynamic_slices` writes the local sizes back."""
+def _stand_in(operation) -> None:
+    """Replace ``operation`` (one result) by a custom call the global-to-local pass converts
+    like any op sharded as its result; the op's name and attributes ride along for
+    :func:`restore_stand_ins`."""
+    kept = {name: operation.attributes[name] for name in operation.attributes if name != "sdy.sharding"}
+    with ir.InsertionPoint(operation), operation.location:
+        stand_in = ir.Operation.create(
+            "stablehlo.custom_call", results=[operation.results[0].type], operands=list(operation.operands),
+            attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
+                        "backend_config": ir.StringAttr.get(operation.name),
+                        STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
+                        "sdy.sharding": operation.attributes["sdy.sharding"]})
+    operation.results[0].replace_all_uses_with(stand_in.results[0])
+    operation.erase()
+
+
+def _sharded_dimensions(operation) -> list:
+    """Whether each dimension of ``operation``'s (only) result is sharded (names axes)."""
+    sharding = sdy.TensorShardingPerValueAttr(operation.attributes["sdy.sharding"]).shardings[0]
+    return [bool(len(sdy.DimensionShardingAttr(dimension).axes))
+            for dimension in sdy.TensorShardingAttr(sharding).dimension_shardings]
+
+
+def stand_in_for_unconverted_ops(module: ir.Module) -> None:
+    """Ops the global-to-local pass refuses though their local form is the same op on
+    local types become stand-ins (:func:`_stand_in`):
+
+    * a ``dynamic_slice`` whose result's sharded dimensions it takes whole (a scan's step
+      takes a whole row of its sharded input): the pass keeps its global ``slice_sizes``
+      and fails;
+    * a ``dot_general`` whose result stays unreduced (a partial sum kept for later, as a
+      gradient accumulated over a scan): the pass expects such a dot to be all-reduced at
+      once (a failed Check that aborts its process). Each device's local dot is its part
+      of the sum, which the unreduced value is."""
     for operation in _walk(module, "stablehlo.dynamic_slice"):
         if "sdy.sharding" not in operation.attributes:
             continue
-        sharding = sdy.TensorShardingPerValueAttr(operation.attributes["sdy.sharding"]).shardings[0]
         sizes = list(ir.DenseI64ArrayAttr(operation.attributes["slice_sizes"]))
         whole = ir.RankedTensorType(operation.operands[0].type).shape
-        dimensions = sdy.TensorShardingAttr(sharding).dimension_shardings
-        if any(len(sdy.DimensionShardingAttr(dimension).axes) and size != full
-               for dimension, size, full in zip(dimensions, sizes, whole)):
-            continue
-        with ir.InsertionPoint(operation), operation.location:
-            stand_in = ir.Operation.create(
-                "stablehlo.custom_call", results=[operation.results[0].type], operands=list(operation.operands),
-                attributes={"call_target_name": ir.StringAttr.get(SLICE_TARGET),
-                            "sdy.sharding": operation.attributes["sdy.sharding"]})
-        operation.results[0].replace_all_uses_with(stand_in.results[0])
-        operation.erase()
+        if not any(sharded and size != full
+                   for sharded, size, full in zip(_sharded_dimensions(operation), sizes, whole)):
+            _stand_in(operation)
+    for operation in _walk(module, "stablehlo.dot_general"):
+        if "sdy.sharding" in operation.attributes and len(sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
+                operation.attributes["sdy.sharding"]).shardings[0]).unreduced_axes):
+            _stand_in(operation)
 
 
-def restore_dynamic_slices(module: ir.Module) -> None:
-    """Each stand-in of :func:`stand_in_for_dynamic_slices` a ``dynamic_slice`` of its
-    result's (local) shape."""
+def restore_stand_ins(module: ir.Module) -> None:
+    """Each stand-in of :func:`stand_in_for_unconverted_ops` its op again, of its result's
+    (local) type; a ``dynamic_slice`` takes the local shape as its ``slice_sizes``."""
     for stand_in in _walk(module, "stablehlo.custom_call"):
-        if ir.StringAttr(stand_in.attributes["call_target_name"]).value != SLICE_TARGET:
+        if ir.StringAttr(stand_in.attributes["call_target_name"]).value != STAND_IN_TARGET:
             continue
+        name = ir.StringAttr(stand_in.attributes["backend_config"]).value
+        attributes = {named.name: named.attr for named in ir.DictAttr(stand_in.attributes[STAND_IN_ATTRIBUTES])}
         result_type = stand_in.results[0].type
+        if name == "stablehlo.dynamic_slice":
+            attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(result_type).shape)
         with ir.InsertionPoint(stand_in), stand_in.location:
-            operation = ir.Operation.create(
-                "stablehlo.dynamic_slice", results=[result_type], operands=list(stand_in.operands),
-                attributes={"slice_sizes": ir.DenseI64ArrayAttr.get(ir.RankedTensorType(result_type).shape)})
+            operation = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
+                                            attributes=attributes)
         stand_in.results[0].replace_all_uses_with(operation.results[0])
         stand_in.erase()
 
 
-def _erase_unused_replicated_to_unreduced(module: ir.Module) -> None:
-    """Shardy's export leaves an unused ``sdy.replicated_to_unreduced`` where a value is
-    made unreduced and then reduced again; the global-to-local pass has no rule for it."""
+def _mesh_axes(module: ir.Module) -> dict:
+    """Each ``sdy.mesh``'s axes, ``{mesh name: [(axis name, size), ...]}``, of meshes whose
+    devices are in the default order (device ``i`` at row-major position ``i``)."""
+    meshes = {}
+    for operation in module.body.operations:
+        if operation.operation.name == "sdy.mesh":
+            mesh = sdy.MeshAttr(operation.attributes["mesh"])
+            if not list(mesh.device_ids):
+                axes = [sdy.MeshAxisAttr(axis) for axis in mesh.axes]
+                meshes[ir.StringAttr(operation.attributes["sym_name"]).value] = [(a.name, a.size) for a in axes]
+    return meshes
+
+
+def _axis_refs(axis_ref_list: ir.Attribute) -> list:
+    """The ``sdy.AxisRefAttr`` of an ``#sdy<axis_ref_list{"x", "y":(2)2}>``, which has no
+    Python binding of its own: read from its text."""
+    return [sdy.AxisRefAttr(ir.Attribute.parse(f"#sdy<axis_ref {reference}>"))
+            for reference in re.findall(r'"[^"]*"(?::\(\d+\)\d+)?', str(axis_ref_list))]
+
+
+def _is_first_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> ir.Value:
+    """A scalar ``i1``: whether this device's index along each of ``axes`` (sdy axis refs
+    of ``mesh``) is 0, from ``partition_id`` (the device's row-major position in the mesh)."""
+    scalar = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
+
+    def constant(number: int) -> ir.Value:
+        return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, number)),
+                              ip=ip).result
+
+    device = hlo.PartitionIdOp(ip=ip).result
+    names = [name for name, _ in mesh]
+    first = None
+    for axis in axes:
+        position = names.index(axis.name)
+        stride, size = int(np.prod([size for _, size in mesh[position + 1:]], dtype=np.int64)), mesh[position][1]
+        if axis.sub_axis_info is not None:
+            part = sdy.SubAxisInfoAttr(axis.sub_axis_info)
+            stride, size = stride * part.pre_size, part.size
+        index = hlo.RemOp(hlo.DivOp(device, constant(stride), ip=ip).result, constant(size), ip=ip).result
+        is_zero = hlo.CompareOp(index, constant(0), hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
+        first = is_zero if first is None else hlo.AndOp(first, is_zero, ip=ip).result
+    return first
+
+
+def lower_replicated_to_unreduced(module: ir.Module) -> None:
+    """``sdy.replicated_to_unreduced`` makes a value that every device along ``axes`` holds
+    whole into one whose sum over those devices is the value: the first device along them
+    keeps it, the others hold zeros (as XLA partitions it: a ``select`` on
+    ``partition_id``). The global-to-local pass has no rule for it; the ``select`` it
+    converts like any op (sharded as the op's result). One without users is erased."""
+    meshes = _mesh_axes(module)
     for operation in _walk(module, "sdy.replicated_to_unreduced"):
         if not list(operation.results[0].uses):
             operation.erase()
+            continue
+        sharding = sdy.TensorShardingAttr(operation.attributes["out_sharding"])
+        mesh = meshes.get(ir.FlatSymbolRefAttr(sharding.mesh_or_ref).value)
+        if mesh is None:
+            raise ValueError("sdy.replicated_to_unreduced on a mesh with its own device order is not supported")
+        value, result_type = operation.operands[0], ir.RankedTensorType(operation.results[0].type)
+        ip = ir.InsertionPoint(operation)
+        with operation.location:
+            first = _is_first_along(_axis_refs(operation.attributes["axes"]), mesh, ip)
+            per_value = sdy.TensorShardingPerValueAttr.get([sharding])
+            mask = hlo.BroadcastInDimOp(ir.RankedTensorType.get(result_type.shape, ir.IntegerType.get_signless(1)),
+                                        first, [], ip=ip)
+            false = hlo.ConstantOp(ir.DenseElementsAttr.get(np.array(False), type=ir.IntegerType.get_signless(1)), ip=ip)
+            zero = hlo.BroadcastInDimOp(result_type, hlo.ConvertOp(ir.RankedTensorType.get(
+                [], result_type.element_type), false.result, ip=ip).result, [], ip=ip)
+            select = hlo.SelectOp(mask.result, value, zero.result, ip=ip)
+            for made in (mask, zero, select):
+                made.operation.attributes["sdy.sharding"] = per_value
+        operation.results[0].replace_all_uses_with(select.result)
+        operation.erase()
+
+
+def _operands_within(operation) -> list:
+    """The operands of ``operation`` and of every op in its regions."""
+    found = []
+
+    def collect(inner):
+        found.extend(inner.operands)
+        return ir.WalkResult.ADVANCE
+
+    operation.walk(collect)
+    return found
+
+
+def _all_reduce_kind(operation) -> tuple:
+    """What two all-reduces must share to become one: element type, attributes but the
+    channel, and the reduction's text."""
+    attributes = tuple(sorted((name, str(operation.attributes[name])) for name in operation.attributes
+                              if name != "channel_handle"))
+    element = ir.RankedTensorType(operation.operands[0].type).element_type
+    return str(element), attributes, str(operation.regions[0].blocks[0].operations[0].operation)
+
+
+def _combine(group: list) -> None:
+    """One variadic ``all_reduce`` (at the last one's place) for the all-reduces of ``group``."""
+    last = group[-1]
+    with ir.InsertionPoint(last), last.location:
+        combined = ir.Operation.create(
+            "stablehlo.all_reduce", results=[r.type for op in group for r in op.results],
+            operands=[value for op in group for value in op.operands],
+            attributes={name: group[0].attributes[name] for name in group[0].attributes}, regions=1)
+    _move_block(group[0].regions[0].blocks[0], combined.regions[0], "stablehlo.return")
+    results = iter(combined.results)
+    for operation in group:
+        for result in operation.results:
+            result.replace_all_uses_with(next(results))
+        operation.erase()
+
+
+def combine_all_reduces(module: ir.Module) -> None:
+    """Neighbouring all-reduces of one kind (:func:`_all_reduce_kind`) in a block, none
+    using another's result and none's result used between them, become one variadic
+    all-reduce, as XLA's CPU compiler combines them (its all-reduce combiner): a training
+    step's gradients of several weights are all-reduced in one collective."""
+    blocks = []
+
+    def collect(operation):
+        blocks.extend(block for region in operation.regions for block in region.blocks)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    for block in blocks:
+        groups: list[list] = []
+        group: list = []
+        produced: set = set()
+        for operation in block.operations:
+            uses_group = any(value in produced for value in _operands_within(operation))
+            if (operation.name == "stablehlo.all_reduce" and group and not uses_group
+                    and _all_reduce_kind(operation) == _all_reduce_kind(group[0])):
+                group.append(operation)
+                produced.update(operation.results)
+            elif operation.name == "stablehlo.all_reduce":
+                groups.append(group)
+                group, produced = [operation], set(operation.results)
+            elif uses_group:
+                groups.append(group)
+                group, produced = [], set()
+        groups.append(group)
+        for found in groups:
+            if len(found) > 1:
+                _combine(found)
 
 
 def partition(text: str) -> str:
@@ -227,12 +401,13 @@ def partition(text: str) -> str:
         # inliner declines calls in StableHLO's regions); XLA inlines calls too.
         inline_every_call(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
-        _erase_unused_replicated_to_unreduced(module)
-        stand_in_for_dynamic_slices(module)
+        lower_replicated_to_unreduced(module)
+        stand_in_for_unconverted_ops(module)
         outline_whiles(module)
         _run(module, GLOBAL_TO_LOCAL)
         inline_whiles(module)
-        restore_dynamic_slices(module)
+        restore_stand_ins(module)
+        combine_all_reduces(module)
         module.operation.verify()
         local = module.operation.get_asm(enable_debug_info=True)
     _jax.mlir.mlir_module_to_xla_computation(local, use_tuple_args=False, return_tuple=False)
