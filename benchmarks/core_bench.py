@@ -71,7 +71,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads BLAS (see above)
 
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402 - OPENBLAS_NUM_THREADS set above, before NumPy loads BLAS
 from timing import best_time, format_time
 
 import stablehlo_interp as si

@@ -23,9 +23,9 @@ import stablehlo_interp as si
 from stablehlo_interp import device as interp_device
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from zoo import PROGRAMS  # noqa: E402
+from zoo import PROGRAMS  # noqa: E402 - after tests/ is put on sys.path above
 
-from timing import best_time, format_time  # noqa: E402
+from timing import best_time, format_time  # noqa: E402 - after tests/ is put on sys.path above
 
 
 class OpCounter(si.Listener):

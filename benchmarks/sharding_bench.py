@@ -28,12 +28,12 @@ import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402 - XLA_FLAGS set above, before jax is imported
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard  # noqa: E402
+import jax  # noqa: E402 - XLA_FLAGS set above, before jax is imported
+import jax.numpy as jnp  # noqa: E402 - XLA_FLAGS set above, before jax is imported
+from jax import lax  # noqa: E402 - XLA_FLAGS set above, before jax is imported
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard  # noqa: E402 - XLA_FLAGS set above, before jax is imported
 
 
 def loss(params, x, y):

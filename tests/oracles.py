@@ -362,7 +362,7 @@ def training_step_matches_xla(step, params, *batch, rtol: float, atol: float) ->
     """A training step ``step(params, *batch)`` (pytrees) on the interpreter and on
     XLA CPU: every updated leaf within the tolerances."""
     leaves, tree = jax.tree_util.tree_flatten((params, *batch))
-    flat_step = lambda *leaves: step(*jax.tree_util.tree_unflatten(tree, leaves))  # noqa: E731
+    flat_step = lambda *leaves: step(*jax.tree_util.tree_unflatten(tree, leaves))  # noqa: E731 - a lambda reads as the expression it names
     expected, actual = run_xla(flat_step, *leaves), run_interp(flat_step, *leaves)
     assert len(actual) == len(expected)
     for got, want in zip(actual, expected):

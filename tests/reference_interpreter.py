@@ -125,7 +125,7 @@ def _serve() -> None:
                     attrs.append(ir.Attribute.parse(text))
                 results = stablehlo.eval_module(module, attrs)
                 _send(stdout, ("ok", [str(r) for r in results]))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - any failure of the C++ interpreter's bindings goes back to the parent as its message
             _send(stdout, ("error", f"{type(e).__name__}: {e}"))
 
 

@@ -652,7 +652,7 @@ def test_top_k(dtype, shape, k):
     else:
         pool = np.array([3, 0, 3, 1, 200, 7, 3, 0, 9])
     x = np.resize(np.concatenate([pool, pool[::-1]]), shape).astype(dtype)
-    f = lambda x: jax.lax.top_k(x, k)  # noqa: E731
+    f = lambda x: jax.lax.top_k(x, k)  # noqa: E731 - a lambda reads as the expression it names
     ours, xla = run_interp(f, x), run_xla(f, x)
     assert len(ours) == len(xla) == 2
     assert_same(ours[0], xla[0], empty_ok=True)
@@ -713,7 +713,7 @@ def test_ragged_dot_uses_only_the_rows_group():
     lhs = np.ones((4, 2), np.float32)
     rhs = np.stack([np.full((2, 3), 2.0, np.float32), np.full((2, 3), np.inf, np.float32)])
     numbers = ragged_dot_numbers(([1], [1]), ([], []), [0], [0])
-    f = lambda lhs, rhs, sizes: jax.lax.ragged_dot_general(lhs, rhs, sizes, numbers)  # noqa: E731
+    f = lambda lhs, rhs, sizes: jax.lax.ragged_dot_general(lhs, rhs, sizes, numbers)  # noqa: E731 - a lambda reads as the expression it names
     lowered = jax.jit(f).trace(lhs, rhs, np.array([3, 1], np.int32)).lower(lowering_platforms=("tpu",))
     ours = si.run(lowered, lhs, rhs, np.array([3, 1], np.int32))
     np.testing.assert_array_equal(ours, [[4, 4, 4]] * 3 + [[np.inf] * 3])

@@ -169,7 +169,7 @@ def test_all_reduce_ragged_groups():
 @pytest.mark.parametrize("groups", ["all", "strided", "pairs_out_of_order"])
 @pytest.mark.parametrize("dimension", [0, 1])
 def test_all_gather(groups, dimension):
-    size = len(eval(GROUPS[groups])[0])  # noqa: S307
+    size = len(eval(GROUPS[groups])[0])  # noqa: S307 - our own literal table (GROUPS), not input
     result = "x".join(str(d * size if i == dimension else d) for i, d in enumerate((3, 2)))
     body = f"""    %r = "stablehlo.all_gather"(%a) {{all_gather_dim = {dimension} : i64,
         replica_groups = dense<{GROUPS[groups]}> : tensor<{_shape(GROUPS[groups])}xi64>}}
@@ -181,7 +181,7 @@ def test_all_gather(groups, dimension):
 
 @pytest.mark.parametrize("groups", ["all", "halves", "pairs_out_of_order"])
 def test_reduce_scatter(groups):
-    size = len(eval(GROUPS[groups])[0])  # noqa: S307
+    size = len(eval(GROUPS[groups])[0])  # noqa: S307 - our own literal table (GROUPS), not input
     body = f"""    %r = "stablehlo.reduce_scatter"(%a) {reduction("add", "f32")}
         {{scatter_dimension = 0 : i64, replica_groups = dense<{GROUPS[groups]}> : tensor<{_shape(GROUPS[groups])}xi64>}}
         : (tensor<{2 * size}x3xf32>) -> tensor<2x3xf32>
@@ -193,7 +193,7 @@ def test_reduce_scatter(groups):
 @pytest.mark.parametrize("groups", ["all", "strided", "pairs_out_of_order"])
 @pytest.mark.parametrize("split, concat", [(0, 1), (1, 0), (0, 0)])
 def test_all_to_all(groups, split, concat):
-    size = len(eval(GROUPS[groups])[0])  # noqa: S307
+    size = len(eval(GROUPS[groups])[0])  # noqa: S307 - our own literal table (GROUPS), not input
     operand = [2 * size, size]
     result = list(operand)
     result[split] //= size
@@ -210,7 +210,7 @@ def test_all_to_all(groups, split, concat):
 @pytest.mark.parametrize("pairs", ["[[0, 1], [1, 2], [2, 3], [3, 0]]", "[[0, 2], [3, 1]]", "[[1, 1]]"])
 def test_collective_permute(pairs):
     """Processes no pair targets get zeros."""
-    count = len(eval(pairs))  # noqa: S307
+    count = len(eval(pairs))  # noqa: S307 - our own literal table (GROUPS), not input
     body = f"""    %r = "stablehlo.collective_permute"(%a)
         {{source_target_pairs = dense<{pairs}> : tensor<{count}x2xi64>}}
         : (tensor<2x2xi32>) -> tensor<2x2xi32>

@@ -41,7 +41,7 @@ def test_fori_loop_captures_outer_values_in_nested_loops():
 
 
 def test_fori_loop_with_dynamic_trip_count():
-    f = lambda n, x: jax.lax.fori_loop(0, n, lambda i, a: a + jnp.sin(a) * i, x)  # noqa: E731
+    f = lambda n, x: jax.lax.fori_loop(0, n, lambda i, a: a + jnp.sin(a) * i, x)  # noqa: E731 - a lambda reads as the expression it names
     for n in [-2, 0, 5]:
         same_as_xla(f, np.int32(n), np.float32(0.3))
 
@@ -69,7 +69,7 @@ def test_scan_of_length_zero_and_unrolled():
 
 
 def test_associative_scan():
-    f = lambda x: jax.lax.associative_scan(jnp.maximum, x)  # noqa: E731
+    f = lambda x: jax.lax.associative_scan(jnp.maximum, x)  # noqa: E731 - a lambda reads as the expression it names
     same_as_xla(f, np.array([3, -1, 4, -1, 5, -9, 2, 6], np.int32))
 
 
@@ -87,7 +87,7 @@ def test_cond(pred):
 @pytest.mark.parametrize("index", [-5, 0, 1, 2, 3, 99])
 def test_switch_clamps_index_in_jax(index):
     branches = [lambda x: x + 1, lambda x: x * 2, lambda x: -x, jnp.cos]
-    f = lambda i, x: jax.lax.switch(i, branches, x)  # noqa: E731
+    f = lambda i, x: jax.lax.switch(i, branches, x)  # noqa: E731 - a lambda reads as the expression it names
     same_as_xla(f, np.int32(index), np.float32(0.25))
 
 
@@ -105,7 +105,7 @@ def test_cond_inside_while_inside_cond():
 
 
 def test_optimization_barrier():
-    f = lambda x, y: jax.lax.optimization_barrier((x + 1, y, x))  # noqa: E731
+    f = lambda x, y: jax.lax.optimization_barrier((x + 1, y, x))  # noqa: E731 - a lambda reads as the expression it names
     same_as_xla(f, np.arange(3, dtype=np.float16), np.bool_(True))
 
 

@@ -27,7 +27,7 @@ def _conv(dimension_numbers=None, **options):
 
 def _magnitude(lhs, rhs, dimension_numbers=None, **options):
     options.pop("preferred_element_type", None)
-    absolute = lambda a: np.abs(a.astype(np.complex128)).astype(np.float64)  # noqa: E731
+    absolute = lambda a: np.abs(a.astype(np.complex128)).astype(np.float64)  # noqa: E731 - a lambda reads as the expression it names
     return np.asarray(lax.conv_general_dilated(absolute(lhs), absolute(rhs), dimension_numbers=dimension_numbers,
                                                **options))
 
@@ -277,7 +277,7 @@ def cnn_step(params, images, labels):
 
 def test_cnn_training_step_matches_xla():
     rng = np.random.default_rng(7)
-    f32 = lambda *shape: (rng.standard_normal(shape) / np.sqrt(np.prod(shape[:-1]))).astype(np.float32)  # noqa: E731
+    f32 = lambda *shape: (rng.standard_normal(shape) / np.sqrt(np.prod(shape[:-1]))).astype(np.float32)  # noqa: E731 - a lambda reads as the expression it names
     params = [(f32(3, 3, 3, 8), np.zeros(8, np.float32)), (f32(3, 3, 4, 8), np.zeros(8, np.float32)),
               (f32(8, 5), np.zeros(5, np.float32))]
     images = rng.standard_normal((4, 12, 12, 3)).astype(np.float32)

@@ -315,7 +315,7 @@ def test_op_matches_xla_and_reference(op, element_type, reference):
         sample = [a[checked_by_reference][:2000] for a in args]
         try:
             expected = run_reference(reference, op, element_type, sample)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - any failure of the reference is this test's failure, with its context
             pytest.fail(f"reference interpreter failed on {context}: {e}")
         if element_type in COMPLEX_TYPES and op in TRANSCENDENTAL:
             return  # complex special values: C99 (NumPy) vs libstdc++ differ in NaN signs; see hand tests

@@ -442,7 +442,7 @@ def test_replaced_implementations_keep_the_convention_and_are_restored_exactly()
   return %0#0, %0#1 : tensor<2xf32>, tensor<2xf32>
 }"""
     a, b = np.ones(2, np.float32), np.full(2, 2.0, np.float32)
-    swapped = lambda info: lambda x, y: (y, x)  # noqa: E731
+    swapped = lambda info: lambda x, y: (y, x)  # noqa: E731 - a lambda reads as the expression it names
     with registry.replaced(ops={"stablehlo.optimization_barrier": swapped}):
         first, second = si.run(text, a, b)
     np.testing.assert_array_equal(first, b)
@@ -563,7 +563,7 @@ def test_a_registered_add_runs_in_select_and_scatter_bodies(saturating_add):
     goes to its maximum, summed there by the scatter body from 0."""
     x = np.random.default_rng(0).permutation(16).astype(np.float32).reshape(4, 4)
     x[1, 1] = 100   # the maximum of the 4 windows that hold it: 4 * 3 = 12 capped
-    pooled = lambda v: (jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, (2, 2), (1, 1), "VALID") * 3).sum()  # noqa: E731
+    pooled = lambda v: (jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, (2, 2), (1, 1), "VALID") * 3).sum()  # noqa: E731 - a lambda reads as the expression it names
     actual = si.run(jax.jit(jax.grad(pooled)), x)
     exact = np.zeros_like(x)
     for i in range(3):

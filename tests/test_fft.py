@@ -118,7 +118,7 @@ def test_jnp_fft_functions_match_xla(name):
 def test_lax_fft_f64_round_trip():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 10, 12))
-    fn = lambda x: lax.fft(lax.fft(x, "RFFT", (10, 12)), "IRFFT", (10, 12))  # noqa: E731
+    fn = lambda x: lax.fft(lax.fft(x, "RFFT", (10, 12)), "IRFFT", (10, 12))  # noqa: E731 - a lambda reads as the expression it names
     (expected,), (actual,) = run_xla(fn, x), run_interp(fn, x)
     assert_fft_close(actual, expected, 120)
     np.testing.assert_allclose(actual, x, atol=1e-13)

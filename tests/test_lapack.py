@@ -87,7 +87,7 @@ def custom_call_text(target, operands, results, config="", layouts=True) -> str:
     if layouts:
         attributes += (f", operand_layouts = {layouts_attr(operands)}, "
                        f"result_layouts = {layouts_attr(results)}")
-    types = lambda buffers: [tensor_type(s, element_type_of(d)) for s, d, _ in buffers]  # noqa: E731
+    types = lambda buffers: [tensor_type(s, element_type_of(d)) for s, d, _ in buffers]  # noqa: E731 - a lambda reads as the expression it names
     return op_module("stablehlo.custom_call", types(operands), types(results), attributes)
 
 

@@ -163,7 +163,7 @@ def test_dot_general_preferred_element_type(operand, result):
     lhs, rhs = _values((4, 300), operand, rng), _values((300, 3), operand, rng)
     if np.dtype(operand).kind in "iu":
         lhs[0, :], rhs[:, 0] = 100, 100
-    fn = lambda x, y: lax.dot(x, y, preferred_element_type=result)  # noqa: E731
+    fn = lambda x, y: lax.dot(x, y, preferred_element_type=result)  # noqa: E731 - a lambda reads as the expression it names
     (expected,), (actual,) = run_xla(fn, lhs, rhs), run_interp(fn, lhs, rhs)
     assert actual.dtype == np.dtype(result)
     assert_dot_close(actual, expected, _magnitude(lhs, rhs, (((1,), (0,)), ((), ()))), 300)
@@ -200,7 +200,7 @@ def test_dot_general_bool_is_or_of_ands():
 def test_dot_general_wraps_integers():
     lhs = np.full((2, 1000), 2 ** 30, np.int32)
     rhs = np.full((1000, 2), 3, np.int32)
-    fn = lambda x, y: x @ y  # noqa: E731
+    fn = lambda x, y: x @ y  # noqa: E731 - a lambda reads as the expression it names
     assert_same(run_interp(fn, lhs, rhs)[0], run_xla(fn, lhs, rhs)[0])
 
 
@@ -317,7 +317,7 @@ def test_dot_algorithm_narrow_accumulation():
     lhs, rhs = _f32_operands()
     text = _algorithm_module("bf16", "bf16", "bf16", 1, result="bf16")
     actual = run_interp_text(text, lhs, rhs)[0]
-    rounded = lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float64)  # noqa: E731
+    rounded = lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float64)  # noqa: E731 - a lambda reads as the expression it names
     expected = (rounded(lhs) @ rounded(rhs)).astype(ml_dtypes.bfloat16)
     assert_dot_close(actual, expected, np.abs(rounded(lhs)) @ np.abs(rounded(rhs)), 64)
 

@@ -20,13 +20,13 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no Chromiu
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("model_explorer", reason="Model Explorer is not installed (the model-explorer extra)")
 
-import jax   # noqa: E402
-import jax.numpy as jnp   # noqa: E402
+import jax   # noqa: E402 - after the importorskips above (a clear skip without the extra)
+import jax.numpy as jnp   # noqa: E402 - after the importorskips above (a clear skip without the extra)
 
-import stablehlo_interp as si   # noqa: E402
-from model_explorer_server import ModelExplorerServer   # noqa: E402
-from stablehlo_interp.tools.model_explorer import model_explorer_graphs   # noqa: E402
-from stablehlo_interp.tools.model_explorer.graphs import graphs_by_id   # noqa: E402
+import stablehlo_interp as si   # noqa: E402 - after the importorskips above (a clear skip without the extra)
+from model_explorer_server import ModelExplorerServer   # noqa: E402 - after the importorskips above (a clear skip without the extra)
+from stablehlo_interp.tools.model_explorer import model_explorer_graphs   # noqa: E402 - after the importorskips above (a clear skip without the extra)
+from stablehlo_interp.tools.model_explorer.graphs import graphs_by_id   # noqa: E402 - after the importorskips above (a clear skip without the extra)
 
 PAGE_SECONDS = 120
 

@@ -77,7 +77,7 @@ def test_signed_float_and_sub_byte_outputs_hold_the_unsigned_bits(algorithm, ele
     ttype = si.TensorType.of((), element)
     assert got.dtype == ttype.dtype
     mask = (1 << ttype.bit_width) - 1
-    bits = lambda x: x.view(f"u{x.dtype.itemsize}").astype(np.uint64) & np.uint64(mask)  # noqa: E731
+    bits = lambda x: x.view(f"u{x.dtype.itemsize}").astype(np.uint64) & np.uint64(mask)  # noqa: E731 - a lambda reads as the expression it names
     assert_same(bits(got), bits(want))
 
 
@@ -196,7 +196,7 @@ def test_rng_empty_and_scalar_shapes():
 
 
 def test_rng_from_jax_lax_rng_uniform():
-    fn = lambda a, b: lax.rng_uniform(a, b, (50,))  # noqa: E731
+    fn = lambda a, b: lax.rng_uniform(a, b, (50,))  # noqa: E731 - a lambda reads as the expression it names
     (values,) = run_interp(fn, np.float32(1), np.float32(2))
     (xla,) = run_xla(fn, np.float32(1), np.float32(2))
     assert values.dtype == xla.dtype and values.shape == xla.shape

@@ -171,7 +171,7 @@ def test_shard_map_unreduced_out_and_in_and_grad():
         out = matmul(a, b)
         doubled = jax.jit(jax.shard_map(lambda v: v + v, in_specs=P("x", None, unreduced={"y"}),
                                         out_specs=P("x", None, unreduced={"y"})))(out)
-        loss = lambda a, b: reshard(matmul(a, b), P("x", None)).sum()   # noqa: E731
+        loss = lambda a, b: reshard(matmul(a, b), P("x", None)).sum()   # noqa: E731 - a lambda reads as the expression it names
         return out, doubled, reshard(out, P("x", None)), jax.jit(jax.grad(loss, argnums=(0, 1)))(a, b)
 
     cpu, interp = on_both((2, 2), ("x", "y"), build)

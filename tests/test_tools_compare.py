@@ -7,6 +7,7 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.tools import InterpreterBackend, JaxBackend
+from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, unit_roundoff
 from stablehlo_interp.ir.edit import inline_calls, prefix_module
 
 
@@ -159,7 +160,6 @@ def test_compare_needs_main():
 
 # ---------------------------------------------------------------- rounding bounds
 
-from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, unit_roundoff   # noqa: E402
 
 # Terms of a dot that cancel: summed left to right in f32, ((1 + 1e8) - 1e8) + 1e-3 = 1e-3;
 # right to left, 1; exactly, 1.001. Every term and partial sum is exact in f32 but these.

@@ -136,7 +136,7 @@ def test_a_take_fill_that_is_selected_away_is_not_blamed():
 
 def test_masked_values_and_reduction_identities_are_not_blamed():
     x = np.array([1.0, -1.0, 4.0], np.float32)
-    safe_log = lambda v: jnp.where(v > 0, jnp.log(v), 0.0).sum()   # noqa: E731
+    safe_log = lambda v: jnp.where(v > 0, jnp.log(v), 0.0).sum()   # noqa: E731 - a lambda reads as the expression it names
     assert si.find_nonfinite(safe_log, x) is None
     assert si.find_nonfinite(safe_log, x, mode="first").op == "stablehlo.log"
     # max and softmax reduce from -inf on finite data
@@ -190,7 +190,7 @@ def test_an_overflow_inside_a_loop_body():
     # iterations 4 and 5 carry it: their multiplies are links, not origins
     assert [link.stack[0].call for link in origin.chain if link.op == "stablehlo.multiply"] == [4, 5]
     # an overflow that the loop then replaces does not reach the result
-    clipped = lambda x: jax.lax.fori_loop(0, 6, lambda i, v: jnp.where(jnp.isinf(v * 1e10), 1.0, v * 1e10), x)  # noqa
+    clipped = lambda x: jax.lax.fori_loop(0, 6, lambda i, v: jnp.where(jnp.isinf(v * 1e10), 1.0, v * 1e10), x)  # noqa: E731 - a lambda reads as the expression it names
     assert si.find_nonfinite(clipped, np.float32(3.0)) is None
     assert si.find_nonfinite(clipped, np.float32(3.0), mode="first").op == "stablehlo.multiply"
 

@@ -7,11 +7,11 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import jax  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import jax  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
+import keras  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
+import numpy as np  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
 
-from . import ZooProgram, as_numpy  # noqa: E402
+from . import ZooProgram, as_numpy  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
 
 if keras.backend.backend() != "jax":
     raise ImportError(f"keras was imported with the {keras.backend.backend()!r} backend; "
