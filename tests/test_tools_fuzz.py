@@ -167,7 +167,8 @@ def test_a_program_the_backend_cannot_compile_is_a_finding():
 AGREEING_OPS = ("add", "subtract", "multiply", "negate", "abs", "maximum", "minimum", "compare", "select", "clamp",
                 "and", "or", "xor", "not", "reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "pad",
                 "reverse", "iota", "constant", "convert", "dynamic_slice", "dynamic_update_slice", "sort",
-                "floor", "ceil", "round_nearest_even", "sqrt", "exponential", "tanh", "reduce", "dot_general")
+                "floor", "ceil", "round_nearest_even", "sqrt", "exponential", "tanh", "reduce", "dot_general",
+                "gather", "scatter")
 AGREEING_TYPES = ("f32", "f64", "i32", "i64", "ui32", "ui8", "i8", "i1")
 
 

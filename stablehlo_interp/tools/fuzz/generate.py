@@ -594,6 +594,80 @@ def _get_dimension_size(b: _Builder, x: int, spec: Spec):
     b.add("get_dimension_size", (x,), Spec((), "i32"), f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64")
 
 
+def _index_rows(b: _Builder, bounds: list, count: int, distinct: bool = False) -> list:
+    """``count`` start indices, each in ``[0, bound]`` per dimension (distinct when asked
+    and possible)."""
+    rows: list = []
+    for _ in range(20 * count):
+        if len(rows) == count:
+            break
+        row = [int(b.rng.integers(0, bound + 1)) for bound in bounds]
+        if not (distinct and row in rows):
+            rows.append(row)
+    return rows
+
+
+def _index_constant(b: _Builder, rows: list, width: int) -> int:
+    element = b.choice(["i32", "i64"])
+    spec = Spec((len(rows), width), element)
+    values = np.array(rows, dtype_of(element)).reshape(spec.shape)
+    return b.add("constant", (), spec, f"value = {dense(values, spec)}") if values.size else \
+        b.add("constant", (), spec, f"value = dense<> : {spec}")
+
+
+@_operand(ANY, min_rank=1, accept=lambda s: 0 not in s.shape)
+def _gather(b: _Builder, x: int, spec: Spec):
+    """Slices of ``x`` at 0 to 3 start indices of a constant, each in range or one past
+    it (spec: gather clamps a start index into the operand, C1-C22)."""
+    rank = len(spec.shape)
+    start_map = [int(d) for d in b.rng.permutation(rank)[:int(b.rng.integers(1, rank + 1))]]
+    sizes = [int(b.rng.integers(0, s + 1)) for s in spec.shape]
+    collapsed = sorted(d for d in start_map if b.rng.random() < 0.5)
+    for d in collapsed:
+        sizes[d] = 1
+    rows = _index_rows(b, [spec.shape[d] - sizes[d] + 1 for d in start_map], int(b.rng.integers(0, 4)))
+    indices = _index_constant(b, rows, len(start_map))
+    offsets = [sizes[d] for d in range(rank) if d not in collapsed]
+    b.add("gather", (x, indices), Spec((len(rows), *offsets), spec.element),
+          f"dimension_numbers = #stablehlo.gather<offset_dims = [{_ints(range(1, 1 + len(offsets)))}], "
+          f"collapsed_slice_dims = [{_ints(collapsed)}], start_index_map = [{_ints(start_map)}], "
+          f"index_vector_dim = 1>, slice_sizes = {_array(sizes)}, indices_are_sorted = false")
+
+
+def _replace_body(element: str) -> str:
+    scalar = Spec((), element)
+    return (f'{{\n  ^bb0(%a0: {scalar}, %a1: {scalar}):\n      "stablehlo.return"(%a1) : ({scalar}) -> ()\n    }}')
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)
+def _scatter(b: _Builder, x: int, spec: Spec):
+    """Updates of windows of ``x`` at 0 to 3 start indices in range (spec: scatter leaves
+    an index out of range to the implementation, C1-C23). Integers and booleans combine
+    with an exact body of :data:`REDUCE_BODIES` (any order gives the same sum), so windows
+    may overlap; floats and complex numbers replace, add or compare in disjoint windows
+    (``unique_indices``), each element updated at most once."""
+    rank = len(spec.shape)
+    k = kind(spec.element)
+    exact = k in ("si", "ui", "b")
+    to_operand = [int(d) for d in b.rng.permutation(rank)[:int(b.rng.integers(1, rank + 1))]]
+    sizes = [int(b.rng.integers(0, s + 1)) for s in spec.shape]
+    inserted = sorted(d for d in to_operand if b.rng.random() < 0.5)
+    for d in to_operand if not exact else inserted:
+        sizes[d] = 1
+    rows = _index_rows(b, [spec.shape[d] - sizes[d] for d in to_operand], int(b.rng.integers(0, 4)),
+                       distinct=not exact)
+    indices = _index_constant(b, rows, len(to_operand))
+    windows = [sizes[d] for d in range(rank) if d not in inserted]
+    updates = b.like(Spec((len(rows), *windows), spec.element))
+    body = b.choice(REDUCE_BODIES[k] if exact else ["replace"] + REDUCE_BODIES[k])
+    region = _replace_body(spec.element) if body == "replace" else _body(f"stablehlo.{body}", spec.element)
+    b.add("scatter", (x, indices, updates), spec,
+          f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
+          f"[{_ints(range(1, 1 + len(windows)))}], inserted_window_dims = [{_ints(inserted)}], "
+          f"scatter_dims_to_operand_dims = [{_ints(to_operand)}], index_vector_dim = 1>, "
+          f"indices_are_sorted = false, unique_indices = {'false' if exact else 'true'}", region)
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -603,4 +677,5 @@ OPS |= {
     "concatenate": _concatenate, "pad": _pad, "reverse": _reverse, "iota": _iota, "constant": _constant,
     "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
+    "gather": _gather, "scatter": _scatter,
 }
