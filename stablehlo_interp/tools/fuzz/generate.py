@@ -668,6 +668,41 @@ def _scatter(b: _Builder, x: int, spec: Spec):
           f"indices_are_sorted = false, unique_indices = {'false' if exact else 'true'}", region)
 
 
+LOOP_ELEMENTS = ("i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64")
+
+
+@_operand("si ui", accept=lambda s: s.element in LOOP_ELEMENTS and len(s.shape) == 1 and s.shape[0] >= 1)
+def _while(b: _Builder, x: int, spec: Spec):
+    """A bounded loop on ``x`` clamped into [-8, 8]: its first element counts up by 1 to 3
+    until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping)."""
+    info = ml_dtypes.iinfo(dtype_of(spec.element))
+    dtype = dtype_of(spec.element)
+    scalar = Spec((), spec.element)
+    low, high = max(int(info.min), -8), 8
+    start = b.add("clamp", (b.constant(scalar, np.array(low, dtype)), x, b.constant(scalar, np.array(high, dtype))),
+                  spec)
+    size = spec.shape[0]
+    factors = np.array([1] + [int(b.rng.integers(0, 4)) for _ in range(size - 1)], dtype)
+    steps = np.array([int(b.rng.integers(1, 4))] + [int(b.rng.integers(0, 6)) for _ in range(size - 1)], dtype)
+    limit = int(b.rng.integers(low, high + 1))
+    counter = Spec((1,), spec.element)
+    condition = (f'{{\n  ^bb0(%a0: {spec}):\n'
+                 f'      %s = "stablehlo.slice"(%a0) {{start_indices = array<i64: 0>, limit_indices = array<i64: 1>, '
+                 f'strides = array<i64: 1>}} : ({spec}) -> {counter}\n'
+                 f'      %c = "stablehlo.reshape"(%s) : ({counter}) -> {scalar}\n'
+                 f'      %l = "stablehlo.constant"() {{value = {dense(np.array(limit, dtype), scalar)}}} : () -> {scalar}\n'
+                 f'      %r = "stablehlo.compare"(%c, %l) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
+                 f' : ({scalar}, {scalar}) -> tensor<i1>\n'
+                 f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
+    body = (f'{{\n  ^bb0(%a0: {spec}):\n'
+            f'      %m = "stablehlo.constant"() {{value = {dense(factors, spec)}}} : () -> {spec}\n'
+            f'      %a = "stablehlo.constant"() {{value = {dense(steps, spec)}}} : () -> {spec}\n'
+            f'      %p = "stablehlo.multiply"(%a0, %m) : ({spec}, {spec}) -> {spec}\n'
+            f'      %r = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n'
+            f'      "stablehlo.return"(%r) : ({spec}) -> ()\n    }}')
+    b.add("while", (start,), spec, "", f"{condition}, {body}")
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -677,5 +712,5 @@ OPS |= {
     "concatenate": _concatenate, "pad": _pad, "reverse": _reverse, "iota": _iota, "constant": _constant,
     "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
-    "gather": _gather, "scatter": _scatter,
+    "gather": _gather, "scatter": _scatter, "while": _while,
 }
