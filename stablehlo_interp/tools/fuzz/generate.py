@@ -703,6 +703,31 @@ def _while(b: _Builder, x: int, spec: Spec):
     b.add("while", (start,), spec, "", f"{condition}, {body}")
 
 
+def _branches(b: _Builder, count: int) -> tuple:
+    """``count`` regions returning constants of one random type, and that type."""
+    element = b.element(ANY)
+    spec = Spec(tuple(max(d, 1) for d in b.shape()), element)
+    regions = [f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}} : () -> {spec}\n'
+               f'      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}' for _ in range(count)]
+    return ", ".join(regions), spec
+
+
+def _case(b: _Builder):
+    """One of 1 to 4 branches chosen by an ``i32`` index, any value (spec: case runs the
+    last branch for an index out of range)."""
+    index = b.like(Spec((), "i32"))
+    regions, spec = _branches(b, int(b.rng.integers(1, 5)))
+    b.add("case", (index,), spec, "", regions)
+
+
+def _if(b: _Builder):
+    if "i1" not in b.element_types:
+        return
+    predicate = b.like(Spec((), "i1"))
+    regions, spec = _branches(b, 2)
+    b.add("if", (predicate,), spec, "", regions)
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -713,4 +738,5 @@ OPS |= {
     "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
     "gather": _gather, "scatter": _scatter, "while": _while,
+    "case": _case, "if": _if,
 }
