@@ -178,6 +178,38 @@ def test_generated_programs_agree_with_xla_cpu(seed):
     assert check(generated.text, generated.arguments, si.tools.JaxBackend("cpu")) is None, generated.text
 
 
+# Float convolutions with padding or lhs dilation and an inf or NaN in the kernel differ
+# from XLA CPU (docs/findings.md: it skips the zeros the spec multiplies): integers here.
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_convolutions_agree_with_xla_cpu(seed):
+    generated = next(g for g in (generate(program_seed(12, s), ops=("convolution", "add", "reshape"),
+                                          element_types=("i32", "i64", "ui8", "i8")) for s in range(20 * seed, 20 * seed + 20))
+                     if "stablehlo.convolution" in g.text)
+    assert check(generated.text, generated.arguments, si.tools.JaxBackend("cpu")) is None, generated.text
+
+
+CONVOLUTION_OVER_PADDING = """\
+func.func @main(%arg0: tensor<1x1x2xf32>, %arg1: tensor<1x1x1xf32>) -> (tensor<1x1x4xf32>) {
+    %0 = "stablehlo.convolution"(%arg0, %arg1) {dimension_numbers = #stablehlo.conv<[b, f, 0]x[o, i, 0]->[b, f, 0]>, \
+window_strides = array<i64: 1>, padding = dense<[[0, 1]]> : tensor<1x2xi64>, lhs_dilation = array<i64: 2>, \
+rhs_dilation = array<i64: 1>, feature_group_count = 1 : i64, batch_group_count = 1 : i64} \
+: (tensor<1x1x2xf32>, tensor<1x1x1xf32>) -> tensor<1x1x4xf32>
+    return %0 : tensor<1x1x4xf32>
+}
+"""
+
+
+def test_a_float_convolution_over_padding_is_the_spec_s_nan_here_and_a_finding_on_xla_cpu():
+    """Spec (convolution): lhs is dilated and padded with zeros, and 0 × inf is NaN;
+    XLA CPU skips those zeros (docs/findings.md)."""
+    text = CONVOLUTION_OVER_PADDING
+    arguments = [np.array([[[1, 2]]], np.float32), np.array([[[np.inf]]], np.float32)]
+    assert np.array_equal(si.load(text).run(*arguments)[0], [[[np.inf, np.nan, np.inf, np.nan]]], equal_nan=True)
+    assert np.array_equal(si.tools.JaxBackend("cpu")(text, arguments)[0], [[[np.inf, 0, np.inf, 0]]])
+    outcome = check(text, arguments, si.tools.JaxBackend("cpu"))
+    assert outcome is not None and outcome.op == "stablehlo.convolution"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6, 60))
 def test_generated_programs_agree_with_xla_cpu_sweep(seed):

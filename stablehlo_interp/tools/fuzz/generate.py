@@ -728,6 +728,35 @@ def _if(b: _Builder):
     b.add("if", (predicate,), spec, "", regions)
 
 
+@_operand("f c si ui", min_rank=3, accept=lambda s: len(s.shape) <= 4 and 0 not in s.shape)
+def _convolution(b: _Builder, x: int, spec: Spec):
+    """``x`` as [batch, feature, spatial...] with a kernel [output, input, spatial...] of 1
+    to 3 taps, strides, dilations, padding of 0 to 2, and feature groups (spec:
+    convolution, C1-C33)."""
+    features = spec.shape[1]
+    groups = b.choice([g for g in range(1, features + 1) if features % g == 0])
+    outputs = groups * int(b.rng.integers(1, 3))
+    taps = [int(b.rng.integers(1, 4)) for _ in spec.shape[2:]]
+    strides, lhs_dilations, rhs_dilations, padding, shape = [], [], [], [], []
+    for size, tap in zip(spec.shape[2:], taps):
+        stride, lhs_dilation, rhs_dilation = (int(b.rng.integers(1, 3)) for _ in range(3))
+        low, high = int(b.rng.integers(0, 3)), int(b.rng.integers(0, 3))
+        padded = (size - 1) * lhs_dilation + 1 + low + high
+        window = (tap - 1) * rhs_dilation + 1
+        strides.append(stride)
+        lhs_dilations.append(lhs_dilation)
+        rhs_dilations.append(rhs_dilation)
+        padding.append(f"[{low}, {high}]")
+        shape.append((padded - window) // stride + 1 if padded >= window else 0)
+    kernel = b.like(Spec((outputs, features // groups, *taps), spec.element))
+    spatial = ", ".join(str(d) for d in range(len(taps)))
+    b.add("convolution", (x, kernel), Spec((spec.shape[0], outputs, *shape), spec.element),
+          f"dimension_numbers = #stablehlo.conv<[b, f, {spatial}]x[o, i, {spatial}]->[b, f, {spatial}]>, "
+          f"window_strides = {_array(strides)}, padding = dense<[{', '.join(padding)}]> : tensor<{len(taps)}x2xi64>, "
+          f"lhs_dilation = {_array(lhs_dilations)}, rhs_dilation = {_array(rhs_dilations)}, "
+          f"feature_group_count = {groups} : i64, batch_group_count = 1 : i64")
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -738,5 +767,5 @@ OPS |= {
     "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
     "gather": _gather, "scatter": _scatter, "while": _while,
-    "case": _case, "if": _if,
+    "case": _case, "if": _if, "convolution": _convolution,
 }
