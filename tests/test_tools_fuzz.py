@@ -168,7 +168,7 @@ AGREEING_OPS = ("add", "subtract", "multiply", "negate", "abs", "maximum", "mini
                 "and", "or", "xor", "not", "reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "pad",
                 "reverse", "iota", "constant", "convert", "dynamic_slice", "dynamic_update_slice", "sort",
                 "floor", "ceil", "round_nearest_even", "sqrt", "exponential", "tanh", "reduce", "dot_general",
-                "gather", "scatter", "while", "case", "if")
+                "gather", "scatter", "while", "case", "if", "fft")
 AGREEING_TYPES = ("f32", "f64", "i32", "i64", "ui32", "ui8", "i8", "i1")
 
 

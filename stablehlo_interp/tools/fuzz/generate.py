@@ -757,6 +757,24 @@ def _convolution(b: _Builder, x: int, spec: Spec):
           f"feature_group_count = {groups} : i64, batch_group_count = 1 : i64")
 
 
+@_operand("f c", min_rank=1, accept=lambda s: s.element in ("f32", "f64") + tuple(COMPLEX) and 0 not in s.shape)
+def _fft(b: _Builder, x: int, spec: Spec):
+    """FFT or IFFT of complex values, RFFT of real ones, IRFFT of complex ones back to
+    real, over the last 1 to 3 dimensions (spec: fft, C1-C5)."""
+    lengths = list(spec.shape[-int(b.rng.integers(1, min(3, len(spec.shape)) + 1)):])
+    shape = list(spec.shape)
+    if kind(spec.element) == "f":
+        fft_type, element = "RFFT", f"complex<{spec.element}>"
+        shape[-1] = lengths[-1] // 2 + 1
+    else:
+        fft_type, element = b.choice(["FFT", "IFFT", "IRFFT"]), spec.element
+        if fft_type == "IRFFT":
+            element = _real_of(spec.element)
+            lengths[-1] = shape[-1] = b.choice([n for n in (2 * spec.shape[-1] - 2, 2 * spec.shape[-1] - 1) if n > 0])
+    b.add("fft", (x,), Spec(tuple(shape), element),
+          f"fft_type = #stablehlo<fft_type {fft_type}>, fft_length = {_array(lengths)}")
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -768,4 +786,5 @@ OPS |= {
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
     "gather": _gather, "scatter": _scatter, "while": _while,
     "case": _case, "if": _if, "convolution": _convolution,
+    "fft": _fft,
 }
