@@ -775,6 +775,44 @@ def _fft(b: _Builder, x: int, spec: Spec):
           f"fft_type = #stablehlo<fft_type {fft_type}>, fft_length = {_array(lengths)}")
 
 
+def _compare_body(element: str, direction: str) -> str:
+    k = kind(element)
+    compare_type = "TOTALORDER" if k == "f" else COMPARE_TYPES[k]
+    return _body("stablehlo.compare", element, result="tensor<i1>",
+                 attributes=f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+                            f"compare_type = #stablehlo<comparison_type {compare_type}>")
+
+
+@_operand("f si ui", min_rank=1, accept=lambda s: 0 not in s.shape)
+def _select_and_scatter(b: _Builder, x: int, spec: Spec):
+    """The source scattered with ``add`` onto the element each window of ``x`` selects
+    (GE or LE in a total order). Floats get disjoint windows (stride at least the window:
+    the spec leaves the order of a sum open), integers any (spec: select_and_scatter)."""
+    exact = kind(spec.element) != "f"
+    windows, strides, shape = [], [], []
+    for size in spec.shape:
+        window = int(b.rng.integers(1, size + 1))
+        stride = int(b.rng.integers(1, 3)) if exact else window + int(b.rng.integers(0, 2))
+        windows.append(window)
+        strides.append(stride)
+        shape.append((size - window) // stride + 1)
+    source = b.like(Spec(tuple(shape), spec.element))
+    init = b.constant(Spec((), spec.element), _identity("add", spec.element))
+    b.add("select_and_scatter", (x, source, init), spec,
+          f"window_dimensions = {_array(windows)}, window_strides = {_array(strides)}",
+          f"{_compare_body(spec.element, b.choice(['GE', 'LE']))}, {_body('stablehlo.add', spec.element)}")
+
+
+@_operand("f", min_rank=2, accept=lambda s: s.element in ("f32", "f64", "f16", "bf16"))
+def _batch_norm_inference(b: _Builder, x: int, spec: Spec):
+    """``x`` normalized along one feature dimension (spec: batch_norm_inference)."""
+    feature = int(b.rng.integers(len(spec.shape)))
+    vector = Spec((spec.shape[feature],), spec.element)
+    b.add("batch_norm_inference", [x] + [b.like(vector) for _ in range(4)], spec,
+          f"epsilon = {b.choice(['1.000000e-03', '1.000000e-05', '0.000000e+00'])} : f32, "
+          f"feature_index = {feature} : i64")
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -786,5 +824,5 @@ OPS |= {
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
     "gather": _gather, "scatter": _scatter, "while": _while,
     "case": _case, "if": _if, "convolution": _convolution,
-    "fft": _fft,
+    "fft": _fft, "select_and_scatter": _select_and_scatter, "batch_norm_inference": _batch_norm_inference,
 }
