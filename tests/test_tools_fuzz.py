@@ -87,6 +87,8 @@ def test_every_op_and_element_type_appears_over_seeds():
         elements.update(spec.element for spec in program.values)
         shapes.update(spec.shape for spec in program.values)
     assert ops == set(OPS)
+    assert {"gather", "scatter", "while", "case", "if", "convolution", "fft", "select_and_scatter",
+            "batch_norm_inference", "dot_general", "sort", "reduce_window"} <= ops
     assert elements >= set(ELEMENT_TYPES)
     assert () in shapes and any(0 in shape for shape in shapes)
 
@@ -175,7 +177,11 @@ AGREEING_TYPES = ("f32", "f64", "i32", "i64", "ui32", "ui8", "i8", "i1")
 @pytest.mark.parametrize("seed", range(6))
 def test_generated_programs_agree_with_xla_cpu(seed):
     generated = generate(program_seed(11, seed), ops=AGREEING_OPS, element_types=AGREEING_TYPES)
-    assert check(generated.text, generated.arguments, si.tools.JaxBackend("cpu")) is None, generated.text
+    outcome = check(generated.text, generated.arguments, si.tools.JaxBackend("cpu"))
+    if "lhs_contracting_dimensions = []" in generated.text and outcome is not None:
+        assert outcome.cause == SIGNED_ZERO, generated.text   # an outer product's -0 (docs/findings.md)
+        return
+    assert outcome is None, generated.text
 
 
 # Float convolutions with padding or lhs dilation and an inf or NaN in the kernel differ

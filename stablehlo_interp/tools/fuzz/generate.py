@@ -1,10 +1,12 @@
 """Random well-typed StableHLO programs and their arguments, deterministic from a seed.
 
-A program is one to ``max_ops`` ops drawn from :data:`OPS` (64 ops: element-wise,
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (73 ops: element-wise,
 comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``reduce_window``,
-``map``, ``dot_general``, dynamic slices; not yet control flow, gather/scatter,
-convolution, ``select_and_scatter``, fft, batch norm, linear algebra, random
-numbers, collectives, quantized types), each with operands of
+``map``, ``dot_general``, dynamic slices, ``gather``, ``scatter``, ``while`` (a
+bounded counter loop), ``case`` and ``if`` (branches of constants), ``convolution``,
+``fft``, ``select_and_scatter``, ``batch_norm_inference``; not yet ``batch_norm_training``
+and ``batch_norm_grad`` (ops of several results), linear algebra, random numbers,
+collectives, quantized types), each with operands of
 types the spec allows for it (StableHLO spec, each op's constraints) and random
 attributes; the values nothing else reads are returned. Arguments come in every
 element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
@@ -703,9 +705,8 @@ def _while(b: _Builder, x: int, spec: Spec):
     b.add("while", (start,), spec, "", f"{condition}, {body}")
 
 
-def _branches(b: _Builder, count: int) -> tuple:
-    """``count`` regions returning constants of one random type, and that type."""
-    element = b.element(ANY)
+def _branches(b: _Builder, count: int, element: str) -> tuple:
+    """``count`` regions returning constants of one random type of ``element``, and that type."""
     spec = Spec(tuple(max(d, 1) for d in b.shape()), element)
     regions = [f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}} : () -> {spec}\n'
                f'      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}' for _ in range(count)]
@@ -715,16 +716,20 @@ def _branches(b: _Builder, count: int) -> tuple:
 def _case(b: _Builder):
     """One of 1 to 4 branches chosen by an ``i32`` index, any value (spec: case runs the
     last branch for an index out of range)."""
+    element = b.element(ANY)
+    if element is None:
+        return
     index = b.like(Spec((), "i32"))
-    regions, spec = _branches(b, int(b.rng.integers(1, 5)))
+    regions, spec = _branches(b, int(b.rng.integers(1, 5)), element)
     b.add("case", (index,), spec, "", regions)
 
 
 def _if(b: _Builder):
-    if "i1" not in b.element_types:
+    element = b.element(ANY)
+    if element is None or "i1" not in b.element_types:
         return
     predicate = b.like(Spec((), "i1"))
-    regions, spec = _branches(b, 2)
+    regions, spec = _branches(b, 2, element)
     b.add("if", (predicate,), spec, "", regions)
 
 
