@@ -87,6 +87,8 @@ def test_every_op_and_element_type_appears_over_seeds():
         elements.update(spec.element for spec in program.values)
         shapes.update(spec.shape for spec in program.values)
     assert ops == set(OPS)
+    assert {"gather", "scatter", "while", "case", "if", "convolution", "fft", "select_and_scatter",
+            "batch_norm_inference", "dot_general", "sort", "reduce_window"} <= ops
     assert elements >= set(ELEMENT_TYPES)
     assert () in shapes and any(0 in shape for shape in shapes)
 
@@ -167,14 +169,107 @@ def test_a_program_the_backend_cannot_compile_is_a_finding():
 AGREEING_OPS = ("add", "subtract", "multiply", "negate", "abs", "maximum", "minimum", "compare", "select", "clamp",
                 "and", "or", "xor", "not", "reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "pad",
                 "reverse", "iota", "constant", "convert", "dynamic_slice", "dynamic_update_slice", "sort",
-                "floor", "ceil", "round_nearest_even", "sqrt", "exponential", "tanh", "reduce", "dot_general")
+                "floor", "ceil", "round_nearest_even", "sqrt", "exponential", "tanh", "reduce", "dot_general",
+                "gather", "scatter", "while", "case", "if", "fft")
 AGREEING_TYPES = ("f32", "f64", "i32", "i64", "ui32", "ui8", "i8", "i1")
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_generated_programs_agree_with_xla_cpu(seed):
     generated = generate(program_seed(11, seed), ops=AGREEING_OPS, element_types=AGREEING_TYPES)
+    outcome = check(generated.text, generated.arguments, si.tools.JaxBackend("cpu"))
+    if "lhs_contracting_dimensions = []" in generated.text and outcome is not None:
+        assert outcome.cause == SIGNED_ZERO, generated.text   # an outer product's -0 (docs/findings.md)
+        return
+    assert outcome is None, generated.text
+
+
+# Float convolutions with padding or lhs dilation and an inf or NaN in the kernel differ
+# from XLA CPU (docs/findings.md: it skips the zeros the spec multiplies): integers here.
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_convolutions_agree_with_xla_cpu(seed):
+    generated = next(g for g in (generate(program_seed(12, s), ops=("convolution", "add", "reshape"),
+                                          element_types=("i32", "i64", "ui8", "i8")) for s in range(20 * seed, 20 * seed + 20))
+                     if "stablehlo.convolution" in g.text)
     assert check(generated.text, generated.arguments, si.tools.JaxBackend("cpu")) is None, generated.text
+
+
+CONVOLUTION_OVER_PADDING = """\
+func.func @main(%arg0: tensor<1x1x2xf32>, %arg1: tensor<1x1x1xf32>) -> (tensor<1x1x4xf32>) {
+    %0 = "stablehlo.convolution"(%arg0, %arg1) {dimension_numbers = #stablehlo.conv<[b, f, 0]x[o, i, 0]->[b, f, 0]>, \
+window_strides = array<i64: 1>, padding = dense<[[0, 1]]> : tensor<1x2xi64>, lhs_dilation = array<i64: 2>, \
+rhs_dilation = array<i64: 1>, feature_group_count = 1 : i64, batch_group_count = 1 : i64} \
+: (tensor<1x1x2xf32>, tensor<1x1x1xf32>) -> tensor<1x1x4xf32>
+    return %0 : tensor<1x1x4xf32>
+}
+"""
+
+
+def test_a_float_convolution_over_padding_is_the_spec_s_nan_here_and_a_finding_on_xla_cpu():
+    """Spec (convolution): lhs is dilated and padded with zeros, and 0 × inf is NaN;
+    XLA CPU skips those zeros (docs/findings.md)."""
+    text = CONVOLUTION_OVER_PADDING
+    arguments = [np.array([[[1, 2]]], np.float32), np.array([[[np.inf]]], np.float32)]
+    assert np.array_equal(si.load(text).run(*arguments)[0], [[[np.inf, np.nan, np.inf, np.nan]]], equal_nan=True)
+    assert np.array_equal(si.tools.JaxBackend("cpu")(text, arguments)[0], [[[np.inf, 0, np.inf, 0]]])
+    outcome = check(text, arguments, si.tools.JaxBackend("cpu"))
+    assert outcome is not None and outcome.op == "stablehlo.convolution"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_generated_integer_select_and_scatters_agree_with_xla_cpu(seed):
+    """Integers only: with floats XLA CPU loses a +0 (the next test, docs/findings.md)."""
+    generated = next(g for g in (generate(program_seed(13, s), ops=("select_and_scatter", "add"),
+                                          element_types=("i32", "i64", "ui8", "i8")) for s in range(20 * seed, 20 * seed + 20))
+                     if "stablehlo.select_and_scatter" in g.text)
+    assert check(generated.text, generated.arguments, si.tools.JaxBackend("cpu")) is None, generated.text
+
+
+SELECT_AND_SCATTER_THEN_ADD = """\
+func.func @main(%arg0: tensor<2xf32>, %arg1: tensor<1xf32>, %arg2: tensor<2xf32>) -> (tensor<2xf32>) {
+    %0 = "stablehlo.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %1 = "stablehlo.select_and_scatter"(%arg0, %arg1, %0) ({
+  ^bb0(%a0: tensor<f32>, %a1: tensor<f32>):
+      %r = "stablehlo.compare"(%a0, %a1) {comparison_direction = #stablehlo<comparison_direction GE>, \
+compare_type = #stablehlo<comparison_type TOTALORDER>} : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      "stablehlo.return"(%r) : (tensor<i1>) -> ()
+    }, {
+  ^bb0(%a0: tensor<f32>, %a1: tensor<f32>):
+      %r = "stablehlo.add"(%a0, %a1) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%r) : (tensor<f32>) -> ()
+    }) {window_dimensions = array<i64: 2>, window_strides = array<i64: 2>} \
+: (tensor<2xf32>, tensor<1xf32>, tensor<f32>) -> tensor<2xf32>
+    %2 = "stablehlo.add"(%1, %arg2) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+    return %2 : tensor<2xf32>
+}
+"""
+
+
+def test_add_after_select_and_scatter_keeps_plus_zero_here_and_not_on_xla_cpu():
+    """The unselected element is the init, +0, and +0 + -0 is +0 (IEEE 754, NumPy)."""
+    arguments = [np.array([1, 2], np.float32), np.array([5], np.float32), np.array([-0.0, -0.0], np.float32)]
+    ours = si.load(SELECT_AND_SCATTER_THEN_ADD).run(*arguments)[0]
+    assert ours.tolist() == [0, 5] and not np.signbit(ours[0]) and not np.signbit(np.float32(0) + np.float32(-0.0))
+    outcome = check(SELECT_AND_SCATTER_THEN_ADD, arguments, si.tools.JaxBackend("cpu"))
+    assert outcome is not None and outcome.cause == SIGNED_ZERO
+
+
+def test_batch_norm_inference_near_overflow_is_the_spec_s_formula():
+    text = """\
+func.func @main(%arg0: tensor<1x1xf64>, %arg1: tensor<1xf64>, %arg2: tensor<1xf64>) -> (tensor<1x1xf64>) {
+    %0 = "stablehlo.batch_norm_inference"(%arg0, %arg1, %arg1, %arg1, %arg2) {epsilon = 1.000000e-05 : f32, \
+feature_index = 1 : i64} : (tensor<1x1xf64>, tensor<1xf64>, tensor<1xf64>, tensor<1xf64>, tensor<1xf64>) -> tensor<1x1xf64>
+    return %0 : tensor<1x1xf64>
+}
+"""
+    big = np.finfo(np.float64).max
+    arguments = [np.array([[-12.703]]), np.array([-big]), np.array([0.0])]
+    with np.errstate(all="ignore"):
+        expected = (arguments[0] + big) / np.sqrt(np.float64(np.float32(1e-5))) * -big - big
+    assert np.isneginf(expected).all()
+    assert np.array_equal(si.load(text).run(*arguments)[0], expected)
+    outcome = check(text, arguments, si.tools.JaxBackend("cpu"))
+    assert outcome is not None and outcome.op == "stablehlo.batch_norm_inference"
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
 """Random well-typed StableHLO programs and their arguments, deterministic from a seed.
 
-A program is one to ``max_ops`` ops drawn from :data:`OPS` (64 ops: element-wise,
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (73 ops: element-wise,
 comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``reduce_window``,
-``map``, ``dot_general``, dynamic slices; not yet control flow, gather/scatter,
-convolution, ``select_and_scatter``, fft, batch norm, linear algebra, random
-numbers, collectives, quantized types), each with operands of
+``map``, ``dot_general``, dynamic slices, ``gather``, ``scatter``, ``while`` (a
+bounded counter loop), ``case`` and ``if`` (branches of constants), ``convolution``,
+``fft``, ``select_and_scatter``, ``batch_norm_inference``; not yet ``batch_norm_training``
+and ``batch_norm_grad`` (ops of several results), linear algebra, random numbers,
+collectives, quantized types), each with operands of
 types the spec allows for it (StableHLO spec, each op's constraints) and random
 attributes; the values nothing else reads are returned. Arguments come in every
 element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
@@ -594,6 +596,228 @@ def _get_dimension_size(b: _Builder, x: int, spec: Spec):
     b.add("get_dimension_size", (x,), Spec((), "i32"), f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64")
 
 
+def _index_rows(b: _Builder, bounds: list, count: int, distinct: bool = False) -> list:
+    """``count`` start indices, each in ``[0, bound]`` per dimension (distinct when asked
+    and possible)."""
+    rows: list = []
+    for _ in range(20 * count):
+        if len(rows) == count:
+            break
+        row = [int(b.rng.integers(0, bound + 1)) for bound in bounds]
+        if not (distinct and row in rows):
+            rows.append(row)
+    return rows
+
+
+def _index_constant(b: _Builder, rows: list, width: int) -> int:
+    element = b.choice(["i32", "i64"])
+    spec = Spec((len(rows), width), element)
+    values = np.array(rows, dtype_of(element)).reshape(spec.shape)
+    return b.add("constant", (), spec, f"value = {dense(values, spec)}") if values.size else \
+        b.add("constant", (), spec, f"value = dense<> : {spec}")
+
+
+@_operand(ANY, min_rank=1, accept=lambda s: 0 not in s.shape)
+def _gather(b: _Builder, x: int, spec: Spec):
+    """Slices of ``x`` at 0 to 3 start indices of a constant, each in range or one past
+    it (spec: gather clamps a start index into the operand, C1-C22)."""
+    rank = len(spec.shape)
+    start_map = [int(d) for d in b.rng.permutation(rank)[:int(b.rng.integers(1, rank + 1))]]
+    sizes = [int(b.rng.integers(0, s + 1)) for s in spec.shape]
+    collapsed = sorted(d for d in start_map if b.rng.random() < 0.5)
+    for d in collapsed:
+        sizes[d] = 1
+    rows = _index_rows(b, [spec.shape[d] - sizes[d] + 1 for d in start_map], int(b.rng.integers(0, 4)))
+    indices = _index_constant(b, rows, len(start_map))
+    offsets = [sizes[d] for d in range(rank) if d not in collapsed]
+    b.add("gather", (x, indices), Spec((len(rows), *offsets), spec.element),
+          f"dimension_numbers = #stablehlo.gather<offset_dims = [{_ints(range(1, 1 + len(offsets)))}], "
+          f"collapsed_slice_dims = [{_ints(collapsed)}], start_index_map = [{_ints(start_map)}], "
+          f"index_vector_dim = 1>, slice_sizes = {_array(sizes)}, indices_are_sorted = false")
+
+
+def _replace_body(element: str) -> str:
+    scalar = Spec((), element)
+    return (f'{{\n  ^bb0(%a0: {scalar}, %a1: {scalar}):\n      "stablehlo.return"(%a1) : ({scalar}) -> ()\n    }}')
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)
+def _scatter(b: _Builder, x: int, spec: Spec):
+    """Updates of windows of ``x`` at 0 to 3 start indices in range (spec: scatter leaves
+    an index out of range to the implementation, C1-C23). Integers and booleans combine
+    with an exact body of :data:`REDUCE_BODIES` (any order gives the same sum), so windows
+    may overlap; floats and complex numbers replace, add or compare in disjoint windows
+    (``unique_indices``), each element updated at most once."""
+    rank = len(spec.shape)
+    k = kind(spec.element)
+    exact = k in ("si", "ui", "b")
+    to_operand = [int(d) for d in b.rng.permutation(rank)[:int(b.rng.integers(1, rank + 1))]]
+    sizes = [int(b.rng.integers(0, s + 1)) for s in spec.shape]
+    inserted = sorted(d for d in to_operand if b.rng.random() < 0.5)
+    for d in to_operand if not exact else inserted:
+        sizes[d] = 1
+    rows = _index_rows(b, [spec.shape[d] - sizes[d] for d in to_operand], int(b.rng.integers(0, 4)),
+                       distinct=not exact)
+    indices = _index_constant(b, rows, len(to_operand))
+    windows = [sizes[d] for d in range(rank) if d not in inserted]
+    updates = b.like(Spec((len(rows), *windows), spec.element))
+    body = b.choice(REDUCE_BODIES[k] if exact else ["replace"] + REDUCE_BODIES[k])
+    region = _replace_body(spec.element) if body == "replace" else _body(f"stablehlo.{body}", spec.element)
+    b.add("scatter", (x, indices, updates), spec,
+          f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
+          f"[{_ints(range(1, 1 + len(windows)))}], inserted_window_dims = [{_ints(inserted)}], "
+          f"scatter_dims_to_operand_dims = [{_ints(to_operand)}], index_vector_dim = 1>, "
+          f"indices_are_sorted = false, unique_indices = {'false' if exact else 'true'}", region)
+
+
+LOOP_ELEMENTS = ("i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64")
+
+
+@_operand("si ui", accept=lambda s: s.element in LOOP_ELEMENTS and len(s.shape) == 1 and s.shape[0] >= 1)
+def _while(b: _Builder, x: int, spec: Spec):
+    """A bounded loop on ``x`` clamped into [-8, 8]: its first element counts up by 1 to 3
+    until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping)."""
+    info = ml_dtypes.iinfo(dtype_of(spec.element))
+    dtype = dtype_of(spec.element)
+    scalar = Spec((), spec.element)
+    low, high = max(int(info.min), -8), 8
+    start = b.add("clamp", (b.constant(scalar, np.array(low, dtype)), x, b.constant(scalar, np.array(high, dtype))),
+                  spec)
+    size = spec.shape[0]
+    factors = np.array([1] + [int(b.rng.integers(0, 4)) for _ in range(size - 1)], dtype)
+    steps = np.array([int(b.rng.integers(1, 4))] + [int(b.rng.integers(0, 6)) for _ in range(size - 1)], dtype)
+    limit = int(b.rng.integers(low, high + 1))
+    counter = Spec((1,), spec.element)
+    condition = (f'{{\n  ^bb0(%a0: {spec}):\n'
+                 f'      %s = "stablehlo.slice"(%a0) {{start_indices = array<i64: 0>, limit_indices = array<i64: 1>, '
+                 f'strides = array<i64: 1>}} : ({spec}) -> {counter}\n'
+                 f'      %c = "stablehlo.reshape"(%s) : ({counter}) -> {scalar}\n'
+                 f'      %l = "stablehlo.constant"() {{value = {dense(np.array(limit, dtype), scalar)}}} : () -> {scalar}\n'
+                 f'      %r = "stablehlo.compare"(%c, %l) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
+                 f' : ({scalar}, {scalar}) -> tensor<i1>\n'
+                 f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
+    body = (f'{{\n  ^bb0(%a0: {spec}):\n'
+            f'      %m = "stablehlo.constant"() {{value = {dense(factors, spec)}}} : () -> {spec}\n'
+            f'      %a = "stablehlo.constant"() {{value = {dense(steps, spec)}}} : () -> {spec}\n'
+            f'      %p = "stablehlo.multiply"(%a0, %m) : ({spec}, {spec}) -> {spec}\n'
+            f'      %r = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n'
+            f'      "stablehlo.return"(%r) : ({spec}) -> ()\n    }}')
+    b.add("while", (start,), spec, "", f"{condition}, {body}")
+
+
+def _branches(b: _Builder, count: int, element: str) -> tuple:
+    """``count`` regions returning constants of one random type of ``element``, and that type."""
+    spec = Spec(tuple(max(d, 1) for d in b.shape()), element)
+    regions = [f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}} : () -> {spec}\n'
+               f'      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}' for _ in range(count)]
+    return ", ".join(regions), spec
+
+
+def _case(b: _Builder):
+    """One of 1 to 4 branches chosen by an ``i32`` index, any value (spec: case runs the
+    last branch for an index out of range)."""
+    element = b.element(ANY)
+    if element is None:
+        return
+    index = b.like(Spec((), "i32"))
+    regions, spec = _branches(b, int(b.rng.integers(1, 5)), element)
+    b.add("case", (index,), spec, "", regions)
+
+
+def _if(b: _Builder):
+    element = b.element(ANY)
+    if element is None or "i1" not in b.element_types:
+        return
+    predicate = b.like(Spec((), "i1"))
+    regions, spec = _branches(b, 2, element)
+    b.add("if", (predicate,), spec, "", regions)
+
+
+@_operand("f c si ui", min_rank=3, accept=lambda s: len(s.shape) <= 4 and 0 not in s.shape)
+def _convolution(b: _Builder, x: int, spec: Spec):
+    """``x`` as [batch, feature, spatial...] with a kernel [output, input, spatial...] of 1
+    to 3 taps, strides, dilations, padding of 0 to 2, and feature groups (spec:
+    convolution, C1-C33)."""
+    features = spec.shape[1]
+    groups = b.choice([g for g in range(1, features + 1) if features % g == 0])
+    outputs = groups * int(b.rng.integers(1, 3))
+    taps = [int(b.rng.integers(1, 4)) for _ in spec.shape[2:]]
+    strides, lhs_dilations, rhs_dilations, padding, shape = [], [], [], [], []
+    for size, tap in zip(spec.shape[2:], taps):
+        stride, lhs_dilation, rhs_dilation = (int(b.rng.integers(1, 3)) for _ in range(3))
+        low, high = int(b.rng.integers(0, 3)), int(b.rng.integers(0, 3))
+        padded = (size - 1) * lhs_dilation + 1 + low + high
+        window = (tap - 1) * rhs_dilation + 1
+        strides.append(stride)
+        lhs_dilations.append(lhs_dilation)
+        rhs_dilations.append(rhs_dilation)
+        padding.append(f"[{low}, {high}]")
+        shape.append((padded - window) // stride + 1 if padded >= window else 0)
+    kernel = b.like(Spec((outputs, features // groups, *taps), spec.element))
+    spatial = ", ".join(str(d) for d in range(len(taps)))
+    b.add("convolution", (x, kernel), Spec((spec.shape[0], outputs, *shape), spec.element),
+          f"dimension_numbers = #stablehlo.conv<[b, f, {spatial}]x[o, i, {spatial}]->[b, f, {spatial}]>, "
+          f"window_strides = {_array(strides)}, padding = dense<[{', '.join(padding)}]> : tensor<{len(taps)}x2xi64>, "
+          f"lhs_dilation = {_array(lhs_dilations)}, rhs_dilation = {_array(rhs_dilations)}, "
+          f"feature_group_count = {groups} : i64, batch_group_count = 1 : i64")
+
+
+@_operand("f c", min_rank=1, accept=lambda s: s.element in ("f32", "f64") + tuple(COMPLEX) and 0 not in s.shape)
+def _fft(b: _Builder, x: int, spec: Spec):
+    """FFT or IFFT of complex values, RFFT of real ones, IRFFT of complex ones back to
+    real, over the last 1 to 3 dimensions (spec: fft, C1-C5)."""
+    lengths = list(spec.shape[-int(b.rng.integers(1, min(3, len(spec.shape)) + 1)):])
+    shape = list(spec.shape)
+    if kind(spec.element) == "f":
+        fft_type, element = "RFFT", f"complex<{spec.element}>"
+        shape[-1] = lengths[-1] // 2 + 1
+    else:
+        fft_type, element = b.choice(["FFT", "IFFT", "IRFFT"]), spec.element
+        if fft_type == "IRFFT":
+            element = _real_of(spec.element)
+            lengths[-1] = shape[-1] = b.choice([n for n in (2 * spec.shape[-1] - 2, 2 * spec.shape[-1] - 1) if n > 0])
+    b.add("fft", (x,), Spec(tuple(shape), element),
+          f"fft_type = #stablehlo<fft_type {fft_type}>, fft_length = {_array(lengths)}")
+
+
+def _compare_body(element: str, direction: str) -> str:
+    k = kind(element)
+    compare_type = "TOTALORDER" if k == "f" else COMPARE_TYPES[k]
+    return _body("stablehlo.compare", element, result="tensor<i1>",
+                 attributes=f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+                            f"compare_type = #stablehlo<comparison_type {compare_type}>")
+
+
+@_operand("f si ui", min_rank=1, accept=lambda s: 0 not in s.shape)
+def _select_and_scatter(b: _Builder, x: int, spec: Spec):
+    """The source scattered with ``add`` onto the element each window of ``x`` selects
+    (GE or LE in a total order). Floats get disjoint windows (stride at least the window:
+    the spec leaves the order of a sum open), integers any (spec: select_and_scatter)."""
+    exact = kind(spec.element) != "f"
+    windows, strides, shape = [], [], []
+    for size in spec.shape:
+        window = int(b.rng.integers(1, size + 1))
+        stride = int(b.rng.integers(1, 3)) if exact else window + int(b.rng.integers(0, 2))
+        windows.append(window)
+        strides.append(stride)
+        shape.append((size - window) // stride + 1)
+    source = b.like(Spec(tuple(shape), spec.element))
+    init = b.constant(Spec((), spec.element), _identity("add", spec.element))
+    b.add("select_and_scatter", (x, source, init), spec,
+          f"window_dimensions = {_array(windows)}, window_strides = {_array(strides)}",
+          f"{_compare_body(spec.element, b.choice(['GE', 'LE']))}, {_body('stablehlo.add', spec.element)}")
+
+
+@_operand("f", min_rank=2, accept=lambda s: s.element in ("f32", "f64", "f16", "bf16"))
+def _batch_norm_inference(b: _Builder, x: int, spec: Spec):
+    """``x`` normalized along one feature dimension (spec: batch_norm_inference)."""
+    feature = int(b.rng.integers(len(spec.shape)))
+    vector = Spec((spec.shape[feature],), spec.element)
+    b.add("batch_norm_inference", [x] + [b.like(vector) for _ in range(4)], spec,
+          f"epsilon = {b.choice(['1.000000e-03', '1.000000e-05', '0.000000e+00'])} : f32, "
+          f"feature_index = {feature} : i64")
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -603,4 +827,7 @@ OPS |= {
     "concatenate": _concatenate, "pad": _pad, "reverse": _reverse, "iota": _iota, "constant": _constant,
     "reduce": _reduce, "reduce_window": _reduce_window, "map": _map, "dot_general": _dot_general, "sort": _sort, "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "get_dimension_size": _get_dimension_size,
+    "gather": _gather, "scatter": _scatter, "while": _while,
+    "case": _case, "if": _if, "convolution": _convolution,
+    "fft": _fft, "select_and_scatter": _select_and_scatter, "batch_norm_inference": _batch_norm_inference,
 }
