@@ -50,6 +50,25 @@ def test_every_backend_follows_the_protocol():
         resolve("cpu", ["--xla_flag"])
 
 
+def test_a_jax_platform_runs_f64_and_i64_as_written_whatever_jax_x64_says():
+    """With JAX's x64 off, device_put makes an f64 argument f32: the backend must hand XLA the
+    module's types (it failed to run, "expected f64[2] but got f32[2]", a false verdict)."""
+    import jax
+
+    text = textwrap.dedent("""\
+        func.func @main(%a: tensor<2xf64>, %b: tensor<2xi64>) -> (tensor<2xf64>, tensor<2xi64>) {
+          %0 = stablehlo.add %a, %a : tensor<2xf64>
+          %1 = stablehlo.multiply %b, %b : tensor<2xi64>
+          return %0, %1 : tensor<2xf64>, tensor<2xi64>
+        }""")
+    a, b = np.array([1e300, 1.0000000001]), np.array([2**40, -3], np.int64)
+    with jax.enable_x64(False):
+        doubled, squared = JaxBackend("cpu")(text, [a, b])
+    assert doubled.dtype == np.float64 and squared.dtype == np.int64
+    np.testing.assert_array_equal(doubled, [2e300, 2.0000000002])       # exact in f64, inf/2.0 in f32
+    np.testing.assert_array_equal(squared, [2**80 % 2**64, 9])           # 2**80 wraps to 0 in i64
+
+
 def test_iree_flags_replace_the_defaults_of_the_same_name_and_settings_say_what_is_in_effect():
     default = IreeBackend()
     assert default.flags == ("--iree-input-demote-f64-to-f32=false", "--iree-llvmcpu-target-cpu=host")

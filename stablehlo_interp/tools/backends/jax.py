@@ -41,11 +41,13 @@ class JaxBackend:
             executable = _compile(self.platform, module_text, tuple(host_callbacks))
         except Exception as error:  # XLA's compiler rejected the program: its message
             raise BackendCompileError(self.name, str(error)) from error
-        buffers = [jax.device_put(_TOKEN_BUFFER if isinstance(a, Token) else np.asarray(a), device) for a in args]
-        try:
-            returned = executable.execute(buffers)
-        except Exception as error:  # e.g. a runtime check of XLA's
-            raise BackendError(self.name, str(error)) from error
+        # the module's types as written: without x64, JAX would hand an f64 or i64 argument over as 32 bits
+        with jax.enable_x64(True):
+            buffers = [jax.device_put(_TOKEN_BUFFER if isinstance(a, Token) else np.asarray(a), device) for a in args]
+            try:
+                returned = executable.execute(buffers)
+            except Exception as error:  # e.g. a runtime check of XLA's
+                raise BackendError(self.name, str(error)) from error
         # a token comes back as an empty bool array that cannot be read: any empty bool array is this one
         return [_TOKEN_BUFFER if out.shape == (0,) and out.dtype == np.bool_ else np.asarray(out) for out in returned]
 

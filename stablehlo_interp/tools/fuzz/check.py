@@ -88,16 +88,8 @@ class Timings(dict):
 
 def check(text: str, arguments: list, backend, timings: Timings | None = None) -> Outcome | None:
     """None when the backend agrees with the interpreter on ``text`` run on ``arguments``
-    (or differs by rounding noise alone); else the :class:`Outcome`. JAX runs with its
-    64-bit types on meanwhile: without them ``device_put`` would hand XLA f64, i64 and
-    u64 arguments as 32-bit ones."""
-    import jax
-
-    with jax.enable_x64(True):
-        return _check(text, arguments, backend, Timings() if timings is None else timings)
-
-
-def _check(text: str, arguments: list, backend, timings: Timings) -> Outcome | None:
+    (or differs by rounding noise alone); else the :class:`Outcome`."""
+    timings = Timings() if timings is None else timings
     start = time.perf_counter()
     try:
         ours = load(text).run(*arguments)
