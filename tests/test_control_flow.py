@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
+from stablehlo_interp.engine.plan import CALL
 from oracles import assert_same, same_as_reference, same_as_xla
 # ------------------------------------------------------------------- JAX loops
 
@@ -158,8 +159,56 @@ func.func private @countdown(%x: tensor<i32>) -> tensor<i32> {
   }) : (tensor<i1>) -> tensor<i32>
   return %r : tensor<i32>
 }"""
-    (out,) = si.run(text, np.int32(5))
-    assert out == 20  # countdown(5) = 2 * 5, then doubled
+    program = si.load(text)
+    for listeners in ((), [si.Listener()]):   # the run loop's CALL entries, and the observed runner
+        (out,) = program.run(np.int32(5), listeners=listeners)
+        assert out == 20  # countdown(5) = 2 * 5, then doubled
+    assert [entry[4] for entry in program.function("main").region.flat_steps] == [CALL, CALL]
+
+
+CALLS_THAT_FAIL = """
+func.func @main(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+  %0:2 = func.call @outer(%x) : (tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3xf32>
+}
+func.func private @outer(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+  %0 = func.call @inner(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  %1 = stablehlo.multiply %0, %x : tensor<3xf32>
+  return %1, %0 : tensor<3xf32>, tensor<3xf32>
+}
+func.func private @inner(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @fails_on_negative(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}"""
+
+
+def test_calls_run_by_the_loop_give_the_runners_values_and_errors():
+    """An unobserved func.call is its callee run by the run loop itself (kind CALL):
+    the same values as the observed runner, several results in order, and an error
+    inside names each call it is inside, as a region's error does."""
+    from stablehlo_interp.engine import registry
+
+    def builder(info):
+        def run(x):
+            if (x < 0).any():
+                raise ValueError("negative")
+            return np.sqrt(x)
+        return run
+
+    x = np.array([1, 4, 9], np.float32)
+    with registry.replaced(custom_calls={"fails_on_negative": builder}):
+        program = si.load(CALLS_THAT_FAIL)
+        messages = []
+        for listeners in ((), [si.Listener()]):
+            product, root = program.run(x, listeners=listeners)
+            np.testing.assert_array_equal(root, [1, 2, 3])
+            np.testing.assert_array_equal(product, [1, 8, 27])
+            with pytest.raises(si.OpExecutionError) as error:
+                program.run(-x, listeners=listeners)
+            messages.append(str(error.value))
+    assert messages[0] == messages[1]
+    assert "negative" in messages[0] and messages[0].count("inside func.call") == 2
+    assert "(@inner, call 0)" in messages[0] and "(@outer, call 0)" in messages[0]
 
 
 MUTUAL_RECURSION = """

@@ -245,6 +245,24 @@ def test_scatter_element_types_with_duplicates(dtype):
     same_as_xla_text(text, operand, indices, updates)
 
 
+def test_scatter_binds_only_a_body_it_calls():
+    """A replace or one monoid op is applied without calling the update body, so the run
+    loop binds none (OpInfo.regions_called); other bodies are called. Both kinds give
+    XLA's values, observed (each op seen) and not."""
+    text, indices = _rows_scatter("f32", ["add", "replace", "subtract", "maximum"])
+    operand = np.random.default_rng(1).integers(-4, 5, (6, 3)).astype(np.float32)
+    updates = np.random.default_rng(2).integers(-4, 5, (8, 3)).astype(np.float32)
+    program = si.load(text)
+    scatters = [step for step in program.function("main").region.steps if step.name == "stablehlo.scatter"]
+    assert [step.info.regions_called for step in scatters] == [False, False, True, False]
+    expected = run_xla_text(text, operand, indices, updates)
+    for actual in (program.run(operand, indices, updates),
+                   program.run(operand, indices, updates, listeners=[si.Listener()])):
+        assert len(actual) == len(expected) == 4
+        for ours, theirs in zip(actual, expected):
+            assert_same(ours, theirs)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=dtype_id)
 def test_scatter_float_edge_values(dtype):
     """NaN propagation, -0.0 < +0.0 in max/min, infinities; sums in XLA's order."""

@@ -404,8 +404,28 @@ class Function(FunctionSignature):
 
 
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
-# BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides.
-UNARY, BINARY, SINGLE, GENERAL = range(4)
+# BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides;
+# CALL: a RegionCallRunner's op, whose region the loop runs itself.
+UNARY, BINARY, SINGLE, GENERAL, CALL = range(5)
+
+
+class RegionCallRunner:
+    """The runner of an op that is a call of one of its regions on its operands, its
+    results the region's outputs (``func.call``, ``composite``): ``runner(regions,
+    *operands)`` as any runner of an op with regions. Recognized by engine/passes,
+    which give it the run loop's kind CALL: unobserved, the loop runs the region on
+    the operands itself, with no region bound, no runner called and no argument
+    check (the verified types hold them), so a call costs little more than the ops
+    it runs. ``index``: which of the op's regions (a function's body the compiler
+    fills in later, for a recursive call, is read at each call)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __call__(self, regions, *operands):
+        return regions[self.index](*operands)
 
 
 class RunProgram(tuple):

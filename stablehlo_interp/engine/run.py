@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
-from .plan import BINARY, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
+from .plan import BINARY, CALL, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
 from .semantics import RULES, SEMANTICS, SPEC, Report, semantics_named
 
 
@@ -191,8 +191,7 @@ class BoundRegion:
 
     def add_enclosing(self, error: OpError, call: int) -> None:
         """Say in ``error`` that it happened inside call ``call`` of this region."""
-        error.add_enclosing(self.step.info.name, self.step.info.location,
-                            f"{self.region.kind.name}, call {call}")
+        _add_enclosing(error, self.step, self.region, call)
 
     @property
     def arg_types(self):
@@ -302,6 +301,11 @@ class Execution:
         return tuple(bound)
 
 
+def _add_enclosing(error: OpError, step: Step, region: Region, call: int) -> None:
+    """Say in ``error`` that it happened inside call ``call`` of ``step``'s ``region``."""
+    error.add_enclosing(step.info.name, step.info.location, f"{region.kind.name}, call {call}")
+
+
 def _argument_count_error(region: Region, args) -> InterpreterError:
     return InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
 
@@ -353,12 +357,16 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
     ``outputs`` takes from it (Region.output_values). A call of
     ``bound`` is numbered (BoundRegion.calls) for the ``inside ...`` line that an
     error gains as it leaves the region. The arguments come last and the rest is
-    the same for every call of a region: BoundRegion.repeated binds it once."""
+    the same for every call of a region: BoundRegion.repeated binds it once.
+
+    A CALL step (plan.RegionCallRunner: ``func.call``, ``composite``) is its region
+    run here, its ``run`` the region's index: each run of such an op binds its
+    region afresh, so an error inside is in the region's call 0."""
     env = [*head, *args, *tail]
     if bound is not None:
         call = bound.calls
         bound.calls = call + 1
-    step = None   # the op's Step, or its index: program.step(step) is the Step
+    step = kind = None   # the op's Step, or its index: program.step(step) is the Step
     try:
         try:
             for run, operands, results, release, kind, step in program:
@@ -370,13 +378,25 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                     env[results] = run(env[operands[0]], env[operands[1]])
                 elif kind == SINGLE:
                     env[results] = run(*[env[i] for i in operands])
+                elif kind == CALL:
+                    region = step.regions[run]
+                    captures = step.captures[run]
+                    out = _run_steps(region.flat_steps, [env[i] for i in captures] if captures else (),
+                                     region.result_slots, region.output_values, execution, None,
+                                     [env[i] for i in operands])
+                    for slot, value in zip(results, out):
+                        env[slot] = value
                 else:
                     out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
                     for slot, value in zip(results, _results_of(step, out)):
                         env[slot] = value
                 for slot in release:
                     env[slot] = None
-        except (OpError, StopExecution):
+        except OpError as error:
+            if kind == CALL:
+                _add_enclosing(error, step, step.regions[run], 0)
+            raise
+        except StopExecution:
             raise
         except Exception as error:
             raise _op_failure(step if step is None else program.step(step), error) from error

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine.plan import RegionCallRunner
 from ..engine.registry import op
 from ..engine.regions import is_elementwise
 
@@ -77,7 +78,7 @@ def optimization_barrier(info):
 def call(info):
     """Call the function named by ``callee`` (func.call) or ``decomposition``
     (composite: running its decomposition is its semantics)."""
-    return lambda regions, *operands: regions[-1](*operands)
+    return RegionCallRunner(-1)
 
 
 @op("stablehlo.async_start")

@@ -302,6 +302,8 @@ def scatter(info):
     schedule = [a for a in range(update_rank) if a not in dims.update_window_dims] + list(dims.update_window_dims)
     body_dtypes = [t.dtype for t in info.regions[-1].arg_types[:n]]
     combine = scatter_combiner(info, n)
+    if combine is not _in_rounds and combine is not _one_by_one:
+        info.regions_called = False   # a replace or a monoid: the runner gets None for the body
     order_free = _order_free(info, n)
     n_window = len(dims.update_window_dims)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from ..plan import BINARY, GENERAL, SINGLE, UNARY, Step, StepColumns
+from ..plan import BINARY, CALL, GENERAL, SINGLE, UNARY, RegionCallRunner, Step, StepColumns
 from .folding import FOLDABLE
 
 
@@ -25,8 +25,10 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
     steps made whole). An entry is ``(runner, operands, results, release, kind,
     step)`` (RunProgram): plain single-result ops (most of a program) get their
     result slot as a plain int, and unary ones their operand slot too, so the loop
-    skips building argument lists; ``step`` is the op's Step, or its index for an
-    op whose Step is made on demand.
+    skips building argument lists; a call of a region (a variadic
+    :class:`~stablehlo_interp.engine.plan.RegionCallRunner`) gets the region's index in
+    place of the runner; ``step`` is the op's Step, or its index for an op whose Step
+    is made on demand.
     """
     live = set(outputs)
     see = live.add
@@ -56,6 +58,9 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
         # flattening: the op's entry
         if whole:
             op.release = release
+            if type(op.run) is RegionCallRunner and op.variadic and not op.execution:
+                append((op.run.index, operands, result, release, CALL, op))
+                continue
             if op.regions or op.variadic or op.execution:
                 append((op.run, operands, result, release, GENERAL, op))
                 continue
