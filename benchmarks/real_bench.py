@@ -36,52 +36,18 @@ import time
 
 import jax
 
-import stablehlo_interp as si
 from stablehlo_interp import device as interp_device
 from stablehlo_interp.device.runtime import device_semantics
-from stablehlo_interp.engine.passes.folding import FOLDABLE
-from stablehlo_interp.engine.plan import BINARY, GENERAL, SINGLE, UNARY, RunProgram, StepColumns
-from stablehlo_interp.engine.run import Execution, RunContext, _leading_arguments, _run_steps
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from zoo import PROGRAMS  # noqa: E402 - after tests/ is put on sys.path above
 
+from floor import KernelRecorder, floor_of  # noqa: E402 - after tests/ is put on sys.path above
 from timing import best_time, format_time  # noqa: E402 - after tests/ is put on sys.path above
 
 
-def calls_regions(step) -> bool:
-    """Whether the step's runner calls its regions (so the ops inside are the work)."""
-    return bool(step.regions) and step.info.regions_called
-
-
-class KernelRecorder(si.Listener):
-    """Counts the executed ops and records each kernel (see the module's docstring) with
-    its operands, and counts the region calls. An op that the unobserved run leaves out
-    (folded at load, engine/passes/folding.py: a foldable op of constants made in its
-    region) is counted in ``folded``, not recorded."""
-
-    def __init__(self):
-        self.ops = 0
-        self.folded = 0
-        self.kernels: list = []
-        self.constant_slots: dict = {}   # region call (its stack) -> the slots folded there
-
-    def after_op(self, step, operands, results, stack):
-        self.ops += 1
-        constants = self.constant_slots.setdefault(tuple(stack), set())
-        if (step.info.name in FOLDABLE and not step.info.has_quantized_types
-                and all(slot in constants for slot in step.operands)):
-            constants.update(step.results)
-            self.folded += 1
-        elif not calls_regions(step):
-            self.kernels.append((step, list(operands)))
-
-    @property
-    def region_calls(self) -> int:
-        return len(self.constant_slots) - (() in self.constant_slots)
-
-
 def record_kernels(step_function, args) -> KernelRecorder:
+    """The kernels of one observed step on the interp device (floor.py)."""
     recorder = KernelRecorder()
     interp_device.listeners.append(recorder)
     try:
@@ -89,50 +55,6 @@ def record_kernels(step_function, args) -> KernelRecorder:
     finally:
         interp_device.listeners.remove(recorder)
     return recorder
-
-
-def kernel_calls(kernels: list, execution: Execution):
-    """The recorded kernels as ``(runner, arguments)``, what each would be given in a run."""
-    return [(step.run, (*_leading_arguments(step, execution, []), *operands)) for step, operands in kernels]
-
-
-def straight_line(kernels: list):
-    """The recorded kernels as one straight-line region program: (program, its environment).
-    Each operand has its own slot, filled in; each result its own, released once stored."""
-    env: list = []
-    entries = []
-    for step, operands in kernels:
-        slots = tuple(range(len(env), len(env) + len(operands)))
-        env.extend(operands)
-        results = tuple(range(len(env), len(env) + len(step.results)))
-        env.extend([None] * len(step.results))
-        if step.variadic or step.execution or step.regions:
-            entries.append((step.run, slots, results, results, GENERAL, step))
-        elif len(slots) == 1:
-            entries.append((step.run, slots[0], results[0], results, UNARY, step))
-        elif len(slots) == 2:
-            entries.append((step.run, slots, results[0], results, BINARY, step))
-        else:
-            entries.append((step.run, slots, results[0], results, SINGLE, step))
-    return RunProgram(entries, StepColumns()), env
-
-
-def floor_of(recorder: KernelRecorder, repeat: int) -> dict:
-    execution = Execution(RunContext(semantics=device_semantics()))
-    calls = kernel_calls(recorder.kernels, execution)
-    program, env = straight_line(recorder.kernels)
-
-    def kernels_alone():
-        with si.engine.run.numpy_warnings_off():
-            for run, arguments in calls:
-                run(*arguments)
-
-    def through_run_loop():
-        with si.engine.run.numpy_warnings_off():
-            _run_steps(program, env, (), lambda _: None, execution, None, ())
-
-    return {"kernels": best_time(kernels_alone, repeat, time.process_time),
-            "run loop": best_time(through_run_loop, repeat, time.process_time)}
 
 
 def operations_in(lowered) -> int:
@@ -160,7 +82,7 @@ def measure(name: str, repeat: int) -> dict:
     return {"name": name, "lowered": operations_in(program.lowered()), "executed": recorder.ops,
             "run": recorder.ops - recorder.folded, "kernels": len(recorder.kernels),
             "region calls": recorder.region_calls, "times": times,
-            "floor": floor_of(recorder, repeat)}
+            "floor": floor_of(recorder, repeat, device_semantics())}
 
 
 def main() -> None:
