@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.engine.plan import CALL
+from stablehlo_interp.engine.plan import BRANCH, CALL
 from oracles import assert_same, same_as_reference, same_as_xla
 # ------------------------------------------------------------------- JAX loops
 
@@ -211,6 +211,39 @@ def test_calls_run_by_the_loop_give_the_runners_values_and_errors():
     assert "(@inner, call 0)" in messages[0] and "(@outer, call 0)" in messages[0]
 
 
+def test_error_inside_a_branch_names_the_branch():
+    """An if or case run by the loop itself (kind BRANCH) says in an error which branch
+    it was inside, as the observed run does."""
+    text = """
+func.func @main(%i: tensor<i32>, %x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = "stablehlo.case"(%i) ({
+    stablehlo.return %x : tensor<2xf32>
+  }, {
+    %a = stablehlo.custom_call @always_fails(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    stablehlo.return %a : tensor<2xf32>
+  }) : (tensor<i32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}"""
+    from stablehlo_interp.engine import registry
+
+    def builder(info):
+        def run(x):
+            raise ArithmeticError("always")
+        return run
+
+    x = np.array([1, 2], np.float32)
+    with registry.replaced(custom_calls={"always_fails": builder}):
+        program = si.load(text)
+        messages = []
+        for listeners in ((), [si.Listener()]):
+            np.testing.assert_array_equal(program.run(np.int32(0), x, listeners=listeners)[0], x)
+            with pytest.raises(si.OpExecutionError) as error:
+                program.run(np.int32(1), x, listeners=listeners)
+            messages.append(str(error.value))
+    assert messages[0] == messages[1]
+    assert "always" in messages[0] and "inside stablehlo.case" in messages[0] and "(region 1, call 0)" in messages[0]
+
+
 MUTUAL_RECURSION = """
 func.func @main(%x: tensor<i32>) -> tensor<i1> {
   %0 = func.call @is_even(%x) : (tensor<i32>) -> tensor<i1>
@@ -297,9 +330,12 @@ func.func @main(%p: tensor<i1>, %x: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32
 @pytest.mark.parametrize("pred", [True, False])
 def test_if(reference, pred):
     x = np.array([1.5, -2.0], np.float32)
-    a, c = same_as_reference(reference, IF_TEXT, np.bool_(pred), x)
-    np.testing.assert_array_equal(a, x * 2 if pred else -x)
-    assert c == (1 if pred else 2)
+    observed = same_as_reference(reference, IF_TEXT, np.bool_(pred), x)
+    program = si.load(IF_TEXT)
+    assert program.function("main").region.flat_steps[0][4] == BRANCH
+    for a, c in (observed, program.run(np.bool_(pred), x)):   # the runner, and the run loop's BRANCH
+        np.testing.assert_array_equal(a, x * 2 if pred else -x)
+        assert c == (1 if pred else 2)
 
 
 CASE_TEXT = """
@@ -323,10 +359,11 @@ func.func @main(%i: tensor<i32>, %x: tensor<3xi64>) -> (tensor<3xi64>, tensor<3x
 def test_case_out_of_range_index_runs_last_branch(reference, index, branch):
     """spec (case): an index outside [0, N) selects branch N - 1."""
     x = np.array([2, -3, 5], np.int64)
-    a, b = same_as_reference(reference, CASE_TEXT, np.int32(index), x)
+    observed = same_as_reference(reference, CASE_TEXT, np.int32(index), x)
     expected = [(x, x), (x * x, x), (-x, 0 * x)][branch]
-    np.testing.assert_array_equal(a, expected[0])
-    np.testing.assert_array_equal(b, expected[1])
+    for a, b in (observed, si.load(CASE_TEXT).run(np.int32(index), x)):   # the runner, and the loop's BRANCH
+        np.testing.assert_array_equal(a, expected[0])
+        np.testing.assert_array_equal(b, expected[1])
 
 
 def test_while_with_several_carries(reference):

@@ -405,27 +405,35 @@ class Function(FunctionSignature):
 
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
 # BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides;
-# CALL: a RegionCallRunner's op, whose region the loop runs itself.
-UNARY, BINARY, SINGLE, GENERAL, CALL = range(5)
+# CALL and BRANCH: a RegionCallRunner's op, whose region the loop runs itself.
+UNARY, BINARY, SINGLE, GENERAL, CALL, BRANCH = range(6)
 
 
 class RegionCallRunner:
-    """The runner of an op that is a call of one of its regions on its operands, its
-    results the region's outputs (``func.call``, ``composite``): ``runner(regions,
-    *operands)`` as any runner of an op with regions. Recognized by engine/passes,
-    which give it the run loop's kind CALL: unobserved, the loop runs the region on
-    the operands itself, with no region bound, no runner called and no argument
-    check (the verified types hold them), so a call costs little more than the ops
-    it runs. ``index``: which of the op's regions (a function's body the compiler
-    fills in later, for a recursive call, is read at each call)."""
+    """The runner of an op whose work is a call of one of its regions, its results the
+    region's outputs: ``runner(regions, *operands)`` as any runner of an op with regions.
 
-    __slots__ = ("index",)
+    * a call (``index``: which region; ``func.call``, ``composite``): the region runs on
+      the op's operands;
+    * a branch (``choose``: ``if``, ``case``): the op's one operand picks the region,
+      ``choose(operand)`` its index; the region takes no arguments.
 
-    def __init__(self, index: int):
+    Recognized by engine/passes, which give it the run loop's kind CALL or BRANCH:
+    unobserved, the loop runs the region itself, with no region bound, no runner called
+    and no argument check (the verified types hold them), so the op costs little more
+    than the ops it runs. The region is read at each call (a function's body that the
+    compiler fills in later, for a recursive call)."""
+
+    __slots__ = ("index", "choose")
+
+    def __init__(self, index: int | None = None, choose=None):
         self.index = index
+        self.choose = choose
 
     def __call__(self, regions, *operands):
-        return regions[self.index](*operands)
+        if self.choose is None:
+            return regions[self.index](*operands)
+        return regions[self.choose(*operands)]()
 
 
 class RunProgram(tuple):

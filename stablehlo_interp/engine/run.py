@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -359,14 +360,16 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
     error gains as it leaves the region. The arguments come last and the rest is
     the same for every call of a region: BoundRegion.repeated binds it once.
 
-    A CALL step (plan.RegionCallRunner: ``func.call``, ``composite``) is its region
-    run here, its ``run`` the region's index: each run of such an op binds its
-    region afresh, so an error inside is in the region's call 0."""
+    A CALL or BRANCH step (plan.RegionCallRunner: ``func.call``, ``composite``; ``if``,
+    ``case``) is its region run here, its ``run`` the region's index or the function
+    choosing it: each run of such an op binds its regions afresh, so an error inside
+    is in the region's call 0."""
     env = [*head, *args, *tail]
     if bound is not None:
         call = bound.calls
         bound.calls = call + 1
-    step = kind = None   # the op's Step, or its index: program.step(step) is the Step
+    step: Any = None   # the op's Step, or its index: program.step(step) is the Step
+    kind = called = -1   # called: the region a CALL or BRANCH step runs
     try:
         try:
             for run, operands, results, release, kind, step in program:
@@ -378,12 +381,15 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                     env[results] = run(env[operands[0]], env[operands[1]])
                 elif kind == SINGLE:
                     env[results] = run(*[env[i] for i in operands])
-                elif kind == CALL:
-                    region = step.regions[run]
-                    captures = step.captures[run]
+                elif kind >= CALL:
+                    if kind == CALL:
+                        called, arguments = run, [env[i] for i in operands]
+                    else:
+                        called, arguments = run(env[operands]), []
+                    region = step.regions[called]
+                    captures = step.captures[called]
                     out = _run_steps(region.flat_steps, [env[i] for i in captures] if captures else (),
-                                     region.result_slots, region.output_values, execution, None,
-                                     [env[i] for i in operands])
+                                     region.result_slots, region.output_values, execution, None, arguments)
                     for slot, value in zip(results, out):
                         env[slot] = value
                 else:
@@ -393,8 +399,8 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                 for slot in release:
                     env[slot] = None
         except OpError as error:
-            if kind == CALL:
-                _add_enclosing(error, step, step.regions[run], 0)
+            if kind >= CALL:   # (what raised it ran inside the region)
+                _add_enclosing(error, step, step.regions[called], 0)
             raise
         except StopExecution:
             raise

@@ -29,23 +29,19 @@ def while_(info):
 
 @op("stablehlo.if", variadic=True)
 def if_(info):
-    def run(regions, pred):
-        true_branch, false_branch = regions
-        return (true_branch if pred else false_branch)()
-
-    return run
+    return RegionCallRunner(choose=lambda pred: 0 if pred else 1)
 
 
 @op("stablehlo.case", variadic=True)
 def case(info):
     """An index outside [0, number of branches) selects the last branch."""
+    last = len(info.regions) - 1
 
-    def run(branches, index):
+    def choose(index):
         index = int(index)
-        branch = branches[index] if 0 <= index < len(branches) else branches[-1]
-        return branch()
+        return index if 0 <= index < last else last
 
-    return run
+    return RegionCallRunner(choose=choose)
 
 
 @op("stablehlo.map")

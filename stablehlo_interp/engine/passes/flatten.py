@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from ..plan import BINARY, CALL, GENERAL, SINGLE, UNARY, RegionCallRunner, Step, StepColumns
+from ..plan import BINARY, BRANCH, CALL, GENERAL, SINGLE, UNARY, RegionCallRunner, Step, StepColumns
 from .folding import FOLDABLE
 
 
@@ -26,8 +26,8 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
     step)`` (RunProgram): plain single-result ops (most of a program) get their
     result slot as a plain int, and unary ones their operand slot too, so the loop
     skips building argument lists; a call of a region (a variadic
-    :class:`~stablehlo_interp.engine.plan.RegionCallRunner`) gets the region's index in
-    place of the runner; ``step`` is the op's Step, or its index for an op whose Step
+    :class:`~stablehlo_interp.engine.plan.RegionCallRunner`) gets the region's index
+    (CALL) or the function choosing it from the operand (BRANCH) in place of the runner; ``step`` is the op's Step, or its index for an op whose Step
     is made on demand.
     """
     live = set(outputs)
@@ -59,7 +59,9 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
         if whole:
             op.release = release
             if type(op.run) is RegionCallRunner and op.variadic and not op.execution:
-                append((op.run.index, operands, result, release, CALL, op))
+                runner = op.run
+                append((runner.index, operands, result, release, CALL, op) if runner.choose is None
+                       else (runner.choose, operands[0], result, release, BRANCH, op))
                 continue
             if op.regions or op.variadic or op.execution:
                 append((op.run, operands, result, release, GENERAL, op))
