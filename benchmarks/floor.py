@@ -7,7 +7,8 @@ with its operands, leaving out the ops that an unobserved run does not run (fold
 load). :func:`floor_of` then times the kernels called back to back on their recorded
 operands, nothing around them (the floor of an interpreter that calls NumPy once per op),
 and the same kernels as one straight-line program through the run loop (engine/run.py).
-What a real run costs beyond that is the regions': while, case, calls, region calls.
+What a real run costs beyond that is the regions' (while, case, calls, region calls) and
+what its kernels cost beyond their replay (results alive until their last use, caches).
 Used by real_bench.py and core_bench.py.
 """
 
