@@ -3,8 +3,8 @@
 Runs each program on stablehlo_interp, on jaxlib's C++ StableHLO reference
 interpreter (``stablehlo.eval_module``) and as hand-written NumPy, and prints
 the times side by side with the ratios and the targets; ``floor`` is the
-program's kernels alone, called back to back on the operands one observed run
-gave them (floor.py: the NumPy work of the run, nothing around it):
+program's kernels alone, each on the operands one observed run gave it
+(floor.py: the NumPy work of the run, nothing around it):
 
 * per-op cost below the C++ reference interpreter's (~2.5 us per op here);
 * large-tensor programs within 1.5x of hand-written NumPy;
@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads BLAS (see above)
 
@@ -228,7 +227,7 @@ def main() -> None:
         numpy_time = best_time(repeated(numpy_fn), args.repeat) / per / calls
         recorder = KernelRecorder()
         program.run(*inputs, listeners=[recorder])
-        floor = floor_of(recorder, args.repeat, clock=time.perf_counter)["kernels"] / per
+        floor = floor_of(recorder, min(args.repeat, 5))["kernels"] / per
         rows.append((name, ours, reference, numpy_time, floor, target))
 
     a = np.ones(4, np.float32)

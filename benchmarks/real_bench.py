@@ -7,15 +7,16 @@ run their bodies many times), and the best time of a step on ``cpu`` and on ``in
 (wall, and this process's CPU time, steadier on a shared machine), with their ratio and the
 interpreter's cost per executed op. Compilation is outside the timings (one warm-up call).
 
-The second table is the floor (floor.py), in CPU time, all measured in the same run: one
+The second table is the floor (floor.py), all measured in the same run: one
 observed step records each executed kernel (an op whose runner calls no region) with its
 operands. Then:
 
-* ``kernels``: those runners called back to back on their recorded operands, nothing
-  around them: the NumPy work of the step, the floor of an interpreter that calls NumPy
-  once per op;
-* ``+ run loop``: the same kernels as one straight-line program through the run loop
-  (engine/run.py), which adds fetching operands, storing results, releasing slots;
+* ``kernels``: those runners alone on their recorded operands, each timed on its second
+  call (its operands in the caches), nothing around them: the NumPy work of the step,
+  the floor of an interpreter that calls NumPy once per op;
+* ``+ run loop``: what the run loop (engine/run.py) adds to them, fetching operands,
+  storing results, releasing slots: the kernels as one straight-line program through
+  the loop less the same kernels called back to back;
 * ``+ rest``: the rest of the step, ``interp CPU`` less the above: ``while``, ``case``,
   ``func.call``, region calls (binding, environments, outputs), the work of ops with
   regions around their region calls, the device's call, and what the kernels cost in
@@ -103,15 +104,17 @@ def main() -> None:
               f"{format_time(wall[1]):>12} {wall[1] / wall[0]:6.0f}x {format_time(cpu[0]):>10} "
               f"{format_time(cpu[1]):>11} {cpu[1] / max(cpu[0], 1e-9):6.0f}x "
               f"{format_time(cpu[1] / row['executed']):>9}")
-    print("\nThe floor (CPU time; per op: per op run, the executed ones less those folded at load)")
+    print("\nThe floor (kernels: each one's best time, floor.py; the rest CPU time; per op: per op run, the executed "
+          "ones less those folded at load)")
     print(f"{'program':28} {'ops run':>8} {'kernels':>8} {'region calls':>13} {'interp CPU':>11} {'kernels':>10} "
           f"{'+ run loop':>11} {'+ rest':>10} {'/ floor':>8} {'kernel/op':>10} {'loop/op':>9} {'rest/op':>9}")
     for row in rows:
         interp = row["times"]["interp", time.process_time]
         kernels, loop = row["floor"]["kernels"], row["floor"]["run loop"]
-        per_op = [part / row["run"] for part in (kernels, loop - kernels, interp - loop)]
+        rest = interp - kernels - loop
+        per_op = [part / row["run"] for part in (kernels, loop, rest)]
         print(f"{row['name']:28} {row['run']:8d} {row['kernels']:8d} {row['region calls']:13d} {format_time(interp):>11} "
-              f"{format_time(kernels):>10} {format_time(loop - kernels):>11} {format_time(interp - loop):>10} "
+              f"{format_time(kernels):>10} {format_time(loop):>11} {format_time(rest):>10} "
               f"{interp / kernels:7.2f}x {format_time(per_op[0]):>10} {format_time(per_op[1]):>9} "
               f"{format_time(per_op[2]):>9}")
 
