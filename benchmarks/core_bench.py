@@ -65,6 +65,12 @@ the same before the last changes, measured in the same session):
   ``Execution.run_region``, the loop and a comprehension for the outputs).
   Below 1x needs cheaper element-wise runners on 0-d values more than cheaper
   region calls.
+* (d) a recurrent layer over 256 rows of 64 (issue 29): 1.29x its floor (7.0 ms
+  against 5.5; 9.2x hand-written NumPy). Most of the floor is the 256x64 carry that
+  ``dynamic_update_slice`` copies at every iteration (an op's result is a fresh
+  array), which NumPy writes in place. (c) against its floor: 2.5x, the two region
+  calls of an iteration (about 0.5 us each) around four ufuncs on 0-d values
+  (0.31 us each). benchmarks/RESULTS.md has both, and the floors of (a) and (b).
 """
 
 from __future__ import annotations
