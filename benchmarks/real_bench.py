@@ -7,7 +7,10 @@ run their bodies many times), and the best time of a step on ``cpu`` and on ``in
 (wall, and this process's CPU time, steadier on a shared machine), with their ratio and the
 interpreter's cost per executed op. Compilation is outside the timings (one warm-up call).
 
-    python benchmarks/real_bench.py [--programs NAME ...] [--repeat R]
+    python benchmarks/real_bench.py [--programs NAME ...] [--repeat R] [--size test|real]
+
+``--size real`` builds the programs of ``zoo.REAL_SIZES`` at the size of a real training step
+(the tests' sizes are small: there a step's time is mostly the interpreter's cost per op).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import stablehlo_interp as si
 from stablehlo_interp import device as interp_device
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from zoo import PROGRAMS  # noqa: E402 - after tests/ is put on sys.path above
+from zoo import PROGRAMS, REAL_SIZES  # noqa: E402 - after tests/ is put on sys.path above
 
 from timing import best_time, format_time  # noqa: E402 - after tests/ is put on sys.path above
 
@@ -61,8 +64,8 @@ def ops_executed(step, args) -> int:
     return counter.ops
 
 
-def measure(name: str, repeat: int) -> dict:
-    program = PROGRAMS[name]()
+def measure(name: str, repeat: int, sizes: dict) -> dict:
+    program = PROGRAMS[name](**sizes)
     step = jax.jit(program.function)
     on = {platform: jax.device_put(program.args, jax.devices(platform)[0]) for platform in ("cpu", "interp")}
     times = {(platform, clock): best_time(lambda: jax.block_until_ready(step(*on[platform])), repeat, clock)
@@ -75,11 +78,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", nargs="*", default=list(PROGRAMS), choices=list(PROGRAMS))
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--size", choices=("test", "real"), default="test",
+                        help="the zoo's test sizes, or REAL_SIZES (only the programs it sizes)")
     options = parser.parse_args()
+    if options.size == "real":
+        options.programs = [name for name in options.programs if name in REAL_SIZES]
     print(f"{'program':28} {'lowered':>8} {'executed':>9} {'cpu wall':>10} {'interp wall':>12} {'ratio':>7} "
           f"{'cpu CPU':>10} {'interp CPU':>11} {'ratio':>7} {'per op':>9}")
     for name in options.programs:
-        row = measure(name, options.repeat)
+        row = measure(name, options.repeat, REAL_SIZES[name] if options.size == "real" else {})
         times = row["times"]
         wall = times["cpu", time.perf_counter], times["interp", time.perf_counter]
         cpu = times["cpu", time.process_time], times["interp", time.process_time]
