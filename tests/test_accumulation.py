@@ -223,7 +223,12 @@ def test_reduce_of_leading_axes_adds_like_the_reference(reference, dtype, shape,
 def test_fold_reduce_of_leading_axes_is_the_left_fold(dtype, ufunc, shape, dimensions):
     """support.fold_reduce's path for leading axes against the fold written out, on
     arrays larger than NumPy's buffers (8192 elements) and on the narrowest rows."""
-    values = with_specials(cancelling(shape, dtype, 15))
+    assert_folds_left(ufunc, with_specials(cancelling(shape, dtype, 15)), dimensions, dtype)
+
+
+def assert_folds_left(ufunc, values, dimensions, dtype):
+    """support.fold_reduce of ``values`` (scaled for ``ufunc``) from three inits: the fold
+    written out, bit for bit."""
     with np.errstate(all="ignore"):  # complex infinities divide into NaN parts
         if ufunc is np.multiply:  # products of values near 1, so they neither vanish nor overflow
             values = (1 + values / 8192).astype(dtype)
@@ -247,17 +252,7 @@ def test_fold_reduce_of_trailing_axes_is_the_left_fold(dtype, ufunc, outer, redu
     one row left over (folded with the one before), rows longer than a block."""
     first = with_specials(cancelling(reduced + outer, dtype, 17))   # (with_specials: reduced axes first)
     values = np.ascontiguousarray(np.transpose(first, [*range(len(reduced), first.ndim), *range(len(reduced))]))
-    dimensions = list(range(len(outer), values.ndim))
-    with np.errstate(all="ignore"):
-        if ufunc is np.multiply:
-            values = (1 + values / 8192).astype(dtype)
-        elif dtype is np.float16:
-            values = (values / 64).astype(dtype)
-    for init in (np.array(-0.0, dtype), np.array(0.0, dtype), cancelling((), dtype, 18)):
-        expected = left_fold(ufunc, values, dimensions, init, dtype)
-        with np.errstate(all="ignore"):
-            actual = support.fold_reduce(ufunc, values, dimensions, init, np.dtype(dtype))
-        assert_same(actual, expected, context=f"init {init}: ")
+    assert_folds_left(ufunc, values, list(range(len(outer), values.ndim)), dtype)
 
 
 # ------------------------------------------------------------ semantics "xla": XLA CPU's order
