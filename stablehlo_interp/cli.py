@@ -134,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("--by", choices=("op", "line"), default="op", help="group by op name or source line")
     profile.add_argument("--top", type=int, default=20, help="rows shown, most time first")
     profile.add_argument("--repeat", type=int, default=1, metavar="R",
-                         help="run R times and keep the fastest run's profile")
+                         help="run R times and keep the profile of the run with the least time in ops")
     profile.set_defaults(command=_profile, name="profile")
 
     explain = commands.add_parser("explain", help="print the module and its run, op by op, by source line",
@@ -382,7 +382,7 @@ def _profile(args) -> int:
 
     program, name, inputs = _program_and_inputs(args)
     runs = [tools.profile(program, *inputs, function=name) for _ in range(max(args.repeat, 1))]
-    print(min(runs, key=lambda run: run.wall).text(by=args.by, top=args.top))
+    print(min(runs, key=lambda run: run.seconds).text(by=args.by, top=args.top))
     return 0
 
 

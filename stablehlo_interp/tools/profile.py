@@ -130,7 +130,7 @@ class Profile:
             lines.append(f"... {len(rest)} more, {_format_seconds(sum(t.seconds for t in rest))}")
         summary = f"{self.calls} ops, {_format_seconds(total)} in ops"
         if self.wall is not None:
-            summary += f", {_format_seconds(self.wall)} wall ({_format_seconds(self.overhead)} between ops)"
+            summary += f", {_format_seconds(self.wall)} wall ({_format_seconds(self.wall - total)} between ops)"
         return "\n".join(lines + [summary])
 
     def __str__(self) -> str:
