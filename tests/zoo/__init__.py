@@ -40,7 +40,7 @@ class ZooProgram:
         return jax.jit(self.function).lower(*self.args)
 
 
-def _builder(module: str, name: str, *, slow: bool) -> Callable[[], ZooProgram]:
+def _builder(module: str, name: str, *, slow: bool) -> Callable[..., ZooProgram]:
     """The builder of ``name`` in the family module ``module``; ``build.slow`` tells without
     building whether the program is too heavy for the default run."""
 
@@ -55,7 +55,7 @@ def _builder(module: str, name: str, *, slow: bool) -> Callable[[], ZooProgram]:
 
 
 # name -> builder; the builder's module is the library family the program is written with.
-PROGRAMS: dict[str, Callable[[], ZooProgram]] = {
+PROGRAMS: dict[str, Callable[..., ZooProgram]] = {
     "flax_nnx_transformer_lm": _builder("flax_nnx", "transformer_lm", slow=False),
     "flax_nnx_cnn_batchnorm": _builder("flax_nnx", "cnn_batchnorm", slow=False),
     "flax_linen_mlp": _builder("flax_linen", "mlp_classifier", slow=False),
