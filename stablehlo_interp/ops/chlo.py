@@ -177,12 +177,11 @@ for _name, _real, _complex in [
     op(f"chlo.{_name}", elementwise=True)(_real_or_complex_op(_real, _complex))
 
 
-
 def _real_in_own_type(fn, dtype):
     """Real ``x * x`` in the element type itself: the exact product rounded once, as
     through a wider type (bf16 and the f8 types multiply in f32, where the product is
     exact, and round once), and for f64 without the extended type's double rounding;
-    4x faster than going through f64 on large f32 arrays. Complex squares go wider."""
+    with no converted copies of a large array. Complex squares go wider."""
     return fn if np.dtype(dtype).kind != "c" else in_wider_precision(fn, dtype)
 
 
