@@ -27,7 +27,10 @@ operands. Then:
 with the step's ``/ floor`` (``interp CPU / kernels``) and the costs per op run (the executed
 ops less those folded at load, which only an observed run runs).
 
-    python benchmarks/real_bench.py [--programs NAME ...] [--repeat R]
+    python benchmarks/real_bench.py [--programs NAME ...] [--repeat R] [--size test|real]
+
+``--size real`` builds the programs of ``zoo.REAL_SIZES`` at the size of a real training step
+(the tests' sizes are small: there a step's time is mostly the interpreter's cost per op).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from stablehlo_interp import device as interp_device
 from stablehlo_interp.device.runtime import device_semantics
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from zoo import PROGRAMS  # noqa: E402 - after tests/ is put on sys.path above
+from zoo import PROGRAMS, REAL_SIZES  # noqa: E402 - after tests/ is put on sys.path above
 
 from floor import KernelRecorder, floor_of  # noqa: E402 - after tests/ is put on sys.path above
 from timing import best_time, format_time  # noqa: E402 - after tests/ is put on sys.path above
@@ -75,8 +78,8 @@ def operations_in(lowered) -> int:
     return count - 1
 
 
-def measure(name: str, repeat: int) -> dict:
-    program = PROGRAMS[name]()
+def measure(name: str, repeat: int, sizes: dict) -> dict:
+    program = PROGRAMS[name](**sizes)
     step = jax.jit(program.function)
     on = {platform: jax.device_put(program.args, jax.devices(platform)[0]) for platform in ("cpu", "interp")}
     times = {(platform, clock): best_time(lambda: jax.block_until_ready(step(*on[platform])), repeat, clock)
@@ -92,8 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", nargs="*", default=list(PROGRAMS), choices=list(PROGRAMS))
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--size", choices=("test", "real"), default="test",
+                        help="the zoo's test sizes, or REAL_SIZES (only the programs it sizes)")
     options = parser.parse_args()
-    rows = [measure(name, options.repeat) for name in options.programs]
+    if options.size == "real":
+        options.programs = [name for name in options.programs if name in REAL_SIZES]
+    rows = [measure(name, options.repeat, REAL_SIZES[name] if options.size == "real" else {})
+            for name in options.programs]
     print(f"{'program':28} {'lowered':>8} {'executed':>9} {'cpu wall':>10} {'interp wall':>12} {'ratio':>7} "
           f"{'cpu CPU':>10} {'interp CPU':>11} {'ratio':>7} {'per op':>9}")
     for row in rows:

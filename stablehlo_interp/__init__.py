@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 # The tools load on first use: JAX imports this package when it discovers the
 # device plugin, and most programs never need them.
 _TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes",
-          "on_device", "portability", "probe", "trace")
+          "on_device", "portability", "probe", "profile", "trace")
 
 
 def __getattr__(name: str) -> Any:
@@ -53,5 +53,5 @@ __all__ = [
     "conform", "register_custom_call", "register_op", "run", "run_per_device", "validation",
     # tools (see docs/tools.md)
     "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes", "on_device",
-    "portability", "probe", "tools", "trace",
+    "portability", "probe", "profile", "tools", "trace",
 ]

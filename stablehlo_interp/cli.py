@@ -7,6 +7,7 @@
                              [--junit-xml PATH] [--json PATH]
     stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz]
     stablehlo-interp explain FILE [--input ...]
+    stablehlo-interp profile FILE [--input ...] [--by op|line] [--top N] [--repeat R]
     stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu] [--model-explorer DIR]
     stablehlo-interp compare FILE [--input ...] [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
                              [--backend-command CMD] [--rtol R --atol A]
@@ -125,6 +126,16 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--every-iteration", action="store_true",
                        help="with --probe: save values of every loop iteration, not only the last")
     trace.set_defaults(command=_trace, name="trace")
+
+    profile = commands.add_parser("profile", help="run a function and print where its time goes, by op",
+                                  description="Run a function and print the own time of each op name (or "
+                                              "source line): its share of the run, calls, time per call.")
+    _add_program_arguments(profile)
+    profile.add_argument("--by", choices=("op", "line"), default="op", help="group by op name or source line")
+    profile.add_argument("--top", type=int, default=20, help="rows shown, most time first")
+    profile.add_argument("--repeat", type=int, default=1, metavar="R",
+                         help="run R times and keep the profile of the run with the least time in ops")
+    profile.set_defaults(command=_profile, name="profile")
 
     explain = commands.add_parser("explain", help="print the module and its run, op by op, by source line",
                                   description="Print the module, then run it and print each op with its "
@@ -364,6 +375,15 @@ def _trace(args) -> int:
 
         pathlib.Path(args.json).write_text(json.dumps(trace.as_dicts(), indent=1))
     return 1 if trace.error else 0
+
+
+def _profile(args) -> int:
+    from . import tools
+
+    program, name, inputs = _program_and_inputs(args)
+    runs = [tools.profile(program, *inputs, function=name) for _ in range(max(args.repeat, 1))]
+    print(min(runs, key=lambda run: run.seconds).text(by=args.by, top=args.top))
+    return 0
 
 
 def _explain(args) -> int:

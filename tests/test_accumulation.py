@@ -114,7 +114,8 @@ def test_convolution_sums_like_the_reference(reference, fold_buffer, dtype, wind
 
 @pytest.mark.parametrize("dtype, body", [(np.float32, "add"), (np.float64, "add"), (np.complex64, "add"),
                                          (np.float32, "multiply"), (np.float64, "multiply")])
-@pytest.mark.parametrize("dimensions, result_shape", [([1], (5, 3)), ([2, 0], (6,)), ([0, 1, 2], ())])
+@pytest.mark.parametrize("dimensions, result_shape", [([1], (5, 3)), ([2, 0], (6,)), ([0, 1, 2], ()), ([2], (5, 6)),
+                                                     ([1, 2], (5,))])
 def test_reduce_folds_like_the_reference(reference, fold_buffer, dtype, dimensions, result_shape, body):
     element = ELEMENT[dtype]
     values = cancelling((5, 6, 3), dtype, 5)
@@ -222,7 +223,12 @@ def test_reduce_of_leading_axes_adds_like_the_reference(reference, dtype, shape,
 def test_fold_reduce_of_leading_axes_is_the_left_fold(dtype, ufunc, shape, dimensions):
     """support.fold_reduce's path for leading axes against the fold written out, on
     arrays larger than NumPy's buffers (8192 elements) and on the narrowest rows."""
-    values = with_specials(cancelling(shape, dtype, 15))
+    assert_folds_left(ufunc, with_specials(cancelling(shape, dtype, 15)), dimensions, dtype)
+
+
+def assert_folds_left(ufunc, values, dimensions, dtype):
+    """support.fold_reduce of ``values`` (scaled for ``ufunc``) from three inits: the fold
+    written out, bit for bit."""
     with np.errstate(all="ignore"):  # complex infinities divide into NaN parts
         if ufunc is np.multiply:  # products of values near 1, so they neither vanish nor overflow
             values = (1 + values / 8192).astype(dtype)
@@ -233,6 +239,20 @@ def test_fold_reduce_of_leading_axes_is_the_left_fold(dtype, ufunc, shape, dimen
         with np.errstate(all="ignore"):
             actual = support.fold_reduce(ufunc, values, dimensions, init, np.dtype(dtype))
         assert_same(actual, expected, context=f"init {init}: ")
+
+
+@pytest.mark.parametrize("dtype", [*FOLD_ELEMENT, np.complex64])
+@pytest.mark.parametrize("ufunc", [np.add, np.multiply])
+@pytest.mark.parametrize("outer, reduced", [((2,), (3,)), ((5, 7), (11, 200)), ((2, 40000), (3,)),
+                                            ((2 * (support._TRANSPOSE_BLOCK_ELEMENTS // 3) + 1,), (3,)),
+                                            ((3, 3), (5000, 1))])
+def test_fold_reduce_of_trailing_axes_is_the_left_fold(dtype, ufunc, outer, reduced):
+    """support.fold_reduce's path for trailing axes (``x.sum(-1)``: rows folded a block of
+    rows at a time) against the fold written out: one block, several, a last block of
+    one row left over (folded with the one before), rows longer than a block."""
+    first = with_specials(cancelling(reduced + outer, dtype, 17))   # (with_specials: reduced axes first)
+    values = np.ascontiguousarray(np.transpose(first, [*range(len(reduced), first.ndim), *range(len(reduced))]))
+    assert_folds_left(ufunc, values, list(range(len(outer), values.ndim)), dtype)
 
 
 # ------------------------------------------------------------ semantics "xla": XLA CPU's order

@@ -254,6 +254,20 @@ func.func @main(%x: tensor<2x3xi32>, %p: tensor<i32>) -> tensor<4x5xi32> {
                                         [0, 0, 0, 0, 0]])
 
 
+
+def test_pad_by_nothing_is_the_operand(reference):
+    """All paddings zero (JAX's gradient of a VALID max pool pads so): the operand itself."""
+    text = """
+func.func @main(%x: tensor<2x3xf32>, %p: tensor<f32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.pad %x, %p, low = [0, 0], high = [0, 0], interior = [0, 0]
+      : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %1 = stablehlo.add %0, %0 : tensor<2x3xf32>
+  return %1 : tensor<2x3xf32>
+}"""
+    x = np.array([[1, -0.0, 3], [np.nan, 5, -np.inf]], np.float32)
+    (out,) = same_as_reference(reference, text, x, np.float32(7))
+    assert_same(out, x + x)
+
 # ----------------------------------------------------------- get_dimension_size
 
 

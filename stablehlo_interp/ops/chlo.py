@@ -172,10 +172,20 @@ for _name, _real, _complex in [
     ("atanh", np.arctanh, np.arctanh),
     ("cosh", np.cosh, np.cosh),
     ("sinh", np.sinh, np.sinh),
-    ("square", _square, _square),
     ("_asin_acos_kernel", None, _asin_acos_kernel),
 ]:
     op(f"chlo.{_name}", elementwise=True)(_real_or_complex_op(_real, _complex))
+
+
+def _real_in_own_type(fn, dtype):
+    """Real ``x * x`` in the element type itself: the exact product rounded once, as
+    through a wider type (bf16 and the f8 types multiply in f32, where the product is
+    exact, and round once), and for f64 without the extended type's double rounding;
+    with no converted copies of a large array. Complex squares go wider."""
+    return fn if np.dtype(dtype).kind != "c" else in_wider_precision(fn, dtype)
+
+
+op("chlo.square", elementwise=True)(_real_or_complex_op(_square, _square, widen=_real_in_own_type))
 
 for _name, _real in [
     ("bessel_i1e", _odd(scipy.special.i1e)),

@@ -395,18 +395,26 @@ def select_and_scatter(info):
     select_vectorized = is_elementwise(info.regions[0])
     combine = scatter_combiner(info, 1)
     positions = np.arange(math.prod(shape)).reshape(shape)
+    rank = operand_type.rank
+    # Without padding or base dilation every window element is an operand element.
+    all_inside = all(p == (0, 0) for p in windows.padding) and all(d == 1 for d in windows.base_dilations)
+
+    def columns(view, count):
+        """The windows of ``view`` (``result shape + window shape``) as columns: row ``k``
+        holds element ``k`` of every window, contiguous (one copy)."""
+        return np.transpose(view, tuple(range(rank, 2 * rank)) + tuple(range(rank))).reshape(-1, count)
 
     def pick(select, values, where):
-        """Per window (rows of ``values``), the position of the selected element or -1."""
-        picked_value, picked = values[:, 0], where[:, 0]
-        for k in range(1, values.shape[1]):
-            value, position = values[:, k], where[:, k]
+        """Per window (columns of ``values``), the position of the selected element or -1."""
+        picked_value, picked = values[0], where[0]
+        for k in range(1, len(values)):
+            value, position = values[k], where[k]
             if select_vectorized:
                 keep = np.broadcast_to(select(picked_value, value)[0], picked.shape)
             else:
                 keep = np.array([bool(select(np.asarray(a), np.asarray(b))[0])
                                  for a, b in zip(picked_value, value)], bool)
-            take = (position >= 0) & ((picked < 0) | ~keep)
+            take = ~keep if all_inside else (position >= 0) & ((picked < 0) | ~keep)
             picked_value = np.where(take, value, picked_value)
             picked = np.where(take, position, picked)
         return picked
@@ -419,8 +427,7 @@ def select_and_scatter(info):
         where = windows.view(windows.padded(positions, -1))
         values = windows.view(windows.padded(operand, np.zeros((), operand.dtype)))
         count = math.prod(where.shape[:operand.ndim])
-        picked = pick(select, np.reshape(values, (count, -1)), np.reshape(where, (count, -1))) \
-            if count else np.zeros(0, np.int64)
+        picked = pick(select, columns(values, count), columns(where, count)) if count else np.zeros(0, np.int64)
         result = np.full(operand.size, init_value, operand.dtype)
         chosen = picked >= 0
         if chosen.any():

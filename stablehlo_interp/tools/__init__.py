@@ -15,6 +15,7 @@ a function that runs a target on its arguments as ``si.run`` does
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`);
                        with ``model_explorer=DIR``, overlays for Google's Model Explorer (:mod:`.model_explorer`)
+``profile``            each op name's (or source line's) own time, calls, share of the run (:mod:`.profile`)
 ``portability``        where the result depends on the implementation (:mod:`.portability`)
 ``on_device``          any listener on every run of the interp device (:mod:`.session`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
@@ -36,6 +37,7 @@ from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
     find_nonfinite
 from .portability import Finding, PortabilityReport, portability
+from .profile import OpTime, Profile, Profiler, profile
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .region_calls import RegionCall
 from .session import install_from_environment, on_device
@@ -48,7 +50,7 @@ __all__ = [
     "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
     "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
     "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
-    "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
+    "OpRecord", "OpTime", "PortabilityReport", "Profile", "Profiler", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
-    "install_from_environment", "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
+    "install_from_environment", "load_probes", "on_device", "portability", "probe", "profile", "summarize", "trace", "validation",
 ]

@@ -7,6 +7,10 @@ step in seconds on the interpreter.
     jax.jit(program.function)(*program.args)           # a plain JAX function, concrete NumPy inputs
     program.lowered()                                  # jax.jit(function).lower(*args)
 
+``PROGRAMS[name](**REAL_SIZES[name])`` builds a program at the size people train it at (the
+tests' sizes are small, so that a step's time is mostly the interpreter's per-op cost; at
+the real size it is mostly the ops' own work); benchmarks/real_bench.py's ``--size real``.
+
 Importing this package imports none of the libraries: each builder imports its family's
 module when called. Every builder is deterministic (fixed seeds), so two builds give the
 same function and the same arguments.
@@ -36,12 +40,12 @@ class ZooProgram:
         return jax.jit(self.function).lower(*self.args)
 
 
-def _builder(module: str, name: str, *, slow: bool) -> Callable[[], ZooProgram]:
+def _builder(module: str, name: str, *, slow: bool) -> Callable[..., ZooProgram]:
     """The builder of ``name`` in the family module ``module``; ``build.slow`` tells without
     building whether the program is too heavy for the default run."""
 
-    def build() -> ZooProgram:
-        made = getattr(importlib.import_module(f"{__name__}.{module}"), name)()
+    def build(**sizes) -> ZooProgram:
+        made = getattr(importlib.import_module(f"{__name__}.{module}"), name)(**sizes)
         return dataclasses.replace(made, slow=slow)
 
     build.__name__ = name
@@ -51,7 +55,7 @@ def _builder(module: str, name: str, *, slow: bool) -> Callable[[], ZooProgram]:
 
 
 # name -> builder; the builder's module is the library family the program is written with.
-PROGRAMS: dict[str, Callable[[], ZooProgram]] = {
+PROGRAMS: dict[str, Callable[..., ZooProgram]] = {
     "flax_nnx_transformer_lm": _builder("flax_nnx", "transformer_lm", slow=False),
     "flax_nnx_cnn_batchnorm": _builder("flax_nnx", "cnn_batchnorm", slow=False),
     "flax_linen_mlp": _builder("flax_linen", "mlp_classifier", slow=False),
@@ -60,6 +64,12 @@ PROGRAMS: dict[str, Callable[[], ZooProgram]] = {
     "numpyro_nuts_regression": _builder("numpyro_models", "nuts_regression", slow=True),
     "haiku_mlp": _builder("haiku_models", "mlp_regression", slow=False),
     "keras_mlp": _builder("keras_models", "mlp_classifier", slow=False),
+}
+
+# name -> the builder's size arguments for the program at the size of a real training step.
+REAL_SIZES: dict[str, dict[str, int]] = {
+    "flax_nnx_transformer_lm": {"vocab": 512, "width": 256, "heads": 8, "depth": 2, "context": 128, "batch": 16},
+    "flax_nnx_cnn_batchnorm": {"size": 32, "channels": 3, "width": 32, "classes": 10, "batch": 32},
 }
 
 

@@ -46,14 +46,15 @@ class TinyLM(nnx.Module):
 
 
 class SmallCNN(nnx.Module):
-    """Two conv -> BatchNorm -> ReLU -> pool stages and a linear classifier."""
+    """Two conv -> BatchNorm -> ReLU -> pool stages (``width`` then ``2 * width`` features)
+    and a linear classifier."""
 
-    def __init__(self, channels: int, classes: int, rngs: nnx.Rngs):
-        self.conv1 = nnx.Conv(channels, 8, kernel_size=(3, 3), rngs=rngs)
-        self.norm1 = nnx.BatchNorm(8, momentum=0.9, rngs=rngs)
-        self.conv2 = nnx.Conv(8, 16, kernel_size=(3, 3), strides=(2, 2), rngs=rngs)
-        self.norm2 = nnx.BatchNorm(16, momentum=0.9, rngs=rngs)
-        self.classify = nnx.Linear(16, classes, rngs=rngs)
+    def __init__(self, channels: int, classes: int, rngs: nnx.Rngs, width: int = 8):
+        self.conv1 = nnx.Conv(channels, width, kernel_size=(3, 3), rngs=rngs)
+        self.norm1 = nnx.BatchNorm(width, momentum=0.9, rngs=rngs)
+        self.conv2 = nnx.Conv(width, 2 * width, kernel_size=(3, 3), strides=(2, 2), rngs=rngs)
+        self.norm2 = nnx.BatchNorm(2 * width, momentum=0.9, rngs=rngs)
+        self.classify = nnx.Linear(2 * width, classes, rngs=rngs)
 
     def __call__(self, images):
         h = nnx.relu(self.norm1(self.conv1(images)))
@@ -99,8 +100,8 @@ def transformer_lm(vocab=64, width=32, heads=4, depth=2, context=16, batch=4) ->
                     f"context {context}): one Adam step on next-token cross-entropy")
 
 
-def cnn_batchnorm(size=12, channels=3, classes=5, batch=8) -> ZooProgram:
-    model = SmallCNN(channels, classes, rngs=nnx.Rngs(1))
+def cnn_batchnorm(size=12, channels=3, classes=5, batch=8, width=8) -> ZooProgram:
+    model = SmallCNN(channels, classes, rngs=nnx.Rngs(1), width=width)
     model.train()   # BatchNorm normalizes with the batch's statistics and updates its running averages
     graphdef, params, batch_stats = nnx.split(model, nnx.Param, nnx.BatchStat)
     params, batch_stats = as_numpy(nnx.to_pure_dict(params)), as_numpy(nnx.to_pure_dict(batch_stats))
@@ -116,5 +117,5 @@ def cnn_batchnorm(size=12, channels=3, classes=5, batch=8) -> ZooProgram:
         name="flax_nnx_cnn_batchnorm", function=step,
         args=(params, batch_stats, as_numpy(optimizer.init(params)), images, labels),
         libraries=("flax", "optax"),
-        description=f"Flax NNX CNN (2 conv+BatchNorm+ReLU stages, max pool) on {batch} {size}x{size} images: "
-                    "one Adam step, BatchNorm statistics updated")
+        description=f"Flax NNX CNN (2 conv+BatchNorm+ReLU stages of {width} and {2 * width} features, max pool) "
+                    f"on {batch} {size}x{size}x{channels} images: one Adam step, BatchNorm statistics updated")
