@@ -216,6 +216,31 @@ def test_a_float_convolution_over_padding_is_the_spec_s_nan_here_and_a_finding_o
     assert outcome is not None and outcome.op == "stablehlo.convolution"
 
 
+ONE_TAP_CONVOLUTION = """\
+func.func @main(%arg0: tensor<1x1x1xf32>, %arg1: tensor<1x1x1xf32>) -> (tensor<1x1x1xf32>) {
+    %0 = "stablehlo.convolution"(%arg0, %arg1) {dimension_numbers = #stablehlo.conv<[b, f, 0]x[o, i, 0]->[b, f, 0]>, \
+window_strides = array<i64: 1>, padding = dense<[[0, 0]]> : tensor<1x2xi64>, lhs_dilation = array<i64: 1>, \
+rhs_dilation = array<i64: 1>, feature_group_count = 1 : i64, batch_group_count = 1 : i64} \
+: (tensor<1x1x1xf32>, tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
+    return %0 : tensor<1x1x1xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("x, w", [(1e-39, 1e10), (2e-38, 0.5)], ids=["subnormal operand", "subnormal result"])
+def test_a_float_convolution_flushes_subnormals_on_xla_cpu(x, w):
+    """One tap, x * w: the spec's product (NumPy's, IEEE 754) is a normal number read
+    from a subnormal operand, or a subnormal made from normal ones; XLA CPU gives 0
+    for both (denormals-are-zero and flush-to-zero, docs/findings.md)."""
+    arguments = [np.full((1, 1, 1), x, np.float32), np.full((1, 1, 1), w, np.float32)]
+    expected = arguments[0] * arguments[1]
+    assert expected.item() != 0
+    assert np.array_equal(si.load(ONE_TAP_CONVOLUTION).run(*arguments)[0], expected)
+    assert si.tools.JaxBackend("cpu")(ONE_TAP_CONVOLUTION, arguments)[0].item() == 0
+    outcome = check(ONE_TAP_CONVOLUTION, arguments, si.tools.JaxBackend("cpu"))
+    assert outcome is not None and outcome.op == "stablehlo.convolution"
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_generated_integer_select_and_scatters_agree_with_xla_cpu(seed):
     """Integers only: with floats XLA CPU loses a +0 (the next test, docs/findings.md)."""
