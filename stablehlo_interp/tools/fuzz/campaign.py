@@ -219,8 +219,8 @@ def _reduce_program(item, backend, max_ops, ops, element_types, reduce, budget):
             checker.close()
         program, arguments, outcome, checks = reduced.program, reduced.arguments, reduced.outcome, reduced.checks
     first = program.outputs[0] if program.outputs else None
-    op = outcome.op or (program.ops[first - program.arguments].name if first is not None
-                        and first >= program.arguments else "module")
+    maker = program.op_of(first) if first is not None else None
+    op = outcome.op or (program.ops[maker].name if maker is not None else "module")
     element_type = outcome.element_type or (program.values[first].element if first is not None else "-")
     finding = Finding(op, element_type, outcome.cause, outcome.ours, program.text(), arguments, outcome.detail,
                       original_ops=len(generated.program.ops), reduced_ops=len(program.ops), checks=checks)

@@ -156,12 +156,24 @@ class _Builder:
             return self.choice(same)
         return self.argument(spec)
 
-    def add(self, name: str, operands, result: Spec, attributes: str = "", regions: str = "") -> int:
-        self.ops.append(Op(f"stablehlo.{name}", tuple(operands), result, attributes, regions))
+    def add(self, name: str, operands, result: Spec, attributes: str = "", regions: str = "",
+            captures: tuple = ()) -> int:
+        """An op of one result; returns its value."""
+        return self.add_results(name, operands, (result,), attributes, regions, captures)[0]
+
+    def add_results(self, name: str, operands, results: tuple, attributes: str = "", regions: str = "",
+                    captures: tuple = ()) -> list:
+        """An op of any number of results; returns their values."""
+        self.ops.append(Op(f"stablehlo.{name}", tuple(operands), tuple(results), attributes, regions,
+                           tuple(captures)))
         self.read.update(operands)
-        self.specs.append(result)
-        self.origin.append(len(self.ops) - 1)
-        return len(self.specs) - 1
+        self.read.update(captures)
+        made = []
+        for result in results:
+            self.specs.append(result)
+            self.origin.append(len(self.ops) - 1)
+            made.append(len(self.specs) - 1)
+        return made
 
     def constant(self, spec: Spec, values: np.ndarray) -> int:
         return self.add("constant", (), spec, f"value = {dense(values, spec)}")
@@ -169,14 +181,10 @@ class _Builder:
     def program(self) -> Program:
         """Arguments first, then the ops' results; returns what nothing reads."""
         arguments = [v for v, o in enumerate(self.origin) if o is None]
-        order = {v: i for i, v in enumerate(arguments)}
-        for k in range(len(self.ops)):
-            order[self.origin.index(k)] = len(arguments) + k
-        program = Program(len(arguments), [self.specs[v] for v in arguments])
-        for op in self.ops:
-            program.values.append(op.result)
-            program.ops.append(Op(op.name, tuple(order[v] for v in op.operands), op.result, op.attributes,
-                                  op.regions))
+        made = sorted((o, v) for v, o in enumerate(self.origin) if o is not None)
+        order = {v: i for i, v in enumerate(arguments + [v for _, v in made])}
+        program = Program(len(arguments), [self.specs[v] for v in arguments + [v for _, v in made]])
+        program.ops = [op.renumbered(order.__getitem__) for op in self.ops]
         sinks = [v for v, o in enumerate(self.origin) if o is not None and v not in self.read]
         program.outputs = [order[v] for v in sinks[-6:]]
         return program

@@ -47,14 +47,14 @@ class Reduced:
 
 
 class _Values(Listener):
-    """The results of the entry function's ops, in order."""
+    """The results of the entry function's ops, in order (a list per op)."""
 
     def __init__(self):
         self.results: list = []
 
     def after_op(self, step, operands, results, stack):
         if not stack:
-            self.results.append(results[0] if len(results) == 1 else None)
+            self.results.append(list(results))
         return None
 
 
@@ -66,8 +66,11 @@ def values_of(program: Program, arguments: list) -> list:
         load(program.text()).run(*arguments, listeners=[recorder])
     except Exception:  # noqa: BLE001 - an interpreter error is itself what the reduction keeps
         pass
-    results = recorder.results + [None] * (len(program.ops) - len(recorder.results))
-    return list(arguments) + results
+    values = list(arguments)
+    for k, op in enumerate(program.ops):
+        results = recorder.results[k] if k < len(recorder.results) else [None] * len(op.results)
+        values += list(results)
+    return values
 
 
 def reduce_finding(program: Program, arguments: list, outcome: Outcome, backend, budget: int = 100,
@@ -131,7 +134,7 @@ class _State:
     def fewer_ops(self) -> None:
         """One op alone (the op the outcome names, or any), else every op cut in turn."""
         for k in reversed(range(len(self.program.ops))):
-            if self.outcome.op in (None, self.program.ops[k].name) and self._cut([k], [self.program.op_value(k)]):
+            if self.outcome.op in (None, self.program.ops[k].name) and self._cut([k], list(self.program.op_values(k))):
                 return
         k = len(self.program.ops) - 1
         while k >= 0 and len(self.program.ops) > 1:
@@ -146,7 +149,7 @@ class _State:
         while k >= 0 and len(self.program.ops) > 1:
             op = self.program.ops[k]
             for operand in dict.fromkeys(op.operands):
-                if self.program.values[operand] == op.result:
+                if op.results == (self.program.values[operand],):
                     kept = [j for j in range(len(self.program.ops)) if j != k]
                     if self._cut(kept, base=self.program.bypass(k, operand)):
                         break
