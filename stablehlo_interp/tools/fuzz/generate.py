@@ -266,7 +266,8 @@ def dense(values: np.ndarray, spec: Spec) -> str:
             return element(array)
         return "[" + ", ".join(nested(a) for a in array) + "]"
 
-    return f"dense<{nested(np.asarray(values))}> : {spec}"
+    values = np.asarray(values)
+    return f"dense<{nested(values) if values.size else ''}> : {spec}"
 
 
 # ------------------------------------------------------------------ ops
@@ -572,13 +573,25 @@ def _map(b: _Builder, x: int, spec: Spec):
 
 @_operand("f si ui b", min_rank=1)
 def _sort(b: _Builder, x: int, spec: Spec):
+    """``x`` sorted along one dimension in a total order, stably, with 0 to 2 more
+    operands of its shape (any element type) carried along (spec: sort, C1-C6:
+    the comparator takes each operand's pair and compares the keys' only)."""
     k = kind(spec.element)
     compare_type = "TOTALORDER" if k == "f" else COMPARE_TYPES[k]
     direction = b.choice(["LT", "GT"])
-    b.add("sort", (x,), spec, f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64, is_stable = true",
-          _body("stablehlo.compare", spec.element, result="tensor<i1>",
-                attributes=f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-                           f"compare_type = #stablehlo<comparison_type {compare_type}>"))
+    carried = [b.like(Spec(spec.shape, element)) for element in
+               (b.element(ANY) for _ in range(int(b.rng.integers(0, 3)))) if element is not None]
+    operands = [x] + carried
+    types = [b.specs[v] for v in operands]
+    block = ", ".join(f"%a{2 * i}: {Spec((), t.element)}, %a{2 * i + 1}: {Spec((), t.element)}"
+                      for i, t in enumerate(types))
+    scalar = Spec((), spec.element)
+    comparator = (f'{{\n  ^bb0({block}):\n      %r = "stablehlo.compare"(%a0, %a1) {{comparison_direction = '
+                  f'#stablehlo<comparison_direction {direction}>, compare_type = #stablehlo<comparison_type '
+                  f'{compare_type}>}} : ({scalar}, {scalar}) -> tensor<i1>\n'
+                  f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
+    b.add_results("sort", operands, tuple(types),
+                  f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64, is_stable = true", comparator)
 
 
 def _indices(b: _Builder, rank: int) -> list:
@@ -621,8 +634,7 @@ def _index_constant(b: _Builder, rows: list, width: int) -> int:
     element = b.choice(["i32", "i64"])
     spec = Spec((len(rows), width), element)
     values = np.array(rows, dtype_of(element)).reshape(spec.shape)
-    return b.add("constant", (), spec, f"value = {dense(values, spec)}") if values.size else \
-        b.add("constant", (), spec, f"value = dense<> : {spec}")
+    return b.constant(spec, values)
 
 
 @_operand(ANY, min_rank=1, accept=lambda s: 0 not in s.shape)
@@ -684,7 +696,10 @@ LOOP_ELEMENTS = ("i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64")
 @_operand("si ui", accept=lambda s: s.element in LOOP_ELEMENTS and len(s.shape) == 1 and s.shape[0] >= 1)
 def _while(b: _Builder, x: int, spec: Spec):
     """A bounded loop on ``x`` clamped into [-8, 8]: its first element counts up by 1 to 3
-    until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping)."""
+    until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping).
+    Up to two more values of any type are carried, each adding (booleans: xor-ing) a
+    value from outside the loop on every step: the body uses it where it is defined
+    (spec: while; a region may use values defined above it, "Programs")."""
     info = ml_dtypes.iinfo(dtype_of(spec.element))
     dtype = dtype_of(spec.element)
     scalar = Spec((), spec.element)
@@ -696,7 +711,11 @@ def _while(b: _Builder, x: int, spec: Spec):
     steps = np.array([int(b.rng.integers(1, 4))] + [int(b.rng.integers(0, 6)) for _ in range(size - 1)], dtype)
     limit = int(b.rng.integers(low, high + 1))
     counter = Spec((1,), spec.element)
-    condition = (f'{{\n  ^bb0(%a0: {spec}):\n'
+    carried = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(0, 3)))) if v is not None]
+    captures = [b.like(b.specs[v]) for v in carried]
+    types = [spec] + [b.specs[v] for v in carried]
+    block = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    condition = (f'{{\n  ^bb0({block}):\n'
                  f'      %s = "stablehlo.slice"(%a0) {{start_indices = array<i64: 0>, limit_indices = array<i64: 1>, '
                  f'strides = array<i64: 1>}} : ({spec}) -> {counter}\n'
                  f'      %c = "stablehlo.reshape"(%s) : ({counter}) -> {scalar}\n'
@@ -704,21 +723,32 @@ def _while(b: _Builder, x: int, spec: Spec):
                  f'      %r = "stablehlo.compare"(%c, %l) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
                  f' : ({scalar}, {scalar}) -> tensor<i1>\n'
                  f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
-    body = (f'{{\n  ^bb0(%a0: {spec}):\n'
+    updates = "".join(f'      %n{i} = "stablehlo.{"xor" if kind(t.element) == "b" else "add"}"(%a{i}, $c{i - 1}) : '
+                      f'({t}, {t}) -> {t}\n' for i, t in enumerate(types) if i)
+    body = (f'{{\n  ^bb0({block}):\n'
             f'      %m = "stablehlo.constant"() {{value = {dense(factors, spec)}}} : () -> {spec}\n'
             f'      %a = "stablehlo.constant"() {{value = {dense(steps, spec)}}} : () -> {spec}\n'
             f'      %p = "stablehlo.multiply"(%a0, %m) : ({spec}, {spec}) -> {spec}\n'
-            f'      %r = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n'
-            f'      "stablehlo.return"(%r) : ({spec}) -> ()\n    }}')
-    b.add("while", (start,), spec, "", f"{condition}, {body}")
+            f'      %n0 = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n{updates}'
+            f'      "stablehlo.return"({", ".join(f"%n{i}" for i in range(len(types)))}) : '
+            f'({", ".join(str(t) for t in types)}) -> ()\n    }}')
+    b.add_results("while", [start] + carried, tuple(types), "", f"{condition}, {body}", captures)
 
 
 def _branches(b: _Builder, count: int, element: str) -> tuple:
-    """``count`` regions returning constants of one random type of ``element``, and that type."""
+    """``count`` regions returning a constant or a value from outside (spec: a region
+    may use values defined above it), of one random type of ``element``; the regions'
+    text, that type, and the values they use."""
     spec = Spec(tuple(max(d, 1) for d in b.shape()), element)
-    regions = [f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}} : () -> {spec}\n'
-               f'      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}' for _ in range(count)]
-    return ", ".join(regions), spec
+    regions, captures = [], []
+    for _ in range(count):
+        if b.rng.random() < 0.3:
+            regions.append(f'{{\n      "stablehlo.return"($c{len(captures)}) : ({spec}) -> ()\n    }}')
+            captures.append(b.like(spec))
+        else:
+            regions.append(f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}}'
+                           f' : () -> {spec}\n      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}')
+    return ", ".join(regions), spec, captures
 
 
 def _case(b: _Builder):
@@ -728,8 +758,8 @@ def _case(b: _Builder):
     if element is None:
         return
     index = b.like(Spec((), "i32"))
-    regions, spec = _branches(b, int(b.rng.integers(1, 5)), element)
-    b.add("case", (index,), spec, "", regions)
+    regions, spec, captures = _branches(b, int(b.rng.integers(1, 5)), element)
+    b.add("case", (index,), spec, "", regions, captures)
 
 
 def _if(b: _Builder):
@@ -737,8 +767,8 @@ def _if(b: _Builder):
     if element is None or "i1" not in b.element_types:
         return
     predicate = b.like(Spec((), "i1"))
-    regions, spec = _branches(b, 2, element)
-    b.add("if", (predicate,), spec, "", regions)
+    regions, spec, captures = _branches(b, 2, element)
+    b.add("if", (predicate,), spec, "", regions, captures)
 
 
 @_operand("f c si ui", min_rank=3, accept=lambda s: len(s.shape) <= 4 and 0 not in s.shape)
@@ -826,6 +856,156 @@ def _batch_norm_inference(b: _Builder, x: int, spec: Spec):
           f"feature_index = {feature} : i64")
 
 
+NORMALIZED = ("f32", "f64", "f16", "bf16")
+
+
+def _feature(b: _Builder, spec: Spec) -> tuple:
+    feature = int(b.rng.integers(len(spec.shape)))
+    epsilon = b.choice(["1.000000e-03", "1.000000e-05", "0.000000e+00"])
+    return Spec((spec.shape[feature],), spec.element), f"epsilon = {epsilon} : f32, feature_index = {feature} : i64"
+
+
+@_operand("f", min_rank=2, accept=lambda s: s.element in NORMALIZED)
+def _batch_norm_training(b: _Builder, x: int, spec: Spec):
+    """``x`` normalized by its own mean and variance along all but one feature dimension;
+    the result, the mean and the variance (spec: batch_norm_training)."""
+    vector, attributes = _feature(b, spec)
+    b.add_results("batch_norm_training", [x, b.like(vector), b.like(vector)], (spec, vector, vector), attributes)
+
+
+@_operand("f", min_rank=2, accept=lambda s: s.element in NORMALIZED)
+def _batch_norm_grad(b: _Builder, x: int, spec: Spec):
+    """The gradients of batch normalization with respect to the operand, the scale and
+    the offset (spec: batch_norm_grad)."""
+    vector, attributes = _feature(b, spec)
+    b.add_results("batch_norm_grad", [x] + [b.like(vector) for _ in range(3)] + [b.like(spec)],
+                  (spec, vector, vector), attributes)
+
+
+RANDOM_BITS = ("ui8", "ui16", "ui32", "ui64", "i32", "i64")
+
+
+def _rng_bit_generator(b: _Builder):
+    """Two ``rng_bit_generator`` of one state, their outputs and new states compared by
+    ``xor`` (zeros). The spec leaves the bits to the implementation ("not guaranteed
+    to be deterministic between implementations") but makes them a function of the
+    state: that, the types and the state's size per algorithm (C1-C2: 2 for
+    ``THREE_FRY``, 2 or 3 for ``PHILOX``) are what a backend can be held to."""
+    algorithm = b.choice(["THREE_FRY", "PHILOX"])
+    state = b.like(Spec((2 if algorithm == "THREE_FRY" else b.choice([2, 3]),), "ui64"))
+    output = Spec(tuple(max(d, 1) for d in b.shape()), b.choice([e for e in RANDOM_BITS if e in ELEMENT_TYPES]))
+    attributes = f"rng_algorithm = #stablehlo<rng_algorithm {algorithm}>"
+    first = b.add_results("rng_bit_generator", (state,), (b.specs[state], output), attributes)
+    again = b.add_results("rng_bit_generator", (state,), (b.specs[state], output), attributes)
+    for one, other in zip(first, again):
+        b.add("xor", (one, other), b.specs[one])
+
+
+LINEAR_ALGEBRA = ("f32", "f64", "complex<f32>", "complex<f64>")
+
+
+def _triangular(b: _Builder, size: int, element: str, batch: tuple, lower: bool, diagonal: str) -> np.ndarray:
+    """A triangular matrix (batched) of small integers, its diagonal ``unit`` (ones), or
+    ``positive`` (1 to 3): exact in every type, well conditioned."""
+    values = b.rng.integers(-3, 4, (*batch, size, size)).astype(np.float64)
+    if kind(element) == "c":
+        values = values + 1j * b.rng.integers(-3, 4, values.shape)
+    values = np.tril(values) if lower else np.triu(values)
+    index = np.arange(size)
+    values[..., index, index] = 1 if diagonal == "unit" else b.rng.integers(1, 4, (*batch, size))
+    return values.astype(dtype_of(element))
+
+
+@_operand("f c", min_rank=2, accept=lambda s: s.element in LINEAR_ALGEBRA and len(s.shape) <= 3)
+def _triangular_solve(b: _Builder, x: int, spec: Spec):
+    """``a x = b`` (or ``x a = b``) for ``b`` = the picked value and ``a`` a constant
+    triangular matrix of small integers, transposed or not (spec: triangular_solve)."""
+    left = bool(b.rng.random() < 0.5)
+    size = spec.shape[-2] if left else spec.shape[-1]
+    lower, unit = bool(b.rng.random() < 0.5), bool(b.rng.random() < 0.3)
+    a_spec = Spec((*spec.shape[:-2], size, size), spec.element)
+    a = b.constant(a_spec, _triangular(b, size, spec.element, spec.shape[:-2], lower, "unit" if unit else "positive"))
+    transpose = b.choice(["NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"])
+    b.add("triangular_solve", (a, x), spec,
+          f"left_side = {str(left).lower()}, lower = {str(lower).lower()}, unit_diagonal = {str(unit).lower()}, "
+          f"transpose_a = #stablehlo<transpose {transpose}>")
+
+
+def _cholesky(b: _Builder):
+    """The Cholesky factor of a constant Hermitian positive-definite matrix ``L Lᴴ``
+    (``L`` of small integers: the factor is exact), its other triangle replaced by
+    zeros (spec: cholesky leaves it, and the factor of any other matrix, to the
+    implementation)."""
+    element = b.element("f c")
+    if element not in LINEAR_ALGEBRA or "i1" not in b.element_types:
+        return
+    batch = tuple(int(b.rng.integers(1, 3)) for _ in range(int(b.rng.integers(0, 2))))
+    size = int(b.rng.integers(1, 5))
+    lower = bool(b.rng.random() < 0.5)
+    factor = _triangular(b, size, element, batch, True, "positive")
+    matrix = factor @ np.conj(np.swapaxes(factor, -1, -2))
+    spec = Spec((*batch, size, size), element)
+    a = b.constant(spec, matrix)
+    result = b.add("cholesky", (a,), spec, f"lower = {str(lower).lower()}")
+    keep = np.broadcast_to(np.tril(np.ones((size, size), bool)) if lower else np.triu(np.ones((size, size), bool)),
+                           spec.shape)
+    mask = b.constant(Spec(spec.shape, "i1"), keep)
+    b.add("select", (mask, result, b.constant(spec, np.zeros(spec.shape, dtype_of(element)))), spec)
+
+
+ONE_DEVICE = "replica_groups = dense<[[0]]> : tensor<1x1xi64>"
+
+
+@_operand("f c si ui b")
+def _all_reduce(b: _Builder, x: int, spec: Spec):
+    """A collective on a one-process grid (one replica: ``replica_groups = [[0]]``),
+    where it returns its operand (spec: all_reduce)."""
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    b.add("all_reduce", (x,), spec, ONE_DEVICE, _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)   # (a verifier rule)
+def _all_gather(b: _Builder, x: int, spec: Spec):
+    b.add("all_gather", (x,), spec, f"all_gather_dim = {int(b.rng.integers(len(spec.shape)))} : i64, {ONE_DEVICE}")
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)   # (a verifier rule)
+def _reduce_scatter(b: _Builder, x: int, spec: Spec):
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    b.add("reduce_scatter", (x,), spec, f"scatter_dimension = {int(b.rng.integers(len(spec.shape)))} : i64, "
+          f"{ONE_DEVICE}", _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)   # (a verifier rule)
+def _all_to_all(b: _Builder, x: int, spec: Spec):
+    rank = len(spec.shape)
+    b.add("all_to_all", (x,), spec, f"split_dimension = {int(b.rng.integers(rank))} : i64, "
+          f"concat_dimension = {int(b.rng.integers(rank))} : i64, split_count = 1 : i64, {ONE_DEVICE}")
+
+
+@_operand(ANY)
+def _collective_permute(b: _Builder, x: int, spec: Spec):
+    b.add("collective_permute", (x,), spec, "source_target_pairs = dense<[[0, 0]]> : tensor<1x2xi64>")
+
+
+@_operand(ANY)
+def _collective_broadcast(b: _Builder, x: int, spec: Spec):
+    b.add("collective_broadcast", (x,), spec, ONE_DEVICE)
+
+
+def _process_id(name: str):
+    def build(b: _Builder):
+        b.add(name, (), Spec((), "ui32"))
+    return build
+
+
+def _optimization_barrier(b: _Builder):
+    """1 to 3 values through a barrier, unchanged (spec: optimization_barrier)."""
+    values = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(1, 4)))) if v is not None]
+    if values:
+        b.add_results("optimization_barrier", values, tuple(b.specs[v] for v in values))
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -838,4 +1018,10 @@ OPS |= {
     "gather": _gather, "scatter": _scatter, "while": _while,
     "case": _case, "if": _if, "convolution": _convolution,
     "fft": _fft, "select_and_scatter": _select_and_scatter, "batch_norm_inference": _batch_norm_inference,
+    "batch_norm_training": _batch_norm_training, "batch_norm_grad": _batch_norm_grad,
+    "rng_bit_generator": _rng_bit_generator, "triangular_solve": _triangular_solve, "cholesky": _cholesky,
+    "all_reduce": _all_reduce, "all_gather": _all_gather, "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all, "collective_permute": _collective_permute,
+    "collective_broadcast": _collective_broadcast, "replica_id": _process_id("replica_id"),
+    "partition_id": _process_id("partition_id"), "optimization_barrier": _optimization_barrier,
 }
