@@ -22,6 +22,7 @@ only from values in range (the spec: implementation-defined otherwise).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -39,26 +40,41 @@ BOOLS = {"i1": 1.5}
 COMPLEX = {"complex<f32>": 1, "complex<f64>": .5}
 ELEMENT_WEIGHTS = FLOATS | SIGNED | UNSIGNED | BOOLS | COMPLEX
 ELEMENT_TYPES = tuple(ELEMENT_WEIGHTS)
+# Quantized types (per tensor, f32 expressed): made by uniform_quantize only, so never arguments
+# of a generated program (a reduced one may have them: their values are the stored integers).
+QUANTIZED = ("!quant.uniform<i8:f32, 5.000000e-01:-1>", "!quant.uniform<i8:f32, 1.000000e-01>",
+             "!quant.uniform<ui8:f32, 3.125000e-02:128>", "!quant.uniform<i16:f32, 2.000000e+00:7>",
+             "!quant.uniform<i8<-127:127>:f32, 2.500000e-01:3>")
+
+
+def storage_of(element: str) -> str:
+    """The storage type of a quantized element type (the type itself otherwise)."""
+    match = re.match(r"!quant\.uniform<(\w+)", element)
+    return match.group(1) if match else element
 
 
 def kind(element: str) -> str:
-    """``f``, ``c``, ``si``, ``ui`` or ``b``."""
-    return ("f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
+    """``f``, ``c``, ``si``, ``ui``, ``b`` or ``q`` (a ``!quant.uniform`` type)."""
+    return ("q" if element.startswith("!quant.") else "f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
             else "ui" if element in UNSIGNED else "si")
 
 
 NUMERIC = "f c si ui"
 ANY = "f c si ui b"
+# Element kinds per op; ``q``: on quantized values (spec: each of these ops allows them, and
+# computes dequantize -> op -> quantize). Quantized values come from uniform_quantize only.
 UNARY = {
-    "abs": "f c si", "negate": "f c si ui", "sign": "f c si", "not": "si ui b",
-    "exponential": "f c", "log": "f c", "sqrt": "f c", "rsqrt": "f c", "cbrt": "f c", "tanh": "f c",
-    "sine": "f c", "cosine": "f c", "tan": "f c", "logistic": "f c", "exponential_minus_one": "f c",
-    "log_plus_one": "f c", "floor": "f", "ceil": "f", "round_nearest_afz": "f", "round_nearest_even": "f",
-    "popcnt": "si ui", "count_leading_zeros": "si ui", "is_finite": "f", "real": "f c", "imag": "f c",
+    "abs": "f c si q", "negate": "f c si ui q", "sign": "f c si q", "not": "si ui b",
+    "exponential": "f c q", "log": "f c q", "sqrt": "f c q", "rsqrt": "f c q", "cbrt": "f c q", "tanh": "f c q",
+    "sine": "f c q", "cosine": "f c q", "tan": "f c q", "logistic": "f c q", "exponential_minus_one": "f c q",
+    "log_plus_one": "f c q", "floor": "f q", "ceil": "f q", "round_nearest_afz": "f q",
+    "round_nearest_even": "f q", "popcnt": "si ui", "count_leading_zeros": "si ui", "is_finite": "f",
+    "real": "f c", "imag": "f c",
 }
 BINARY = {
-    "add": ANY, "multiply": ANY, "maximum": ANY, "minimum": ANY, "subtract": NUMERIC, "divide": NUMERIC,
-    "remainder": "f si ui", "power": NUMERIC, "atan2": "f c", "and": "si ui b", "or": "si ui b",
+    "add": ANY + " q", "multiply": ANY + " q", "maximum": ANY + " q", "minimum": ANY + " q",
+    "subtract": NUMERIC + " q", "divide": NUMERIC + " q", "remainder": "f si ui q", "power": NUMERIC + " q",
+    "atan2": "f c q", "and": "si ui b", "or": "si ui b",
     "xor": "si ui b", "shift_left": "si ui", "shift_right_arithmetic": "si ui", "shift_right_logical": "si ui",
 }
 
@@ -137,7 +153,7 @@ class _Builder:
     def value(self, kinds: str = ANY, min_rank: int = 0, accept=None) -> int | None:
         """A value whose element is of ``kinds``: mostly an op's result (chains), else a new argument."""
         fits = [v for v, s in enumerate(self.specs) if kind(s.element) in kinds.split() and len(s.shape) >= min_rank
-                and s.element in self.element_types and (accept is None or accept(s))]
+                and (s.element in self.element_types or kind(s.element) == "q") and (accept is None or accept(s))]
         if fits and self.rng.random() < 0.8:
             made = [v for v in fits if self.origin[v] is not None and v not in self.read]
             return self.choice(made if made and self.rng.random() < 0.7 else fits)
@@ -217,7 +233,9 @@ def special_values(element: str) -> list:
 
 
 def random_values(spec: Spec, rng) -> np.ndarray:
-    """Random values of ``spec``, about a quarter of them special (:func:`special_values`)."""
+    """Random values of ``spec``, about a quarter of them special (:func:`special_values`);
+    of a quantized type, its stored integers."""
+    spec = Spec(spec.shape, storage_of(spec.element))
     dtype = dtype_of(spec.element)
     shape = spec.shape
     k = kind(spec.element)
@@ -1006,6 +1024,18 @@ def _optimization_barrier(b: _Builder):
         b.add_results("optimization_barrier", values, tuple(b.specs[v] for v in values))
 
 
+@_operand("f q", accept=lambda s: s.element in ("f32",) + QUANTIZED)
+def _uniform_quantize(b: _Builder, x: int, spec: Spec):
+    """f32 values quantized, or quantized ones requantized, to one of :data:`QUANTIZED`
+    (spec: uniform_quantize: round to nearest even, clamp to the storage range)."""
+    b.add("uniform_quantize", (x,), Spec(spec.shape, b.choice([q for q in QUANTIZED if q != spec.element])))
+
+
+@_operand("q")
+def _uniform_dequantize(b: _Builder, x: int, spec: Spec):
+    b.add("uniform_dequantize", (x,), Spec(spec.shape, "f32"))
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -1024,4 +1054,5 @@ OPS |= {
     "all_to_all": _all_to_all, "collective_permute": _collective_permute,
     "collective_broadcast": _collective_broadcast, "replica_id": _process_id("replica_id"),
     "partition_id": _process_id("partition_id"), "optimization_barrier": _optimization_barrier,
+    "uniform_quantize": _uniform_quantize, "uniform_dequantize": _uniform_dequantize,
 }
