@@ -15,7 +15,8 @@ import stablehlo_interp as si
 from stablehlo_interp.tools.backends import BackendCompileError, InterpreterBackend
 from stablehlo_interp.tools.fuzz.campaign import fuzz, program_seed
 from stablehlo_interp.tools.fuzz.check import COMPILE_FAILURE, CRASH, SIGNED_ZERO, check
-from stablehlo_interp.tools.fuzz.generate import ELEMENT_TYPES, OPS, generate, special_values
+from stablehlo_interp.tools.fuzz.generate import ELEMENT_TYPES, OPS, QUANTIZED, generate, special_values, storage_of
+from stablehlo_interp.tools.fuzz.programs import Op, Program, Spec
 from stablehlo_interp.tools.fuzz.reduce import reduce_finding
 
 SMALL_OPS = ("add", "multiply", "negate", "reshape", "transpose", "slice", "tanh")
@@ -86,11 +87,118 @@ def test_every_op_and_element_type_appears_over_seeds():
         ops.update(op.name.removeprefix("stablehlo.") for op in program.ops)
         elements.update(spec.element for spec in program.values)
         shapes.update(spec.shape for spec in program.values)
-    assert ops == set(OPS)
+    assert ops == set(OPS) | {"get_tuple_element"}
     assert {"gather", "scatter", "while", "case", "if", "convolution", "fft", "select_and_scatter",
-            "batch_norm_inference", "dot_general", "sort", "reduce_window"} <= ops
+            "batch_norm_inference", "dot_general", "sort", "reduce_window", "batch_norm_training",
+            "batch_norm_grad", "rng", "rng_bit_generator", "triangular_solve", "cholesky", "all_reduce",
+            "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_broadcast",
+            "replica_id", "partition_id", "optimization_barrier", "tuple", "get_tuple_element",
+            "uniform_quantize", "uniform_dequantize"} <= ops
     assert elements >= set(ELEMENT_TYPES)
     assert () in shapes and any(0 in shape for shape in shapes)
+
+
+# The families the generator added last, each with a mark its programs' text shows.
+FAMILIES = {
+    "multi-result": (("batch_norm_training", "batch_norm_grad", "optimization_barrier"), ":3 = "),
+    "sort of several operands": (("sort",), ':2 = "stablehlo.sort"'),
+    "while carrying several values": (("while",), ':2 = "stablehlo.while"'),
+    "regions using values from outside": (("if", "case"), '"stablehlo.return"(%arg'),
+    "linear algebra": (("triangular_solve", "cholesky"), "stablehlo.cholesky"),
+    "random numbers": (("rng", "rng_bit_generator"), "stablehlo.rng_bit_generator"),
+    "collectives": (("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                     "collective_broadcast", "replica_id", "partition_id"), "replica_groups = dense<[[0]]>"),
+    "tuples": (("tuple",), "stablehlo.get_tuple_element"),
+    "quantized": (("uniform_quantize", "uniform_dequantize", "add", "tanh"), "!quant.uniform"),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generated_programs_of_each_family_are_well_typed_and_run_here(family):
+    """MLIR's verifier (the parse, in a child process) accepts a sample of each family's
+    programs; the interpreter runs them; results have the declared types (a quantized
+    result as its stored integers)."""
+    ops, mark = FAMILIES[family]
+    shown = 0
+    for seed in range(40):
+        generated = generate(program_seed(17, seed), ops=ops)
+        shown += mark in generated.text
+        results = si.load(generated.text).run(*generated.arguments)
+        specs = [generated.program.values[i] for i in generated.program.outputs]
+        assert [(np.shape(r), si.TensorType.like(np.asarray(r)).element_type) for r in results] == \
+               [(s.shape, storage_of(s.element)) for s in specs], generated.text
+    assert shown >= 3, f"{family}: {mark!r} in {shown} of 40 programs"
+
+
+def _results_of(op_name: str, ops: tuple, seeds=range(60)):
+    """Per program with ``op_name``: its ops, and each value the interpreter computed."""
+    from stablehlo_interp.tools.fuzz.reduce import values_of
+
+    for seed in seeds:
+        generated = generate(program_seed(19, seed), ops=ops)
+        if f'"{op_name}"' in generated.text:
+            yield generated.program, values_of(generated.program, generated.arguments)
+
+
+def test_generated_linear_algebra_is_numpy_s():
+    """cholesky's factor of the generated Hermitian positive-definite matrix and
+    triangular_solve's solution, against NumPy's (the factor is exact: small integers)."""
+    seen = set()
+    for program, values in _results_of("stablehlo.cholesky", ("cholesky", "triangular_solve")):
+        for k, op in enumerate(program.ops):
+            (made,) = program.op_values(k)
+            operands = [values[v] for v in op.operands]
+            if op.name == "stablehlo.cholesky":
+                lower = "lower = true" in op.attributes
+                factor = np.linalg.cholesky(operands[0].astype(np.complex128))
+                expected = factor if lower else np.conj(np.swapaxes(factor, -1, -2))
+                triangle = np.tril if lower else np.triu
+                assert np.allclose(triangle(values[made]), expected, rtol=0, atol=1e-12), op.attributes
+                seen.add(op.name)
+            elif op.name == "stablehlo.triangular_solve" and np.isfinite(operands[1]).all():
+                a, rhs = (x.astype(np.complex128) for x in operands)
+                a = {"NO_TRANSPOSE": a, "TRANSPOSE": np.swapaxes(a, -1, -2),
+                     "ADJOINT": np.conj(np.swapaxes(a, -1, -2))}[op.attributes.split("transpose ")[1].split(">")[0]]
+                if "unit_diagonal = true" in op.attributes:
+                    a = a - np.eye(a.shape[-1]) * (np.diagonal(a, axis1=-2, axis2=-1)[..., None, :] - 1)
+                product = a @ values[made] if "left_side = true" in op.attributes else values[made] @ a
+                assert np.allclose(product, rhs, rtol=1e-4, atol=1e-3 * max(1, np.abs(rhs).max(initial=0)))
+                seen.add(op.name)
+    assert seen == {"stablehlo.cholesky", "stablehlo.triangular_solve"}
+
+
+def test_generated_random_numbers_are_checked_by_what_the_spec_fixes():
+    """The xor of two rng_bit_generator of one state is zeros, rng's uniform values lie
+    in [a, b): every such result of the generated programs, on the interpreter."""
+    checked = 0
+    for program, values in _results_of("stablehlo.rng", ("rng", "rng_bit_generator")):
+        for k, op in enumerate(program.ops):
+            (made,) = program.op_values(k) if len(op.results) == 1 else (None,)
+            readers = [program.op_of(v) for v in op.operands]
+            if op.name == "stablehlo.xor" and all(program.ops[r].name == "stablehlo.rng_bit_generator"
+                                                  for r in readers if r is not None):
+                assert not np.asarray(values[made]).any()
+                checked += 1
+            elif op.name == "stablehlo.and" and values[made].size:
+                assert np.asarray(values[made]).all()
+                checked += 1
+    assert checked >= 4
+
+
+def test_captured_values_become_arguments_when_their_op_is_cut():
+    """A region's use of an outer value is a read: keep() keeps the value, as an
+    argument when the op making it is cut, and the text names it in the region."""
+    scalar = Spec((), "f32")
+    region = '{\n      "stablehlo.return"($c0) : (tensor<f32>) -> ()\n    }, {\n      "stablehlo.return"($c1) : (tensor<f32>) -> ()\n    }'
+    program = Program(2, [scalar, Spec((), "i1"), scalar, scalar],
+                      [Op("stablehlo.negate", (0,), (scalar,)),
+                       Op("stablehlo.if", (1,), (scalar,), "", region, captures=(2, 0))], [3])
+    assert '"stablehlo.return"(%0)' in program.text()
+    kept, sources = program.keep([1])
+    assert sources == [0, 1, 2] and '"stablehlo.return"(%arg2)' in kept.text()
+    negated = np.float32(-2.5)
+    for predicate, expected in ((True, negated), (False, 2.5)):
+        assert si.load(kept.text()).run(np.float32(2.5), np.bool_(predicate), negated)[0] == expected
 
 
 def test_arguments_hold_the_special_values():

@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from ...ir.types import dtype_of
-from .programs import Op, Program, Spec
+from .programs import Op, Program, Spec, TupleSpec
 
 # Element types and how often arguments take them.
 FLOATS = {"f32": 4, "f64": 2, "f16": 2, "bf16": 2, "f8E4M3FN": .4, "f8E5M2": .4, "f8E4M3FNUZ": .2,
@@ -54,8 +54,8 @@ def storage_of(element: str) -> str:
 
 
 def kind(element: str) -> str:
-    """``f``, ``c``, ``si``, ``ui``, ``b`` or ``q`` (a ``!quant.uniform`` type)."""
-    return ("q" if element.startswith("!quant.") else "f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
+    """``f``, ``c``, ``si``, ``ui``, ``b``, ``q`` (a ``!quant.uniform`` type) or ``t`` (a tuple)."""
+    return ("t" if element == "tuple" else "q" if element.startswith("!quant.") else "f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
             else "ui" if element in UNSIGNED else "si")
 
 
@@ -919,6 +919,29 @@ def _rng_bit_generator(b: _Builder):
         b.add("xor", (one, other), b.specs[one])
 
 
+def _rng(b: _Builder):
+    """``rng`` of a uniform distribution in [a, b), then whether every value lies there:
+    the spec leaves the values to the implementation but not their range (spec: rng,
+    ``UNIFORM``: "uniformly distributed over the interval [a, b)")."""
+    elements = [e for e in ("f32", "f64", "i32", "i64") if e in b.element_types]
+    if not elements or "i1" not in b.element_types:
+        return
+    element = b.choice(elements)
+    shape = tuple(max(d, 1) for d in b.shape())
+    low = int(b.rng.integers(-100, 100))
+    bounds = [b.constant(Spec((), element), np.array(value, dtype_of(element)))
+              for value in (low, low + int(b.rng.integers(1, 200)))]
+    size = b.constant(Spec((len(shape),), "i64"), np.array(shape, np.int64))
+    spec = Spec(shape, element)
+    values = b.add("rng", (*bounds, size), spec, "rng_distribution = #stablehlo<rng_distribution UNIFORM>")
+    checks = []
+    for bound, direction in zip(bounds, ("GE", "LT")):
+        wide = b.add("broadcast_in_dim", (bound,), spec, "broadcast_dimensions = array<i64>")
+        checks.append(b.add("compare", (values, wide), Spec(shape, "i1"),
+                            f"comparison_direction = #stablehlo<comparison_direction {direction}>"))
+    b.add("and", checks, Spec(shape, "i1"))
+
+
 LINEAR_ALGEBRA = ("f32", "f64", "complex<f32>", "complex<f64>")
 
 
@@ -1011,6 +1034,17 @@ def _collective_broadcast(b: _Builder, x: int, spec: Spec):
     b.add("collective_broadcast", (x,), spec, ONE_DEVICE)
 
 
+def _tuple(b: _Builder):
+    """A tuple of 1 to 3 values and 1 or 2 of its elements (spec: tuple, get_tuple_element)."""
+    values = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(1, 4)))) if v is not None]
+    if not values:
+        return
+    parts = tuple(b.specs[v] for v in values)
+    made = b.add("tuple", values, TupleSpec(parts))
+    for index in sorted({int(b.rng.integers(len(parts))) for _ in range(int(b.rng.integers(1, 3)))}):
+        b.add("get_tuple_element", (made,), parts[index], f"index = {index} : i32")
+
+
 def _process_id(name: str):
     def build(b: _Builder):
         b.add(name, (), Spec((), "ui32"))
@@ -1049,10 +1083,11 @@ OPS |= {
     "case": _case, "if": _if, "convolution": _convolution,
     "fft": _fft, "select_and_scatter": _select_and_scatter, "batch_norm_inference": _batch_norm_inference,
     "batch_norm_training": _batch_norm_training, "batch_norm_grad": _batch_norm_grad,
-    "rng_bit_generator": _rng_bit_generator, "triangular_solve": _triangular_solve, "cholesky": _cholesky,
+    "rng": _rng, "rng_bit_generator": _rng_bit_generator, "triangular_solve": _triangular_solve, "cholesky": _cholesky,
     "all_reduce": _all_reduce, "all_gather": _all_gather, "reduce_scatter": _reduce_scatter,
     "all_to_all": _all_to_all, "collective_permute": _collective_permute,
     "collective_broadcast": _collective_broadcast, "replica_id": _process_id("replica_id"),
     "partition_id": _process_id("partition_id"), "optimization_barrier": _optimization_barrier,
+    "tuple": _tuple,
     "uniform_quantize": _uniform_quantize, "uniform_dequantize": _uniform_dequantize,
 }

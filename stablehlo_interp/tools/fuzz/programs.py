@@ -32,6 +32,23 @@ class Spec:
 
 
 @dataclass(frozen=True)
+class TupleSpec:
+    """A tuple type (spec: "Types"), of :class:`Spec` parts; its ``element`` is
+    ``tuple``, which no op but ``get_tuple_element`` reads."""
+
+    parts: tuple
+    shape: tuple = ()
+    element: str = "tuple"
+
+    def __str__(self) -> str:
+        return "tuple<" + ", ".join(str(part) for part in self.parts) + ">"
+
+    @property
+    def size(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
 class Op:
     """One op: ``name`` (``stablehlo.add``), the values it reads (indices into the
     program's values), its results' types, the attribute dictionary's text (without
