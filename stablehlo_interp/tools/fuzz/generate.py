@@ -1,14 +1,22 @@
 """Random well-typed StableHLO programs and their arguments, deterministic from a seed.
 
-A program is one to ``max_ops`` ops drawn from :data:`OPS` (73 ops: element-wise,
-comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``reduce_window``,
-``map``, ``dot_general``, dynamic slices, ``gather``, ``scatter``, ``while`` (a
-bounded counter loop), ``case`` and ``if`` (branches of constants), ``convolution``,
-``fft``, ``select_and_scatter``, ``batch_norm_inference``; not yet ``batch_norm_training``
-and ``batch_norm_grad`` (ops of several results), linear algebra, random numbers,
-collectives, quantized types), each with operands of
-types the spec allows for it (StableHLO spec, each op's constraints) and random
-attributes; the values nothing else reads are returned. Arguments come in every
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (92 ops of the spec:
+element-wise, comparison, conversion, shape, ``pad``, ``sort`` (of one to three
+operands), ``reduce``, ``reduce_window``, ``map``, ``dot_general``, dynamic
+slices, ``gather``, ``scatter``, ``while`` (a bounded counter loop carrying up to
+two more values), ``case`` and ``if`` (branches of constants or of values from
+outside), ``convolution``, ``fft``, ``select_and_scatter``, the three batch norm
+ops, ``triangular_solve``, ``cholesky``, ``rng``, ``rng_bit_generator``, the
+collectives on a one-process grid, ``replica_id``, ``partition_id``,
+``optimization_barrier``, ``tuple`` and ``get_tuple_element``, ``uniform_quantize``
+and ``uniform_dequantize`` with the element-wise ops on quantized values), each
+with operands of types the spec allows for it (StableHLO spec, each op's
+constraints) and random attributes; the values nothing else reads are returned.
+Not generated: host I/O and tokens (``infeed``, ``outfeed``, ``send``, ``recv``,
+``after_all``: a host side no two backends share), ``composite`` and
+``custom_call`` (they name functions and targets outside the op), and the ops
+the spec does not list (the dynamic-shape ops, ``dot``, ``einsum`` ...).
+Arguments come in every
 element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
 in shapes of rank 0 to 3 with sizes 0 to 5, and their values include the special
 ones of their type: NaN, ±inf, -0, subnormals, the largest and smallest numbers.
@@ -16,8 +24,11 @@ ones of their type: NaN, ±inf, -0, subnormals, the largest and smallest numbers
 Where the spec leaves a result to the implementation, the generator keeps out of
 it, so that a difference is somebody's bug: reductions start at their body's
 identity and sum only with ``add`` for floats (the spec leaves the order of a
-reduction open), sorts compare in a total order, and floats convert to integers
-only from values in range (the spec: implementation-defined otherwise).
+reduction open), sorts compare in a total order, floats convert to integers
+only from values in range (the spec: implementation-defined otherwise), cholesky
+factors only Hermitian positive-definite matrices and hides the other triangle,
+and random numbers are judged by what the spec fixes (``rng``'s range, the bits of
+``rng_bit_generator`` as a function of the state), not by their values.
 """
 
 from __future__ import annotations
@@ -172,7 +183,7 @@ class _Builder:
             return self.choice(same)
         return self.argument(spec)
 
-    def add(self, name: str, operands, result: Spec, attributes: str = "", regions: str = "",
+    def add(self, name: str, operands, result: Spec | TupleSpec, attributes: str = "", regions: str = "",
             captures: tuple = ()) -> int:
         """An op of one result; returns its value."""
         return self.add_results(name, operands, (result,), attributes, regions, captures)[0]
@@ -750,7 +761,7 @@ def _while(b: _Builder, x: int, spec: Spec):
             f'      %n0 = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n{updates}'
             f'      "stablehlo.return"({", ".join(f"%n{i}" for i in range(len(types)))}) : '
             f'({", ".join(str(t) for t in types)}) -> ()\n    }}')
-    b.add_results("while", [start] + carried, tuple(types), "", f"{condition}, {body}", captures)
+    b.add_results("while", [start] + carried, tuple(types), "", f"{condition}, {body}", tuple(captures))
 
 
 def _branches(b: _Builder, count: int, element: str) -> tuple:
@@ -758,7 +769,8 @@ def _branches(b: _Builder, count: int, element: str) -> tuple:
     may use values defined above it), of one random type of ``element``; the regions'
     text, that type, and the values they use."""
     spec = Spec(tuple(max(d, 1) for d in b.shape()), element)
-    regions, captures = [], []
+    regions: list = []
+    captures: list = []
     for _ in range(count):
         if b.rng.random() < 0.3:
             regions.append(f'{{\n      "stablehlo.return"($c{len(captures)}) : ({spec}) -> ()\n    }}')
