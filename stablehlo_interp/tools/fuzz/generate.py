@@ -728,7 +728,9 @@ def _while(b: _Builder, x: int, spec: Spec):
     until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping).
     Up to two more values of any type are carried, each adding (booleans: xor-ing) a
     value from outside the loop on every step: the body uses it where it is defined
-    (spec: while; a region may use values defined above it, "Programs")."""
+    (spec: while; a region may use values defined above it, "Programs"). A step count
+    carried last, from 0, stops it after 16 steps, which the clamped counter never
+    needs: a reduced program whose clamp was bypassed stops too."""
     info = ml_dtypes.iinfo(dtype_of(spec.element))
     dtype = dtype_of(spec.element)
     scalar = Spec((), spec.element)
@@ -739,10 +741,11 @@ def _while(b: _Builder, x: int, spec: Spec):
     factors = np.array([1] + [int(b.rng.integers(0, 4)) for _ in range(size - 1)], dtype)
     steps = np.array([int(b.rng.integers(1, 4))] + [int(b.rng.integers(0, 6)) for _ in range(size - 1)], dtype)
     limit = int(b.rng.integers(low, high + 1))
-    counter = Spec((1,), spec.element)
+    counter, count = Spec((1,), spec.element), Spec((), "i32")
     carried = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(0, 3)))) if v is not None]
     captures = [b.like(b.specs[v]) for v in carried]
-    types = [spec] + [b.specs[v] for v in carried]
+    types = [spec] + [b.specs[v] for v in carried] + [count]
+    last = len(types) - 1
     block = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
     condition = (f'{{\n  ^bb0({block}):\n'
                  f'      %s = "stablehlo.slice"(%a0) {{start_indices = array<i64: 0>, limit_indices = array<i64: 1>, '
@@ -751,17 +754,24 @@ def _while(b: _Builder, x: int, spec: Spec):
                  f'      %l = "stablehlo.constant"() {{value = {dense(np.array(limit, dtype), scalar)}}} : () -> {scalar}\n'
                  f'      %r = "stablehlo.compare"(%c, %l) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
                  f' : ({scalar}, {scalar}) -> tensor<i1>\n'
-                 f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
+                 f'      %m = "stablehlo.constant"() {{value = dense<16> : {count}}} : () -> {count}\n'
+                 f'      %t = "stablehlo.compare"(%a{last}, %m) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
+                 f' : ({count}, {count}) -> tensor<i1>\n'
+                 f'      %b = "stablehlo.and"(%r, %t) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n'
+                 f'      "stablehlo.return"(%b) : (tensor<i1>) -> ()\n    }}')
     updates = "".join(f'      %n{i} = "stablehlo.{"xor" if kind(t.element) == "b" else "add"}"(%a{i}, $c{i - 1}) : '
-                      f'({t}, {t}) -> {t}\n' for i, t in enumerate(types) if i)
+                      f'({t}, {t}) -> {t}\n' for i, t in enumerate(types) if 0 < i < last)
     body = (f'{{\n  ^bb0({block}):\n'
             f'      %m = "stablehlo.constant"() {{value = {dense(factors, spec)}}} : () -> {spec}\n'
             f'      %a = "stablehlo.constant"() {{value = {dense(steps, spec)}}} : () -> {spec}\n'
             f'      %p = "stablehlo.multiply"(%a0, %m) : ({spec}, {spec}) -> {spec}\n'
             f'      %n0 = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n{updates}'
+            f'      %one = "stablehlo.constant"() {{value = dense<1> : {count}}} : () -> {count}\n'
+            f'      %n{last} = "stablehlo.add"(%a{last}, %one) : ({count}, {count}) -> {count}\n'
             f'      "stablehlo.return"({", ".join(f"%n{i}" for i in range(len(types)))}) : '
             f'({", ".join(str(t) for t in types)}) -> ()\n    }}')
-    b.add_results("while", [start] + carried, tuple(types), "", f"{condition}, {body}", tuple(captures))
+    zero = b.constant(count, np.array(0, np.int32))
+    b.add_results("while", [start] + carried + [zero], tuple(types), "", f"{condition}, {body}", tuple(captures))
 
 
 def _branches(b: _Builder, count: int, element: str) -> tuple:
