@@ -14,7 +14,7 @@ import pytest
 import stablehlo_interp as si
 from stablehlo_interp.tools.backends import BackendCompileError, InterpreterBackend
 from stablehlo_interp.tools.fuzz.campaign import fuzz, program_seed
-from stablehlo_interp.tools.fuzz.check import COMPILE_FAILURE, CRASH, SIGNED_ZERO, check
+from stablehlo_interp.tools.fuzz.check import COMPILE_FAILURE, CRASH, SIGNED_ZERO, WRONG_TYPE, check
 from stablehlo_interp.tools.fuzz.generate import ELEMENT_TYPES, OPS, generate, special_values, storage_of
 from stablehlo_interp.tools.fuzz.programs import Op, Program, Spec
 from stablehlo_interp.tools.fuzz.reduce import reduce_finding
@@ -403,6 +403,27 @@ feature_index = 1 : i64} : (tensor<1x1xf64>, tensor<1xf64>, tensor<1xf64>, tenso
     assert np.array_equal(si.load(text).run(*arguments)[0], expected)
     outcome = check(text, arguments, si.tools.JaxBackend("cpu"))
     assert outcome is not None and outcome.op == "stablehlo.batch_norm_inference"
+
+
+SIGNED_RANDOM_BITS = """\
+func.func @main(%arg0: tensor<2xui64>) -> (tensor<2xui64>, tensor<3xi32>) {
+    %0:2 = "stablehlo.rng_bit_generator"(%arg0) {rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>} \
+: (tensor<2xui64>) -> (tensor<2xui64>, tensor<3xi32>)
+    return %0#0, %0#1 : tensor<2xui64>, tensor<3xi32>
+}
+"""
+
+
+def test_rng_bit_generator_of_a_signed_type_is_that_type_here_and_unsigned_on_xla_cpu():
+    """Spec (rng_bit_generator, C3): the output is an integer or float tensor of the
+    declared type; XLA CPU returns the same bits as ui32 (docs/findings.md)."""
+    state = np.array([1, 2], np.uint64)
+    ours = si.load(SIGNED_RANDOM_BITS).run(state)[1]
+    theirs = si.tools.JaxBackend("cpu")(SIGNED_RANDOM_BITS, [state])[1]
+    assert ours.dtype == np.int32 and theirs.dtype == np.uint32
+    assert np.array_equal(ours.view(np.uint32), theirs)   # the same bits (XLA's Threefry, docs/coverage.md)
+    outcome = check(SIGNED_RANDOM_BITS, [state], si.tools.JaxBackend("cpu"))
+    assert outcome is not None and outcome.cause == WRONG_TYPE
 
 
 @pytest.mark.slow
