@@ -230,3 +230,41 @@ def test_conform_with_a_command_judges_its_values_and_reports_its_crash(tmp_path
     assert [r["verdict"] for r in document["results"]] == [PASS, "fail"]
     assert document["backend"] == f"{sys.executable.rsplit('/', 1)[-1]} echo.py"
     assert status == 1 and "1 pass, 1 fail" in capsys.readouterr().out
+
+
+NEGATIVE_POWER = ADD_F64.replace("stablehlo.add", "stablehlo.power")
+COMPLEX_MINIMUM_MAXIMUM = """\
+func.func @main(%a: tensor<2xcomplex<f32>>, %b: tensor<2xcomplex<f32>>) -> (tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>) {
+  %0 = stablehlo.minimum %a, %b : tensor<2xcomplex<f32>>
+  %1 = stablehlo.maximum %a, %b : tensor<2xcomplex<f32>>
+  return %0, %1 : tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>
+}"""
+
+
+@needs_iree
+def test_iree_power_of_a_negative_base_is_nan():
+    """IEEE 754's pow (NumPy's): (-2)^2 = 4, (-3)^3 = -27 (docs/findings.md: IREE's NaN)."""
+    import stablehlo_interp as si
+
+    for dtype in (np.float64, np.float32):
+        text = NEGATIVE_POWER.replace("f64", {np.float64: "f64", np.float32: "f32"}[dtype])
+        arguments = [np.array([-2, -3, 2], dtype), np.array([2, 3, 0.5], dtype)]
+        expected = np.power(*arguments)
+        assert np.array_equal(si.load(text).run(*arguments)[0], expected) and expected[0] == 4
+        (theirs,) = resolve("iree")(text, arguments)
+        assert np.isnan(theirs[:2]).all() and abs(theirs[2] - expected[2]) <= 2 * np.spacing(expected[2])
+
+
+@needs_iree
+def test_iree_complex_minimum_and_maximum_compare_real_parts_only():
+    """Spec (minimum, maximum): complex numbers in lexicographic order, real part
+    first, -0 = 0; the expected pairs are picked by hand (docs/findings.md)."""
+    import stablehlo_interp as si
+
+    a = np.array([1.5 + 7.5j, complex(0, 1.5)], np.complex64)
+    b = np.array([1.5 + 2.5j, complex(-0.0, 2.5)], np.complex64)
+    smallest, largest = si.load(COMPLEX_MINIMUM_MAXIMUM).run(a, b)
+    assert smallest.tolist() == [b[0], a[1]] and largest.tolist() == [a[0], b[1]]
+    assert np.signbit(largest[1].real)
+    theirs = resolve("iree")(COMPLEX_MINIMUM_MAXIMUM, [a, b])
+    assert theirs[0].tolist() == [a[0], a[1]] and theirs[1].tolist() == [a[0], a[1]]

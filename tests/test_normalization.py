@@ -142,6 +142,25 @@ def test_batch_norm_training_variance_is_two_pass():
     np.testing.assert_allclose(variance, np.var(x.astype(np.float64), axis=0), rtol=1e-6)
 
 
+def test_f64_batch_norm_training_overflows_in_f64():
+    """The spec's ops run in f64 for f64 operands: a square of 1.8e308 is inf, so the
+    variance is inf and the output is the offset (found by fuzz against IREE, which
+    gives that; the interpreter computed in long double and gave 7.2391). Oracle:
+    NumPy's f64, step by step as the spec decomposes it."""
+    text = op_module("stablehlo.batch_norm_training", ["tensor<1x4xf64>", "tensor<1xf64>", "tensor<1xf64>"],
+                     ["tensor<1x4xf64>", "tensor<1xf64>", "tensor<1xf64>"],
+                     "epsilon = 1.0e-3 : f32, feature_index = 0 : i64")
+    x = np.array([[0.0070982, 1.7976931348623157e308, -0.25226, -0.25036]])
+    scale, offset = np.array([0.10917]), np.array([7.1761])
+    output, mean, variance = run_interp_text(text, x, scale, offset)
+    with np.errstate(over="ignore"):
+        expected_mean = np.sum(x, axis=1) / 4
+        expected_variance = np.sum((x - expected_mean[:, None]) ** 2, axis=1) / 4
+    assert np.isinf(expected_variance).all() and np.array_equal(variance, expected_variance)
+    assert np.array_equal(mean, expected_mean)
+    assert np.array_equal(output, np.full((1, 4), 7.1761))
+
+
 def batch_norm_layer(x, scale, offset, grad_seed):
     """A batch-norm layer as jax.nn code writes it (no batch_norm ops), with its gradient."""
 

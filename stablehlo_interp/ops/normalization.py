@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.registry import op
-from .support import wider_float
 
 
 def _layout(info):
@@ -25,7 +24,7 @@ def _layout(info):
     feature = int(info.attr("feature_index"))
     axes = tuple(d for d in range(operand.rank) if d != feature)
     shape = tuple(-1 if d == feature else 1 for d in range(operand.rank))
-    return axes, shape, wider_float(operand.dtype)
+    return axes, shape, np.dtype(np.float64 if operand.dtype.itemsize >= 4 else np.float32)
 
 
 @op("stablehlo.batch_norm_inference")
@@ -54,9 +53,11 @@ def batch_norm_training(info):
 
     def run(operand, scale, offset):
         x = np.asarray(operand).astype(wide)
-        mean = np.mean(x, axis=axes)
+        count = x.size // np.size(scale) if np.size(scale) else 0
+        # Spec: mean = divide(reduce(operand, add), N): 0 / 0 = NaN for an empty batch.
+        mean = np.sum(x, axis=axes) / wide.type(count)
         centered = x - mean.reshape(shape)
-        variance = np.mean(centered * centered, axis=axes)
+        variance = np.sum(centered * centered, axis=axes) / wide.type(count)
         stddev = np.sqrt(variance + epsilon).reshape(shape)
         output = np.asarray(scale).astype(wide).reshape(shape) * (centered / stddev) \
             + np.asarray(offset).astype(wide).reshape(shape)

@@ -10,7 +10,9 @@ run and machine, with any number of jobs. The campaign runs in two rounds: every
 program is checked; the findings are grouped by what they show before reduction
 (cause, op, element type, the backend's message), and the first program of each
 group is reduced (tools/fuzz/reduce.py); reduced findings showing the same
-``(op, element type, cause)`` are one finding, which counts its programs.
+``(op, element type, cause)`` are one finding, which counts its programs (for a
+backend that cannot compile, crashes or fails to run: the same op, cause and
+message, whatever the element type).
 
 The programs are checked in ``jobs`` worker processes (or as tasks on the Ray
 cluster at ``ray``); a worker killed while checking a program (a backend that
@@ -36,9 +38,14 @@ import numpy as np
 
 from ...frontends.workers import ordered_map
 from ..backends import resolve
-from .check import CRASH, PROCESS_DIED, IsolatedCheck, Outcome, Timings, check, message_stem
+from .check import (COMPILE_FAILURE, CRASH, PROCESS_DIED, RUN_FAILURE, IsolatedCheck, Outcome, Timings, check,
+                    message_stem)
 from .generate import generate
 from .reduce import reduce_finding
+
+
+# Causes a finding is told apart by the backend's message rather than by element type.
+MESSAGE_CAUSES = (COMPILE_FAILURE, CRASH, RUN_FAILURE)
 
 
 def program_seed(seed: int, index: int) -> int:
@@ -66,6 +73,11 @@ class Finding:
 
     @property
     def key(self) -> tuple:
+        """``(op, element type, cause)``; for a backend's failure to compile or run, or a
+        crash, ``(op, its message's stem, cause)``: one finding however many element
+        types meet the same refusal (every quantized type, say)."""
+        if self.cause in MESSAGE_CAUSES:
+            return (self.op, message_stem(self.detail), self.cause)
         return (self.op, self.element_type, self.cause)
 
     def summary(self) -> dict:
@@ -219,8 +231,8 @@ def _reduce_program(item, backend, max_ops, ops, element_types, reduce, budget):
             checker.close()
         program, arguments, outcome, checks = reduced.program, reduced.arguments, reduced.outcome, reduced.checks
     first = program.outputs[0] if program.outputs else None
-    op = outcome.op or (program.ops[first - program.arguments].name if first is not None
-                        and first >= program.arguments else "module")
+    maker = program.op_of(first) if first is not None else None
+    op = outcome.op or (program.ops[maker].name if maker is not None else "module")
     element_type = outcome.element_type or (program.values[first].element if first is not None else "-")
     finding = Finding(op, element_type, outcome.cause, outcome.ours, program.text(), arguments, outcome.detail,
                       original_ops=len(generated.program.ops), reduced_ops=len(program.ops), checks=checks)

@@ -1,14 +1,22 @@
 """Random well-typed StableHLO programs and their arguments, deterministic from a seed.
 
-A program is one to ``max_ops`` ops drawn from :data:`OPS` (73 ops: element-wise,
-comparison, conversion, shape, ``pad``, ``sort``, ``reduce``, ``reduce_window``,
-``map``, ``dot_general``, dynamic slices, ``gather``, ``scatter``, ``while`` (a
-bounded counter loop), ``case`` and ``if`` (branches of constants), ``convolution``,
-``fft``, ``select_and_scatter``, ``batch_norm_inference``; not yet ``batch_norm_training``
-and ``batch_norm_grad`` (ops of several results), linear algebra, random numbers,
-collectives, quantized types), each with operands of
-types the spec allows for it (StableHLO spec, each op's constraints) and random
-attributes; the values nothing else reads are returned. Arguments come in every
+A program is one to ``max_ops`` ops drawn from :data:`OPS` (92 ops of the spec:
+element-wise, comparison, conversion, shape, ``pad``, ``sort`` (of one to three
+operands), ``reduce``, ``reduce_window``, ``map``, ``dot_general``, dynamic
+slices, ``gather``, ``scatter``, ``while`` (a bounded counter loop carrying up to
+two more values), ``case`` and ``if`` (branches of constants or of values from
+outside), ``convolution``, ``fft``, ``select_and_scatter``, the three batch norm
+ops, ``triangular_solve``, ``cholesky``, ``rng``, ``rng_bit_generator``, the
+collectives on a one-process grid, ``replica_id``, ``partition_id``,
+``optimization_barrier``, ``tuple`` and ``get_tuple_element``, ``uniform_quantize``
+and ``uniform_dequantize`` with the element-wise ops on quantized values), each
+with operands of types the spec allows for it (StableHLO spec, each op's
+constraints) and random attributes; the values nothing else reads are returned.
+Not generated: host I/O and tokens (``infeed``, ``outfeed``, ``send``, ``recv``,
+``after_all``: a host side no two backends share), ``composite`` and
+``custom_call`` (they name functions and targets outside the op), and the ops
+the spec does not list (the dynamic-shape ops, ``dot``, ``einsum`` ...).
+Arguments come in every
 element type the interpreter holds (f8 types, i4, complex, bool, unsigned ...),
 in shapes of rank 0 to 3 with sizes 0 to 5, and their values include the special
 ones of their type: NaN, ±inf, -0, subnormals, the largest and smallest numbers.
@@ -16,19 +24,23 @@ ones of their type: NaN, ±inf, -0, subnormals, the largest and smallest numbers
 Where the spec leaves a result to the implementation, the generator keeps out of
 it, so that a difference is somebody's bug: reductions start at their body's
 identity and sum only with ``add`` for floats (the spec leaves the order of a
-reduction open), sorts compare in a total order, and floats convert to integers
-only from values in range (the spec: implementation-defined otherwise).
+reduction open), sorts compare in a total order, floats convert to integers
+only from values in range (the spec: implementation-defined otherwise), cholesky
+factors only Hermitian positive-definite matrices and hides the other triangle,
+and random numbers are judged by what the spec fixes (``rng``'s range, the bits of
+``rng_bit_generator`` as a function of the state), not by their values.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
 from ...ir.types import dtype_of
-from .programs import Op, Program, Spec
+from .programs import Op, Program, Spec, TupleSpec
 
 # Element types and how often arguments take them.
 FLOATS = {"f32": 4, "f64": 2, "f16": 2, "bf16": 2, "f8E4M3FN": .4, "f8E5M2": .4, "f8E4M3FNUZ": .2,
@@ -39,26 +51,41 @@ BOOLS = {"i1": 1.5}
 COMPLEX = {"complex<f32>": 1, "complex<f64>": .5}
 ELEMENT_WEIGHTS = FLOATS | SIGNED | UNSIGNED | BOOLS | COMPLEX
 ELEMENT_TYPES = tuple(ELEMENT_WEIGHTS)
+# Quantized types (per tensor, f32 expressed): made by uniform_quantize only, so never arguments
+# of a generated program (a reduced one may have them: their values are the stored integers).
+QUANTIZED = ("!quant.uniform<i8:f32, 5.000000e-01:-1>", "!quant.uniform<i8:f32, 1.000000e-01>",
+             "!quant.uniform<ui8:f32, 3.125000e-02:128>", "!quant.uniform<i16:f32, 2.000000e+00:7>",
+             "!quant.uniform<i8<-127:127>:f32, 2.500000e-01:3>")
+
+
+def storage_of(element: str) -> str:
+    """The storage type of a quantized element type (the type itself otherwise)."""
+    match = re.match(r"!quant\.uniform<(\w+)", element)
+    return match.group(1) if match else element
 
 
 def kind(element: str) -> str:
-    """``f``, ``c``, ``si``, ``ui`` or ``b``."""
-    return ("f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
+    """``f``, ``c``, ``si``, ``ui``, ``b``, ``q`` (a ``!quant.uniform`` type) or ``t`` (a tuple)."""
+    return ("t" if element == "tuple" else "q" if element.startswith("!quant.") else "f" if element in FLOATS else "c" if element in COMPLEX else "b" if element in BOOLS
             else "ui" if element in UNSIGNED else "si")
 
 
 NUMERIC = "f c si ui"
 ANY = "f c si ui b"
+# Element kinds per op; ``q``: on quantized values (spec: each of these ops allows them, and
+# computes dequantize -> op -> quantize). Quantized values come from uniform_quantize only.
 UNARY = {
-    "abs": "f c si", "negate": "f c si ui", "sign": "f c si", "not": "si ui b",
-    "exponential": "f c", "log": "f c", "sqrt": "f c", "rsqrt": "f c", "cbrt": "f c", "tanh": "f c",
-    "sine": "f c", "cosine": "f c", "tan": "f c", "logistic": "f c", "exponential_minus_one": "f c",
-    "log_plus_one": "f c", "floor": "f", "ceil": "f", "round_nearest_afz": "f", "round_nearest_even": "f",
-    "popcnt": "si ui", "count_leading_zeros": "si ui", "is_finite": "f", "real": "f c", "imag": "f c",
+    "abs": "f c si q", "negate": "f c si ui q", "sign": "f c si q", "not": "si ui b",
+    "exponential": "f c q", "log": "f c q", "sqrt": "f c q", "rsqrt": "f c q", "cbrt": "f c q", "tanh": "f c q",
+    "sine": "f c q", "cosine": "f c q", "tan": "f c q", "logistic": "f c q", "exponential_minus_one": "f c q",
+    "log_plus_one": "f c q", "floor": "f q", "ceil": "f q", "round_nearest_afz": "f q",
+    "round_nearest_even": "f q", "popcnt": "si ui", "count_leading_zeros": "si ui", "is_finite": "f",
+    "real": "f c", "imag": "f c",
 }
 BINARY = {
-    "add": ANY, "multiply": ANY, "maximum": ANY, "minimum": ANY, "subtract": NUMERIC, "divide": NUMERIC,
-    "remainder": "f si ui", "power": NUMERIC, "atan2": "f c", "and": "si ui b", "or": "si ui b",
+    "add": ANY + " q", "multiply": ANY + " q", "maximum": ANY + " q", "minimum": ANY + " q",
+    "subtract": NUMERIC + " q", "divide": NUMERIC + " q", "remainder": "f si ui q", "power": NUMERIC + " q",
+    "atan2": "f c q", "and": "si ui b", "or": "si ui b",
     "xor": "si ui b", "shift_left": "si ui", "shift_right_arithmetic": "si ui", "shift_right_logical": "si ui",
 }
 
@@ -137,7 +164,7 @@ class _Builder:
     def value(self, kinds: str = ANY, min_rank: int = 0, accept=None) -> int | None:
         """A value whose element is of ``kinds``: mostly an op's result (chains), else a new argument."""
         fits = [v for v, s in enumerate(self.specs) if kind(s.element) in kinds.split() and len(s.shape) >= min_rank
-                and s.element in self.element_types and (accept is None or accept(s))]
+                and (s.element in self.element_types or kind(s.element) == "q") and (accept is None or accept(s))]
         if fits and self.rng.random() < 0.8:
             made = [v for v in fits if self.origin[v] is not None and v not in self.read]
             return self.choice(made if made and self.rng.random() < 0.7 else fits)
@@ -156,12 +183,24 @@ class _Builder:
             return self.choice(same)
         return self.argument(spec)
 
-    def add(self, name: str, operands, result: Spec, attributes: str = "", regions: str = "") -> int:
-        self.ops.append(Op(f"stablehlo.{name}", tuple(operands), result, attributes, regions))
+    def add(self, name: str, operands, result: Spec | TupleSpec, attributes: str = "", regions: str = "",
+            captures: tuple = ()) -> int:
+        """An op of one result; returns its value."""
+        return self.add_results(name, operands, (result,), attributes, regions, captures)[0]
+
+    def add_results(self, name: str, operands, results: tuple, attributes: str = "", regions: str = "",
+                    captures: tuple = ()) -> list:
+        """An op of any number of results; returns their values."""
+        self.ops.append(Op(f"stablehlo.{name}", tuple(operands), tuple(results), attributes, regions,
+                           tuple(captures)))
         self.read.update(operands)
-        self.specs.append(result)
-        self.origin.append(len(self.ops) - 1)
-        return len(self.specs) - 1
+        self.read.update(captures)
+        made = []
+        for result in results:
+            self.specs.append(result)
+            self.origin.append(len(self.ops) - 1)
+            made.append(len(self.specs) - 1)
+        return made
 
     def constant(self, spec: Spec, values: np.ndarray) -> int:
         return self.add("constant", (), spec, f"value = {dense(values, spec)}")
@@ -169,14 +208,10 @@ class _Builder:
     def program(self) -> Program:
         """Arguments first, then the ops' results; returns what nothing reads."""
         arguments = [v for v, o in enumerate(self.origin) if o is None]
-        order = {v: i for i, v in enumerate(arguments)}
-        for k in range(len(self.ops)):
-            order[self.origin.index(k)] = len(arguments) + k
-        program = Program(len(arguments), [self.specs[v] for v in arguments])
-        for op in self.ops:
-            program.values.append(op.result)
-            program.ops.append(Op(op.name, tuple(order[v] for v in op.operands), op.result, op.attributes,
-                                  op.regions))
+        made = sorted((o, v) for v, o in enumerate(self.origin) if o is not None)
+        order = {v: i for i, v in enumerate(arguments + [v for _, v in made])}
+        program = Program(len(arguments), [self.specs[v] for v in arguments + [v for _, v in made]])
+        program.ops = [op.renumbered(order.__getitem__) for op in self.ops]
         sinks = [v for v, o in enumerate(self.origin) if o is not None and v not in self.read]
         program.outputs = [order[v] for v in sinks[-6:]]
         return program
@@ -209,7 +244,9 @@ def special_values(element: str) -> list:
 
 
 def random_values(spec: Spec, rng) -> np.ndarray:
-    """Random values of ``spec``, about a quarter of them special (:func:`special_values`)."""
+    """Random values of ``spec``, about a quarter of them special (:func:`special_values`);
+    of a quantized type, its stored integers."""
+    spec = Spec(spec.shape, storage_of(spec.element))
     dtype = dtype_of(spec.element)
     shape = spec.shape
     k = kind(spec.element)
@@ -258,7 +295,8 @@ def dense(values: np.ndarray, spec: Spec) -> str:
             return element(array)
         return "[" + ", ".join(nested(a) for a in array) + "]"
 
-    return f"dense<{nested(np.asarray(values))}> : {spec}"
+    values = np.asarray(values)
+    return f"dense<{nested(values) if values.size else ''}> : {spec}"
 
 
 # ------------------------------------------------------------------ ops
@@ -564,13 +602,25 @@ def _map(b: _Builder, x: int, spec: Spec):
 
 @_operand("f si ui b", min_rank=1)
 def _sort(b: _Builder, x: int, spec: Spec):
+    """``x`` sorted along one dimension in a total order, stably, with 0 to 2 more
+    operands of its shape (any element type) carried along (spec: sort, C1-C6:
+    the comparator takes each operand's pair and compares the keys' only)."""
     k = kind(spec.element)
     compare_type = "TOTALORDER" if k == "f" else COMPARE_TYPES[k]
     direction = b.choice(["LT", "GT"])
-    b.add("sort", (x,), spec, f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64, is_stable = true",
-          _body("stablehlo.compare", spec.element, result="tensor<i1>",
-                attributes=f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-                           f"compare_type = #stablehlo<comparison_type {compare_type}>"))
+    carried = [b.like(Spec(spec.shape, element)) for element in
+               (b.element(ANY) for _ in range(int(b.rng.integers(0, 3)))) if element is not None]
+    operands = [x] + carried
+    types = [b.specs[v] for v in operands]
+    block = ", ".join(f"%a{2 * i}: {Spec((), t.element)}, %a{2 * i + 1}: {Spec((), t.element)}"
+                      for i, t in enumerate(types))
+    scalar = Spec((), spec.element)
+    comparator = (f'{{\n  ^bb0({block}):\n      %r = "stablehlo.compare"(%a0, %a1) {{comparison_direction = '
+                  f'#stablehlo<comparison_direction {direction}>, compare_type = #stablehlo<comparison_type '
+                  f'{compare_type}>}} : ({scalar}, {scalar}) -> tensor<i1>\n'
+                  f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
+    b.add_results("sort", operands, tuple(types),
+                  f"dimension = {int(b.rng.integers(len(spec.shape)))} : i64, is_stable = true", comparator)
 
 
 def _indices(b: _Builder, rank: int) -> list:
@@ -613,8 +663,7 @@ def _index_constant(b: _Builder, rows: list, width: int) -> int:
     element = b.choice(["i32", "i64"])
     spec = Spec((len(rows), width), element)
     values = np.array(rows, dtype_of(element)).reshape(spec.shape)
-    return b.add("constant", (), spec, f"value = {dense(values, spec)}") if values.size else \
-        b.add("constant", (), spec, f"value = dense<> : {spec}")
+    return b.constant(spec, values)
 
 
 @_operand(ANY, min_rank=1, accept=lambda s: 0 not in s.shape)
@@ -676,7 +725,12 @@ LOOP_ELEMENTS = ("i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64")
 @_operand("si ui", accept=lambda s: s.element in LOOP_ELEMENTS and len(s.shape) == 1 and s.shape[0] >= 1)
 def _while(b: _Builder, x: int, spec: Spec):
     """A bounded loop on ``x`` clamped into [-8, 8]: its first element counts up by 1 to 3
-    until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping)."""
+    until it reaches a limit of at most 8, the others follow ``x * m + a`` (wrapping).
+    Up to two more values of any type are carried, each adding (booleans: xor-ing) a
+    value from outside the loop on every step: the body uses it where it is defined
+    (spec: while; a region may use values defined above it, "Programs"). A step count
+    carried last, from 0, stops it after 16 steps, which the clamped counter never
+    needs: a reduced program whose clamp was bypassed stops too."""
     info = ml_dtypes.iinfo(dtype_of(spec.element))
     dtype = dtype_of(spec.element)
     scalar = Spec((), spec.element)
@@ -687,30 +741,54 @@ def _while(b: _Builder, x: int, spec: Spec):
     factors = np.array([1] + [int(b.rng.integers(0, 4)) for _ in range(size - 1)], dtype)
     steps = np.array([int(b.rng.integers(1, 4))] + [int(b.rng.integers(0, 6)) for _ in range(size - 1)], dtype)
     limit = int(b.rng.integers(low, high + 1))
-    counter = Spec((1,), spec.element)
-    condition = (f'{{\n  ^bb0(%a0: {spec}):\n'
+    counter, count = Spec((1,), spec.element), Spec((), "i32")
+    carried = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(0, 3)))) if v is not None]
+    captures = [b.like(b.specs[v]) for v in carried]
+    types = [spec] + [b.specs[v] for v in carried] + [count]
+    last = len(types) - 1
+    block = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    condition = (f'{{\n  ^bb0({block}):\n'
                  f'      %s = "stablehlo.slice"(%a0) {{start_indices = array<i64: 0>, limit_indices = array<i64: 1>, '
                  f'strides = array<i64: 1>}} : ({spec}) -> {counter}\n'
                  f'      %c = "stablehlo.reshape"(%s) : ({counter}) -> {scalar}\n'
                  f'      %l = "stablehlo.constant"() {{value = {dense(np.array(limit, dtype), scalar)}}} : () -> {scalar}\n'
                  f'      %r = "stablehlo.compare"(%c, %l) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
                  f' : ({scalar}, {scalar}) -> tensor<i1>\n'
-                 f'      "stablehlo.return"(%r) : (tensor<i1>) -> ()\n    }}')
-    body = (f'{{\n  ^bb0(%a0: {spec}):\n'
+                 f'      %m = "stablehlo.constant"() {{value = dense<16> : {count}}} : () -> {count}\n'
+                 f'      %t = "stablehlo.compare"(%a{last}, %m) {{comparison_direction = #stablehlo<comparison_direction LT>}}'
+                 f' : ({count}, {count}) -> tensor<i1>\n'
+                 f'      %b = "stablehlo.and"(%r, %t) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n'
+                 f'      "stablehlo.return"(%b) : (tensor<i1>) -> ()\n    }}')
+    updates = "".join(f'      %n{i} = "stablehlo.{"xor" if kind(t.element) == "b" else "add"}"(%a{i}, $c{i - 1}) : '
+                      f'({t}, {t}) -> {t}\n' for i, t in enumerate(types) if 0 < i < last)
+    body = (f'{{\n  ^bb0({block}):\n'
             f'      %m = "stablehlo.constant"() {{value = {dense(factors, spec)}}} : () -> {spec}\n'
             f'      %a = "stablehlo.constant"() {{value = {dense(steps, spec)}}} : () -> {spec}\n'
             f'      %p = "stablehlo.multiply"(%a0, %m) : ({spec}, {spec}) -> {spec}\n'
-            f'      %r = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n'
-            f'      "stablehlo.return"(%r) : ({spec}) -> ()\n    }}')
-    b.add("while", (start,), spec, "", f"{condition}, {body}")
+            f'      %n0 = "stablehlo.add"(%p, %a) : ({spec}, {spec}) -> {spec}\n{updates}'
+            f'      %one = "stablehlo.constant"() {{value = dense<1> : {count}}} : () -> {count}\n'
+            f'      %n{last} = "stablehlo.add"(%a{last}, %one) : ({count}, {count}) -> {count}\n'
+            f'      "stablehlo.return"({", ".join(f"%n{i}" for i in range(len(types)))}) : '
+            f'({", ".join(str(t) for t in types)}) -> ()\n    }}')
+    zero = b.constant(count, np.array(0, np.int32))
+    b.add_results("while", [start] + carried + [zero], tuple(types), "", f"{condition}, {body}", tuple(captures))
 
 
 def _branches(b: _Builder, count: int, element: str) -> tuple:
-    """``count`` regions returning constants of one random type of ``element``, and that type."""
+    """``count`` regions returning a constant or a value from outside (spec: a region
+    may use values defined above it), of one random type of ``element``; the regions'
+    text, that type, and the values they use."""
     spec = Spec(tuple(max(d, 1) for d in b.shape()), element)
-    regions = [f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}} : () -> {spec}\n'
-               f'      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}' for _ in range(count)]
-    return ", ".join(regions), spec
+    regions: list = []
+    captures: list = []
+    for _ in range(count):
+        if b.rng.random() < 0.3:
+            regions.append(f'{{\n      "stablehlo.return"($c{len(captures)}) : ({spec}) -> ()\n    }}')
+            captures.append(b.like(spec))
+        else:
+            regions.append(f'{{\n      %c = "stablehlo.constant"() {{value = {dense(random_values(spec, b.rng), spec)}}}'
+                           f' : () -> {spec}\n      "stablehlo.return"(%c) : ({spec}) -> ()\n    }}')
+    return ", ".join(regions), spec, captures
 
 
 def _case(b: _Builder):
@@ -720,8 +798,8 @@ def _case(b: _Builder):
     if element is None:
         return
     index = b.like(Spec((), "i32"))
-    regions, spec = _branches(b, int(b.rng.integers(1, 5)), element)
-    b.add("case", (index,), spec, "", regions)
+    regions, spec, captures = _branches(b, int(b.rng.integers(1, 5)), element)
+    b.add("case", (index,), spec, "", regions, captures)
 
 
 def _if(b: _Builder):
@@ -729,8 +807,8 @@ def _if(b: _Builder):
     if element is None or "i1" not in b.element_types:
         return
     predicate = b.like(Spec((), "i1"))
-    regions, spec = _branches(b, 2, element)
-    b.add("if", (predicate,), spec, "", regions)
+    regions, spec, captures = _branches(b, 2, element)
+    b.add("if", (predicate,), spec, "", regions, captures)
 
 
 @_operand("f c si ui", min_rank=3, accept=lambda s: len(s.shape) <= 4 and 0 not in s.shape)
@@ -818,6 +896,202 @@ def _batch_norm_inference(b: _Builder, x: int, spec: Spec):
           f"feature_index = {feature} : i64")
 
 
+NORMALIZED = ("f32", "f64", "f16", "bf16")
+
+
+def _feature(b: _Builder, spec: Spec) -> tuple:
+    feature = int(b.rng.integers(len(spec.shape)))
+    epsilon = b.choice(["1.000000e-03", "1.000000e-05", "0.000000e+00"])
+    return Spec((spec.shape[feature],), spec.element), f"epsilon = {epsilon} : f32, feature_index = {feature} : i64"
+
+
+@_operand("f", min_rank=2, accept=lambda s: s.element in NORMALIZED)
+def _batch_norm_training(b: _Builder, x: int, spec: Spec):
+    """``x`` normalized by its own mean and variance along all but one feature dimension;
+    the result, the mean and the variance (spec: batch_norm_training)."""
+    vector, attributes = _feature(b, spec)
+    b.add_results("batch_norm_training", [x, b.like(vector), b.like(vector)], (spec, vector, vector), attributes)
+
+
+@_operand("f", min_rank=2, accept=lambda s: s.element in NORMALIZED)
+def _batch_norm_grad(b: _Builder, x: int, spec: Spec):
+    """The gradients of batch normalization with respect to the operand, the scale and
+    the offset (spec: batch_norm_grad)."""
+    vector, attributes = _feature(b, spec)
+    b.add_results("batch_norm_grad", [x] + [b.like(vector) for _ in range(3)] + [b.like(spec)],
+                  (spec, vector, vector), attributes)
+
+
+RANDOM_BITS = ("ui8", "ui16", "ui32", "ui64", "i32", "i64")
+
+
+def _rng_bit_generator(b: _Builder):
+    """Two ``rng_bit_generator`` of one state, their outputs and new states compared by
+    ``xor`` (zeros). The spec leaves the bits to the implementation ("not guaranteed
+    to be deterministic between implementations") but makes them a function of the
+    state: that, the types and the state's size per algorithm (C1-C2: 2 for
+    ``THREE_FRY``, 2 or 3 for ``PHILOX``) are what a backend can be held to."""
+    algorithm = b.choice(["THREE_FRY", "PHILOX"])
+    state = b.like(Spec((2 if algorithm == "THREE_FRY" else b.choice([2, 3]),), "ui64"))
+    output = Spec(tuple(max(d, 1) for d in b.shape()), b.choice([e for e in RANDOM_BITS if e in ELEMENT_TYPES]))
+    attributes = f"rng_algorithm = #stablehlo<rng_algorithm {algorithm}>"
+    first = b.add_results("rng_bit_generator", (state,), (b.specs[state], output), attributes)
+    again = b.add_results("rng_bit_generator", (state,), (b.specs[state], output), attributes)
+    for one, other in zip(first, again):
+        b.add("xor", (one, other), b.specs[one])
+
+
+def _rng(b: _Builder):
+    """``rng`` of a uniform distribution in [a, b), then whether every value lies there:
+    the spec leaves the values to the implementation but not their range (spec: rng,
+    ``UNIFORM``: "uniformly distributed over the interval [a, b)")."""
+    elements = [e for e in ("f32", "f64", "i32", "i64") if e in b.element_types]
+    if not elements or "i1" not in b.element_types:
+        return
+    element = b.choice(elements)
+    shape = tuple(max(d, 1) for d in b.shape())
+    low = int(b.rng.integers(-100, 100))
+    bounds = [b.constant(Spec((), element), np.array(value, dtype_of(element)))
+              for value in (low, low + int(b.rng.integers(1, 200)))]
+    size = b.constant(Spec((len(shape),), "i64"), np.array(shape, np.int64))
+    spec = Spec(shape, element)
+    values = b.add("rng", (*bounds, size), spec, "rng_distribution = #stablehlo<rng_distribution UNIFORM>")
+    checks = []
+    for bound, direction in zip(bounds, ("GE", "LT")):
+        wide = b.add("broadcast_in_dim", (bound,), spec, "broadcast_dimensions = array<i64>")
+        checks.append(b.add("compare", (values, wide), Spec(shape, "i1"),
+                            f"comparison_direction = #stablehlo<comparison_direction {direction}>"))
+    b.add("and", checks, Spec(shape, "i1"))
+
+
+LINEAR_ALGEBRA = ("f32", "f64", "complex<f32>", "complex<f64>")
+
+
+def _triangular(b: _Builder, size: int, element: str, batch: tuple, lower: bool, diagonal: str) -> np.ndarray:
+    """A triangular matrix (batched) of small integers, its diagonal ``unit`` (ones), or
+    ``positive`` (1 to 3): exact in every type, well conditioned."""
+    values = b.rng.integers(-3, 4, (*batch, size, size)).astype(np.float64)
+    if kind(element) == "c":
+        values = values + 1j * b.rng.integers(-3, 4, values.shape)
+    values = np.tril(values) if lower else np.triu(values)
+    index = np.arange(size)
+    values[..., index, index] = 1 if diagonal == "unit" else b.rng.integers(1, 4, (*batch, size))
+    return values.astype(dtype_of(element))
+
+
+@_operand("f c", min_rank=2, accept=lambda s: s.element in LINEAR_ALGEBRA and len(s.shape) <= 3)
+def _triangular_solve(b: _Builder, x: int, spec: Spec):
+    """``a x = b`` (or ``x a = b``) for ``b`` = the picked value and ``a`` a constant
+    triangular matrix of small integers, transposed or not (spec: triangular_solve)."""
+    left = bool(b.rng.random() < 0.5)
+    size = spec.shape[-2] if left else spec.shape[-1]
+    lower, unit = bool(b.rng.random() < 0.5), bool(b.rng.random() < 0.3)
+    a_spec = Spec((*spec.shape[:-2], size, size), spec.element)
+    a = b.constant(a_spec, _triangular(b, size, spec.element, spec.shape[:-2], lower, "unit" if unit else "positive"))
+    transpose = b.choice(["NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"])
+    b.add("triangular_solve", (a, x), spec,
+          f"left_side = {str(left).lower()}, lower = {str(lower).lower()}, unit_diagonal = {str(unit).lower()}, "
+          f"transpose_a = #stablehlo<transpose {transpose}>")
+
+
+def _cholesky(b: _Builder):
+    """The Cholesky factor of a constant Hermitian positive-definite matrix ``L Lᴴ``
+    (``L`` of small integers: the factor is exact), its other triangle replaced by
+    zeros (spec: cholesky leaves it, and the factor of any other matrix, to the
+    implementation)."""
+    element = b.element("f c")
+    if element not in LINEAR_ALGEBRA or "i1" not in b.element_types:
+        return
+    batch = tuple(int(b.rng.integers(1, 3)) for _ in range(int(b.rng.integers(0, 2))))
+    size = int(b.rng.integers(1, 5))
+    lower = bool(b.rng.random() < 0.5)
+    factor = _triangular(b, size, element, batch, True, "positive")
+    matrix = factor @ np.conj(np.swapaxes(factor, -1, -2))
+    spec = Spec((*batch, size, size), element)
+    a = b.constant(spec, matrix)
+    result = b.add("cholesky", (a,), spec, f"lower = {str(lower).lower()}")
+    keep = np.broadcast_to(np.tril(np.ones((size, size), bool)) if lower else np.triu(np.ones((size, size), bool)),
+                           spec.shape)
+    mask = b.constant(Spec(spec.shape, "i1"), keep)
+    b.add("select", (mask, result, b.constant(spec, np.zeros(spec.shape, dtype_of(element)))), spec)
+
+
+ONE_DEVICE = "replica_groups = dense<[[0]]> : tensor<1x1xi64>"
+
+
+@_operand("f c si ui b")
+def _all_reduce(b: _Builder, x: int, spec: Spec):
+    """A collective on a one-process grid (one replica: ``replica_groups = [[0]]``),
+    where it returns its operand (spec: all_reduce)."""
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    b.add("all_reduce", (x,), spec, ONE_DEVICE, _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)   # (a verifier rule)
+def _all_gather(b: _Builder, x: int, spec: Spec):
+    b.add("all_gather", (x,), spec, f"all_gather_dim = {int(b.rng.integers(len(spec.shape)))} : i64, {ONE_DEVICE}")
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)   # (a verifier rule)
+def _reduce_scatter(b: _Builder, x: int, spec: Spec):
+    body = b.choice(REDUCE_BODIES[kind(spec.element)])
+    b.add("reduce_scatter", (x,), spec, f"scatter_dimension = {int(b.rng.integers(len(spec.shape)))} : i64, "
+          f"{ONE_DEVICE}", _body(f"stablehlo.{body}", spec.element))
+
+
+@_operand("f c si ui b", min_rank=1, accept=lambda s: 0 not in s.shape)   # (a verifier rule)
+def _all_to_all(b: _Builder, x: int, spec: Spec):
+    rank = len(spec.shape)
+    b.add("all_to_all", (x,), spec, f"split_dimension = {int(b.rng.integers(rank))} : i64, "
+          f"concat_dimension = {int(b.rng.integers(rank))} : i64, split_count = 1 : i64, {ONE_DEVICE}")
+
+
+@_operand(ANY)
+def _collective_permute(b: _Builder, x: int, spec: Spec):
+    b.add("collective_permute", (x,), spec, "source_target_pairs = dense<[[0, 0]]> : tensor<1x2xi64>")
+
+
+@_operand(ANY)
+def _collective_broadcast(b: _Builder, x: int, spec: Spec):
+    b.add("collective_broadcast", (x,), spec, ONE_DEVICE)
+
+
+def _tuple(b: _Builder):
+    """A tuple of 1 to 3 values and 1 or 2 of its elements (spec: tuple, get_tuple_element)."""
+    values = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(1, 4)))) if v is not None]
+    if not values:
+        return
+    parts = tuple(b.specs[v] for v in values)
+    made = b.add("tuple", values, TupleSpec(parts))
+    for index in sorted({int(b.rng.integers(len(parts))) for _ in range(int(b.rng.integers(1, 3)))}):
+        b.add("get_tuple_element", (made,), parts[index], f"index = {index} : i32")
+
+
+def _process_id(name: str):
+    def build(b: _Builder):
+        b.add(name, (), Spec((), "ui32"))
+    return build
+
+
+def _optimization_barrier(b: _Builder):
+    """1 to 3 values through a barrier, unchanged (spec: optimization_barrier)."""
+    values = [v for v in (b.value(ANY) for _ in range(int(b.rng.integers(1, 4)))) if v is not None]
+    if values:
+        b.add_results("optimization_barrier", values, tuple(b.specs[v] for v in values))
+
+
+@_operand("f q", accept=lambda s: s.element in ("f32",) + QUANTIZED)
+def _uniform_quantize(b: _Builder, x: int, spec: Spec):
+    """f32 values quantized, or quantized ones requantized, to one of :data:`QUANTIZED`
+    (spec: uniform_quantize: round to nearest even, clamp to the storage range)."""
+    b.add("uniform_quantize", (x,), Spec(spec.shape, b.choice([q for q in QUANTIZED if q != spec.element])))
+
+
+@_operand("q")
+def _uniform_dequantize(b: _Builder, x: int, spec: Spec):
+    b.add("uniform_dequantize", (x,), Spec(spec.shape, "f32"))
+
+
 OPS = {name: _unary(name, kinds) for name, kinds in UNARY.items()}
 OPS |= {name: _binary(name, kinds) for name, kinds in BINARY.items()}
 OPS |= {
@@ -830,4 +1104,12 @@ OPS |= {
     "gather": _gather, "scatter": _scatter, "while": _while,
     "case": _case, "if": _if, "convolution": _convolution,
     "fft": _fft, "select_and_scatter": _select_and_scatter, "batch_norm_inference": _batch_norm_inference,
+    "batch_norm_training": _batch_norm_training, "batch_norm_grad": _batch_norm_grad,
+    "rng": _rng, "rng_bit_generator": _rng_bit_generator, "triangular_solve": _triangular_solve, "cholesky": _cholesky,
+    "all_reduce": _all_reduce, "all_gather": _all_gather, "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all, "collective_permute": _collective_permute,
+    "collective_broadcast": _collective_broadcast, "replica_id": _process_id("replica_id"),
+    "partition_id": _process_id("partition_id"), "optimization_barrier": _optimization_barrier,
+    "tuple": _tuple,
+    "uniform_quantize": _uniform_quantize, "uniform_dequantize": _uniform_dequantize,
 }

@@ -32,43 +32,96 @@ class Spec:
 
 
 @dataclass(frozen=True)
+class TupleSpec:
+    """A tuple type (spec: "Types"), of :class:`Spec` parts; its ``element`` is
+    ``tuple``, which no op but ``get_tuple_element`` reads."""
+
+    parts: tuple
+    shape: tuple = ()
+    element: str = "tuple"
+
+    def __str__(self) -> str:
+        return "tuple<" + ", ".join(str(part) for part in self.parts) + ">"
+
+    @property
+    def size(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
 class Op:
     """One op: ``name`` (``stablehlo.add``), the values it reads (indices into the
-    program's values), the attribute dictionary's text (without braces) and its
-    regions' text, written by :meth:`text` in the generic syntax."""
+    program's values), its results' types, the attribute dictionary's text (without
+    braces) and its regions' text, written by :meth:`text` in the generic syntax.
+    ``captures``: values of the enclosing function its regions use (spec: a region
+    may use values defined above it, "Programs"), written in the regions' text as
+    ``$c0``, ``$c1`` ...; they count as read, as operands do."""
 
     name: str
     operands: tuple
-    result: Spec
+    results: tuple
     attributes: str = ""
     regions: str = ""
+    captures: tuple = ()
+
+    @property
+    def reads(self) -> tuple:
+        return self.operands + self.captures
 
     def text(self, result: str, names: list, types: list) -> str:
         operands = ", ".join(names[i] for i in self.operands)
-        regions = f" ({self.regions})" if self.regions else ""
+        regions = self.regions
+        for i in reversed(range(len(self.captures))):   # ($c10 before $c1)
+            regions = regions.replace(f"$c{i}", names[self.captures[i]])
+        regions = f" ({regions})" if regions else ""
         attributes = f" {{{self.attributes}}}" if self.attributes else ""
         signature = ", ".join(str(types[i]) for i in self.operands)
-        return f'    {result} = "{self.name}"({operands}){regions}{attributes} : ({signature}) -> {self.result}'
+        results = ", ".join(str(spec) for spec in self.results)
+        if len(self.results) != 1:
+            result, results = f"{result}:{len(self.results)}", f"({results})"
+        return f'    {result} = "{self.name}"({operands}){regions}{attributes} : ({signature}) -> {results}'
+
+    def renumbered(self, renumber) -> "Op":
+        return replace(self, operands=tuple(renumber(v) for v in self.operands),
+                       captures=tuple(renumber(v) for v in self.captures))
 
 
 @dataclass
 class Program:
-    """``values[:arguments]`` are @main's arguments; op ``k`` makes value ``arguments + k``."""
+    """``values[:arguments]`` are @main's arguments; then each op's results in order."""
 
     arguments: int
     values: list = field(default_factory=list)    # Spec per value
     ops: list = field(default_factory=list)
     outputs: list = field(default_factory=list)   # indices of the values returned
 
-    def op_value(self, k: int) -> int:
-        return self.arguments + k
+    def op_values(self, k: int) -> range:
+        """The values op ``k`` makes."""
+        first = self.arguments + sum(len(op.results) for op in self.ops[:k])
+        return range(first, first + len(self.ops[k].results))
+
+    def op_of(self, value: int) -> int | None:
+        """The index of the op that makes ``value`` (None: an argument)."""
+        made = self.arguments
+        for k, op in enumerate(self.ops):
+            made += len(op.results)
+            if value < made:
+                return k if value >= self.arguments else None
+        return None
+
+    def names(self) -> list:
+        """Each value's name in the text: ``%arg0``, ``%3``, ``%4#1`` (result 1 of op 4)."""
+        names = [f"%arg{i}" for i in range(self.arguments)]
+        for k, op in enumerate(self.ops):
+            names += [f"%{k}"] if len(op.results) == 1 else [f"%{k}#{i}" for i in range(len(op.results))]
+        return names
 
     def text(self) -> str:
-        names = [f"%arg{i}" for i in range(self.arguments)] + [f"%{k}" for k in range(len(self.ops))]
+        names = self.names()
         arguments = ", ".join(f"{names[i]}: {self.values[i]}" for i in range(self.arguments))
         results = ", ".join(str(self.values[i]) for i in self.outputs)
         lines = [f"func.func @main({arguments}) -> ({results}) {{"]
-        lines += [op.text(names[self.op_value(k)], names, self.values) for k, op in enumerate(self.ops)]
+        lines += [op.text(f"%{k}", names, self.values) for k, op in enumerate(self.ops)]
         lines.append(f"    return {', '.join(names[i] for i in self.outputs)} : {results}")
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -89,33 +142,35 @@ class Program:
         kept = set(kept_ops)
         needed, live = set(outputs), set()
         for k in reversed(range(len(self.ops))):
-            if k in kept and self.op_value(k) in needed:
+            if k in kept and needed.intersection(self.op_values(k)):
                 live.add(k)
-                needed.update(self.ops[k].operands)
-        sources = sorted(v for v in needed if v < self.arguments or (v - self.arguments) not in live)
+                needed.update(self.ops[k].reads)
+        made = {v for k in live for v in self.op_values(k)}
+        sources = sorted(v for v in needed if v not in made)
         renumber = {old: new for new, old in enumerate(sources)}
         program = Program(len(sources), [self.values[v] for v in sources])
         for k in sorted(live):
             op = self.ops[k]
-            renumber[self.op_value(k)] = len(program.values)
-            program.values.append(op.result)
-            program.ops.append(replace(op, operands=tuple(renumber[v] for v in op.operands)))
+            for old in self.op_values(k):
+                renumber[old] = len(program.values)
+                program.values.append(self.values[old])
+            program.ops.append(op.renumbered(renumber.__getitem__))
         program.outputs = [renumber[v] for v in outputs]
         return program, sources
 
     def bypass(self, k: int, operand: int) -> "Program":
-        """This program with the uses of op ``k``'s result reading ``operand`` instead (a
-        value of the same type): op ``k`` is then dead, and :meth:`keep` drops it."""
-        old = self.op_value(k)
+        """This program with the uses of op ``k``'s (one) result reading ``operand`` instead
+        (a value of the same type): op ``k`` is then dead, and :meth:`keep` drops it."""
+        (old,) = self.op_values(k)
 
         def swap(value):
             return operand if value == old else value
 
-        return Program(self.arguments, list(self.values),
-                       [replace(op, operands=tuple(swap(v) for v in op.operands)) for op in self.ops],
+        return Program(self.arguments, list(self.values), [op.renumbered(swap) for op in self.ops],
                        [swap(v) for v in self.outputs])
 
     def on_one_element(self) -> "Program":
         """This program with every value of rank 0 (for programs of element-wise ops)."""
         return Program(self.arguments, [Spec((), spec.element) for spec in self.values],
-                       [replace(op, result=Spec((), op.result.element)) for op in self.ops], list(self.outputs))
+                       [replace(op, results=tuple(Spec((), r.element) for r in op.results)) for op in self.ops],
+                       list(self.outputs))

@@ -29,9 +29,10 @@ import numpy as np
 
 from ...engine.run import Listener
 from ...program import load
+from ..compare import IMPLEMENTATION_DEFINED_VALUES
 from .check import CRASH, Outcome, Timings, check
 from .generate import BINARY, UNARY, random_values
-from .programs import Program
+from .programs import Program, TupleSpec
 
 # Ops applied element by element to operands of one shape (a 0-d select predicate or clamp bound too).
 ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in [*UNARY, *BINARY, "compare", "select", "clamp", "convert",
@@ -47,14 +48,14 @@ class Reduced:
 
 
 class _Values(Listener):
-    """The results of the entry function's ops, in order."""
+    """The results of the entry function's ops, in order (a list per op)."""
 
     def __init__(self):
         self.results: list = []
 
     def after_op(self, step, operands, results, stack):
         if not stack:
-            self.results.append(results[0] if len(results) == 1 else None)
+            self.results.append(list(results))
         return None
 
 
@@ -66,8 +67,11 @@ def values_of(program: Program, arguments: list) -> list:
         load(program.text()).run(*arguments, listeners=[recorder])
     except Exception:  # noqa: BLE001 - an interpreter error is itself what the reduction keeps
         pass
-    results = recorder.results + [None] * (len(program.ops) - len(recorder.results))
-    return list(arguments) + results
+    values = list(arguments)
+    for k, op in enumerate(program.ops):
+        results = recorder.results[k] if k < len(recorder.results) else [None] * len(op.results)
+        values += list(results)
+    return values
 
 
 def reduce_finding(program: Program, arguments: list, outcome: Outcome, backend, budget: int = 100,
@@ -115,6 +119,11 @@ class _State:
         program, sources = (base or self.program).keep(kept_ops, outputs)
         if len(program.ops) == len(self.program.ops) and program.outputs == self.program.outputs:
             return False
+        if any(isinstance(program.values[v], TupleSpec) for v in [*range(program.arguments), *program.outputs]):
+            return False   # a tuple argument or result: not what the generator makes, nor every backend takes
+        if any(program.ops[k].name in IMPLEMENTATION_DEFINED_VALUES for k in map(program.op_of, program.outputs)
+               if k is not None):
+            return False   # random numbers returned as they are: the spec leaves them to the implementation
         if any(self.values[v] is None for v in sources) and not self.outcome.ours:
             return False   # a value the interpreter never computed
         rng = np.random.default_rng(len(self.program.ops))
@@ -131,7 +140,7 @@ class _State:
     def fewer_ops(self) -> None:
         """One op alone (the op the outcome names, or any), else every op cut in turn."""
         for k in reversed(range(len(self.program.ops))):
-            if self.outcome.op in (None, self.program.ops[k].name) and self._cut([k], [self.program.op_value(k)]):
+            if self.outcome.op in (None, self.program.ops[k].name) and self._cut([k], list(self.program.op_values(k))):
                 return
         k = len(self.program.ops) - 1
         while k >= 0 and len(self.program.ops) > 1:
@@ -146,7 +155,7 @@ class _State:
         while k >= 0 and len(self.program.ops) > 1:
             op = self.program.ops[k]
             for operand in dict.fromkeys(op.operands):
-                if self.program.values[operand] == op.result:
+                if op.results == (self.program.values[operand],):
                     kept = [j for j in range(len(self.program.ops)) if j != k]
                     if self._cut(kept, base=self.program.bypass(k, operand)):
                         break
