@@ -444,3 +444,62 @@ def test_a_per_device_program_dropped_while_the_device_compiles_leaves_the_proce
                            timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.strip() == "[32.0, 32.0, 32.0, 32.0]"
+
+
+def sqrt_then_sum(platform):
+    """The square root of a vector sharded over 4 devices, then its sum: device 2 holds
+    the -1, its sqrt makes the NaN, and the all-reduce hands it to every device."""
+    mesh = Mesh(np.array(jax.devices(platform)[:4]), ("x",))
+    x = jax.device_put(np.array([4.0, 1.0, -1.0, 9.0], np.float32), NamedSharding(mesh, P("x")))
+    return jax.jit(lambda v: (jnp.sqrt(v) * 2, jnp.sqrt(v).sum())), (x,)
+
+
+def test_find_nonfinite_per_device_follows_the_nan_through_the_all_reduce():
+    """``si.find_nonfinite(..., per_device=True)``: each device whose shards hold a NaN
+    has an answer; the NaN of every device's sum comes from device 2's sqrt of its own
+    element (-1), across the all-reduce; only device 2's elementwise shard is NaN, as on
+    XLA (whose shards are the oracle of which devices hold NaNs)."""
+    function, args = sqrt_then_sum("cpu")
+    doubled, total = function(*args)
+    nan_devices = {device for device, shard in held(doubled).items() if np.isnan(shard).any()} | \
+        {device for device, shard in held(total).items() if np.isnan(shard).any()}
+    found = si.find_nonfinite(function, *args, per_device=True)
+    assert sorted(found.devices) == sorted(nan_devices) == [0, 1, 2, 3]
+    for device, origins in found.devices.items():
+        assert [index for index, _ in origins.nonfinite_results] == ([0, 1] if device == 2 else [1])
+        assert len(origins.origins) == (2 if device == 2 else 1)   # the two sqrt ops of the line
+        assert {(origin.op, origin.process) for origin in origins.origins} == {("stablehlo.sqrt", 2)}
+        origin = origins.origins[-1]
+        np.testing.assert_array_equal(origin.operands[0], [-1.0])
+        assert origin.location.frame.line == sqrt_then_sum.__code__.co_firstlineno + 5
+        if device != 2:
+            assert f"stablehlo.all_reduce (test_per_device.py:{origin.location.frame.line}) on process {device}" \
+                in str(origins)
+    assert str(found).splitlines()[0] == "device 0:"
+    first = si.find_nonfinite(function, *args, per_device=True, mode="first")
+    assert sorted(first.devices) == [0, 1, 2, 3]
+    assert (first.devices[2].op, first.devices[2].process) == ("stablehlo.sqrt", 2)
+    assert {first.devices[device].op for device in (0, 1, 3)} == {"stablehlo.all_reduce"}
+
+
+def test_find_nonfinite_per_device_falls_back_where_shardy_cannot_partition():
+    """Where Shardy cannot partition, a PerDeviceWarning says why and the global program
+    answers (its sqrt of the -1)."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    x = jax.device_put(np.array([[1.0], [-1.0], [4.0], [9.0]], np.float32), NamedSharding(mesh, P("x")))
+    rows = NamedSharding(mesh, P("x"))
+    function = jax.jit(lambda v: jnp.sqrt(jax.lax.with_sharding_constraint(v[:3], rows)).sum(0))
+    with pytest.warns(placement.PerDeviceWarning, match=f"falls back to the global program.*{UNEVEN_SLICE}"):
+        found = si.find_nonfinite(function, x, per_device=True)
+    assert found.op == "stablehlo.sqrt" and found.origins[0].process is None
+    np.testing.assert_array_equal(found.operands[0], [[1.0], [-1.0], [4.0]])
+
+
+def test_nonfinite_on_the_device_stops_per_device_naming_the_device():
+    """What STABLEHLO_INTERP_NONFINITE=1 attaches (a NonFiniteFinder that stops), in mode
+    per_device: JAX raises the report, naming the device whose sqrt made the NaN."""
+    function, args = sqrt_then_sum("interp")
+    with si.on_device(si.tools.NonFiniteFinder(stop=True)), pytest.raises(Exception) as raised:
+        jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    assert "first non-finite value: stablehlo.sqrt" in str(raised.value)
+    assert "on process 2" in str(raised.value)

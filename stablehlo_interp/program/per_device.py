@@ -206,6 +206,11 @@ def _difference(wanted: np.ndarray, got: np.ndarray) -> str:
             f"{got[where]!r}, {wanted[where]!r} in the global run")
 
 
+class PerDeviceWarning(UserWarning):
+    """A per-device run could not do all it was asked: the global program ran instead, or
+    the two runs differ where a reordered float sum may explain it."""
+
+
 class PerDeviceMismatch(InterpreterError):
     """The per-device run's results differ from the global run's where no reordered sum
     explains it."""
