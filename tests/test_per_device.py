@@ -503,3 +503,58 @@ def test_nonfinite_on_the_device_stops_per_device_naming_the_device():
         jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
     assert "first non-finite value: stablehlo.sqrt" in str(raised.value)
     assert "on process 2" in str(raised.value)
+
+
+def test_compare_per_device_against_xla_on_each_device():
+    """``si.compare(..., per_device=True)`` on XLA's CPU with 8 devices: the backend's
+    results on each device are the addressable shards ``jax.jit`` gives (bit for bit),
+    each device's partitioned run agrees with them within tolerance on random floats,
+    and the report counts each device's bytes at the all-reduce by hand (a f32[4, 8]
+    partial product: 128 bytes sent and 128 received)."""
+    rng = np.random.default_rng(2)
+    mesh = mesh_of("cpu")
+    a = jax.device_put(rng.standard_normal((4, 64)).astype(np.float32), NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(rng.standard_normal((64, 8)).astype(np.float32), NamedSharding(mesh, P("x", None)))
+    function = jax.jit(lambda a, b: a @ b)
+    xla = held(function(a, b))
+    comparison = si.compare(function, a, b, per_device=True)
+    assert comparison.ok and comparison.against == "per device" and len(comparison.outputs) == 8
+    for device in range(8):
+        np.testing.assert_array_equal(comparison.theirs[device][0], xla[device], strict=True)
+        bound = reordered_sum_bound(np.asarray(a), np.asarray(b))   # ours and XLA's: two orders of the sums
+        assert (np.abs(comparison.ours[device][0].astype(np.float64) - xla[device]) <= 2 * bound).all()
+    assert [(t.process, t.sent, t.received) for t in sorted(comparison.traffic.transfers, key=lambda t: t.process)] \
+        == [(device, 128, 128) for device in range(8)]
+    text = str(comparison)
+    assert text.splitlines()[0] == "each device's partitioned program against cpu: its results on each device"
+    assert "device 7: agrees" in text and "1024 bytes sent, 1024 received" in text
+
+
+def test_compare_per_device_names_the_device_whose_shard_differs():
+    """A backend that gives global results only (a callable): each device is compared with
+    its shards of them. The backend's x * 2 with one element off (row 0, column 5): of
+    the columns over 8 devices, device 2 holds columns 4-5, and only it differs."""
+    function, args, _ = rows_to_columns("cpu")
+
+    def off_by_one(module_text, arguments):
+        wrong = np.asarray(arguments[0]) * 2
+        wrong[0, 5] += 1
+        return [wrong]
+
+    comparison = si.compare(function, *args, per_device=True, backend=off_by_one)
+    assert comparison.against == "shards" and not comparison.ok
+    assert [device for device, differences in enumerate(comparison.outputs) if differences[0] is not None] == [2]
+    expected = (INTEGERS * 2)[:, 4:6].copy()
+    expected[0, 1] += 1
+    np.testing.assert_array_equal(comparison.theirs[2][0], expected)
+    assert "device 2: differs" in str(comparison) and "stablehlo.all_to_all" in str(comparison)
+
+
+def test_compare_per_device_falls_back_where_shardy_cannot_partition():
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    x = jax.device_put(INTEGERS[:4, :2], NamedSharding(mesh, P("x")))
+    rows = NamedSharding(mesh, P("x"))
+    function = jax.jit(lambda v: jax.lax.with_sharding_constraint(v[:3], rows).sum(0))
+    with pytest.warns(placement.PerDeviceWarning, match=f"falls back to the global program.*{UNEVEN_SLICE}"):
+        comparison = si.compare(function, x, per_device=True)
+    assert isinstance(comparison, si.tools.Comparison) and comparison.ok

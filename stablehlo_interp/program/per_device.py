@@ -88,6 +88,11 @@ class PerDeviceProgram:
         return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.arg_tilings)]
                 for device in range(self.num_devices)]
 
+    def result_shards(self, values: list) -> list:
+        """Each device's part of the global results ``values`` (``[d][i]``)."""
+        return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.result_tilings)]
+                for device in range(self.num_devices)]
+
     def assemble(self, per_device: list) -> list:
         """The global results from each device's results (``per_device[d][i]``)."""
         results = []
