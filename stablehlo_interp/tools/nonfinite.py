@@ -101,6 +101,17 @@ class PerDeviceNonFinite:
 
     devices: dict
 
+    @property
+    def first(self):
+        """The first device's answer's first origin (its report in mode first; None
+        where no origin was found)."""
+        answer = next(iter(self.devices.values()))
+        return answer if isinstance(answer, NonFiniteReport) else (answer.origins or [None])[0]
+
+    @property
+    def op(self) -> str | None:
+        return self.first.op if self.first is not None else None
+
     def __str__(self) -> str:
         lines = []
         for device, answer in self.devices.items():
