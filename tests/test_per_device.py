@@ -558,3 +558,31 @@ def test_compare_per_device_falls_back_where_shardy_cannot_partition():
     with pytest.warns(placement.PerDeviceWarning, match=f"falls back to the global program.*{UNEVEN_SLICE}"):
         comparison = si.compare(function, x, per_device=True)
     assert isinstance(comparison, si.tools.Comparison) and comparison.ok
+
+
+def test_the_command_line_runs_each_device(tmp_path, capsys):
+    """``--per-device`` on trace --nonfinite, compare and explore: the module of
+    sqrt_then_sum, with XLA's shards as the oracle of compare's per-device results."""
+    from stablehlo_interp.cli import main
+
+    function, args = sqrt_then_sum("cpu")
+    module = tmp_path / "sharded.mlir"
+    module.write_text(function.lower(*args).as_text(debug_info=True))
+    good = tmp_path / "good.npy"
+    np.save(good, np.array([4.0, 1.0, 16.0, 9.0], np.float32))
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.asarray(args[0]))
+    assert main(["trace", str(module), "--input", str(bad), "--nonfinite", "--per-device"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("device ")] == [f"device {d}:" for d in range(4)]
+    assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on process 2") == 5
+    assert main(["compare", str(module), "--input", str(good), "--per-device"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "each device's partitioned program against cpu: its results on each device"
+    x = jax.device_put(np.array([4.0, 1.0, 16.0, 9.0], np.float32), args[0].sharding)
+    doubled = held(function(x)[0])
+    for device in range(4):
+        assert f"device {device}: agrees\n  result #0: {si.tools.summarize(doubled[device])}" in out
+    page = tmp_path / "page.html"
+    assert main(["explore", str(module), "--input", str(good), "--per-device", "--output", str(page)]) == 0
+    assert '"devices":{"count":4' in page.read_text()

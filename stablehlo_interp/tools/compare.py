@@ -44,7 +44,7 @@ backend's, each prefix the backend runs, and the runs that estimate noise
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 from dataclasses import dataclass, field
 
@@ -239,6 +239,18 @@ class _EntryValues(Listener):
         if not stack:
             self.ops.append((step, list(operands), list(results)))
         return None
+
+
+@overload
+def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
+            window_bytes: int = WINDOW_BYTES, every_op: bool = False, per_device: Literal[False] = False,
+            **kwargs: Any) -> Comparison: ...
+
+
+@overload
+def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
+            window_bytes: int = WINDOW_BYTES, every_op: bool = False, per_device: bool = ...,
+            **kwargs: Any) -> Comparison | PerDeviceComparison: ...
 
 
 def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,

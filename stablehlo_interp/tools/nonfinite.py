@@ -701,7 +701,8 @@ def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: s
             return run_traced_per_device(call, [])[1]
         finder = NonFiniteFinder(stop=False, each_process=True)
         call.run_devices([finder])
-        found = {report.process: report for report in sorted(finder.reports, key=lambda report: report.process)}
+        by_device = {report.process: report for report in finder.reports}
+        found = {device: by_device[device] for device in range(call.partitioned.num_devices) if device in by_device}
         return PerDeviceNonFinite(found) if found else None
     if mode == "origins":
         return run_traced(call, [])[1]

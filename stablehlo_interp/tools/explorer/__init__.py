@@ -120,8 +120,8 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
             raise ArgumentError("model_explorer= writes the global program's findings: explore it without per_device")
         call = prepare_per_device(target, args, kwargs, function)
     else:
-        call = _structure_only(target, function) if not args and not kwargs else None
-        call = call or prepare(target, args, kwargs, function)
+        structure = _structure_only(target, function) if not args and not kwargs else None
+        call = structure or prepare(target, args, kwargs, function)
     statistics = OpStatistics()
     wanted = model_explorer is not None
     data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance,
