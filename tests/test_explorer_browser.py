@@ -414,3 +414,26 @@ def test_a_per_device_nonfinite_banner_switches_to_the_device_that_made_it(open_
     assert op_names(page, ".node.selected") == {"stablehlo.sqrt"}
     assert page.locator(".node.selected .value").inner_text() == "f32[1] [nan]"
     assert "operand #0: f32[1]\nf32[1] [-1]" in page.inner_text("#details")
+
+
+def test_a_per_device_comparison_banner_names_the_device_that_differs(open_page):
+    """With a backend whose global x * 2 is off at row 0, column 5 (columns over 8
+    devices: device 2 holds columns 4-5), the banner names device 2 and shows it."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh, P("x", None)))
+    columns = NamedSharding(mesh, P(None, "x"))
+
+    def off_by_one(module_text, arguments):
+        wrong = np.asarray(arguments[0]) * 2
+        wrong[0, 5] += 1
+        return [wrong]
+
+    page = open_page(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
+                     backend=off_by_one)
+    assert page.inner_text("#banners .divergence") == "differs on device 2"
+    page.click("#banners .divergence")
+    assert page.input_value("#device") == "2"
+    assert "device 2: differs" in page.inner_text("#details .report")
+    assert "device 1: agrees" in page.inner_text("#details .report")

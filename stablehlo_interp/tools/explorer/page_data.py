@@ -33,7 +33,7 @@ from ...engine.grid import COLLECTIVES
 from ...errors import OpError
 from ...ir.types import Token
 from ...program import load
-from ..compare import compare
+from ..compare import PerDeviceComparison, compare
 from ..nonfinite import run_traced, run_traced_per_device
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
@@ -98,7 +98,10 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
                              function=call.function, every_op=every_op, per_device=partitioned is not None)
         reports["comparison"] = comparison
         overlay = {"record": None, "text": str(comparison), "ok": comparison.ok}
-        if getattr(comparison, "divergence", None) is not None:
+        if isinstance(comparison, PerDeviceComparison):   # the devices whose results differ
+            overlay["devices"] = [device for device, differences in enumerate(comparison.outputs)
+                                  if any(d is not None for d in differences)]
+        elif comparison.divergence is not None:
             overlay["record"] = _divergent_record(trace, comparison.divergence)
         data["overlays"]["divergence"] = overlay
     data["files"] = files.panel(_function_lines(target))

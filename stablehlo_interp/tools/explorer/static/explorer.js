@@ -182,7 +182,12 @@
     }
     const divergence = data.overlays.divergence;
     if (divergence && divergence.ok) add("agree", "agrees with the backend", divergence.text, null);
-    else if (divergence) {
+    else if (divergence && divergence.devices) {
+      add("divergence", "differs on device " + divergence.devices.join(", "), divergence.text, () => {
+        showDevice(divergence.devices[0]);
+        showReport(divergence.text);
+      });
+    } else if (divergence) {
       const sid = overlayStep.divergence;
       add("divergence", "first divergence: " + (sid ? where(sid) : "(see details)"), divergence.text,
           () => sid ? showRecord(divergence.record, divergence.text) : showReport(divergence.text));
