@@ -30,8 +30,9 @@ program partitioned over them, as ``jax.jit`` does: the addressable shards of it
 outputs), or, for a backend that gives no per-device results, with the device's
 shards of the backend's global results (:class:`PerDeviceComparison`). The
 report gives each device's values and the bytes each device sent and received at
-each collective. Where Shardy cannot partition the program, a ``PerDeviceWarning``
-says why and the global program is compared.
+each collective; it makes no search for a first divergent op (that search runs
+prefixes of the global program). Where Shardy cannot partition the program, a
+``PerDeviceWarning`` says why and the global program is compared.
 
 Host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``,
 Equinox's checks): the interpreter runs the function lowered for the ``interp``

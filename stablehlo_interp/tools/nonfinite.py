@@ -302,7 +302,8 @@ class NonFiniteTracer(Listener):
 
     A result element that is non-finite because of two inputs is followed to both.
     A tracer observes one run of the function whose region it is given (the
-    processes of a grid each run it: it follows the first). Memory grows with the
+    processes of a grid each run it: :meth:`report` follows the first's results,
+    or those of the process it is given). Memory grows with the
     number of non-finite values a run computes (a small record each), never with
     the arrays; an origin keeps its operands and results whole for its first
     execution (summaries after it).
