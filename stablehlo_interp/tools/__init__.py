@@ -28,13 +28,13 @@ from . import validation
 from .backends import Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend, \
     IreeBackend, JaxBackend
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
-from .compare import Comparison, Divergence, compare
+from .compare import Comparison, Divergence, PerDeviceComparison, compare
 from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
 from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
 from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
-    find_nonfinite
+    PerDeviceNonFinite, find_nonfinite
 from .portability import Finding, PortabilityReport, portability
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .region_calls import RegionCall
@@ -48,7 +48,7 @@ __all__ = [
     "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
     "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
     "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
-    "OpRecord", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
+    "OpRecord", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
     "install_from_environment", "load_probes", "on_device", "portability", "probe", "summarize", "trace", "validation",
 ]
