@@ -550,14 +550,27 @@ def test_compare_per_device_names_the_device_whose_shard_differs():
     assert "device 2: differs" in str(comparison) and "stablehlo.all_to_all" in str(comparison)
 
 
-def test_compare_per_device_falls_back_where_shardy_cannot_partition():
+def test_compare_trace_and_explore_per_device_fall_back_where_shardy_cannot_partition():
+    """Each warns with Shardy's reason and answers for the global run: compare agrees
+    with XLA, the trace has no process, the page no device chooser; the sums are
+    NumPy's."""
     mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
     x = jax.device_put(INTEGERS[:4, :2], NamedSharding(mesh, P("x")))
     rows = NamedSharding(mesh, P("x"))
     function = jax.jit(lambda v: jax.lax.with_sharding_constraint(v[:3], rows).sum(0))
-    with pytest.warns(placement.PerDeviceWarning, match=f"falls back to the global program.*{UNEVEN_SLICE}"):
+    falls_back = f"falls back to the global program.*{UNEVEN_SLICE}"
+    with pytest.warns(placement.PerDeviceWarning, match=falls_back):
         comparison = si.compare(function, x, per_device=True)
     assert isinstance(comparison, si.tools.Comparison) and comparison.ok
+    with pytest.warns(placement.PerDeviceWarning, match=falls_back):
+        trace = si.trace(function, x, per_device=True)
+    assert {record.process for record in trace} == {None}
+    np.testing.assert_array_equal(trace.outputs[0], INTEGERS[:3, :2].sum(0))
+    with pytest.warns(placement.PerDeviceWarning, match=falls_back):
+        exploration = si.explore(function, x, per_device=True)
+    assert "devices" not in exploration.data and exploration.traffic is None
+    (reduce,) = exploration.trace.find("stablehlo.reduce")
+    np.testing.assert_array_equal(reduce.values[0], INTEGERS[:3, :2].sum(0))
 
 
 def test_the_command_line_runs_each_device(tmp_path, capsys):
