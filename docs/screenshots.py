@@ -36,6 +36,7 @@ PAGES = {
     "docs/tutorial.md": [("tutorial_lowering.html", "tutorial_lowering.png", ("line", "jnp.sin(x) * y"))],
     "docs/tools.md": [("running_log_sum.html", "tools_nonfinite.png", ("banner", "nonfinite")),
                       ("scaled_sum.html", "tools_explore.png", ("line", "z = x * 2.0 + y"))],
+    "docs/sharding.md": [("sharded_matmul.html", "sharding_per_device.png", ("device", 2))],
 }
 # document -> (directory its example writes with model_explorer=, screenshot, the overlay shown)
 MODEL_EXPLORER_PAGES = {
@@ -44,10 +45,14 @@ MODEL_EXPLORER_PAGES = {
 
 
 def act(page, action) -> None:
-    """Do what the screenshot shows: click the source line holding a text, or a banner."""
+    """Do what the screenshot shows: click the source line holding a text, or a banner;
+    or choose a device of a per-device page and open its collectives panel."""
     kind, what = action
     if kind == "line":
         page.locator("#python .line", has_text=what).first.click()
+    elif kind == "device":
+        page.select_option("#device", str(what))
+        page.click("#banners .collectives")
     else:
         page.click(f"#banners .{what}")
     page.wait_for_timeout(100)

@@ -5,12 +5,13 @@
     stablehlo-interp conform PATH... [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
                              [--backend-command 'TOOL {mlir} {inputs} {outputs}'] [-j N]
                              [--junit-xml PATH] [--json PATH]
-    stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz]
+    stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz] [--per-device]
     stablehlo-interp explain FILE [--input ...]
     stablehlo-interp profile FILE [--input ...] [--by op|line] [--top N] [--repeat R]
     stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu] [--model-explorer DIR]
+                             [--per-device]
     stablehlo-interp compare FILE [--input ...] [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
-                             [--backend-command CMD] [--rtol R --atol A]
+                             [--backend-command CMD] [--rtol R --atol A] [--per-device]
     stablehlo-interp fuzz [--backend cpu|iree[:TARGET]] [--seed S] [--count N] [-j N] [--out DIR] [--ray ADDRESS]
 
 See docs/cli.md and docs/tools.md.
@@ -125,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="with --probe: save only these ops (op name, or FILE:LINE); repeat")
     trace.add_argument("--every-iteration", action="store_true",
                        help="with --probe: save values of every loop iteration, not only the last")
+    _add_per_device_argument(trace)
     trace.set_defaults(command=_trace, name="trace")
 
     profile = commands.add_parser("profile", help="run a function and print where its time goes, by op",
@@ -154,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     explore.add_argument("--model-explorer", metavar="DIR",
                          help="also write the module and the run's findings per op as Model Explorer's node data "
                               "into DIR (needs the model-explorer extra)")
+    _add_per_device_argument(explore)
     explore.set_defaults(command=_explore, name="explore")
 
     compare = commands.add_parser("compare", help="compare with another backend; find the first divergent op",
@@ -163,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     add_backend_arguments(compare)
     compare.add_argument("--rtol", type=float, help="relative tolerance for every float type")
     compare.add_argument("--atol", type=float, help="absolute tolerance for every float type")
+    _add_per_device_argument(compare)
     compare.set_defaults(command=_compare, name="compare")
 
     fuzz = commands.add_parser("fuzz", help="random programs here and on a backend; differences reduced",
@@ -215,6 +219,12 @@ def backend_of(args):
         return resolve(args.backend, args.backend_option)
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def _add_per_device_argument(parser) -> None:
+    parser.add_argument("--per-device", action="store_true",
+                        help="a sharded module runs as XLA runs it: each device its partitioned program "
+                             "(docs/sharding.md); where Shardy cannot partition it, a warning and the global program")
 
 
 def _add_program_arguments(parser) -> None:
@@ -359,16 +369,18 @@ def _trace(args) -> int:
     program, name, inputs = _program_and_inputs(args)
     if args.nonfinite or args.first_nonfinite:
         mode = "first" if args.first_nonfinite else "origins"
-        report = tools.find_nonfinite(program, *inputs, function=name, mode=mode)
+        report = tools.find_nonfinite(program, *inputs, function=name, mode=mode, per_device=args.per_device)
         print(report if report is not None else "every value is finite" if args.first_nonfinite
               else "all results finite")
         return 0
+    if args.probe and args.per_device:
+        raise UsageError("--probe saves the values of one run: it takes no --per-device")
     if args.probe:
         recorder = tools.probe(program, *inputs, function=name, path=args.probe, select=args.select,
                                every_iteration=args.every_iteration)
         print(f"saved {len(recorder.probes)} values to {args.probe}")
         return 0
-    trace = tools.trace(program, *inputs, function=name)
+    trace = tools.trace(program, *inputs, function=name, per_device=args.per_device)
     print(trace.text(head=args.head, tail=args.tail))
     if args.json:
         import json
@@ -404,7 +416,7 @@ def _explore(args) -> int:
         name, inputs = args.function or program.entry_name, []
     path = pathlib.Path(args.output or pathlib.Path(args.file).with_suffix(".html"))
     exploration = tools.explore(program, *inputs, function=name, backend=args.backend, path=path,
-                                model_explorer=args.model_explorer)
+                                model_explorer=args.model_explorer, per_device=args.per_device)
     print(f"wrote {path}: {len(exploration.trace)} ops run")
     if exploration.model_explorer is not None:
         print(f"for Model Explorer: {exploration.model_explorer.command}")
@@ -424,7 +436,8 @@ def _compare(args) -> int:
         raise UsageError("give both --rtol and --atol, or neither")
     program, name, inputs = _program_and_inputs(args)
     tolerance = None if args.rtol is None else (args.rtol, args.atol)
-    comparison = tools.compare(program, *inputs, backend=backend_of(args), tolerance=tolerance, function=name)
+    comparison = tools.compare(program, *inputs, backend=backend_of(args), tolerance=tolerance, function=name,
+                               per_device=args.per_device)
     print(comparison)
     return 0 if comparison.ok else 1
 

@@ -210,6 +210,9 @@ def explorer_page_fingerprint(page: pathlib.Path) -> str:
             value.pop("full")
     for value in data["records"]["arguments"]:
         value.pop("full")
+    for arguments in data.get("devices", {}).get("arguments", ()):   # a per-device page's
+        for value in arguments:
+            value.pop("full")
     canonical = text[:start] + json.dumps(data, sort_keys=True) + text[end:]
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

@@ -365,3 +365,75 @@ def test_a_flax_nnx_transformer_lm_overview(open_page):
 def test_an_equinox_neural_ode_overview(open_page):
     page = zoo_page(open_page, "equinox_diffrax_neural_ode")
     check_overview(page, "self.mlp(y)")
+
+
+def test_a_per_device_run_shows_each_devices_values_and_bytes(open_page):
+    """``per_device=True`` on a matmul whose contracting dimension is sharded over 8 devices
+    (XLA CPU's devices): the page draws the per-device program; choosing a device shows
+    its own partial product (NumPy's product of its shards), the all-reduce's node gives
+    that device's bytes, and the collectives panel each device's (a f32[4, 8] partial:
+    128 bytes each way, 1024 in all)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from stablehlo_interp.tools.summary import summarize
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    a_value = (np.arange(64, dtype=np.float32).reshape(4, 16) - 30) / 8
+    b_value = (np.arange(128, dtype=np.float32).reshape(16, 8) % 7 - 3) / 4
+    a = jax.device_put(a_value, NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(b_value, NamedSharding(mesh, P("x", None)))
+    page = open_page(jax.jit(lambda a, b: a @ b), a, b, per_device=True)
+    assert texts(page, "#device option") == [f"device {d}" for d in range(8)]
+    assert "tensor<4x2xf32>" in page.inner_text("#stablehlo")     # the per-device program's local types
+    for device in (0, 5):
+        page.select_option("#device", str(device))
+        page.locator(".node.op", has=page.locator(".opname", has_text="stablehlo.dot_general")).click()
+        columns = slice(2 * device, 2 * device + 2)
+        partial = str(summarize(a_value[:, columns] @ b_value[columns]))
+        assert page.locator(".node.selected .value").inner_text() == partial
+        assert "ran\n1 time on device " + str(device) in page.inner_text("#details")
+        page.locator(".node.op > .opname", has_text="stablehlo.all_reduce").click()
+        assert f"device {device} sent 128, received 128" in page.inner_text("#details")
+        assert page.locator(".node.selected > .value").inner_text() == str(summarize(a_value @ b_value))
+    page.click("#banners .collectives")
+    rows = page.eval_on_selector_all("#details table.traffic tr", "rows => rows.map(r => r.innerText)")
+    assert rows[1:] == [f"{d}\t128\t128" for d in range(8)] + ["in all\t1024\t1024"]
+    page.locator("#details table.traffic tr[data-device='3']").click()
+    assert page.input_value("#device") == "3"
+
+
+def test_a_per_device_nonfinite_banner_switches_to_the_device_that_made_it(open_page):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    x = jax.device_put(np.array([4.0, 1.0, -1.0, 9.0], np.float32), NamedSharding(mesh, P("x")))
+    page = open_page(jax.jit(lambda v: jnp.sqrt(v).sum()), x, per_device=True)
+    assert page.input_value("#device") == "0"
+    page.click("#banners .nonfinite")
+    assert page.input_value("#device") == "2"
+    assert op_names(page, ".node.selected") == {"stablehlo.sqrt"}
+    assert page.locator(".node.selected .value").inner_text() == "f32[1] [nan]"
+    assert "operand #0: f32[1]\nf32[1] [-1]" in page.inner_text("#details")
+
+
+def test_a_per_device_comparison_banner_names_the_device_that_differs(open_page):
+    """With a backend whose global x * 2 is off at row 0, column 5 (columns over 8
+    devices: device 2 holds columns 4-5), the banner names device 2 and shows it."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh, P("x", None)))
+    columns = NamedSharding(mesh, P(None, "x"))
+
+    def off_by_one(module_text, arguments):
+        wrong = np.asarray(arguments[0]) * 2
+        wrong[0, 5] += 1
+        return [wrong]
+
+    page = open_page(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
+                     backend=off_by_one)
+    assert page.inner_text("#banners .divergence") == "differs on device 2"
+    page.click("#banners .divergence")
+    assert page.input_value("#device") == "2"
+    assert "device 2: differs" in page.inner_text("#details .report")
+    assert "device 1: agrees" in page.inner_text("#details .report")

@@ -444,3 +444,158 @@ def test_a_per_device_program_dropped_while_the_device_compiles_leaves_the_proce
                            timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.strip() == "[32.0, 32.0, 32.0, 32.0]"
+
+
+def sqrt_then_sum(platform):
+    """The square root of a vector sharded over 4 devices, then its sum: device 2 holds
+    the -1, its sqrt makes the NaN, and the all-reduce hands it to every device."""
+    mesh = Mesh(np.array(jax.devices(platform)[:4]), ("x",))
+    x = jax.device_put(np.array([4.0, 1.0, -1.0, 9.0], np.float32), NamedSharding(mesh, P("x")))
+    return jax.jit(lambda v: (jnp.sqrt(v) * 2, jnp.sqrt(v).sum())), (x,)
+
+
+def test_find_nonfinite_per_device_follows_the_nan_through_the_all_reduce():
+    """``si.find_nonfinite(..., per_device=True)``: each device whose shards hold a NaN
+    has an answer; the NaN of every device's sum comes from device 2's sqrt of its own
+    element (-1), across the all-reduce; only device 2's elementwise shard is NaN, as on
+    XLA (whose shards are the oracle of which devices hold NaNs)."""
+    function, args = sqrt_then_sum("cpu")
+    doubled, total = function(*args)
+    nan_devices = {device for device, shard in held(doubled).items() if np.isnan(shard).any()} | \
+        {device for device, shard in held(total).items() if np.isnan(shard).any()}
+    found = si.find_nonfinite(function, *args, per_device=True)
+    assert sorted(found.devices) == sorted(nan_devices) == [0, 1, 2, 3]
+    for device, origins in found.devices.items():
+        assert [index for index, _ in origins.nonfinite_results] == ([0, 1] if device == 2 else [1])
+        assert len(origins.origins) == (2 if device == 2 else 1)   # the two sqrt ops of the line
+        assert {(origin.op, origin.process) for origin in origins.origins} == {("stablehlo.sqrt", 2)}
+        origin = origins.origins[-1]
+        np.testing.assert_array_equal(origin.operands[0], [-1.0])
+        assert origin.location.frame.line == sqrt_then_sum.__code__.co_firstlineno + 5
+        if device != 2:
+            assert f"stablehlo.all_reduce (test_per_device.py:{origin.location.frame.line}) on process {device}" \
+                in str(origins)
+    assert str(found).splitlines()[0] == "device 0:"
+    first = si.find_nonfinite(function, *args, per_device=True, mode="first")
+    assert sorted(first.devices) == [0, 1, 2, 3]
+    assert (first.devices[2].op, first.devices[2].process) == ("stablehlo.sqrt", 2)
+    assert {first.devices[device].op for device in (0, 1, 3)} == {"stablehlo.all_reduce"}
+
+
+def test_find_nonfinite_per_device_falls_back_where_shardy_cannot_partition():
+    """Where Shardy cannot partition, a PerDeviceWarning says why and the global program
+    answers (its sqrt of the -1)."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    x = jax.device_put(np.array([[1.0], [-1.0], [4.0], [9.0]], np.float32), NamedSharding(mesh, P("x")))
+    rows = NamedSharding(mesh, P("x"))
+    function = jax.jit(lambda v: jnp.sqrt(jax.lax.with_sharding_constraint(v[:3], rows)).sum(0))
+    with pytest.warns(placement.PerDeviceWarning, match=f"falls back to the global program.*{UNEVEN_SLICE}"):
+        found = si.find_nonfinite(function, x, per_device=True)
+    assert found.op == "stablehlo.sqrt" and found.origins[0].process is None
+    np.testing.assert_array_equal(found.operands[0], [[1.0], [-1.0], [4.0]])
+
+
+def test_nonfinite_on_the_device_stops_per_device_naming_the_device():
+    """What STABLEHLO_INTERP_NONFINITE=1 attaches (a NonFiniteFinder that stops), in mode
+    per_device: JAX raises the report, naming the device whose sqrt made the NaN."""
+    function, args = sqrt_then_sum("interp")
+    with si.on_device(si.tools.NonFiniteFinder(stop=True)), pytest.raises(Exception) as raised:
+        jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
+    assert "first non-finite value: stablehlo.sqrt" in str(raised.value)
+    assert "on process 2" in str(raised.value)
+
+
+def test_compare_per_device_against_xla_on_each_device():
+    """``si.compare(..., per_device=True)`` on XLA's CPU with 8 devices: the backend's
+    results on each device are the addressable shards ``jax.jit`` gives (bit for bit),
+    each device's partitioned run agrees with them within tolerance on random floats,
+    and the report counts each device's bytes at the all-reduce by hand (a f32[4, 8]
+    partial product: 128 bytes sent and 128 received)."""
+    rng = np.random.default_rng(2)
+    mesh = mesh_of("cpu")
+    a = jax.device_put(rng.standard_normal((4, 64)).astype(np.float32), NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(rng.standard_normal((64, 8)).astype(np.float32), NamedSharding(mesh, P("x", None)))
+    function = jax.jit(lambda a, b: a @ b)
+    xla = held(function(a, b))
+    comparison = si.compare(function, a, b, per_device=True)
+    assert comparison.ok and comparison.against == "per device" and len(comparison.outputs) == 8
+    for device in range(8):
+        np.testing.assert_array_equal(comparison.theirs[device][0], xla[device], strict=True)
+        bound = reordered_sum_bound(np.asarray(a), np.asarray(b))   # ours and XLA's: two orders of the sums
+        assert (np.abs(comparison.ours[device][0].astype(np.float64) - xla[device]) <= 2 * bound).all()
+    assert [(t.process, t.sent, t.received) for t in sorted(comparison.traffic.transfers, key=lambda t: t.process)] \
+        == [(device, 128, 128) for device in range(8)]
+    text = str(comparison)
+    assert text.splitlines()[0] == "each device's partitioned program against cpu: its results on each device"
+    assert "device 7: agrees" in text and "1024 bytes sent, 1024 received" in text
+
+
+def test_compare_per_device_names_the_device_whose_shard_differs():
+    """A backend that gives global results only (a callable): each device is compared with
+    its shards of them. The backend's x * 2 with one element off (row 0, column 5): of
+    the columns over 8 devices, device 2 holds columns 4-5, and only it differs."""
+    function, args, _ = rows_to_columns("cpu")
+
+    def off_by_one(module_text, arguments):
+        wrong = np.asarray(arguments[0]) * 2
+        wrong[0, 5] += 1
+        return [wrong]
+
+    comparison = si.compare(function, *args, per_device=True, backend=off_by_one)
+    assert comparison.against == "shards" and not comparison.ok
+    assert [device for device, differences in enumerate(comparison.outputs) if differences[0] is not None] == [2]
+    expected = (INTEGERS * 2)[:, 4:6].copy()
+    expected[0, 1] += 1
+    np.testing.assert_array_equal(comparison.theirs[2][0], expected)
+    assert "device 2: differs" in str(comparison) and "stablehlo.all_to_all" in str(comparison)
+
+
+def test_compare_trace_and_explore_per_device_fall_back_where_shardy_cannot_partition():
+    """Each warns with Shardy's reason and answers for the global run: compare agrees
+    with XLA, the trace has no process, the page no device chooser; the sums are
+    NumPy's."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    x = jax.device_put(INTEGERS[:4, :2], NamedSharding(mesh, P("x")))
+    rows = NamedSharding(mesh, P("x"))
+    function = jax.jit(lambda v: jax.lax.with_sharding_constraint(v[:3], rows).sum(0))
+    falls_back = f"falls back to the global program.*{UNEVEN_SLICE}"
+    with pytest.warns(placement.PerDeviceWarning, match=falls_back):
+        comparison = si.compare(function, x, per_device=True)
+    assert isinstance(comparison, si.tools.Comparison) and comparison.ok
+    with pytest.warns(placement.PerDeviceWarning, match=falls_back):
+        trace = si.trace(function, x, per_device=True)
+    assert {record.process for record in trace} == {None}
+    np.testing.assert_array_equal(trace.outputs[0], INTEGERS[:3, :2].sum(0))
+    with pytest.warns(placement.PerDeviceWarning, match=falls_back):
+        exploration = si.explore(function, x, per_device=True)
+    assert "devices" not in exploration.data and exploration.traffic is None
+    (reduce,) = exploration.trace.find("stablehlo.reduce")
+    np.testing.assert_array_equal(reduce.values[0], INTEGERS[:3, :2].sum(0))
+
+
+def test_the_command_line_runs_each_device(tmp_path, capsys):
+    """``--per-device`` on trace --nonfinite, compare and explore: the module of
+    sqrt_then_sum, with XLA's shards as the oracle of compare's per-device results."""
+    from stablehlo_interp.cli import main
+
+    function, args = sqrt_then_sum("cpu")
+    module = tmp_path / "sharded.mlir"
+    module.write_text(function.lower(*args).as_text(debug_info=True))
+    good = tmp_path / "good.npy"
+    np.save(good, np.array([4.0, 1.0, 16.0, 9.0], np.float32))
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.asarray(args[0]))
+    assert main(["trace", str(module), "--input", str(bad), "--nonfinite", "--per-device"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("device ")] == [f"device {d}:" for d in range(4)]
+    assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on process 2") == 5
+    assert main(["compare", str(module), "--input", str(good), "--per-device"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "each device's partitioned program against cpu: its results on each device"
+    x = jax.device_put(np.array([4.0, 1.0, 16.0, 9.0], np.float32), args[0].sharding)
+    doubled = held(function(x)[0])
+    for device in range(4):
+        assert f"device {device}: agrees\n  result #0: {si.tools.summarize(doubled[device])}" in out
+    page = tmp_path / "page.html"
+    assert main(["explore", str(module), "--input", str(good), "--per-device", "--output", str(page)]) == 0
+    assert '"devices":{"count":4' in page.read_text()

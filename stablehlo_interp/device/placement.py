@@ -32,7 +32,7 @@ from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
 from ..errors import ArgumentError
 from ..ir.partition import PartitionError
-from ..program.per_device import PerDeviceProgram
+from ..program.per_device import PerDeviceProgram, PerDeviceWarning
 from ..sharding import unreduced
 from ..sharding.propagation import Propagation, value_tilings
 from ..ir.types import TOKEN, TensorType
@@ -50,11 +50,6 @@ GLOBAL, PER_DEVICE, CHECK = "global", "per_device", "check"
 SPMD_MODES = (GLOBAL, PER_DEVICE, CHECK)
 SPMD_VARIABLE = "STABLEHLO_INTERP_SPMD"
 SPMD_OPTION = "interp_spmd"
-
-
-class PerDeviceWarning(UserWarning):
-    """A per-device mode could not do all it was asked: the global program ran instead, or
-    the two runs differ where a reordered float sum may explain it."""
 
 
 def spmd_mode(option=None) -> str:

@@ -36,6 +36,8 @@ PROCESS_OPS = frozenset({
     "stablehlo.all_gather", "stablehlo.all_reduce", "stablehlo.all_to_all", "stablehlo.collective_broadcast",
     "stablehlo.collective_permute", "stablehlo.reduce_scatter", "stablehlo.replica_id", "stablehlo.partition_id",
 })
+# The process ops that exchange data between processes.
+COLLECTIVES = PROCESS_OPS - {"stablehlo.replica_id", "stablehlo.partition_id"}
 MANUAL_BORDERS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape"})
 
 

@@ -292,6 +292,18 @@ def senders_and_receivers(info, grid: Grid) -> tuple[set, set] | None:
     return None
 
 
+def contributors(info, process) -> tuple:
+    """The processes (flattened ids) whose operands reach ``process``'s results of a
+    collective: its group; for ``collective_permute`` the sources paired with it as
+    target (none: it gets zeros); for ``collective_broadcast`` its group's first."""
+    if info.name == "stablehlo.collective_permute":
+        pairs = _Groups(info, _pairwise_strategy(info), "source_target_pairs").all(process.grid)
+        return tuple(source for source, target in pairs if target == process.id)
+    pairwise = info.name in ("stablehlo.all_to_all", "stablehlo.collective_broadcast")
+    group = _Groups(info, _pairwise_strategy(info) if pairwise else _reducing_strategy(info)).of(process)
+    return group[:1] if info.name == "stablehlo.collective_broadcast" else group
+
+
 # ------------------------------------------------------------------------------ process ids
 
 

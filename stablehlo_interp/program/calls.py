@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 
 import functools
 import pathlib
+import warnings
 from dataclasses import dataclass
 
 from ..engine.hostio import HostQueues
 from ..errors import ArgumentError
-from .per_device import PerDeviceProgram
+from ..ir.partition import PartitionError
+from .per_device import PerDeviceProgram, PerDeviceWarning
 from .program import Program, coerce_arguments, load
 from .signature import JaxSignature, is_jax_function
 
@@ -85,6 +87,20 @@ def prepare(target, args=(), kwargs=None, function: str | None = None, platform:
     call = _prepare(target, args, kwargs or {}, function, platform)
     if per_device:
         call.partitioned = PerDeviceProgram(call.program, call.function)
+    return call
+
+
+def prepare_per_device(target, args=(), kwargs=None, function: str | None = None,
+                       platform: str | None = None) -> Call:
+    """:func:`prepare` with ``per_device=True`` for the tools: where Shardy cannot
+    partition the program, a :class:`PerDeviceWarning` says why and the call runs the
+    global program (``call.partitioned`` is None), as the device's per-device modes do."""
+    call = _prepare(target, args, kwargs or {}, function, platform)
+    try:
+        call.partitioned = PerDeviceProgram(call.program, call.function)
+    except PartitionError as why:
+        warnings.warn(f"the per-device run falls back to the global program of {call.program.name or 'a module'}: "
+                      f"{why}", PerDeviceWarning, stacklevel=3)
     return call
 
 

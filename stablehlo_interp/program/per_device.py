@@ -88,6 +88,11 @@ class PerDeviceProgram:
         return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.arg_tilings)]
                 for device in range(self.num_devices)]
 
+    def result_shards(self, values: list) -> list:
+        """Each device's part of the global results ``values`` (``[d][i]``)."""
+        return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.result_tilings)]
+                for device in range(self.num_devices)]
+
     def assemble(self, per_device: list) -> list:
         """The global results from each device's results (``per_device[d][i]``)."""
         results = []
@@ -204,6 +209,11 @@ def _difference(wanted: np.ndarray, got: np.ndarray) -> str:
     where = np.unravel_index(int(np.argmax(differ)), wanted.shape)
     return (f"{int(differ.sum())} of {wanted.size} element(s) differ, the first at {list(map(int, where))}: "
             f"{got[where]!r}, {wanted[where]!r} in the global run")
+
+
+class PerDeviceWarning(UserWarning):
+    """A per-device run could not do all it was asked: the global program ran instead, or
+    the two runs differ where a reordered float sum may explain it."""
 
 
 class PerDeviceMismatch(InterpreterError):

@@ -29,13 +29,13 @@ from . import validation
 from .backends import Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend, \
     IreeBackend, JaxBackend
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
-from .compare import Comparison, Divergence, compare
+from .compare import Comparison, Divergence, PerDeviceComparison, compare
 from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
 from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
 from .explorer import Exploration, explore
 from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
-    find_nonfinite
+    PerDeviceNonFinite, find_nonfinite
 from .portability import Finding, PortabilityReport, portability
 from .profile import OpTime, Profile, Profiler, profile
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
@@ -50,7 +50,8 @@ __all__ = [
     "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
     "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
     "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
-    "OpRecord", "OpTime", "PortabilityReport", "Profile", "Profiler", "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
+    "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
+    "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
     "install_from_environment", "load_probes", "on_device", "portability", "probe", "profile", "summarize", "trace", "validation",
 ]

@@ -22,6 +22,18 @@ whose value from the whole program is not the one the prefixes showed (XLA
 fuses a program with more results otherwise) is judged by the noise estimated
 for the whole program.
 
+``per_device=True`` compares what each device computes instead: a sharded program
+runs as XLA runs it, each device its partitioned program on its shards
+(program/per_device.py), and each device's results are compared with the
+backend's results of that device (a JAX platform with enough devices runs the
+program partitioned over them, as ``jax.jit`` does: the addressable shards of its
+outputs), or, for a backend that gives no per-device results, with the device's
+shards of the backend's global results (:class:`PerDeviceComparison`). The
+report gives each device's values and the bytes each device sent and received at
+each collective; it makes no search for a first divergent op (that search runs
+prefixes of the global program). Where Shardy cannot partition the program, a
+``PerDeviceWarning`` says why and the global program is compared.
+
 Host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``,
 Equinox's checks): the interpreter runs the function lowered for the ``interp``
 platform, whose callbacks it calls; a JAX backend gets the same function lowered
@@ -33,7 +45,7 @@ backend's, each prefix the backend runs, and the runs that estimate noise
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 from dataclasses import dataclass, field
 
@@ -46,13 +58,14 @@ from ..ir.edit import entry_op_names, inline_calls, prefix_module
 from ..ir.locations import SourceLocation
 from ..ir.types import Token
 from ..ops.host_callback import TARGET as HOST_CALLBACK
-from ..program import load, prepare
+from ..program import load, prepare, prepare_per_device
 from ..program.signature import is_jax_function
 from .backends import resolve
 from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
 from .difference import Difference, difference, max_ulp_distance, tolerances
 from .region_calls import describe_location, op_label, region_name, source_text
 from .summary import summarize
+from .traffic import CollectiveTraffic
 
 WINDOW_BYTES = 64 << 20
 # Ops not run again on the backend's operands: what they do is not a function of them alone.
@@ -174,6 +187,48 @@ class Comparison:
         return "\n".join(lines + settings)
 
 
+@dataclass
+class PerDeviceComparison:
+    """The outcome of :func:`compare` with ``per_device=True``: each device's partitioned
+    run against the backend's. ``against`` is ``"per device"`` (the backend's own
+    results on each device) or ``"shards"`` (each device's shards of the backend's
+    global results: a backend that gives no per-device results). ``outputs[d][i]``:
+    None where device ``d``'s result ``i`` is within tolerance, else a
+    :class:`~.difference.Difference`; ``ours[d]`` and ``theirs[d]``: each device's
+    results; ``traffic``: the bytes each device sent and received at each collective."""
+
+    backend: str
+    against: str
+    outputs: list
+    ours: list
+    theirs: list
+    traffic: CollectiveTraffic
+    tolerances: dict = field(default_factory=dict)
+    settings: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(d is None for device in self.outputs for d in device)
+
+    def __str__(self) -> str:
+        what = "its results on each device" if self.against == "per device" else \
+            "each device's shards of its global results (it gives no per-device results)"
+        lines = [f"each device's partitioned program against {self.backend}: {what}"]
+        for device, (differences, ours, theirs) in enumerate(zip(self.outputs, self.ours, self.theirs)):
+            agree = all(d is None for d in differences)
+            lines.append(f"device {device}: " + ("agrees" if agree else "differs"))
+            for index, (d, mine, other) in enumerate(zip(differences, ours, theirs)):
+                if d is None:
+                    lines.append(f"  result #{index}: {summarize(mine)}")
+                else:
+                    lines.append(f"  result #{index} differs: {d.describe(self.backend)}")
+                    lines.append(f"    interpreter: {summarize(mine)}")
+                    lines.append(f"    {self.backend}: {summarize(other)}")
+        lines.append("collectives (bytes sent/received by each device):")
+        lines += ["  " + line for line in str(self.traffic).splitlines()]
+        return "\n".join(lines + [f"{self.backend} setting: {sentence}" for sentence in self.settings])
+
+
 _KIND_TEXT = {NOISE: "rounding noise: every op it depends on is within its bound",
               BEYOND: "beyond bound: it depends on an op beyond its rounding bound",
               UNBOUNDED: "unbounded: it depends on a loop or conditional whose difference is not bounded"}
@@ -191,8 +246,21 @@ class _EntryValues(Listener):
         return None
 
 
+@overload
 def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
-            window_bytes: int = WINDOW_BYTES, every_op: bool = False, **kwargs: Any) -> Comparison:
+            window_bytes: int = WINDOW_BYTES, every_op: bool = False, per_device: Literal[False] = False,
+            **kwargs: Any) -> Comparison: ...
+
+
+@overload
+def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
+            window_bytes: int = WINDOW_BYTES, every_op: bool = False, per_device: bool = ...,
+            **kwargs: Any) -> Comparison | PerDeviceComparison: ...
+
+
+def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None, function: str | None = None,
+            window_bytes: int = WINDOW_BYTES, every_op: bool = False, per_device: bool = False,
+            **kwargs: Any) -> Comparison | PerDeviceComparison:
     """Run ``target`` on ``args`` here and on ``backend``; classify the differences and
     find the first divergent op (module docstring).
 
@@ -204,13 +272,17 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     for every float type, or a dict by element type (``{"f32": (1e-4, 1e-5)}``)
     over :data:`~stablehlo_interp.tools.difference.DEFAULT_TOLERANCES`: results
     within it agree, and no search is made unless ``every_op`` asks for each op's
-    finding (``Comparison.findings``) all the same.
+    finding (``Comparison.findings``) all the same. ``per_device``: each device's
+    partitioned run against the backend's (:class:`PerDeviceComparison`, module docstring).
     """
-    call = prepare(target, args, kwargs, function, platform=interpreter_platform() if is_jax_function(target) else None)
+    platform = interpreter_platform() if is_jax_function(target) else None
+    call = (prepare_per_device if per_device else prepare)(target, args, kwargs, function, platform=platform)
     if call.function != "main":
         raise InterpreterError(f"compare runs @main (backends compile a module's @main), not @{call.function}")
     table = tolerances(tolerance)
     run_backend = resolve(backend)
+    if call.partitioned is not None:
+        return _compare_per_device(call, run_backend, table)
     values = call.arguments
     text = inline_calls(module_text(call.program), "main")
     run_theirs, their_text = _backend_side(call, text, run_backend)
@@ -235,6 +307,25 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
         _classify(comparison, program, recorder.ops, values, backend_values, ours, theirs)
     return comparison
+
+
+def _compare_per_device(call, run_backend, table: dict) -> PerDeviceComparison:
+    """Each device's partitioned run against the backend's results on that device, or
+    its shards of the backend's global results (module docstring)."""
+    partitioned = call.per_device_program()
+    shards = partitioned.shards(call.arguments)
+    traffic = CollectiveTraffic()
+    ours = partitioned.run_devices(shards, [traffic])
+    text = module_text(call.program)
+    run_per_device = getattr(run_backend, "run_per_device", None)
+    theirs = run_per_device(text, shards) if run_per_device is not None else None
+    against = "per device"
+    if theirs is None:
+        theirs, against = partitioned.result_shards(run_backend(inline_calls(text, "main"), call.arguments)), "shards"
+    outputs = [[difference(mine, other, table) for mine, other in zip(device_ours, device_theirs)]
+               for device_ours, device_theirs in zip(ours, theirs)]
+    return PerDeviceComparison(run_backend.name, against, outputs, ours, theirs, traffic, table,
+                               tuple(getattr(run_backend, "settings", ())))
 
 
 def _backend_side(call, text: str, run_backend):

@@ -20,6 +20,12 @@ anywhere whose results hold a NaN or inf that its operands did not, whether or
 not it reaches a result. Infinities written into the program as constants are
 not reported there (JAX writes ``-inf`` and ``inf`` as the initial values of
 every max and min reduction); a NaN constant is.
+
+``per_device=True`` runs a sharded program as XLA runs it, each device its own
+partitioned program on its shards (program/per_device.py), and gives either answer
+for each device whose results (its shards) hold a NaN or inf, on that device's
+program and values (:class:`PerDeviceNonFinite`). Where Shardy cannot partition the
+program, a ``PerDeviceWarning`` says why and the global program answers.
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine.grid import COLLECTIVES
 from ..engine.registry import ELEMENTWISE_OPS
 from ..engine.run import Listener, numpy_warnings_off
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
-from ..program import prepare
+from ..ops.collectives import contributors
+from ..program import prepare, prepare_per_device
 from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, \
     region_name
 from .summary import ValueSummary, is_float_dtype, summarize, widened
@@ -84,6 +92,34 @@ class NonFiniteReport:
         return "\n".join(self.lines())
 
 
+@dataclass
+class PerDeviceNonFinite:
+    """The answer of :func:`find_nonfinite` with ``per_device=True``: by device id, the
+    answer on that device's partitioned program (:class:`NonFiniteOrigins` of the NaNs
+    and infs of its results, or with ``mode="first"`` its first
+    :class:`NonFiniteReport`), for each device that has one."""
+
+    devices: dict
+
+    @property
+    def first(self):
+        """The first device's answer's first origin (its report in mode first; None
+        where no origin was found)."""
+        answer = next(iter(self.devices.values()))
+        return answer if isinstance(answer, NonFiniteReport) else (answer.origins or [None])[0]
+
+    @property
+    def op(self) -> str | None:
+        return self.first.op if self.first is not None else None
+
+    def __str__(self) -> str:
+        lines = []
+        for device, answer in self.devices.items():
+            lines.append(f"device {device}:")
+            lines += ["  " + line for line in str(answer).splitlines()]
+        return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class ChainLink:
     """An op a non-finite value flowed through on its way to a result."""
@@ -91,10 +127,12 @@ class ChainLink:
     op: str
     location: SourceLocation | None
     stack: tuple[RegionCall, ...]
+    process: int | None = None    # set where the value has moved to another process than its origin's
 
     def __str__(self) -> str:
         frame = self.location.frame if self.location else None
-        return f"{self.op} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame else self.op
+        text = f"{self.op} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame else self.op
+        return text if self.process is None else f"{text} on process {self.process}"
 
 
 @dataclass
@@ -221,11 +259,11 @@ class _Made:
     and which ones it made itself (``new``: None, or per result ``(kind, count,
     first index)`` tuples; then ``details`` keep the op's values)."""
 
-    __slots__ = ("step", "key", "order", "follow", "inner", "new", "details")
+    __slots__ = ("step", "key", "order", "follow", "inner", "new", "details", "peers")
 
-    def __init__(self, step, key, order, follow, inner, new, details):
+    def __init__(self, step, key, order, follow, inner, new, details, peers=None):
         self.step, self.key, self.order, self.follow, self.inner = step, key, order, follow, inner
-        self.new, self.details = new, details
+        self.new, self.details, self.peers = new, details, peers
 
 
 class NonFiniteTracer(Listener):
@@ -249,6 +287,12 @@ class NonFiniteTracer(Listener):
       are still in the result (a buffer's inf fill that the updates replaced is not).
     * ``reduce`` and ``reduce_window``: the non-finite inputs; an initial value
       (``-inf`` of a max) only when no input is non-finite.
+    * a collective (``all_reduce``, ``all_gather`` ...) in a grid of processes: the
+      operands of the same execution on every process whose operand reaches this
+      process's result (ops/collectives.py ``contributors``: its group, a
+      permute's source), so a NaN one device made and another received is followed
+      to the device that made it; the collective made it only when none is
+      non-finite (an all-reduce that overflows).
     * ``func.call``, ``while``, ``case``, ``if``: into the region call that returned
       the value (a loop's last iteration, the branch taken), and from a region's
       arguments to the operands or to the previous iteration's results.
@@ -258,7 +302,8 @@ class NonFiniteTracer(Listener):
 
     A result element that is non-finite because of two inputs is followed to both.
     A tracer observes one run of the function whose region it is given (the
-    processes of a grid each run it: it follows the first). Memory grows with the
+    processes of a grid each run it: :meth:`report` follows the first's results,
+    or those of the process it is given). Memory grows with the
     number of non-finite values a run computes (a small record each), never with
     the arrays; an origin keeps its operands and results whole for its first
     execution (summaries after it).
@@ -307,14 +352,15 @@ class NonFiniteTracer(Listener):
         follow, inner, new = _sources(step, operands, results, key, last_body_call)
         details = None
         if new is not None:
-            keep = step not in self._shown and sum(np.size(v) for v in (*operands, *results)
+            keep = (key[0], step) not in self._shown and sum(np.size(v) for v in (*operands, *results)
                                                    if not isinstance(v, tuple)) <= _KEEP_ELEMENTS
-            self._shown.add(step)
+            self._shown.add((key[0], step))
             values = (list(operands), list(results)) if keep else \
                 ([summarize(v) for v in operands], [summarize(v) for v in results])
             details = (region_calls(stack), *values)
         self._order += 1
-        made = _Made(step, key, self._order, follow, inner, new, details)
+        peers = contributors(step.info, stack.process) if step.info.name in COLLECTIVES else None
+        made = _Made(step, key, self._order, follow, inner, new, details, peers)
         for slot, followed in zip(step.results, follow):
             if followed is not None:
                 self._values[(key, slot)] = made
@@ -330,8 +376,8 @@ class NonFiniteTracer(Listener):
     def resolve(self, key, slot, arguments) -> list:
         """What the value in ``slot`` of the region call ``key`` holds of non-finite
         values: ``[(_Made, result index)]`` for a value an op made, ``[("argument",
-        i)]`` for a non-finite argument of the entry function, ``[]`` for a finite
-        value."""
+        i, process)]`` for a non-finite argument of the entry function, ``[]`` for a
+        finite value. ``arguments``: the entry function's arguments, by process."""
         while True:
             found = self._values.get((key, slot))
             if found is not None:
@@ -340,7 +386,7 @@ class NonFiniteTracer(Listener):
             if slot >= region.n_captures + region.n_args:
                 return []       # a finite value of the region
             if len(key) == 1:
-                return [("argument", slot)] if _nonfinite(arguments[slot]) else []
+                return [("argument", slot, key[0])] if _nonfinite(arguments[key[0]][slot]) else []
             owner, region_index, call = key[-1]
             parent = key[:-1]
             if slot < region.n_captures:
@@ -357,20 +403,30 @@ class NonFiniteTracer(Listener):
         made, index = node
         if made.inner is not None:
             return self.resolve(made.inner, self._region_of(made.inner).outputs[index], arguments)
+        if made.peers is not None:
+            operands = [index] if len(made.step.operands) == len(made.step.results) else \
+                range(len(made.step.operands))
+            return [source for peer in made.peers for operand in operands
+                    for source in self.resolve((peer, *made.key[1:]), made.step.operands[operand], arguments)]
         return [source for operand in made.follow[index]
                 for source in self.resolve(made.key, made.step.operands[operand], arguments)]
 
-    def report(self, arguments, outputs) -> NonFiniteOrigins | None:
+    def report(self, arguments, outputs, process: int | None = None,
+               every_process: dict | None = None) -> NonFiniteOrigins | None:
         """The origins of the non-finite values among ``outputs``, the entry function's
-        results for ``arguments`` (None when every result is finite)."""
+        results for ``arguments`` (None when every result is finite). In a grid's run:
+        ``process``, whose results they are (default: the first); ``every_process``,
+        each process's arguments (followed through collectives); the origins then name
+        the process that made them."""
         with numpy_warnings_off():     # NaN and inf are what it looks at
-            return self._report(arguments, outputs)
+            return self._report(arguments, outputs, process, every_process or {})
 
-    def _report(self, arguments, outputs) -> NonFiniteOrigins | None:
+    def _report(self, arguments, outputs, process, every_process) -> NonFiniteOrigins | None:
         nonfinite = [index for index, value in enumerate(outputs) if _nonfinite(value)]
         if not nonfinite:
             return None
-        entry = (self._entry_process,)
+        entry = (self._entry_process if process is None else process,)
+        arguments = {**every_process, entry[0]: arguments}
         found: dict = {}   # the origin's step (or argument) -> [first node, its walk, executions, results reached]
         for index in nonfinite:
             origins, parents = self._walk(self.resolve(entry, self.region.outputs[index], arguments), arguments)
@@ -381,7 +437,7 @@ class NonFiniteTracer(Listener):
                     origin[3].append(index)
                 if _order(node) < _order(origin[0]):
                     origin[0], origin[1] = node, parents
-        origins = [self._origin(node, _chain(node, parents), executions, reaches, arguments)
+        origins = [self._origin(node, _chain(node, parents), executions, reaches, arguments, process is not None)
                    for node, parents, executions, reaches in sorted(found.values(), key=lambda o: _order(o[0]))]
         return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins)
 
@@ -391,36 +447,45 @@ class NonFiniteTracer(Listener):
         parents = dict.fromkeys(start)
         queue, origins = list(parents), []
         for node in queue:      # the queue grows as it is read
-            if node[0] == "argument" or (node[0].new is not None and node[0].new[node[1]]):
-                origins.append(node)
             if node[0] == "argument":
+                origins.append(node)
                 continue
-            for source in self._sources_of(node, arguments):
+            sources = self._sources_of(node, arguments)
+            made = node[0].new is not None and node[0].new[node[1]]
+            if made and (node[0].peers is None or not sources):   # a collective makes what no process sent
+                origins.append(node)
+            for source in sources:
                 if source not in parents:
                     parents[source] = node
                     queue.append(source)
         return origins, parents
 
     @staticmethod
-    def _origin(node, chain, executions, reaches, arguments) -> NonFiniteOrigin:
+    def _origin(node, chain, executions, reaches, arguments, name_process: bool) -> NonFiniteOrigin:
         if node[0] == "argument":
-            value = arguments[node[1]]
+            _, slot, process = node
+            value = arguments[process][slot]
             new = [(0, kind, *_first(value, kind)) for kind in KINDS if _first(value, kind)[0]]
-            return NonFiniteOrigin(f"argument #{node[1]}", None, (), [], [value], new, tuple(reaches), chain)
+            return NonFiniteOrigin(f"argument #{slot}", None, (), [], [value], new, tuple(reaches), chain,
+                                   process=process if name_process else None)
         made, index = node
         stack, operands, results = made.details
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
-                               tuple(reaches), chain, len(executions), made.step)
+                               tuple(reaches), chain, len(executions), made.step,
+                               process=made.key[0] if name_process else None)
 
 
 def _chain(node, parents) -> tuple[ChainLink, ...]:
-    """The ops from an origin node to the result its walk started from."""
+    """The ops from an origin node to the result its walk started from (each naming its
+    process where it is not the origin's: the value went through a collective)."""
     chain = []
+    origin = node[2] if node[0] == "argument" else node[0].key[0]
     node = parents[node]
     while node is not None:
         made = node[0]
-        chain.append(ChainLink(op_label(made.step), made.step.info.location, _calls_of(made.key)))
+        chain.append(ChainLink(op_label(made.step), made.step.info.location, _calls_of(made.key),
+                               made.key[0] if made.key[0] != origin else None))
         node = parents[node]
     return tuple(chain)
 
@@ -582,13 +647,15 @@ class NonFiniteFinder(Listener):
     carrying the report, whose message is the report's text: on the interp
     device, JAX raises it as the error of the computation). With
     ``stop=False`` it keeps the first report of each run in ``reports`` and
-    lets the runs go on.
+    lets the runs go on; with ``each_process=True`` too, the first of each process
+    of a grid (in a per-device run: of each device).
     """
 
-    def __init__(self, stop: bool = True):
+    def __init__(self, stop: bool = True, each_process: bool = False):
         self.stop = stop
+        self.each_process = each_process
         self.reports: list[NonFiniteReport] = []
-        self._reported_this_run = False
+        self._reported_this_run: set = set()   # the processes reported in this run (None: the run's one report)
 
     @property
     def report(self) -> NonFiniteReport | None:
@@ -596,16 +663,17 @@ class NonFiniteFinder(Listener):
 
     def before_op(self, step, operands, stack) -> None:
         if not stack and step.index == 0 and stack.process.id == 0:   # a run (a grid's: its process 0) begins
-            self._reported_this_run = False
+            self._reported_this_run = set()
 
     def after_op(self, step, operands, results, stack):
-        if self._reported_this_run or not any(map(_nonfinite, results)):
+        reporter = stack.process.id if self.each_process else None
+        if reporter in self._reported_this_run or not any(map(_nonfinite, results)):
             return None
         before = _kinds(operands) if operands else {"inf"}   # a constant's infinities: see the module's text
         new = [(index, kind, *_first(value, kind)) for index, value in enumerate(results)
                for kind in KINDS if kind in _kinds([value]) - before]
         if new:
-            self._reported_this_run = True
+            self._reported_this_run.add(reporter)
             process = stack.process
             report = NonFiniteReport(op_label(step), step.info.location, region_calls(stack),
                                      list(operands), list(results), new,
@@ -617,14 +685,26 @@ class NonFiniteFinder(Listener):
 
 
 def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: str = "origins",
-                   **kwargs: Any) -> Any:
+                   per_device: bool = False, **kwargs: Any) -> Any:
     """Run ``target`` on ``args`` and say where the NaNs and infs of its results came
     from (:class:`NonFiniteOrigins`; None when every result is finite). With
     ``mode="first"``: the first op that made a NaN or inf anywhere
-    (:class:`NonFiniteReport`; None if none did)."""
+    (:class:`NonFiniteReport`; None if none did). With ``per_device=True``, either
+    answer for each device that runs its partitioned program (:class:`PerDeviceNonFinite`;
+    None when no device has one), or the global program's where Shardy cannot
+    partition it (a ``PerDeviceWarning`` says why)."""
     if mode not in MODES:
         raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
-    call = prepare(target, args, kwargs, function)
+    call = prepare_per_device(target, args, kwargs, function) if per_device else prepare(target, args, kwargs,
+                                                                                           function)
+    if call.partitioned is not None:
+        if mode == "origins":
+            return run_traced_per_device(call, [])[1]
+        finder = NonFiniteFinder(stop=False, each_process=True)
+        call.run_devices([finder])
+        by_device = {report.process: report for report in finder.reports}
+        found = {device: by_device[device] for device in range(call.partitioned.num_devices) if device in by_device}
+        return PerDeviceNonFinite(found) if found else None
     if mode == "origins":
         return run_traced(call, [])[1]
     finder = NonFiniteFinder(stop=True)
@@ -642,6 +722,21 @@ def run_traced(call, listeners) -> tuple[list, NonFiniteOrigins | None]:
     tracer = NonFiniteTracer(entry_region(call))
     outputs = call.run([*listeners, tracer])
     return outputs, tracer.report(call.arguments, outputs)
+
+
+def run_traced_per_device(call, listeners) -> tuple[list, PerDeviceNonFinite | None]:
+    """Run a call prepared per device with ``listeners`` and a :class:`NonFiniteTracer`:
+    each device's results (``[d][i]``), and per device the origins of the non-finite
+    values of its results (None when every device's results are finite)."""
+    partitioned = call.per_device_program()
+    tracer = NonFiniteTracer(partitioned.local.runnable(call.function).region)
+    shards = partitioned.shards(call.arguments)
+    outputs = partitioned.run_devices(shards, [*listeners, tracer])
+    every_device = dict(enumerate(shards))
+    found = {device: tracer.report(shards[device], outputs[device], device, every_device)
+             for device in range(partitioned.num_devices)}
+    found = {device: origins for device, origins in found.items() if origins is not None}
+    return outputs, (PerDeviceNonFinite(found) if found else None)
 
 
 def entry_region(call):

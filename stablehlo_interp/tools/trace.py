@@ -23,7 +23,7 @@ from ..errors import InterpreterError, OpError
 from ..ir.locations import SourceLocation
 from .region_calls import RegionCall, describe_location, op_label, region_calls
 from .selection import matcher
-from ..program import prepare
+from ..program import prepare, prepare_per_device
 from .summary import ValueSummary, summarize
 from .transcript import render
 
@@ -218,9 +218,13 @@ def trace(target: Any, *args: Any, function: str | None = None, values: bool = F
     A run that fails returns the trace up to the failing op, with ``trace.error``
     set (the failing op is the last record, with ``results is None``). With
     ``per_device=True`` a sharded program runs as XLA runs it, each device its own
-    program (``si.run_per_device``): the records of device ``d`` have ``process == d``.
+    program (``si.run_per_device``): the records of device ``d`` have ``process == d``;
+    where Shardy cannot partition it, a ``PerDeviceWarning`` says why and the global
+    program runs.
     """
-    return record_run(prepare(target, args, kwargs, function, per_device=per_device), values=values)
+    call = prepare_per_device(target, args, kwargs, function) if per_device else prepare(target, args, kwargs,
+                                                                                           function)
+    return record_run(call, values=values)
 
 
 def record_run(call, values: bool = False) -> Trace:

@@ -21,14 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.grid import PROCESS_OPS
+from ..engine.grid import COLLECTIVES
 from ..engine.run import Listener
 from ..ir.locations import SourceLocation
 from ..ops.collectives import senders_and_receivers
 from .region_calls import describe_location
-
-# The collectives: the process ops that exchange data.
-COLLECTIVES = PROCESS_OPS - {"stablehlo.replica_id", "stablehlo.partition_id"}
 
 
 @dataclass(frozen=True)

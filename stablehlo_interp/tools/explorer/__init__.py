@@ -14,6 +14,11 @@ result came from (:mod:`..nonfinite`) is marked, and with ``backend=`` the first
 diverges on that backend (:mod:`..compare`). ``model_explorer=DIR`` also writes
 the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
+``per_device=True`` shows a sharded program as XLA runs it: the per-device program
+(program/per_device.py), run by each device on its shards. A device chooser picks
+whose values the page shows, and the collectives panel gives the bytes each device
+sent and received at each collective.
+
 The graphs are laid out in the browser by dagre (the npm package
 ``@dagrejs/dagre``, vendored in ``static/`` with its license; see
 ``static/VENDORED.md``), inlined into the page so that it works offline from disk.
@@ -32,7 +37,8 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from ...program import Program, load, prepare
+from ...errors import ArgumentError
+from ...program import Program, load, prepare, prepare_per_device
 from ...program.calls import Call
 from ...program.signature import is_jax_function
 from ..model_explorer.overlays import Findings, OpStatistics, write as write_model_explorer
@@ -52,7 +58,8 @@ class Exploration:
     None when every result is finite); ``comparison`` the
     :class:`~..compare.Comparison` with ``backend`` (else None); ``model_explorer``
     the :class:`~..model_explorer.ModelExplorerFiles` written with
-    ``model_explorer=DIR`` (else None).
+    ``model_explorer=DIR`` (else None); ``traffic`` a per-device run's
+    :class:`~..traffic.CollectiveTraffic` (else None).
     """
 
     data: dict = field(repr=False)
@@ -61,6 +68,7 @@ class Exploration:
     nonfinite: object = None
     comparison: object = None
     model_explorer: object = None
+    traffic: object = None
 
     @functools.cached_property
     def html(self) -> str:
@@ -87,7 +95,7 @@ class Exploration:
 
 def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, function: str | None = None,
             backend: Any = None, tolerance: Any = None, model_explorer: str | os.PathLike | None = None,
-            **kwargs: Any) -> Exploration:
+            per_device: bool = False, **kwargs: Any) -> Exploration:
     """Run ``target`` on its arguments (as ``si.run`` does) and build the explorer page;
     write it to ``path`` when given. A module given without the arguments its
     function takes is drawn without running it (no values).
@@ -101,14 +109,25 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
     ``|value|``, the NaN and inf count, the NaN's origin, and with ``backend`` each
     op's ULP distance and whether it is beyond rounding noise
     (:mod:`..model_explorer.overlays`; needs the ``model-explorer`` extra).
+
+    ``per_device`` (a sharded program): each device runs its partitioned program, and
+    the page shows that program with each device's values and the bytes each device
+    sent and received at each collective; where Shardy cannot partition the program, a
+    ``PerDeviceWarning`` says why and the page shows the global run.
     """
-    call = _structure_only(target, function) if not args and not kwargs else None
-    call = call or prepare(target, args, kwargs, function)
+    if per_device:
+        if model_explorer is not None:
+            raise ArgumentError("model_explorer= writes the global program's findings: explore it without per_device")
+        call = prepare_per_device(target, args, kwargs, function)
+    else:
+        structure = _structure_only(target, function) if not args and not kwargs else None
+        call = structure or prepare(target, args, kwargs, function)
     statistics = OpStatistics()
     wanted = model_explorer is not None
     data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance,
                                    listeners=[statistics] if wanted else (), every_op=wanted)
-    exploration = Exploration(data, None, trace, reports["nonfinite"], reports["comparison"])
+    exploration = Exploration(data, None, trace, reports["nonfinite"], reports["comparison"],
+                              traffic=reports["traffic"])
     if wanted:
         findings = Findings(statistics, reports["nonfinite"], reports["comparison"])
         exploration.model_explorer = write_model_explorer(call.program, findings, model_explorer, call.function)

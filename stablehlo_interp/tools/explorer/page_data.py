@@ -9,6 +9,12 @@ files give the three text panels. Everything is linked by ids:
 * a region (a function's body or an op's region) is ``"r<k>"``;
 * a Python line is a file index and a line number.
 
+A call prepared per device (program/per_device.py) shows the per-device program:
+its graphs and text are that program's, every record names its device (``"d"``),
+``devices`` holds each device's arguments and, from a
+:class:`~..traffic.CollectiveTraffic`, the bytes each device sent and received at
+each collective (per op, and on each collective's record, ``"tx"``).
+
 Which line of the module text an op is on: the text is parsed again (without
 locations, so MLIR gives each op the position of its own line) and compiled
 into a second plan of the same shape; the two plans are walked side by side.
@@ -23,14 +29,16 @@ import sys
 
 import numpy as np
 
+from ...engine.grid import COLLECTIVES
 from ...errors import OpError
 from ...ir.types import Token
 from ...program import load
-from ..compare import compare
-from ..nonfinite import run_traced
+from ..compare import PerDeviceComparison, compare
+from ..nonfinite import run_traced, run_traced_per_device
 from ..region_calls import op_label, region_name
 from ..summary import summarize, type_text
 from ..trace import TraceRecorder
+from ..traffic import CollectiveTraffic
 from .groups import GroupBuilder, outer_frames, scope_of
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
@@ -45,16 +53,23 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
     (``{"nonfinite": NonFiniteOrigins | None, "comparison": Comparison | None}``).
     ``listeners`` also watch the run; ``every_op`` asks compare for each op's finding."""
     recorder, nonfinite = _FirstValuesRecorder(), None
+    partitioned = call.partitioned
+    traffic = CollectiveTraffic() if partitioned is not None else None
     if call.arguments is not None:      # else the structure only
         try:
-            nonfinite = run_traced(call, [recorder, *listeners])[1]
+            if partitioned is not None:
+                nonfinite = run_traced_per_device(call, [recorder, traffic, *listeners])[1]
+            else:
+                nonfinite = run_traced(call, [recorder, *listeners])[1]
         except OpError as error:      # an op that failed: the page shows the run up to it
             recorder.trace.error = error
     trace = recorder.trace
     files = _Files()
-    graph = _Graph(call.program, call.function, files, _function_lines(target))
-    hlo_text, hlo_lines = _module_text(call.program, graph)
-    records, full_values = _records(trace, graph, call.arguments or [])
+    program = call.program if partitioned is None else partitioned.local
+    graph = _Graph(program, call.function, files, _function_lines(target))
+    hlo_text, hlo_lines = _module_text(program, graph)
+    arguments = call.arguments or []
+    records, full_values = _records(trace, graph, arguments if partitioned is None else [])
     data = {
         "title": call.program.name or "module",
         "function": call.function,
@@ -72,16 +87,21 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
     }
     for sid, line in hlo_lines.items():
         data["steps"][sid]["hlo"] = line
-    reports = {"nonfinite": nonfinite, "comparison": None}
+    if partitioned is not None:
+        data["devices"] = _devices(partitioned, arguments, trace, traffic, graph, records, full_values)
+    reports = {"nonfinite": nonfinite, "comparison": None, "traffic": traffic}
     if nonfinite is not None:
         number = _nonfinite_record(trace, nonfinite)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
     if backend is not None and call.arguments is not None:
         comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
-                             function=call.function, every_op=every_op)
+                             function=call.function, every_op=every_op, per_device=partitioned is not None)
         reports["comparison"] = comparison
         overlay = {"record": None, "text": str(comparison), "ok": comparison.ok}
-        if comparison.divergence is not None:
+        if isinstance(comparison, PerDeviceComparison):   # the devices whose results differ
+            overlay["devices"] = [device for device, differences in enumerate(comparison.outputs)
+                                  if any(d is not None for d in differences)]
+        elif comparison.divergence is not None:
             overlay["record"] = _divergent_record(trace, comparison.divergence)
         data["overlays"]["divergence"] = overlay
     data["files"] = files.panel(_function_lines(target))
@@ -312,9 +332,33 @@ def _records(trace, graph: _Graph, arguments) -> tuple[dict, list[str]]:
         else:
             results = [_value(value, full_values) for value in record.values]
         kept.append({"n": record.number, "s": sid, "p": record.parent,
-                     "c": record.stack[-1].call if record.stack else None, "res": results})
+                     "c": record.stack[-1].call if record.stack else None, "res": results, "d": record.process})
     arguments = [_value(value, full_values) for value in arguments]
     return {"ops": kept, "total": len(trace.records), "arguments": arguments}, full_values
+
+
+def _devices(partitioned, arguments, trace, traffic, graph, records, full_values) -> dict:
+    """A per-device run's page data: each device's arguments (its shards), and per
+    collective op the bytes each device sent and received (summed over its
+    executions); each collective's record gets its own as ``"tx"``. The traffic's
+    transfers are in the order each process ran its collectives, as the records are."""
+    count = partitioned.num_devices
+    shards = partitioned.shards(arguments) if arguments else [[] for _ in range(count)]
+    kept = {entry["n"]: entry for entry in records["ops"]}
+    collectives = {}
+    for device in range(count):
+        runs = [record for record in trace.records if record.process == device and record.op in COLLECTIVES]
+        transfers = [transfer for transfer in traffic.transfers if transfer.process == device]
+        for record, transfer in zip(runs, transfers):
+            sid = graph.step_ids.get(id(record.step))
+            entry = collectives.setdefault(sid, {"s": sid, "label": transfer.label, "sent": [0] * count,
+                                                 "received": [0] * count})
+            entry["sent"][device] += transfer.sent
+            entry["received"][device] += transfer.received
+            if record.number in kept:
+                kept[record.number]["tx"] = [transfer.sent, transfer.received]
+    return {"count": count, "arguments": [[_value(value, full_values) for value in device] for device in shards],
+            "collectives": list(collectives.values())}
 
 
 class _FullValues(list):
@@ -344,9 +388,16 @@ def _value(value, full_values: _FullValues) -> dict:
 
 
 def _nonfinite_record(trace, report) -> int | None:
-    """The number of the record of the report's first origin (None for an argument)."""
+    """The number of the record of the report's first origin (None for an argument); of
+    a per-device report, the first device's, on the device that made it."""
+    devices = getattr(report, "devices", None)
+    if devices is not None:
+        report = report.first
+        if report is None:
+            return None
     for record in trace.records[:MAX_RECORDS]:
         if (record.label == report.op and record.location == report.location and record.stack == report.stack
+                and (devices is None or record.process == report.process)
                 and record.results is not None and any(r.nonfinite for r in record.results)):
             return record.number
     return None

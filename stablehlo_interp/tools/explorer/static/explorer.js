@@ -7,19 +7,26 @@
   const steps = data.steps, regions = data.regions, groups = data.groups;
   const records = data.records.ops;
   const recordByNumber = new Map(records.map(r => [r.n, r]));
+  // A per-device run (data.devices): every record names its device, and the page shows
+  // the records of one device at a time (state.device).
+  const devices = data.devices || null;
   const recordsOfStep = new Map();
-  for (const r of records) {
-    if (!recordsOfStep.has(r.s)) recordsOfStep.set(r.s, []);
-    recordsOfStep.get(r.s).push(r);
-  }
   // A region's calls ("activations"): each distinct (op record it ran under, call number).
   const callsOfRegion = new Map();
-  for (const r of records) {
-    const rid = steps[r.s].region;
-    if (!callsOfRegion.has(rid)) callsOfRegion.set(rid, {list: [], seen: new Set()});
-    const entry = callsOfRegion.get(rid), key = r.p + ":" + r.c;
-    if (!entry.seen.has(key)) { entry.seen.add(key); entry.list.push({p: r.p, c: r.c}); }
+  function indexRecords(device) {
+    recordsOfStep.clear();
+    callsOfRegion.clear();
+    for (const r of records) {
+      if (devices && r.d !== device) continue;
+      if (!recordsOfStep.has(r.s)) recordsOfStep.set(r.s, []);
+      recordsOfStep.get(r.s).push(r);
+      const rid = steps[r.s].region;
+      if (!callsOfRegion.has(rid)) callsOfRegion.set(rid, {list: [], seen: new Set()});
+      const entry = callsOfRegion.get(rid), key = r.p + ":" + r.c;
+      if (!entry.seen.has(key)) { entry.seen.add(key); entry.list.push({p: r.p, c: r.c}); }
+    }
   }
+  indexRecords(0);
   const stepsOfHloLine = new Map();
   for (const sid in steps) {
     const line = steps[sid].hlo;
@@ -56,6 +63,7 @@
     collapsed: new Set(small ? [] : Object.values(regions).filter(r => r.owner !== null).map(r => r.id)),
     open: new Set(small ? Object.keys(groups) : []),   // the groups shown opened
     call: {},           // region id -> index of the shown call among its calls
+    device: 0,          // in a per-device run: the device whose values are shown
     selection: null,    // {kind: "step", sid} or {kind: "line", file, line}
     matches: [], matchIndex: -1,
   };
@@ -174,15 +182,74 @@
     }
     const divergence = data.overlays.divergence;
     if (divergence && divergence.ok) add("agree", "agrees with the backend", divergence.text, null);
-    else if (divergence) {
+    else if (divergence && divergence.devices) {
+      add("divergence", "differs on device " + divergence.devices.join(", "), divergence.text, () => {
+        showDevice(divergence.devices[0]);
+        showReport(divergence.text);
+      });
+    } else if (divergence) {
       const sid = overlayStep.divergence;
       add("divergence", "first divergence: " + (sid ? where(sid) : "(see details)"), divergence.text,
           () => sid ? showRecord(divergence.record, divergence.text) : showReport(divergence.text));
     }
+    if (devices) renderDevices(add);
     if (!data.ran) add("agree", "structure only: not run (no arguments given)", "", null);
     if (data.error) add("error", "the run failed", data.error, () => showReport(data.error));
     if (data.records.total > records.length)
       add("error", `first ${records.length} of ${data.records.total} ops kept`, "a long run keeps its first ops", null);
+  }
+
+  // The device chooser and the collectives' bytes, for a per-device run.
+  function renderDevices(add) {
+    const chooser = el("select");
+    chooser.id = "device";
+    chooser.title = "whose values the page shows: each device ran the per-device program on its shards";
+    for (let device = 0; device < devices.count; device++) {
+      const option = el("option", null, "device " + device);
+      option.value = String(device);
+      chooser.appendChild(option);
+    }
+    chooser.addEventListener("change", () => showDevice(Number(chooser.value)));
+    document.getElementById("banners").appendChild(chooser);
+    add("collectives", `collectives: ${devices.collectives.length}`,
+        "the bytes each device sent and received at each collective", showCollectives);
+  }
+
+  function showDevice(device) {
+    state.device = device;
+    state.call = {};
+    document.getElementById("device").value = String(device);
+    indexRecords(device);
+    renderGraphs();
+    refreshDetails();
+  }
+
+  function showCollectives() {
+    const details = document.getElementById("details");
+    details.textContent = "";
+    details.appendChild(el("h3", null, "Bytes each device sent and received"));
+    if (!devices.collectives.length) { details.appendChild(el("p", null, "no collective ran")); return; }
+    for (const collective of devices.collectives) {
+      const title = el("p", "link", collective.label);
+      if (collective.s) title.addEventListener("click", () => select({kind: "step", sid: collective.s}));
+      const table = el("table", "traffic");
+      const head = el("tr");
+      head.append(el("th", null, "device"), el("th", null, "sent"), el("th", null, "received"));
+      table.appendChild(head);
+      collective.sent.forEach((sent, device) => {
+        const row = el("tr", device === state.device ? "shown" : null);
+        row.dataset.device = String(device);
+        row.append(el("td", null, String(device)), el("td", null, String(sent)),
+                   el("td", null, String(collective.received[device])));
+        row.addEventListener("click", () => showDevice(device));
+        table.appendChild(row);
+      });
+      const total = el("tr", "total");
+      total.append(el("td", null, "in all"), el("td", null, String(collective.sent.reduce((a, b) => a + b, 0))),
+                   el("td", null, String(collective.received.reduce((a, b) => a + b, 0))));
+      table.appendChild(total);
+      details.append(title, table);
+    }
   }
 
   // ------------------------------------------------------------------ graphs
@@ -638,8 +705,9 @@
     if (step.jax) add("JAX name", step.jax);
     if (step.hlo !== null) add(`StableHLO line ${step.hlo}`, data.stablehlo[step.hlo - 1].trim());
     const runs = (recordsOfStep.get(selection.sid) || []).length;
-    add("ran", `${runs} time${runs === 1 ? "" : "s"}`);
+    add("ran", `${runs} time${runs === 1 ? "" : "s"}` + (devices ? ` on device ${state.device}` : ""));
     const record = currentRecord(selection.sid);
+    if (record && record.tx) add("bytes", `device ${state.device} sent ${record.tx[0]}, received ${record.tx[1]}`);
     details.appendChild(list);
     if (!record) { details.appendChild(el("p", "hint", "not run in the call shown")); return; }
     if (record.c !== null) {
@@ -712,7 +780,8 @@
   function inputValue(rid, call, k, depth = 0) {
     const region = regions[rid], input = region.inputs[k];
     if (!input || !call) return null;
-    if (rid === data.sections[0]) return data.records.arguments[k] || null;
+    if (rid === data.sections[0])
+      return (devices ? devices.arguments[state.device] : data.records.arguments)[k] || null;
     const caller = recordByNumber.get(call.p);
     if (!caller) return null;
     const callerStep = steps[caller.s], callerCall = {p: caller.p, c: caller.c};
@@ -733,6 +802,8 @@
 
   // Shows a record: the calls around it chosen, its regions expanded, its op selected.
   function showRecord(number, report) {
+    const shown = recordByNumber.get(number);
+    if (devices && shown.d !== state.device) showDevice(shown.d);
     const chain = [];
     for (let record = recordByNumber.get(number); record; record = recordByNumber.get(record.p)) {
       chain.unshift(record);
@@ -803,5 +874,5 @@
   const box = document.getElementById("search");
   box.addEventListener("input", () => search(box.value));
   box.addEventListener("keydown", event => { if (event.key === "Enter") nextMatch(); });
-  window.explorer = {data, select, showRecord, state, timings};
+  window.explorer = {data, select, showRecord, showDevice, state, timings};
 })();
