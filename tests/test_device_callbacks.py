@@ -130,6 +130,25 @@ def test_callback_returning_the_wrong_shape_is_an_error():
         jax.jit(f)(jax.device_put(X, DEV)).block_until_ready()
 
 
+@pytest.mark.parametrize("returned, dtype", [(42.0, jnp.float32), (42, jnp.int32),
+                                             (np.array([1.5], np.float64), jnp.float32)],
+                         ids=["float_literal", "int_literal", "float64_array"])
+def test_callback_values_take_jax_canonical_types(returned, dtype):
+    """As JAX's wrapper on the CPU does, a Python literal or a 64-bit array (x64 off) a
+    callback returns becomes the 32-bit type the callback declared (python_callback_test.py's
+    test_callback_returning_python_literal, test_callback_with_wrong_dtype_outputs)."""
+    shape = np.shape(returned)
+
+    def make(log):
+        def host(a):
+            log.append(("cb", np.asarray(a)))
+            return returned
+        return lambda v: io_callback(host, jax.ShapeDtypeStruct(shape, dtype), v) + 1
+
+    log = assert_same_on_both(make, X)
+    assert len(log) == 1
+
+
 def test_eager_pure_callback():
     x = jax.device_put(X, DEV)
     y = jax.pure_callback(np.tanh, jax.ShapeDtypeStruct(X.shape, X.dtype), x)

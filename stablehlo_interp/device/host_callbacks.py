@@ -22,6 +22,8 @@ device: with ``JAX_PLATFORMS``, list ``cpu`` too (``JAX_PLATFORMS=interp,cpu``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ops.host_callback import TARGET, HostCallback
 
 PLATFORM = "interp"
@@ -33,7 +35,7 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     from jax._src.interpreters import mlir
 
     del operand_avals, returns_token, partitioned, sharding   # one device: nothing to place
-    entry = HostCallback(callback)
+    entry = HostCallback(_canonicalizing(callback))
     ctx.module_context.add_keepalive(entry)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in result_avals]
     operands = list(operands)
@@ -46,6 +48,19 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     if token is not None:
         token, *results = results
     return results, token, None
+
+
+def _canonicalizing(callback):
+    """The callback returning what JAX's wrapper on the CPU makes of its values
+    (``emit_python_callback``'s ``_wrapped_callback``): arrays of JAX's canonical
+    types, so a Python literal ``42.0``, or a float64 array with x64 off, is float32.
+    The interpreter then checks them against the op's result types."""
+    from jax._src import dtypes
+
+    def call(*args):
+        return tuple(dtypes.canonicalize_value(np.asarray(value)) for value in callback(*args) or ())
+
+    return call
 
 
 def register() -> None:
