@@ -154,3 +154,26 @@ def test_eager_pure_callback():
     y = jax.pure_callback(np.tanh, jax.ShapeDtypeStruct(X.shape, X.dtype), x)
     assert y.devices() == {DEV}
     np.testing.assert_allclose(np.asarray(y), np.tanh(X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_callback_placed_on_a_device_of_a_mesh(ordered):
+    """io_callback(..., sharding=one device) in a program over 8 devices: the callback runs with
+    the global value, and the op carries that device as a maximal sharding, as JAX's lowering for
+    the CPU writes it (python_callback_test.py's test_can_use_io_callback_in_pjit)."""
+    devices = jax.devices("interp")
+    mesh = jax.sharding.Mesh(np.array(devices), ("dev",))
+    collected = []
+
+    def f(v):
+        io_callback(lambda a: collected.append(int(a.sum())), None, v,
+                    sharding=jax.sharding.SingleDeviceSharding(devices[-1]), ordered=ordered)
+        return v
+
+    jitted = jax.jit(f, in_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("dev")))
+    x = np.arange(len(devices), dtype=np.int32)
+    jitted(x)
+    jax.effects_barrier()
+    assert collected == [int(np.arange(len(devices)).sum())]
+    text = jitted.lower(x).as_text()
+    assert f"<@maximal_mesh_{len(devices) - 1}, []>" in text, text

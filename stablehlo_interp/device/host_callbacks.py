@@ -34,7 +34,7 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     """Our ``emit_python_callback`` for the interp platform: same arguments, same results."""
     from jax._src.interpreters import mlir
 
-    del operand_avals, returns_token, partitioned, sharding   # one device: nothing to place
+    del operand_avals, returns_token, partitioned
     entry = HostCallback(_canonicalizing(callback))
     ctx.module_context.add_keepalive(entry)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in result_avals]
@@ -44,10 +44,25 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
         result_types = [mlir.token_type(), *result_types]
     op = mlir.custom_call(TARGET, result_types=result_types, operands=operands,
                           backend_config=str(entry.key), has_side_effect=has_side_effect)
+    if sharding is not None:
+        mlir.set_sharding(ctx.module_context, op, _with_token_sharding(sharding, token, result_avals))
     results = list(op.results)
     if token is not None:
         token, *results = results
     return results, token, None
+
+
+def _with_token_sharding(sharding, token, result_avals):
+    """The op's sharding as JAX's lowering for the CPU sets it (the device the callback
+    runs on, maximal, e.g. ``io_callback(..., sharding=...)``): with Shardy, a token result
+    before other results gets one of its own on the same device."""
+    from jax._src.sharding_impls import SdyArray, SdyArrayList
+
+    if token is None or not result_avals or not isinstance(sharding, SdyArrayList):
+        return sharding
+    device_ids = sharding.shardings[0].logical_device_ids
+    return SdyArrayList((SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=device_ids),
+                         *sharding.shardings))
 
 
 def _canonicalizing(callback):
