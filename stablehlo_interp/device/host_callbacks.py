@@ -12,7 +12,9 @@ So for the ``interp`` platform, :func:`register` wraps
 process-wide table and emits ``stablehlo.custom_call @stablehlo_interp.host_callback``
 whose ``backend_config`` is the table key (other platforms go to JAX's
 function unchanged). The lowering adds the entry to the module's keep-alives,
-so it lives as long as the compiled executable that may call it. The
+so it lives as long as the compiled executable that may call it; the op carries
+the callback's sharding as JAX's lowering for the CPU writes it, and what the
+function returns takes JAX's canonical types, as JAX's wrapper does. The
 interpreter's implementation of that custom call (ops/host_callback.py) calls
 the function with NumPy arrays, in program order, and checks what it returns.
 
