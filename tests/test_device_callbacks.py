@@ -145,7 +145,8 @@ def test_callback_values_take_jax_canonical_types(returned, dtype):
             return returned
         return lambda v: io_callback(host, jax.ShapeDtypeStruct(shape, dtype), v) + 1
 
-    log = assert_same_on_both(make, X)
+    with jax.enable_x64(False):      # with x64 on, both refuse a 64-bit value for a 32-bit result
+        log = assert_same_on_both(make, X)
     assert len(log) == 1
 
 
