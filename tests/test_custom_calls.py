@@ -177,3 +177,16 @@ def test_approx_top_k_is_the_exact_top_k(fn):
     x = np.random.default_rng(1).integers(0, 5, (3, 7)).astype(np.float32)
     assert "@ApproxTopK" in lowered_targets(fn, x)
     same_as_xla(fn, x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: lax.approx_min_k(v, 2, aggregate_to_topk=False, reduction_input_size_override=4096),
+    lambda v: lax.approx_max_k(v, 3, recall_target=0.5, aggregate_to_topk=False),
+], ids=["min_k", "max_k"])
+def test_approx_top_k_without_aggregating_keeps_the_exact_top_candidates(fn):
+    """Without aggregate_to_topk the result keeps more candidates than k (256 of 300 here,
+    ann_test.py's test_pmap): the exact top that many, as XLA's CPU fallback gives. The
+    values are distinct: XLA's sort there is not stable, so ties could come in any order."""
+    x = np.random.default_rng(1).permutation(900).reshape(3, 300).astype(np.float32)
+    assert jax.eval_shape(fn, x)[0].shape == (3, 256)
+    same_as_xla(fn, x)

@@ -130,8 +130,51 @@ def test_callback_returning_the_wrong_shape_is_an_error():
         jax.jit(f)(jax.device_put(X, DEV)).block_until_ready()
 
 
+@pytest.mark.parametrize("returned, dtype", [(42.0, jnp.float32), (42, jnp.int32),
+                                             (np.array([1.5], np.float64), jnp.float32)],
+                         ids=["float_literal", "int_literal", "float64_array"])
+def test_callback_values_take_jax_canonical_types(returned, dtype):
+    """As JAX's wrapper on the CPU does, a Python literal or a 64-bit array (x64 off) a
+    callback returns becomes the 32-bit type the callback declared (python_callback_test.py's
+    test_callback_returning_python_literal, test_callback_with_wrong_dtype_outputs)."""
+    shape = np.shape(returned)
+
+    def make(log):
+        def host(a):
+            log.append(("cb", np.asarray(a)))
+            return returned
+        return lambda v: io_callback(host, jax.ShapeDtypeStruct(shape, dtype), v) + 1
+
+    with jax.enable_x64(False):      # with x64 on, both refuse a 64-bit value for a 32-bit result
+        log = assert_same_on_both(make, X)
+    assert len(log) == 1
+
+
 def test_eager_pure_callback():
     x = jax.device_put(X, DEV)
     y = jax.pure_callback(np.tanh, jax.ShapeDtypeStruct(X.shape, X.dtype), x)
     assert y.devices() == {DEV}
     np.testing.assert_allclose(np.asarray(y), np.tanh(X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_callback_placed_on_a_device_of_a_mesh(ordered):
+    """io_callback(..., sharding=one device) in a program over 8 devices: the callback runs with
+    the global value, and the op carries that device as a maximal sharding, as JAX's lowering for
+    the CPU writes it (python_callback_test.py's test_can_use_io_callback_in_pjit)."""
+    devices = jax.devices("interp")
+    mesh = jax.sharding.Mesh(np.array(devices), ("dev",))
+    collected = []
+
+    def f(v):
+        io_callback(lambda a: collected.append(int(a.sum())), None, v,
+                    sharding=jax.sharding.SingleDeviceSharding(devices[-1]), ordered=ordered)
+        return v
+
+    jitted = jax.jit(f, in_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("dev")))
+    x = np.arange(len(devices), dtype=np.int32)
+    jitted(x)
+    jax.effects_barrier()
+    assert collected == [int(np.arange(len(devices)).sum())]
+    text = jitted.lower(x).as_text()
+    assert f"<@maximal_mesh_{len(devices) - 1}, []>" in text, text

@@ -12,7 +12,9 @@ So for the ``interp`` platform, :func:`register` wraps
 process-wide table and emits ``stablehlo.custom_call @stablehlo_interp.host_callback``
 whose ``backend_config`` is the table key (other platforms go to JAX's
 function unchanged). The lowering adds the entry to the module's keep-alives,
-so it lives as long as the compiled executable that may call it. The
+so it lives as long as the compiled executable that may call it; the op carries
+the callback's sharding as JAX's lowering for the CPU writes it, and what the
+function returns takes JAX's canonical types, as JAX's wrapper does. The
 interpreter's implementation of that custom call (ops/host_callback.py) calls
 the function with NumPy arrays, in program order, and checks what it returns.
 
@@ -21,6 +23,8 @@ device: with ``JAX_PLATFORMS``, list ``cpu`` too (``JAX_PLATFORMS=interp,cpu``).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..ops.host_callback import TARGET, HostCallback
 
@@ -32,8 +36,8 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     """Our ``emit_python_callback`` for the interp platform: same arguments, same results."""
     from jax._src.interpreters import mlir
 
-    del operand_avals, returns_token, partitioned, sharding   # one device: nothing to place
-    entry = HostCallback(callback)
+    del operand_avals, returns_token, partitioned
+    entry = HostCallback(_canonicalizing(callback))
     ctx.module_context.add_keepalive(entry)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in result_avals]
     operands = list(operands)
@@ -42,10 +46,38 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
         result_types = [mlir.token_type(), *result_types]
     op = mlir.custom_call(TARGET, result_types=result_types, operands=operands,
                           backend_config=str(entry.key), has_side_effect=has_side_effect)
+    if sharding is not None:
+        mlir.set_sharding(ctx.module_context, op, _with_token_sharding(sharding, token, result_avals))
     results = list(op.results)
     if token is not None:
         token, *results = results
     return results, token, None
+
+
+def _with_token_sharding(sharding, token, result_avals):
+    """The op's sharding as JAX's lowering for the CPU sets it (the device the callback
+    runs on, maximal, e.g. ``io_callback(..., sharding=...)``): with Shardy, a token result
+    before other results gets one of its own on the same device."""
+    from jax._src.sharding_impls import SdyArray, SdyArrayList
+
+    if token is None or not result_avals or not isinstance(sharding, SdyArrayList):
+        return sharding
+    device_ids = sharding.shardings[0].logical_device_ids
+    return SdyArrayList((SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=device_ids),
+                         *sharding.shardings))
+
+
+def _canonicalizing(callback):
+    """The callback returning what JAX's wrapper on the CPU makes of its values
+    (``emit_python_callback``'s ``_wrapped_callback``): arrays of JAX's canonical
+    types, so a Python literal ``42.0``, or a float64 array with x64 off, is float32.
+    The interpreter then checks them against the op's result types."""
+    from jax._src import dtypes
+
+    def call(*args):
+        return tuple(dtypes.canonicalize_value(np.asarray(value)) for value in callback(*args) or ())
+
+    return call
 
 
 def register() -> None:

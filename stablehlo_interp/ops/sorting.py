@@ -318,18 +318,21 @@ def approx_top_k(info):
     """``jax.lax.approx_max_k`` / ``approx_min_k``: the exact top ``top_k`` along
     ``reduction_dim``, which every recall target allows (JAX documents the result as
     at least ``recall_target`` of the exact one; XLA's CPU runs the same exact fallback).
+    With ``aggregate_to_topk`` false the result keeps more candidates along that
+    dimension (as many as the result type holds, JAX's and XLA's
+    ``ApproxTopKReductionOutputSize``): XLA's fallback (``ApproxTopKFallback``) gives the
+    exact top that many, in order, and so does this.
     The operands are the values, their indices (an iota) and two initial values, unused;
     the called comparator orders (value, index) pairs, as a sort's does."""
     config = info.attr("mhlo.backend_config")
-    k, dimension = int(config["top_k"]), int(config["reduction_dim"])
-    if not config.get("aggregate_to_topk", True):
-        raise info.unsupported("ApproxTopK without aggregate_to_topk (the partial, per-bin reduction)")
+    dimension = int(config["reduction_dim"])
+    kept = int(config["top_k"]) if config.get("aggregate_to_topk", True) else info.result_types[0].shape[dimension]
     sorted_pairs = sort(OpInfo("stablehlo.sort", {"dimension": dimension, "is_stable": True},
                                info.operand_types[:2], info.operand_types[:2], info.regions[-1:], info.location,
                                info.module))
 
     def run(regions, values, indices, *initial):
         ordered = sorted_pairs(regions[-1:], values, indices)
-        return [np.take(x, np.arange(k), axis=dimension) for x in ordered]
+        return [np.take(x, np.arange(kept), axis=dimension) for x in ordered]
 
     return run
