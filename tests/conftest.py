@@ -20,6 +20,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 _SLOW_SHARE = pytest.StashKey[tuple]()
 
 
+def pytest_configure(config):
+    """64-bit types on (jax_enable_x64) for the whole session, set here once before any test
+    module is imported, so that a test sees the same flag whichever files a run selects (the
+    oracles compare f64 and i64 programs as written). A test that needs it off says so itself."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", default=False,
                      help="run the exhaustive tests marked slow (CI runs a sample)")
@@ -79,12 +88,6 @@ def _jax_option(name: str, value):
     jax.config.update(name, value)
     yield
     jax.config.update(name, previous)
-
-
-@pytest.fixture
-def x64():
-    """64-bit types on (jax_enable_x64)."""
-    yield from _jax_option("jax_enable_x64", True)
 
 
 @pytest.fixture

@@ -14,8 +14,6 @@ import stablehlo_interp as si
 from stablehlo_interp.ops.numerics import ulp_difference
 from stablehlo_interp.ir.types import element_type_of
 
-jax.config.update("jax_enable_x64", True)
-
 FLOAT_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 COMPLEX_DTYPES = [np.complex64, np.complex128]
 SIGNED_DTYPES = [np.int8, np.int16, np.int32, np.int64]

@@ -369,7 +369,7 @@ def test_compiled_executable_metadata():
     assert [o.devices() for o in out] == [{DEV}, {DEV}]
 
 
-def test_float64_and_int64(ran, x64):
+def test_float64_and_int64(ran):
     values = np.linspace(0, 1, 5)
     check(ran, lambda v: (jnp.exp(v) * 3, jnp.cumsum(v.astype(jnp.int64) + 2**40)), values, rtol=1e-12)
 

@@ -296,7 +296,7 @@ def zoo_page(open_page, name):
     """The page of zoo program ``name`` (tests/zoo/), opened and drawn."""
     from zoo import PROGRAMS
 
-    x64 = jax.config.jax_enable_x64      # on since oracles' import: the zoo is written for 32 bits
+    x64 = jax.config.jax_enable_x64      # on for the session (conftest): the zoo is written for 32 bits
     jax.config.update("jax_enable_x64", False)
     try:
         program = PROGRAMS[name]()

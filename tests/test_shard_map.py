@@ -54,7 +54,7 @@ def test_reductions_on_a_2d_mesh(name):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float64, np.int64, np.bool_])
-def test_reductions_of_other_dtypes_on_a_1d_mesh(x64, dtype):
+def test_reductions_of_other_dtypes_on_a_1d_mesh(dtype):
     values = (X > 0) if dtype == np.bool_ else X.astype(dtype)
     body = (lambda a: lax.pmax(a, "x")) if dtype == np.bool_ else (lambda a: lax.psum(a, "x"))
     run_on_both(body, P("x"), P(), values, shape=(8,), names=("x",))
