@@ -57,7 +57,8 @@ SELECTIONS = {
     "dynamic.py": (["tests/test_dynamic.py"], None),
     "control_flow.py": (["tests/test_control_flow.py"], None),
     "lapack.py": (["tests/test_lapack.py"], None),
-    "collectives.py": (["tests/test_collectives.py"], None),
+    # (senders_and_receivers serves tools/traffic.py, tested per device)
+    "collectives.py": (["tests/test_collectives.py", "tests/test_per_device.py"], "not per_device or collective"),
     # the folds and casts the op families share
     "support.py": (["tests/test_reduction.py", "tests/test_accumulation.py", "tests/test_elementwise.py"], None),
     "xla_cpu_schedule.py": (["tests/test_accumulation.py"], None),

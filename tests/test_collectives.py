@@ -363,6 +363,26 @@ def test_spec_example_collective_broadcast():
     assert [r[0].tolist() for r in results] == [[[0, 0]], [[5, 6]], [[5, 6]], [[0, 0]]]
 
 
+def test_cross_replica_pairs_within_each_partition_by_hand():
+    """Without a channel id, collective_permute and collective_broadcast pair replicas
+    within each partition (spec: cross_replica). Over 2 replicas x 2 partitions
+    (process id = replica * 2 + partition): pairs [[0, 1]] move replica 0's operand
+    to replica 1 of the same partition, zeros elsewhere; group [[1, 0]] gives replica
+    1's operand to both replicas of its partition."""
+    body = """    %p = "stablehlo.collective_permute"(%a) {source_target_pairs = dense<[[0, 1]]> : tensor<1x2xi64>}
+        : (tensor<2xi32>) -> tensor<2xi32>
+    %b = "stablehlo.collective_broadcast"(%a) {replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>}
+        : (tensor<2xi32>) -> tensor<2xi32>
+    return %p, %b : tensor<2xi32>, tensor<2xi32>"""
+    text = module(body, "%a: tensor<2xi32>", "tensor<2xi32>, tensor<2xi32>", replicas=2, partitions=2)
+    inputs = [np.array([10 * i + 1, 10 * i + 2], np.int32) for i in range(4)]
+    results = si.load(text).run_grid([[x] for x in inputs])
+    zeros = [0, 0]
+    assert [[r.tolist() for r in process] for process in results] == [
+        [zeros, inputs[2].tolist()], [zeros, inputs[3].tolist()],
+        [inputs[0].tolist(), inputs[2].tolist()], [inputs[1].tolist(), inputs[3].tolist()]]
+
+
 # ------------------------------------------------------------------- the grid and its errors
 
 DIVERGING = """
