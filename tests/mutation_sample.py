@@ -55,7 +55,8 @@ SELECTIONS = {
     "normalization.py": (["tests/test_normalization.py"], None),
     "quantization.py": (["tests/test_quantization.py"], None),
     "dynamic.py": (["tests/test_dynamic.py"], None),
-    "control_flow.py": (["tests/test_control_flow.py"], None),
+    # (async_start/async_done are tested around a collective)
+    "control_flow.py": (["tests/test_control_flow.py", "tests/test_collectives.py"], "not test_collectives or async"),
     "lapack.py": (["tests/test_lapack.py"], None),
     # (senders_and_receivers serves tools/traffic.py, tested per device)
     "collectives.py": (["tests/test_collectives.py", "tests/test_per_device.py"], "not per_device or collective"),
