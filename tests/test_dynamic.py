@@ -67,7 +67,7 @@ def test_static_result_dimensions_above_256_are_compared_by_value():
     }"""
     (result,) = si.run(text, np.array([300, 2]))
     np.testing.assert_array_equal(result, np.broadcast_to(np.arange(300)[:, None], (300, 2)))
-    with pytest.raises(si.OpExecutionError, match="dynamic_iota.*shape \[299, 2\] does not match the result type"):
+    with pytest.raises(si.OpExecutionError, match=r"dynamic_iota.*shape \[299, 2\] does not match the result type"):
         si.run(text, np.array([299, 2]))
 
 
