@@ -294,6 +294,10 @@ REFERENCE_CASES = {
         {{replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>}}""", "tensor<4xi64>"),
     "all_reduce_cross_replica_and_partition": (ONE_BY_TWO, f"""all_reduce"(%a) {reduction("maximum", "i64")}
         {{replica_groups = dense<[[0]]> : tensor<1x1xi64>, {CHANNEL}}}""", "tensor<4xi64>"),
+    # a channel id <= 0 is no channel (spec: all_reduce): cross_replica, each partition apart
+    "all_reduce_negative_channel_id": (ONE_BY_TWO, f"""all_reduce"(%a) {reduction("add", "i64")}
+        {{replica_groups = dense<[[0]]> : tensor<1x1xi64>,
+        channel_handle = #stablehlo.channel_handle<handle = -1, type = 0>}}""", "tensor<4xi64>"),
     "all_reduce_flattened_ids": (ONE_BY_TWO, f"""all_reduce"(%a) {reduction("add", "i64")}
         {{replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>, {CHANNEL}, use_global_device_ids}}""",
                                  "tensor<4xi64>"),
