@@ -45,7 +45,8 @@ SELECTIONS = {
     "conversion.py": (["tests/test_conversion.py"], None),
     "shape.py": (["tests/test_shape_ops.py"], None),
     "sorting.py": (["tests/test_sort.py"], None),
-    "reduction.py": (["tests/test_reduction.py"], None),
+    # (the "xla" accumulation order: test_accumulation.py)
+    "reduction.py": (["tests/test_reduction.py", "tests/test_accumulation.py"], None),
     "indexing.py": (["tests/test_indexing.py"], None),
     "fft.py": (["tests/test_fft.py"], None),
     "chlo.py": (["tests/test_chlo.py"], None),

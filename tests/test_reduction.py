@@ -257,6 +257,16 @@ def test_reduce_arbitrary_bodies(reference, body):
     same_as_reference(reference, REDUCE_BODY.replace("BODY", BODIES[body]), x, np.int32(7))
 
 
+def test_reduce_with_a_body_run_per_element_over_a_middle_axis(reference):
+    """A body that is not element-wise runs on one pair of 0-d values at a time; here
+    over the middle axis of a 3-d operand, against the C++ interpreter."""
+    text = (REDUCE_BODY.replace("BODY", BODIES["reshaped_add"]).replace("tensor<3x5xi32>", "tensor<2x3x4xi32>")
+            .replace("tensor<3xi32>", "tensor<2x4xi32>"))
+    x = np.random.default_rng(5).integers(-1000, 1000, (2, 3, 4)).astype(np.int32)
+    ours = same_as_reference(reference, text, x, np.int32(7))
+    np.testing.assert_array_equal(ours[0], x.sum(axis=1) + 7)
+
+
 # ------------------------------------------------------------------ reduce_window
 
 WINDOW_MONOIDS = {"add": (lax.add, 0), "max": (lax.max, np.iinfo(np.int32).min),
