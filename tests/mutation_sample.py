@@ -13,6 +13,10 @@ is a survivor: an equivalent mutant or a check to add (CONTRIBUTING.md lists the
 survivors judged equivalent). Prints one JSON line per mutant (with its diff), then
 the share killed per module.
 
+Cosmic Ray rather than mutmut 3: it runs any command per mutant in a directory of our
+choosing, under a deadline, which lets each module take only its own tests; mutmut 3
+first runs the whole suite to map tests to functions, more than the suite's budget.
+
     python tests/mutation_sample.py [--per-module 20] [--seed 0] [MODULE ...]
 """
 import argparse
@@ -86,7 +90,7 @@ def copy_of_work_tree(root):
     subprocess.run(["tar", "-x", "-C", root], input=tar, check=True)
 
 
-def test_command(module):
+def selection_command(module):
     files, keywords = SELECTIONS[module]
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files]
     return " ".join(command + (["-k", f"'{keywords}'"] if keywords else []))
@@ -111,7 +115,7 @@ def sample(module, count, seed, session):
 
 
 def run_module(module, count, seed, root):
-    command = test_command(module)
+    command = selection_command(module)
     start = time.time()
     outcome, output = run_tests(command, 900)
     baseline = time.time() - start
