@@ -56,7 +56,8 @@ SELECTIONS = {
     "fft.py": (["tests/test_fft.py"], None),
     "chlo.py": (["tests/test_chlo.py"], None),
     "convolution.py": (["tests/test_convolution.py"], None),
-    "linalg.py": (["tests/test_linalg.py"], None),
+    # (the spec's accumulation order of dot_general: test_accumulation.py)
+    "linalg.py": (["tests/test_linalg.py", "tests/test_accumulation.py"], None),
     "random.py": (["tests/test_random.py"], None),
     "normalization.py": (["tests/test_normalization.py"], None),
     "quantization.py": (["tests/test_quantization.py"], None),
