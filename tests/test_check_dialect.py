@@ -244,6 +244,9 @@ def test_ulp_difference_with_subnormals_as_one_step():
         (f32(1.0), f32(-1.0), 2 * (int(np.array(1.0, f32).view(np.uint32)) - int(np.array(tiny, f32).view(
             np.uint32)) + 1)),
         (f32(0.0), subnormal, 0),       # a subnormal below half the smallest normal counts as 0
+        (f32(0.0), f32(0.3) * tiny, 0),
+        (f32(0.0), np.nextafter(tiny / f32(2), f32(0)), 0),
+        (f32(0.0), tiny / f32(2), 1),   # half of it (exact in f32) counts as the step
         (f32(0.0), tiny, 1),
         (tiny, np.nextafter(tiny, f32(1)), 1),
         (0.30910525376096126, 0.3091052537609613, 1),   # f64: one step, not 512 (float64 arithmetic)

@@ -294,6 +294,10 @@ REFERENCE_CASES = {
         {{replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>}}""", "tensor<4xi64>"),
     "all_reduce_cross_replica_and_partition": (ONE_BY_TWO, f"""all_reduce"(%a) {reduction("maximum", "i64")}
         {{replica_groups = dense<[[0]]> : tensor<1x1xi64>, {CHANNEL}}}""", "tensor<4xi64>"),
+    # a channel id <= 0 is no channel (spec: all_reduce): cross_replica, each partition apart
+    "all_reduce_negative_channel_id": (ONE_BY_TWO, f"""all_reduce"(%a) {reduction("add", "i64")}
+        {{replica_groups = dense<[[0]]> : tensor<1x1xi64>,
+        channel_handle = #stablehlo.channel_handle<handle = -1, type = 0>}}""", "tensor<4xi64>"),
     "all_reduce_flattened_ids": (ONE_BY_TWO, f"""all_reduce"(%a) {reduction("add", "i64")}
         {{replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>, {CHANNEL}, use_global_device_ids}}""",
                                  "tensor<4xi64>"),
@@ -361,6 +365,26 @@ def test_spec_example_collective_broadcast():
     results = si.load(text).run_grid([[np.array([[1, 2]])], [np.array([[3, 4]])], [np.array([[5, 6]])],
                                       [np.array([[7, 8]])]])
     assert [r[0].tolist() for r in results] == [[[0, 0]], [[5, 6]], [[5, 6]], [[0, 0]]]
+
+
+def test_cross_replica_pairs_within_each_partition_by_hand():
+    """Without a channel id, collective_permute and collective_broadcast pair replicas
+    within each partition (spec: cross_replica). Over 2 replicas x 2 partitions
+    (process id = replica * 2 + partition): pairs [[0, 1]] move replica 0's operand
+    to replica 1 of the same partition, zeros elsewhere; group [[1, 0]] gives replica
+    1's operand to both replicas of its partition."""
+    body = """    %p = "stablehlo.collective_permute"(%a) {source_target_pairs = dense<[[0, 1]]> : tensor<1x2xi64>}
+        : (tensor<2xi32>) -> tensor<2xi32>
+    %b = "stablehlo.collective_broadcast"(%a) {replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>}
+        : (tensor<2xi32>) -> tensor<2xi32>
+    return %p, %b : tensor<2xi32>, tensor<2xi32>"""
+    text = module(body, "%a: tensor<2xi32>", "tensor<2xi32>, tensor<2xi32>", replicas=2, partitions=2)
+    inputs = [np.array([10 * i + 1, 10 * i + 2], np.int32) for i in range(4)]
+    results = si.load(text).run_grid([[x] for x in inputs])
+    zeros = [0, 0]
+    assert [[r.tolist() for r in process] for process in results] == [
+        [zeros, inputs[2].tolist()], [zeros, inputs[3].tolist()],
+        [inputs[0].tolist(), inputs[2].tolist()], [inputs[1].tolist(), inputs[3].tolist()]]
 
 
 # ------------------------------------------------------------------- the grid and its errors

@@ -82,6 +82,7 @@ def test_integers_wrap():
     ("i4", "ui4", (5,), (5,)), ("complex<f32>", "complex<f32>", (2,), (2,)), ("bf16", "f8E5M2", (3,), (3, 2)),
     ("f8E4M3FN", "i8", (3,), (3,)), ("i64", "f64", (2,), (2,)),
     ("ui4", "ui8", (3, 2), (3,)), ("i2", "i8", (2, 4), (2,)), ("i4", "i16", (2, 4), (2,)),  # packs sub-byte values
+    ("i8", "i4", (3,), (3, 2)), ("i16", "ui4", (2,), (2, 4)), ("ui8", "i2", (3,), (3, 4)),  # and unpacks them
 ])
 def test_bitcast_convert_matches_xla(source, target, shape, result_shape):
     count = int(np.prod(shape))

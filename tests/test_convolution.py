@@ -70,6 +70,7 @@ CASES = {
     "empty-features": ((2, 0, 5), (4, 0, 3), dict(window_strides=(1,), padding="VALID")),
     "empty-output-features": ((2, 3, 5), (0, 3, 3), dict(window_strides=(1,), padding="VALID")),
     "all-cropped": ((1, 2, 4), (1, 2, 1), dict(window_strides=(1,), padding=((-2, -2),))),
+    "cropped-high-only": ((2, 3, 7, 6), (4, 3, 2, 2), dict(window_strides=(1, 1), padding=((0, -2), (0, 0)))),
     "0d-spatial": ((3, 4), (5, 4), dict(window_strides=(), padding=())),
 }
 

@@ -57,6 +57,20 @@ def test_dynamic_ops_by_hand():
         assert result.shape == np.shape(expected)
 
 
+def test_static_result_dimensions_above_256_are_compared_by_value():
+    """The shape operand's sizes are checked against the result type's static sizes
+    (ints above 256 are distinct objects in Python: compared by value, not identity)."""
+    text = """
+    func.func @main(%shape: tensor<2xi64>) -> tensor<300x2xi32> {
+      %0 = stablehlo.dynamic_iota %shape, dim = 0 : (tensor<2xi64>) -> tensor<300x2xi32>
+      return %0 : tensor<300x2xi32>
+    }"""
+    (result,) = si.run(text, np.array([300, 2]))
+    np.testing.assert_array_equal(result, np.broadcast_to(np.arange(300)[:, None], (300, 2)))
+    with pytest.raises(si.OpExecutionError, match=r"dynamic_iota.*shape \[299, 2\] does not match the result type"):
+        si.run(text, np.array([299, 2]))
+
+
 # The reference interpreter aborts on dynamic result types and on real_dynamic_slice.
 REFERENCE_CASES = {
     "dynamic_broadcast_in_dim": """

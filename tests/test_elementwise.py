@@ -763,6 +763,23 @@ def test_total_order():
     assert list(eq) == [False, True]
 
 
+def test_total_order_of_every_f8e8m0fnu_pattern():
+    """f8E8M0FNU has no sign bit: its 255 values 2^-127 .. 2^127 order as their bit
+    patterns, and its one NaN (0xFF) is a positive NaN, above them all (spec: compare,
+    totalOrder). The oracle: the values' order in f32, the NaN placed by hand."""
+    patterns = np.arange(256, dtype=np.uint8)
+    lhs, rhs = (p.ravel().view(ml_dtypes.float8_e8m0fnu) for p in np.meshgrid(patterns, patterns))
+    wide_lhs, wide_rhs = lhs.astype(np.float32), rhs.astype(np.float32)
+    assert np.isnan(wide_lhs).sum() == 256 and np.isfinite(wide_lhs).sum() == 255 * 256
+    both_nan = np.isnan(wide_lhs) & np.isnan(wide_rhs)
+    expected = {"LT": np.where(np.isnan(wide_rhs), ~np.isnan(wide_lhs), wide_lhs < wide_rhs),
+                "EQ": np.where(both_nan, True, wide_lhs == wide_rhs),
+                "GE": np.where(np.isnan(wide_lhs), True, ~np.isnan(wide_rhs) & (wide_lhs >= wide_rhs))}
+    for direction, want in expected.items():
+        ours = run1("compare", "f8E8M0FNU", lhs, rhs, rtype="i1", attrs=compare_attrs(direction, "TOTALORDER"))
+        np.testing.assert_array_equal(ours, want, err_msg=direction)
+
+
 @pytest.mark.parametrize("element_type", ["i1", "i4", "ui8", "i32", "bf16", "f32", "f8E5M2", "complex<f64>"])
 def test_select_and_clamp(element_type):
     values = element_values(element_type, 50)

@@ -41,6 +41,8 @@ CASES = [
 # (fft_type, operand shape, fft_length, the result's shape by the spec's shape rules, hand-derived)
 EMPTY_CASES = [
     ("FFT", (0, 4), (4,), (0, 4)), ("RFFT", (0, 6), (6,), (0, 4)), ("IRFFT", (2, 0, 3), (0, 4), (2, 0, 4)),
+    ("IRFFT", (0, 3), (4,), (0, 4)), ("RFFT", (0, 3, 6), (3, 6), (0, 3, 4)),
+    ("IRFFT", (0, 2, 5, 3), (2, 5, 4), (0, 2, 5, 4)),
 ]
 
 

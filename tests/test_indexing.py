@@ -172,7 +172,7 @@ def test_torch_index_select_iree_example():
 
 @pytest.mark.parametrize("x_shape, i_shape, dim, batch_dims", [
     ((5, 3), (4,), 0, 0), ((5, 3), (2, 2), 1, 0), ((2, 5, 3), (2, 4), 1, 1), ((2, 3, 5, 4), (2, 3, 6), 2, 2),
-    ((2, 5, 4), (2, 3, 2), -2, 1)])
+    ((2, 5, 4), (2, 3, 2), -2, 1), ((3, 5), (3,), 1, 1)])
 def test_torch_index_select_against_numpy(x_shape, i_shape, dim, batch_dims):
     rank = len(x_shape)
     axis = dim % rank
@@ -188,6 +188,16 @@ def test_torch_index_select_against_numpy(x_shape, i_shape, dim, batch_dims):
                                      r="x".join(map(str, expected.shape)), b=batch_dims, d=dim)
     (out,) = run_interp_text(text, x, i)
     np.testing.assert_array_equal(out, expected)
+
+
+def test_torch_index_select_clamps_out_of_bounds_indices_as_gather():
+    """It runs as gather, whose start indices clamp into the operand (spec: gather):
+    by hand, NumPy's take with the indices clipped."""
+    x = iota((5, 3))
+    i = np.array([7, -2, 4, 0], np.int32)
+    text = TORCH_INDEX_SELECT.format(x="5x3", i="4", r="4x3", b=0, d=0)
+    (out,) = run_interp_text(text, x, i)
+    np.testing.assert_array_equal(out, np.take(x, np.clip(i, 0, 4), axis=0))
 
 
 # ------------------------------------------------------------------------ scatter

@@ -353,6 +353,27 @@ def test_tridiagonal_solve_perturbed_singular(letter):
     assert np.isfinite(x).all()
 
 
+@LETTERS
+def test_tridiagonal_solve_perturbed_with_zeros_in_the_subdiagonal(letter):
+    """A zero below the diagonal leaves its row out of the elimination (xLAGTF's
+    dl(k) = 0 branch): the system splits into blocks."""
+    dl, d, du, b = tridiagonal(np.random.default_rng(15), letter, (2,), 5)
+    dl[0, 2] = dl[1, 1] = dl[1, 3] = 0
+    check_call("tridiagonal_solve_perturbed_ffi", letter, [dl, d, du, b], [1, 1, 1, 2], [(b.shape, "T", 2)])
+
+
+def test_tridiagonal_solve_perturbed_scales_a_subnormal_pivot_by_hand():
+    """A 1 x 1 system with a subnormal pivot d and right-hand side b with |b| * safemin
+    <= |d|: xLAGTS scales both by 1 / safemin (a power of two, exact) rather than
+    perturbing d, so x = b / d exactly. By hand: XLA CPU flushes subnormal inputs."""
+    d, b = np.array([1e-310]), np.array([[3e-310, -2e-315]])
+    operands = [((1,), np.float64, 1)] * 3 + [((1, 2), np.float64, 2)]
+    text = custom_call_text("tridiagonal_solve_perturbed_ffi", operands, [((1, 2), np.float64, 2)], "", True)
+    (x,) = run_interp_text(text, np.zeros(1), d, np.zeros(1), b)
+    np.testing.assert_array_equal(x, b / d[0])
+    assert x[0, 0] == 3.0 and x[0, 1] != 0
+
+
 def stored_cpu_modules():
     """JAX's back-compat test data: LAPACK modules serialized by earlier JAX versions
     (shipped in the jax wheel we pin: an import error fails the collection)."""

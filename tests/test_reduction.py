@@ -177,6 +177,17 @@ def test_argmax_body_fast_path_matches_the_reference(reference, direction, seed)
     same_as_reference(reference, text, x, indices, *init)
 
 
+@pytest.mark.parametrize("direction", ["GT", "LT"])
+def test_argmax_body_with_an_init_tied_with_the_best_matches_the_reference(reference, direction):
+    """The init value equal to a row's best value (2 for GT, -1 for LT): the lower of
+    the init's index and the row's wins, as the body's tie rule says."""
+    text = ARGMAX_TEXT.replace("DIRECTION", direction)
+    x = np.array([[1, 2, 2, -1, 2], [-1, 0, -1, 2, 2], [2, -1, -1, 2, -1]], np.float32)
+    indices = np.arange(15, dtype=np.int32).reshape(3, 5)
+    for init in [(2.0, -1), (2.0, 20), (-1.0, -1), (-1.0, 20)]:
+        same_as_reference(reference, text, x, indices, np.float32(init[0]), np.int32(init[1]))
+
+
 def test_multi_operand_reduce_and_mixed_body():
     """Two operands and a body that is not one monoid op (a vectorized tree)."""
     x = small_integers((4, 5), np.float32, seed=1)
@@ -244,6 +255,16 @@ BODIES = {
 def test_reduce_arbitrary_bodies(reference, body):
     x = np.random.default_rng(4).integers(-1000, 1000, (3, 5)).astype(np.int32)
     same_as_reference(reference, REDUCE_BODY.replace("BODY", BODIES[body]), x, np.int32(7))
+
+
+def test_reduce_with_a_body_run_per_element_over_a_middle_axis(reference):
+    """A body that is not element-wise runs on one pair of 0-d values at a time; here
+    over the middle axis of a 3-d operand, against the C++ interpreter."""
+    text = (REDUCE_BODY.replace("BODY", BODIES["reshaped_add"]).replace("tensor<3x5xi32>", "tensor<2x3x4xi32>")
+            .replace("tensor<3xi32>", "tensor<2x4xi32>"))
+    x = np.random.default_rng(5).integers(-1000, 1000, (2, 3, 4)).astype(np.int32)
+    ours = same_as_reference(reference, text, x, np.int32(7))
+    np.testing.assert_array_equal(ours[0], x.sum(axis=1) + 7)
 
 
 # ------------------------------------------------------------------ reduce_window

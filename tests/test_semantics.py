@@ -218,10 +218,10 @@ def test_clamped_gather_starts_are_reported():
     x = np.arange(10, dtype=np.float32)
     report = si.portability(lambda x, i: lax.gather(
         x, i, lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(), start_index_map=(0,)),
-        (2,), mode="clip"), x, np.array([[-1], [3], [9]], np.int32))
+        (2,), mode="clip"), x, np.array([[-1], [3], [9], [5]], np.int32))
     assert details(report) == {"gather-start-clamped":
-                               "2 of 3 start indices are clamped to keep the slice inside the operand"}
-    assert report.outputs.tolist() == [[0, 1], [3, 4], [8, 9]]
+                               "2 of 4 start indices are clamped to keep the slice inside the operand"}
+    assert report.outputs.tolist() == [[0, 1], [3, 4], [8, 9], [5, 6]]
 
 
 def test_reports_name_each_op_once_with_how_often_it_met_the_rule():

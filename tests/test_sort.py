@@ -130,6 +130,11 @@ COMPARATORS = {
     %v = stablehlo.reshape %lt : (tensor<i1>) -> tensor<1xi1>
     %r = stablehlo.reshape %v : (tensor<1xi1>) -> tensor<i1>
     stablehlo.return %r : tensor<i1>""",
+    # a < b + 0: an argument against a computed value, not a mirrored pair; the merge sort.
+    "argument_against_computed": """%zero = stablehlo.constant dense<0> : tensor<{t}>
+    %y = stablehlo.add %b, %zero : tensor<{t}>
+    %r = stablehlo.compare LT, %a, %y : (tensor<{t}>, tensor<{t}>) -> tensor<i1>
+    stablehlo.return %r : tensor<i1>""",
     # Payload only, descending, through a computed key (2 * j): key sort on the second operand.
     "payload_desc": """%two = stablehlo.constant dense<2> : tensor<i32>
     %x = stablehlo.multiply %i, %two : tensor<i32>
