@@ -148,9 +148,11 @@ wrong_dot = InterpreterBackend(
 
 
 def test_pytest_plugin_runs_the_battery(pytester):
+    """In process, so with the session's jax_enable_x64 on: a user's 64-bit setting must not
+    break the battery's programs (dynamic_slice's start indices once mixed i32 and i64)."""
     result = pytester.runpytest("-p", "stablehlo_interp.pytest_plugin", "--pyargs", "stablehlo_interp.tools.battery",
-                                "-k", "matmul or scan or integer", "--interp-backend=cpu", "-q")
-    result.assert_outcomes(passed=3)
+                                "-k", "matmul or scan or integer or dynamic_slice", "--interp-backend=cpu", "-q")
+    result.assert_outcomes(passed=4)
 
 
 def test_pytest_plugin_reports_the_first_divergent_op_of_a_wrong_backend(pytester):

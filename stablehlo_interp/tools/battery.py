@@ -80,7 +80,7 @@ def _programs() -> list[BatteryProgram]:
                        lambda: (_normal(6, 4),)),
         BatteryProgram("gather_scatter", lambda x, i: (x[i], x.at[i].add(1.0), jnp.take(x, i, axis=1)),
                        lambda: (_normal(5, 5), np.array([4, 0, 2, 2], np.int32))),
-        BatteryProgram("dynamic_slice", lambda x, i: (lax.dynamic_slice(x, (i, 1), (2, 2)),
+        BatteryProgram("dynamic_slice", lambda x, i: (lax.dynamic_slice(x, (i, np.int32(1)), (2, 2)),
                                                       lax.dynamic_update_slice(x, x[:2, :2] * 0, (i, i))),
                        lambda: (_normal(4, 4), np.int32(1))),
         BatteryProgram("sort", lambda x: (jnp.sort(x, axis=1), jnp.argsort(x[0]), lax.top_k(x[1], 3)),
