@@ -355,6 +355,14 @@ def test_a_program_past_the_deadline_is_one_timeout_finding_not_reduced():
     assert negates and timeouts[0].programs == negates and report.agreed == 4 - len(negates)
 
 
+@pytest.mark.slow   # three deadlines and their grace: the worker, the worker again alone, the isolated check
+def test_a_campaign_worker_stuck_in_native_code_is_a_timeout_finding():
+    start = time.perf_counter()
+    report = fuzz(HangsInNativeCode(), seed=0, count=1, ops=("negate",), element_types=("i32",), timeout=1.0)
+    assert [(f.cause, f.programs) for f in report.findings] == [(TIMEOUT, [0])] and "killed" in report.findings[0].detail
+    assert time.perf_counter() - start < 60
+
+
 def test_a_reduction_whose_candidates_hang_still_finds_the_minimal_program():
     backend = AddLosingNegativeZeroHangingWithoutAdd()
     generated, outcome = _first_finding(WRONG_ADD, SMALL_OPS)
