@@ -182,9 +182,9 @@ def fuzz(backend: str | Callable = "cpu", seed: int = 0, count: int = 100, jobs:
     settings = tuple(getattr(resolve(backend), "settings", ()))
     name = resolve(backend).name
     seeds = [program_seed(seed, i) for i in range(count)]
-    generator = dict(max_ops=max_ops, ops=ops, element_types=element_types)
-    task = functools.partial(_check_program, backend=backend, timeout=timeout, **generator)
-    crashed = functools.partial(_crashed, backend=backend, timeout=timeout, **generator)
+    generator = functools.partial(generate, max_ops=max_ops, ops=ops, element_types=element_types)
+    task = functools.partial(_check_program, backend=backend, generator=generator, timeout=timeout)
+    crashed = functools.partial(_crashed, backend=backend, generator=generator, timeout=timeout)
     results = list(_map(task, seeds, jobs, ray, on_crash=crashed))
     groups: dict = {}
     for index, (outcome, spent) in enumerate(results):
@@ -192,8 +192,8 @@ def fuzz(backend: str | Callable = "cpu", seed: int = 0, count: int = 100, jobs:
             timings.add(phase, seconds)
         if outcome is not None:
             groups.setdefault(_group(outcome), []).append(index)
-    reducer = functools.partial(_reduce_program, backend=resolve(backend), reduce=reduce, budget=budget,
-                                timeout=timeout, **generator)
+    reducer = functools.partial(_reduce_program, backend=resolve(backend), generator=generator, reduce=reduce,
+                                budget=budget, timeout=timeout)
     representatives = [(seeds[indices[0]], results[indices[0]][0]) for indices in groups.values()]
     findings: dict = {}
     with concurrent.futures.ThreadPoolExecutor(max(jobs, 1)) as threads:
@@ -217,12 +217,12 @@ def _group(outcome: Outcome) -> tuple:
             if outcome.op is None else "")
 
 
-def _check_program(program_seed: int, backend, max_ops, ops, element_types, timeout):
+def _check_program(program_seed: int, backend, generator, timeout):
     """Program ``program_seed`` checked in this worker; a check stuck past its deadline
     in native code (no alarm gets through) ends the worker, and ``_crashed`` tells why."""
     timings = Timings()
     start = time.perf_counter()
-    generated = generate(program_seed, max_ops, ops, element_types)
+    generated = generator(program_seed)
     timings.add("generation", time.perf_counter() - start)
     watchdog = None
     if timeout is not None:
@@ -236,10 +236,10 @@ def _check_program(program_seed: int, backend, max_ops, ops, element_types, time
             watchdog.cancel()
 
 
-def _crashed(program_seed: int, backend, max_ops, ops, element_types, timeout):
+def _crashed(program_seed: int, backend, generator, timeout):
     """The outcome of a program whose worker died: checked again in a child process
     killed at the deadline, ``crashed`` or ``timed out``."""
-    generated = generate(program_seed, max_ops, ops, element_types)
+    generated = generator(program_seed)
     checker = IsolatedCheck(timeout)
     try:
         outcome = checker(generated.text, generated.arguments, resolve(backend))
@@ -249,12 +249,12 @@ def _crashed(program_seed: int, backend, max_ops, ops, element_types, timeout):
             else Outcome(CRASH, None, None, PROCESS_DIED)), {}
 
 
-def _reduce_program(item, backend, max_ops, ops, element_types, reduce, budget, timeout):
+def _reduce_program(item, backend, generator, reduce, budget, timeout):
     """The finding of program ``item = (seed, outcome)``, reduced with every candidate
     checked in a child process (a candidate may crash the backend, or run past the
     deadline); a timeout is not reduced."""
     program_seed, outcome = item
-    generated = generate(program_seed, max_ops, ops, element_types)
+    generated = generator(program_seed)
     timings = Timings()
     program, arguments, checks = generated.program, generated.arguments, 0
     if reduce and outcome.cause != TIMEOUT:

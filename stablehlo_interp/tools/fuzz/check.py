@@ -24,6 +24,7 @@ own; a backend stuck in native code, where no signal handler runs, is ended by
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -247,10 +248,10 @@ class IsolatedCheck:
 
     def __init__(self, timeout: float | None = DEFAULT_TIMEOUT):
         self.timeout = timeout
-        self.pool, self.pid = None, None
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self.pid = 0   # the child's
 
     def __call__(self, text: str, arguments: list, backend, timings: Timings | None = None) -> Outcome | None:
-        import concurrent.futures
         import multiprocessing
         from concurrent.futures.process import BrokenProcessPool
 
