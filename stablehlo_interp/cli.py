@@ -12,7 +12,8 @@
                              [--per-device]
     stablehlo-interp compare FILE [--input ...] [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
                              [--backend-command CMD] [--rtol R --atol A] [--per-device]
-    stablehlo-interp fuzz [--backend cpu|iree[:TARGET]] [--seed S] [--count N] [-j N] [--out DIR] [--ray ADDRESS]
+    stablehlo-interp fuzz [--backend cpu|iree[:TARGET]] [--seed S] [--count N] [-j N] [--out DIR] [--timeout SECONDS]
+                          [--ray ADDRESS]
 
 See docs/cli.md and docs/tools.md.
 """
@@ -185,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--element-type", action="append", default=[], metavar="TYPE",
                       help="give new values only this element type (f32, bf16, i4 ...); repeat for each")
     fuzz.add_argument("--no-reduce", action="store_true", help="report findings without reducing them")
+    fuzz.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                      help="seconds a program's check may take, both sides; longer is a 'timed out' finding "
+                           "(default 60)")
     fuzz.add_argument("--ray", metavar="ADDRESS",
                       help="check the programs as tasks on this Ray cluster ('local': start one here; "
                            "the ray extra)")
@@ -462,7 +466,8 @@ def _fuzz(args) -> int:
     if unknown:
         raise UsageError(f"the generator knows no {', '.join(unknown)}")
     report = fuzz(backend_of(args), args.seed, args.count, args.jobs, args.out, args.max_ops, tuple(args.op) or None,
-                  tuple(args.element_type) or None, not args.no_reduce, ray=args.ray)
+                  tuple(args.element_type) or None, not args.no_reduce, ray=args.ray,
+                  timeout=args.timeout)
     print(report.markdown() if args.out is None else _fuzz_summary(report, args.out))
     return 1 if report.findings else 0
 

@@ -7,6 +7,7 @@ import json
 import re
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ import pytest
 import stablehlo_interp as si
 from stablehlo_interp.tools.backends import BackendCompileError, InterpreterBackend
 from stablehlo_interp.tools.fuzz.campaign import fuzz, program_seed
-from stablehlo_interp.tools.fuzz.check import COMPILE_FAILURE, CRASH, SIGNED_ZERO, WRONG_TYPE, check
+from stablehlo_interp.tools.fuzz.check import (COMPILE_FAILURE, CRASH, SIGNED_ZERO, TIMEOUT, WRONG_TYPE, IsolatedCheck,
+                                               check)
 from stablehlo_interp.tools.fuzz.generate import ELEMENT_TYPES, OPS, generate, special_values, storage_of
 from stablehlo_interp.tools.fuzz.programs import Op, Program, Spec
 from stablehlo_interp.tools.fuzz.reduce import reduce_finding
@@ -272,6 +274,116 @@ def test_a_program_the_backend_cannot_compile_is_a_finding():
     assert "no lowering" in report.findings[0].detail
 
 
+# i >= i holds for every i32: the loop never ends (on any backend).
+ENDLESS_WHILE = """
+func.func @main(%x: tensor<i32>) -> tensor<i32> {
+  %r = stablehlo.while(%i = %x) : tensor<i32>
+    cond {
+      %c = stablehlo.compare GE, %i, %i : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %n = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %n : tensor<i32>
+    }
+  return %r : tensor<i32>
+}
+"""
+
+
+class HangsOnNegate:
+    """A backend that never returns from a program with a negate (it sleeps: an alarm gets through)."""
+
+    name, settings = "hangs on negate", ()
+
+    def __call__(self, module_text, args):
+        while "stablehlo.negate" in module_text:
+            time.sleep(1)
+        return si.load(module_text).run(*args)
+
+
+class HangsInNativeCode:
+    """A backend stuck where no alarm gets through (SIGALRM ignored: as good as a loop in
+    compiled code, where Python's handler never runs)."""
+
+    name, settings = "stuck", ()
+
+    def __call__(self, module_text, args):
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+
+
+class AddLosingNegativeZeroHangingWithoutAdd:
+    """WRONG_ADD, but a program without an add never returns: candidates of a reduction that cut the add hang."""
+
+    name, settings = "add losing -0, hangs without add", ()
+
+    def __call__(self, module_text, args):
+        while "stablehlo.add" not in module_text:
+            time.sleep(1)
+        return WRONG_ADD(module_text, args)
+
+
+def test_an_endless_while_is_a_timeout_of_the_interpreter_within_the_deadline():
+    start = time.perf_counter()
+    outcome = check(ENDLESS_WHILE, [np.int32(0)], si.tools.JaxBackend("cpu"), timeout=1.0)
+    assert time.perf_counter() - start < 3
+    assert outcome.cause == TIMEOUT and outcome.detail == "the interpreter did not finish in 1 s"
+    assert outcome.op is None and not outcome.ours
+
+
+def test_a_backend_stuck_in_native_code_is_killed_at_the_deadline():
+    checker = IsolatedCheck(timeout=1.0)
+    try:
+        assert checker("func.func @main(%x: tensor<i32>) -> tensor<i32> {\n  return %x : tensor<i32>\n}\n",
+                       [np.int32(1)], WRONG_ADD) is None   # the child answers (and is started) before the deadline
+        start = time.perf_counter()
+        outcome = checker(ENDLESS_WHILE.replace("GE", "LT"), [np.int32(0)], HangsInNativeCode())
+        assert time.perf_counter() - start < 10 and outcome.cause == TIMEOUT and "killed" in outcome.detail
+    finally:
+        checker.close()
+
+
+def test_a_program_past_the_deadline_is_one_timeout_finding_not_reduced():
+    report = fuzz(HangsOnNegate(), seed=0, count=4, ops=("negate", "add"), element_types=("f32",), timeout=1.0)
+    timeouts = [f for f in report.findings if f.cause == TIMEOUT]
+    assert len(timeouts) == 1 and timeouts[0].detail == "the backend (hangs on negate) did not finish in 1 s"
+    assert timeouts[0].reduced_ops == timeouts[0].original_ops and "stablehlo.negate" in timeouts[0].text
+    negates = [i for i in range(4) if "stablehlo.negate" in generate(program_seed(0, i), ops=("negate", "add"),
+                                                                      element_types=("f32",)).text]
+    assert negates and timeouts[0].programs == negates and report.agreed == 4 - len(negates)
+
+
+@pytest.mark.slow   # three deadlines and their grace: the worker, the worker again alone, the isolated check
+def test_a_campaign_worker_stuck_in_native_code_is_a_timeout_finding():
+    start = time.perf_counter()
+    report = fuzz(HangsInNativeCode(), seed=0, count=1, ops=("negate",), element_types=("i32",), timeout=1.0)
+    assert [(f.cause, f.programs) for f in report.findings] == [(TIMEOUT, [0])] and "killed" in report.findings[0].detail
+    assert time.perf_counter() - start < 60
+
+
+def test_a_reduction_whose_candidates_hang_still_finds_the_minimal_program():
+    backend = AddLosingNegativeZeroHangingWithoutAdd()
+    generated, outcome = _first_finding(WRONG_ADD, SMALL_OPS)
+    seen = []
+    isolated = IsolatedCheck(timeout=1.0)
+
+    def checker(*arguments):
+        seen.append(isolated(*arguments))
+        return seen[-1]
+
+    try:
+        reduced = reduce_finding(generated.program, generated.arguments, outcome, backend, checker=checker)
+    finally:
+        isolated.close()
+    assert any(o is not None and o.cause == TIMEOUT for o in seen), "a candidate without the add was tried"
+    assert reduced.program.op_names() == ["stablehlo.add"] and reduced.outcome.cause == SIGNED_ZERO
+    assert all(np.shape(a) == () for a in reduced.arguments)
+    expected = np.add(*[reduced.arguments[i] for i in reduced.program.ops[0].operands])
+    assert expected == 0 and np.signbit(WRONG_ADD(reduced.program.text(), reduced.arguments)[0]) != np.signbit(expected)
+
+
 # Ops and element types whose programs XLA CPU runs as the spec says (docs/findings.md,
 # "Found by fuzz", lists what it does not: those are left out here).
 AGREEING_OPS = ("add", "subtract", "multiply", "negate", "abs", "maximum", "minimum", "compare", "select", "clamp",
@@ -516,7 +628,8 @@ def test_a_campaign_runs_on_a_local_ray_instance():
 def test_the_command(tmp_path, capsys):
     from stablehlo_interp.cli import main
 
-    assert main(["fuzz", "--count", "2", "--op", "negate", "--element-type", "i32", "--out", str(tmp_path)]) == 0
+    assert main(["fuzz", "--count", "2", "--op", "negate", "--element-type", "i32", "--out", str(tmp_path),
+                 "--timeout", "30"]) == 0
     assert "2 programs from seed 0 on cpu: 2 agree, 0 findings" in capsys.readouterr().out
     assert json.loads((tmp_path / "report.json").read_text())["agreed"] == 2
     assert main(["fuzz", "--op", "no_such_op"]) == 2

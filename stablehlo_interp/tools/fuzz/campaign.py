@@ -20,6 +20,15 @@ aborts the process: XLA CPU does, on some integer divisions) makes that program
 a ``crashed`` finding and the campaign goes on. Reductions run in this process,
 ``jobs`` at a time, each checking its candidates in a child process of its own.
 The interpreter's side never takes the campaign down.
+
+Every check has a deadline of ``timeout`` seconds (tools/fuzz/check.py): a
+program still running then (a ``while`` that never ends, on either side) is a
+``timed out`` finding, grouped by the side that was running and not reduced (each
+candidate would cost the whole deadline). A worker stuck in a backend's native
+code, past the deadline by :data:`~.check.GRACE` seconds, ends itself; its
+program is checked once more in a child process that is killed at the deadline,
+which tells a timeout from a crash. In a reduction, a candidate that times out
+does not show the finding.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import json
 import os
 import pathlib
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -38,14 +48,14 @@ import numpy as np
 
 from ...frontends.workers import ordered_map
 from ..backends import resolve
-from .check import (COMPILE_FAILURE, CRASH, PROCESS_DIED, RUN_FAILURE, IsolatedCheck, Outcome, Timings, check,
-                    message_stem)
+from .check import (COMPILE_FAILURE, CRASH, DEFAULT_TIMEOUT, GRACE, PROCESS_DIED, RUN_FAILURE, TIMEOUT, IsolatedCheck,
+                    Outcome, Timings, check, message_stem)
 from .generate import generate
 from .reduce import reduce_finding
 
 
 # Causes a finding is told apart by the backend's message rather than by element type.
-MESSAGE_CAUSES = (COMPILE_FAILURE, CRASH, RUN_FAILURE)
+MESSAGE_CAUSES = (COMPILE_FAILURE, CRASH, RUN_FAILURE, TIMEOUT)
 
 
 def program_seed(seed: int, index: int) -> int:
@@ -160,27 +170,30 @@ def _slug(text) -> str:
 def fuzz(backend: str | Callable = "cpu", seed: int = 0, count: int = 100, jobs: int = 1,
          out: str | os.PathLike | None = None, max_ops: int = 12,
          ops: tuple | None = None, element_types: tuple | None = None, reduce: bool = True,
-         budget: int = 100, ray: str | None = None) -> FuzzReport:
+         budget: int = 100, ray: str | None = None, timeout: float | None = DEFAULT_TIMEOUT) -> FuzzReport:
     """Run a campaign (module docstring). ``backend``: what
     :func:`~stablehlo_interp.tools.backends.resolve` accepts (with ``jobs > 1`` or
     ``ray``, something that pickles: a name, or a module-level callable); ``ops``,
     ``element_types``: restrict the generator (:func:`~.generate.generate`);
-    ``budget``: checks per reduction; ``out``: a folder for the report and the findings."""
+    ``budget``: checks per reduction; ``out``: a folder for the report and the findings;
+    ``timeout``: seconds each check of a program may take (None: no deadline)."""
     start = time.perf_counter()
     timings = Timings()
     settings = tuple(getattr(resolve(backend), "settings", ()))
     name = resolve(backend).name
     seeds = [program_seed(seed, i) for i in range(count)]
-    task = functools.partial(_check_program, backend=backend, max_ops=max_ops, ops=ops, element_types=element_types)
-    results = list(_map(task, seeds, jobs, ray, on_crash=_crashed))
+    generator = functools.partial(generate, max_ops=max_ops, ops=ops, element_types=element_types)
+    task = functools.partial(_check_program, backend=backend, generator=generator, timeout=timeout)
+    crashed = functools.partial(_crashed, backend=backend, generator=generator, timeout=timeout)
+    results = list(_map(task, seeds, jobs, ray, on_crash=crashed))
     groups: dict = {}
     for index, (outcome, spent) in enumerate(results):
         for phase, seconds in spent.items():
             timings.add(phase, seconds)
         if outcome is not None:
             groups.setdefault(_group(outcome), []).append(index)
-    reducer = functools.partial(_reduce_program, backend=resolve(backend), max_ops=max_ops, ops=ops,
-                                element_types=element_types, reduce=reduce, budget=budget)
+    reducer = functools.partial(_reduce_program, backend=resolve(backend), generator=generator, reduce=reduce,
+                                budget=budget, timeout=timeout)
     representatives = [(seeds[indices[0]], results[indices[0]][0]) for indices in groups.values()]
     findings: dict = {}
     with concurrent.futures.ThreadPoolExecutor(max(jobs, 1)) as threads:
@@ -204,27 +217,48 @@ def _group(outcome: Outcome) -> tuple:
             if outcome.op is None else "")
 
 
-def _check_program(program_seed: int, backend, max_ops, ops, element_types):
+def _check_program(program_seed: int, backend, generator, timeout):
+    """Program ``program_seed`` checked in this worker; a check stuck past its deadline
+    in native code (no alarm gets through) ends the worker, and ``_crashed`` tells why."""
     timings = Timings()
     start = time.perf_counter()
-    generated = generate(program_seed, max_ops, ops, element_types)
+    generated = generator(program_seed)
     timings.add("generation", time.perf_counter() - start)
-    return check(generated.text, generated.arguments, resolve(backend), timings), dict(timings)
+    watchdog = None
+    if timeout is not None:
+        watchdog = threading.Timer(timeout + GRACE, os._exit, (1,))
+        watchdog.daemon = True
+        watchdog.start()
+    try:
+        return check(generated.text, generated.arguments, resolve(backend), timings, timeout), dict(timings)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
 
 
-def _crashed(program_seed: int):
-    return Outcome(CRASH, None, None, PROCESS_DIED), {}
+def _crashed(program_seed: int, backend, generator, timeout):
+    """The outcome of a program whose worker died: checked again in a child process
+    killed at the deadline, ``crashed`` or ``timed out``."""
+    generated = generator(program_seed)
+    checker = IsolatedCheck(timeout)
+    try:
+        outcome = checker(generated.text, generated.arguments, resolve(backend))
+    finally:
+        checker.close()
+    return (outcome if outcome is not None and outcome.cause in (CRASH, TIMEOUT)
+            else Outcome(CRASH, None, None, PROCESS_DIED)), {}
 
 
-def _reduce_program(item, backend, max_ops, ops, element_types, reduce, budget):
+def _reduce_program(item, backend, generator, reduce, budget, timeout):
     """The finding of program ``item = (seed, outcome)``, reduced with every candidate
-    checked in a child process (a candidate may crash the backend)."""
+    checked in a child process (a candidate may crash the backend, or run past the
+    deadline); a timeout is not reduced."""
     program_seed, outcome = item
-    generated = generate(program_seed, max_ops, ops, element_types)
+    generated = generator(program_seed)
     timings = Timings()
     program, arguments, checks = generated.program, generated.arguments, 0
-    if reduce:
-        checker = IsolatedCheck()
+    if reduce and outcome.cause != TIMEOUT:
+        checker = IsolatedCheck(timeout)
         try:
             reduced = reduce_finding(program, arguments, outcome, backend, budget, timings, checker)
         finally:

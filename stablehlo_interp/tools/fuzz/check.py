@@ -11,11 +11,25 @@ rounding bound on the backend's operands (tools/bounds.py), and the first op
 beyond it is the finding. A signed zero is a value (IEEE 754, which the spec's
 float ops follow): a -0 where the interpreter has +0, or the reverse, is a
 finding even where compare's bounds see none.
+
+A check has a deadline (``timeout`` seconds, for the interpreter's run, the
+backend's compile and run and the comparison together): a program that has not
+finished by then (a ``while`` whose condition stays true) is a ``timed out``
+outcome naming the side that was running. The deadline is a ``SIGALRM`` in the
+thread that checks (the process's main thread: a campaign's worker or
+:class:`IsolatedCheck`'s child), so the engine's run loop carries no clock of its
+own; a backend stuck in native code, where no signal handler runs, is ended by
+:class:`IsolatedCheck` killing its child.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import os
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -38,7 +52,12 @@ CRASH = "crashed"
 RUN_FAILURE = "failed to run"
 WRONG_TYPE = "a result of another type"
 SIGNED_ZERO = "signed zero"
+TIMEOUT = "timed out"
 PROCESS_DIED = "the process running the backend died (a signal, an abort)"
+# Seconds a check of one program may take by default (a generated program takes well under one).
+DEFAULT_TIMEOUT = 60.0
+# Seconds past the deadline before IsolatedCheck kills a child whose alarm did not end the check.
+GRACE = 5.0
 # Causes that are the interpreter's to answer for, and the backend's.
 OURS = (INTERPRETER_ERROR, UNSUPPORTED)
 
@@ -63,7 +82,7 @@ class Outcome:
             return False
         if self.element_type and other.element_type and self.element_type != other.element_type:
             return False
-        if self.cause in (COMPILE_FAILURE, CRASH, RUN_FAILURE, INTERPRETER_ERROR):
+        if self.cause in (COMPILE_FAILURE, CRASH, RUN_FAILURE, INTERPRETER_ERROR, TIMEOUT):
             return message_stem(self.detail) == message_stem(other.detail)
         return True
 
@@ -86,10 +105,55 @@ class Timings(dict):
         self[phase] = self.get(phase, 0.0) + seconds
 
 
-def check(text: str, arguments: list, backend, timings: Timings | None = None) -> Outcome | None:
+class _Expired(BaseException):
+    """The deadline's alarm (a BaseException: no ``except Exception`` between the alarm
+    and :func:`check` takes it for the program's own error)."""
+
+
+class _Deadline:
+    """``SIGALRM`` after ``seconds`` raises :class:`_Expired` in this (the main) thread;
+    ``side`` is what was running. No deadline off the main thread, where Python
+    delivers no signals, nor for ``seconds=None``."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.side = seconds, "the interpreter"
+        self.armed = seconds is not None and threading.current_thread() is threading.main_thread()
+
+    def __enter__(self):
+        if self.armed:
+            self.previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exception) -> None:
+        if self.armed:
+            self.armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    def _expire(self, signum, frame) -> None:
+        if self.armed:
+            raise _Expired
+
+    def outcome(self) -> Outcome:
+        return Outcome(TIMEOUT, None, None, f"{self.side} did not finish in {self.seconds:g} s")
+
+
+def check(text: str, arguments: list, backend, timings: Timings | None = None,
+          timeout: float | None = None) -> Outcome | None:
     """None when the backend agrees with the interpreter on ``text`` run on ``arguments``
-    (or differs by rounding noise alone); else the :class:`Outcome`."""
+    (or differs by rounding noise alone); else the :class:`Outcome`. ``timeout``: the
+    check's deadline in seconds (module docstring), None for none."""
     timings = Timings() if timings is None else timings
+    deadline = _Deadline(timeout)
+    try:
+        with deadline:
+            return _check(text, arguments, backend, timings, deadline)
+    except _Expired:
+        return deadline.outcome()
+
+
+def _check(text: str, arguments: list, backend, timings: Timings, deadline: _Deadline) -> Outcome | None:
     start = time.perf_counter()
     try:
         ours = load(text).run(*arguments)
@@ -101,6 +165,7 @@ def check(text: str, arguments: list, backend, timings: Timings | None = None) -
         return Outcome(INTERPRETER_ERROR, None, None, f"{type(error).__name__}: {error}")
     finally:
         timings.add("interpreter", time.perf_counter() - start)
+    deadline.side = f"the backend ({backend.name})"
     try:
         theirs = _run_backend(backend, text, arguments, timings)
     except BackendCompileError as error:
@@ -111,6 +176,7 @@ def check(text: str, arguments: list, backend, timings: Timings | None = None) -
         return Outcome(RUN_FAILURE, None, None, error.message)
     except Exception as error:  # noqa: BLE001 - a user's backend that raised: it failed to run
         return Outcome(RUN_FAILURE, None, None, f"{type(error).__name__}: {error}")
+    deadline.side = "the comparison"
     start = time.perf_counter()
     try:
         return _judge(text, arguments, backend, ours, theirs)
@@ -176,23 +242,34 @@ def _judge(text: str, arguments: list, backend, ours: list, theirs: list) -> Out
 class IsolatedCheck:
     """:func:`check` in a child process (spawned on first use, kept for the next
     checks): a backend that kills its process (XLA CPU on an integer division it
-    folds, say) makes a ``crashed`` outcome here, and the next check starts a new child."""
+    folds, say) makes a ``crashed`` outcome here, and the next check starts a new child.
+    ``timeout``: each check's deadline; a child that has not answered :data:`GRACE`
+    seconds after it (a backend stuck in native code) is killed, a ``timed out`` outcome."""
 
-    def __init__(self):
-        self.pool = None
+    def __init__(self, timeout: float | None = DEFAULT_TIMEOUT):
+        self.timeout = timeout
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self.pid = 0   # the child's
 
     def __call__(self, text: str, arguments: list, backend, timings: Timings | None = None) -> Outcome | None:
-        import concurrent.futures
         import multiprocessing
         from concurrent.futures.process import BrokenProcessPool
 
         if self.pool is None:
             self.pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self.pid = self.pool.submit(os.getpid).result()
+        future = self.pool.submit(_check_here, text, arguments, backend, self.timeout)
         try:
-            outcome, spent = self.pool.submit(_check_here, text, arguments, backend).result()
+            outcome, spent = future.result(None if self.timeout is None else self.timeout + GRACE)
         except BrokenProcessPool:
             self.close()
             return Outcome(CRASH, None, None, PROCESS_DIED)
+        except concurrent.futures.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.close()
+            return Outcome(TIMEOUT, None, None, f"the check did not finish in {self.timeout:g} s "
+                                                f"(its process was killed {GRACE:g} s later)")
         for phase, seconds in spent.items():
             if timings is not None:
                 timings.add(phase, seconds)
@@ -204,9 +281,9 @@ class IsolatedCheck:
             self.pool = None
 
 
-def _check_here(text: str, arguments: list, backend) -> tuple:
+def _check_here(text: str, arguments: list, backend, timeout: float | None) -> tuple:
     timings = Timings()
-    return check(text, arguments, backend, timings), dict(timings)
+    return check(text, arguments, backend, timings, timeout), dict(timings)
 
 
 def identical(ours: np.ndarray, theirs: np.ndarray) -> bool:

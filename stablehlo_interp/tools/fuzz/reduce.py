@@ -17,7 +17,9 @@ op and element type):
 4. **simpler values**: each argument element replaced by 0, then 1.
 
 Every step costs one check (the interpreter and the backend run the candidate);
-``budget`` bounds them.
+``budget`` bounds them. A candidate whose check times out (an
+:class:`~.check.IsolatedCheck`'s deadline: cutting a loop's bound can make the
+loop endless) shows another cause, so it is not kept and the reduction goes on.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def reduce_finding(program: Program, arguments: list, outcome: Outcome, backend,
                    timings: Timings | None = None, checker=check) -> Reduced:
     """The smallest program (and arguments) found that shows ``outcome`` (module docstring).
     ``checker``: how a candidate is checked, :func:`~.check.check` or an
-    :class:`~.check.IsolatedCheck` (for a backend that may kill its process)."""
+    :class:`~.check.IsolatedCheck` (for a backend that may kill its process, or a
+    candidate that may not end)."""
     timings = Timings() if timings is None else timings
     start = time.perf_counter()
     state = _State(program, list(arguments), outcome, backend, budget, timings, checker)
