@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
 from stablehlo_interp.device import placement
+from stablehlo_interp.ir.partition import PartitionError
 from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceProgram
 
 INTEGERS = np.random.default_rng(0).integers(-8, 9, size=(8, 16)).astype(np.float32)
@@ -274,20 +275,38 @@ def test_per_device_program_needs_a_sharded_program():
         PerDeviceProgram(si.load(jax.jit(jnp.sin).lower(np.float32(1))))
 
 
-def test_a_custom_call_without_a_sharding_rule_runs_globally():
-    """Shardy's partitioner gives a host callback (a custom call without a sharding rule)
-    its devices' shards but keeps its global result type; the mode says so and runs the
-    global program, whose results are XLA's."""
+def test_a_host_callback_runs_globally():
+    """JAX places a host callback on one device (a maximal sharding, ``<@maximal_mesh_0, []>``
+    on a tensor of any rank), which Shardy's partitioner leaves with its global type on every
+    device; the mode says so and runs the global program, whose results are XLA's."""
     results = {}
     for platform in ("cpu", "interp"):
         x = jax.device_put(INTEGERS, NamedSharding(mesh_of(platform), P("x")))
         results[platform] = jax.jit(lambda v: jax.pure_callback(lambda w: w * 2, jax.ShapeDtypeStruct(v.shape, v.dtype),
                                                                 v) + 1), x
     function, x = results["interp"]
-    with pytest.warns(placement.PerDeviceWarning, match="custom call @stablehlo_interp.host_callback at .* no "
-                                                        "sdy.sharding_rule"):
+    with pytest.warns(placement.PerDeviceWarning, match="maximal mesh @maximal_mesh_0, as JAX does for host callbacks"):
         ours = jax.jit(function, compiler_options={"interp_spmd": "per_device"})(x)
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(results["cpu"][0](results["cpu"][1])))
+
+
+CUSTOM_CALL_WITHOUT_RULE = """module @m attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%x: tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+      -> (tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) {
+    %0 = stablehlo.custom_call @annotate_device_placement(%x) {has_side_effect = true,
+        mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = stablehlo.add %0, %0 : tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+}"""
+
+
+def test_a_custom_call_without_a_sharding_rule_is_not_partitioned():
+    """Shardy's partitioner gives a custom call without ``sdy.sharding_rule`` its devices'
+    shards but keeps its global result type: a per-device run refuses it, naming the call."""
+    with pytest.raises(PartitionError, match="custom call @annotate_device_placement at -:5 .* no sdy.sharding_rule"):
+        si.run_per_device(CUSTOM_CALL_WITHOUT_RULE, np.arange(4, dtype=np.float32))
 
 
 def test_nonfinite_finder_names_the_device_whose_op_made_the_nan(monkeypatch):

@@ -17,6 +17,8 @@ sharding, the rest are replicated.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..ir import shardy
 from ..ir.types import TensorType
 from . import tiling as sharding
@@ -136,9 +138,14 @@ class Propagated:
 
 
 def _or_rank(value, value_type):
-    """``value``, or the rank of a tensor without one; None for what is not a tensor."""
+    """``value``, or the rank of a tensor without one; None for what is not a tensor. A
+    maximal sharding (``<@maximal_mesh_0, []>``: one device holds the whole tensor, as
+    JAX's lowering places a host callback) names no dimension whatever the rank: it gets
+    one unsharded dimension per dimension of the tensor."""
     if not isinstance(value_type, TensorType):
         return None
+    if value is not None and not value.mesh.axes and not value.dims:
+        return dataclasses.replace(value, dims=((),) * value_type.rank)
     if value is not None and len(value.dims) != value_type.rank:
         raise AssertionError(f"Shardy's sharding {value} is not one of a {value_type}")
     return value_type.rank if value is None else value
