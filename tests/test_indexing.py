@@ -150,8 +150,13 @@ func.func @main(%x: tensor<5x4x3xf32>, %i: tensor<3x2xi32>) -> tensor<3x2x3xf32>
 }}"""
     (actual,) = run_interp_text(dynamic, operand, starts, np.array([1, 2, 3], np.int32))
     assert_same(actual, run_xla_text(static, operand, starts)[0])
-    with pytest.raises(si.OpExecutionError, match="dynamic_gather.*slice_sizes"):
-        si.run(dynamic, operand, starts, np.array([1, 5, 3], np.int32))
+    # gather's constraints on slice_sizes (spec: gather), checked when the sizes arrive
+    for sizes, reason in [([1, 5, 3], r"0 <= slice_sizes <= shape\(operand\)"),
+                          ([1, -1, 3], r"0 <= slice_sizes <= shape\(operand\)"),
+                          ([2, 2, 3], r"exceed 1 in collapsed or operand batching dimensions \[0\]"),
+                          ([1, 1, 3], r"result of shape \[3, 1, 3\], not the result type tensor<3x2x3xf32>")]:
+        with pytest.raises(si.OpExecutionError, match=rf"dynamic_gather.*slice_sizes \{sizes}.*{reason}"):
+            si.run(dynamic, operand, starts, np.array(sizes, np.int32))
 
 
 TORCH_INDEX_SELECT = """
