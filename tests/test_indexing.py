@@ -100,6 +100,21 @@ def test_gather_degenerate_shapes():
         same_as_xla_text(config.text("f32"), operand, starts)
 
 
+def test_gather_indexing_no_operand_dimension(reference):
+    """An empty start_index_map (index vectors of size 0): every slice is the whole
+    operand, repeated over the batch (here between the offset dimensions) or taken once."""
+    operand = iota((3, 4), np.float32, offset=1)
+    for starts, index_vector_dim, batch_shape, offset_dims, result in [
+            (np.zeros((2, 0), np.int32), 1, (2,), (0, 2), (3, 2, 4)),
+            (np.zeros((0,), np.int32), 0, (), (0, 1), (3, 4))]:
+        config = strategies.GatherConfig(
+            strategies.IndexSpace((3, 4), (), (), (), index_vector_dim, starts.shape, batch_shape),
+            offset_dims=offset_dims, collapsed_slice_dims=(), slice_sizes=(3, 4), start_indices=starts,
+            result_shape=result)
+        same_as_xla_text(config.text("f32"), operand, starts)
+        same_as_reference(reference, config.text("f32"), operand, starts)
+
+
 @pytest.mark.parametrize("mode", ["clip", "fill"])
 def test_take_and_fancy_indexing(mode):
     table = values((9, 5, 3), np.float32)
