@@ -367,6 +367,28 @@ def test_spec_example_collective_broadcast():
     assert [r[0].tolist() for r in results] == [[[0, 0]], [[5, 6]], [[5, 6]], [[0, 0]]]
 
 
+def test_collective_broadcast_traffic_by_hand():
+    """tools/traffic.py on collective_broadcast over 4 replicas: groups [[0], [2]] keep
+    each group's one operand where it is (0 and 2 get their own, 1 and 3 zeros): no
+    byte moves. Group [[2, 1]] (the spec's example) moves process 2's i64[1, 2], 16
+    bytes, to process 1: 2 sends 16 bytes, 1 receives 16, 0 and 3 (outside) neither."""
+    body = """    %r = "stablehlo.collective_broadcast"(%a) {replica_groups = dense<[[0], [2]]> : tensor<2x1xi64>}
+        : (tensor<1x2xi64>) -> tensor<1x2xi64>
+    %s = "stablehlo.collective_broadcast"(%a) {replica_groups = dense<[[2, 1]]> : tensor<1x2xi64>}
+        : (tensor<1x2xi64>) -> tensor<1x2xi64>
+    return %r, %s : tensor<1x2xi64>, tensor<1x2xi64>"""
+    text = module(body, "%a: tensor<1x2xi64>", "tensor<1x2xi64>, tensor<1x2xi64>", replicas=4)
+    traffic = si.tools.CollectiveTraffic()
+    inputs = [[np.array([[2 * i + 1, 2 * i + 2]])] for i in range(4)]
+    results = si.load(text).run_grid(inputs, listeners=[traffic])
+    assert [[r.tolist() for r in process] for process in results] == [
+        [[[1, 2]], [[0, 0]]], [[[0, 0]], [[5, 6]]], [[[5, 6]], [[5, 6]]], [[[0, 0]], [[0, 0]]]]
+    assert sorted((t.step, t.process, t.sent, t.received) for t in traffic.transfers) == [
+        (0, 0, 0, 0), (0, 1, 0, 0), (0, 2, 0, 0), (0, 3, 0, 0),
+        (1, 0, 0, 0), (1, 1, 0, 16), (1, 2, 16, 0), (1, 3, 0, 0)]
+    assert (traffic.sent, traffic.received) == (16, 16)
+
+
 def test_cross_replica_pairs_within_each_partition_by_hand():
     """Without a channel id, collective_permute and collective_broadcast pair replicas
     within each partition (spec: cross_replica). Over 2 replicas x 2 partitions
