@@ -592,9 +592,20 @@ def test_groups_naming_missing_processes_are_errors():
         {{replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>
     return %r : tensor<2xf32>"""
     text = module(body, "%a: tensor<2xf32>", "tensor<2xf32>", replicas=2)
-    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[2, 3\] names process 2, but the "
+    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[2, 3\] names replica 2, but the "
                                          r"grid has 2 replica\(s\) x 1 partition\(s\)"):
         si.load(text).run_grid([[np.zeros(2, np.float32)]] * 2)
+    # A channel id makes the pairwise ops' ids partitions (spec: cross_partition): over
+    # 4 replicas x 1 partition, partition 2 is missing even though process 2 is not.
+    for op, groups, missing in [("collective_broadcast", "replica_groups = dense<[[0], [2]]> : tensor<2x1xi64>",
+                                 r"process group \[2\] names partition 2"),
+                                ("collective_permute", "source_target_pairs = dense<[[0, 1]]> : tensor<1x2xi64>",
+                                 r"process group \[0, 1\] names partition 1")]:
+        body = f"""    %r = "stablehlo.{op}"(%a) {{{groups}, {CHANNEL}}} : (tensor<2xf32>) -> tensor<2xf32>
+    return %r : tensor<2xf32>"""
+        text = module(body, "%a: tensor<2xf32>", "tensor<2xf32>", replicas=4)
+        with pytest.raises(si.OpError, match=rf"stablehlo.{op} .*{missing}, but the grid has 4 replica\(s\)"):
+            si.load(text).run_grid([[np.zeros(2, np.float32)]] * 4)
 
 
 INFEED_GRID = """module {
