@@ -587,6 +587,15 @@ def test_run_parallel_in_a_test_file():
     assert [(o.test, o.passed) for o in outcomes] == [("main", True)], [o.report() for o in outcomes]
 
 
+def test_run_parallel_refuses_a_program_without_a_body():
+    """A process program that is only declared has nothing to run: a clear error at load."""
+    text = parallel_module("    return %a : tensor<2xi32>", "tensor<2xi32>", "tensor<2xi32>",
+                           "[[@process, @external]]").replace(
+        "  func.func @main", "  func.func private @external(tensor<2xi32>) -> tensor<2xi32>\n  func.func @main")
+    with pytest.raises(si.OpError, match="interpreter.run_parallel .*@external is declared without a body"):
+        si.load(text)
+
+
 def test_groups_naming_missing_processes_are_errors():
     body = f"""    %r = "stablehlo.all_reduce"(%a) {reduction("add", "f32")}
         {{replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>
