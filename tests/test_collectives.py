@@ -367,6 +367,28 @@ def test_spec_example_collective_broadcast():
     assert [r[0].tolist() for r in results] == [[[0, 0]], [[5, 6]], [[5, 6]], [[0, 0]]]
 
 
+def test_collective_broadcast_traffic_by_hand():
+    """tools/traffic.py on collective_broadcast over 4 replicas: groups [[0], [2]] keep
+    each group's one operand where it is (0 and 2 get their own, 1 and 3 zeros): no
+    byte moves. Group [[2, 1]] (the spec's example) moves process 2's i64[1, 2], 16
+    bytes, to process 1: 2 sends 16 bytes, 1 receives 16, 0 and 3 (outside) neither."""
+    body = """    %r = "stablehlo.collective_broadcast"(%a) {replica_groups = dense<[[0], [2]]> : tensor<2x1xi64>}
+        : (tensor<1x2xi64>) -> tensor<1x2xi64>
+    %s = "stablehlo.collective_broadcast"(%a) {replica_groups = dense<[[2, 1]]> : tensor<1x2xi64>}
+        : (tensor<1x2xi64>) -> tensor<1x2xi64>
+    return %r, %s : tensor<1x2xi64>, tensor<1x2xi64>"""
+    text = module(body, "%a: tensor<1x2xi64>", "tensor<1x2xi64>, tensor<1x2xi64>", replicas=4)
+    traffic = si.tools.CollectiveTraffic()
+    inputs = [[np.array([[2 * i + 1, 2 * i + 2]])] for i in range(4)]
+    results = si.load(text).run_grid(inputs, listeners=[traffic])
+    assert [[r.tolist() for r in process] for process in results] == [
+        [[[1, 2]], [[0, 0]]], [[[0, 0]], [[5, 6]]], [[[5, 6]], [[5, 6]]], [[[0, 0]], [[0, 0]]]]
+    assert sorted((t.step, t.process, t.sent, t.received) for t in traffic.transfers) == [
+        (0, 0, 0, 0), (0, 1, 0, 0), (0, 2, 0, 0), (0, 3, 0, 0),
+        (1, 0, 0, 0), (1, 1, 0, 16), (1, 2, 16, 0), (1, 3, 0, 0)]
+    assert (traffic.sent, traffic.received) == (16, 16)
+
+
 def test_cross_replica_pairs_within_each_partition_by_hand():
     """Without a channel id, collective_permute and collective_broadcast pair replicas
     within each partition (spec: cross_replica). Over 2 replicas x 2 partitions
@@ -565,14 +587,34 @@ def test_run_parallel_in_a_test_file():
     assert [(o.test, o.passed) for o in outcomes] == [("main", True)], [o.report() for o in outcomes]
 
 
+def test_run_parallel_refuses_a_program_without_a_body():
+    """A process program that is only declared has nothing to run: a clear error at load."""
+    text = parallel_module("    return %a : tensor<2xi32>", "tensor<2xi32>", "tensor<2xi32>",
+                           "[[@process, @external]]").replace(
+        "  func.func @main", "  func.func private @external(tensor<2xi32>) -> tensor<2xi32>\n  func.func @main")
+    with pytest.raises(si.OpError, match="interpreter.run_parallel .*@external is declared without a body"):
+        si.load(text)
+
+
 def test_groups_naming_missing_processes_are_errors():
     body = f"""    %r = "stablehlo.all_reduce"(%a) {reduction("add", "f32")}
         {{replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}} : (tensor<2xf32>) -> tensor<2xf32>
     return %r : tensor<2xf32>"""
     text = module(body, "%a: tensor<2xf32>", "tensor<2xf32>", replicas=2)
-    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[2, 3\] names process 2, but the "
+    with pytest.raises(si.OpError, match=r"stablehlo.all_reduce .*process group \[2, 3\] names replica 2, but the "
                                          r"grid has 2 replica\(s\) x 1 partition\(s\)"):
         si.load(text).run_grid([[np.zeros(2, np.float32)]] * 2)
+    # A channel id makes the pairwise ops' ids partitions (spec: cross_partition): over
+    # 4 replicas x 1 partition, partition 2 is missing even though process 2 is not.
+    for op, groups, missing in [("collective_broadcast", "replica_groups = dense<[[0], [2]]> : tensor<2x1xi64>",
+                                 r"process group \[2\] names partition 2"),
+                                ("collective_permute", "source_target_pairs = dense<[[0, 1]]> : tensor<1x2xi64>",
+                                 r"process group \[0, 1\] names partition 1")]:
+        body = f"""    %r = "stablehlo.{op}"(%a) {{{groups}, {CHANNEL}}} : (tensor<2xf32>) -> tensor<2xf32>
+    return %r : tensor<2xf32>"""
+        text = module(body, "%a: tensor<2xf32>", "tensor<2xf32>", replicas=4)
+        with pytest.raises(si.OpError, match=rf"stablehlo.{op} .*{missing}, but the grid has 4 replica\(s\)"):
+            si.load(text).run_grid([[np.zeros(2, np.float32)]] * 4)
 
 
 INFEED_GRID = """module {

@@ -100,6 +100,21 @@ def test_gather_degenerate_shapes():
         same_as_xla_text(config.text("f32"), operand, starts)
 
 
+def test_gather_indexing_no_operand_dimension(reference):
+    """An empty start_index_map (index vectors of size 0): every slice is the whole
+    operand, repeated over the batch (here between the offset dimensions) or taken once."""
+    operand = iota((3, 4), np.float32, offset=1)
+    for starts, index_vector_dim, batch_shape, offset_dims, result in [
+            (np.zeros((2, 0), np.int32), 1, (2,), (0, 2), (3, 2, 4)),
+            (np.zeros((0,), np.int32), 0, (), (0, 1), (3, 4))]:
+        config = strategies.GatherConfig(
+            strategies.IndexSpace((3, 4), (), (), (), index_vector_dim, starts.shape, batch_shape),
+            offset_dims=offset_dims, collapsed_slice_dims=(), slice_sizes=(3, 4), start_indices=starts,
+            result_shape=result)
+        same_as_xla_text(config.text("f32"), operand, starts)
+        same_as_reference(reference, config.text("f32"), operand, starts)
+
+
 @pytest.mark.parametrize("mode", ["clip", "fill"])
 def test_take_and_fancy_indexing(mode):
     table = values((9, 5, 3), np.float32)
@@ -150,8 +165,13 @@ func.func @main(%x: tensor<5x4x3xf32>, %i: tensor<3x2xi32>) -> tensor<3x2x3xf32>
 }}"""
     (actual,) = run_interp_text(dynamic, operand, starts, np.array([1, 2, 3], np.int32))
     assert_same(actual, run_xla_text(static, operand, starts)[0])
-    with pytest.raises(si.OpExecutionError, match="dynamic_gather.*slice_sizes"):
-        si.run(dynamic, operand, starts, np.array([1, 5, 3], np.int32))
+    # gather's constraints on slice_sizes (spec: gather), checked when the sizes arrive
+    for sizes, reason in [([1, 5, 3], r"0 <= slice_sizes <= shape\(operand\)"),
+                          ([1, -1, 3], r"0 <= slice_sizes <= shape\(operand\)"),
+                          ([2, 2, 3], r"exceed 1 in collapsed or operand batching dimensions \[0\]"),
+                          ([1, 1, 3], r"result of shape \[3, 1, 3\], not the result type tensor<3x2x3xf32>")]:
+        with pytest.raises(si.OpExecutionError, match=rf"dynamic_gather.*slice_sizes \{sizes}.*{reason}"):
+            si.run(dynamic, operand, starts, np.array(sizes, np.int32))
 
 
 TORCH_INDEX_SELECT = """

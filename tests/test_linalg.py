@@ -320,6 +320,13 @@ def test_dot_algorithm_narrow_accumulation():
     rounded = lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float64)  # noqa: E731 - a lambda reads as the expression it names
     expected = (rounded(lhs) @ rounded(rhs)).astype(ml_dtypes.bfloat16)
     assert_dot_close(actual, expected, np.abs(rounded(lhs)) @ np.abs(rounded(rhs)), 64)
+    # A bf16 result cannot tell a bf16 accumulation from an f32 one rounded at the end:
+    # an f32 result can. Hand-checked: 1 + 0.375 * 2**-8 and 256 + 2**-8 are f32 values,
+    # and the nearest bf16 values (8 significant bits) are 1 and 256.
+    lhs = np.array([[1.0, 0.375], [256.0, 1.0]], np.float32)
+    rhs = np.array([[1.0], [2.0 ** -8]], np.float32)
+    text = _algorithm_module("bf16", "bf16", "bf16", 1, result="f32", m=2, k=2, n=1)
+    np.testing.assert_array_equal(run_interp_text(text, lhs, rhs)[0], [[1.0], [256.0]])
 
 
 def test_dot_algorithm_on_integers_is_exact_as_in_the_reference(reference):

@@ -41,12 +41,22 @@ def _id_groups(attribute) -> list:
     return [[int(i) for i in row if i >= 0] for row in array.reshape(len(array), -1)] if array.size else []
 
 
+def _id_count(strategy: str, grid: Grid) -> tuple[int, str]:
+    """How many ids a group of the strategy chooses from, and what they name (spec:
+    Execution; ``0 <= replica_groups < N``): partitions for cross_partition, processes
+    for flattened_ids, replicas otherwise."""
+    if strategy == CROSS_PARTITION:
+        return grid.num_partitions, "partition"
+    if strategy == FLATTENED_IDS:
+        return grid.size, "process"
+    return grid.num_replicas, "replica"
+
+
 def process_groups(strategy: str, groups: list, grid: Grid) -> list:
     """The process groups (lists of flattened ids) of a strategy (spec: Execution)."""
     replicas, partitions = grid.num_replicas, grid.num_partitions
     if not groups:
-        count = {CROSS_PARTITION: partitions, FLATTENED_IDS: grid.size}.get(strategy, replicas)
-        groups = [list(range(count))]
+        groups = [list(range(_id_count(strategy, grid)[0]))]
     if strategy == CROSS_REPLICA:
         return [[r * partitions + p for r in group] for group in groups for p in range(partitions)]
     if strategy == CROSS_PARTITION:
@@ -66,6 +76,12 @@ class _Groups:
         self._by_shape: dict = {}
 
     def all(self, grid: Grid) -> list:
+        count, kind = _id_count(self.strategy, grid)
+        for group in self.ids:
+            for member in group:
+                if member >= count:   # (_id_groups drops the negative ids: padding)
+                    raise self.info.error(f"process group {group} names {kind} {member}, but the grid has "
+                                          f"{grid.num_replicas} replica(s) x {grid.num_partitions} partition(s)")
         return process_groups(self.strategy, self.ids, grid)
 
     def of(self, process) -> tuple:
@@ -76,10 +92,6 @@ class _Groups:
             table = {}
             for group in self.all(grid):
                 for member in group:
-                    if not 0 <= member < grid.size:
-                        raise self.info.error(f"process group {group} names process {member}, but the grid "
-                                              f"has {grid.num_replicas} replica(s) x {grid.num_partitions} "
-                                              "partition(s)")
                     if member in table:
                         raise self.info.error(f"process {member} is in two process groups")
                     table[member] = tuple(group)

@@ -130,15 +130,30 @@ def gather(info):
 
 @op("stablehlo.dynamic_gather")
 def dynamic_gather(info):
-    """gather with ``slice_sizes`` as a third operand (StableHLO dialect, outside the spec)."""
+    """gather with ``slice_sizes`` as a third operand (StableHLO dialect, outside the spec).
+
+    The sizes are known only at run time, so gather's constraints on them are
+    checked there (spec: gather, ``size(slice_sizes) = rank(operand)``,
+    ``0 <= slice_sizes <= shape(operand)``, ``slice_sizes[collapsed_slice_dims...] <= 1``,
+    ``slice_sizes[operand_batching_dims...] <= 1``), and so is the result shape they give."""
     operand_shape = static_shape(info.operand_types[0], info)
     dims = info.attr("dimension_numbers")
+    declared = info.result_type
+    dropped = sorted(set(dims.collapsed_slice_dims) | set(dims.operand_batching_dims))
 
     def run(operand, start_indices, slice_sizes):
         sizes = tuple(int(s) for s in _as_index(slice_sizes))
-        if any(not 0 <= s <= n for s, n in zip(sizes, operand_shape)) or len(sizes) != len(operand_shape):
-            raise ValueError(f"slice_sizes {list(sizes)} do not fit operand shape {list(operand_shape)}")
-        return gather_function(operand_shape, dims, sizes)(operand, start_indices)
+        if len(sizes) != len(operand_shape) or any(not 0 <= s <= n for s, n in zip(sizes, operand_shape)):
+            raise ValueError(f"slice_sizes {list(sizes)} do not fit operand shape {list(operand_shape)}: "
+                             "one size per operand dimension, 0 <= slice_sizes <= shape(operand)")
+        if any(sizes[d] > 1 for d in dropped):
+            raise ValueError(f"slice_sizes {list(sizes)} exceed 1 in collapsed or operand batching "
+                             f"dimensions {dropped}")
+        result = gather_function(operand_shape, dims, sizes)(operand, start_indices)
+        if any(d is not None and d != n for d, n in zip(declared.shape, result.shape)):
+            raise ValueError(f"slice_sizes {list(sizes)} give a result of shape {list(result.shape)}, "
+                             f"not the result type {declared}")
+        return result
 
     return run
 
