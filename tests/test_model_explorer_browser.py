@@ -130,6 +130,7 @@ def test_the_extension_runs_the_opened_module_on_inputs_picked_in_model_explorer
         page.get_by_text("Add per-node data").click()
         page.locator(".cdk-overlay-container").get_by_text("stablehlo-interp: run").click()
         dialog = page.locator("mat-dialog-container")
+        dialog.locator("input").nth(3).wait_for(timeout=PAGE_SECONDS * 1000)   # the dialog draws its editors late
         assert dialog.locator("input").count() == 4      # the run's name, then the provider's editors in order
         dialog.locator("input").nth(1).fill(str(tmp_path / "inputs.npz"))
         dialog.get_by_text("Run", exact=True).click()
