@@ -634,3 +634,25 @@ def test_the_command(tmp_path, capsys):
     assert json.loads((tmp_path / "report.json").read_text())["agreed"] == 2
     assert main(["fuzz", "--op", "no_such_op"]) == 2
     assert "the generator knows no no_such_op" in capsys.readouterr().err
+
+
+def test_a_deadline_gives_back_an_alarm_pending_before_it():
+    """The check's SIGALRM deadline leaves an outer alarm (pytest-timeout's, a caller's)
+    pending with the rest of its time, instead of cancelling it."""
+    import signal
+    import time
+
+    from stablehlo_interp.tools.fuzz.check import _Deadline
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    try:
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with _Deadline(5):
+            time.sleep(0.1)
+        time.sleep(0.8)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(fired) == 1 and 0.45 <= fired[0] - start <= 0.8

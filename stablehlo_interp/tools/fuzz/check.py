@@ -122,14 +122,19 @@ class _Deadline:
     def __enter__(self):
         if self.armed:
             self.previous = signal.signal(signal.SIGALRM, self._expire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self.started = time.monotonic()
+            self.outer, _ = signal.setitimer(signal.ITIMER_REAL, self.seconds)
         return self
 
     def __exit__(self, *exception) -> None:
+        """Disarm, and give back an alarm that was pending before (pytest-timeout's, a
+        caller's) with what is left of its time."""
         if self.armed:
             self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
+            if self.outer:
+                signal.setitimer(signal.ITIMER_REAL, max(self.outer - (time.monotonic() - self.started), 1e-3))
 
     def _expire(self, signum, frame) -> None:
         if self.armed:
