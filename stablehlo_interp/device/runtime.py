@@ -26,7 +26,7 @@ from ..engine.semantics import XLA, semantics_named
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN, TensorType
 from .pjrt import abi
-from . import compiler_options, placement
+from . import compiler_options, layouts, placement
 from .pjrt import protobuf
 
 PLATFORM_NAME = "interp"
@@ -112,18 +112,38 @@ class Device:
         self.memory_of_kind = {memory.kind: memory for memory in self.memories}
 
 
+def laid_out(array: np.ndarray, layout: tuple | None) -> np.ndarray:
+    """``array`` (the same logical value) with its memory dense in ``layout``'s order
+    (a minor_to_major; None: row-major)."""
+    if layout is None:
+        return np.array(array, order="C")
+    order = layouts.major_to_minor(layout)
+    return np.ascontiguousarray(np.transpose(array, order)).transpose(np.argsort(order))
+
+
+def in_memory_order(array: np.ndarray, layout: tuple | None) -> np.ndarray:
+    """A view of ``array`` whose C order is ``layout``'s order: its C-order bytes are the
+    bytes of a buffer of that layout."""
+    return array if layout is None else np.transpose(array, layouts.major_to_minor(layout))
+
+
 class Buffer:
     """A device array: a NumPy array (or the token) in a memory of a device (its
-    default one unless given), until deleted."""
+    default one unless given), until deleted. ``layout`` is where its elements are
+    in memory (a minor_to_major, device/layouts.py; None: dense row-major): the
+    array is the logical value whatever the layout, and the layout decides the
+    order of its bytes wherever they leave the buffer (:meth:`hold`,
+    :meth:`data_address`, pjrt/calls_buffers.py's copies to the host)."""
 
     # c_dimensions: the C array of its shape that its PJRT header points to (pjrt/calls_buffers.py)
-    __slots__ = ("device", "memory", "value", "dtype", "shape", "exposed", "external_references", "held",
+    __slots__ = ("device", "memory", "value", "dtype", "shape", "layout", "exposed", "external_references", "held",
                  "c_dimensions")
     c_dimensions: ctypes.Array
 
-    def __init__(self, device: Device, value, memory: Memory | None = None):
+    def __init__(self, device: Device, value, memory: Memory | None = None, layout: tuple | None = None):
         self.device = device
         self.memory = memory or device.memory
+        self.layout = layout
         self.value = value
         if value is TOKEN:
             self.dtype, self.shape = None, ()
@@ -159,15 +179,16 @@ class Buffer:
         return value.copy() if self.exposed else value
 
     def hold(self) -> np.ndarray:
-        """The array, dense and row-major, held for an external reference: JAX reads a
-        buffer in place (``np.asarray`` of an array on the device is a read-only view of
-        this memory, as on XLA's CPU). The array stays alive until :meth:`release_hold`,
-        even if the buffer is deleted or donated meanwhile."""
+        """The array, dense in the buffer's layout, held for an external reference: JAX
+        reads a buffer in place (``np.asarray`` of an array on the device is a read-only
+        view of this memory, as on XLA's CPU, which reads it in the buffer's layout).
+        The array stays alive until :meth:`release_hold`, even if the buffer is deleted
+        or donated meanwhile."""
         array = self.array()
         if self.dtype is None:
             raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
-        if type(array) is not np.ndarray or not array.flags.c_contiguous:   # (not a subclass)
-            array = self.value = np.array(array, order="C")   # the same value, dense
+        if type(array) is not np.ndarray or not in_memory_order(array, self.layout).flags.c_contiguous:   # (not a subclass)
+            array = self.value = laid_out(array, self.layout)   # the same value, dense
         self.external_references += 1
         if self.held is None:
             self.held = []
@@ -185,14 +206,14 @@ class Buffer:
             self.held = None
 
     def data_address(self) -> int:
-        """The address of the buffer's data, dense and row-major, for the user to read
+        """The address of the buffer's data, dense in its layout, for the user to read
         or write (``unsafe_buffer_pointer``). Arrays are shared between buffers and with
         programs, so the buffer first takes its own copy, and from then on hands out
         copies (:meth:`shared`): writes reach this buffer alone."""
         if self.dtype is None:
             raise PluginError(abi.INVALID_ARGUMENT, "a token has no data")
         if not self.exposed:
-            self.value = np.array(self.array(), order="C")
+            self.value = laid_out(self.array(), self.layout)
             self.exposed = True
         return self.value.ctypes.data
 
@@ -277,7 +298,14 @@ class Executable:
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types
         self.output_memory_kinds = tuple(_memory_kind(attributes) for attributes in self.function.result_attributes)
-        self.outputs_in_default_memory = set(self.output_memory_kinds) <= {MEMORY_KINDS[0]}
+        # The layouts of parameters and outputs (minor_to_major), as the program asks
+        # (mhlo.layout_mode), for JAX; each output buffer's (None: row-major). Outputs
+        # are plain when they are all in the default memory and row-major.
+        self.parameter_layouts, self.output_layouts = layouts.assign(self.function)
+        self.output_buffer_layouts = tuple(None if layout == layouts.row_major(len(layout)) else layout
+                                           for layout in self.output_layouts)
+        self.outputs_plain = set(self.output_memory_kinds) <= {MEMORY_KINDS[0]} and \
+            not any(self.output_buffer_layouts)
         self.num_parameters = len(self.function.arg_types)
         self.placement = placement.placement(self.program, self.function, self.num_replicas, self.num_partitions,
                                              build.spmd, placement.spmd_mode(ours))
@@ -381,10 +409,10 @@ class Executable:
                             for target, types in zip(targets, self.placement.result_types())])
 
     def _output_buffers(self, target: Device, outputs: list) -> list:
-        if self.outputs_in_default_memory:
+        if self.outputs_plain:
             return [Buffer(target, outputs[0])] if len(outputs) == 1 else [Buffer(target, value) for value in outputs]
-        return [Buffer(target, value, target.memory_of_kind[kind])
-                for value, kind in zip(outputs, self.output_memory_kinds)]
+        return [Buffer(target, value, target.memory_of_kind[kind], layout)
+                for value, kind, layout in zip(outputs, self.output_memory_kinds, self.output_buffer_layouts)]
 
     def _check_donations(self, arguments: list, donated: frozenset, device_index: int) -> None:
         """A buffer donated to a call cannot also be another of its arguments (XLA's rule

@@ -16,6 +16,10 @@ and ``xla.sdy.FuncResultSharding``):
   annotations in modules exported through HLO;
 * ``annotate_device_placement`` (``_xla_buffer_placement`` frontend attribute),
   ``MoveToHost`` / ``MoveToDevice``: memory kinds (``pinned_host``, ``device``);
+* ``LayoutConstraint`` (``with_sharding_constraint(x, Format(layout, sharding))``):
+  the result takes the layout the ``result_layouts`` attribute names, a physical
+  matter; its value is the operand (the interpreter computes on logical arrays;
+  the device reports the layout, device/layouts.py);
 * ``dce_sink`` (``lax.dce_sink(x, prevent_mlir_dce=True)``): keeps a value alive,
   has no results;
 * ``stablehlo_interp.inspect_sharding``: ``jax.debug.inspect_array_sharding``
@@ -29,7 +33,7 @@ from ..engine.registry import custom_call
 
 
 @custom_call("Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
-             "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "dce_sink",
+             "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "LayoutConstraint", "dce_sink",
              "stablehlo_interp.inspect_sharding", variadic=True)
 def forward(info):
     """Result i is operand i (no results: nothing to do)."""

@@ -1,7 +1,10 @@
 """PJRT calls about buffers: transfers to and from the host, copies between devices, metadata.
 
 A buffer holds a NumPy array that nothing modifies, so a copy to another
-device shares it. Buffers are dense and row-major.
+device shares it (and keeps its layout). The array is the logical value; the
+buffer's layout (device/layouts.py) orders the bytes that leave it: a copy to
+the host without a layout of its own, a raw copy, a read in place
+(``runtime.Buffer.hold``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from .. import runtime
 from .calls import (COMPLETE_EVENT, INTERRUPTED_EVENT, Calls, array_address, header_handle, lookup, read_pointers,
                     release_header, set_header_word)
 from .calls_layouts import layout_handle
+from .. import layouts
 from ..runtime import PluginError
 
 CALLS = Calls()
@@ -47,7 +51,7 @@ def _remember(memo: dict, key, value):
 
 
 def buffer_handle(buffer: runtime.Buffer) -> int:
-    key = (type(buffer), buffer.memory, buffer.dtype, buffer.shape)
+    key = (type(buffer), buffer.memory, buffer.dtype, buffer.shape, buffer.layout)
     header = _headers.get(key)
     if header is None:
         header = _remember(_headers, key, _header(buffer))
@@ -64,12 +68,18 @@ def _header(buffer: runtime.Buffer) -> tuple:
         dims = _remember(_dimension_arrays, shape, (c_int64 * len(shape))(*shape))
     ready = INTERRUPTED_EVENT if isinstance(buffer, runtime.InterruptedBuffer) else COMPLETE_EVENT
     return (id(memory.device), memory.handle, buffer.buffer_type, addressof(dims), len(shape),
-            layout_handle(len(shape)), ready, buffer.nbytes, 0, 0), dims
+            layout_handle(_minor_to_major(buffer)), ready, buffer.nbytes, 0, 0), dims
+
+
+def _minor_to_major(buffer: runtime.Buffer) -> tuple:
+    return buffer.layout if buffer.layout is not None else layouts.row_major(len(buffer.shape))
 
 
 @CALLS.implements("Client_BufferFromHostBuffer", abi.PJRT_Client_BufferFromHostBuffer_Args)
 def client_buffer_from_host_buffer(args):
-    """Always copies, so the host buffer is released at once (``done_with_host_buffer`` is complete)."""
+    """Always copies, so the host buffer is released at once (``done_with_host_buffer`` is complete).
+    The byte strides say where the host's elements are; ``device_layout``, the
+    buffer's layout (row-major if NULL)."""
     if args.memory:
         memory = lookup(args.memory, "memory")
         device = memory.device
@@ -80,7 +90,8 @@ def client_buffer_from_host_buffer(args):
     num_dims = args.num_dims
     shape = tuple(read_pointers(args.dims, num_dims)) if num_dims else ()   # sizes: never negative
     array = array_from_host(args.data, dtype, shape, args.byte_strides if args.num_byte_strides else None)
-    args.buffer = buffer_handle(runtime.Buffer(device, array, memory))
+    layout = _read_layout(args.device_layout, len(shape), "device_layout") if args.device_layout else None
+    args.buffer = buffer_handle(runtime.Buffer(device, array, memory, layout))
     args.done_with_host_buffer = COMPLETE_EVENT
 
 
@@ -125,23 +136,25 @@ CALLS.header_getter("Buffer_Dimensions", abi.PJRT_Buffer_Dimensions_Args, "buffe
                     num_dims=HEADER_NUM_DIMS)
 CALLS.header_getter("Buffer_UnpaddedDimensions", abi.PJRT_Buffer_Dimensions_Args, "buffer", dims=HEADER_DIMS,
                     num_dims=HEADER_NUM_DIMS)
-# The Layouts extension's layout of a buffer: dense row-major, by its rank (calls_layouts.py).
+# The Layouts extension's layout of a buffer (calls_layouts.py).
 CALLS.header_getter("Layouts_PJRT_Buffer_MemoryLayout", abi.PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args, "buffer",
                     layout=HEADER_LAYOUT)
 CALLS.constant_getter("Buffer_DynamicDimensionIndices", abi.PJRT_Buffer_DynamicDimensionIndices_Args,
                       dynamic_dim_indices=0, num_dynamic_dims=0)   # every dimension is static
 
 
-_MINOR_TO_MAJOR: dict[int, ctypes.Array] = {}   # by rank: as many as the ranks there are (handed out: kept)
+# by minor_to_major: as many as the layouts there are, a few per rank (handed out: kept)
+_MINOR_TO_MAJOR: dict[tuple, ctypes.Array] = {}
 
 
 @CALLS.implements("Buffer_GetMemoryLayout", abi.PJRT_Buffer_GetMemoryLayout_Args)
 def buffer_get_memory_layout(args):
-    """Dense row-major: minor_to_major = (rank-1, ..., 0), no tiles."""
-    rank = len(lookup(args.buffer, "buffer").shape)
-    order = _MINOR_TO_MAJOR.get(rank)
+    """The buffer's layout: its minor_to_major, no tiles."""
+    minor_to_major = _minor_to_major(lookup(args.buffer, "buffer"))
+    rank = len(minor_to_major)
+    order = _MINOR_TO_MAJOR.get(minor_to_major)
     if order is None:
-        order = _MINOR_TO_MAJOR[rank] = (c_int64 * rank)(*range(rank - 1, -1, -1))
+        order = _MINOR_TO_MAJOR[minor_to_major] = (c_int64 * rank)(*minor_to_major)
     layout = args.layout
     layout.struct_size = ctypes.sizeof(abi.PJRT_Buffer_MemoryLayout)
     layout.type = abi.LAYOUT_TILED
@@ -208,9 +221,9 @@ CALLS.header_getter("Buffer_ReadyEvent", abi.PJRT_Buffer_ReadyEvent_Args, "buffe
 
 def _copy_to(buffer_address, memory: runtime.Memory) -> int:
     """A copy to another memory or device shares the array (nothing modifies it; see
-    Buffer.shared)."""
+    Buffer.shared) and keeps the layout."""
     buffer = lookup(buffer_address, "buffer")
-    return buffer_handle(runtime.Buffer(memory.device, buffer.shared(), memory))
+    return buffer_handle(runtime.Buffer(memory.device, buffer.shared(), memory, buffer.layout))
 
 
 @CALLS.implements("Buffer_CopyToDevice", abi.PJRT_Buffer_CopyToDevice_Args)
@@ -223,23 +236,29 @@ def buffer_copy_to_memory(args):
     args.dst_buffer = _copy_to(args.buffer, lookup(args.dst_memory, "memory"))
 
 
+def _read_layout(address: int, rank: int, what: str) -> tuple | None:
+    """The minor_to_major of the PJRT_Buffer_MemoryLayout at ``address`` (None if row-major)."""
+    layout = abi.PJRT_Buffer_MemoryLayout.from_address(address)
+    if layout.type != abi.LAYOUT_TILED or layout.tiled.num_tiles:
+        raise PluginError(abi.UNIMPLEMENTED, f"{what}: only untiled layouts are supported")
+    minor_to_major = tuple((c_int64 * layout.tiled.minor_to_major_size).from_address(
+        layout.tiled.minor_to_major)) if layout.tiled.minor_to_major_size else ()
+    try:
+        layouts.check(minor_to_major, rank, what)
+    except ValueError as problem:
+        raise PluginError(abi.INVALID_ARGUMENT, str(problem)) from None
+    return None if minor_to_major == layouts.row_major(rank) else minor_to_major
+
+
 def _host_view(buffer: runtime.Buffer, host_layout_address) -> np.ndarray:
-    """The buffer's array laid out as the host layout asks (row-major if none): a view
-    whose C-order copy is the bytes the host wants."""
+    """The buffer's array laid out as the host layout asks (the buffer's own if none,
+    as XLA copies it): a view whose C-order copy is the bytes the host wants."""
     array = buffer.array()
     if buffer.dtype is None:
         raise PluginError(abi.INVALID_ARGUMENT, "a token has no host representation")
-    if host_layout_address:
-        layout = abi.PJRT_Buffer_MemoryLayout.from_address(host_layout_address)
-        rank = len(buffer.shape)
-        if layout.type != abi.LAYOUT_TILED or layout.tiled.num_tiles:
-            raise PluginError(abi.UNIMPLEMENTED, "only untiled host layouts are supported")
-        minor_to_major = tuple((c_int64 * layout.tiled.minor_to_major_size).from_address(
-            layout.tiled.minor_to_major)) if rank else ()
-        major_to_minor = minor_to_major[::-1]
-        if major_to_minor != tuple(range(rank)):
-            array = np.transpose(array, major_to_minor)
-    return array
+    layout = _read_layout(host_layout_address, len(buffer.shape), "host_layout") if host_layout_address \
+        else buffer.layout
+    return runtime.in_memory_order(array, layout)
 
 
 @CALLS.implements("Buffer_ToHostBuffer", abi.PJRT_Buffer_ToHostBuffer_Args)
