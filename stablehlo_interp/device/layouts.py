@@ -106,24 +106,37 @@ def assign(function) -> tuple[tuple, tuple]:
         return parameters, tuple(declared)
     region = function.region   # None for a shape-polymorphic program, which runs refined copies
     outputs = region.outputs if region is not None else (None,) * len(declared)
-    chosen = _propagate(region, parameters) if region is not None else {}
+    chosen = _propagate(region, {}, {}) if region is not None else {}
+    if region is not None:   # a result that is a parameter keeps the parameter's layout
+        for index, layout in enumerate(parameters):
+            chosen.setdefault(region.n_captures + index, layout)
     results = tuple(chosen.get(slot, row_major(_rank(t))) if layout == AUTO else layout
                     for slot, t, layout in zip(outputs, function.result_types, declared))
     return parameters, results
 
 
-def _propagate(region, parameters: tuple) -> dict:
-    """slot -> layout of the values of the entry region that carry one other than
-    row-major: the parameters (as results only), and what ops make of them."""
-    first = region.n_captures
-    layouts: dict[int, tuple] = {}
-    producers: dict[int, str] = {}   # slot -> the op that made it
+def _propagate(region, layouts: dict, producers: dict) -> dict:
+    """slot -> layout of the values of ``region`` that carry one other than row-major,
+    given those of its arguments (``layouts``; ``producers``: slot -> the op that made
+    it). XLA inlines calls: a ``func.call`` runs its function's region on the layouts
+    of its operands."""
     for step in region.steps:
         name = step.info.name
         if name == "stablehlo.custom_call":
             name = step.info.attributes.get("call_target_name", name)
         for slot in step.results:
             producers[slot] = name
+        if name == "func.call" and step.regions:
+            callee = step.regions[0]
+            first = callee.n_captures
+            inner = _propagate(callee, {first + i: layouts[slot] for i, slot in enumerate(step.operands)
+                                        if slot in layouts},
+                               {first + i: producers[slot] for i, slot in enumerate(step.operands)
+                                if slot in producers})
+            for output, result in zip(callee.outputs, step.results):
+                if output in inner:
+                    layouts[result] = inner[output]
+            continue
         layout = _result_layout(step, name, layouts, producers)
         if layout is not None and len(step.results) == 1:
             layouts[step.results[0]] = layout
@@ -131,11 +144,6 @@ def _propagate(region, parameters: tuple) -> dict:
             for operand, result in zip(step.operands, step.results):
                 if operand in layouts:
                     layouts[result] = layouts[operand]
-    # A result that is a parameter keeps the parameter's layout (the values inside are row-major).
-    for index, layout in enumerate(parameters):
-        slot = first + index
-        if slot in region.outputs and slot not in layouts:
-            layouts[slot] = layout
     return layouts
 
 
@@ -155,6 +163,8 @@ def _result_layout(step, name: str, layouts: dict, producers: dict) -> tuple | N
         return minor_to_major
     if name == "stablehlo.transpose":
         return _transposed(info, layouts.get(operand), producers.get(operand))
+    if name == "stablehlo.reshape":
+        return _reshaped(info.operand_types[0].shape, info.result_types[0].shape)
     if name == "stablehlo.reduce":
         return _reduced(info, layouts.get(operand))
     if name in ELEMENTWISE_OPS:
@@ -175,8 +185,10 @@ def _transposed(info, operand_layout: tuple | None, producer: str | None) -> tup
     permutation = tuple(info.attributes["permutation"])
     shape = info.operand_types[0].shape
     kept = [dimension for dimension in permutation if shape[dimension] != 1]
-    if producer == "stablehlo.broadcast_in_dim" or kept == sorted(kept):
+    if producer == "stablehlo.broadcast_in_dim":
         return None
+    if kept == sorted(kept):
+        return _reshaped(shape, tuple(shape[dimension] for dimension in permutation))
     operand_layout = operand_layout or row_major(len(shape))
     inverse = {dimension: index for index, dimension in enumerate(permutation)}
     layout = tuple(inverse[dimension] for dimension in operand_layout)
@@ -190,3 +202,15 @@ def _reduced(info, operand_layout: tuple | None) -> tuple | None:
     reduced = set(info.attributes["dimensions"])
     layout = tuple(d - sum(r < d for r in reduced) for d in operand_layout if d not in reduced)
     return layout if layout != row_major(len(layout)) else None
+
+
+def _reshaped(operand_shape: tuple, shape: tuple) -> tuple | None:
+    """A reshape is row-major, but one that only inserts or removes dimensions of size
+    1 is a bitcast, where XLA puts the dimensions of size 1 most major."""
+    kept = [size for size in shape if size != 1]
+    if kept != [size for size in operand_shape if size != 1]:
+        return None
+    units = [dimension for dimension, size in enumerate(shape) if size == 1]
+    others = [dimension for dimension, size in enumerate(shape) if size != 1]
+    layout = tuple(reversed(units + others))
+    return layout if layout != row_major(len(shape)) else None
