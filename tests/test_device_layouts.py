@@ -196,7 +196,7 @@ def test_a_concrete_input_layout_is_the_cpus():
         with jax.default_device(device):
             x = jnp.arange(8 * 4).reshape(8, 4)   # uncommitted, row-major
         compiled = f.lower(jax.ShapeDtypeStruct((8, 4), x.dtype, sharding=single(device))).compile()
-        return ([l.layout.major_to_minor for l in compiled.input_formats[0]], compiled.output_formats.layout,
+        return ([f.layout.major_to_minor for f in compiled.input_formats[0]], compiled.output_formats.layout,
                 np.asarray(f(x)).tolist(), np.asarray(f(np.arange(32).reshape(8, 4))).tolist())
 
     assert run("interp") == run("cpu")
