@@ -18,11 +18,13 @@ the device follows what XLA's CPU picks, measured on jaxlib 0.10.2
 row-major except where an op makes a bitcast of its operand, whose layout it
 then carries: a transpose (the permuted layout of its operand), an
 element-wise op whose layout-carrying operands agree (broadcasts and constants
-carry none), a reduce (its operand's layout without the reduced dimensions),
-the annotations that forward their operand (``sdy.sharding_constraint`` ...), and
-the ``LayoutConstraint`` custom call of ``with_sharding_constraint(x, Format(layout, s))``,
-whose result takes the layout it names. A result that is a parameter keeps the
-parameter's layout. XLA's algebraic simplifier rewrites some programs before
+carry none), a reduce (its operand's layout without the reduced dimensions), a
+reshape that only inserts or removes dimensions of size 1 (XLA puts those most
+major), the annotations that forward their operand (``sdy.sharding_constraint``
+...), and the ``LayoutConstraint`` custom call of
+``with_sharding_constraint(x, Format(layout, s))``, whose result takes the
+layout it names. A ``func.call`` passes its operands' layouts into its body (XLA
+inlines calls). A result that is a parameter keeps the parameter's layout. XLA's algebraic simplifier rewrites some programs before
 it assigns layouts; two of its rewrites are followed here (a transpose of a
 broadcast is a broadcast, a transpose that moves only dimensions of size 1 is a
 reshape), others are not (docs/device.md, "Layouts").
