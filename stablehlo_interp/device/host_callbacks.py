@@ -17,6 +17,8 @@ the callback's sharding as JAX's lowering for the CPU writes it, and what the
 function returns takes JAX's canonical types, as JAX's wrapper does. The
 interpreter's implementation of that custom call (ops/host_callback.py) calls
 the function with NumPy arrays, in program order, and checks what it returns.
+A partitioned callback (``partitioned=True``) calls ``@stablehlo_interp.partitioned_host_callback``,
+which calls the function once per device with the device's shards, as XLA does.
 
 As on the CPU, JAX runs the user's function with its arguments on a CPU
 device: with ``JAX_PLATFORMS``, list ``cpu`` too (``JAX_PLATFORMS=interp,cpu``).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.host_callback import TARGET, HostCallback
+from ..ops.host_callback import PARTITIONED_TARGET, TARGET, HostCallback
 
 PLATFORM = "interp"
 
@@ -36,7 +38,9 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     """Our ``emit_python_callback`` for the interp platform: same arguments, same results."""
     from jax._src.interpreters import mlir
 
-    del operand_avals, returns_token, partitioned
+    del operand_avals, returns_token
+    if partitioned and result_avals:   # JAX's own check, the same message
+        raise ValueError("Partitioned callback not supported with return values.")
     entry = HostCallback(_canonicalizing(callback))
     ctx.module_context.add_keepalive(entry)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in result_avals]
@@ -44,7 +48,7 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     if token is not None:
         operands = [token, *operands]
         result_types = [mlir.token_type(), *result_types]
-    op = mlir.custom_call(TARGET, result_types=result_types, operands=operands,
+    op = mlir.custom_call(PARTITIONED_TARGET if partitioned else TARGET, result_types=result_types, operands=operands,
                           backend_config=str(entry.key), has_side_effect=has_side_effect)
     if sharding is not None:
         mlir.set_sharding(ctx.module_context, op, _with_token_sharding(sharding, token, result_avals))

@@ -34,7 +34,7 @@ from ..errors import ArgumentError
 from ..ir.partition import PartitionError
 from ..program.per_device import PerDeviceProgram, PerDeviceWarning
 from ..sharding import unreduced
-from ..sharding.propagation import Propagation, value_tilings
+from ..sharding.propagation import value_tilings
 from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
 
@@ -107,7 +107,7 @@ class Global(Placement):
     def __init__(self, program, function, num_devices: int):
         super().__init__(program, function, num_devices)
         inspected = inspect_sharding.inspections(function.region)
-        propagation = Propagation(program)
+        propagation = program.propagation
         self.arg_tilings, self.result_tilings, tilings = value_tilings(
             propagation, function, num_devices, [(key, value_type) for _, key, value_type, _ in inspected])
         for (report, _, _, manual), tiling in zip(inspected, tilings):   # XLA's partitioner does it here

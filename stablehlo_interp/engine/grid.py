@@ -310,13 +310,18 @@ def process_ops(region) -> set:
 def steps_within(region, enter=lambda step: True):
     """Every step of ``region``, of the regions of its ops and of the functions it calls
     (each region once), except in the regions of the steps ``enter`` refuses."""
+    for inner in regions_within(region, enter):
+        yield from inner.steps
+
+
+def regions_within(region, enter=lambda step: True):
+    """``region``, the regions of its ops and the bodies of the functions it calls, each
+    once, except the regions of the steps ``enter`` refuses (and what they hold)."""
     seen, pending = set(), [region]
     while pending:
         region = pending.pop()
         if id(region) in seen:
             continue
         seen.add(id(region))
-        for step in region.steps:
-            yield step
-            if enter(step):
-                pending.extend(step.regions)
+        yield region
+        pending.extend(inner for step in region.steps if enter(step) for inner in step.regions)

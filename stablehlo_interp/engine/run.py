@@ -113,18 +113,24 @@ class RunContext:
     on first use too) and, when a caller asks for them, the per-device results of
     manual computations (``local_results``, see ops/shardy.py). ``partials``: values
     unreduced along mesh axes are carried as per-device partials (the device's global
-    programs, sharding/unreduced.py); otherwise manual code's unreduced results are summed."""
+    programs, sharding/unreduced.py); otherwise manual code's unreduced results are summed.
+    ``partitioned_callbacks``: in a global program over several devices, the tiling of each
+    operand of each partitioned host callback, by ``id`` of its OpInfo, which the callback
+    calls its function with once per device (ops/host_callback.py; Program.execute sets it)."""
 
-    __slots__ = ("listeners", "_io", "local_results", "semantics", "_instruments", "partials")
+    __slots__ = ("listeners", "_io", "local_results", "semantics", "_instruments", "partials",
+                 "partitioned_callbacks")
 
     def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
-                 semantics: str = SPEC, instruments: Instruments | None = None, partials: bool = False):
+                 semantics: str = SPEC, instruments: Instruments | None = None, partials: bool = False,
+                 partitioned_callbacks: dict | None = None):
         self.listeners = listeners if type(listeners) is tuple else tuple(listeners)
         self._io = io
         self.local_results = local_results
         self.semantics = semantics if semantics in SEMANTICS else semantics_named(semantics)
         self._instruments = instruments
         self.partials = partials
+        self.partitioned_callbacks = partitioned_callbacks
 
     @property
     def io(self) -> HostQueues:
@@ -140,7 +146,8 @@ class RunContext:
 
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
-        return RunContext(self.listeners, io, self.local_results, self.semantics, self.instruments, self.partials)
+        return RunContext(self.listeners, io, self.local_results, self.semantics, self.instruments, self.partials,
+                          self.partitioned_callbacks)
 
 
 class BoundRegion:

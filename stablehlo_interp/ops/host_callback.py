@@ -22,6 +22,22 @@ here), and what it returns is checked against the op's result types. A
 callback that raises stops the run with an error naming the op, where the
 callback was made in the user's code and what it raised (the exception is the
 error's ``__cause__``).
+
+A *partitioned* callback (``jax.debug.callback(..., partitioned=True)`` and
+``jax.debug.print(..., partitioned=True)``; JAX refuses results for it) has a
+target of its own, ``xla_ffi_partitioned_python_cpu_callback`` for the CPU and
+``stablehlo_interp.partitioned_host_callback`` for ``interp``. XLA's SPMD
+partitioner gives that custom call each device's shard of each operand, as the
+operand is sharded where it is made (Shardy's propagation decides where the
+program leaves it open), and runs it on every device of the program
+(xla/python/debug_callback_partitioner.cc): one call per device, replicas
+included, each with the device's own shards. In a global program over several
+devices the op does the same: :func:`partitioned_operand_tilings` gives the
+tiling of each operand (``RunContext.partitioned_callbacks``, which
+``Program.execute`` fills), and the op calls the function once per device,
+device 0 first, with that device's shards. In a process of a grid (a
+``shard_map`` body, whose values are already the device's own) and on one
+device, it calls it once, as the plain target does.
 """
 
 from __future__ import annotations
@@ -32,12 +48,18 @@ import weakref
 
 import numpy as np
 
+from ..engine.grid import regions_within
 from ..engine.registry import custom_call
 from ..errors import OpExecutionError
 from ..ir.types import TOKEN, TokenType
+from ..sharding import unreduced
+from ..sharding.propagation import value_tilings
 
 TARGET = "stablehlo_interp.host_callback"
+PARTITIONED_TARGET = "stablehlo_interp.partitioned_host_callback"
 CPU_TARGET = "xla_ffi_python_cpu_callback"
+CPU_PARTITIONED_TARGET = "xla_ffi_partitioned_python_cpu_callback"
+PARTITIONED_TARGETS = frozenset({PARTITIONED_TARGET, CPU_PARTITIONED_TARGET})
 
 _callbacks: "weakref.WeakValueDictionary[int, HostCallback]" = weakref.WeakValueDictionary()
 _keys = itertools.count(1)
@@ -61,31 +83,54 @@ def lookup(key: int) -> HostCallback | None:
 @custom_call(TARGET, variadic=True)
 def host_callback(info):
     """Call the registered function with the operands (a leading token passes through)."""
-    key = int(info.attr("backend_config"))
-    entry = lookup(key)
-    if entry is None:
-        raise info.unsupported(f"host callback #{key} no longer exists: the jitted function that "
-                               "registered it is gone")
-    function = entry.function
-    return _runner(info, f"host callback #{key}",
-                   lambda token, operands: function(*operands))
+    return _runner(info, *_registered(info))
+
+
+@custom_call(PARTITIONED_TARGET, variadic=True, execution=True)
+def partitioned_host_callback(info):
+    """The registered function, called once per device with its shards (module docstring)."""
+    return _per_device(info, *_registered(info))
 
 
 @custom_call(CPU_TARGET, variadic=True)
 def cpu_host_callback(info):
     """Call the function JAX lowered for the CPU at ``index``: JAX's wrapper of the
     user's function, which takes and returns the token as well when there is one."""
+    return _runner(info, *_lowered_for_the_cpu(info))
+
+
+@custom_call(CPU_PARTITIONED_TARGET, variadic=True, execution=True)
+def cpu_partitioned_host_callback(info):
+    """The function JAX lowered for the CPU, called once per device with its shards."""
+    return _per_device(info, *_lowered_for_the_cpu(info))
+
+
+def _registered(info) -> tuple:
+    """``(name, call)`` of the interp platform's callback: its function from the table."""
+    key = int(info.attr("backend_config"))
+    entry = lookup(key)
+    if entry is None:
+        raise info.unsupported(f"host callback #{key} no longer exists: the jitted function that "
+                               "registered it is gone")
+    function = entry.function
+    return f"host callback #{key}", lambda token, operands: function(*operands)
+
+
+def _lowered_for_the_cpu(info) -> tuple:
+    """``(name, call)`` of a callback JAX lowered for the CPU: the function at ``index``
+    of the list the Lowered keeps."""
     config = info.attr("mhlo.backend_config", None)
     index = config.get("index") if isinstance(config, dict) else None
     if index is None:
         raise info.error("a host callback needs its index: mhlo.backend_config = {index = N : ui64}")
     known = info.module.host_callbacks if info.module is not None else ()
     if not 0 <= index < len(known):
+        target = info.attr("call_target_name")
         raise info.unsupported(
             f"host callback #{index} of a module JAX lowered for the CPU: its Python function is known only to "
             "the jax.stages.Lowered the module came from, not to the module's text. Run the function, the jitted "
             "function or the Lowered itself (si.run(lowered, *args)), or register an implementation with "
-            f"si.register_custom_call({CPU_TARGET!r}, ...)")
+            f"si.register_custom_call({target!r}, ...)")
     function = known[index]
 
     def call(token, operands):
@@ -93,7 +138,57 @@ def cpu_host_callback(info):
             return function(*operands)
         return function(token, *operands)[1:]
 
-    return _runner(info, f"host callback #{index}", call)
+    return f"host callback #{index}", call
+
+
+def _per_device(info, name: str, call):
+    """The runner of a partitioned callback: once per device with the device's shards
+    where the run says how the operands are sharded (``RunContext.partitioned_callbacks``,
+    a global program over several devices), else once with the operands it gets."""
+    key = id(info)
+    once = _runner(info, name, call)
+    on_device: dict = {}   # device -> the runner whose errors name it
+
+    def run(execution, *operands):
+        placed = execution.context.partitioned_callbacks
+        found = None if placed is None or execution.in_grid else placed.get(key)
+        if found is None:
+            return once(*operands)
+        num_devices, tilings = found
+        for device in range(num_devices):
+            if device not in on_device:
+                on_device[device] = _runner(info, f"{name} on device {device}", call)
+            results = on_device[device](*[unreduced.shard_of(value, tiling, device) if tiling is not None else value
+                                          for value, tiling in zip(operands, tilings)])
+        return results
+
+    return run
+
+
+def partitioned_operand_tilings(propagation, function, num_devices: int) -> dict:
+    """The tiling of each operand of each partitioned callback that ``function`` runs as
+    global code (not in a manual computation, whose body each device runs on its own
+    values), by ``id`` of the op's OpInfo: ``(num_devices, [tiling or None])``. The
+    tilings are XLA's: the operand's annotation, else what Shardy's propagation gives it
+    (``propagation``, run only when there is such a callback). Empty on one device."""
+    if num_devices < 2:
+        return {}
+    found = [(region, step) for region in regions_within(function.region,
+                                                         enter=lambda step: step.info.name != "sdy.manual_computation")
+             for step in region.steps
+             if step.info.name == "stablehlo.custom_call"
+             and step.info.attributes.get("call_target_name") in PARTITIONED_TARGETS]
+    if not found:
+        return {}
+    operands = [((id(region), slot), value_type) for region, step in found
+                for slot, value_type in zip(step.operands, step.info.operand_types)]
+    _, _, tilings = value_tilings(propagation, function, num_devices, operands)
+    placed, start = {}, 0
+    for _, step in found:
+        count = len(step.operands)
+        placed[id(step.info)] = (num_devices, tilings[start:start + count])
+        start += count
+    return placed
 
 
 def _runner(info, name: str, call):

@@ -36,7 +36,7 @@ from ..errors import ArgumentError, InterpreterError
 from ..ir import partition
 from ..ir.types import TensorType
 from ..sharding import unreduced
-from ..sharding.propagation import Propagation, value_tilings
+from ..sharding.propagation import value_tilings
 from .program import Program
 
 # Collectives that combine the devices' values with their body (a sum, for JAX's psum).
@@ -80,7 +80,7 @@ class PerDeviceProgram:
         problem = self._windows_cut_at_shard_borders()
         if problem:
             raise partition.PartitionError(problem)
-        self.arg_tilings, self.result_tilings, _ = value_tilings(Propagation(program), self.function,
+        self.arg_tilings, self.result_tilings, _ = value_tilings(program.propagation, self.function,
                                                                  self.num_devices)
 
     def shards(self, values: list) -> list:

@@ -21,6 +21,8 @@ from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
+from ..ops.host_callback import partitioned_operand_tilings
+from ..sharding.propagation import Propagation
 from .signature import JaxSignature, is_jax_function
 
 
@@ -48,6 +50,9 @@ class Program:
     ``host_callbacks`` are the Python functions the module's host callbacks lowered
     for the CPU call (``xla_ffi_python_cpu_callback``), by their index: a ``Lowered``
     carries them; for the text of its module, pass them (ops/host_callback.py).
+
+    ``propagation`` gives the shardings Shardy's propagation finds for the values the
+    module leaves open (sharding/propagation.py), run at the first question only.
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
@@ -72,6 +77,8 @@ class Program:
         self.num_partitions = declared.num_partitions
         self.meshes = {name: sharding.parse_mesh(text) for name, text in declared.meshes.items()}
         self._process_ops: dict = {}
+        self._partitioned_callbacks: dict = {}   # function name -> partitioned_operand_tilings
+        self.propagation = Propagation(self)
         self._runnable: dict = {}  # function name (None: the entry) -> its Function
         self.functions: dict[str, Function] = {f.name: Function.declared(f) for f in declared.functions}
         self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
@@ -156,9 +163,21 @@ class Program:
         if self.shape_polymorphic:
             refined = self.refined(*values, function=target.name)
             return refined.execute(refined.function(target.name), values, context)
-        if self._in_grid and self._runs_per_process(target):
-            return self._run_grid(target, [values] * self.num_processes, context)[0]
+        if self._in_grid:
+            if self._runs_per_process(target):
+                return self._run_grid(target, [values] * self.num_processes, context)[0]
+            if context.partitioned_callbacks is None:
+                context.partitioned_callbacks = self.partitioned_callbacks(target)
         return Execution(context).run_entry(target.region, values)
+
+    def partitioned_callbacks(self, target: Function) -> dict:
+        """How each partitioned host callback of the global function ``target`` finds its
+        operands sharded over the module's partitions, for the call it makes on each
+        device (ops/host_callback.py, ``partitioned_operand_tilings``); found once."""
+        if target.name not in self._partitioned_callbacks:
+            self._partitioned_callbacks[target.name] = partitioned_operand_tilings(self.propagation, target,
+                                                                                  self.num_partitions)
+        return self._partitioned_callbacks[target.name]
 
     def plain_region(self, target: Function) -> Region | None:
         """The region :meth:`execute` runs as it is for ``target``, as
