@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DEV = jax.devices("interp")[0]
 CPU = jax.devices("cpu")[0]
@@ -178,3 +179,170 @@ def test_callback_placed_on_a_device_of_a_mesh(ordered):
     assert collected == [int(np.arange(len(devices)).sum())]
     text = jitted.lower(x).as_text()
     assert f"<@maximal_mesh_{len(devices) - 1}, []>" in text, text
+
+
+# ------------------------------------------------------------------ partitioned callbacks
+#
+# jax.debug.callback / jax.debug.print with partitioned=True: XLA's partitioner runs the
+# callback on every device of the program with that device's shard of each operand (as
+# the operand is sharded where it is made). Each case below builds the same program and
+# sharded arguments for a platform; the oracle is what XLA's CPU calls, with 8 host
+# devices: the same calls (XLA's devices run in parallel, so in any order between
+# devices), each with the same shards.
+
+
+def partitioned_mesh(platform: str, shape: tuple, names: tuple) -> Mesh:
+    return Mesh(np.array(jax.devices(platform)[:int(np.prod(shape))]).reshape(shape), names)
+
+
+def recorder(log: list, label: str = ""):
+    return lambda *values: log.append((label, *(np.asarray(v).copy() for v in values)))
+
+
+def sharded_3d_array(platform, log):
+    """A sharded argument as it is, over a mesh with axes of size 1 (each device: half the last dimension)."""
+    mesh = partitioned_mesh(platform, (1, 1, 2), ("x", "y", "z"))
+    x = jax.device_put(np.arange(24).reshape(2, 3, 4), NamedSharding(mesh, P("x", "y", "z")))
+    return lambda v: jax.debug.callback(recorder(log), v, partitioned=True), x
+
+
+def vmapped_over_a_sharded_array(platform, log):
+    """vmap unrolls the callback: one per row of the batch, each on its slice, still sharded."""
+    mesh = partitioned_mesh(platform, (1, 1, 2), ("x", "y", "z"))
+    x = jax.device_put(np.arange(24).reshape(2, 3, 4), NamedSharding(mesh, P("x", "y", "z")))
+    return jax.vmap(lambda v: jax.debug.callback(recorder(log), v, partitioned=True)), x
+
+
+def vmapped_twice(platform, log):
+    mesh = partitioned_mesh(platform, (1, 1, 2), ("x", "y", "z"))
+    x = jax.device_put(np.arange(24).reshape(2, 3, 4), NamedSharding(mesh, P("x", "y", "z")))
+    return jax.vmap(jax.vmap(lambda v: jax.debug.callback(recorder(log), v, partitioned=True))), x
+
+
+def vmapped_over_rows_and_columns(platform, log):
+    """A row of an array sharded by rows (which each device gets whole: XLA moves it) and a
+    column of another (each device: its half)."""
+    mesh = partitioned_mesh(platform, (2,), ("x",))
+    sharded = NamedSharding(mesh, P("x"))
+    x = jax.device_put(np.arange(4).reshape(2, 2), sharded)
+    y = jax.device_put(np.arange(4).reshape(2, 2) + 6, sharded)
+    f = jax.vmap(lambda a, b: jax.debug.callback(recorder(log), a, b, partitioned=True), in_axes=(0, 1))
+    return f, x, y
+
+
+def replicated_over_an_axis(platform, log):
+    """8 devices, the operand split along the mesh's axis "a" and replicated along "b": 8 calls,
+    each half of it 4 times."""
+    mesh = partitioned_mesh(platform, (2, 4), ("a", "b"))
+    x = jax.device_put(np.arange(16.0, dtype=np.float32).reshape(4, 4), NamedSharding(mesh, P("a", None)))
+
+    def f(v):
+        jax.debug.callback(recorder(log), v * 2, partitioned=True)
+        return v + 1
+
+    return f, x
+
+
+def computed_and_constrained(platform, log):
+    """Operands the program makes: a transpose constrained to another sharding, and a sum
+    whose sharding Shardy's propagation decides."""
+    mesh = partitioned_mesh(platform, (2, 4), ("a", "b"))
+    x = jax.device_put(np.arange(32.0, dtype=np.float32).reshape(4, 8), NamedSharding(mesh, P("a", "b")))
+
+    def f(v):
+        t = lax.with_sharding_constraint(v.T, NamedSharding(mesh, P("b", None)))
+        jax.debug.callback(recorder(log), t, v.sum(0), partitioned=True)
+        return t
+
+    return f, x
+
+
+def in_a_loop_and_a_branch(platform, log):
+    mesh = partitioned_mesh(platform, (4,), ("a",))
+    x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, P("a")))
+
+    def body(i, carry):
+        jax.debug.callback(recorder(log, "loop"), i, carry, partitioned=True)
+        return carry * 2
+
+    def shown(v):
+        jax.debug.callback(recorder(log, "branch"), v, partitioned=True)
+        return v
+
+    return lambda v: lax.cond(v[0] < 1, shown, lambda w: -w, lax.fori_loop(0, 3, body, v)), x
+
+
+def in_shard_map(platform, log):
+    """In a shard_map body the values are the device's own: one call per device with them."""
+    mesh = partitioned_mesh(platform, (8,), ("a",))
+    x = jax.device_put(np.arange(16.0, dtype=np.float32), NamedSharding(mesh, P("a")))
+
+    def body(v):
+        jax.debug.callback(recorder(log), v + 1, partitioned=True)
+        return v
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("a"), out_specs=P("a")), x
+
+
+def in_a_shard_map_over_one_axis(platform, log):
+    """Manual over "a", automatic over "b": JAX calls back only where b's index is 0."""
+    mesh = partitioned_mesh(platform, (2, 4), ("a", "b"))
+    x = jax.device_put(np.arange(16.0, dtype=np.float32).reshape(2, 8), NamedSharding(mesh, P("a", "b")))
+
+    def body(v):
+        jax.debug.callback(recorder(log), v, partitioned=True)
+        return v
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("a"), out_specs=P("a"), axis_names={"a"}), x
+
+
+def on_one_device(platform, log):
+    return (lambda v: jax.debug.callback(recorder(log), v, partitioned=True),
+            jax.device_put(np.arange(4.0, dtype=np.float32), jax.devices(platform)[0]))
+
+
+PARTITIONED_CASES = [sharded_3d_array, vmapped_over_a_sharded_array, vmapped_twice, vmapped_over_rows_and_columns,
+                     replicated_over_an_axis, computed_and_constrained, in_a_loop_and_a_branch, in_shard_map,
+                     in_a_shard_map_over_one_axis, on_one_device]
+
+
+def partitioned_calls(case, platform: str) -> list:
+    """What the callbacks of ``case`` got on ``platform``, in the order they came."""
+    log = []
+    f, *args = case(platform, log)
+    jax.block_until_ready(jax.jit(f)(*args))
+    jax.effects_barrier()
+    return [(label, *((v.dtype.str, v.shape, v.tolist()) for v in values)) for label, *values in log]
+
+
+@pytest.mark.parametrize("case", PARTITIONED_CASES, ids=lambda case: case.__name__)
+def test_partitioned_callbacks_get_each_devices_shards_as_on_the_cpu(case):
+    expected = partitioned_calls(case, "cpu")
+    actual = partitioned_calls(case, "interp")
+    assert expected, "the oracle made no call"
+    assert sorted(map(repr, actual)) == sorted(map(repr, expected))
+
+
+def test_partitioned_calls_come_device_by_device_in_program_order():
+    """On interp each op calls once per device, device 0 first, before the next op runs: a
+    loop of 3 steps over 4 devices calls step 0 on devices 0-3, then step 1 ... (each device
+    holds 2 elements of the carry, doubled at each step)."""
+    calls = partitioned_calls(in_a_loop_and_a_branch, "interp")
+    loop = [(values[0][2], values[1][2]) for label, *values in calls if label == "loop"]
+    assert loop == [(step, [float(2 * device * 2 ** step), float((2 * device + 1) * 2 ** step)])
+                    for step in range(3) for device in range(4)]
+    assert [label for label, *_ in calls][12:] == ["branch"] * 4
+
+
+def test_partitioned_print_prints_each_devices_shard(capfd):
+    """jax.debug.print(..., partitioned=True): one line per device, with its shard."""
+    def run(platform):
+        mesh = partitioned_mesh(platform, (4,), ("a",))
+        x = jax.device_put(np.arange(8), NamedSharding(mesh, P("a")))
+        jax.jit(lambda v: jax.debug.print("shard {}", v, partitioned=True))(x)
+        jax.effects_barrier()
+        return sorted(capfd.readouterr().out.splitlines())
+
+    expected = run("cpu")
+    assert expected == ["shard [0 1]", "shard [2 3]", "shard [4 5]", "shard [6 7]"]
+    assert run("interp") == expected

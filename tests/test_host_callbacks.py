@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import io_callback
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
 from stablehlo_interp.errors import OpExecutionError, UnsupportedOpError
@@ -222,3 +223,56 @@ def test_a_cpu_callback_without_its_index_is_a_clear_error():
     }"""
     with pytest.raises(si.OpError, match=r"custom_call at .*: a host callback needs its index"):
         si.load(text)
+
+
+def test_si_run_calls_a_partitioned_callback_once_per_device_with_its_shards():
+    """partitioned=True over 8 CPU devices: XLA calls the callback on every device with its
+    shard of each operand (the transpose as constrained, the sum as Shardy's propagation
+    shards it); si.run of the same Lowered makes the same calls (XLA's devices run in
+    parallel: compared in any order), device by device."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")).reshape(2, 4), ("a", "b"))
+    log = []
+
+    def f(v):
+        t = lax.with_sharding_constraint(v.T, NamedSharding(mesh, P("b", None)))
+        jax.debug.callback(lambda *a: log.append(tuple(np.asarray(x).tolist() for x in a)), t, v.sum(0),
+                           partitioned=True)
+        return t * 2
+
+    x = jax.device_put(np.arange(32.0, dtype=np.float32).reshape(4, 8), NamedSharding(mesh, P("a", "b")))
+    lowered = jax.jit(f).lower(x)
+    assert "stablehlo.custom_call @xla_ffi_partitioned_python_cpu_callback" in lowered.as_text()
+    expected = np.asarray(lowered.compile()(x))
+    jax.effects_barrier()
+    calls_by_xla = sorted(log)
+    assert len(calls_by_xla) == 8
+    log.clear()
+    np.testing.assert_array_equal(si.run(lowered, x), expected)
+    assert sorted(log) == calls_by_xla
+    assert [sums for _, sums in log] == [[48.0 + 8 * (d % 4), 52.0 + 8 * (d % 4)] for d in range(8)]
+
+
+def test_a_partitioned_callback_that_raises_names_the_device():
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("a",))
+
+    def refuses_odd_shards(v):
+        if int(v[0]) % 2:
+            raise ValueError("odd shard")
+
+    def f(v):
+        jax.debug.callback(refuses_odd_shards, v, partitioned=True)
+        return v
+
+    x = jax.device_put(np.arange(2, dtype=np.int32), NamedSharding(mesh, P("a")))
+    with pytest.raises(OpExecutionError, match=r"the host callback #0 on device 1 raised ValueError: odd shard"):
+        si.run(f, x)
+
+
+def test_a_partitioned_callback_with_results_is_refused():
+    text = """func.func @main(%x: tensor<f32>) -> tensor<f32> {
+      %0 = stablehlo.custom_call @xla_ffi_partitioned_python_cpu_callback(%x)
+             {mhlo.backend_config = {index = 0 : ui64}} : (tensor<f32>) -> tensor<f32>
+      return %0 : tensor<f32>
+    }"""
+    with pytest.raises(UnsupportedOpError, match=r"a partitioned host callback returns no values"):
+        si.load(text, host_callbacks=[lambda v: (v,)])

@@ -145,6 +145,9 @@ def _per_device(info, name: str, call):
     """The runner of a partitioned callback: once per device with the device's shards
     where the run says how the operands are sharded (``RunContext.partitioned_callbacks``,
     a global program over several devices), else once with the operands it gets."""
+    if len(info.result_types) > int(_takes_token(info)):
+        raise info.unsupported("a partitioned host callback returns no values (each device calls it with its "
+                               "own shards; JAX refuses results for it)")
     key = id(info)
     once = _runner(info, name, call)
     on_device: dict = {}   # device -> the runner whose errors name it
@@ -168,14 +171,14 @@ def _per_device(info, name: str, call):
 def partitioned_operand_tilings(propagation, function, num_devices: int) -> dict:
     """The tiling of each operand of each partitioned callback that ``function`` runs as
     global code (not in a manual computation, whose body each device runs on its own
-    values), by ``id`` of the op's OpInfo: ``(num_devices, [tiling or None])``. The
-    tilings are XLA's: the operand's annotation, else what Shardy's propagation gives it
-    (``propagation``, run only when there is such a callback). Empty on one device."""
+    values), by ``id`` of the op's OpInfo: ``(num_devices, [tiling or None])``. A tiling
+    is the operand's sharding where it is made, as XLA's partitioner finds it: its
+    annotation, else what Shardy's propagation gives it (``propagation``, asked only
+    when there is such a callback). Empty on one device."""
     if num_devices < 2:
         return {}
-    found = [(region, step) for region in regions_within(function.region,
-                                                         enter=lambda step: step.info.name != "sdy.manual_computation")
-             for step in region.steps
+    global_code = regions_within(function.region, enter=lambda step: step.info.name != "sdy.manual_computation")
+    found = [(region, step) for region in global_code for step in region.steps
              if step.info.name == "stablehlo.custom_call"
              and step.info.attributes.get("call_target_name") in PARTITIONED_TARGETS]
     if not found:
@@ -194,7 +197,7 @@ def partitioned_operand_tilings(propagation, function, num_devices: int) -> dict
 def _runner(info, name: str, call):
     """The runner of a host callback op: ``call(token or None, operands)`` returns the
     callback's values (without a token); the op's leading token, if any, passes through."""
-    takes_token = bool(info.operand_types) and isinstance(info.operand_types[0], TokenType)
+    takes_token = _takes_token(info)
     outputs = info.result_types[1:] if takes_token else info.result_types
 
     def run(*operands):
@@ -208,6 +211,10 @@ def _runner(info, name: str, call):
         return (TOKEN, *results) if takes_token else results
 
     return run
+
+
+def _takes_token(info) -> bool:
+    return bool(info.operand_types) and isinstance(info.operand_types[0], TokenType)
 
 
 def _checked(values, types) -> list:
