@@ -17,7 +17,7 @@ the callback's sharding as JAX's lowering for the CPU writes it, and what the
 function returns takes JAX's canonical types, as JAX's wrapper does. The
 interpreter's implementation of that custom call (ops/host_callback.py) calls
 the function with NumPy arrays, in program order, and checks what it returns.
-A partitioned callback (``partitioned=True``) calls ``@stablehlo_interp.partitioned_host_callback``,
+A partitioned callback (``partitioned=True``) is a ``@stablehlo_interp.partitioned_host_callback``,
 which calls the function once per device with the device's shards, as XLA does.
 
 As on the CPU, JAX runs the user's function with its arguments on a CPU
@@ -39,8 +39,6 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     from jax._src.interpreters import mlir
 
     del operand_avals, returns_token
-    if partitioned and result_avals:   # JAX's own check, the same message
-        raise ValueError("Partitioned callback not supported with return values.")
     entry = HostCallback(_canonicalizing(callback))
     ctx.module_context.add_keepalive(entry)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in result_avals]
