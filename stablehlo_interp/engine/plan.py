@@ -41,13 +41,14 @@ class ModuleInfo:
     program to the cyclic collector, which visits the whole plan to free it."""
 
     def __init__(self, num_replicas: int = 1, num_partitions: int = 1, meshes: dict | None = None,
-                 functions: dict | None = None, host_callbacks: tuple = ()):
+                 functions: dict | None = None, host_callbacks: tuple = (), partition_callback=None):
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.meshes = meshes or {}
         self.functions: weakref.WeakValueDictionary = weakref.WeakValueDictionary(functions or {})
         self._rng_ops = itertools.count()
         self.host_callbacks = tuple(host_callbacks)
+        self.partition_callback = partition_callback
 
     def function(self, name: str) -> "Function":
         try:

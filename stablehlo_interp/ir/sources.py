@@ -39,6 +39,9 @@ class ParsedModule:
     # not name the custom call that starts manual code: no border to annotate
     # (ir/manual_borders.py), and no walk over the module to look for one.
     may_have_manual_borders: bool = True
+    # The same for the custom call of jax.experimental.custom_partitioning, whose operands
+    # and results learn their shardings (ir/custom_partitioning.py).
+    may_have_custom_partitioning: bool = True
     # True when MLIR's parser made the module from text or bytecode: it runs the
     # verifier after parsing (a failure is the parse error), so a second run is waste.
     verified: bool = False
@@ -54,10 +57,11 @@ def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) ->
     marker = MANUAL_BORDER_TARGET if isinstance(source, str) else MANUAL_BORDER_TARGET.encode()
     portable_artifact = isinstance(source, bytes) and _is_portable_artifact(source)
     may_have_manual_borders = marker in source
+    custom_partitioning = CUSTOM_PARTITIONING_TARGET if isinstance(source, str) else CUSTOM_PARTITIONING_TARGET.encode()
     # (text with manual borders gets ops inserted before it compiles: ir/manual_borders.py)
     located_by_text = isinstance(source, str) and "loc(" not in source and not may_have_manual_borders
     return ParsedModule(module, file_name, may_have_manual_borders=may_have_manual_borders,
-                        verified=not portable_artifact,
+                        may_have_custom_partitioning=custom_partitioning in source, verified=not portable_artifact,
                         text_locations=TextLocations(source, file_name) if located_by_text else None)
 
 
@@ -112,6 +116,7 @@ def _is_portable_artifact(data: bytes) -> bool:
 
 
 MANUAL_BORDER_TARGET = "SPMDFullToShardShape"
+CUSTOM_PARTITIONING_TARGET = "CustomSPMDPartitioning"
 
 
 def copy_module(module: ir.Module) -> ir.Module:

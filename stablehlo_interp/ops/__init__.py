@@ -17,6 +17,7 @@ FAMILIES = (
     "control_flow",
     "conversion",
     "convolution",
+    "custom_partitioning",
     "dynamic",
     "elementwise",
     "fft",

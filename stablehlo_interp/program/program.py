@@ -13,6 +13,7 @@ from ..engine.hostio import HostQueues
 from ..sharding import tiling as sharding
 from ..ir import sources
 from ..ir.declarations import decode_module
+from ..ir.custom_partitioning import annotate_custom_partitioning
 from ..ir.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
@@ -53,12 +54,17 @@ class Program:
 
     ``propagation`` gives the shardings Shardy's propagation finds for the values the
     module leaves open (sharding/propagation.py), run at the first question only.
+
+    ``partition_callback`` answers the module's custom partitioning ops
+    (``jax.experimental.custom_partitioning``) with their per-device programs
+    (ops/custom_partitioning.py); the ``interp`` device hands JAX's.
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
 
     def __init__(self, source: Any, *, verify: bool = True, semantics: str = SPEC,
-                 host_callbacks: Sequence[Callable] | None = None) -> None:
+                 host_callbacks: Sequence[Callable] | None = None,
+                 partition_callback: Callable | None = None) -> None:
         if is_jax_function(source):
             raise ModuleError("a function becomes a module for its arguments: si.run(f, *args), or "
                               "si.load(jax.jit(f).lower(*args))")
@@ -67,6 +73,9 @@ class Program:
         parsed = source if isinstance(source, sources.ParsedModule) else sources.parse(source)
         self.module = annotate_manual_borders(parsed.module, parsed.owned) if parsed.may_have_manual_borders \
             else parsed.module
+        if parsed.may_have_custom_partitioning:
+            self.module = annotate_custom_partitioning(self.module, parsed.owned or self.module is not parsed.module)
+        self.partition_callback = partition_callback
         self.file_name = parsed.file_name
         self.host_callbacks = parsed.host_callbacks if host_callbacks is None else tuple(host_callbacks)
         if verify and not (parsed.verified and not parsed.may_have_manual_borders):
@@ -86,7 +95,7 @@ class Program:
         self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)
         self._refined: dict = {}
         self.module_info = ModuleInfo(self.num_replicas, self.num_partitions, self.meshes, self.functions,
-                                      self.host_callbacks)
+                                      self.host_callbacks, partition_callback)
         self._in_grid = self.num_processes > 1
         if not self.shape_polymorphic:
             Compiler(self.module_info, self.file_name, parsed.text_locations).compile_functions(self.module)
@@ -253,7 +262,7 @@ class Program:
             with self.module.context:
                 module = refine(self.module, target.name, key[1])
             program = Program(sources.ParsedModule(module, self.file_name), verify=False,
-                              host_callbacks=self.host_callbacks)
+                              host_callbacks=self.host_callbacks, partition_callback=self.partition_callback)
             if len(self._refined) >= self._MAX_REFINED:
                 del self._refined[next(iter(self._refined))]
             self._refined[key] = program
@@ -265,12 +274,14 @@ class Program:
 
 
 def load(source: Any, *, verify: bool = True, semantics: str = SPEC,
-         host_callbacks: Sequence[Callable] | None = None) -> Program:
+         host_callbacks: Sequence[Callable] | None = None, partition_callback: Callable | None = None) -> Program:
     """Parse and compile a module (text, path, bytes, ir.Module, Lowered, Exported);
     its runs follow ``semantics`` (``"spec"`` or ``"xla"``) unless a run says otherwise.
     ``host_callbacks``: the Python functions of the module's CPU host callbacks, for a
-    module whose source does not carry them (see :class:`Program`)."""
-    return Program(source, verify=verify, semantics=semantics, host_callbacks=host_callbacks)
+    module whose source does not carry them; ``partition_callback``: the answer of its
+    custom partitioning ops (see :class:`Program`)."""
+    return Program(source, verify=verify, semantics=semantics, host_callbacks=host_callbacks,
+                   partition_callback=partition_callback)
 
 
 def coerce_arguments(function: Function, args) -> list:

@@ -1,0 +1,114 @@
+"""A rewrite of a module before it is compiled: each ``CustomSPMDPartitioning`` custom
+call learns the shardings of its operands and results, as Shardy's propagation gives them.
+
+``jax.experimental.custom_partitioning`` lowers to ``stablehlo.custom_call
+@CustomSPMDPartitioning``, whose meaning is the per-device program the user's
+``partition`` callback returns when XLA's SPMD partitioner asks it with the shardings
+it chose for the op's operands and results (ops/custom_partitioning.py). An op's
+builder sees only its own attributes, so the shardings are written onto the op:
+
+* :data:`OPERAND_SHARDINGS`: the sharding of each operand where it is made, a function
+  argument's or the producing op's result's (fully replicated where propagation gives
+  none, as for the arguments of a loop body);
+* :data:`RESULT_SHARDINGS`: the op's own results'.
+
+Both as ``#sdy.sharding_per_value<[...]>``. Shardy's propagation runs in a child
+process (ir/shardy.py); a module without meshes is left as it is.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from . import shardy
+from .declarations import function_operations
+from .decode import decode_attribute
+from .sources import CUSTOM_PARTITIONING_TARGET as TARGET
+from .sources import copy_module
+OPERAND_SHARDINGS = "stablehlo_interp.operand_shardings"
+RESULT_SHARDINGS = "stablehlo_interp.result_shardings"
+
+
+def annotate_custom_partitioning(module: ir.Module, owned: bool) -> ir.Module:
+    """Give every ``CustomSPMDPartitioning`` custom call of a module with Shardy meshes
+    the attributes :data:`OPERAND_SHARDINGS` and :data:`RESULT_SHARDINGS`.
+
+    Returns the annotated module: a copy, when the caller handed us its module
+    (``owned`` false) and there is something to annotate."""
+    with module.context:
+        mesh = next((decode_attribute(op.attributes["sym_name"]) for op in
+                     (operation.operation for operation in module.body.operations) if op.name == "sdy.mesh"), None)
+        if mesh is None or not _targets(module):
+            return module
+        found = shardy.propagate(module)
+        if not owned:
+            module = copy_module(module)
+        made = {}   # (the producing op, or the function for its arguments) -> sharding texts of its values
+        for name, function in function_operations(module).items():
+            made[function] = list(found[name].arguments)
+            if len(function.regions[0].blocks):
+                _record(function.regions[0], found[name].ops, made)
+        for operation in _targets(module):
+            operands = [_sharding_of(value, made) or _replicated(mesh, value.type) for value in operation.operands]
+            results = made.get(operation) or [None] * len(operation.results)
+            results = [text or _replicated(mesh, value.type) for text, value in zip(results, operation.results)]
+            operation.attributes[OPERAND_SHARDINGS] = _per_value(operands)
+            operation.attributes[RESULT_SHARDINGS] = _per_value(results)
+    return module
+
+
+def _record(region, ops, made: dict) -> None:
+    """The sharding text of each result of each op of ``region``'s block (Shardy's answer
+    ``ops`` lists them in block order, the terminator left out) and of its regions' ops."""
+    for operation, answer in zip(list(region.blocks[0].operations)[:-1], ops):
+        operation = operation.operation
+        text = answer.attributes.get("sdy.sharding")
+        if text is not None and text.startswith("#sdy.sharding_per_value"):
+            made[operation] = [_element(str(sharding)) for sharding in
+                               sdy.TensorShardingPerValueAttr(ir.Attribute.parse(text)).shardings]
+        for inner, inner_ops in zip(operation.regions, answer.regions):
+            if len(inner.blocks):
+                _record(inner, inner_ops, made)
+
+
+def _sharding_of(value, made: dict) -> str | None:
+    """The sharding text of ``value`` where it is made (None: not known)."""
+    if isinstance(value.owner, ir.Block):
+        parent = value.owner.owner.operation
+        if parent.name != "func.func":   # a region's argument: no sharding of its own
+            return None
+        return _at(made.get(parent), ir.BlockArgument(value).arg_number)
+    return _at(made.get(value.owner.operation), ir.OpResult(value).result_number)
+
+
+def _at(texts, index: int):
+    return texts[index] if texts is not None and index < len(texts) else None
+
+
+def _element(text: str) -> str:
+    """``#sdy.sharding<@mesh, [...]>`` as an element of a per-value list: ``<@mesh, [...]>``."""
+    return text.removeprefix("#sdy.sharding")
+
+
+def _replicated(mesh: str, value_type) -> str:
+    rank = ir.ShapedType(value_type).rank if ir.ShapedType.isinstance(value_type) else 0
+    return f"<@{mesh}, [{', '.join(['{}'] * rank)}]>"
+
+
+def _per_value(texts: list) -> ir.Attribute:
+    return ir.Attribute.parse(f"#sdy.sharding_per_value<[{', '.join(_element(t) for t in texts)}]>")
+
+
+def _targets(module: ir.Module) -> list:
+    found = []
+
+    def visit(operation):
+        attributes = operation.attributes
+        if (operation.name == "stablehlo.custom_call" and "call_target_name" in attributes
+                and decode_attribute(attributes["call_target_name"]) == TARGET):
+            found.append(operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
