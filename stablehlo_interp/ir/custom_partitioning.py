@@ -92,7 +92,7 @@ def _element(text: str) -> str:
 
 
 def _replicated(mesh: str, value_type) -> str:
-    rank = ir.ShapedType(value_type).rank if ir.ShapedType.isinstance(value_type) else 0
+    rank = value_type.rank if isinstance(value_type, ir.RankedTensorType) else 0
     return f"<@{mesh}, [{', '.join(['{}'] * rank)}]>"
 
 
