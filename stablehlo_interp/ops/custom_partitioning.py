@@ -67,7 +67,7 @@ def custom_partitioning(info):
         raise info.error(f"the partition callback #{key} raised {type(error).__name__}: {error}") from error
     if not partitioned:
         raise info.unsupported(
-            f"custom partitioning #{key}: what it computes is the per-device program its partition callback "
+            f"@{TARGET} #{key} (jax.experimental.custom_partitioning): what it computes is the per-device program its partition callback "
             "returns, a Python function that jax.experimental.custom_partitioning registers in the JAX process "
             "that lowered the module. It is not known here: the module was saved and loaded apart from that "
             "process, or loaded other than by the interp device (jax.jit(f) on interp devices asks it), or "

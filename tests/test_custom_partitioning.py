@@ -1,0 +1,196 @@
+"""``jax.experimental.custom_partitioning`` on the interp devices, against XLA's CPU with 8
+host devices: the op computes what its partition callback's per-device program computes
+(ops/custom_partitioning.py), so each test runs the same function on both platforms and
+compares the values, the result's sharding, and what the callback was asked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import stablehlo_interp as si
+from stablehlo_interp.cli import main
+from stablehlo_interp.device import placement
+
+PLATFORMS = ("cpu", "interp")
+
+
+def mesh(platform: str, shape=(4, 2), names=("x", "y")) -> Mesh:
+    return Mesh(np.array(jax.devices(platform)[:int(np.prod(shape))]).reshape(shape), names)
+
+
+def asked_and_run(build, *arrays, specs, compiler_options=None):
+    """On each platform: ``build(asked)`` makes the custom-partitioned function (its
+    partition callback appends the specs it is asked to ``asked``), which runs jitted on
+    ``arrays`` placed by ``specs`` on a 4 x 2 mesh. Returns {platform: (asked, result)}."""
+    found = {}
+    for platform in PLATFORMS:
+        asked: list = []
+        where = mesh(platform)
+        placed = [jax.device_put(a, NamedSharding(where, s)) for a, s in zip(arrays, specs)]
+        options = compiler_options if platform == "interp" else None
+        result = jax.jit(build(asked), compiler_options=options)(*placed)
+        found[platform] = (asked, result)
+    return found
+
+
+def assert_same(found: dict) -> None:
+    (cpu_asked, expected), (interp_asked, actual) = found["cpu"], found["interp"]
+    assert cpu_asked and interp_asked == cpu_asked
+    for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(actual)):
+        assert {d.platform for d in got.devices()} == {"interp"}
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert got.sharding.spec == want.sharding.spec
+
+
+def summed_rows(asked: list):
+    """A row sum whose per-device program sums its block and adds the blocks of a row
+    with a ``psum`` over ``y``: the operand stays sharded over both axes."""
+    @custom_partitioning
+    def f(x):
+        return jnp.sum(x, axis=1)
+
+    def partition(mesh, arg_shapes, result_shape):
+        asked.append(([a.sharding.spec for a in arg_shapes], result_shape.sharding.spec))
+
+        def lower_fn(block):
+            return jax.lax.psum(jnp.sum(block, axis=1), "y")
+        return mesh, lower_fn, result_shape.sharding, (arg_shapes[0].sharding,)
+
+    f.def_partition(partition, sharding_rule="i j -> i", reduction_factors=("j",))
+    return lambda x: f(x) * 2
+
+
+def test_per_device_program_with_a_collective():
+    x = (np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4
+    found = asked_and_run(summed_rows, x, specs=[P("x", "y")])
+    assert_same(found)
+    assert found["interp"][0] == [([P("x", "y")], P("x"))]
+    np.testing.assert_array_equal(np.asarray(found["interp"][1]), x.sum(axis=1) * 2)   # exact: small integers / 4
+
+
+def sliced_matmul(asked: list):
+    """Two results, and operands the callback takes as they come: each device multiplies
+    its rows of ``x`` by its own block of ``y``'s rows, then a ``psum`` over ``y`` adds the
+    blocks (a device's column offset is its ``axis_index``)."""
+    @custom_partitioning
+    def f(x, y):
+        z = x @ y
+        return z, z * z
+
+    def partition(mesh, arg_shapes, result_shape):
+        arg_shardings = tuple(a.sharding for a in arg_shapes)
+        result_sharding = result_shape[0].sharding
+        asked.append(([s.spec for s in arg_shardings], [r.sharding.spec for r in result_shape]))
+
+        def lower_fn(x, y):
+            i = jax.lax.axis_index("y")
+            z = jax.lax.psum(jax.lax.dynamic_slice(x, (i * 0, i * 8), (8, 8)) @ y, "y")
+            return z, z * z
+        return mesh, lower_fn, (result_sharding, result_sharding), arg_shardings
+
+    f.def_partition(partition, sharding_rule="i j, j k -> i k, i k")
+    return f
+
+
+def test_several_results_and_the_callbacks_own_program():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 20, (32, 16)).astype(np.float32)
+    y = rng.integers(0, 20, (16, 32)).astype(np.float32)
+    found = asked_and_run(sliced_matmul, x, y, specs=[P("x"), P("y")])
+    assert_same(found)
+    z, squared = found["interp"][1]
+    np.testing.assert_array_equal(np.asarray(z), x @ y)   # integers: exact in float32
+    np.testing.assert_array_equal(np.asarray(squared), (x @ y) ** 2)
+
+
+def scanned_sum(asked: list):
+    """A scalar sum whose per-device program runs a ``psum`` inside a loop (a scan)."""
+    @custom_partitioning
+    def f(x):
+        return jnp.sum(x)
+
+    def partition(mesh, arg_shapes, result_shape):
+        asked.append(([a.sharding.spec for a in arg_shapes], result_shape.sharding.spec))
+
+        def lower_fn(xs):
+            def step(carry, row):
+                return carry + jax.lax.psum(jnp.sum(row), "x"), None
+            return jax.lax.scan(step, jnp.float32(0), xs)[0]
+        return mesh, lower_fn, result_shape.sharding, (arg_shapes[0].sharding,)
+
+    f.def_partition(partition, sharding_rule="i j -> ")
+    return f
+
+
+def test_collective_inside_a_loop_of_the_per_device_program():
+    x = np.arange(32 * 16, dtype=np.float32).reshape(32, 16) % 7
+    found = asked_and_run(scanned_sum, x, specs=[P(None, "x")])
+    assert_same(found)
+    assert float(found["interp"][1]) == float(x.sum())
+
+
+def replicating(asked: list):
+    """A callback that wants its operand whole on every device (other than it is asked)."""
+    @custom_partitioning
+    def f(x):
+        return x + 1
+
+    def partition(mesh, arg_shapes, result_shape):
+        asked.append(([a.sharding.spec for a in arg_shapes], result_shape.sharding.spec))
+        whole = NamedSharding(mesh, P())
+        return mesh, lambda x: x + 1 + jax.lax.axis_index("x").astype(x.dtype) * 0, whole, (whole,)
+
+    f.def_partition(partition, sharding_rule="i j -> i j")
+    return lambda x: f(x) * 3
+
+
+def test_operands_resharded_to_the_callbacks_shardings():
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    found = asked_and_run(replicating, x, specs=[P("x", "y")])
+    assert_same(found)
+    np.testing.assert_array_equal(np.asarray(found["interp"][1]), (x + 1) * 3)
+
+
+def test_per_device_mode_runs_the_global_program_and_says_why():
+    x = (np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4
+    with pytest.warns(placement.PerDeviceWarning, match="custom partitioning op .* partition callback"):
+        found = asked_and_run(summed_rows, x, specs=[P("x", "y")], compiler_options={"interp_spmd": "per_device"})
+    assert_same(found)
+
+
+def test_refused_where_the_callback_is_not_known(tmp_path, capsys):
+    """A module saved to a file and loaded apart from the JAX function (as the CLI runs
+    it): the op's meaning is not in the module, so it is refused, naming the op."""
+    where = mesh("cpu")
+    x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(where, P("x", "y")))
+    lowered = jax.jit(summed_rows([])).lower(x)
+    path = tmp_path / "custom.mlir"
+    path.write_text(lowered.as_text())
+    for source in (str(path), lowered):
+        with pytest.raises(si.UnsupportedOpError, match=r"(?s)stablehlo.custom_call.*@CustomSPMDPartitioning .*"
+                                                        r"partition callback.*not known here"):
+            si.load(source)
+    np.save(tmp_path / "x.npy", np.ones((8, 8), np.float32))
+    assert main(["run", str(path), "-i", str(tmp_path / "x.npy")]) == 1
+    assert "@CustomSPMDPartitioning" in capsys.readouterr().err
+
+
+def test_the_callbacks_error_names_the_op():
+    @custom_partitioning
+    def f(x):
+        return x
+
+    def partition(mesh, arg_shapes, result_shape):
+        return mesh, lambda x: x[:1], arg_shapes[0].sharding, (arg_shapes[0].sharding,)   # wrong result shape
+
+    f.def_partition(partition, sharding_rule="i j -> i j")
+    x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh("interp"), P("x")))
+    with pytest.raises(Exception, match="(?s)partition callback.*Mismatch in result "
+                                                                      "shapes"):
+        jax.jit(f)(x).block_until_ready()
