@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.grid import Grid
+from ..engine.plan import Function
 from ..engine.registry import custom_call
 from ..ir.custom_partitioning import OPERAND_SHARDINGS, RESULT_SHARDINGS, TARGET
 from ..ir.types import TensorType
@@ -40,7 +41,7 @@ class Partitioned:
     ``function`` (a plan, with its ``program`` to keep it alive) and the tiling it
     wants each operand and result in."""
 
-    function: object
+    function: Function
     program: object
     operand_tilings: tuple
     result_tilings: tuple
