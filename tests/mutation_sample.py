@@ -79,6 +79,7 @@ SELECTIONS = {
     "shardy.py": (["tests/test_shard_map.py", "tests/test_sharding.py"], None),
     "sharding_calls.py": (["tests/test_custom_calls.py"], "harding"),
     "host_callback.py": (["tests/test_host_callbacks.py"], None),
+    "custom_partitioning.py": (["tests/test_custom_partitioning.py"], None),
 }
 # Cosmic Ray's core operators that take no arguments (VariableReplacer and
 # VariableInserter need a variable named in a config, and insert random numbers).
