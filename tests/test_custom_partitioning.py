@@ -5,6 +5,8 @@ compares the values, the result's sharding, and what the callback was asked."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -39,9 +41,12 @@ def asked_and_run(build, *arrays, specs, compiler_options=None):
     return found
 
 
-def assert_same(found: dict) -> None:
+def assert_same(found: dict, loads: int = 1) -> None:
+    """The same values and result shardings on both platforms, and the callback asked the
+    same on both: once on the CPU, once per program loaded on interp (``loads``: two in
+    the per-device modes, the global program and its per-device program)."""
     (cpu_asked, expected), (interp_asked, actual) = found["cpu"], found["interp"]
-    assert cpu_asked and interp_asked == cpu_asked
+    assert cpu_asked and interp_asked == cpu_asked * loads
     for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(actual)):
         assert {d.platform for d in got.devices()} == {"interp"}
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
@@ -157,11 +162,23 @@ def test_operands_resharded_to_the_callbacks_shardings():
     np.testing.assert_array_equal(np.asarray(found["interp"][1]), (x + 1) * 3)
 
 
-def test_per_device_mode_runs_the_global_program_and_says_why():
-    x = (np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4
-    with pytest.warns(placement.PerDeviceWarning, match="custom partitioning op .* partition callback"):
-        found = asked_and_run(summed_rows, x, specs=[P("x", "y")], compiler_options={"interp_spmd": "per_device"})
-    assert_same(found)
+@pytest.mark.parametrize("mode", ["per_device", "check"])
+@pytest.mark.parametrize("build, arrays, specs", [
+    (summed_rows, [(np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4], [P("x", "y")]),
+    (sliced_matmul, [np.arange(512, dtype=np.float32).reshape(32, 16) % 5,
+                     np.arange(512, dtype=np.float32).reshape(16, 32) % 3], [P("x"), P("y")]),
+    (scanned_sum, [np.arange(32 * 16, dtype=np.float32).reshape(32, 16) % 7], [P(None, "x")]),
+    (replicating, [np.arange(64, dtype=np.float32).reshape(8, 8)], [P("x", "y")]),
+], ids=["psum", "two_results", "psum_in_a_loop", "resharded"])
+def test_per_device_modes(build, arrays, specs, mode):
+    """Each device runs Shardy's per-device program, where the op gets the device's shards:
+    they are resharded to the callback's shardings, its program runs on the device, and
+    its results are resharded to the op's. No warning: the per-device run is the one
+    returned (per_device) or checked (check), and it agrees with the global run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        found = asked_and_run(build, *arrays, specs=specs, compiler_options={"interp_spmd": mode})
+    assert_same(found, loads=2)
 
 
 def test_refused_where_the_callback_is_not_known(tmp_path, capsys):

@@ -12,11 +12,16 @@ builder sees only its own attributes, so the shardings are written onto the op:
   none, as for the arguments of a loop body);
 * :data:`RESULT_SHARDINGS`: the op's own results'.
 
-Both as ``#sdy.sharding_per_value<[...]>``. Shardy's propagation runs in a child
-process (ir/shardy.py); a module without meshes is left as it is.
+Both as the text of ``#sdy.sharding_per_value<[...]>``, meshes written out; and :data:`OPERAND_TYPES` and
+:data:`RESULT_TYPES`, the global types, which the op keeps in the per-device program
+Shardy's partitioner makes of the module (where its own types are each device's
+shards). Shardy's propagation runs in a child process (ir/shardy.py); a module
+without meshes is left as it is.
 """
 
 from __future__ import annotations
+
+import re
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
@@ -28,33 +33,40 @@ from .sources import CUSTOM_PARTITIONING_TARGET as TARGET
 from .sources import copy_module
 OPERAND_SHARDINGS = "stablehlo_interp.operand_shardings"
 RESULT_SHARDINGS = "stablehlo_interp.result_shardings"
+OPERAND_TYPES = "stablehlo_interp.operand_types"
+RESULT_TYPES = "stablehlo_interp.result_types"
 
 
 def annotate_custom_partitioning(module: ir.Module, owned: bool) -> ir.Module:
     """Give every ``CustomSPMDPartitioning`` custom call of a module with Shardy meshes
-    the attributes :data:`OPERAND_SHARDINGS` and :data:`RESULT_SHARDINGS`.
+    the attributes :data:`OPERAND_SHARDINGS`, :data:`RESULT_SHARDINGS`,
+    :data:`OPERAND_TYPES` and :data:`RESULT_TYPES`.
 
     Returns the annotated module: a copy, when the caller handed us its module
     (``owned`` false) and there is something to annotate."""
     with module.context:
-        mesh = next((decode_attribute(op.attributes["sym_name"]) for op in
-                     (operation.operation for operation in module.body.operations) if op.name == "sdy.mesh"), None)
-        if mesh is None or not _targets(module):
+        meshes = {decode_attribute(op.attributes["sym_name"]): str(op.attributes["mesh"]).removeprefix("#sdy.")
+                  for op in (operation.operation for operation in module.body.operations) if op.name == "sdy.mesh"}
+        if not meshes or not _targets(module):
             return module
         found = shardy.propagate(module)
         if not owned:
             module = copy_module(module)
         made = {}   # (the producing op, or the function for its arguments) -> sharding texts of its values
         for name, function in function_operations(module).items():
-            made[function] = list(found[name].arguments)
+            made[function] = [text and _element(text) for text in found[name].arguments]
             if len(function.regions[0].blocks):
                 _record(function.regions[0], found[name].ops, made)
+        replicated_on = next(iter(meshes))
         for operation in _targets(module):
-            operands = [_sharding_of(value, made) or _replicated(mesh, value.type) for value in operation.operands]
+            operands = [_sharding_of(value, made) or _replicated(replicated_on, value.type)
+                        for value in operation.operands]
             results = made.get(operation) or [None] * len(operation.results)
-            results = [text or _replicated(mesh, value.type) for text, value in zip(results, operation.results)]
-            operation.attributes[OPERAND_SHARDINGS] = _per_value(operands)
-            operation.attributes[RESULT_SHARDINGS] = _per_value(results)
+            results = [text or _replicated(replicated_on, value.type) for text, value in zip(results, operation.results)]
+            operation.attributes[OPERAND_SHARDINGS] = ir.StringAttr.get(_per_value(operands, meshes))
+            operation.attributes[RESULT_SHARDINGS] = ir.StringAttr.get(_per_value(results, meshes))
+            operation.attributes[OPERAND_TYPES] = ir.ArrayAttr.get([ir.TypeAttr.get(v.type) for v in operation.operands])
+            operation.attributes[RESULT_TYPES] = ir.ArrayAttr.get([ir.TypeAttr.get(v.type) for v in operation.results])
     return module
 
 
@@ -96,8 +108,11 @@ def _replicated(mesh: str, value_type) -> str:
     return f"<@{mesh}, [{', '.join(['{}'] * rank)}]>"
 
 
-def _per_value(texts: list) -> ir.Attribute:
-    return ir.Attribute.parse(f"#sdy.sharding_per_value<[{', '.join(_element(t) for t in texts)}]>")
+def _per_value(elements: list, meshes: dict) -> str:
+    """``#sdy.sharding_per_value<[...]>`` with each mesh written out in place of its name
+    (``<mesh<["x"=4]>, [...]>``): Shardy's per-device program no longer declares them."""
+    inline = [re.sub(r"^<@([\w.$-]+)", lambda name: "<" + meshes[name.group(1)], element) for element in elements]
+    return f"#sdy.sharding_per_value<[{', '.join(inline)}]>"
 
 
 def _targets(module: ir.Module) -> list:

@@ -15,10 +15,10 @@ Where Shardy cannot partition the program, :class:`PerDeviceProgram` raises
 it too where Shardy's program is known to compute other shards than XLA's (found by
 comparing the two runs over the sharding tests; docs/sharding.md): a custom call
 without a sharding rule or a value on one device (a host callback's), a
-``collective_permute`` of Shardy's own (a reshard that reorders the devices),
-windows slid over a sharded dimension without the neighbours' elements, and a custom
-partitioning op (``jax.experimental.custom_partitioning``), whose per-device program
-only its partition callback makes (the global run asks it: ops/custom_partitioning.py).
+``collective_permute`` of Shardy's own (a reshard that reorders the devices), and
+windows slid over a sharded dimension without the neighbours' elements. And where the
+interpreter refuses an op of the per-device program (a custom partitioning op whose
+operands are not the shards it expects: ops/custom_partitioning.py).
 
 The two runs agree bit for bit except where the per-device program adds floats in
 another order: a sum over a sharded dimension is each device's sum of its part, then
@@ -34,9 +34,8 @@ import numpy as np
 
 from ..engine.grid import steps_within
 from ..engine.hostio import HostQueues
-from ..errors import ArgumentError, InterpreterError
+from ..errors import ArgumentError, InterpreterError, UnsupportedOpError
 from ..ir import partition
-from ..ir.sources import CUSTOM_PARTITIONING_TARGET
 from ..ir.types import TensorType
 from ..sharding import unreduced
 from ..sharding.propagation import value_tilings
@@ -65,11 +64,6 @@ class PerDeviceProgram:
         self.program = program
         self.function = program.runnable(function)
         for step in steps_within(self.function.region):
-            if step.info.attributes.get("call_target_name") == CUSTOM_PARTITIONING_TARGET:
-                raise partition.PartitionError(
-                    f"the custom partitioning op at {step.info.location} is what its partition callback's "
-                    "per-device program computes, which Shardy's partitioner does not ask for (the global run "
-                    "asks it: ops/custom_partitioning.py)")
             if step.info.name == "stablehlo.custom_call" and "sdy.sharding_rule" not in step.info.attributes:
                 raise partition.PartitionError(
                     f"Shardy's partitioner gives the custom call @{step.info.attributes.get('call_target_name')} "
@@ -84,7 +78,11 @@ class PerDeviceProgram:
                 "(a reshard that reorders the mesh's devices), and those programs compute other shards than the "
                 "global program (XLA running the same per-device program agrees with the interpreter; "
                 "docs/sharding.md)")
-        self.local = Program(self.text, semantics=program.semantics, host_callbacks=program.host_callbacks)
+        try:
+            self.local = Program(self.text, semantics=program.semantics, host_callbacks=program.host_callbacks,
+                                 partition_callback=program.partition_callback)
+        except UnsupportedOpError as why:
+            raise partition.PartitionError(f"the interpreter cannot run Shardy's per-device program: {why}") from None
         problem = self._windows_cut_at_shard_borders()
         if problem:
             raise partition.PartitionError(problem)
