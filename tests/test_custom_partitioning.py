@@ -17,7 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
 from stablehlo_interp.cli import main
-from stablehlo_interp.device import placement
+from stablehlo_interp.device import custom_partitioning as device_partitioning
+from stablehlo_interp.device import placement, runtime
 
 PLATFORMS = ("cpu", "interp")
 
@@ -179,6 +180,26 @@ def test_per_device_modes(build, arrays, specs, mode):
         warnings.simplefilter("error", placement.PerDeviceWarning)
         found = asked_and_run(build, *arrays, specs=specs, compiler_options={"interp_spmd": mode})
     assert_same(found, loads=2)
+
+
+def test_per_device_modes_fall_back_where_the_op_is_refused(monkeypatch):
+    """When the per-device program cannot run (here its op finds no callback: JAX's is
+    asked for the global program only), the device warns, naming the op, and runs the
+    global program."""
+    asked_by_the_device: list = []
+    partition = device_partitioning.partition
+
+    def first_only(*args):
+        asked_by_the_device.append(args[0])
+        return partition(*args) if len(asked_by_the_device) == 1 else None
+
+    monkeypatch.setattr(runtime.custom_partitioning, "partition", first_only)
+    x = (np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4
+    with pytest.warns(placement.PerDeviceWarning, match=r"(?s)cannot run Shardy's per-device program.*"
+                                                        r"@CustomSPMDPartitioning .*not known here"):
+        found = asked_and_run(summed_rows, x, specs=[P("x", "y")], compiler_options={"interp_spmd": "per_device"})
+    assert_same(found)
+    assert len(asked_by_the_device) == 2
 
 
 def test_refused_where_the_callback_is_not_known(tmp_path, capsys):
