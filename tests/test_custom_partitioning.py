@@ -232,3 +232,22 @@ def test_the_callbacks_error_names_the_op():
     with pytest.raises(Exception, match="(?s)partition callback.*Mismatch in result "
                                                                       "shapes"):
         jax.jit(f)(x).block_until_ready()
+
+
+def test_uneven_shards_are_refused():
+    """A callback that cuts 6 rows over 4 devices: XLA pads the shards; the interpreter
+    refuses the op, naming it and why, rather than compute other shards."""
+    @custom_partitioning
+    def f(x):
+        return x * 2
+
+    def partition(mesh, arg_shapes, result_shape):
+        rows = NamedSharding(mesh, P("x"))
+        return mesh, lambda x: x * 2, rows, (rows,)
+
+    f.def_partition(partition, sharding_rule="i j -> i j")
+    x = np.arange(48, dtype=np.float32).reshape(6, 8)
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(jax.device_put(x, NamedSharding(mesh("cpu"), P())))), x * 2)
+    with pytest.raises(Exception, match=r"(?s)stablehlo.custom_call.*operand 0 \(tensor<6x8xf32>\) is cut into "
+                                        r"\[4, 1\] tiles: shards of uneven size"):
+        jax.jit(f)(jax.device_put(x, NamedSharding(mesh("interp"), P())))

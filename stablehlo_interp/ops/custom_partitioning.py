@@ -80,7 +80,7 @@ def custom_partitioning(info):
             "its partition callback returns, a Python function that jax.experimental.custom_partitioning "
             "registers in the JAX process that lowered the module. It is not known here: the module was saved and "
             "loaded apart from that process, or loaded other than by the interp device (jax.jit(f) on interp "
-            "devices asks it), or its jitted function is gone")
+            "devices asks it; si.run, si.load and the tools do not), or its jitted function is gone")
     _check(info, "operand", operand_types, partitioned.operand_tilings, partitioned.function.arg_types, num_devices)
     _check(info, "result", result_types, partitioned.result_tilings, partitioned.function.result_types,
            num_devices)
@@ -112,9 +112,9 @@ def _local_problem(info, operand_types, given_operands, result_types, given_resu
     for what, types, tilings, local_types in (("operand", operand_types, given_operands, info.operand_types),
                                               ("result", result_types, given_results, info.result_types)):
         for index, (value_type, tiling, local) in enumerate(zip(types, tilings, local_types)):
-            if any(size % tiles for size, tiles in zip(value_type.shape, tiling.tiles)):
-                return f"{what} {index} ({value_type}) is cut into shards of uneven size {list(tiling.tiles)}"
-            shard = tuple(size // tiles for size, tiles in zip(value_type.shape, tiling.tiles))
+            shard = _shard_shape(value_type, tiling)
+            if shard is None:
+                return _uneven(what, index, value_type, tiling)
             if tuple(local.shape) != shard:
                 return (f"{what} {index} is {local}, not its shard of {value_type} in the sharding Shardy's "
                         "propagation gave it")
@@ -170,12 +170,16 @@ def _resharded(info, process, value, value_type, have, want):
     return whole[want.slices(value_type.shape, tile)]
 
 
-def _shard_shape(info, what: str, index: int, value_type, tiling) -> tuple:
-    uneven = [size for size, tiles in zip(value_type.shape, tiling.tiles) if size % tiles]
-    if uneven:
-        raise info.unsupported(f"{what} {index} ({value_type}) is cut into {list(tiling.tiles)} tiles: "
-                               "shards of uneven size, which XLA pads, are not supported")
+def _shard_shape(value_type, tiling) -> tuple | None:
+    """Each device's shape of a value in ``tiling`` (None: shards of uneven size)."""
+    if any(size % tiles for size, tiles in zip(value_type.shape, tiling.tiles)):
+        return None
     return tuple(size // tiles for size, tiles in zip(value_type.shape, tiling.tiles))
+
+
+def _uneven(what: str, index: int, value_type, tiling) -> str:
+    return (f"{what} {index} ({value_type}) is cut into {list(tiling.tiles)} tiles: shards of uneven size, "
+            "which XLA pads, are not supported")
 
 
 def _check(info, what: str, types, tilings, local_types, num_devices: int) -> None:
@@ -190,7 +194,9 @@ def _check(info, what: str, types, tilings, local_types, num_devices: int) -> No
         if sorted(set(tiling.devices)) != list(range(num_devices)):
             raise info.unsupported(f"the partition callback's sharding of {what} {index} leaves devices without a "
                                    f"shard (devices {sorted(set(tiling.devices))} of {num_devices})")
-        shard = _shard_shape(info, what, index, value_type, tiling)
+        shard = _shard_shape(value_type, tiling)
+        if shard is None:
+            raise info.unsupported(_uneven(what, index, value_type, tiling))
         if tuple(local.shape) != shard or local.dtype != value_type.dtype:
             raise info.error(f"the partition callback's program takes or gives {local} as {what} {index}, but its "
                              f"shard of {value_type} is {value_type.dtype}{list(shard)}")
