@@ -87,9 +87,9 @@ class Program:
         self.meshes = {name: sharding.parse_mesh(text) for name, text in declared.meshes.items()}
         self._process_ops: dict = {}
         self._partitioned_callbacks: dict = {}   # function name -> partitioned_operand_tilings
-        self.propagation = Propagation(self)
         self._runnable: dict = {}  # function name (None: the entry) -> its Function
         self.functions: dict[str, Function] = {f.name: Function.declared(f) for f in declared.functions}
+        self.propagation = Propagation(self.meshes, self.module, self.functions)
         self.shape_polymorphic = any(isinstance(t, TensorType) and not t.is_static
                                      for f in self.functions.values() for t in f.arg_types)
         self.shape_polymorphic = self.shape_polymorphic and refinable(self.module)

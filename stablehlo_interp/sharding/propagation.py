@@ -36,15 +36,15 @@ class Propagated:
     each function's arguments' and results' (``arguments[name]``, ``results[name]``:
     a TensorSharding or None)."""
 
-    def __init__(self, program):
-        self.meshes = program.meshes
+    def __init__(self, meshes: dict, module, functions: dict):
+        self.meshes = meshes
         self.values: dict = {}
         self.arguments: dict = {}
         self.results: dict = {}
         self._calls: list = []   # (region, step) of each op that calls a function
         self._cache: dict = {}
-        for name, found in shardy.propagate(program.module).items():
-            function = program.functions.get(name)
+        for name, found in shardy.propagate(module).items():
+            function = functions.get(name)
             if function is None or function.region is None:
                 continue
             self.arguments[name] = [self._parse(text) for text in found.arguments]
@@ -155,17 +155,20 @@ def _or_rank(value, value_type):
 
 
 class Propagation:
-    """Shardy's propagation of ``program``, run at the first question (once): None for a
-    module without meshes."""
+    """Shardy's propagation of a program's ``module``, run at the first question (once):
+    None for a module without meshes. It holds the program's parts, not the program, so
+    that dropping a program frees it without the cyclic collector."""
 
-    def __init__(self, program):
-        self.program = program
-        self._found = None
+    def __init__(self, meshes: dict, module, functions: dict):
+        self.meshes = meshes
+        self._module = module
+        self._functions = functions
+        self._found: Propagated | None = None
 
     @property
     def found(self) -> "Propagated | None":
-        if self._found is None and self.program.meshes:
-            self._found = Propagated(self.program)
+        if self._found is None and self.meshes:
+            self._found = Propagated(self.meshes, self._module, self._functions)
         return self._found
 
     def dimension_axes(self, key):
@@ -180,7 +183,7 @@ def value_tilings(propagation: Propagation, function, num_devices: int, inspecte
     its annotation, else what Shardy's propagation gives it, else replicated; and the
     same for the ``inspected`` values, ``(id(region), slot)`` keys of values in its
     regions. Shardy runs only when a value is open."""
-    meshes = propagation.program.meshes
+    meshes = propagation.meshes
     region = function.region
     producers = _mhlo_producers(region)
     name = function.name
