@@ -17,7 +17,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
 from stablehlo_interp.cli import main
-from stablehlo_interp.device import custom_partitioning as device_partitioning
 from stablehlo_interp.device import placement, runtime
 
 PLATFORMS = ("cpu", "interp")
@@ -187,13 +186,13 @@ def test_per_device_modes_fall_back_where_the_op_is_refused(monkeypatch):
     asked for the global program only), the device warns, naming the op, and runs the
     global program."""
     asked_by_the_device: list = []
-    partition = device_partitioning.partition
+    partition = runtime.program_module.jax_partition_callback
 
     def first_only(*args):
         asked_by_the_device.append(args[0])
         return partition(*args) if len(asked_by_the_device) == 1 else None
 
-    monkeypatch.setattr(runtime.custom_partitioning, "partition", first_only)
+    monkeypatch.setattr(runtime.program_module, "jax_partition_callback", first_only)
     x = (np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4
     with pytest.warns(placement.PerDeviceWarning, match=r"(?s)cannot run Shardy's per-device program.*"
                                                         r"@CustomSPMDPartitioning .*not known here"):
@@ -204,16 +203,16 @@ def test_per_device_modes_fall_back_where_the_op_is_refused(monkeypatch):
 
 def test_refused_where_the_callback_is_not_known(tmp_path, capsys):
     """A module saved to a file and loaded apart from the JAX function (as the CLI runs
-    it): the op's meaning is not in the module, so it is refused, naming the op."""
+    it): the op's meaning is not in the module, so it is refused, naming the op. (Its
+    Lowered, in the process that registered the callbacks, runs: the next test.)"""
     where = mesh("cpu")
     x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(where, P("x", "y")))
     lowered = jax.jit(summed_rows([])).lower(x)
     path = tmp_path / "custom.mlir"
     path.write_text(lowered.as_text())
-    for source in (str(path), lowered):
-        with pytest.raises(si.UnsupportedOpError, match=r"(?s)stablehlo.custom_call.*@CustomSPMDPartitioning .*"
-                                                        r"partition callback.*not known here"):
-            si.load(source)
+    with pytest.raises(si.UnsupportedOpError, match=r"(?s)stablehlo.custom_call.*@CustomSPMDPartitioning .*"
+                                                    r"partition callback.*not known here"):
+        si.load(str(path))
     np.save(tmp_path / "x.npy", np.ones((8, 8), np.float32))
     assert main(["run", str(path), "-i", str(tmp_path / "x.npy")]) == 1
     assert "@CustomSPMDPartitioning" in capsys.readouterr().err
@@ -251,3 +250,19 @@ def test_uneven_shards_are_refused():
     with pytest.raises(Exception, match=r"(?s)stablehlo.custom_call.*operand 0 \(tensor<6x8xf32>\) is cut into "
                                         r"\[4, 1\] tiles: shards of uneven size"):
         jax.jit(f)(jax.device_put(x, NamedSharding(mesh("interp"), P())))
+
+
+def test_the_programs_tools_ask_jax_too():
+    """``si.run``, ``si.load`` of a Lowered and the tools (here ``si.trace``) run a custom
+    partitioning op as the device does, with the callbacks JAX registered in this process:
+    the same values as XLA's CPU, and the per-device program's collective in the trace."""
+    x = (np.arange(64, dtype=np.float32).reshape(8, 8) - 20) / 4
+    placed = jax.device_put(x, NamedSharding(mesh("cpu"), P("x", "y")))
+    asked: list = []
+    function = jax.jit(summed_rows(asked))
+    expected = np.asarray(function(placed))
+    np.testing.assert_array_equal(np.asarray(si.run(function, placed)), expected)
+    np.testing.assert_array_equal(si.load(function.lower(placed)).run(x)[0], expected)
+    trace = si.trace(function, placed)
+    assert trace.find("stablehlo.all_reduce"), "the callback's per-device program runs inside the op"
+    assert asked[0] == ([P("x", "y")], P("x")) and all(question == asked[0] for question in asked)

@@ -26,7 +26,7 @@ from ..engine.semantics import XLA, semantics_named
 from ..errors import ArgumentError, ModuleError, UnsupportedOpError
 from ..ir.types import TOKEN, TensorType
 from .pjrt import abi
-from . import compiler_options, custom_partitioning, layouts, placement
+from . import compiler_options, layouts, placement
 from .pjrt import protobuf
 
 PLATFORM_NAME = "interp"
@@ -294,7 +294,7 @@ class Executable:
             raise PluginError(abi.INVALID_ARGUMENT, "a multi-device program needs a device assignment")
         self.program = program_module.load(sources.parse(code, trusted=True),  # JAX's own bytecode
                                            semantics=device_semantics(),
-                                           partition_callback=custom_partitioning.partition)
+                                           partition_callback=program_module.jax_partition_callback)
         self.name = self.program.name or "main"
         self.function = self.program.function(self.program.entry_name)
         self.output_types = self.function.result_types

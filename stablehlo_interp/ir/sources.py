@@ -51,6 +51,9 @@ class ParsedModule:
     # The Python functions the module's host callbacks lowered for the CPU call, by their
     # index: JAX keeps them in a Lowered beside the module, never in the module itself.
     host_callbacks: tuple = ()
+    # True for a Lowered of this process: its custom partitioning ops name callbacks JAX
+    # registered here (their keys are Python object ids, meaningless in another process).
+    lowered_here: bool = False
 
 
 def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) -> ParsedModule:
@@ -191,7 +194,8 @@ def parse(source, *, trusted: bool = False) -> ParsedModule:
         return _of_source(_parse_text(source), None, source)
     compiler_ir = getattr(source, "compiler_ir", None)
     if callable(compiler_ir):  # jax.stages.Lowered
-        return ParsedModule(compiler_ir("stablehlo"), None, owned=False, host_callbacks=host_callbacks_of(source))
+        return ParsedModule(compiler_ir("stablehlo"), None, owned=False, host_callbacks=host_callbacks_of(source),
+                            lowered_here=True)
     serialized = getattr(source, "mlir_module_serialized", None)
     if serialized is not None:  # jax.export.Exported
         data = bytes(serialized)

@@ -20,8 +20,10 @@ from ..engine.semantics import SPEC, semantics_named
 from ..errors import ArgumentError, ModuleError
 from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
+from . import custom_partitioning
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
+from ..ops.custom_partitioning import Partitioned
 from ..ops.host_callback import partitioned_operand_tilings
 from ..sharding.propagation import Propagation
 from .signature import JaxSignature, is_jax_function
@@ -57,7 +59,8 @@ class Program:
 
     ``partition_callback`` answers the module's custom partitioning ops
     (``jax.experimental.custom_partitioning``) with their per-device programs
-    (ops/custom_partitioning.py); the ``interp`` device hands JAX's.
+    (ops/custom_partitioning.py): JAX's own for a ``Lowered`` (:func:`jax_partition_callback`),
+    which the ``interp`` device hands too; none otherwise.
     """
 
     _MAX_REFINED = 32  # refined programs kept; the oldest is dropped past that
@@ -75,6 +78,8 @@ class Program:
             else parsed.module
         if parsed.may_have_custom_partitioning:
             self.module = annotate_custom_partitioning(self.module, parsed.owned or self.module is not parsed.module)
+        if partition_callback is None and parsed.lowered_here:
+            partition_callback = jax_partition_callback   # JAX registered its callbacks in this process
         self.partition_callback = partition_callback
         self.file_name = parsed.file_name
         self.host_callbacks = parsed.host_callbacks if host_callbacks is None else tuple(host_callbacks)
@@ -282,6 +287,18 @@ def load(source: Any, *, verify: bool = True, semantics: str = SPEC,
     custom partitioning ops (see :class:`Program`)."""
     return Program(source, verify=verify, semantics=semantics, host_callbacks=host_callbacks,
                    partition_callback=partition_callback)
+
+
+def jax_partition_callback(*question) -> Partitioned | None:
+    """JAX's answer to a custom partitioning op of a program of this process
+    (program/custom_partitioning.py: ``question`` is what ``ask_jax`` takes), its
+    per-device program loaded; None where JAX registered no such op."""
+    answer = custom_partitioning.ask_jax(*question)
+    if answer is None:
+        return None
+    code, operand_tilings, result_tilings = answer
+    program = load(sources.parse(code, trusted=True), partition_callback=jax_partition_callback)
+    return Partitioned(program.runnable(), program, operand_tilings, result_tilings)
 
 
 def coerce_arguments(function: Function, args) -> list:

@@ -7,22 +7,21 @@ partitioner calls with XLA's shapes and ``HloSharding``s. The ``interp`` device 
 Python in the same process, so :func:`partition` calls JAX's
 ``_custom_partitioning_partition`` itself, with the op's shapes and the shardings
 Shardy's propagation gave it: the callback returns the per-device program's bytecode
-and the shardings it wants the operands and result in, which become a loaded
-program and tilings for the interpreter (ops/custom_partitioning.py).
+and the shardings it wants the operands and result in, which become tilings here
+and a loaded program in program.py (``jax_partition_callback``, which every
+``Lowered`` of this process and the ``interp`` device's programs are loaded with).
 """
 
 from __future__ import annotations
 
-from ..ir import sources
-from ..ops.custom_partitioning import Partitioned
-from ..program.program import load
 from ..sharding import tiling as sharding
 
 
-def partition(key: str, operand_types, operand_tilings, result_types, result_tilings,
-              num_devices: int) -> Partitioned | None:
-    """The per-device program of the custom partitioning op ``key`` for these shardings
-    (None: JAX has no callbacks of that key in this process)."""
+def ask_jax(key: str, operand_types, operand_tilings, result_types, result_tilings,
+            num_devices: int) -> tuple[bytes, tuple, tuple] | None:
+    """The per-device program (bytecode) of the custom partitioning op ``key`` for these
+    shardings, and the tilings it wants its operands and results in (None: JAX has no
+    callbacks of that key in this process)."""
     from jax._src import custom_partitioning
     from jax._src.lib import xla_client
 
@@ -43,10 +42,8 @@ def partition(key: str, operand_types, operand_tilings, result_types, result_til
     code, operand_shardings, result_sharding = custom_partitioning._custom_partitioning_partition(
         operand_shapes, [hlo(t) for t in operand_tilings], result_shape, result_sharding, backend_string)
     result_shardings = result_sharding.tuple_elements() if len(result_shapes) != 1 else [result_sharding]
-    program = load(sources.parse(bytes(code), trusted=True), partition_callback=partition)
 
     def tilings(shardings, types) -> tuple:
         return tuple(sharding.hlo_tiling(str(s), t.rank, num_devices) for s, t in zip(shardings, types))
 
-    return Partitioned(program.runnable(), program, tilings(operand_shardings, operand_types),
-                       tilings(result_shardings, result_types))
+    return bytes(code), tilings(operand_shardings, operand_types), tilings(result_shardings, result_types)
