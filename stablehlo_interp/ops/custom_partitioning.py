@@ -9,8 +9,8 @@ operands to them, runs the program on every device, and reshards its results to 
 op's.
 
 The interpreter does the same with global values. At load time the builder asks
-the module's ``partition_callback`` (``ModuleInfo``; the ``interp`` device hands
-JAX's, device/custom_partitioning.py) with the shardings Shardy's propagation gives
+the module's ``partition_callback`` (``ModuleInfo``; JAX's for a program lowered in
+this process, program/custom_partitioning.py) with the shardings Shardy's propagation gives
 the operands and results (ir/custom_partitioning.py writes them onto the op) and
 gets the per-device program, loaded once, and the callback's shardings. In the
 global program, a run cuts each operand into the shards the callback asked for, runs
