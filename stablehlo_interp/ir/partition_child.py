@@ -33,6 +33,7 @@ GLOBAL_TO_LOCAL = ("sdy-convert-global-to-local", "sdy-drop-sharding-and-mesh")
 WHILE_TARGET = "stablehlo_interp.outlined_while"   # the stand-in for a while while its regions are functions
 STAND_IN_TARGET = "stablehlo_interp.stand_in"     # the stand-in for an op the global-to-local pass refuses
 STAND_IN_ATTRIBUTES = "stablehlo_interp.attributes"
+AXIS_REF = r'"[^"]*"(?::\(\d+\)\d+)?'   # an axis or sub-axis in an sdy attribute's text: "x", "y":(2)2
 
 
 def _run(module: ir.Module, passes: tuple) -> None:
@@ -40,11 +41,12 @@ def _run(module: ir.Module, passes: tuple) -> None:
 
 
 def _walk(module: ir.Module, name: str) -> list:
-    """The ops called ``name``, inner ones before the ops holding them."""
+    """The ops called ``name`` (every op of a dialect for a prefix such as ``"chlo."``),
+    inner ones before the ops holding them."""
     found = []
 
     def visit(operation):
-        if operation.name == name:
+        if operation.name == name or (name.endswith(".") and operation.name.startswith(name)):
             found.append(operation)
         return ir.WalkResult.ADVANCE
 
@@ -179,10 +181,11 @@ def inline_whiles(module: ir.Module) -> None:
         stand_in.erase()
 
 
-def _stand_in(operation) -> None:
+def _stand_in(operation, sharding: dict | None = None) -> None:
     """Replace ``operation`` (one result) by a custom call the global-to-local pass converts
     like any op sharded as its result; the op's name and attributes ride along for
-    :func:`restore_stand_ins`."""
+    :func:`restore_stand_ins`. ``sharding``: the stand-in's sharding attributes (default:
+    the op's ``sdy.sharding``)."""
     kept = {name: operation.attributes[name] for name in operation.attributes if name != "sdy.sharding"}
     with ir.InsertionPoint(operation), operation.location:
         stand_in = ir.Operation.create(
@@ -190,7 +193,7 @@ def _stand_in(operation) -> None:
             attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
                         "backend_config": ir.StringAttr.get(operation.name),
                         STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
-                        "sdy.sharding": operation.attributes["sdy.sharding"]})
+                        **(sharding or {"sdy.sharding": operation.attributes["sdy.sharding"]})})
     operation.results[0].replace_all_uses_with(stand_in.results[0])
     operation.erase()
 
@@ -225,6 +228,58 @@ def stand_in_for_unconverted_ops(module: ir.Module) -> None:
         if "sdy.sharding" in operation.attributes and len(sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
                 operation.attributes["sdy.sharding"]).shardings[0]).unreduced_axes):
             _stand_in(operation)
+
+
+def stand_in_for_elementwise_chlo(module: ir.Module) -> None:
+    """Each element-wise CHLO op (``chlo.square`` of a LayerNorm's variance, ``chlo.erf``
+    ...) a stand-in with an element-wise ``sdy.sharding_rule``, before propagation: Shardy
+    has no sharding rule for CHLO's ops (it gave a ``chlo.square`` another sharding than
+    its operand's, and no reshard between them) and its global-to-local pass refuses them
+    as illegal. :func:`restore_stand_ins` makes them the op again, on local types."""
+    for operation in _walk(module, "chlo."):
+        if _is_elementwise(operation):
+            shape = ir.RankedTensorType(operation.results[0].type).shape
+            factors = "ijklmnopqrstuvwxyzabcdefgh"[:len(shape)]
+            dimensions = f"[{', '.join(factors)}]"
+            sizes = f" {{{', '.join(f'{factor}={size}' for factor, size in zip(factors, shape))}}}" if shape else ""
+            rule = ir.Attribute.parse(f"#sdy.op_sharding_rule<({', '.join([dimensions] * len(operation.operands))})"
+                                      f"->({dimensions}){sizes}>")
+            _stand_in(operation, {"sdy.sharding_rule": rule})
+
+
+def split_reduce_scatters_of_dots(module: ir.Module) -> None:
+    """A ``sdy.reduce_scatter`` of a ``dot_general``'s partial sums (a row-parallel matmul
+    whose result stays sharded along a free dimension) as a ``sdy.all_reduce`` and a
+    ``sdy.all_slice``: the global-to-local pass expects a dot with a sharded contracting
+    dimension to be all-reduced (a failed Check that aborts its process otherwise). Each
+    device then adds the devices' partial sums in the same order, and keeps its slice."""
+    for scatter in _walk(module, "sdy.reduce_scatter"):
+        producer = scatter.operands[0].owner
+        producer = getattr(producer, "operation", producer)
+        if not isinstance(producer, ir.Operation) or producer.name != "stablehlo.dot_general":
+            continue
+        axes = re.findall(AXIS_REF, str(scatter.attributes["reduce_scatter_axes"]))
+        per_value = sdy.TensorShardingPerValueAttr(producer.attributes["sdy.sharding"])
+        with ir.InsertionPoint(scatter), scatter.location:
+            reduced = ir.Operation.create(
+                "sdy.all_reduce", results=[scatter.results[0].type], operands=[scatter.operands[0]],
+                attributes={"reduction_axes": ir.Attribute.parse(
+                    f"#sdy<axis_ref_list{{{', '.join(axes)}}}>"),
+                    "out_sharding": per_value.shardings[0]})
+            sliced = ir.Operation.create(
+                "sdy.all_slice", results=[scatter.results[0].type], operands=[reduced.results[0]],
+                attributes={"slicing_axes": scatter.attributes["reduce_scatter_axes"],
+                            "out_sharding": scatter.attributes["out_sharding"]})
+        scatter.results[0].replace_all_uses_with(sliced.results[0])
+        scatter.erase()
+
+
+def _is_elementwise(operation) -> bool:
+    """Whether ``operation`` has one result, no regions, and operands all of its result's shape."""
+    if len(operation.results) != 1 or len(operation.regions):
+        return False
+    shape = ir.RankedTensorType(operation.results[0].type).shape
+    return all(ir.RankedTensorType(value.type).shape == shape for value in operation.operands)
 
 
 def restore_stand_ins(module: ir.Module) -> None:
@@ -262,7 +317,7 @@ def _axis_refs(axis_ref_list: ir.Attribute) -> list:
     """The ``sdy.AxisRefAttr`` of an ``#sdy<axis_ref_list{"x", "y":(2)2}>``, which has no
     Python binding of its own: read from its text."""
     return [sdy.AxisRefAttr(ir.Attribute.parse(f"#sdy<axis_ref {reference}>"))
-            for reference in re.findall(r'"[^"]*"(?::\(\d+\)\d+)?', str(axis_ref_list))]
+            for reference in re.findall(AXIS_REF, str(axis_ref_list))]
 
 
 def _is_first_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> ir.Value:
@@ -400,7 +455,9 @@ def partition(text: str) -> str:
         # The global-to-local pass leaves a call's results their global types (and MLIR's
         # inliner declines calls in StableHLO's regions); XLA inlines calls too.
         inline_every_call(module)
+        stand_in_for_elementwise_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
+        split_reduce_scatters_of_dots(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)
         outline_whiles(module)
