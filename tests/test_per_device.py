@@ -224,7 +224,7 @@ def test_trace_shows_what_each_device_computed():
         columns = slice(2 * record.process, 2 * record.process + 2)
         np.testing.assert_array_equal(record.values[0], a[:, columns] @ b[columns])
     text = str(trace)
-    assert all(f"process {device}:" in text for device in range(8))
+    assert all(f"device {device}:" in text for device in range(8))
     np.testing.assert_array_equal(trace.outputs[0], a @ b)
 
 
@@ -322,7 +322,7 @@ def test_nonfinite_finder_names_the_device_whose_op_made_the_nan(monkeypatch):
     (report,) = finder.reports
     assert (report.op, report.process) == ("stablehlo.sqrt", 2)
     np.testing.assert_array_equal(report.operands[0], [-1.0])
-    assert "  on process 2" in str(report).splitlines()
+    assert "  on device 2" in str(report).splitlines()
 
 
 def manual_everywhere(text: str) -> str:
@@ -492,7 +492,7 @@ def test_find_nonfinite_per_device_follows_the_nan_through_the_all_reduce():
         np.testing.assert_array_equal(origin.operands[0], [-1.0])
         assert origin.location.frame.line == sqrt_then_sum.__code__.co_firstlineno + 5
         if device != 2:
-            assert f"stablehlo.all_reduce (test_per_device.py:{origin.location.frame.line}) on process {device}" \
+            assert f"stablehlo.all_reduce (test_per_device.py:{origin.location.frame.line}) on device {device}" \
                 in str(origins)
     assert str(found).splitlines()[0] == "device 0:"
     first = si.find_nonfinite(function, *args, per_device=True, mode="first")
@@ -521,7 +521,7 @@ def test_nonfinite_on_the_device_stops_per_device_naming_the_device():
     with si.on_device(si.tools.NonFiniteFinder(stop=True)), pytest.raises(Exception) as raised:
         jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
     assert "first non-finite value: stablehlo.sqrt" in str(raised.value)
-    assert "on process 2" in str(raised.value)
+    assert "on device 2" in str(raised.value)
 
 
 def test_compare_per_device_against_xla_on_each_device():
@@ -607,7 +607,7 @@ def test_the_command_line_runs_each_device(tmp_path, capsys):
     assert main(["trace", str(module), "--input", str(bad), "--nonfinite", "--per-device"]) == 0
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if line.startswith("device ")] == [f"device {d}:" for d in range(4)]
-    assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on process 2") == 5
+    assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on device 2") == 5
     assert main(["compare", str(module), "--input", str(good), "--per-device"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "each device's partitioned program against cpu: its results on each device"

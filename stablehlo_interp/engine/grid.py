@@ -117,6 +117,13 @@ class Grid:
         self._meetings: dict = {}
         self._arrivals: defaultdict = defaultdict(int)
 
+    @property
+    def member(self) -> str:
+        """What the reports call a process of this grid: ``"device"`` where the grid is one
+        replica's partitions (each process is the device whose ``partition_id`` it has: a
+        per-device run, a ``shard_map`` body), ``"process"`` where there are replicas."""
+        return "device" if self.num_replicas == 1 else "process"
+
     def __repr__(self) -> str:
         return f"<Grid {self.num_replicas} replica(s) x {self.num_partitions} partition(s)>"
 
