@@ -43,9 +43,9 @@ class ZooProgram:
 
         return jax.jit(self.function).lower(*self.args)
 
-    def sharded(self, platform: str = "cpu"):
+    def sharded(self, platform: str = "cpu", **jit_options):
         """A sharded program on the first devices of ``platform``: the function jitted with
-        its shardings on ``mesh``, and its arguments placed on the devices."""
+        its shardings on ``mesh`` (and ``jit_options``), and its arguments placed on the devices."""
         import jax
         from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
@@ -57,7 +57,8 @@ class ZooProgram:
             return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                                 is_leaf=lambda leaf: isinstance(leaf, PartitionSpec))
 
-        step = jax.jit(self.function, in_shardings=on_mesh(self.in_specs), out_shardings=on_mesh(self.out_specs))
+        step = jax.jit(self.function, in_shardings=on_mesh(self.in_specs), out_shardings=on_mesh(self.out_specs),
+                       **jit_options)
         return step, jax.device_put(self.args, on_mesh(self.in_specs))
 
 
