@@ -26,15 +26,15 @@ import time
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
-import jax  # noqa: E402 - after the host devices are asked for
+import jax  # after the host devices are asked for
 
-import stablehlo_interp as si  # noqa: E402 - after the host devices are asked for
-from stablehlo_interp.program import prepare  # noqa: E402 - after the host devices are asked for
+import stablehlo_interp as si
+from stablehlo_interp.program import prepare
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from zoo import REAL_SIZES, SHARDED  # noqa: E402 - after tests/ is put on sys.path above
+from zoo import REAL_SIZES, SHARDED  # after tests/ is put on sys.path above
 
-from timing import best_time, format_time  # noqa: E402 - after tests/ is put on sys.path above
+from timing import best_time, format_time
 
 
 class OpCounter(si.Listener):
@@ -70,10 +70,10 @@ def main() -> None:
         global_ops = sum(1 for _ in call.program.function(call.function).region.steps)
         times = {}
         for clock in (time.perf_counter, time.process_time):
-            times["cpu", clock] = best_time(lambda: jax.block_until_ready(step(*args)), options.repeat, clock)
+            times["cpu", clock] = best_time(lambda step=step, args=args: jax.block_until_ready(step(*args)), options.repeat, clock)
             times["global", clock] = best_time(
-                lambda: call.program.run(*call.arguments, function=call.function), options.repeat, clock)
-            times["per device", clock] = best_time(lambda: call.run_devices(), options.repeat, clock)
+                lambda call=call: call.program.run(*call.arguments, function=call.function), options.repeat, clock)
+            times["per device", clock] = best_time(lambda call=call: call.run_devices(), options.repeat, clock)
         cells = [f"{format_time(times[kind, time.perf_counter])}, {format_time(times[kind, time.process_time])}"
                  for kind in ("cpu", "global", "per device")]
         ratios = [f"{times['per device', clock] / times[kind, clock]:.1f}x"

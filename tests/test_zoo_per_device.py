@@ -130,7 +130,7 @@ def test_find_nonfinite_per_device_names_the_device_of_a_nan_input_row():
                                                                zoo_program.sharded("cpu")[1]))
     found = si.find_nonfinite(step, *placed, per_device=True)
     assert sorted(found.devices) == list(range(8))
-    for device, origins in found.devices.items():
+    for origins in found.devices.values():
         assert {origin.process for origin in origins.origins} <= {4, 5, 6, 7}, str(origins)
         assert any(origin.op == "argument #2" for origin in origins.origins), str(origins)
     assert "on device " in str(found) and "on process" not in str(found)

@@ -17,6 +17,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from . import ZooProgram, as_numpy
+from .flax_nnx import TinyLM
 from .optax_training import optimizer_step
 
 MESH = (("data", 2), ("model", 4))
@@ -50,9 +51,9 @@ class MegatronBlock(nnx.Module):
         return h + self.mlp_out(nnx.gelu(self.mlp_in(self.mlp_norm(h))))
 
 
-class ShardedLM(nnx.Module):
+class ShardedLM(TinyLM):
     """A decoder-only LM whose embeddings and output head are split over ``model`` by features,
-    and its blocks as :class:`MegatronBlock`."""
+    and its blocks as :class:`MegatronBlock` (:class:`~.flax_nnx.TinyLM`'s forward pass)."""
 
     def __init__(self, vocab: int, width: int, heads: int, depth: int, context: int, rngs: nnx.Rngs):
         embedding = nnx.initializers.normal(1.0)
@@ -65,13 +66,6 @@ class ShardedLM(nnx.Module):
         # Shardy's partitioner crashes, signal 11, on a gather from a vocabulary split over devices)
         self.head = nnx.Linear(width, vocab, rngs=rngs,
                                kernel_init=partitioned(nnx.initializers.lecun_normal(), "model", None))
-
-    def __call__(self, tokens):
-        h = self.token_embedding(tokens) + self.position_embedding(jnp.arange(tokens.shape[-1]))
-        mask = nnx.make_causal_mask(tokens)
-        for block in self.blocks:
-            h = block(h, mask)
-        return self.head(self.final_norm(h))
 
 
 def flax_nnx_lm(vocab=64, width=32, heads=4, depth=2, context=16, batch=8) -> ZooProgram:
