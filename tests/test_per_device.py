@@ -618,3 +618,54 @@ def test_the_command_line_runs_each_device(tmp_path, capsys):
     page = tmp_path / "page.html"
     assert main(["explore", str(module), "--input", str(good), "--per-device", "--output", str(page)]) == 0
     assert '"devices":{"count":4' in page.read_text()
+
+
+def mesh_2x4(platform):
+    from jax.sharding import AxisType
+
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices(platform)[:8])
+
+
+def vocabulary_lookup(platform):
+    """An embedding table split by rows (vocabulary) over model: each device gathers from
+    its rows, zeros elsewhere, and an all-reduce adds them (as XLA partitions it)."""
+    mesh = mesh_2x4(platform)
+    table = jax.device_put(np.arange(64 * 8, dtype=np.float32).reshape(64, 8), NamedSharding(mesh, P("model", None)))
+    ids = jax.device_put((np.arange(16, dtype=np.int32).reshape(2, 8) * 7) % 64, NamedSharding(mesh, P("data", None)))
+    return jax.jit(lambda t, i: jnp.take(t, i, axis=0)), (table, ids)
+
+
+def label_gather(platform):
+    """Cross-entropy's label gather from logits split by vocabulary: take_along_axis
+    (batching dimensions, the batch over data too)."""
+    mesh = mesh_2x4(platform)
+    logits = jax.device_put(INTEGERS.reshape(4, 2, 16), NamedSharding(mesh, P("data", None, "model")))
+    labels = jax.device_put(np.array([[0, 15], [4, 7], [8, 3], [12, 11]], np.int32), NamedSharding(mesh, P("data", None)))
+    return jax.jit(lambda l, y: jnp.take_along_axis(l, y[..., None], axis=-1)), (logits, labels)
+
+
+def row_parallel_into_split_features(platform):
+    """A row-parallel matmul whose result stays split by features (a reduce-scatter in
+    Shardy's program, which the partitioner's global-to-local pass aborted on), then a
+    LayerNorm's chlo.square (no sharding rule in Shardy)."""
+    mesh = mesh_2x4(platform)
+    h = jax.device_put(INTEGERS[:, :8], NamedSharding(mesh, P("data", "model")))
+    w = jax.device_put(INTEGERS.T[:8, :8].copy(), NamedSharding(mesh, P("model", None)))
+    return jax.jit(lambda h, w: jnp.square(h @ w) + 1, out_shardings=NamedSharding(mesh, P("data", "model"))), (h, w)
+
+
+@pytest.mark.parametrize("case", [vocabulary_lookup, label_gather, row_parallel_into_split_features],
+                         ids=lambda case: case.__name__)
+def test_megatron_layouts_partition_and_match_xla(case):
+    """The layouts of a Megatron-style model that Shardy's partitioner alone could not
+    partition (ir/partition_child.py's rewrites): each device's results are XLA's shards,
+    bit for bit (integer-valued floats: every sum exact), without a fallback."""
+    function, args = case("cpu")
+    xla = function(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        run = si.run_per_device(function, *args)
+    np.testing.assert_array_equal(run.outputs, np.asarray(xla), strict=True)
+    theirs = held(xla)
+    for device in range(8):
+        np.testing.assert_array_equal(run.per_device[device][0], theirs[device], strict=True)

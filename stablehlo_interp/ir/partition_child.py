@@ -33,6 +33,8 @@ GLOBAL_TO_LOCAL = ("sdy-convert-global-to-local", "sdy-drop-sharding-and-mesh")
 WHILE_TARGET = "stablehlo_interp.outlined_while"   # the stand-in for a while while its regions are functions
 STAND_IN_TARGET = "stablehlo_interp.stand_in"     # the stand-in for an op the global-to-local pass refuses
 STAND_IN_ATTRIBUTES = "stablehlo_interp.attributes"
+GATHER_FROM_SHARDS = "stablehlo_interp.gather_from_shards"   # a stand-in's gather from a split dimension
+GLOBAL_SHAPE = "stablehlo_interp.global_shape"               # its operand's global shape
 AXIS_REF = r'"[^"]*"(?::\(\d+\)\d+)?'   # an axis or sub-axis in an sdy attribute's text: "x", "y":(2)2
 
 
@@ -283,8 +285,10 @@ def _is_elementwise(operation) -> bool:
 
 
 def restore_stand_ins(module: ir.Module) -> None:
-    """Each stand-in of :func:`stand_in_for_unconverted_ops` its op again, of its result's
-    (local) type; a ``dynamic_slice`` takes the local shape as its ``slice_sizes``."""
+    """Each stand-in (:func:`stand_in_for_unconverted_ops`, :func:`stand_in_for_elementwise_chlo`,
+    :func:`stand_in_for_gathers_from_shards`) its op again, of its result's (local) type; a
+    ``dynamic_slice`` takes the local shape as its ``slice_sizes``; a gather from a split
+    dimension becomes :func:`_gather_from_shards`."""
     for stand_in in _walk(module, "stablehlo.custom_call"):
         if ir.StringAttr(stand_in.attributes["call_target_name"]).value != STAND_IN_TARGET:
             continue
@@ -294,9 +298,12 @@ def restore_stand_ins(module: ir.Module) -> None:
         if name == "stablehlo.dynamic_slice":
             attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(result_type).shape)
         with ir.InsertionPoint(stand_in), stand_in.location:
-            operation = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
-                                            attributes=attributes)
-        stand_in.results[0].replace_all_uses_with(operation.results[0])
+            if name == GATHER_FROM_SHARDS:
+                result = _gather_from_shards(*stand_in.operands, attributes, result_type)
+            else:
+                result = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
+                                             attributes=attributes).results[0]
+        stand_in.results[0].replace_all_uses_with(result)
         stand_in.erase()
 
 
@@ -320,28 +327,143 @@ def _axis_refs(axis_ref_list: ir.Attribute) -> list:
             for reference in re.findall(AXIS_REF, str(axis_ref_list))]
 
 
-def _is_first_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> ir.Value:
-    """A scalar ``i1``: whether this device's index along each of ``axes`` (sdy axis refs
-    of ``mesh``) is 0, from ``partition_id`` (the device's row-major position in the mesh)."""
+def _u32_constant(number: int, ip: ir.InsertionPoint) -> ir.Value:
     scalar = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
+    return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, number)),
+                          ip=ip).result
 
-    def constant(number: int) -> ir.Value:
-        return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, number)),
-                              ip=ip).result
 
+def _index_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> tuple[ir.Value, int]:
+    """A scalar ``ui32``: this device's position along ``axes`` (sdy axis refs of ``mesh``,
+    the first the major one), from ``partition_id`` (the device's row-major position in the
+    mesh); and how many positions there are."""
     device = hlo.PartitionIdOp(ip=ip).result
     names = [name for name, _ in mesh]
-    first = None
+    position, count = None, 1
     for axis in axes:
-        position = names.index(axis.name)
-        stride, size = int(np.prod([size for _, size in mesh[position + 1:]], dtype=np.int64)), mesh[position][1]
+        where = names.index(axis.name)
+        stride, size = int(np.prod([size for _, size in mesh[where + 1:]], dtype=np.int64)), mesh[where][1]
         if axis.sub_axis_info is not None:
             part = sdy.SubAxisInfoAttr(axis.sub_axis_info)
             stride, size = stride * part.pre_size, part.size
-        index = hlo.RemOp(hlo.DivOp(device, constant(stride), ip=ip).result, constant(size), ip=ip).result
-        is_zero = hlo.CompareOp(index, constant(0), hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
-        first = is_zero if first is None else hlo.AndOp(first, is_zero, ip=ip).result
-    return first
+        index = hlo.RemOp(hlo.DivOp(device, _u32_constant(stride, ip), ip=ip).result, _u32_constant(size, ip),
+                          ip=ip).result
+        position = index if position is None else hlo.AddOp(
+            hlo.MulOp(position, _u32_constant(size, ip), ip=ip).result, index, ip=ip).result
+        count *= size
+    return position, count
+
+
+def _is_first_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> ir.Value:
+    """A scalar ``i1``: whether this device's index along each of ``axes`` (sdy axis refs
+    of ``mesh``) is 0."""
+    position, _ = _index_along(axes, mesh, ip)
+    return hlo.CompareOp(position, _u32_constant(0, ip), hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
+
+
+def _sharding_of(value: ir.Value):
+    """The ``sdy.TensorShardingAttr`` of ``value`` after propagation (its producer's
+    ``sdy.sharding``, or its function argument's), or None."""
+    if isinstance(value, ir.OpResult):
+        owner = getattr(value.owner, "operation", value.owner)
+        if "sdy.sharding" not in owner.attributes:
+            return None
+        return sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
+            owner.attributes["sdy.sharding"]).shardings[value.result_number])
+    argument = ir.BlockArgument(value)
+    function = argument.owner.owner
+    function = getattr(function, "operation", function)
+    if function.name != "func.func" or "arg_attrs" not in function.attributes:
+        return None
+    attributes = ir.DictAttr(ir.ArrayAttr(function.attributes["arg_attrs"])[argument.arg_number])
+    return sdy.TensorShardingAttr(attributes["sdy.sharding"]) if "sdy.sharding" in attributes else None
+
+
+def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
+    """A ``gather`` of single elements from an operand dimension split over devices (an
+    embedding table split by vocabulary, a loss's labels from logits split so), which
+    Shardy leaves global and all-reduces over the dimension's axes (as XLA's partitioner
+    does it): each device gathers from its own part, its indices moved by its part's
+    offset, and gives zeros where an index falls outside it; the all-reduce adds one
+    device's element to the others' zeros. The global-to-local pass has no rule for it
+    (it left a broken module, which crashed the process printing it): the gather becomes
+    a stand-in, whose last operand is the device's offset (made from ``partition_id``),
+    and :func:`restore_stand_ins` writes the masked local gather."""
+    meshes = _mesh_axes(module)
+    for gather in _walk(module, "stablehlo.gather"):
+        operand, indices = gather.operands
+        sharding = _sharding_of(operand)
+        if "sdy.sharding" not in gather.attributes or sharding is None:
+            continue
+        mesh = meshes.get(ir.FlatSymbolRefAttr(sharding.mesh_or_ref).value)
+        numbers = hlo.GatherDimensionNumbers(gather.attributes["dimension_numbers"])
+        start_index_map, sizes = list(numbers.start_index_map), list(ir.DenseI64ArrayAttr(gather.attributes["slice_sizes"]))
+        split = [dimension for dimension, dimension_sharding in enumerate(sharding.dimension_shardings)
+                 if len(sdy.DimensionShardingAttr(dimension_sharding).axes)]
+        if mesh is None or len(start_index_map) != 1 or start_index_map[0] not in split or sizes[start_index_map[0]] != 1:
+            continue
+        dimension = start_index_map[0]
+        axes = [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(sharding.dimension_shardings[dimension]).axes]
+        with gather.location:
+            position, count = _index_along(axes, mesh, ir.InsertionPoint(gather))
+            whole = ir.RankedTensorType(operand.type).shape[dimension]
+            if whole % count:
+                continue
+            offset = hlo.MulOp(position, _u32_constant(whole // count, ir.InsertionPoint(gather)),
+                               ip=ir.InsertionPoint(gather)).result
+        kept = {name: gather.attributes[name] for name in gather.attributes if name != "sdy.sharding"}
+        kept[GLOBAL_SHAPE] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(operand.type).shape)
+        with ir.InsertionPoint(gather), gather.location:
+            stand_in = ir.Operation.create(
+                "stablehlo.custom_call", results=[gather.results[0].type], operands=[operand, indices, offset],
+                attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
+                            "backend_config": ir.StringAttr.get(GATHER_FROM_SHARDS),
+                            STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
+                            "sdy.sharding": gather.attributes["sdy.sharding"]})
+        gather.results[0].replace_all_uses_with(stand_in.results[0])
+        gather.erase()
+
+
+def _gather_from_shards(operand: ir.Value, indices: ir.Value, offset: ir.Value, attributes: dict,
+                        result_type) -> ir.Value:
+    """The local form of :func:`stand_in_for_gathers_from_shards`' gather (at the insertion
+    point): the indices less ``offset``, gathered from the device's part ``operand``
+    (slices of a whole dimension taken whole on the part), zeros where an index is outside it."""
+    operand_shape, whole = ir.RankedTensorType(operand.type).shape, list(ir.DenseI64ArrayAttr(attributes.pop(GLOBAL_SHAPE)))
+    numbers = hlo.GatherDimensionNumbers(attributes["dimension_numbers"])
+    dimension = list(numbers.start_index_map)[0]
+    sizes = [local if size == full else size
+             for size, full, local in zip(ir.DenseI64ArrayAttr(attributes["slice_sizes"]), whole, operand_shape)]
+    attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
+    index_type = ir.RankedTensorType(indices.type)
+    scalar = ir.RankedTensorType.get([], index_type.element_type)
+
+    def spread(value: ir.Value, element_type=None) -> ir.Value:
+        converted = hlo.ConvertOp(ir.RankedTensorType.get([], element_type or index_type.element_type), value).result
+        return hlo.BroadcastInDimOp(ir.RankedTensorType.get(index_type.shape, element_type or index_type.element_type),
+                                    converted, []).result
+
+    local = hlo.SubtractOp(indices, spread(offset)).result
+    rows = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type,
+                                                                                    operand_shape[dimension]))).result
+    zero = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, 0))).result
+    inside = hlo.AndOp(
+        hlo.CompareOp(local, hlo.BroadcastInDimOp(index_type, zero, []).result,
+                      hlo.ComparisonDirectionAttr.get("GE")).result,
+        hlo.CompareOp(local, hlo.BroadcastInDimOp(index_type, rows, []).result,
+                      hlo.ComparisonDirectionAttr.get("LT")).result).result
+    batch_shape = [size for axis, size in enumerate(index_type.shape) if axis != numbers.index_vector_dim]
+    boolean = ir.IntegerType.get_signless(1)
+    inside = hlo.ReshapeOp(ir.RankedTensorType.get(batch_shape, boolean), inside).result
+    result = ir.RankedTensorType(result_type)
+    batch_dimensions = [axis for axis in range(result.rank) if axis not in list(numbers.offset_dims)]
+    inside = hlo.BroadcastInDimOp(ir.RankedTensorType.get(result.shape, boolean), inside, batch_dimensions).result
+    gathered = ir.Operation.create("stablehlo.gather", results=[result_type], operands=[operand, local],
+                                   attributes=attributes).results[0]
+    false = hlo.ConstantOp(ir.DenseElementsAttr.get(np.array(False), type=boolean)).result
+    zeros = hlo.BroadcastInDimOp(result, hlo.ConvertOp(ir.RankedTensorType.get([], result.element_type),
+                                                       false).result, []).result
+    return hlo.SelectOp(inside, gathered, zeros).result
 
 
 def lower_replicated_to_unreduced(module: ir.Module) -> None:
@@ -458,6 +580,7 @@ def partition(text: str) -> str:
         stand_in_for_elementwise_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
         split_reduce_scatters_of_dots(module)
+        stand_in_for_gathers_from_shards(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)
         outline_whiles(module)

@@ -52,20 +52,21 @@ class MegatronBlock(nnx.Module):
 
 
 class ShardedLM(TinyLM):
-    """A decoder-only LM whose embeddings and output head are split over ``model`` by features,
-    and its blocks as :class:`MegatronBlock` (:class:`~.flax_nnx.TinyLM`'s forward pass)."""
+    """A decoder-only LM whose token embeddings and output head are split over ``model`` by
+    vocabulary (Megatron's vocabulary-parallel layers: the lookup and the loss's label
+    gather read a split dimension), the position embeddings by features, and its blocks as
+    :class:`MegatronBlock` (:class:`~.flax_nnx.TinyLM`'s forward pass)."""
 
     def __init__(self, vocab: int, width: int, heads: int, depth: int, context: int, rngs: nnx.Rngs):
         embedding = nnx.initializers.normal(1.0)
-        self.token_embedding = nnx.Embed(vocab, width, rngs=rngs, embedding_init=partitioned(embedding, None, "model"))
+        self.token_embedding = nnx.Embed(vocab, width, rngs=rngs, embedding_init=partitioned(embedding, "model", None))
         self.position_embedding = nnx.Embed(context, width, rngs=rngs,
                                             embedding_init=partitioned(embedding, None, "model"))
         self.blocks = nnx.List([MegatronBlock(width, heads, rngs) for _ in range(depth)])
         self.final_norm = nnx.LayerNorm(width, rngs=rngs)
-        # row-parallel: the logits whole on each device (the loss's label gather needs them whole;
-        # Shardy's partitioner crashes, signal 11, on a gather from a vocabulary split over devices)
         self.head = nnx.Linear(width, vocab, rngs=rngs,
-                               kernel_init=partitioned(nnx.initializers.lecun_normal(), "model", None))
+                               kernel_init=partitioned(nnx.initializers.lecun_normal(), None, "model"),
+                               bias_init=partitioned(nnx.initializers.zeros_init(), "model"))
 
 
 def flax_nnx_lm(vocab=64, width=32, heads=4, depth=2, context=16, batch=8) -> ZooProgram:
