@@ -389,7 +389,7 @@ def test_the_grid_runs_the_per_device_program_as_xla_runs_it(case):
     shards = [[np.asarray(shard) for shard in device_args] for device_args in
               [[held(arg)[device] for arg in args] for device in range(8)]]
     ours = local.run_grid(shards)
-    for device, (mine, theirs) in enumerate(zip(ours, xla_runs(text, shards))):
+    for mine, theirs in zip(ours, xla_runs(text, shards)):
         for a, b in zip(mine, theirs):
             np.testing.assert_array_equal(a, b, strict=True)
 
@@ -641,7 +641,7 @@ def label_gather(platform):
     mesh = mesh_2x4(platform)
     logits = jax.device_put(INTEGERS.reshape(4, 2, 16), NamedSharding(mesh, P("data", None, "model")))
     labels = jax.device_put(np.array([[0, 15], [4, 7], [8, 3], [12, 11]], np.int32), NamedSharding(mesh, P("data", None)))
-    return jax.jit(lambda l, y: jnp.take_along_axis(l, y[..., None], axis=-1)), (logits, labels)
+    return jax.jit(lambda logits, y: jnp.take_along_axis(logits, y[..., None], axis=-1)), (logits, labels)
 
 
 def row_parallel_into_split_features(platform):
