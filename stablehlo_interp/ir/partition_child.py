@@ -299,7 +299,8 @@ def restore_stand_ins(module: ir.Module) -> None:
             attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(result_type).shape)
         with ir.InsertionPoint(stand_in), stand_in.location:
             if name == GATHER_FROM_SHARDS:
-                result = _gather_from_shards(*stand_in.operands, attributes, result_type)
+                operand, indices, offset = stand_in.operands
+                result = _gather_from_shards(operand, indices, offset, attributes, result_type)
             else:
                 result = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
                                              attributes=attributes).results[0]
@@ -370,7 +371,7 @@ def _sharding_of(value: ir.Value):
             return None
         return sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
             owner.attributes["sdy.sharding"]).shardings[value.result_number])
-    argument = ir.BlockArgument(value)
+    argument: ir.BlockArgument = ir.BlockArgument(value)
     function = argument.owner.owner
     function = getattr(function, "operation", function)
     if function.name != "func.func" or "arg_attrs" not in function.attributes:
