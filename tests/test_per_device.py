@@ -9,6 +9,7 @@ on the rounding of a reordered sum computed from the inputs (``reordered_sum_bou
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -618,6 +619,12 @@ def test_the_command_line_runs_each_device(tmp_path, capsys):
     page = tmp_path / "page.html"
     assert main(["explore", str(module), "--input", str(good), "--per-device", "--output", str(page)]) == 0
     assert '"devices":{"count":4' in page.read_text()
+    assert main(["explore", str(module), "--input", str(bad), "--per-device", "--model-explorer",
+                 str(tmp_path / "me")]) == 0
+    assert "max_abs_device3.json" in capsys.readouterr().out
+    for device, made in [(0, [1]), (2, [1, 1])]:   # the sum's sqrt (as device 2 ran it); on device 2, both
+        (origin,) = json.loads((tmp_path / "me" / f"nan_origin_device{device}.json").read_text()).values()
+        assert [entry["value"] for entry in origin["results"].values()] == made
 
 
 def mesh_2x4(platform):
