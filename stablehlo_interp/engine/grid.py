@@ -63,10 +63,17 @@ class Process:
         """The flattened id: ``replica_id * num_partitions + partition_id``."""
         return self.replica_id * self.grid.num_partitions + self.partition_id
 
+    @property
+    def coordinates(self) -> str:
+        """Where the process sits in its grid: its partition (and replica, if there are several)."""
+        if self.grid.num_replicas == 1:
+            return f"partition {self.partition_id}"
+        return f"replica {self.replica_id}, partition {self.partition_id}"
+
     def __str__(self) -> str:
         if self.grid.size == 1:
             return "process 0"
-        return f"process {self.id} (replica {self.replica_id}, partition {self.partition_id})"
+        return f"{self.grid.member} {self.id} ({self.coordinates})"
 
 
 @dataclass
@@ -200,7 +207,8 @@ class Grid:
         lines = ["the collective can never complete:"]
         for process_id in sorted(self._waiting):
             op_name, meeting = self._waiting[process_id]
-            lines.append(f"{self.processes[process_id]} waits in {op_name} for processes "
+            lines.append(f"{self.processes[process_id]} waits in {op_name} for "
+                         f"{'devices' if self.member == 'device' else 'processes'} "
                          f"{meeting.missing} of its group {list(meeting.group)}")
         for process_id in range(self.size):
             if process_id in self._finished:
@@ -259,8 +267,7 @@ def _with_process_context(body, process: Process):
         return body(process)
     except OpError as error:
         if process.grid.size > 1:
-            error.add_enclosing(f"process {process.id}", None,
-                                f"replica {process.replica_id}, partition {process.partition_id}")
+            error.add_enclosing(f"{process.grid.member} {process.id}", None, process.coordinates)
         raise
 
 
