@@ -642,6 +642,16 @@ def vocabulary_lookup(platform):
     return jax.jit(lambda t, i: jnp.take(t, i, axis=0)), (table, ids)
 
 
+def out_of_range_lookup(platform):
+    """Rows past the table's end, in a gather JAX does not clamp (``promise_in_bounds``):
+    the spec's gather clamps the start indices to the last row (63) before each device
+    looks in its own rows; XLA's devices give that row too."""
+    mesh = mesh_2x4(platform)
+    table = jax.device_put(np.arange(64 * 8, dtype=np.float32).reshape(64, 8), NamedSharding(mesh, P("model", None)))
+    ids = jax.device_put(np.array([[70, -3, 5, 63], [100, 0, 17, 33]], np.int32), NamedSharding(mesh, P("data", None)))
+    return jax.jit(lambda t, i: t.at[i].get(mode="promise_in_bounds")), (table, ids)
+
+
 def label_gather(platform):
     """Cross-entropy's label gather from logits split by vocabulary: take_along_axis
     (batching dimensions, the batch over data too)."""
@@ -661,7 +671,8 @@ def row_parallel_into_split_features(platform):
     return jax.jit(lambda h, w: jnp.square(h @ w) + 1, out_shardings=NamedSharding(mesh, P("data", "model"))), (h, w)
 
 
-@pytest.mark.parametrize("case", [vocabulary_lookup, label_gather, row_parallel_into_split_features],
+@pytest.mark.parametrize("case", [vocabulary_lookup, out_of_range_lookup, label_gather,
+                                  row_parallel_into_split_features],
                          ids=lambda case: case.__name__)
 def test_megatron_layouts_partition_and_match_xla(case):
     """The layouts of a Megatron-style model that Shardy's partitioner alone could not

@@ -405,12 +405,13 @@ def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
             continue
         dimension = start_index_map[0]
         axes = [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(sharding.dimension_shardings[dimension]).axes]
+        parts = int(np.prod([_axis_size(axis, mesh) for axis in axes]))
+        whole = ir.RankedTensorType(operand.type).shape[dimension]
+        if whole % parts or not _all_reduced_over(gather.results[0], axes):
+            continue
         with gather.location:
-            position, count = _index_along(axes, mesh, ir.InsertionPoint(gather))
-            whole = ir.RankedTensorType(operand.type).shape[dimension]
-            if whole % count:
-                continue
-            offset = hlo.MulOp(position, _u32_constant(whole // count, ir.InsertionPoint(gather)),
+            position, _ = _index_along(axes, mesh, ir.InsertionPoint(gather))
+            offset = hlo.MulOp(position, _u32_constant(whole // parts, ir.InsertionPoint(gather)),
                                ip=ir.InsertionPoint(gather)).result
         kept = {name: gather.attributes[name] for name in gather.attributes if name != "sdy.sharding"}
         kept[GLOBAL_SHAPE] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(operand.type).shape)
@@ -425,11 +426,29 @@ def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
         gather.erase()
 
 
+def _axis_size(axis, mesh: list) -> int:
+    """How many positions an sdy axis ref (an axis of ``mesh``, or a sub-axis) has."""
+    if axis.sub_axis_info is not None:
+        return sdy.SubAxisInfoAttr(axis.sub_axis_info).size
+    return dict(mesh)[axis.name]
+
+
+def _all_reduced_over(value: ir.Value, axes: list) -> bool:
+    """Whether every use of ``value`` is an ``sdy.all_reduce`` over (at least) ``axes``."""
+    wanted = {str(axis) for axis in axes}
+    users = [use.owner for use in value.uses]
+    return bool(users) and all(
+        getattr(user, "operation", user).name == "sdy.all_reduce"
+        and wanted <= {str(axis) for axis in _axis_refs(getattr(user, "operation", user).attributes["reduction_axes"])}
+        for user in users)
+
+
 def _gather_from_shards(operand: ir.Value, indices: ir.Value, offset: ir.Value, attributes: dict,
                         result_type) -> ir.Value:
     """The local form of :func:`stand_in_for_gathers_from_shards`' gather (at the insertion
-    point): the indices less ``offset``, gathered from the device's part ``operand``
-    (slices of a whole dimension taken whole on the part), zeros where an index is outside it."""
+    point): the indices clamped into the whole dimension (as the spec's gather clamps its
+    start indices) less ``offset``, gathered from the device's part ``operand`` (slices of a
+    whole dimension taken whole on the part), zeros where an index is outside the part."""
     operand_shape, whole = ir.RankedTensorType(operand.type).shape, list(ir.DenseI64ArrayAttr(attributes.pop(GLOBAL_SHAPE)))
     numbers = hlo.GatherDimensionNumbers(attributes["dimension_numbers"])
     dimension = list(numbers.start_index_map)[0]
@@ -439,20 +458,20 @@ def _gather_from_shards(operand: ir.Value, indices: ir.Value, offset: ir.Value, 
     index_type = ir.RankedTensorType(indices.type)
     scalar = ir.RankedTensorType.get([], index_type.element_type)
 
-    def spread(value: ir.Value, element_type=None) -> ir.Value:
-        converted = hlo.ConvertOp(ir.RankedTensorType.get([], element_type or index_type.element_type), value).result
-        return hlo.BroadcastInDimOp(ir.RankedTensorType.get(index_type.shape, element_type or index_type.element_type),
-                                    converted, []).result
+    def spread(number: int | None = None, value: ir.Value | None = None) -> ir.Value:
+        """An index-typed tensor of the indices' shape, of ``number`` or of the scalar ``value``."""
+        if value is None:
+            value = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+                scalar, ir.IntegerAttr.get(scalar.element_type, number))).result
+        else:
+            value = hlo.ConvertOp(scalar, value).result
+        return hlo.BroadcastInDimOp(index_type, value, []).result
 
-    local = hlo.SubtractOp(indices, spread(offset)).result
-    rows = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type,
-                                                                                    operand_shape[dimension]))).result
-    zero = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, 0))).result
+    clamped = hlo.ClampOp(spread(0), indices, spread(whole[dimension] - 1)).result
+    local = hlo.SubtractOp(clamped, spread(value=offset)).result
     inside = hlo.AndOp(
-        hlo.CompareOp(local, hlo.BroadcastInDimOp(index_type, zero, []).result,
-                      hlo.ComparisonDirectionAttr.get("GE")).result,
-        hlo.CompareOp(local, hlo.BroadcastInDimOp(index_type, rows, []).result,
-                      hlo.ComparisonDirectionAttr.get("LT")).result).result
+        hlo.CompareOp(local, spread(0), hlo.ComparisonDirectionAttr.get("GE")).result,
+        hlo.CompareOp(local, spread(operand_shape[dimension]), hlo.ComparisonDirectionAttr.get("LT")).result).result
     batch_shape = [size for axis, size in enumerate(index_type.shape) if axis != numbers.index_vector_dim]
     boolean = ir.IntegerType.get_signless(1)
     inside = hlo.ReshapeOp(ir.RankedTensorType.get(batch_shape, boolean), inside).result
