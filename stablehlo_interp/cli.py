@@ -156,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
                                                  "backend (e.g. cpu)")
     explore.add_argument("--model-explorer", metavar="DIR",
                          help="also write the module and the run's findings per op as Model Explorer's node data "
-                              "into DIR (needs the model-explorer extra)")
+                              "into DIR (needs the model-explorer extra); with --per-device, the per-device "
+                              "program and each device's node data")
     _add_per_device_argument(explore)
     explore.set_defaults(command=_explore, name="explore")
 

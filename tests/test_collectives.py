@@ -475,7 +475,7 @@ def test_a_failing_process_stops_the_grid_and_is_named():
         with pytest.raises(si.OpError) as raised:
             program.run_grid([[np.zeros(2, np.float32)]] * 4)
     assert "partition 2 is broken" in str(raised.value)
-    assert "inside process 2 (replica 0, partition 2)" in str(raised.value)
+    assert "inside device 2 (partition 2)" in str(raised.value)   # one replica: the processes are devices
 
 
 def test_many_more_processes_than_cores():

@@ -9,6 +9,7 @@ on the rounding of a reordered sum computed from the inputs (``reordered_sum_bou
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -224,7 +225,7 @@ def test_trace_shows_what_each_device_computed():
         columns = slice(2 * record.process, 2 * record.process + 2)
         np.testing.assert_array_equal(record.values[0], a[:, columns] @ b[columns])
     text = str(trace)
-    assert all(f"process {device}:" in text for device in range(8))
+    assert all(f"device {device}:" in text for device in range(8))
     np.testing.assert_array_equal(trace.outputs[0], a @ b)
 
 
@@ -322,7 +323,7 @@ def test_nonfinite_finder_names_the_device_whose_op_made_the_nan(monkeypatch):
     (report,) = finder.reports
     assert (report.op, report.process) == ("stablehlo.sqrt", 2)
     np.testing.assert_array_equal(report.operands[0], [-1.0])
-    assert "  on process 2" in str(report).splitlines()
+    assert "  on device 2" in str(report).splitlines()
 
 
 def manual_everywhere(text: str) -> str:
@@ -389,7 +390,7 @@ def test_the_grid_runs_the_per_device_program_as_xla_runs_it(case):
     shards = [[np.asarray(shard) for shard in device_args] for device_args in
               [[held(arg)[device] for arg in args] for device in range(8)]]
     ours = local.run_grid(shards)
-    for device, (mine, theirs) in enumerate(zip(ours, xla_runs(text, shards))):
+    for mine, theirs in zip(ours, xla_runs(text, shards)):
         for a, b in zip(mine, theirs):
             np.testing.assert_array_equal(a, b, strict=True)
 
@@ -492,7 +493,7 @@ def test_find_nonfinite_per_device_follows_the_nan_through_the_all_reduce():
         np.testing.assert_array_equal(origin.operands[0], [-1.0])
         assert origin.location.frame.line == sqrt_then_sum.__code__.co_firstlineno + 5
         if device != 2:
-            assert f"stablehlo.all_reduce (test_per_device.py:{origin.location.frame.line}) on process {device}" \
+            assert f"stablehlo.all_reduce (test_per_device.py:{origin.location.frame.line}) on device {device}" \
                 in str(origins)
     assert str(found).splitlines()[0] == "device 0:"
     first = si.find_nonfinite(function, *args, per_device=True, mode="first")
@@ -521,7 +522,7 @@ def test_nonfinite_on_the_device_stops_per_device_naming_the_device():
     with si.on_device(si.tools.NonFiniteFinder(stop=True)), pytest.raises(Exception) as raised:
         jax.jit(function, compiler_options={"interp_spmd": "per_device"})(*args)
     assert "first non-finite value: stablehlo.sqrt" in str(raised.value)
-    assert "on process 2" in str(raised.value)
+    assert "on device 2" in str(raised.value)
 
 
 def test_compare_per_device_against_xla_on_each_device():
@@ -607,7 +608,7 @@ def test_the_command_line_runs_each_device(tmp_path, capsys):
     assert main(["trace", str(module), "--input", str(bad), "--nonfinite", "--per-device"]) == 0
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if line.startswith("device ")] == [f"device {d}:" for d in range(4)]
-    assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on process 2") == 5
+    assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on device 2") == 5
     assert main(["compare", str(module), "--input", str(good), "--per-device"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "each device's partitioned program against cpu: its results on each device"
@@ -618,3 +619,71 @@ def test_the_command_line_runs_each_device(tmp_path, capsys):
     page = tmp_path / "page.html"
     assert main(["explore", str(module), "--input", str(good), "--per-device", "--output", str(page)]) == 0
     assert '"devices":{"count":4' in page.read_text()
+    assert main(["explore", str(module), "--input", str(bad), "--per-device", "--model-explorer",
+                 str(tmp_path / "me")]) == 0
+    assert "max_abs_device3.json" in capsys.readouterr().out
+    for device, made in [(0, [1]), (2, [1, 1])]:   # the sum's sqrt (as device 2 ran it); on device 2, both
+        (origin,) = json.loads((tmp_path / "me" / f"nan_origin_device{device}.json").read_text()).values()
+        assert [entry["value"] for entry in origin["results"].values()] == made
+
+
+def mesh_2x4(platform):
+    from jax.sharding import AxisType
+
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices(platform)[:8])
+
+
+def vocabulary_lookup(platform):
+    """An embedding table split by rows (vocabulary) over model: each device gathers from
+    its rows, zeros elsewhere, and an all-reduce adds them (as XLA partitions it)."""
+    mesh = mesh_2x4(platform)
+    table = jax.device_put(np.arange(64 * 8, dtype=np.float32).reshape(64, 8), NamedSharding(mesh, P("model", None)))
+    ids = jax.device_put((np.arange(16, dtype=np.int32).reshape(2, 8) * 7) % 64, NamedSharding(mesh, P("data", None)))
+    return jax.jit(lambda t, i: jnp.take(t, i, axis=0)), (table, ids)
+
+
+def out_of_range_lookup(platform):
+    """Rows past the table's end, in a gather JAX does not clamp (``promise_in_bounds``):
+    the spec's gather clamps the start indices to the last row (63) before each device
+    looks in its own rows; XLA's devices give that row too."""
+    mesh = mesh_2x4(platform)
+    table = jax.device_put(np.arange(64 * 8, dtype=np.float32).reshape(64, 8), NamedSharding(mesh, P("model", None)))
+    ids = jax.device_put(np.array([[70, -3, 5, 63], [100, 0, 17, 33]], np.int32), NamedSharding(mesh, P("data", None)))
+    return jax.jit(lambda t, i: t.at[i].get(mode="promise_in_bounds")), (table, ids)
+
+
+def label_gather(platform):
+    """Cross-entropy's label gather from logits split by vocabulary: take_along_axis
+    (batching dimensions, the batch over data too)."""
+    mesh = mesh_2x4(platform)
+    logits = jax.device_put(INTEGERS.reshape(4, 2, 16), NamedSharding(mesh, P("data", None, "model")))
+    labels = jax.device_put(np.array([[0, 15], [4, 7], [8, 3], [12, 11]], np.int32), NamedSharding(mesh, P("data", None)))
+    return jax.jit(lambda logits, y: jnp.take_along_axis(logits, y[..., None], axis=-1)), (logits, labels)
+
+
+def row_parallel_into_split_features(platform):
+    """A row-parallel matmul whose result stays split by features (a reduce-scatter in
+    Shardy's program, which the partitioner's global-to-local pass aborted on), then a
+    LayerNorm's chlo.square (no sharding rule in Shardy)."""
+    mesh = mesh_2x4(platform)
+    h = jax.device_put(INTEGERS[:, :8], NamedSharding(mesh, P("data", "model")))
+    w = jax.device_put(INTEGERS.T[:8, :8].copy(), NamedSharding(mesh, P("model", None)))
+    return jax.jit(lambda h, w: jnp.square(h @ w) + 1, out_shardings=NamedSharding(mesh, P("data", "model"))), (h, w)
+
+
+@pytest.mark.parametrize("case", [vocabulary_lookup, out_of_range_lookup, label_gather,
+                                  row_parallel_into_split_features],
+                         ids=lambda case: case.__name__)
+def test_megatron_layouts_partition_and_match_xla(case):
+    """The layouts of a Megatron-style model that Shardy's partitioner alone could not
+    partition (ir/partition_child.py's rewrites): each device's results are XLA's shards,
+    bit for bit (integer-valued floats: every sum exact), without a fallback."""
+    function, args = case("cpu")
+    xla = function(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", placement.PerDeviceWarning)
+        run = si.run_per_device(function, *args)
+    np.testing.assert_array_equal(run.outputs, np.asarray(xla), strict=True)
+    theirs = held(xla)
+    for device in range(8):
+        np.testing.assert_array_equal(run.per_device[device][0], theirs[device], strict=True)

@@ -93,3 +93,28 @@ def test_cli(capsys, tmp_path):
     status = main(["profile", str(path), "-i", "[1, 2, 3]", "-i", "5", "--by", "line"])
     out = capsys.readouterr().out
     assert status == 0 and "doubling.mlir:10" in out
+
+
+def test_a_devices_collective_leaves_out_the_other_devices_work():
+    """In a per-device run the 8 processes run one at a time, and each waits at the
+    all-reduce while the others multiply: the all-reduce's own time is its exchange, not
+    their dots (which their own dot ops count). Before, each all-reduce counted the others'
+    work, and the ops' times summed to several times the run's wall time."""
+    import time
+
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    rng = np.random.default_rng(0)
+    a = jax.device_put(rng.standard_normal((192, 8 * 768)).astype(np.float32), NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(rng.standard_normal((8 * 768, 192)).astype(np.float32), NamedSharding(mesh, P("x", None)))
+    matmul = jax.jit(lambda a, b: jnp.tanh(a @ b))
+    profiler = Profiler(clock=time.process_time)
+    start = time.process_time()
+    si.run_per_device(matmul, a, b, listeners=[profiler])
+    spent = time.process_time() - start
+    profile = profiler.profile()
+    by_op = profile.by_op()
+    assert by_op["stablehlo.all_reduce"].calls == by_op["stablehlo.dot_general"].calls == 8
+    assert profile.seconds <= spent
+    assert by_op["stablehlo.all_reduce"].seconds < by_op["stablehlo.dot_general"].seconds

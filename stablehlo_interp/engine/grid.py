@@ -63,10 +63,17 @@ class Process:
         """The flattened id: ``replica_id * num_partitions + partition_id``."""
         return self.replica_id * self.grid.num_partitions + self.partition_id
 
+    @property
+    def coordinates(self) -> str:
+        """Where the process sits in its grid: its partition (and replica, if there are several)."""
+        if self.grid.num_replicas == 1:
+            return f"partition {self.partition_id}"
+        return f"replica {self.replica_id}, partition {self.partition_id}"
+
     def __str__(self) -> str:
         if self.grid.size == 1:
             return "process 0"
-        return f"process {self.id} (replica {self.replica_id}, partition {self.partition_id})"
+        return f"{self.grid.member} {self.id} ({self.coordinates})"
 
 
 @dataclass
@@ -116,6 +123,13 @@ class Grid:
         self._aborted = False
         self._meetings: dict = {}
         self._arrivals: defaultdict = defaultdict(int)
+
+    @property
+    def member(self) -> str:
+        """What the reports call a process of this grid: ``"device"`` where the grid is one
+        replica's partitions (each process is the device whose ``partition_id`` it has: a
+        per-device run, a ``shard_map`` body), ``"process"`` where there are replicas."""
+        return "device" if self.num_replicas == 1 else "process"
 
     def __repr__(self) -> str:
         return f"<Grid {self.num_replicas} replica(s) x {self.num_partitions} partition(s)>"
@@ -193,7 +207,8 @@ class Grid:
         lines = ["the collective can never complete:"]
         for process_id in sorted(self._waiting):
             op_name, meeting = self._waiting[process_id]
-            lines.append(f"{self.processes[process_id]} waits in {op_name} for processes "
+            lines.append(f"{self.processes[process_id]} waits in {op_name} for "
+                         f"{'devices' if self.member == 'device' else 'processes'} "
                          f"{meeting.missing} of its group {list(meeting.group)}")
         for process_id in range(self.size):
             if process_id in self._finished:
@@ -252,8 +267,7 @@ def _with_process_context(body, process: Process):
         return body(process)
     except OpError as error:
         if process.grid.size > 1:
-            error.add_enclosing(f"process {process.id}", None,
-                                f"replica {process.replica_id}, partition {process.partition_id}")
+            error.add_enclosing(f"{process.grid.member} {process.id}", None, process.coordinates)
         raise
 
 

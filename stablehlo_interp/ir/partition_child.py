@@ -33,6 +33,9 @@ GLOBAL_TO_LOCAL = ("sdy-convert-global-to-local", "sdy-drop-sharding-and-mesh")
 WHILE_TARGET = "stablehlo_interp.outlined_while"   # the stand-in for a while while its regions are functions
 STAND_IN_TARGET = "stablehlo_interp.stand_in"     # the stand-in for an op the global-to-local pass refuses
 STAND_IN_ATTRIBUTES = "stablehlo_interp.attributes"
+GATHER_FROM_SHARDS = "stablehlo_interp.gather_from_shards"   # a stand-in's gather from a split dimension
+GLOBAL_SHAPE = "stablehlo_interp.global_shape"               # its operand's global shape
+AXIS_REF = r'"[^"]*"(?::\(\d+\)\d+)?'   # an axis or sub-axis in an sdy attribute's text: "x", "y":(2)2
 
 
 def _run(module: ir.Module, passes: tuple) -> None:
@@ -40,11 +43,12 @@ def _run(module: ir.Module, passes: tuple) -> None:
 
 
 def _walk(module: ir.Module, name: str) -> list:
-    """The ops called ``name``, inner ones before the ops holding them."""
+    """The ops called ``name`` (every op of a dialect for a prefix such as ``"chlo."``),
+    inner ones before the ops holding them."""
     found = []
 
     def visit(operation):
-        if operation.name == name:
+        if operation.name == name or (name.endswith(".") and operation.name.startswith(name)):
             found.append(operation)
         return ir.WalkResult.ADVANCE
 
@@ -179,10 +183,11 @@ def inline_whiles(module: ir.Module) -> None:
         stand_in.erase()
 
 
-def _stand_in(operation) -> None:
+def _stand_in(operation, sharding: dict | None = None) -> None:
     """Replace ``operation`` (one result) by a custom call the global-to-local pass converts
     like any op sharded as its result; the op's name and attributes ride along for
-    :func:`restore_stand_ins`."""
+    :func:`restore_stand_ins`. ``sharding``: the stand-in's sharding attributes (default:
+    the op's ``sdy.sharding``)."""
     kept = {name: operation.attributes[name] for name in operation.attributes if name != "sdy.sharding"}
     with ir.InsertionPoint(operation), operation.location:
         stand_in = ir.Operation.create(
@@ -190,7 +195,7 @@ def _stand_in(operation) -> None:
             attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
                         "backend_config": ir.StringAttr.get(operation.name),
                         STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
-                        "sdy.sharding": operation.attributes["sdy.sharding"]})
+                        **(sharding or {"sdy.sharding": operation.attributes["sdy.sharding"]})})
     operation.results[0].replace_all_uses_with(stand_in.results[0])
     operation.erase()
 
@@ -227,9 +232,63 @@ def stand_in_for_unconverted_ops(module: ir.Module) -> None:
             _stand_in(operation)
 
 
+def stand_in_for_elementwise_chlo(module: ir.Module) -> None:
+    """Each element-wise CHLO op (``chlo.square`` of a LayerNorm's variance, ``chlo.erf``
+    ...) a stand-in with an element-wise ``sdy.sharding_rule``, before propagation: Shardy
+    has no sharding rule for CHLO's ops (it gave a ``chlo.square`` another sharding than
+    its operand's, and no reshard between them) and its global-to-local pass refuses them
+    as illegal. :func:`restore_stand_ins` makes them the op again, on local types."""
+    for operation in _walk(module, "chlo."):
+        if _is_elementwise(operation):
+            shape = ir.RankedTensorType(operation.results[0].type).shape
+            factors = "ijklmnopqrstuvwxyzabcdefgh"[:len(shape)]
+            dimensions = f"[{', '.join(factors)}]"
+            sizes = f" {{{', '.join(f'{factor}={size}' for factor, size in zip(factors, shape))}}}" if shape else ""
+            rule = ir.Attribute.parse(f"#sdy.op_sharding_rule<({', '.join([dimensions] * len(operation.operands))})"
+                                      f"->({dimensions}){sizes}>")
+            _stand_in(operation, {"sdy.sharding_rule": rule})
+
+
+def split_reduce_scatters_of_dots(module: ir.Module) -> None:
+    """A ``sdy.reduce_scatter`` of a ``dot_general``'s partial sums (a row-parallel matmul
+    whose result stays sharded along a free dimension) as a ``sdy.all_reduce`` and a
+    ``sdy.all_slice``: the global-to-local pass expects a dot with a sharded contracting
+    dimension to be all-reduced (a failed Check that aborts its process otherwise). Each
+    device then adds the devices' partial sums in the same order, and keeps its slice."""
+    for scatter in _walk(module, "sdy.reduce_scatter"):
+        producer = scatter.operands[0].owner
+        producer = getattr(producer, "operation", producer)
+        if not isinstance(producer, ir.Operation) or producer.name != "stablehlo.dot_general":
+            continue
+        axes = re.findall(AXIS_REF, str(scatter.attributes["reduce_scatter_axes"]))
+        per_value = sdy.TensorShardingPerValueAttr(producer.attributes["sdy.sharding"])
+        with ir.InsertionPoint(scatter), scatter.location:
+            reduced = ir.Operation.create(
+                "sdy.all_reduce", results=[scatter.results[0].type], operands=[scatter.operands[0]],
+                attributes={"reduction_axes": ir.Attribute.parse(
+                    f"#sdy<axis_ref_list{{{', '.join(axes)}}}>"),
+                    "out_sharding": per_value.shardings[0]})
+            sliced = ir.Operation.create(
+                "sdy.all_slice", results=[scatter.results[0].type], operands=[reduced.results[0]],
+                attributes={"slicing_axes": scatter.attributes["reduce_scatter_axes"],
+                            "out_sharding": scatter.attributes["out_sharding"]})
+        scatter.results[0].replace_all_uses_with(sliced.results[0])
+        scatter.erase()
+
+
+def _is_elementwise(operation) -> bool:
+    """Whether ``operation`` has one result, no regions, and operands all of its result's shape."""
+    if len(operation.results) != 1 or len(operation.regions):
+        return False
+    shape = ir.RankedTensorType(operation.results[0].type).shape
+    return all(ir.RankedTensorType(value.type).shape == shape for value in operation.operands)
+
+
 def restore_stand_ins(module: ir.Module) -> None:
-    """Each stand-in of :func:`stand_in_for_unconverted_ops` its op again, of its result's
-    (local) type; a ``dynamic_slice`` takes the local shape as its ``slice_sizes``."""
+    """Each stand-in (:func:`stand_in_for_unconverted_ops`, :func:`stand_in_for_elementwise_chlo`,
+    :func:`stand_in_for_gathers_from_shards`) its op again, of its result's (local) type; a
+    ``dynamic_slice`` takes the local shape as its ``slice_sizes``; a gather from a split
+    dimension becomes :func:`_gather_from_shards`."""
     for stand_in in _walk(module, "stablehlo.custom_call"):
         if ir.StringAttr(stand_in.attributes["call_target_name"]).value != STAND_IN_TARGET:
             continue
@@ -239,9 +298,13 @@ def restore_stand_ins(module: ir.Module) -> None:
         if name == "stablehlo.dynamic_slice":
             attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(result_type).shape)
         with ir.InsertionPoint(stand_in), stand_in.location:
-            operation = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
-                                            attributes=attributes)
-        stand_in.results[0].replace_all_uses_with(operation.results[0])
+            if name == GATHER_FROM_SHARDS:
+                operand, indices, offset = stand_in.operands
+                result = _gather_from_shards(operand, indices, offset, attributes, result_type)
+            else:
+                result = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
+                                             attributes=attributes).results[0]
+        stand_in.results[0].replace_all_uses_with(result)
         stand_in.erase()
 
 
@@ -262,31 +325,165 @@ def _axis_refs(axis_ref_list: ir.Attribute) -> list:
     """The ``sdy.AxisRefAttr`` of an ``#sdy<axis_ref_list{"x", "y":(2)2}>``, which has no
     Python binding of its own: read from its text."""
     return [sdy.AxisRefAttr(ir.Attribute.parse(f"#sdy<axis_ref {reference}>"))
-            for reference in re.findall(r'"[^"]*"(?::\(\d+\)\d+)?', str(axis_ref_list))]
+            for reference in re.findall(AXIS_REF, str(axis_ref_list))]
+
+
+def _u32_constant(number: int, ip: ir.InsertionPoint) -> ir.Value:
+    scalar = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
+    return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, number)),
+                          ip=ip).result
+
+
+def _index_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> tuple[ir.Value, int]:
+    """A scalar ``ui32``: this device's position along ``axes`` (sdy axis refs of ``mesh``,
+    the first the major one), from ``partition_id`` (the device's row-major position in the
+    mesh); and how many positions there are."""
+    device = hlo.PartitionIdOp(ip=ip).result
+    names = [name for name, _ in mesh]
+    position, count = None, 1
+    for axis in axes:
+        where = names.index(axis.name)
+        stride, size = int(np.prod([size for _, size in mesh[where + 1:]], dtype=np.int64)), mesh[where][1]
+        if axis.sub_axis_info is not None:
+            part = sdy.SubAxisInfoAttr(axis.sub_axis_info)
+            stride, size = stride * part.pre_size, part.size
+        index = hlo.RemOp(hlo.DivOp(device, _u32_constant(stride, ip), ip=ip).result, _u32_constant(size, ip),
+                          ip=ip).result
+        position = index if position is None else hlo.AddOp(
+            hlo.MulOp(position, _u32_constant(size, ip), ip=ip).result, index, ip=ip).result
+        count *= size
+    return position, count
 
 
 def _is_first_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> ir.Value:
     """A scalar ``i1``: whether this device's index along each of ``axes`` (sdy axis refs
-    of ``mesh``) is 0, from ``partition_id`` (the device's row-major position in the mesh)."""
-    scalar = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
+    of ``mesh``) is 0."""
+    position, _ = _index_along(axes, mesh, ip)
+    return hlo.CompareOp(position, _u32_constant(0, ip), hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
 
-    def constant(number: int) -> ir.Value:
-        return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.IntegerAttr.get(scalar.element_type, number)),
-                              ip=ip).result
 
-    device = hlo.PartitionIdOp(ip=ip).result
-    names = [name for name, _ in mesh]
-    first = None
-    for axis in axes:
-        position = names.index(axis.name)
-        stride, size = int(np.prod([size for _, size in mesh[position + 1:]], dtype=np.int64)), mesh[position][1]
-        if axis.sub_axis_info is not None:
-            part = sdy.SubAxisInfoAttr(axis.sub_axis_info)
-            stride, size = stride * part.pre_size, part.size
-        index = hlo.RemOp(hlo.DivOp(device, constant(stride), ip=ip).result, constant(size), ip=ip).result
-        is_zero = hlo.CompareOp(index, constant(0), hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
-        first = is_zero if first is None else hlo.AndOp(first, is_zero, ip=ip).result
-    return first
+def _sharding_of(value: ir.Value):
+    """The ``sdy.TensorShardingAttr`` of ``value`` after propagation (its producer's
+    ``sdy.sharding``, or its function argument's), or None."""
+    if isinstance(value, ir.OpResult):
+        owner = getattr(value.owner, "operation", value.owner)
+        if "sdy.sharding" not in owner.attributes:
+            return None
+        return sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
+            owner.attributes["sdy.sharding"]).shardings[value.result_number])
+    argument: ir.BlockArgument = ir.BlockArgument(value)
+    function = argument.owner.owner
+    function = getattr(function, "operation", function)
+    if function.name != "func.func" or "arg_attrs" not in function.attributes:
+        return None
+    attributes = ir.DictAttr(ir.ArrayAttr(function.attributes["arg_attrs"])[argument.arg_number])
+    return sdy.TensorShardingAttr(attributes["sdy.sharding"]) if "sdy.sharding" in attributes else None
+
+
+def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
+    """A ``gather`` of single elements from an operand dimension split over devices (an
+    embedding table split by vocabulary, a loss's labels from logits split so), which
+    Shardy leaves global and all-reduces over the dimension's axes (as XLA's partitioner
+    does it): each device gathers from its own part, its indices moved by its part's
+    offset, and gives zeros where an index falls outside it; the all-reduce adds one
+    device's element to the others' zeros. The global-to-local pass has no rule for it
+    (it left a broken module, which crashed the process printing it): the gather becomes
+    a stand-in, whose last operand is the device's offset (made from ``partition_id``),
+    and :func:`restore_stand_ins` writes the masked local gather."""
+    meshes = _mesh_axes(module)
+    for gather in _walk(module, "stablehlo.gather"):
+        operand, indices = gather.operands
+        sharding = _sharding_of(operand)
+        if "sdy.sharding" not in gather.attributes or sharding is None:
+            continue
+        mesh = meshes.get(ir.FlatSymbolRefAttr(sharding.mesh_or_ref).value)
+        numbers = hlo.GatherDimensionNumbers(gather.attributes["dimension_numbers"])
+        start_index_map, sizes = list(numbers.start_index_map), list(ir.DenseI64ArrayAttr(gather.attributes["slice_sizes"]))
+        split = [dimension for dimension, dimension_sharding in enumerate(sharding.dimension_shardings)
+                 if len(sdy.DimensionShardingAttr(dimension_sharding).axes)]
+        if mesh is None or len(start_index_map) != 1 or start_index_map[0] not in split or sizes[start_index_map[0]] != 1:
+            continue
+        dimension = start_index_map[0]
+        axes = [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(sharding.dimension_shardings[dimension]).axes]
+        parts = int(np.prod([_axis_size(axis, mesh) for axis in axes]))
+        whole = ir.RankedTensorType(operand.type).shape[dimension]
+        if whole % parts or not _all_reduced_over(gather.results[0], axes):
+            continue
+        with gather.location:
+            position, _ = _index_along(axes, mesh, ir.InsertionPoint(gather))
+            offset = hlo.MulOp(position, _u32_constant(whole // parts, ir.InsertionPoint(gather)),
+                               ip=ir.InsertionPoint(gather)).result
+        kept = {name: gather.attributes[name] for name in gather.attributes if name != "sdy.sharding"}
+        kept[GLOBAL_SHAPE] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(operand.type).shape)
+        with ir.InsertionPoint(gather), gather.location:
+            stand_in = ir.Operation.create(
+                "stablehlo.custom_call", results=[gather.results[0].type], operands=[operand, indices, offset],
+                attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
+                            "backend_config": ir.StringAttr.get(GATHER_FROM_SHARDS),
+                            STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
+                            "sdy.sharding": gather.attributes["sdy.sharding"]})
+        gather.results[0].replace_all_uses_with(stand_in.results[0])
+        gather.erase()
+
+
+def _axis_size(axis, mesh: list) -> int:
+    """How many positions an sdy axis ref (an axis of ``mesh``, or a sub-axis) has."""
+    if axis.sub_axis_info is not None:
+        return sdy.SubAxisInfoAttr(axis.sub_axis_info).size
+    return dict(mesh)[axis.name]
+
+
+def _all_reduced_over(value: ir.Value, axes: list) -> bool:
+    """Whether every use of ``value`` is an ``sdy.all_reduce`` over (at least) ``axes``."""
+    wanted = {str(axis) for axis in axes}
+    users = [use.owner for use in value.uses]
+    return bool(users) and all(
+        getattr(user, "operation", user).name == "sdy.all_reduce"
+        and wanted <= {str(axis) for axis in _axis_refs(getattr(user, "operation", user).attributes["reduction_axes"])}
+        for user in users)
+
+
+def _gather_from_shards(operand: ir.Value, indices: ir.Value, offset: ir.Value, attributes: dict,
+                        result_type) -> ir.Value:
+    """The local form of :func:`stand_in_for_gathers_from_shards`' gather (at the insertion
+    point): the indices clamped into the whole dimension (as the spec's gather clamps its
+    start indices) less ``offset``, gathered from the device's part ``operand`` (slices of a
+    whole dimension taken whole on the part), zeros where an index is outside the part."""
+    operand_shape, whole = ir.RankedTensorType(operand.type).shape, list(ir.DenseI64ArrayAttr(attributes.pop(GLOBAL_SHAPE)))
+    numbers = hlo.GatherDimensionNumbers(attributes["dimension_numbers"])
+    dimension = list(numbers.start_index_map)[0]
+    sizes = [local if size == full else size
+             for size, full, local in zip(ir.DenseI64ArrayAttr(attributes["slice_sizes"]), whole, operand_shape)]
+    attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
+    index_type = ir.RankedTensorType(indices.type)
+    scalar = ir.RankedTensorType.get([], index_type.element_type)
+
+    def spread(number: int | None = None, value: ir.Value | None = None) -> ir.Value:
+        """An index-typed tensor of the indices' shape, of ``number`` or of the scalar ``value``."""
+        if value is None:
+            value = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+                scalar, ir.IntegerAttr.get(scalar.element_type, number))).result
+        else:
+            value = hlo.ConvertOp(scalar, value).result
+        return hlo.BroadcastInDimOp(index_type, value, []).result
+
+    clamped = hlo.ClampOp(spread(0), indices, spread(whole[dimension] - 1)).result
+    local = hlo.SubtractOp(clamped, spread(value=offset)).result
+    inside = hlo.AndOp(
+        hlo.CompareOp(local, spread(0), hlo.ComparisonDirectionAttr.get("GE")).result,
+        hlo.CompareOp(local, spread(operand_shape[dimension]), hlo.ComparisonDirectionAttr.get("LT")).result).result
+    batch_shape = [size for axis, size in enumerate(index_type.shape) if axis != numbers.index_vector_dim]
+    boolean = ir.IntegerType.get_signless(1)
+    inside = hlo.ReshapeOp(ir.RankedTensorType.get(batch_shape, boolean), inside).result
+    result = ir.RankedTensorType(result_type)
+    batch_dimensions = [axis for axis in range(result.rank) if axis not in list(numbers.offset_dims)]
+    inside = hlo.BroadcastInDimOp(ir.RankedTensorType.get(result.shape, boolean), inside, batch_dimensions).result
+    gathered = ir.Operation.create("stablehlo.gather", results=[result_type], operands=[operand, local],
+                                   attributes=attributes).results[0]
+    false = hlo.ConstantOp(ir.DenseElementsAttr.get(np.array(False), type=boolean)).result
+    zeros = hlo.BroadcastInDimOp(result, hlo.ConvertOp(ir.RankedTensorType.get([], result.element_type),
+                                                       false).result, []).result
+    return hlo.SelectOp(inside, gathered, zeros).result
 
 
 def lower_replicated_to_unreduced(module: ir.Module) -> None:
@@ -400,7 +597,10 @@ def partition(text: str) -> str:
         # The global-to-local pass leaves a call's results their global types (and MLIR's
         # inliner declines calls in StableHLO's regions); XLA inlines calls too.
         inline_every_call(module)
+        stand_in_for_elementwise_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
+        split_reduce_scatters_of_dots(module)
+        stand_in_for_gathers_from_shards(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)
         outline_whiles(module)

@@ -177,14 +177,26 @@ class PerDeviceProgram:
         if beyond:
             raise PerDeviceMismatch("the per-device program's results differ from the global program's beyond the "
                                     "rounding noise a reordered sum makes:\n" + "\n".join(lines + beyond))
-        return lines + [f"the per-device program adds floats in another order: {', '.join(sums)}; every result is "
-                        "within the rounding noise of the global program"]
+        return lines + [f"the per-device program adds floats in another order: {_first_few(sums)}; every result "
+                        "is within the rounding noise of the global program"]
 
     def run_devices(self, per_device_args: list, listeners=(), io: HostQueues | None = None,
                     semantics: str | None = None) -> list:
         """Run the per-device program on each device's arguments; each device's results."""
         return self.local.run_grid(per_device_args, function=self.function.name, listeners=listeners, io=io,
                                    semantics=semantics or self.program.semantics)
+
+
+def _first_few(labels: list[str], shown: int = 3) -> str:
+    """``labels`` (ops at their locations) as one line: each distinct one once, with how
+    many times it occurs, the first ``shown`` of them and how many more (a training step's
+    per-device program has dozens of all-reduces)."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    named = [label if count == 1 else f"{label} ({count} times)" for label, count in counts.items()]
+    more = len(labels) - sum(list(counts.values())[:shown])
+    return ", ".join(named[:shown]) + (f" and {more} more" if more else "")
 
 
 def _windowed_dimensions(step) -> tuple:

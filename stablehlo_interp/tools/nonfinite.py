@@ -72,6 +72,7 @@ class NonFiniteReport:
     results: list
     new: list
     process: int | None = field(default=None, kw_only=True)
+    process_name: str = field(default="process", kw_only=True)   # "device" in a device's run (Grid.member)
 
     def title(self) -> str:
         return f"first non-finite value: {self.op}"
@@ -79,7 +80,7 @@ class NonFiniteReport:
     def lines(self) -> list[str]:
         lines = op_heading(self.title(), self.location)
         if self.process is not None:
-            lines.append(f"  on process {self.process}")
+            lines.append(f"  on {self.process_name} {self.process}")
         for index in sorted({entry[0] for entry in self.new}):
             found = [f"{count} {_kind_name(kind)}" + (f" (first at {list(first)})" if first else "")
                      for i, kind, count, first in self.new if i == index]
@@ -128,11 +129,12 @@ class ChainLink:
     location: SourceLocation | None
     stack: tuple[RegionCall, ...]
     process: int | None = None    # set where the value has moved to another process than its origin's
+    process_name: str = "process"  # "device" in a device's run (Grid.member)
 
     def __str__(self) -> str:
         frame = self.location.frame if self.location else None
         text = f"{self.op} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame else self.op
-        return text if self.process is None else f"{text} on process {self.process}"
+        return text if self.process is None else f"{text} on {self.process_name} {self.process}"
 
 
 @dataclass
@@ -317,6 +319,7 @@ class NonFiniteTracer(Listener):
         self._shown: set = set()       # steps whose first origin execution kept its values
         self._order = 0
         self._entry_process = None
+        self._process_name = "process"   # what the grid's processes are (engine/grid.py Grid.member)
 
     def after_op(self, step, operands, results, stack):
         current = self._current
@@ -336,6 +339,7 @@ class NonFiniteTracer(Listener):
         inside a region the search does not enter."""
         if not stack:
             key = (stack.process.id,)
+            self._process_name = stack.process.grid.member
             if self._entry_process is None or stack.process.id < self._entry_process:
                 self._entry_process = stack.process.id     # a grid's results are its first process's
         elif all(frame.step.info.name in _ENTERED for frame in stack):
@@ -437,7 +441,8 @@ class NonFiniteTracer(Listener):
                     origin[3].append(index)
                 if _order(node) < _order(origin[0]):
                     origin[0], origin[1] = node, parents
-        origins = [self._origin(node, _chain(node, parents), executions, reaches, arguments, process is not None)
+        name = self._process_name if process is not None else None
+        origins = [self._origin(node, _chain(node, parents, self._process_name), executions, reaches, arguments, name)
                    for node, parents, executions, reaches in sorted(found.values(), key=lambda o: _order(o[0]))]
         return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins)
 
@@ -461,22 +466,23 @@ class NonFiniteTracer(Listener):
         return origins, parents
 
     @staticmethod
-    def _origin(node, chain, executions, reaches, arguments, name_process: bool) -> NonFiniteOrigin:
+    def _origin(node, chain, executions, reaches, arguments, process_name: str | None) -> NonFiniteOrigin:
+        """The origin at ``node``, naming its process as ``process_name`` (None: unnamed)."""
         if node[0] == "argument":
             _, slot, process = node
             value = arguments[process][slot]
             new = [(0, kind, *_first(value, kind)) for kind in KINDS if _first(value, kind)[0]]
             return NonFiniteOrigin(f"argument #{slot}", None, (), [], [value], new, tuple(reaches), chain,
-                                   process=process if name_process else None)
+                                   process=process if process_name else None, process_name=process_name or "process")
         made, index = node
         stack, operands, results = made.details
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
                                tuple(reaches), chain, len(executions), made.step,
-                               process=made.key[0] if name_process else None)
+                               process=made.key[0] if process_name else None, process_name=process_name or "process")
 
 
-def _chain(node, parents) -> tuple[ChainLink, ...]:
+def _chain(node, parents, process_name: str) -> tuple[ChainLink, ...]:
     """The ops from an origin node to the result its walk started from (each naming its
     process where it is not the origin's: the value went through a collective)."""
     chain = []
@@ -485,7 +491,7 @@ def _chain(node, parents) -> tuple[ChainLink, ...]:
     while node is not None:
         made = node[0]
         chain.append(ChainLink(op_label(made.step), made.step.info.location, _calls_of(made.key),
-                               made.key[0] if made.key[0] != origin else None))
+                               made.key[0] if made.key[0] != origin else None, process_name))
         node = parents[node]
     return tuple(chain)
 
@@ -677,7 +683,8 @@ class NonFiniteFinder(Listener):
             process = stack.process
             report = NonFiniteReport(op_label(step), step.info.location, region_calls(stack),
                                      list(operands), list(results), new,
-                                     process=process.id if process.grid.size > 1 else None)
+                                     process=process.id if process.grid.size > 1 else None,
+                                     process_name=process.grid.member)
             self.reports.append(report)
             if self.stop:
                 raise StopExecution(str(report), values=report)

@@ -42,21 +42,41 @@ class Profiler(Listener):
     ``times`` maps each :class:`~stablehlo_interp.engine.plan.Step` to ``[calls, seconds]``;
     the same profiler can watch many runs (on the interp device, ``si.on_device``),
     and sums them.
+
+    In a grid of processes (a per-device run, a ``shard_map`` body), the processes run
+    one at a time (engine/grid.py): while one waits at a collective for the others, they
+    run their own ops. So a process's op is timed on the process's own clock, which
+    runs only while it does; the collective's time is its own exchange, not the others'
+    work before it (which their ops count).
     """
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
         self.times: dict = {}
         self._open: dict = {}   # id of a process -> [step, start, time of nested ops] of its open ops
+        self._ran: dict = {}    # id of a process of a grid -> the time it has run (its own clock)
+        self._last = None       # the clock at the last op's start or end seen in a grid
+
+    def _now(self, process) -> float:
+        """The clock of ``process``: ``clock()`` outside a grid; in a grid, the time
+        it has run, the time since the last op's start or end in any process counted
+        as the running process's (one runs at a time)."""
+        now = self.clock()
+        if process.grid.size == 1:
+            return now
+        key = id(process)
+        self._ran[key] = self._ran.get(key, 0.0) + (now - self._last if self._last is not None else 0.0)
+        self._last = now
+        return self._ran[key]
 
     def before_op(self, step, operands, stack) -> None:
         opened = self._open.setdefault(id(stack.process), [])
         del opened[len(stack):]   # ops that raised never closed
         opened.append([step, 0.0, 0.0])
-        opened[-1][1] = self.clock()
+        opened[-1][1] = self._now(stack.process)
 
     def after_op(self, step, operands, results, stack):
-        end = self.clock()
+        end = self._now(stack.process)
         opened = self._open[id(stack.process)]
         _, start, nested = opened.pop()
         elapsed = end - start

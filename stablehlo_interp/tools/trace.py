@@ -90,6 +90,7 @@ class Trace:
     function: str | None = None
     outputs: list | None = None       # the run's results, when the run finished
     error: InterpreterError | None = None
+    process_name: str = "process"     # what a grid's process is (engine/grid.py Grid.member): "device" or "process"
 
     def __len__(self) -> int:
         return len(self.records)
@@ -171,6 +172,8 @@ class TraceRecorder(Listener):
         while opened and opened[-1].depth >= len(stack):  # ops that raised never closed
             opened.pop()
         trace = self.trace
+        if process.grid.size > 1:
+            trace.process_name = process.grid.member
         parent = self._enclosing(opened, stack)
         record = OpRecord(len(trace.records), step, op_label(step), region_calls(stack), parent,
                           tuple(map(str, step.info.result_types)),

@@ -51,10 +51,12 @@ class CollectiveTraffic(Listener):
 
     def __init__(self):
         self.transfers: list[Transfer] = []
+        self.process_name = "process"   # what a grid's process is (engine/grid.py Grid.member)
 
     def after_op(self, step, operands, results, stack):
         if step.info.name in COLLECTIVES:
             process = stack.process
+            self.process_name = process.grid.member
             roles = senders_and_receivers(step.info, process.grid)
             sends = roles is None or process.id in roles[0]
             receives = roles is None or process.id in roles[1]
@@ -84,7 +86,7 @@ class CollectiveTraffic(Listener):
         for label, (sent, received) in self.by_op().items():
             processes = [t for t in self.transfers if t.label == label]
             each = ", ".join(f"{t.process}: {t.sent}/{t.received}" for t in sorted(processes, key=lambda t: t.process))
-            lines.append(f"{label}: {sent} bytes sent, {received} received (process: sent/received {each})")
+            lines.append(f"{label}: {sent} bytes sent, {received} received ({self.process_name}: sent/received {each})")
         return "\n".join(lines) or "no collective ran"
 
 

@@ -28,7 +28,7 @@ def render(trace, *, head: int = 2, tail: int = 1, sources: bool = False) -> str
     for process in processes:   # a grid's run: each process's ops under its heading
         depth = 0 if process is None else 1
         if process is not None:
-            writer.note(0, f"process {process}:")
+            writer.note(0, f"{trace.process_name} {process}:")
             writer.last_location = None
         for record in children[None]:
             if record.process == process:

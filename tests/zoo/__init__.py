@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from typing import Any, Callable
 
 
@@ -32,12 +33,33 @@ class ZooProgram:
     description: str            # one line
     slow: bool = False          # too heavy for the default run (marked slow in the tests);
                                 # PROGRAMS decides it, and tells it before building (builder.slow)
+    mesh: tuple[tuple[str, int], ...] = ()   # a sharded program's device mesh: (axis, size) ...
+    in_specs: Any = None        # and its arguments' and results' PartitionSpec trees (like args,
+    out_specs: Any = None       # and like the results)
 
     def lowered(self):
         """The program as ``jax.jit`` lowers it (a ``jax.stages.Lowered``)."""
         import jax
 
         return jax.jit(self.function).lower(*self.args)
+
+    def sharded(self, platform: str = "cpu", **jit_options):
+        """A sharded program on the first devices of ``platform``: the function jitted with
+        its shardings on ``mesh`` (and ``jit_options``), and its arguments placed on the devices."""
+        import jax
+        from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+        names, sizes = zip(*self.mesh)
+        mesh = jax.make_mesh(sizes, names, axis_types=(AxisType.Auto,) * len(names),   # shardings propagate
+                             devices=jax.devices(platform)[:math.prod(sizes)])
+
+        def on_mesh(specs):
+            return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
+                                is_leaf=lambda leaf: isinstance(leaf, PartitionSpec))
+
+        step = jax.jit(self.function, in_shardings=on_mesh(self.in_specs), out_shardings=on_mesh(self.out_specs),
+                       **jit_options)
+        return step, jax.device_put(self.args, on_mesh(self.in_specs))
 
 
 def _builder(module: str, name: str, *, slow: bool) -> Callable[..., ZooProgram]:
@@ -66,10 +88,18 @@ PROGRAMS: dict[str, Callable[..., ZooProgram]] = {
     "keras_mlp": _builder("keras_models", "mlp_classifier", slow=False),
 }
 
+# Programs over 8 devices (sharded.py): ``ZooProgram.sharded(platform)`` places them on a 2-D mesh.
+SHARDED: dict[str, Callable[..., ZooProgram]] = {
+    "sharded_flax_nnx_lm": _builder("sharded", "flax_nnx_lm", slow=False),
+    "sharded_shard_map_mlp": _builder("sharded", "shard_map_mlp", slow=False),
+}
+
 # name -> the builder's size arguments for the program at the size of a real training step.
 REAL_SIZES: dict[str, dict[str, int]] = {
     "flax_nnx_transformer_lm": {"vocab": 512, "width": 256, "heads": 8, "depth": 2, "context": 128, "batch": 16},
     "flax_nnx_cnn_batchnorm": {"size": 32, "channels": 3, "width": 32, "classes": 10, "batch": 32},
+    "sharded_flax_nnx_lm": {"vocab": 512, "width": 256, "heads": 8, "depth": 2, "context": 128, "batch": 16},
+    "sharded_shard_map_mlp": {"features": 256, "hidden": 1024, "classes": 16, "batch": 256},
 }
 
 

@@ -37,7 +37,6 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from ...errors import ArgumentError
 from ...program import Program, load, prepare, prepare_per_device
 from ...program.calls import Call
 from ...program.signature import is_jax_function
@@ -113,23 +112,31 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
     ``per_device`` (a sharded program): each device runs its partitioned program, and
     the page shows that program with each device's values and the bytes each device
     sent and received at each collective; where Shardy cannot partition the program, a
-    ``PerDeviceWarning`` says why and the page shows the global run.
+    ``PerDeviceWarning`` says why and the page shows the global run. With
+    ``model_explorer``, the per-device program and each device's node data
+    (``max_abs_device3.json`` ...; the ULP and noise overlays are the global program's
+    only: :mod:`..model_explorer.overlays`).
     """
     if per_device:
-        if model_explorer is not None:
-            raise ArgumentError("model_explorer= writes the global program's findings: explore it without per_device")
         call = prepare_per_device(target, args, kwargs, function)
     else:
         structure = _structure_only(target, function) if not args and not kwargs else None
         call = structure or prepare(target, args, kwargs, function)
-    statistics = OpStatistics()
+    partitioned = call.partitioned
+    devices = range(partitioned.num_devices) if partitioned is not None else [None]
+    statistics = {device: OpStatistics(device) for device in devices}
     wanted = model_explorer is not None
     data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance,
-                                   listeners=[statistics] if wanted else (), every_op=wanted)
+                                   listeners=list(statistics.values()) if wanted else (), every_op=wanted)
     exploration = Exploration(data, None, trace, reports["nonfinite"], reports["comparison"],
                               traffic=reports["traffic"])
-    if wanted:
-        findings = Findings(statistics, reports["nonfinite"], reports["comparison"])
+    if wanted and partitioned is not None:
+        nonfinite = reports["nonfinite"].devices if reports["nonfinite"] is not None else {}
+        by_device = {device: Findings(statistics[device], nonfinite.get(device)) for device in devices}
+        exploration.model_explorer = write_model_explorer(partitioned.local, by_device, model_explorer,
+                                                          call.function)
+    elif wanted:
+        findings = Findings(statistics[None], reports["nonfinite"], reports["comparison"])
         exploration.model_explorer = write_model_explorer(call.program, findings, model_explorer, call.function)
     if path is not None:
         exploration.write(path)

@@ -20,6 +20,12 @@ id, each ``{"value": ..., "bgColor": ...}``, and a ``gradient`` or colours per n
   several places is valued by its largest distance and worst verdict.
 
 An op that did not run has no value (Model Explorer leaves its node uncoloured).
+
+A per-device run (program/per_device.py) writes the per-device program once and each
+device's overlays as node-data files of their own (``max_abs_device3.json``, named
+``device 3: max |value|``): Model Explorer draws one graph and colours it by the node
+data chosen, one device at a time. The ``ulp`` and ``noise`` overlays judge each op
+of the global program (compare's ``every_op``), so a per-device run has none.
 """
 
 from __future__ import annotations
@@ -58,12 +64,16 @@ class OpValues:
 
 class OpStatistics(Listener):
     """Per op over every time it ran: :class:`OpValues` of its results, by its step
-    (the object: a step is known by identity, and kept alive here)."""
+    (the object: a step is known by identity, and kept alive here). ``process``: the
+    ops of that process of a grid only (a device of a per-device run); None: every op."""
 
-    def __init__(self):
+    def __init__(self, process: int | None = None):
         self.ops: dict[object, OpValues] = {}
+        self.process = process
 
     def after_op(self, step, operands, results, stack):
+        if self.process is not None and stack.process.id != self.process:
+            return None
         entry = self.ops.setdefault(step, OpValues())
         for value in results:
             magnitudes = _magnitudes(value)
@@ -113,13 +123,16 @@ def find(call, backend=None, tolerance=None) -> Findings:
     return Findings(statistics, nonfinite, comparison)
 
 
-def node_data(program, findings: Findings, nodes: dict, entry: str = "main") -> dict[str, dict]:
+def node_data(program, findings: Findings, nodes: dict, entry: str = "main", device: int | None = None
+              ) -> dict[str, dict]:
     """The overlays (module docstring) as Model Explorer's node data, by overlay name:
     ``{graph id: {"name", "results": {node id: {"value", "bgColor"?}}, ...}}``.
-    ``nodes``: the node of each step in Model Explorer's graphs (:func:`.graphs.node_ids`)."""
-    overlays = {"max_abs": _Overlay("max |value|", gradient=GRADIENT),
-                "nonfinite": _Overlay("NaN and inf count"),
-                "nan_origin": _Overlay("where the NaN or inf of a result was made")}
+    ``nodes``: the node of each step in Model Explorer's graphs (:func:`.graphs.node_ids`);
+    ``device``: the device of a per-device run whose findings these are (named in each overlay)."""
+    named = "" if device is None else f"device {device}: "
+    overlays = {"max_abs": _Overlay(f"{named}max |value|", gradient=GRADIENT),
+                "nonfinite": _Overlay(f"{named}NaN and inf count"),
+                "nan_origin": _Overlay(f"{named}where the NaN or inf of a result was made")}
     for step, values in findings.statistics.ops.items():
         if id(step) not in nodes:
             continue            # a step of a refined copy (a shape-polymorphic program): not drawn
@@ -220,17 +233,21 @@ class ModelExplorerFiles:
         return f"model-explorer {self.module} --node_data_paths={paths}"
 
 
-def write(program, findings: Findings, directory, entry: str = "main") -> ModelExplorerFiles:
+def write(program, findings: Findings | dict[int, Findings], directory, entry: str = "main") -> ModelExplorerFiles:
     """Write the module as Model Explorer reads it (MLIR text with its locations,
     which Model Explorer shows as layers) and the node data of ``findings`` into
-    ``directory``."""
+    ``directory``. ``findings`` by device (a per-device run, ``program`` its per-device
+    program): each device's overlays, ``{overlay}_device{d}`` (the module's docstring)."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     module = directory / MODULE_FILE
     module.write_text(module_text(program), encoding="utf-8")
     files = ModelExplorerFiles(module, nodes=node_ids(program, model_explorer_graphs(module)))
-    for name, graphs in node_data(program, findings, files.nodes, entry).items():
-        path = directory / f"{name}.json"
-        path.write_text(json.dumps(graphs, indent=1, allow_nan=False), encoding="utf-8")
-        files.overlays[name] = path
+    by_device = findings.items() if isinstance(findings, dict) else [(None, findings)]
+    for device, device_findings in by_device:
+        for name, graphs in node_data(program, device_findings, files.nodes, entry, device).items():
+            name = name if device is None else f"{name}_device{device}"
+            path = directory / f"{name}.json"
+            path.write_text(json.dumps(graphs, indent=1, allow_nan=False), encoding="utf-8")
+            files.overlays[name] = path
     return files
