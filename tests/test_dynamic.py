@@ -301,3 +301,52 @@ def test_a_refinement_that_fails_reports_the_passes_diagnostics():
                         """results""")
     assert lines[2].startswith("""    note: loc("-":2:12): see current operation: %0 = "stablehlo.add\"""")
     assert len(lines) == 3
+
+
+def _stored_export(module_name: str, data_name: str) -> dict:
+    """A module JAX's back-compat tests keep (shipped in the jax wheel we pin), with
+    its inputs and the outputs XLA gave when it was serialized."""
+    import importlib
+
+    module = importlib.import_module(f"jax._src.internal_test_util.export_back_compat_test_data.{module_name}")
+    return getattr(module, data_name)
+
+
+@pytest.mark.parametrize("module_name, data_name", [
+    ("stablehlo_dynamic_top_k", "data_2023_07_16"),                      # XLA's CPU
+    ("stablehlo_dynamic_rng_bit_generator", "data_2023_06_17"),          # XLA's CPU
+    ("tpu_stablehlo_dynamic_reduce_window", "data_unary_2023_06_17"),    # a cumulative sum, on a TPU
+])
+def test_exports_older_than_the_shape_polymorphism_attribute(module_name, data_name):
+    """Exports of JAX's calling convention 6 have no ``jax.uses_shape_polymorphism``
+    attribute, and call ``stablehlo.dynamic_*`` custom calls with dynamic shapes that
+    only JAX's refinement makes static (StableHLO's refine-shapes leaves them, and
+    the interpreter refused them as unsupported). The outputs stored with each are
+    XLA's, bit for bit."""
+    data = _stored_export(module_name, data_name)
+    assert data["xla_call_module_version"] == 6
+    assert "jax.uses_shape_polymorphism" not in data["mlir_module_text"]
+    program = si.load(data["mlir_module_serialized"])
+    assert program.shape_polymorphic
+    outputs = program.run(*data["inputs"])
+    assert len(outputs) == len(data["expected_outputs"])
+    for ours, theirs in zip(outputs, data["expected_outputs"]):
+        assert ours.dtype == theirs.dtype and ours.size > 0
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_dynamic_top_k_custom_call_by_hand():
+    """``stablehlo.dynamic_top_k`` (JAX's lowering of ``lax.top_k`` with a symbolic k)
+    in a module written by hand, with no attribute saying it comes from JAX."""
+    text = """
+    func.func @main(%x: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xi32>) {
+      %n = stablehlo.get_dimension_size %x, dim = 0 : (tensor<?xf32>) -> tensor<i32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %k1 = stablehlo.subtract %n, %one : tensor<i32>
+      %0:2 = stablehlo.custom_call @stablehlo.dynamic_top_k(%x, %k1) {api_version = 2 : i32}
+          : (tensor<?xf32>, tensor<i32>) -> (tensor<?xf32>, tensor<?xi32>)
+      return %0#0, %0#1 : tensor<?xf32>, tensor<?xi32>
+    }"""
+    values, indices = si.run(text, np.array([3.0, 1.0, 4.0, 1.5], np.float32))
+    np.testing.assert_array_equal(values, np.array([4.0, 3.0, 1.5], np.float32))
+    np.testing.assert_array_equal(indices, np.array([2, 0, 3], np.int32))

@@ -8,7 +8,9 @@ then ``stablehlo-refine-shapes`` propagates them through the function and the
 functions it calls. Modules exported by JAX with symbolic shapes get the
 refinement JAX applies to them instead (StableHLO's, extended to JAX's dimension
 arguments, shape assertions and dynamic custom calls); a shape assertion that
-fails is an error then. Shapes that depend on data stay dynamic: dynamic_* ops
+fails is an error then. JAX marks its exports with ``jax.uses_shape_polymorphism``
+since its calling convention 7; an older export is known by the custom calls
+only JAX's refinement makes static (``stablehlo.dynamic_top_k`` and its kin). Shapes that depend on data stay dynamic: dynamic_* ops
 compute them at run time.
 """
 
@@ -39,7 +41,7 @@ def refine(module: ir.Module, function: str, arg_types) -> ir.Module:
         copy = ir.Module.parse(_bytecode(module))
         types = ",".join(map(str, arg_types))
         stablehlo.register_stablehlo_passes()
-        from_jax = "jax.uses_shape_polymorphism" in copy.operation.attributes
+        from_jax = "jax.uses_shape_polymorphism" in copy.operation.attributes or _calls_jax_dynamic_targets(copy)
         pipeline = f"stablehlo-refine-arguments{{types={types}}}"
         if not from_jax:
             pipeline += ",stablehlo-refine-shapes"
@@ -57,6 +59,27 @@ def refine(module: ir.Module, function: str, arg_types) -> ir.Module:
             except Exception as error:  # noqa: BLE001 - the XlaRuntimeError of JAX's refinement, in its own context
                 raise ModuleError(f"{cannot}:\n{error}") from None
         return copy
+
+
+# The custom calls that JAX's refinement (XLA's ``stablehlo_ext`` shape refinement)
+# turns into static ops or removes, and StableHLO's ``stablehlo-refine-shapes`` leaves.
+_JAX_DYNAMIC_TARGETS = frozenset({
+    "shape_assertion", "stablehlo.dynamic_top_k", "stablehlo.dynamic_approx_top_k",
+    "stablehlo.dynamic_rng_bit_generator", "stablehlo.dynamic_reduce_window"})
+
+
+def _calls_jax_dynamic_targets(module: ir.Module) -> bool:
+    found = []
+
+    def visit(operation):
+        if operation.name == "stablehlo.custom_call" and \
+                ir.StringAttr(operation.attributes["call_target_name"]).value in _JAX_DYNAMIC_TARGETS:
+            found.append(operation)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return bool(found)
 
 
 def refinable(module: ir.Module) -> bool:
