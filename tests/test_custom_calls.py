@@ -62,6 +62,21 @@ def test_dce_sink():
     same_as_xla(fn, x)
 
 
+def test_control_dep():
+    """``control_dep(src, dst)`` orders XLA's schedule; the values are those without it."""
+    from jax.experimental.control_deps import control_dep
+
+    def fn(a, b):
+        first = jnp.sin(a) * 2
+        second = b @ b.T
+        control_dep(first, second)
+        return first + 1, second
+
+    a, b = np.linspace(-1, 1, 6, dtype=np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert "@control_dep" in lowered_targets(fn, a, b)
+    same_as_xla(fn, a, b)
+
+
 SPMD_TEXT = """
 func.func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{devices=[1,1]0}"} : (tensor<2x4xf32>) -> tensor<2x4xf32>
