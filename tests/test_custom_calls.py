@@ -62,6 +62,21 @@ def test_dce_sink():
     same_as_xla(fn, x)
 
 
+def test_control_dep():
+    """``control_dep(src, dst)`` orders XLA's schedule; the values are those without it."""
+    from jax.experimental.control_deps import control_dep
+
+    def fn(a, b):
+        first = jnp.sin(a) * 2
+        second = b @ b.T
+        control_dep(first, second)
+        return first + 1, second
+
+    a, b = np.linspace(-1, 1, 6, dtype=np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert "@control_dep" in lowered_targets(fn, a, b)
+    same_as_xla(fn, a, b)
+
+
 SPMD_TEXT = """
 func.func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{devices=[1,1]0}"} : (tensor<2x4xf32>) -> tensor<2x4xf32>
@@ -190,3 +205,73 @@ def test_approx_top_k_without_aggregating_keeps_the_exact_top_candidates(fn):
     x = np.random.default_rng(1).permutation(900).reshape(3, 300).astype(np.float32)
     assert jax.eval_shape(fn, x)[0].shape == (3, 256)
     same_as_xla(fn, x)
+
+
+def csr_of(dense, index_dtype):
+    """The CSR arrays (data, column indices, row pointers) of a dense matrix."""
+    rows, columns = np.nonzero(dense)
+    indptr = np.searchsorted(rows, np.arange(dense.shape[0] + 1)).astype(index_dtype)
+    return dense[rows, columns], columns.astype(index_dtype), indptr
+
+
+@pytest.mark.parametrize("rhs_shape", [(40,), (40, 3)], ids=["vector", "matrix"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_csr_times_dense_is_xla_cpus(dtype, rhs_shape):
+    """``jax.experimental.sparse``'s BCSR @ dense lowers on the CPU to
+    ``cpu_csr_sparse_dense_ffi``; an empty row, and data stored beyond the last row
+    pointer (sparse_bcoo_bcsr_test.py's ``test_bcsr_matmul_with_out_of_bounds_data``),
+    which the kernel does not read. Bit for bit: each row sums in stored order."""
+    from jax.experimental import sparse
+
+    rng = np.random.default_rng(0)
+    dense = (rng.standard_normal((5, 40)) * 100 * (rng.random((5, 40)) < 0.6)).astype(dtype)
+    dense[2] = 0
+    data, indices, indptr = csr_of(dense, np.int32)
+    data, indices = np.append(data, dtype(7)), np.append(indices, np.int32(1))   # past indptr[-1]
+    rhs = (rng.standard_normal(rhs_shape) * 100).astype(dtype)
+
+    def product(d, i, p, v):
+        return sparse.BCSR((d, i, p), shape=dense.shape) @ v
+
+    assert "@cpu_csr_sparse_dense_ffi" in lowered_targets(product, data, indices, indptr, rhs)
+    same_as_xla(product, data, indices, indptr, rhs)
+    np.testing.assert_allclose(run_interp(product, data, indices, indptr, rhs)[0], dense @ rhs, rtol=1e-5)
+
+
+def csr_call_module(element_type: str, index_type: str, stored: int, rows: int, rhs_shape: tuple) -> str:
+    def tensor(shape, element):
+        return f"tensor<{'x'.join(map(str, shape))}x{element}>"
+
+    result_shape = (rows, *rhs_shape[1:])
+    return op_module("stablehlo.custom_call",
+                     [tensor((stored,), element_type), tensor((rows + 1,), index_type),
+                      tensor((stored,), index_type), tensor(rhs_shape, element_type)],
+                     tensor(result_shape, element_type),
+                     'call_target_name = "cpu_csr_sparse_dense_ffi", api_version = 4 : i32')
+
+
+@pytest.mark.parametrize("element_type, dtype", [
+    ("i64", np.int64), ("f64", np.float64), ("complex<f32>", np.complex64), ("complex<f64>", np.complex128)])
+@pytest.mark.parametrize("index_type, index_dtype", [("i32", np.int32), ("i64", np.int64)])
+def test_csr_sparse_dense_call_of_every_type(element_type, dtype, index_type, index_dtype):
+    """The single call against XLA's CPU, with edge values (infinities, NaN, extremes:
+    integers wrap), a row with repeated columns, and an empty row."""
+    from oracles import edge_values
+
+    values = edge_values(dtype, 40, seed=3)
+    data = values[:12]
+    indices = np.array([0, 3, 3, 1, 2, 0, 3, 1, 0, 2, 3, 1], index_dtype)
+    indptr = np.array([0, 4, 4, 9, 12], index_dtype)
+    rhs = values[12:20].reshape(4, 2)
+    text = csr_call_module(element_type, index_type, 12, 4, (4, 2))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(run_interp_text(text, data, indptr, indices, rhs)[0],
+                                      run_xla_text(text, data, indptr, indices, rhs)[0])
+
+
+def test_csr_sparse_dense_column_out_of_range_is_an_error():
+    """jaxlib's kernel reads out of bounds there; the interpreter names the op."""
+    text = csr_call_module("f32", "i32", 2, 1, (3,))
+    args = (np.ones(2, np.float32), np.array([0, 2], np.int32), np.array([0, 3], np.int32), np.ones(3, np.float32))
+    with pytest.raises(si.OpError, match="cpu_csr_sparse_dense_ffi: a column index out of range"):
+        run_interp_text(text, *args)

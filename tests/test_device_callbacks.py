@@ -346,3 +346,23 @@ def test_partitioned_print_prints_each_devices_shard(capfd):
     expected = run("cpu")
     assert expected == ["shard [0 1]", "shard [2 3]", "shard [4 5]", "shard [6 7]"]
     assert run("interp") == expected
+
+
+def test_sparse_solve_lowered_through_the_public_mlir_module():
+    """``jax.experimental.sparse.linalg.spsolve`` lowers on the CPU with a host callback to
+    SciPy, called as ``jax.interpreters.mlir.emit_python_callback`` (the public module's
+    own binding): the same solution on both devices, and it solves the system."""
+    from jax.experimental.sparse.linalg import spsolve
+
+    dense = np.array([[4, 1, 0], [1, 3, 0], [0, 2, 5]], dtype=np.float32)
+    indptr = np.array([0, 2, 4, 6], dtype=np.int32)
+    indices = np.array([0, 1, 0, 1, 1, 2], dtype=np.int32)
+    data = dense[dense != 0]
+    b = np.array([1, 2, 3], dtype=np.float32)
+
+    def solve(device):
+        return np.asarray(jax.jit(spsolve)(*jax.device_put((data, indices, indptr, b), device)))
+
+    actual = solve(DEV)
+    np.testing.assert_allclose(actual, solve(CPU), rtol=1e-6)
+    np.testing.assert_allclose(dense @ actual, b, rtol=1e-5)

@@ -201,3 +201,39 @@ def test_an_export_with_ordered_effects_runs_its_cpu_lowering_on_interp():
     for device in ("cpu", "interp"):
         result = jax.jit(exported.call)(jax.device_put(VECTOR, jax.devices(device)[0]))
         np.testing.assert_allclose(np.asarray(result), 10 + VECTOR * 5, rtol=1e-6, err_msg=device)
+
+
+def test_pallas_core_map_lowers_as_on_the_cpu():
+    """``pl.core_map`` over a TPU kernel's cores, in interpret mode, binds ``mpmd_map``,
+    whose rule refuses platforms it does not name; ``interp`` takes the CPU's lowering.
+    Each core copies its half in, doubles it, adds its index + 1 and copies it out."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def cores_add_their_index(x):
+        mesh = pltpu.create_tensorcore_mesh("x", num_cores=2)
+
+        def kernel(refs):
+            x_ref, y_ref = refs
+
+            @pl.core_map(mesh, interpret=pltpu.InterpretParams())
+            def _():
+                core = lax.axis_index("x")
+                rows = pl.ds(core * 4, 4)
+
+                def scoped(buffer, semaphore):
+                    pltpu.async_copy(x_ref.at[rows], buffer, semaphore).wait()
+                    buffer[...] = buffer[...] * 2 + core + 1
+                    pltpu.async_copy(buffer, y_ref.at[rows], semaphore).wait()
+
+                pl.run_scoped(scoped, pltpu.VMEM((4, 128), x_ref.dtype), pltpu.SemaphoreType.DMA)
+
+        return pl.run_state(kernel)((x, jnp.zeros_like(x)))[1]
+
+    x = np.arange(8 * 128, dtype=np.int32).reshape(8, 128)
+    results = {platform: jax.jit(cores_add_their_index)(jax.device_put(x, jax.devices(platform)[0]))
+               for platform in ("cpu", "interp")}
+    assert results["interp"].devices() == {jax.devices("interp")[0]}
+    expected = x * 2 + np.repeat([1, 2], 4)[:, None]
+    for result in results.values():
+        np.testing.assert_array_equal(np.asarray(result), expected)

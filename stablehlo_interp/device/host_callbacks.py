@@ -83,9 +83,14 @@ def _canonicalizing(callback):
 
 
 def register() -> None:
-    """Route host callbacks lowered for the interp platform through :func:`emit`."""
+    """Route host callbacks lowered for the interp platform through :func:`emit`.
+
+    Every module that binds ``emit_python_callback`` by name gets the wrapper: JAX's
+    own and the public ``jax.interpreters.mlir``, which lowering rules outside JAX's
+    core call (``jax.experimental.sparse.linalg.spsolve`` on the CPU)."""
     from jax._src import callback as jax_callback
     from jax._src.interpreters import mlir
+    from jax.interpreters import mlir as public_mlir
 
     original = jax_callback.emit_python_callback
     if getattr(original, "interp_original", None) is not None:
@@ -100,3 +105,4 @@ def register() -> None:
     emit_python_callback.__doc__ = original.__doc__
     jax_callback.emit_python_callback = emit_python_callback
     mlir.emit_python_callback = emit_python_callback
+    public_mlir.emit_python_callback = emit_python_callback

@@ -18,7 +18,9 @@ otherwise ignores ``donate_argnums`` with a warning); the device does, see
 
 ``lax.platform_dependent`` picks the ``cpu`` branch on ``interp`` where no branch names
 ``interp`` (:func:`_platform_branches_as_cpu`): the code written for the CPU is the code
-the device checks, as it is for every other rule.
+the device checks, as it is for every other rule. So does Pallas's ``mpmd_map`` (what
+``pl.core_map`` binds, e.g. a TPU kernel's cores in interpret mode), whose one rule
+picks its lowering by platform name and refuses others (:func:`_register_pallas_as_cpu`).
 
 Host callbacks are the exception: ``emit_python_callback`` refuses platforms
 other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them. So is
@@ -108,6 +110,15 @@ def _register_platform_dependent_as_cpu(mlir) -> None:
     mlir.register_lowering(conditionals.cond_p, cond, platform=PLATFORM, inline=cond_rule.inline)
 
 
+def _register_pallas_as_cpu(mlir) -> None:
+    """``mpmd_map`` lowers on ``interp`` as on the CPU: JAX's rule for it is registered for
+    every platform and refuses those it does not name ("Unsupported platform"); the CPU
+    gets its fallback lowering, which runs each mesh's function in turn."""
+    from jax._src.pallas import mpmd
+
+    mlir.register_lowering(mpmd.mpmd_map_p, mpmd._mpmd_map_fallback_lowering, platform=PLATFORM)
+
+
 def interpreter_platform() -> str | None:
     """``"interp"`` when JAX can lower for the interp platform in this process (its
     lowering rules are registered, which importing this package does, whatever
@@ -136,6 +147,7 @@ def register() -> None:
     mlir.register_lowering(_export.call_exported_p, _call_exported_like_the_cpu(generic.rule), platform=PLATFORM,
                            inline=generic.inline)
     _register_platform_dependent_as_cpu(mlir)
+    _register_pallas_as_cpu(mlir)
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
     from . import host_callbacks, inspect_sharding

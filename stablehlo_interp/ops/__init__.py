@@ -35,6 +35,7 @@ FAMILIES = (
     "sharding_calls",
     "shardy",
     "sorting",
+    "sparse",
     "structure",
 )
 

@@ -1,4 +1,4 @@
-"""Custom calls that only annotate values: shardings, memory placement, DCE sinks.
+"""Custom calls that only annotate values: shardings, memory placement, DCE sinks, scheduling.
 
 The interpreter computes on global arrays in one process, so each of these
 returns its operands unchanged, as XLA does when it does not partition
@@ -22,6 +22,10 @@ and ``xla.sdy.FuncResultSharding``):
   the device reports the layout, device/layouts.py);
 * ``dce_sink`` (``lax.dce_sink(x, prevent_mlir_dce=True)``): keeps a value alive,
   has no results;
+* ``control_dep`` (``jax.experimental.control_deps.control_dep(src, dst)``): asks
+  XLA's scheduler to run the op making ``src`` before the one making ``dst``; no
+  results, and no value depends on it. The interpreter runs ops one at a time in
+  program order, where both operands exist before the call;
 * ``stablehlo_interp.inspect_sharding``: ``jax.debug.inspect_array_sharding``
   on the interp device, answered when the device compiles the program
   (device/inspect_sharding.py).
@@ -34,7 +38,7 @@ from ..engine.registry import custom_call
 
 @custom_call("Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
              "xla.sdy.ShardingGroup", "annotate_device_placement", "MoveToHost", "MoveToDevice", "LayoutConstraint", "dce_sink",
-             "stablehlo_interp.inspect_sharding", variadic=True)
+             "control_dep", "stablehlo_interp.inspect_sharding", variadic=True)
 def forward(info):
     """Result i is operand i (no results: nothing to do)."""
     target = info.attr("call_target_name")
