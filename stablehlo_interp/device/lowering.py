@@ -23,7 +23,8 @@ the device checks, as it is for every other rule. So does Pallas's ``mpmd_map`` 
 picks its lowering by platform name and refuses others (:func:`_register_pallas_as_cpu`).
 
 Host callbacks are the exception: ``emit_python_callback`` refuses platforms
-other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them. So is
+other than cpu/cuda/rocm/tpu; ``host_callbacks.py`` handles them, and
+``buffer_callbacks.py`` the buffer callbacks JAX lowers for cpu/cuda/rocm only. So is
 ``jax.debug.inspect_array_sharding``, which XLA answers while it partitions:
 ``inspect_sharding.py``.
 """
@@ -150,7 +151,8 @@ def register() -> None:
     _register_pallas_as_cpu(mlir)
     if PLATFORM not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM)
-    from . import host_callbacks, inspect_sharding
+    from . import buffer_callbacks, host_callbacks, inspect_sharding
 
+    buffer_callbacks.register()
     host_callbacks.register()
     inspect_sharding.register()

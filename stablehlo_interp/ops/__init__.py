@@ -10,6 +10,7 @@ import sys
 
 FAMILIES = (
     "bitwise",
+    "buffer_callback",
     "check",
     "chlo",
     "collectives",

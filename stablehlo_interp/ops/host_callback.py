@@ -83,51 +83,51 @@ def lookup(key: int) -> HostCallback | None:
 @custom_call(TARGET, variadic=True)
 def host_callback(info):
     """Call the registered function with the operands (a leading token passes through)."""
-    return _runner(info, *_registered(info))
+    return callback_runner(info, *registered_callback(info))
 
 
 @custom_call(PARTITIONED_TARGET, variadic=True, execution=True)
 def partitioned_host_callback(info):
     """The registered function, called once per device with its shards (module docstring)."""
-    return _per_device(info, *_registered(info))
+    return _per_device(info, *registered_callback(info))
 
 
 @custom_call(CPU_TARGET, variadic=True)
 def cpu_host_callback(info):
     """Call the function JAX lowered for the CPU at ``index``: JAX's wrapper of the
     user's function, which takes and returns the token as well when there is one."""
-    return _runner(info, *_lowered_for_the_cpu(info))
+    return callback_runner(info, *callback_lowered_for_the_cpu(info))
 
 
 @custom_call(CPU_PARTITIONED_TARGET, variadic=True, execution=True)
 def cpu_partitioned_host_callback(info):
     """The function JAX lowered for the CPU, called once per device with its shards."""
-    return _per_device(info, *_lowered_for_the_cpu(info))
+    return _per_device(info, *callback_lowered_for_the_cpu(info))
 
 
-def _registered(info) -> tuple:
+def registered_callback(info, kind: str = "host callback") -> tuple:
     """``(name, call)`` of the interp platform's callback: its function from the table."""
     key = int(info.attr("backend_config"))
     entry = lookup(key)
     if entry is None:
-        raise info.unsupported(f"host callback #{key} no longer exists: the jitted function that "
+        raise info.unsupported(f"{kind} #{key} no longer exists: the jitted function that "
                                "registered it is gone")
     function = entry.function
-    return f"host callback #{key}", lambda token, operands: function(*operands)
+    return f"{kind} #{key}", lambda token, operands: function(*operands)
 
 
-def _lowered_for_the_cpu(info) -> tuple:
+def callback_lowered_for_the_cpu(info, kind: str = "host callback") -> tuple:
     """``(name, call)`` of a callback JAX lowered for the CPU: the function at ``index``
     of the list the Lowered keeps."""
     config = info.attr("mhlo.backend_config", None)
     index = config.get("index") if isinstance(config, dict) else None
     if index is None:
-        raise info.error("a host callback needs its index: mhlo.backend_config = {index = N : ui64}")
+        raise info.error(f"a {kind} needs its index: mhlo.backend_config = {{index = N : ui64}}")
     known = info.module.host_callbacks if info.module is not None else ()
     if not 0 <= index < len(known):
         target = info.attr("call_target_name")
         raise info.unsupported(
-            f"host callback #{index} of a module JAX lowered for the CPU: its Python function is known only to "
+            f"{kind} #{index} of a module JAX lowered for the CPU: its Python function is known only to "
             "the jax.stages.Lowered the module came from, not to the module's text. Run the function, the jitted "
             "function or the Lowered itself (si.run(lowered, *args)), or register an implementation with "
             f"si.register_custom_call({target!r}, ...)")
@@ -138,7 +138,7 @@ def _lowered_for_the_cpu(info) -> tuple:
             return function(*operands)
         return function(token, *operands)[1:]
 
-    return f"host callback #{index}", call
+    return f"{kind} #{index}", call
 
 
 def _per_device(info, name: str, call):
@@ -149,7 +149,7 @@ def _per_device(info, name: str, call):
         raise info.unsupported("a partitioned host callback returns no values (each device calls it with its "
                                "own shards; JAX refuses results for it)")
     key = id(info)
-    once = _runner(info, name, call)
+    once = callback_runner(info, name, call)
     on_device: dict = {}   # device -> the runner whose errors name it
 
     def run(execution, *operands):
@@ -160,7 +160,7 @@ def _per_device(info, name: str, call):
         num_devices, tilings = found
         for device in range(num_devices):
             if device not in on_device:
-                on_device[device] = _runner(info, f"{name} on device {device}", call)
+                on_device[device] = callback_runner(info, f"{name} on device {device}", call)
             results = on_device[device](*[unreduced.shard_of(value, tiling, device) if tiling is not None else value
                                           for value, tiling in zip(operands, tilings)])
         return results
@@ -194,7 +194,7 @@ def partitioned_operand_tilings(propagation, function, num_devices: int) -> dict
     return placed
 
 
-def _runner(info, name: str, call):
+def callback_runner(info, name: str, call):
     """The runner of a host callback op: ``call(token or None, operands)`` returns the
     callback's values (without a token); the op's leading token, if any, passes through."""
     takes_token = _takes_token(info)
