@@ -114,6 +114,19 @@ def test_an_aliased_result_starts_as_its_operand_in_the_same_memory():
     assert seen == [True, True]
 
 
+def test_si_run_of_an_aliased_result():
+    def double_in_place(ctx, out, x):
+        assert np.asarray(x).ctypes.data == np.asarray(out).ctypes.data
+        np.asarray(out)[...] *= 2
+
+    fun = buffer_callback.buffer_callback(double_in_place, jax.ShapeDtypeStruct(X.shape, X.dtype),
+                                          input_output_aliases={0: 0})
+    f = lambda x: fun(x + 1) - x   # noqa: E731
+    expected = on(CPU, f, X)
+    np.testing.assert_array_equal(si.run(f, X), expected)
+    np.testing.assert_array_equal(expected, (X + 1) * 2 - X)
+
+
 def test_a_donated_aliased_operand():
     def add_one(ctx, out, x):
         np.asarray(out)[...] += 1
