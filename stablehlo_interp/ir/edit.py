@@ -273,9 +273,10 @@ def async_pairs_as_collectives(module: ir.Module) -> None:
             continue
         returned, clones = _clone_body(start.regions[0].blocks[0], start, "stablehlo.return")
         named = _LOCATION_NAME.match(str(start.location))
-        for clone in clones if named else ():
-            clone.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
-                {"async_collective_name": ir.StringAttr.get(named.group(1))})
+        if named:
+            for clone in clones:
+                clone.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+                    {"async_collective_name": ir.StringAttr.get(named.group(1))})
         for done in users:
             for result, value in zip(done.results, returned):
                 result.replace_all_uses_with(value)
