@@ -99,7 +99,7 @@ def gradients_accumulated_unreduced_over_a_scan(platform):
     return mesh, jax.jit(step), (weights, batches)
 
 
-def async_collective(name, start, out_specs=P("i")):
+def async_collective(name, start, out_specs=None):
     """A shard_map whose collective is JAX's async pair, ``start(x, "i").done()``, which lowers
     to ``stablehlo.async_start`` / ``async_done`` (XLA's converter refuses them; the text
     shows the collective, as XLA's CPU does), beside a product it may overlap."""
@@ -107,7 +107,7 @@ def async_collective(name, start, out_specs=P("i")):
         mesh = make_mesh(platform, (2,), ("i",))
 
         @jax.jit
-        @jax.shard_map(mesh=mesh, out_specs=(out_specs, P("i")))
+        @jax.shard_map(mesh=mesh, out_specs=(out_specs or P("i"), P("i")))
         def overlapped(x, a):
             return start(x, "i").done(), a @ a.T
 
