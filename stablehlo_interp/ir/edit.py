@@ -62,18 +62,20 @@ def inline_every_call(module: ir.Module) -> None:
     :data:`INLINE_ROUNDS` (a recursive function) is a ModuleError. The functions
     called stay (unused)."""
 
-    def calls():
-        found = []
+    _inline_until_none(lambda: _ops_named(module, "func.call"), function_operations(module))
 
-        def visit(op):
-            if op.name == "func.call":
-                found.append(op)
-            return ir.WalkResult.ADVANCE
 
-        module.operation.walk(visit)
-        return found
+def _ops_named(module: ir.Module, *names: str) -> list:
+    """The ops of ``module`` (in any region) called one of ``names``."""
+    found = []
 
-    _inline_until_none(calls, function_operations(module))
+    def visit(op):
+        if op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
 
 
 INLINE_ROUNDS = 64  # how deep calls may nest in a module that is inlined
@@ -232,15 +234,7 @@ def as_hlo_convertible(text: str, hlo_sharding, notes: dict[str, str] | None = N
         if notes:
             module.operation.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
                 {key: ir.StringAttr.get(value) for key, value in notes.items()})
-        found = []
-
-        def visit(op):
-            if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
-                found.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
-        for op in found:
+        for op in _ops_named(module, "sdy.sharding_constraint", "sdy.reshard"):
             with ir.InsertionPoint(op), op.location:
                 call = ir.Operation.create(
                     "stablehlo.custom_call", results=[op.results[0].type], operands=list(op.operands),
@@ -259,15 +253,7 @@ def async_pairs_as_collectives(module: ir.Module) -> None:
     attribute ``async_collective_name`` (the start's name); so does this, with the
     start's location name. The values are the same: the spec's ``async_start`` runs its
     region, and ``async_done`` waits for its results (stablehlo/docs/spec.md)."""
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.async_start":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for start in found:
+    for start in _ops_named(module, "stablehlo.async_start"):
         users = [use.owner for result in start.results for use in result.uses]
         if not users or any(user.name != "stablehlo.async_done" for user in users):
             continue
