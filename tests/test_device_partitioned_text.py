@@ -308,3 +308,23 @@ def test_all_reduces_combine_when_independent_and_alike():
     for ours, reference in zip(results, expected):
         for value, wanted in zip(ours, reference):
             np.testing.assert_array_equal(value, wanted)
+
+
+def test_async_pair_on_one_device_is_its_collective_in_the_global_text():
+    """On one device the text is the global program (no partitioner): its async pair is the
+    collective there too, as XLA's CPU shows it, and the values are XLA's."""
+    texts, values = {}, {}
+    for platform in PLATFORMS:
+        mesh = make_mesh(platform, (1,), ("i",))
+        double_sum = jax.jit(jax.shard_map(lambda v: parallel.psum_start(v, "i").done() * 2, mesh=mesh,
+                                           out_specs=P("i")))
+        x = jax.device_put(ROWS[:, 0], NamedSharding(mesh, P("i")))
+        with jax.set_mesh(mesh):
+            values[platform] = np.asarray(double_sum(x))
+            texts[platform] = double_sum.lower(x).compile().as_text()
+    np.testing.assert_array_equal(values["interp"], values["cpu"])
+    np.testing.assert_array_equal(values["cpu"], ROWS[:, 0] * 2)
+    for text in texts.values():
+        assert "-start(" not in text and "-done(" not in text
+        assert collective_kinds(text) == {"all-reduce"}
+        assert entry_shapes(text) == ["f32[8]", "f32[8]"]

@@ -40,7 +40,8 @@ from .declarations import function_operations
 from .sources import make_context
 
 _ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
-_LOCATION_NAME = re.compile(r'loc\("((?:[^"\\]|\\.)*)"')   # a named location's name
+# a named location's name: loc("name") or loc("name"(...)), not a file's, loc("file":1:2)
+_LOCATION_NAME = re.compile(r'loc\("((?:[^"\\]|\\.)*)"(?=[()])')
 _SYMBOL = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w.$-]+))')
 
 
@@ -251,7 +252,7 @@ def async_pairs_as_collectives(module: ir.Module) -> None:
     region, at the start's place, and the done's results by the values the region returns.
     XLA's CPU compiles such a pair to the collective alone, marked with the frontend
     attribute ``async_collective_name`` (the start's name); so does this, with the
-    start's location name. The values are the same: the spec's ``async_start`` runs its
+    start's location name when it has one (text printed without locations has none). The values are the same: the spec's ``async_start`` runs its
     region, and ``async_done`` waits for its results (stablehlo/docs/spec.md)."""
     for start in _ops_named(module, "stablehlo.async_start"):
         users = [use.owner for result in start.results for use in result.uses]
