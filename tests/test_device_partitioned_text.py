@@ -20,6 +20,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard
+from jax._src.lax import parallel
 from jax._src.random import threefry2x32
 
 import stablehlo_interp as si
@@ -98,8 +99,36 @@ def gradients_accumulated_unreduced_over_a_scan(platform):
     return mesh, jax.jit(step), (weights, batches)
 
 
+def async_collective(name, start, out_specs=None):
+    """A shard_map whose collective is JAX's async pair, ``start(x, "i").done()``, which lowers
+    to ``stablehlo.async_start`` / ``async_done`` (XLA's converter refuses them; the text
+    shows the collective, as XLA's CPU does), beside a product it may overlap."""
+    def case(platform):
+        mesh = make_mesh(platform, (2,), ("i",))
+
+        @jax.jit
+        @jax.shard_map(mesh=mesh, out_specs=(out_specs or P("i"), P("i")))
+        def overlapped(x, a):
+            return start(x, "i").done(), a @ a.T
+
+        x = jax.device_put(ROWS, NamedSharding(mesh, P("i")))
+        a = jax.device_put(SQUARE, NamedSharding(mesh, P("i")))
+        return mesh, overlapped, (x, a)
+    case.__name__ = f"async_{name}"
+    return case
+
+
+ASYNC_CASES = [
+    async_collective("psum", parallel.psum_start),
+    async_collective("all_gather", lambda x, axis: parallel.all_gather_start(x, axis, tiled=True, to="reduced"),
+                     P(None, reduced={"i"})),
+    async_collective("psum_scatter", lambda x, axis: parallel.psum_scatter_start(x, axis, scatter_dimension=0, tiled=True)),
+    async_collective("all_to_all", lambda x, axis: parallel.all_to_all_start(x, axis, split_axis=0, concat_axis=0, tiled=True)),
+    async_collective("ppermute", lambda x, axis: parallel.ppermute_start(x, axis, [(0, 1), (1, 0)])),
+]
+
 CASES = [sum_over_sharded_rows, matmul_fsdp, threefry_bits_on_three_devices, unreduced_matmul_then_reshard,
-         scan_over_sharded_columns, gradients_accumulated_unreduced_over_a_scan]
+         scan_over_sharded_columns, gradients_accumulated_unreduced_over_a_scan, *ASYNC_CASES]
 
 
 def entry_shapes(text: str) -> list:
@@ -122,11 +151,13 @@ def compiled_text(case, platform) -> str:
 def test_text_shows_the_per_device_program(case):
     """Local shapes as XLA's; its collectives, except the ``collective-permute`` XLA's
     partitioner puts before an all-gather to line the devices up with its own order
-    (Shardy's all-gather names its groups of devices instead)."""
+    (Shardy's all-gather names its groups of devices instead; a shard_map's collectives
+    are the user's own)."""
     xla, ours = compiled_text(case, "cpu"), compiled_text(case, "interp")
     assert "interp.per_device_program" not in ours
     assert entry_shapes(ours) == entry_shapes(xla)
-    assert collective_kinds(ours) == collective_kinds(xla) - {"collective-permute"}
+    partitioners = set() if case in ASYNC_CASES else {"collective-permute"}
+    assert collective_kinds(ours) == collective_kinds(xla) - partitioners
 
 
 def test_a_steps_gradients_are_all_reduced_once_after_the_loop():
@@ -137,6 +168,22 @@ def test_a_steps_gradients_are_all_reduced_once_after_the_loop():
     assert ours.count("all-reduce(") == 1
     reduce_line = next(line for line in ours.splitlines() if "all-reduce(" in line)
     assert reduce_line.split("=")[1].strip().startswith("(f32[4,4]{1,0}, f32[4,4]{1,0}) all-reduce(")
+
+
+@pytest.mark.parametrize("case", ASYNC_CASES, ids=lambda case: case.__name__)
+def test_async_pair_is_its_collective_as_xla_shows_it(case):
+    """XLA's CPU compiles ``async_start`` / ``async_done`` to the collective alone, marked
+    ``async_collective_name`` with the start's name; so does our text, with no async op
+    left. The interpreter still runs the pair (values: the per-device test)."""
+    xla, ours = compiled_text(case, "cpu"), compiled_text(case, "interp")
+    lowered = case("interp")[1].lower(*case("interp")[2]).as_text()
+    assert "stablehlo.async_start" in lowered and "stablehlo.async_done" in lowered
+    marked = []
+    for text in (xla, ours):
+        assert "-start(" not in text and "-done(" not in text
+        marked.append({found.group(1) for line in text.splitlines() if "async_collective_name=" in line
+                       for found in [COLLECTIVES.search(line)] if found})
+    assert len(marked[0]) == 1 and marked[1] == marked[0]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
@@ -261,3 +308,23 @@ def test_all_reduces_combine_when_independent_and_alike():
     for ours, reference in zip(results, expected):
         for value, wanted in zip(ours, reference):
             np.testing.assert_array_equal(value, wanted)
+
+
+def test_async_pair_on_one_device_is_its_collective_in_the_global_text():
+    """On one device the text is the global program (no partitioner): its async pair is the
+    collective there too, as XLA's CPU shows it, and the values are XLA's."""
+    texts, values = {}, {}
+    for platform in PLATFORMS:
+        mesh = make_mesh(platform, (1,), ("i",))
+        double_sum = jax.jit(jax.shard_map(lambda v: parallel.psum_start(v, "i").done() * 2, mesh=mesh,
+                                           out_specs=P("i")))
+        x = jax.device_put(ROWS[:, 0], NamedSharding(mesh, P("i")))
+        with jax.set_mesh(mesh):
+            values[platform] = np.asarray(double_sum(x))
+            texts[platform] = double_sum.lower(x).compile().as_text()
+    np.testing.assert_array_equal(values["interp"], values["cpu"])
+    np.testing.assert_array_equal(values["cpu"], ROWS[:, 0] * 2)
+    for text in texts.values():
+        assert "-start(" not in text and "-done(" not in text
+        assert collective_kinds(text) == {"all-reduce"}
+        assert entry_shapes(text) == ["f32[8]", "f32[8]"]

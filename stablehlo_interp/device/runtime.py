@@ -355,7 +355,7 @@ class Executable:
         def hlo_sharding(text: str) -> str:
             return sharding.parse_sharding(text, meshes).tiling().hlo_text(count)
 
-        return edit.sharding_ops_as_custom_calls(str(self.program.module), hlo_sharding, notes)
+        return edit.as_hlo_convertible(str(self.program.module), hlo_sharding, notes)
 
     def check_call(self, num_devices: int, num_args: int) -> None:
         """An Execute call's counts, checked before anything reads its lists: the program's

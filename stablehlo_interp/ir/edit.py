@@ -13,12 +13,18 @@
   check ops (frontends/conform.py), and puts the checks in a module of their own.
 * :func:`inline_every_call` inlines every ``func.call`` of a module, in any
   region (ir/partition_child.py, before Shardy's global-to-local pass).
-* :func:`sharding_ops_as_custom_calls` writes Shardy's ``sdy.sharding_constraint``
-  and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, which XLA's
-  StableHLO-to-HLO converter reads (the device's optimized program, device/).
+* :func:`async_pairs_as_collectives` writes each ``stablehlo.async_start`` /
+  ``async_done`` pair as the collective it wraps, as XLA's CPU shows it, for
+  XLA's StableHLO-to-HLO converter, which refuses async ops (ir/partition_child.py,
+  and :func:`as_hlo_convertible`).
+* :func:`as_hlo_convertible` writes Shardy's ``sdy.sharding_constraint``
+  and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, and the async
+  pairs as their collectives, which XLA's StableHLO-to-HLO converter reads
+  (the device's optimized program, device/).
 
 They take and return MLIR text (with locations) and leave their input alone,
-except :func:`inline_every_call`, which edits the module it is given.
+except :func:`inline_every_call` and :func:`async_pairs_as_collectives`, which
+edit the module they are given.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from .declarations import function_operations
 from .sources import make_context
 
 _ALIASING_KEYS = ("tf.aliasing_output", "jax.buffer_donor")
+# a named location's name: loc("name") or loc("name"(...)), not a file's, loc("file":1:2)
+_LOCATION_NAME = re.compile(r'loc\("((?:[^"\\]|\\.)*)"(?=[()])')
 _SYMBOL = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w.$-]+))')
 
 
@@ -55,18 +63,20 @@ def inline_every_call(module: ir.Module) -> None:
     :data:`INLINE_ROUNDS` (a recursive function) is a ModuleError. The functions
     called stay (unused)."""
 
-    def calls():
-        found = []
+    _inline_until_none(lambda: _ops_named(module, "func.call"), function_operations(module))
 
-        def visit(op):
-            if op.name == "func.call":
-                found.append(op)
-            return ir.WalkResult.ADVANCE
 
-        module.operation.walk(visit)
-        return found
+def _ops_named(module: ir.Module, *names: str) -> list:
+    """The ops of ``module`` (in any region) called one of ``names``."""
+    found = []
 
-    _inline_until_none(calls, function_operations(module))
+    def visit(op):
+        if op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
 
 
 INLINE_ROUNDS = 64  # how deep calls may nest in a module that is inlined
@@ -213,25 +223,19 @@ def _rename(module, func, old: str, new: str) -> None:
     func.attributes["sym_name"] = ir.StringAttr.get(new)
 
 
-def sharding_ops_as_custom_calls(text: str, hlo_sharding, notes: dict[str, str] | None = None) -> str:
+def as_hlo_convertible(text: str, hlo_sharding, notes: dict[str, str] | None = None) -> str:
     """The module with each ``sdy.sharding_constraint`` / ``sdy.reshard`` (in any region)
     replaced by ``stablehlo.custom_call @Sharding`` whose ``mhlo.sharding`` is
-    ``hlo_sharding(the op's sdy sharding as text)``. ``notes`` become the module's
+    ``hlo_sharding(the op's sdy sharding as text)``, and each async pair by its collective
+    (:func:`async_pairs_as_collectives`). ``notes`` become the module's
     ``mhlo.frontend_attributes``, which XLA's converter shows on the ``HloModule`` line."""
     with make_context():
         module = ir.Module.parse(text)
+        async_pairs_as_collectives(module)
         if notes:
             module.operation.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
                 {key: ir.StringAttr.get(value) for key, value in notes.items()})
-        found = []
-
-        def visit(op):
-            if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
-                found.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
-        for op in found:
+        for op in _ops_named(module, "sdy.sharding_constraint", "sdy.reshard"):
             with ir.InsertionPoint(op), op.location:
                 call = ir.Operation.create(
                     "stablehlo.custom_call", results=[op.results[0].type], operands=list(op.operands),
@@ -240,6 +244,31 @@ def sharding_ops_as_custom_calls(text: str, hlo_sharding, notes: dict[str, str] 
             op.results[0].replace_all_uses_with(call.results[0])
             op.erase()
         return _text(module)
+
+
+def async_pairs_as_collectives(module: ir.Module) -> None:
+    """Replace each ``stablehlo.async_start`` whose future only ``stablehlo.async_done``
+    reads (what JAX's ``psum_start(...).done()`` and its kin lower to) by the ops of its
+    region, at the start's place, and the done's results by the values the region returns.
+    XLA's CPU compiles such a pair to the collective alone, marked with the frontend
+    attribute ``async_collective_name`` (the start's name); so does this, with the
+    start's location name when it has one (text printed without locations has none). The values are the same: the spec's ``async_start`` runs its
+    region, and ``async_done`` waits for its results (stablehlo/docs/spec.md)."""
+    for start in _ops_named(module, "stablehlo.async_start"):
+        users = [use.owner for result in start.results for use in result.uses]
+        if not users or any(user.name != "stablehlo.async_done" for user in users):
+            continue
+        returned, clones = _clone_body(start.regions[0].blocks[0], start, "stablehlo.return")
+        named = _LOCATION_NAME.match(str(start.location))
+        if named:
+            for clone in clones:
+                clone.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+                    {"async_collective_name": ir.StringAttr.get(named.group(1))})
+        for done in users:
+            for result, value in zip(done.results, returned):
+                result.replace_all_uses_with(value)
+            done.erase()
+        start.erase()
 
 
 def _return_instead(func, block: ir.Block, values: list, location) -> None:
@@ -260,21 +289,26 @@ def _body(func) -> ir.Block:
 
 
 def _inline(call: ir.Operation, callee: ir.Operation) -> None:
-    body = _body(callee)
-    mapping = {arg: operand for arg, operand in zip(body.arguments, call.operands)}
-    returned = None
-    for op in body.operations:
-        op = op.operation
-        if op.name == "func.return":
-            returned = [mapping.get(v, v) for v in op.operands]
-            break
-        clone = op.clone(ip=ir.InsertionPoint(call))
-        _remap(clone, mapping)
-        for old, new in zip(op.results, clone.results):
-            mapping[old] = new
+    returned, _ = _clone_body(_body(callee), call, "func.return")
     for result, value in zip(call.results, returned):
         result.replace_all_uses_with(value)
     call.erase()
+
+
+def _clone_body(body: ir.Block, op: ir.Operation, terminator: str) -> tuple[list, list]:
+    """Clone the ops of ``body`` before ``op``, its arguments read as ``op``'s operands;
+    returns the values its ``terminator`` returns, and the clones."""
+    mapping = dict(zip(body.arguments, op.operands))
+    clones = []
+    for inner in body.operations:
+        inner = inner.operation
+        if inner.name == terminator:
+            return [mapping.get(value, value) for value in inner.operands], clones
+        clone = inner.clone(ip=ir.InsertionPoint(op))
+        _remap(clone, mapping)
+        mapping.update(zip(inner.results, clone.results))
+        clones.append(clone)
+    raise ModuleError(f"a region of {op.name} does not end with {terminator}")
 
 
 def _remap(op: ir.Operation, mapping: dict) -> None:

@@ -13,7 +13,7 @@ from jaxlib.mlir.dialects import sdy
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from .child_process import serve
-from .edit import inline_every_call
+from .edit import async_pairs_as_collectives, inline_every_call
 from .sources import make_context
 
 # What jaxlib's ``sdy-propagation-pipeline`` runs (Shardy's propagation_pipeline.cc), with its
@@ -597,6 +597,7 @@ def partition(text: str) -> str:
         # The global-to-local pass leaves a call's results their global types (and MLIR's
         # inliner declines calls in StableHLO's regions); XLA inlines calls too.
         inline_every_call(module)
+        async_pairs_as_collectives(module)   # XLA's converter refuses async ops; XLA's CPU shows the collective
         stand_in_for_elementwise_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
         split_reduce_scatters_of_dots(module)
