@@ -276,6 +276,45 @@ def split_reduce_scatters_of_dots(module: ir.Module) -> None:
         scatter.erase()
 
 
+def gather_operands_of_custom_rule_calls(module: ir.Module) -> None:
+    """Each operand of a custom call with a custom sharding rule (LAPACK's calls: Cholesky,
+    QR, SVD ...) whole along the dimensions whose factors no result shares (a matrix's
+    rows and columns), gathered by an ``sdy.all_gather`` before the call, as XLA's SPMD
+    partitioner gathers them: Shardy's reshards leave such calls to XLA (a rule marked
+    ``custom``), so a matrix stayed split while its result, aliased to it
+    (``output_operand_aliases``), was whole, which the verifier refuses. Dimensions a
+    result shares (a batch of matrices) stay split, as XLA keeps them."""
+    for call in _walk(module, "stablehlo.custom_call"):
+        if "sdy.sharding_rule" not in call.attributes:
+            continue
+        rule = sdy.OpShardingRuleAttr(call.attributes["sdy.sharding_rule"])
+        if not rule.is_custom:
+            continue
+        kept = {factor for mapping in rule.result_mappings for dimension in sdy.TensorMappingAttr(mapping).dim_mappings
+                for factor in sdy.DimMappingAttr(dimension).factor_indices}
+        for index, (value, mapping) in enumerate(zip(call.operands, rule.operand_mappings)):
+            sharding = _sharding_of(value)
+            if sharding is None:
+                continue
+            gathered = [bool(len(sdy.DimensionShardingAttr(dimension_sharding).axes))
+                        and not kept & set(sdy.DimMappingAttr(dimension).factor_indices)
+                        for dimension_sharding, dimension in zip(sharding.dimension_shardings,
+                                                                 sdy.TensorMappingAttr(mapping).dim_mappings)]
+            if not any(gathered):
+                continue
+            axes = ["{" + ", ".join(str(axis) for axis in sdy.DimensionShardingAttr(d).axes) + "}" if whole else "{}"
+                    for d, whole in zip(sharding.dimension_shardings, gathered)]
+            left = [sdy.DimensionShardingAttr.get([], True) if whole else d
+                    for d, whole in zip(sharding.dimension_shardings, gathered)]
+            with ir.InsertionPoint(call), call.location:
+                all_gather = ir.Operation.create(
+                    "sdy.all_gather", results=[value.type], operands=[value],
+                    attributes={"gathering_axes": ir.Attribute.parse(f"#sdy<list_of_axis_ref_lists[{', '.join(axes)}]>"),
+                                "out_sharding": sdy.TensorShardingAttr.get(
+                                    sharding.mesh_or_ref, left, list(sharding.replicated_axes))})
+            call.operands[index] = all_gather.results[0]
+
+
 def _is_elementwise(operation) -> bool:
     """Whether ``operation`` has one result, no regions, and operands all of its result's shape."""
     if len(operation.results) != 1 or len(operation.regions):
@@ -600,6 +639,7 @@ def partition(text: str) -> str:
         stand_in_for_elementwise_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
         split_reduce_scatters_of_dots(module)
+        gather_operands_of_custom_rule_calls(module)
         stand_in_for_gathers_from_shards(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)
