@@ -14,7 +14,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from .child_process import serve
 from .edit import inline_every_call
-from .sources import make_context
+from .sources import CUSTOM_PARTITIONING_TARGET, make_context
 
 # What jaxlib's ``sdy-propagation-pipeline`` runs (Shardy's propagation_pipeline.cc), with its
 # export pipeline asked to insert every collective (``enable-insert-explicit-collectives``, which
@@ -283,9 +283,12 @@ def gather_operands_of_custom_rule_calls(module: ir.Module) -> None:
     partitioner gathers them: Shardy's reshards leave such calls to XLA (a rule marked
     ``custom``), so a matrix stayed split while its result, aliased to it
     (``output_operand_aliases``), was whole, which the verifier refuses. Dimensions a
-    result shares (a batch of matrices) stay split, as XLA keeps them."""
+    result shares (a batch of matrices) stay split, as XLA keeps them. A
+    ``custom_partitioning`` call (also marked ``custom``) is left alone: XLA partitions it
+    by the user's callback, not by gathering."""
     for call in _walk(module, "stablehlo.custom_call"):
-        if "sdy.sharding_rule" not in call.attributes:
+        if ("sdy.sharding_rule" not in call.attributes
+                or ir.StringAttr(call.attributes["call_target_name"]).value == CUSTOM_PARTITIONING_TARGET):
             continue
         rule = sdy.OpShardingRuleAttr(call.attributes["sdy.sharding_rule"])
         if not rule.is_custom:
