@@ -112,6 +112,14 @@ def cholesky_of_a_matrix_split_by_rows(platform):
     return mesh, jax.jit(jax.lax.linalg.cholesky), (jax.device_put(FACTOR @ FACTOR.T, NamedSharding(mesh, P("x"))),)
 
 
+def cholesky_split_by_rows_into_rows(platform):
+    """The same call with its result split by rows too: each device gathers the rows,
+    factorizes the whole matrix and keeps its rows of the factor (XLA's ``dynamic-slice``
+    by ``partition-id``)."""
+    mesh = make_mesh(platform, (2,), ("x",), AxisType.Auto)
+    rows = NamedSharding(mesh, P("x"))
+    return mesh, jax.jit(jax.lax.linalg.cholesky, out_shardings=rows), (jax.device_put(FACTOR @ FACTOR.T, rows),)
+
 def cholesky_of_a_batch_split_by_matrices(platform):
     """The same call on a batch of two matrices split over the batch: each device
     factorizes its own matrix and nothing moves (the batch dimension is the results' too)."""
@@ -122,7 +130,8 @@ def cholesky_of_a_batch_split_by_matrices(platform):
 
 CASES = [sum_over_sharded_rows, matmul_fsdp, threefry_bits_on_three_devices, unreduced_matmul_then_reshard,
          scan_over_sharded_columns, gradients_accumulated_unreduced_over_a_scan,
-         cholesky_of_a_matrix_split_by_rows, cholesky_of_a_batch_split_by_matrices]
+         cholesky_of_a_matrix_split_by_rows, cholesky_split_by_rows_into_rows,
+         cholesky_of_a_batch_split_by_matrices]
 
 
 def entry_shapes(text: str) -> list:
