@@ -127,8 +127,41 @@ ASYNC_CASES = [
     async_collective("ppermute", lambda x, axis: parallel.ppermute_start(x, axis, [(0, 1), (1, 0)])),
 ]
 
+# A lower triangle with 1 and 2 on its diagonal: every step of a Cholesky factorization of
+# FACTOR @ FACTOR.T (divisions by 1 and 2, square roots of 1 and 4, sums of small
+# integers) is exact in float32, so the factorization is FACTOR itself, bit for bit.
+FACTOR = np.tril(np.array([[1, 0, 0, 0], [2, 2, 0, 0], [-1, 3, 1, 0], [0, -2, 1, 2]], dtype=np.float32))
+
+
+def cholesky_of_a_matrix_split_by_rows(platform):
+    """LAPACK's ``potrf`` of a matrix split by rows over two devices: the call takes a
+    whole matrix (its result is aliased to it), so each device gathers the rows first,
+    as XLA's partitioner does."""
+    mesh = make_mesh(platform, (2,), ("x",), AxisType.Auto)
+    return mesh, jax.jit(jax.lax.linalg.cholesky), (jax.device_put(FACTOR @ FACTOR.T, NamedSharding(mesh, P("x"))),)
+
+
+def cholesky_split_by_rows_into_rows(platform):
+    """The same call with its result split by rows too: each device gathers the rows,
+    factorizes the whole matrix and keeps its rows of the factor (XLA's ``dynamic-slice``
+    by ``partition-id``)."""
+    mesh = make_mesh(platform, (2,), ("x",), AxisType.Auto)
+    rows = NamedSharding(mesh, P("x"))
+    return mesh, jax.jit(jax.lax.linalg.cholesky, out_shardings=rows), (jax.device_put(FACTOR @ FACTOR.T, rows),)
+
+
+def cholesky_of_a_batch_split_by_matrices(platform):
+    """The same call on a batch of two matrices split over the batch: each device
+    factorizes its own matrix and nothing moves (the batch dimension is the results' too)."""
+    mesh = make_mesh(platform, (2,), ("x",), AxisType.Auto)
+    batch = np.stack([FACTOR @ FACTOR.T, 4 * (FACTOR @ FACTOR.T)])
+    return mesh, jax.jit(jax.lax.linalg.cholesky), (jax.device_put(batch, NamedSharding(mesh, P("x"))),)
+
+
 CASES = [sum_over_sharded_rows, matmul_fsdp, threefry_bits_on_three_devices, unreduced_matmul_then_reshard,
-         scan_over_sharded_columns, gradients_accumulated_unreduced_over_a_scan, *ASYNC_CASES]
+         scan_over_sharded_columns, gradients_accumulated_unreduced_over_a_scan,
+         cholesky_of_a_matrix_split_by_rows, cholesky_split_by_rows_into_rows,
+         cholesky_of_a_batch_split_by_matrices, *ASYNC_CASES]
 
 
 def entry_shapes(text: str) -> list:
@@ -207,6 +240,23 @@ def test_per_device_program_computes_what_each_device_holds(case):
         for device, result in zip(devices, results):
             np.testing.assert_array_equal(result[number], held[device])
             np.testing.assert_array_equal(result[number], xla_held[device.id])
+
+
+def test_a_lapack_call_on_a_split_matrix_gathers_it_first():
+    """Before the ``lapack_spotrf_ffi`` call an all-gather, on XLA's CPU and ours; the
+    batch split by matrices gathers nothing on either. Each device's run of our program
+    gives the factor whole (hand-checked: FACTOR, exactly)."""
+    for platform in PLATFORMS:
+        text = compiled_text(cholesky_of_a_matrix_split_by_rows, platform)
+        call = text.index('custom_call_target="lapack_spotrf_ffi"')
+        assert "all-gather(" in text[:call], platform
+        assert "all-" not in compiled_text(cholesky_of_a_batch_split_by_matrices, platform), platform
+    mesh, function, (matrix,) = cholesky_of_a_matrix_split_by_rows("interp")
+    with jax.set_mesh(mesh):
+        text = partition.per_device_program(function.lower(matrix).compiler_ir("stablehlo"))
+    rows = [np.asarray(shard.data) for shard in sorted(matrix.addressable_shards, key=lambda shard: shard.device.id)]
+    for (result,) in si.Program(text).run_grid([[part] for part in rows]):
+        np.testing.assert_array_equal(result, FACTOR)
 
 
 def test_text_is_the_global_program_and_why_when_the_partitioner_fails():

@@ -14,7 +14,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from .child_process import serve
 from .edit import async_pairs_as_collectives, inline_every_call
-from .sources import make_context
+from .sources import CUSTOM_PARTITIONING_TARGET, make_context
 
 # What jaxlib's ``sdy-propagation-pipeline`` runs (Shardy's propagation_pipeline.cc), with its
 # export pipeline asked to insert every collective (``enable-insert-explicit-collectives``, which
@@ -275,6 +275,87 @@ def split_reduce_scatters_of_dots(module: ir.Module) -> None:
         scatter.results[0].replace_all_uses_with(sliced.results[0])
         scatter.erase()
 
+
+def _custom_rule_calls(module: ir.Module) -> list:
+    """``(call, rule)`` of each custom call whose sharding rule is marked ``custom``
+    (LAPACK's calls: Cholesky, QR, SVD ...): Shardy's reshards leave such calls to XLA's
+    partitioner, which gathers what the call does not split. A ``custom_partitioning``
+    call (also marked ``custom``) is left out: XLA partitions it by the user's callback."""
+    found = []
+    for call in _walk(module, "stablehlo.custom_call"):
+        if ("sdy.sharding_rule" not in call.attributes
+                or ir.StringAttr(call.attributes["call_target_name"]).value == CUSTOM_PARTITIONING_TARGET):
+            continue
+        rule = sdy.OpShardingRuleAttr(call.attributes["sdy.sharding_rule"])
+        if rule.is_custom:
+            found.append((call, rule))
+    return found
+
+
+def _factors(mappings) -> set:
+    """The factors of a rule's operand or result mappings."""
+    return {factor for mapping in mappings for dimension in sdy.TensorMappingAttr(mapping).dim_mappings
+            for factor in sdy.DimMappingAttr(dimension).factor_indices}
+
+
+def _split_outside(sharding, mapping, shared: set) -> list:
+    """Whether each dimension of a value sharded as ``sharding`` (its rule's ``mapping``)
+    is split though none of its factors is in ``shared``."""
+    return [bool(len(sdy.DimensionShardingAttr(dimension_sharding).axes))
+            and not shared & set(sdy.DimMappingAttr(dimension).factor_indices)
+            for dimension_sharding, dimension in zip(sharding.dimension_shardings,
+                                                     sdy.TensorMappingAttr(mapping).dim_mappings)]
+
+
+def _whole_along(sharding, whole: list):
+    """``sharding`` with the dimensions marked in ``whole`` not split."""
+    return sdy.TensorShardingAttr.get(
+        sharding.mesh_or_ref, [sdy.DimensionShardingAttr.get([], True) if unsplit else dimension
+                               for dimension, unsplit in zip(sharding.dimension_shardings, whole)],
+        list(sharding.replicated_axes))
+
+
+def replicate_results_of_custom_rule_calls(module: ir.Module) -> None:
+    """Before the export's reshards: each result of a :func:`_custom_rule_calls` call
+    whole along the dimensions whose factors no operand shares (propagation split a
+    factor's result by rows when its user was), so the export slices it for a user that
+    wants it split, as XLA's partitioner slices the call's whole result (a
+    ``dynamic-slice`` by ``partition-id``)."""
+    for call, rule in _custom_rule_calls(module):
+        if "sdy.sharding" not in call.attributes:
+            continue
+        shared = _factors(rule.operand_mappings)
+        shardings = [sdy.TensorShardingAttr(sharding) for sharding in
+                     sdy.TensorShardingPerValueAttr(call.attributes["sdy.sharding"]).shardings]
+        call.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get([
+            _whole_along(sharding, _split_outside(sharding, mapping, shared))
+            for sharding, mapping in zip(shardings, rule.result_mappings)])
+
+
+def gather_operands_of_custom_rule_calls(module: ir.Module) -> None:
+    """Each operand of a :func:`_custom_rule_calls` call whole along the dimensions whose
+    factors no result shares (a matrix's rows and columns), gathered by an
+    ``sdy.all_gather`` before the call, as XLA's SPMD partitioner gathers them: the export
+    left a matrix split while its result, aliased to it (``output_operand_aliases``), was
+    whole, which the verifier refuses. Dimensions a result shares (a batch of matrices)
+    stay split, as XLA keeps them."""
+    for call, rule in _custom_rule_calls(module):
+        shared = _factors(rule.result_mappings)
+        for index, (value, mapping) in enumerate(zip(call.operands, rule.operand_mappings)):
+            sharding = _sharding_of(value)
+            if sharding is None:
+                continue
+            gathered = _split_outside(sharding, mapping, shared)
+            if not any(gathered):
+                continue
+            axes = ["{" + ", ".join(str(axis) for axis in sdy.DimensionShardingAttr(d).axes) + "}" if whole else "{}"
+                    for d, whole in zip(sharding.dimension_shardings, gathered)]
+            with ir.InsertionPoint(call), call.location:
+                all_gather = ir.Operation.create(
+                    "sdy.all_gather", results=[value.type], operands=[value],
+                    attributes={"gathering_axes": ir.Attribute.parse(f"#sdy<list_of_axis_ref_lists[{', '.join(axes)}]>"),
+                                "out_sharding": _whole_along(sharding, gathered)})
+            call.operands[index] = all_gather.results[0]
 
 def _is_elementwise(operation) -> bool:
     """Whether ``operation`` has one result, no regions, and operands all of its result's shape."""
@@ -599,8 +680,11 @@ def partition(text: str) -> str:
         inline_every_call(module)
         async_pairs_as_collectives(module)   # XLA's converter refuses async ops; XLA's CPU shows the collective
         stand_in_for_elementwise_chlo(module)
-        _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES)
+        _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES[:-1])
+        replicate_results_of_custom_rule_calls(module)
+        _run(module, PROPAGATE_AND_INSERT_COLLECTIVES[-1:])
         split_reduce_scatters_of_dots(module)
+        gather_operands_of_custom_rule_calls(module)
         stand_in_for_gathers_from_shards(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)
