@@ -80,7 +80,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads BLAS (see above)
 
-import numpy as np  # noqa: E402 - OPENBLAS_NUM_THREADS set above, before NumPy loads BLAS
+import numpy as np
 from floor import KernelRecorder, floor_of
 from timing import best_time, format_time
 

@@ -28,7 +28,7 @@ import numpy as np
 import stablehlo_interp as si
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from timing import format_time  # noqa: E402 - after the path set-up above
+from timing import format_time
 
 CHROMIUM = "/usr/bin/chromium"
 

@@ -96,7 +96,7 @@ def binding_calls(text: str):
             break
         len(operation.attributes)
         result = operation.result
-        result.type
+        result.type  # noqa: B018 - reading the type is the work timed
         tuple(map(slot_of, map(hash, operation.operands)))
         slots[hash(result)] = len(slots)
     return module

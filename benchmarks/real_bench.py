@@ -46,10 +46,10 @@ from stablehlo_interp import device as interp_device
 from stablehlo_interp.device.runtime import device_semantics
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from zoo import PROGRAMS, REAL_SIZES  # noqa: E402 - after tests/ is put on sys.path above
+from zoo import PROGRAMS, REAL_SIZES
 
-from floor import KernelRecorder, floor_of  # noqa: E402 - after tests/ is put on sys.path above
-from timing import best_time, format_time  # noqa: E402 - after tests/ is put on sys.path above
+from floor import KernelRecorder, floor_of
+from timing import best_time, format_time
 
 
 def record_kernels(step_function, args) -> KernelRecorder:

@@ -26,14 +26,14 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")  # before jax is imported, below
 
-import numpy as np  # noqa: E402 - XLA_FLAGS set above, before jax is imported
+import numpy as np
 
-import jax  # noqa: E402 - XLA_FLAGS set above, before jax is imported
-import jax.numpy as jnp  # noqa: E402 - XLA_FLAGS set above, before jax is imported
-from jax import lax  # noqa: E402 - XLA_FLAGS set above, before jax is imported
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard  # noqa: E402 - XLA_FLAGS set above, before jax is imported
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard
 
 
 def loss(params, x, y):
@@ -127,8 +127,8 @@ def main() -> None:
     results = {platform: measure(platform, params, x, y, options.repeat) for platform in ("cpu", "interp")}
     for platform, (_, _, _, one, eight, typed) in results.items():   # the three steps agree on each platform
         for a, b, c in zip(jax.tree.leaves(one), jax.tree.leaves(eight), jax.tree.leaves(typed)):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
-            np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5, err_msg=platform)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-4, atol=1e-5, err_msg=platform)
     for index in (4, 5):
         for a, b in zip(jax.tree.leaves(results["cpu"][index]), jax.tree.leaves(results["interp"][index])):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)

@@ -199,7 +199,6 @@ def main() -> None:
         print(f"  only the C++ interpreter runs {name}")
     if not both:
         return
-    total_ours = sum(o for o, _ in both)
     print(f"{'':<30}{'ours':>12}{'C++, fresh context':>22}{'C++, reused context':>22}")
     for label, pick in (("total load + run", sum), ("median per program", statistics.median)):
         ours_value = pick(o for o, _ in both)

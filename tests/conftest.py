@@ -7,8 +7,8 @@ import zlib
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
-import pytest  # noqa: E402 - kept below the XLA_FLAGS set-up above (it must come before any import of jax)
-from hypothesis import HealthCheck, settings  # noqa: E402 - kept below the XLA_FLAGS set-up above (it must come before any import of jax)
+import pytest
+from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

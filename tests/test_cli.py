@@ -93,7 +93,6 @@ def test_split_keeps_line_numbers():
 
 def test_internal_errors_are_reported_not_raised():
     """An op implementation that crashes fails its test; the run goes on."""
-    import stablehlo_interp as si
 
     text = """func.func @first() {
   %a = stablehlo.constant dense<1.0> : tensor<f32>

@@ -96,7 +96,7 @@ def _run_python(block: Block, path: pathlib.Path, namespace: dict):
     stdout = io.StringIO()
     try:
         with contextlib.redirect_stdout(stdout):
-            exec(code, namespace)  # noqa: S102 - the documentation's own examples
+            exec(code, namespace)
     except BaseException:  # noqa: BLE001 - reported to the parent
         return stdout.getvalue(), traceback.format_exc()
     return stdout.getvalue(), None

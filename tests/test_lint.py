@@ -1,6 +1,6 @@
-"""The static checks CI runs (.ci/run), in the suite too: ruff and mypy on
-stablehlo_interp/ with the configuration in pyproject.toml, and the public API
-fully annotated (stablehlo_interp's exports and the CLI's entry point)."""
+"""The static checks CI runs (.ci/run), in the suite too: ruff on the project's Python
+(package, tests, benchmarks, examples) and mypy on stablehlo_interp/ with the configuration
+in pyproject.toml, and the public API fully annotated (stablehlo_interp's exports and the CLI's entry point)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+LINTED = ("stablehlo_interp", "tests", "benchmarks", "examples")  # as .ci/run lints
 
 
 def _tool(name: str) -> str:
@@ -25,7 +26,7 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_passes():
-    run = subprocess.run([_tool("ruff"), "check", "--no-cache", "stablehlo_interp"], cwd=REPO,
+    run = subprocess.run([_tool("ruff"), "check", "--no-cache", *LINTED], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
 

@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("model_explorer", reason="Model Explorer is not installed (the model-explorer extra)")
 
-import stablehlo_interp as si   # noqa: E402 - after the importorskip above (a clear skip without the extra)
-from stablehlo_interp.cli import main   # noqa: E402 - after the importorskip above (a clear skip without the extra)
-from stablehlo_interp.tools import InterpreterBackend   # noqa: E402 - after the importorskip above (a clear skip without the extra)
-from stablehlo_interp.tools.model_explorer import GraphMismatch, model_explorer_graphs, node_ids   # noqa: E402 - after the importorskip above (a clear skip without the extra)
-from stablehlo_interp.tools.model_explorer.graphs import graphs_by_id, node_types, op_nodes   # noqa: E402 - after the importorskip above (a clear skip without the extra)
+import stablehlo_interp as si
+from stablehlo_interp.cli import main
+from stablehlo_interp.tools import InterpreterBackend
+from stablehlo_interp.tools.model_explorer import GraphMismatch, model_explorer_graphs, node_ids
+from stablehlo_interp.tools.model_explorer.graphs import graphs_by_id, node_types, op_nodes
 
 
 def double(z):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras reads it when imported, below
 
-import jax  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
-import keras  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
-import numpy as np  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
+import jax
+import keras
+import numpy as np
 
-from . import ZooProgram, as_numpy  # noqa: E402 - Keras reads KERAS_BACKEND, set above, when imported
+from . import ZooProgram, as_numpy
 
 if keras.backend.backend() != "jax":
     raise ImportError(f"keras was imported with the {keras.backend.backend()!r} backend; "

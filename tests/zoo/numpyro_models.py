@@ -4,7 +4,6 @@ on a Bayesian linear regression, the whole chain in one jitted function."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
