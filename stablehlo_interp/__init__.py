@@ -22,7 +22,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .engine.hostio import HostQueues
-from .program import Program, load, run, run_per_device
+from .program import Program, load, run
 from .program.registration import register_custom_call, register_op
 from .ir.types import TOKEN, TensorType, Token
 
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 # The tools load on first use: JAX imports this package when it discovers the
 # device plugin, and most programs never need them.
 _TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes",
-          "on_device", "portability", "probe", "profile", "trace")
+          "on_device", "portability", "probe", "profile", "run_per_device", "trace")
 
 
 def __getattr__(name: str) -> Any:

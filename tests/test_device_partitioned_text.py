@@ -260,8 +260,8 @@ def test_a_lapack_call_on_a_split_matrix_gathers_it_first():
 
 
 def test_text_is_the_global_program_and_why_when_the_partitioner_fails():
-    """Shardy's global-to-local pass cannot slice a sharded dimension to a length the mesh
-    does not divide (XLA pads it): the text is then the global program, with a note. Its
+    """Shardy's global-to-local pass cannot split a dimension into shards the mesh does not
+    divide evenly (XLA pads it): the text is then the global program, with a note. Its
     sharding constraint is HLO's ``Sharding`` custom call (XLA's converter refuses Shardy
     ops), with the HLO sharding JAX's NamedSharding names."""
     mesh = make_mesh("interp", (2,), ("x",), AxisType.Auto)
@@ -270,7 +270,7 @@ def test_text_is_the_global_program_and_why_when_the_partitioner_fails():
     text = jax.jit(lambda x: jax.lax.with_sharding_constraint(x[:3], rows).sum(0)).lower(x).compile().as_text()
     header = text.splitlines()[0]
     assert "interp.per_device_program=\"not made (Shardy\\'s partitioner failed" in header
-    assert "slice is not a full slice" in header
+    assert "is split 2 ways along dimension 0, of 3 elements" in header
     assert entry_shapes(text) == ["f32[4,2]", "f32[2]"]
     calls = [line for line in text.splitlines() if 'custom_call_target="Sharding"' in line]
     assert len(calls) == 1 and f"sharding={rows._to_xla_hlo_sharding(2)}" in calls[0]
@@ -287,11 +287,12 @@ module @uneven attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 
 }"""
 
 
-def test_partitioner_abort_is_an_error_and_this_process_lives_on():
-    """On a dimension the mesh does not divide the pass aborts its process (a failed
-    Check); that is a PartitionError with the Check's message, and the next module is
-    partitioned by a fresh child."""
-    with pytest.raises(partition.PartitionError, match="aborted the child.*non-divisible sharding"):
+def test_uneven_shards_are_refused_before_the_pass_aborts():
+    """On a dimension the mesh does not divide the global-to-local pass aborts its process
+    (a failed Check, "non-divisible sharding"); the child refuses such a module first, a
+    PartitionError naming the value, and goes on partitioning the next module."""
+    with pytest.raises(partition.PartitionError, match=r"failed: sdy\.all_slice at -:4 \(tensor<3xf32>\) is split "
+                                                       r"2 ways along dimension 0, of 3 elements"):
         partition.per_device_program(si.load(UNEVEN).module)
     assert "all-reduce" in compiled_text(sum_over_sharded_rows, "interp")
 

@@ -237,30 +237,14 @@ class PerDevice(Global):
         per_device_observed = self.mode == PER_DEVICE
         expected = super().run(arguments, () if per_device_observed else listeners)
         actual = self.partitioned.run_devices(arguments, listeners if per_device_observed else ())
-        notes = self.partitioned.check(expected, actual, lambda: self._beyond_rounding_noise(arguments, expected,
-                                                                                             actual))
+        from ..tools.per_device import beyond_rounding_noise   # the tools share the device's floor; loaded on use
+
+        notes = self.partitioned.check(expected, actual, lambda: beyond_rounding_noise(
+            lambda listener: Global.run(self, arguments, [listener]), self.program.semantics, expected, actual))
         if notes:
             warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
                           stacklevel=2)
         return actual if per_device_observed else expected
-
-    def _beyond_rounding_noise(self, arguments: list, expected: list, actual: list) -> list[str]:
-        """The devices' results beyond the rounding noise of the global program: its runs
-        with every op's float results moved within the op's rounding bound
-        (tools/bounds.py, as ``si.compare`` judges a backend) give each value's allowance."""
-        from ..tools import bounds   # the tools share the device's floor
-
-        runs = bounds.noise_runs(lambda listener: Global.run(self, arguments, [listener]), self.program.semantics)
-        beyond: dict = {}
-        for device, (wanted, got) in enumerate(zip(expected, actual)):
-            for index, (value, other) in enumerate(zip(wanted, got)):
-                if not isinstance(value, np.ndarray):
-                    continue
-                bound, alternatives = bounds.spread_allowance(value, [run[device][index] for run in runs])
-                if not bounds.within(value, np.asarray(other), bound, alternatives).all():
-                    beyond.setdefault(index, []).append(device)
-        return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} "
-                f"({len(runs)} runs with every op moved within its rounding bound)" for index, devices in beyond.items()]
 
 
 def placement(program, function, num_replicas: int, num_partitions: int, spmd: bool,

@@ -17,6 +17,8 @@
   ``async_done`` pair as the collective it wraps, as XLA's CPU shows it, for
   XLA's StableHLO-to-HLO converter, which refuses async ops (ir/partition_child.py,
   and :func:`as_hlo_convertible`).
+* :func:`chlo_sharding_rule` is an ``sdy.sharding_rule`` for the CHLO ops Shardy has
+  no rule for (ir/shardy_child.py, ir/partition_child.py).
 * :func:`as_hlo_convertible` writes Shardy's ``sdy.sharding_constraint``
   and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, and the async
   pairs as their collectives, which XLA's StableHLO-to-HLO converter reads
@@ -269,6 +271,35 @@ def async_pairs_as_collectives(module: ir.Module) -> None:
                 result.replace_all_uses_with(value)
             done.erase()
         start.erase()
+
+
+FACTORS = "ijklmnopqrstuvwxyz"   # a sharding rule's factors, named in order
+
+
+def chlo_sharding_rule(operation: ir.Operation) -> ir.Attribute | None:
+    """An ``sdy.sharding_rule`` for a CHLO op, which Shardy has none for: an element-wise
+    op's (one result, no regions, operands all of its result's shape: each dimension one
+    factor shared by all), or ``chlo.top_k``'s (the batch dimensions shared, the last
+    dimension whole: a factor that needs replication); None for other ops."""
+    if operation.name == "chlo.top_k":
+        shape = ir.RankedTensorType(operation.operands[0].type).shape
+        k = ir.RankedTensorType(operation.results[0].type).shape[-1]
+        factors = list(FACTORS[:len(shape) + 1])   # the batch's, the operand's last, the results' last
+        batch, last, chosen = factors[:-2], factors[-2], factors[-1]
+        operand, result = f"[{', '.join(batch + [last])}]", f"[{', '.join(batch + [chosen])}]"
+        sizes = ", ".join(f"{factor}={size}" for factor, size in zip(factors, [*shape, k]))
+        return ir.Attribute.parse(f"#sdy.op_sharding_rule<({operand})->({result}, {result}) {{{sizes}}} "
+                                  f"need_replication={{{last}, {chosen}}}>")
+    if len(operation.results) != 1 or len(operation.regions):
+        return None
+    shape = ir.RankedTensorType(operation.results[0].type).shape
+    if any(ir.RankedTensorType(value.type).shape != shape for value in operation.operands):
+        return None
+    factors = FACTORS[:len(shape)]
+    dimensions = f"[{', '.join(factors)}]"
+    sizes = f" {{{', '.join(f'{factor}={size}' for factor, size in zip(factors, shape))}}}" if shape else ""
+    return ir.Attribute.parse(f"#sdy.op_sharding_rule<({', '.join([dimensions] * len(operation.operands))})"
+                              f"->({dimensions}){sizes}>")
 
 
 def _return_instead(func, block: ir.Block, values: list, location) -> None:

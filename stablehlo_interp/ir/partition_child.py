@@ -13,7 +13,8 @@ from jaxlib.mlir.dialects import sdy
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from .child_process import serve
-from .edit import async_pairs_as_collectives, inline_every_call
+from .decode import decode_location
+from .edit import async_pairs_as_collectives, chlo_sharding_rule, inline_every_call
 from .sources import CUSTOM_PARTITIONING_TARGET, make_context
 
 # What jaxlib's ``sdy-propagation-pipeline`` runs (Shardy's propagation_pipeline.cc), with its
@@ -43,12 +44,12 @@ def _run(module: ir.Module, passes: tuple) -> None:
 
 
 def _walk(module: ir.Module, name: str) -> list:
-    """The ops called ``name`` (every op of a dialect for a prefix such as ``"chlo."``),
-    inner ones before the ops holding them."""
+    """The ops called ``name`` (every op of a dialect for a prefix such as ``"chlo."``, every
+    op for ``""``), inner ones before the ops holding them."""
     found = []
 
     def visit(operation):
-        if operation.name == name or (name.endswith(".") and operation.name.startswith(name)):
+        if operation.name == name or ((not name or name.endswith(".")) and operation.name.startswith(name)):
             found.append(operation)
         return ir.WalkResult.ADVANCE
 
@@ -184,19 +185,21 @@ def inline_whiles(module: ir.Module) -> None:
 
 
 def _stand_in(operation, sharding: dict | None = None) -> None:
-    """Replace ``operation`` (one result) by a custom call the global-to-local pass converts
+    """Replace ``operation`` by a custom call the global-to-local pass converts
     like any op sharded as its result; the op's name and attributes ride along for
     :func:`restore_stand_ins`. ``sharding``: the stand-in's sharding attributes (default:
     the op's ``sdy.sharding``)."""
     kept = {name: operation.attributes[name] for name in operation.attributes if name != "sdy.sharding"}
     with ir.InsertionPoint(operation), operation.location:
         stand_in = ir.Operation.create(
-            "stablehlo.custom_call", results=[operation.results[0].type], operands=list(operation.operands),
+            "stablehlo.custom_call", results=[result.type for result in operation.results],
+            operands=list(operation.operands),
             attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
                         "backend_config": ir.StringAttr.get(operation.name),
                         STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
                         **(sharding or {"sdy.sharding": operation.attributes["sdy.sharding"]})})
-    operation.results[0].replace_all_uses_with(stand_in.results[0])
+    for result, replacement in zip(operation.results, stand_in.results):
+        result.replace_all_uses_with(replacement)
     operation.erase()
 
 
@@ -232,20 +235,16 @@ def stand_in_for_unconverted_ops(module: ir.Module) -> None:
             _stand_in(operation)
 
 
-def stand_in_for_elementwise_chlo(module: ir.Module) -> None:
+def stand_in_for_chlo(module: ir.Module) -> None:
     """Each element-wise CHLO op (``chlo.square`` of a LayerNorm's variance, ``chlo.erf``
-    ...) a stand-in with an element-wise ``sdy.sharding_rule``, before propagation: Shardy
-    has no sharding rule for CHLO's ops (it gave a ``chlo.square`` another sharding than
-    its operand's, and no reshard between them) and its global-to-local pass refuses them
-    as illegal. :func:`restore_stand_ins` makes them the op again, on local types."""
+    ...) and ``chlo.top_k`` a stand-in with a ``sdy.sharding_rule`` (ir/edit.py's
+    :func:`chlo_sharding_rule`), before propagation: Shardy has no sharding rule for CHLO's
+    ops (it gave a ``chlo.square`` another sharding than its operand's, and no reshard
+    between them) and its global-to-local pass refuses them as illegal.
+    :func:`restore_stand_ins` makes them the op again, on local types."""
     for operation in _walk(module, "chlo."):
-        if _is_elementwise(operation):
-            shape = ir.RankedTensorType(operation.results[0].type).shape
-            factors = "ijklmnopqrstuvwxyzabcdefgh"[:len(shape)]
-            dimensions = f"[{', '.join(factors)}]"
-            sizes = f" {{{', '.join(f'{factor}={size}' for factor, size in zip(factors, shape))}}}" if shape else ""
-            rule = ir.Attribute.parse(f"#sdy.op_sharding_rule<({', '.join([dimensions] * len(operation.operands))})"
-                                      f"->({dimensions}){sizes}>")
+        rule = chlo_sharding_rule(operation)
+        if rule is not None:
             _stand_in(operation, {"sdy.sharding_rule": rule})
 
 
@@ -357,16 +356,217 @@ def gather_operands_of_custom_rule_calls(module: ir.Module) -> None:
                                 "out_sharding": _whole_along(sharding, gathered)})
             call.operands[index] = all_gather.results[0]
 
-def _is_elementwise(operation) -> bool:
-    """Whether ``operation`` has one result, no regions, and operands all of its result's shape."""
-    if len(operation.results) != 1 or len(operation.regions):
-        return False
-    shape = ir.RankedTensorType(operation.results[0].type).shape
-    return all(ir.RankedTensorType(value.type).shape == shape for value in operation.operands)
+# The reductions whose partial results a collective may combine with the same op.
+MONOIDS = frozenset({"stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
+                     "stablehlo.and", "stablehlo.or", "stablehlo.xor"})
+
+
+def _reducer(operation) -> str | None:
+    """The op a one-input ``reduce``'s body applies to its two arguments when that is all
+    the body does and the op is one of :data:`MONOIDS`, else None."""
+    if len(operation.operands) != 2:
+        return None
+    block = operation.regions[0].blocks[0]
+    body = [inner.operation for inner in block.operations]
+    arguments = list(block.arguments)
+    if (len(body) != 2 or body[0].name not in MONOIDS or body[1].name != "stablehlo.return"
+            or sorted(arguments.index(value) for value in body[0].operands if value in arguments) != [0, 1]
+            or list(body[1].operands) != [body[0].results[0]]):
+        return None
+    return body[0].name
+
+
+def _split_dimensions(value: ir.Value) -> list:
+    """Whether each dimension of ``value`` is split over devices after propagation."""
+    sharding = _sharding_of(value)
+    rank = ir.RankedTensorType(value.type).rank
+    if sharding is None:
+        return [False] * rank
+    return [bool(len(sdy.DimensionShardingAttr(dimension).axes)) for dimension in sharding.dimension_shardings]
+
+
+def _dimensions_to_gather(operation) -> tuple[list, list] | None:
+    """For an op whose per-device form Shardy's global-to-local pass gets wrong when some
+    of its dimensions are split (it runs the global op on the device's part, or aborts):
+    ``(operands, results)``, the indices of the operands and results sharing those
+    dimensions and, for each, the dimensions that must be whole; None for other ops."""
+    name = operation.name
+    operands = list(operation.operands)
+    shape = ir.RankedTensorType(operands[0].type).shape if operands else []
+    attribute = operation.attributes
+
+    def marked(dimensions) -> list:
+        return [dimension in set(dimensions) for dimension in range(len(shape))]
+
+    if name == "stablehlo.reverse":
+        whole = marked(ir.DenseI64ArrayAttr(attribute["dimensions"]))
+        return [(0, whole)], [(0, whole)]
+    if name == "stablehlo.pad":
+        edges = [list(ir.DenseI64ArrayAttr(attribute[key])) for key in ("edge_padding_low", "edge_padding_high",
+                                                                          "interior_padding")]
+        whole = [any(edge[dimension] for edge in edges) for dimension in range(len(shape))]
+        return [(0, whole)], [(0, whole)]
+    if name == "stablehlo.slice":
+        starts, limits, strides = (list(ir.DenseI64ArrayAttr(attribute[key]))
+                                   for key in ("start_indices", "limit_indices", "strides"))
+        whole = [(start, limit, stride) != (0, size, 1) for start, limit, stride, size in zip(starts, limits, strides,
+                                                                                              shape)]
+        return [(0, whole)], [(0, whole)]
+    if name == "stablehlo.concatenate":
+        whole = marked([ir.IntegerAttr(attribute["dimension"]).value])
+        return [(index, whole) for index in range(len(operands))], [(0, whole)]
+    if name == "stablehlo.dynamic_update_slice":
+        update = ir.RankedTensorType(operands[1].type).shape
+        whole = [part != size for part, size in zip(update, shape)]
+        return [(0, whole), (1, whole)], [(0, whole)]
+    if name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
+        windows = list(ir.DenseI64ArrayAttr(attribute["window_dimensions"]))
+        strides = list(ir.DenseI64ArrayAttr(attribute["window_strides"])) if "window_strides" in attribute \
+            else [1] * len(shape)
+        padded = [False] * len(shape)
+        if "padding" in attribute:
+            padding = np.array(ir.DenseIntElementsAttr(attribute["padding"])).reshape(-1, 2)
+            padded = [bool(low or high) for low, high in padding]
+        dilated = [False] * len(shape)
+        for key in ("base_dilations", "window_dilations"):
+            if key in attribute:
+                dilated = [d or size > 1 for d, size in zip(dilated, ir.DenseI64ArrayAttr(attribute[key]))]
+        whole = [window > 1 or stride > 1 or pad or dilation
+                 for window, stride, pad, dilation in zip(windows, strides, padded, dilated)]
+        if name == "stablehlo.select_and_scatter":
+            return [(0, whole), (1, whole)], [(0, whole)]
+        inputs = len(operands) // 2
+        return [(index, whole) for index in range(inputs)], [(index, whole) for index in range(inputs)]
+    if name == "stablehlo.convolution":
+        numbers = hlo.ConvDimensionNumbers(attribute["dimension_numbers"])
+        kernel = ir.RankedTensorType(operands[1].type).shape
+        spatial = list(numbers.input_spatial_dimensions)
+        settings = {key: list(ir.DenseI64ArrayAttr(attribute[key])) if key in attribute else None
+                    for key in ("window_strides", "lhs_dilation", "rhs_dilation")}
+        padding = (np.array(ir.DenseIntElementsAttr(attribute["padding"])).reshape(-1, 2)
+                   if "padding" in attribute else np.zeros((len(spatial), 2), int))
+        windowed = [kernel[kernel_dimension] > 1 or bool(padding[k].any())
+                    or any(values is not None and values[k] > 1 for values in settings.values())
+                    for k, kernel_dimension in enumerate(numbers.kernel_spatial_dimensions)]
+        output = ir.RankedTensorType(operation.results[0].type).rank
+        return ([(0, marked([d for d, w in zip(spatial, windowed) if w]))],
+                [(0, [dimension in {d for d, w in zip(numbers.output_spatial_dimensions, windowed) if w}
+                      for dimension in range(output)])])
+    if name == "stablehlo.reduce":
+        sharding = _sharding_of(operation.results[0]) if len(operation.results) else None
+        unreduced = sharding is not None and len(sharding.unreduced_axes)
+        if _reducer(operation) is not None and not unreduced:
+            return None   # each device reduces its part; the all-reduce combines them (reduce_partials_by_their_op)
+        whole = marked(ir.DenseI64ArrayAttr(attribute["dimensions"]))
+        return [(index, whole) for index in range(len(operands) // 2)], []
+    return None
+
+
+def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
+    """Before the export's reshards: an op whose per-device form Shardy gets wrong on a
+    split dimension (:func:`_dimensions_to_gather`: a ``reverse``, ``pad`` or partial
+    ``slice`` of it, a ``concatenate`` along it, a ``dynamic_update_slice`` into it, windows slid over it, a
+    ``reduce`` over it that is not a sum or a monoid combined by an all-reduce) takes
+    its operands whole along those dimensions (an ``sdy.reshard``, an all-gather) and
+    gives its results whole along them; the export slices them again for users that
+    want them split. So XLA's partitioner does with ops it cannot split (it replicates
+    them); for windows it exchanges only the neighbours' halo, so the per-device
+    program here sends more bytes than XLA's there (docs/sharding.md)."""
+    for operation in _walk(module, "stablehlo."):
+        found = _dimensions_to_gather(operation)
+        if found is None:
+            continue
+        operands, results = found
+        for index, whole in operands:
+            value = operation.operands[index]
+            sharding = _sharding_of(value)
+            if sharding is None or not any(w and split for w, split in zip(whole, _split_dimensions(value))):
+                continue
+            with ir.InsertionPoint(operation), operation.location:
+                reshard = ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
+                                              attributes={"sharding": _whole_along(sharding, whole)})
+            operation.operands[index] = reshard.results[0]
+        if results and "sdy.sharding" in operation.attributes:
+            shardings = [sdy.TensorShardingAttr(sharding) for sharding in
+                         sdy.TensorShardingPerValueAttr(operation.attributes["sdy.sharding"]).shardings]
+            masks = dict(results)
+            operation.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get([
+                _whole_along(sharding, masks[index]) if index in masks else sharding
+                for index, sharding in enumerate(shardings)])
+
+
+class UnevenShards(Exception):
+    """A value split over more devices than its dimension divides into (module docstring)."""
+
+
+def refuse_uneven_shards(module: ir.Module) -> None:
+    """Raise :class:`UnevenShards` naming the first value (an op's result, a function's
+    argument or result) split along a dimension its devices do not divide evenly: the
+    global-to-local pass has no per-device type for it (it aborts its process) where XLA
+    pads the last shards."""
+    meshes = _mesh_axes(module)
+
+    def check(sharding, value_type, what: str) -> None:
+        mesh = meshes.get(ir.FlatSymbolRefAttr(sharding.mesh_or_ref).value)
+        value_type = value_type.maybe_downcast() if type(value_type) is ir.Type else value_type
+        if mesh is None or not isinstance(value_type, ir.RankedTensorType):
+            return
+        shape = value_type.shape
+        for dimension, dimension_sharding in enumerate(sharding.dimension_shardings):
+            axes = [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(dimension_sharding).axes]
+            parts = int(np.prod([_axis_size(axis, mesh) for axis in axes]))
+            if shape[dimension] % parts:
+                raise UnevenShards(
+                    f"{what} ({value_type}) is split {parts} ways along dimension {dimension}, of "
+                    f"{shape[dimension]} elements; Shardy's partitioner has no per-device type for uneven shards "
+                    "(XLA pads the last ones)")
+
+    for operation in _walk(module, ""):
+        if "sdy.sharding" in operation.attributes:
+            shardings = sdy.TensorShardingPerValueAttr(operation.attributes["sdy.sharding"]).shardings
+            for index, (sharding, result) in enumerate(zip(shardings, operation.results)):
+                check(sdy.TensorShardingAttr(sharding), result.type,
+                      f"result {index} of {operation.name} at {decode_location(operation.location)}")
+        for key in ("sharding", "out_sharding"):   # a reshard's or a collective's (sdy.all_slice ...)
+            if key in operation.attributes and len(operation.results) == 1:
+                check(sdy.TensorShardingAttr(operation.attributes[key]), operation.results[0].type,
+                      f"{operation.name} at {decode_location(operation.location)}")
+        if operation.name == "func.func":
+            function_type = ir.FunctionType(ir.TypeAttr(operation.attributes["function_type"]).value)
+            for key, types, what in (("arg_attrs", function_type.inputs, "argument"),
+                                     ("res_attrs", function_type.results, "result")):
+                if key not in operation.attributes:
+                    continue
+                for index, (attributes, value_type) in enumerate(zip(ir.ArrayAttr(operation.attributes[key]), types)):
+                    attributes = ir.DictAttr(attributes)
+                    if "sdy.sharding" in attributes:
+                        check(sdy.TensorShardingAttr(attributes["sdy.sharding"]), value_type,
+                              f"{what} {index} of @{ir.StringAttr(operation.attributes['sym_name']).value}")
+
+
+def reduce_partials_by_their_op(module: ir.Module) -> None:
+    """After the global-to-local pass: an ``all_reduce`` of a one-input ``reduce``'s
+    partial results (each device reduced its part of a split dimension) combines them
+    with the reduce's own op (:func:`_reducer`: a maximum, a product ...), as XLA's
+    partitioner does; Shardy's export writes a sum whatever the reduce did."""
+    for all_reduce in _walk(module, "stablehlo.all_reduce"):
+        if len(all_reduce.operands) != 1 or not isinstance(all_reduce.operands[0], ir.OpResult):
+            continue
+        producer = all_reduce.operands[0].owner
+        producer = getattr(producer, "operation", producer)
+        reducer = _reducer(producer) if producer.name == "stablehlo.reduce" else None
+        body = [inner.operation for inner in all_reduce.regions[0].blocks[0].operations]
+        if reducer is None or body[0].name == reducer or body[0].name != "stablehlo.add":
+            continue
+        with ir.InsertionPoint(body[0]), body[0].location:
+            combined = ir.Operation.create(reducer, results=[body[0].results[0].type],
+                                           operands=list(body[0].operands))
+        body[0].results[0].replace_all_uses_with(combined.results[0])
+        body[0].erase()
 
 
 def restore_stand_ins(module: ir.Module) -> None:
-    """Each stand-in (:func:`stand_in_for_unconverted_ops`, :func:`stand_in_for_elementwise_chlo`,
+    """Each stand-in (:func:`stand_in_for_unconverted_ops`, :func:`stand_in_for_chlo`,
     :func:`stand_in_for_gathers_from_shards`) its op again, of its result's (local) type; a
     ``dynamic_slice`` takes the local shape as its ``slice_sizes``; a gather from a split
     dimension becomes :func:`_gather_from_shards`."""
@@ -380,12 +580,13 @@ def restore_stand_ins(module: ir.Module) -> None:
             attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(result_type).shape)
         with ir.InsertionPoint(stand_in), stand_in.location:
             if name == GATHER_FROM_SHARDS:
-                operand, indices, offset = stand_in.operands
-                result = _gather_from_shards(operand, indices, offset, attributes, result_type)
+                operand, indices, *offsets = stand_in.operands
+                results = [_gather_from_shards(operand, indices, offsets, attributes, result_type)]
             else:
-                result = ir.Operation.create(name, results=[result_type], operands=list(stand_in.operands),
-                                             attributes=attributes).results[0]
-        stand_in.results[0].replace_all_uses_with(result)
+                results = list(ir.Operation.create(name, results=[result.type for result in stand_in.results],
+                                                   operands=list(stand_in.operands), attributes=attributes).results)
+        for stood_in, result in zip(stand_in.results, results):
+            stood_in.replace_all_uses_with(result)
         stand_in.erase()
 
 
@@ -462,47 +663,59 @@ def _sharding_of(value: ir.Value):
 
 
 def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
-    """A ``gather`` of single elements from an operand dimension split over devices (an
-    embedding table split by vocabulary, a loss's labels from logits split so), which
-    Shardy leaves global and all-reduces over the dimension's axes (as XLA's partitioner
+    """A ``gather`` of single elements from operand dimensions split over devices (an
+    embedding table split by vocabulary, a loss's labels from logits split so, a point
+    ``t[i, j]`` from a table split both ways, a permutation of rows split by row), which
+    Shardy leaves global and all-reduces over the dimensions' axes (as XLA's partitioner
     does it): each device gathers from its own part, its indices moved by its part's
-    offset, and gives zeros where an index falls outside it; the all-reduce adds one
+    offsets, and gives zeros where an index falls outside it; the all-reduce adds one
     device's element to the others' zeros. The global-to-local pass has no rule for it
-    (it left a broken module, which crashed the process printing it): the gather becomes
-    a stand-in, whose last operand is the device's offset (made from ``partition_id``),
-    and :func:`restore_stand_ins` writes the masked local gather."""
+    (it left a broken module, which crashed the process printing it, or failed a check):
+    the gather becomes a stand-in, whose last operands are the device's offset along each
+    indexed dimension (made from ``partition_id``; 0 where the dimension is whole), and
+    :func:`restore_stand_ins` writes the masked local gather. Dimensions split but not
+    indexed must be sliced whole (each device's slice is then its part of it) or be
+    batching dimensions (split as the indices' batch dimensions)."""
     meshes = _mesh_axes(module)
     for gather in _walk(module, "stablehlo.gather"):
         operand, indices = gather.operands
         sharding = _sharding_of(operand)
-        if "sdy.sharding" not in gather.attributes or sharding is None:
+        mesh = None if sharding is None else meshes.get(ir.FlatSymbolRefAttr(sharding.mesh_or_ref).value)
+        if mesh is None:
             continue
-        mesh = meshes.get(ir.FlatSymbolRefAttr(sharding.mesh_or_ref).value)
         numbers = hlo.GatherDimensionNumbers(gather.attributes["dimension_numbers"])
         start_index_map, sizes = list(numbers.start_index_map), list(ir.DenseI64ArrayAttr(gather.attributes["slice_sizes"]))
-        split = [dimension for dimension, dimension_sharding in enumerate(sharding.dimension_shardings)
-                 if len(sdy.DimensionShardingAttr(dimension_sharding).axes)]
-        if mesh is None or len(start_index_map) != 1 or start_index_map[0] not in split or sizes[start_index_map[0]] != 1:
+        shape = ir.RankedTensorType(operand.type).shape
+        axes_of = {dimension: [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(dimension_sharding).axes]
+                   for dimension, dimension_sharding in enumerate(sharding.dimension_shardings)}
+        split = {dimension: axes for dimension, axes in axes_of.items() if axes}
+        parts = {dimension: int(np.prod([_axis_size(axis, mesh) for axis in axes])) for dimension, axes in split.items()}
+        indexed = [dimension for dimension in start_index_map if dimension in split]
+        batching = list(numbers.operand_batching_dims)   # split as the indices' batch, which each device holds
+        if (not indexed or any(sizes[dimension] != 1 or shape[dimension] % parts[dimension] for dimension in indexed)
+                or any(sizes[dimension] != shape[dimension] for dimension in split
+                       if dimension not in start_index_map and dimension not in batching)
+                or not _all_reduced_over(gather.results[0], [axis for d in indexed for axis in split[d]])):
             continue
-        dimension = start_index_map[0]
-        axes = [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(sharding.dimension_shardings[dimension]).axes]
-        parts = int(np.prod([_axis_size(axis, mesh) for axis in axes]))
-        whole = ir.RankedTensorType(operand.type).shape[dimension]
-        if whole % parts or not _all_reduced_over(gather.results[0], axes):
-            continue
+        offsets = []
         with gather.location:
-            position, _ = _index_along(axes, mesh, ir.InsertionPoint(gather))
-            offset = hlo.MulOp(position, _u32_constant(whole // parts, ir.InsertionPoint(gather)),
-                               ip=ir.InsertionPoint(gather)).result
+            for dimension in start_index_map:
+                if dimension in split:
+                    position, _ = _index_along(split[dimension], mesh, ir.InsertionPoint(gather))
+                    offsets.append(hlo.MulOp(position, _u32_constant(shape[dimension] // parts[dimension],
+                                                                     ir.InsertionPoint(gather)),
+                                             ip=ir.InsertionPoint(gather)).result)
+                else:
+                    offsets.append(_u32_constant(0, ir.InsertionPoint(gather)))
         kept = {name: gather.attributes[name] for name in gather.attributes if name != "sdy.sharding"}
-        kept[GLOBAL_SHAPE] = ir.DenseI64ArrayAttr.get(ir.RankedTensorType(operand.type).shape)
+        kept[GLOBAL_SHAPE] = ir.DenseI64ArrayAttr.get(shape)
+        result_sharding = {"sdy.sharding": gather.attributes["sdy.sharding"]} if "sdy.sharding" in gather.attributes else {}
         with ir.InsertionPoint(gather), gather.location:
             stand_in = ir.Operation.create(
-                "stablehlo.custom_call", results=[gather.results[0].type], operands=[operand, indices, offset],
+                "stablehlo.custom_call", results=[gather.results[0].type], operands=[operand, indices, *offsets],
                 attributes={"call_target_name": ir.StringAttr.get(STAND_IN_TARGET),
                             "backend_config": ir.StringAttr.get(GATHER_FROM_SHARDS),
-                            STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept),
-                            "sdy.sharding": gather.attributes["sdy.sharding"]})
+                            STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept), **result_sharding})
         gather.results[0].replace_all_uses_with(stand_in.results[0])
         gather.erase()
 
@@ -524,42 +737,59 @@ def _all_reduced_over(value: ir.Value, axes: list) -> bool:
         for user in users)
 
 
-def _gather_from_shards(operand: ir.Value, indices: ir.Value, offset: ir.Value, attributes: dict,
+def _gather_from_shards(operand: ir.Value, indices: ir.Value, offsets: list, attributes: dict,
                         result_type) -> ir.Value:
     """The local form of :func:`stand_in_for_gathers_from_shards`' gather (at the insertion
-    point): the indices clamped into the whole dimension (as the spec's gather clamps its
-    start indices) less ``offset``, gathered from the device's part ``operand`` (slices of a
-    whole dimension taken whole on the part), zeros where an index is outside the part."""
+    point): each start index clamped into its whole dimension (as the spec's gather clamps
+    its start indices) less its ``offsets`` entry, gathered from the device's part
+    ``operand`` (slices of a whole dimension taken whole on the part), zeros where an index
+    is outside the part."""
     operand_shape, whole = ir.RankedTensorType(operand.type).shape, list(ir.DenseI64ArrayAttr(attributes.pop(GLOBAL_SHAPE)))
     numbers = hlo.GatherDimensionNumbers(attributes["dimension_numbers"])
-    dimension = list(numbers.start_index_map)[0]
-    sizes = [local if size == full else size
-             for size, full, local in zip(ir.DenseI64ArrayAttr(attributes["slice_sizes"]), whole, operand_shape)]
-    attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
+    start_index_map, vector_dimension = list(numbers.start_index_map), numbers.index_vector_dim
+    global_sizes = list(ir.DenseI64ArrayAttr(attributes["slice_sizes"]))
+    attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(
+        [local if size == full else size for size, full, local in zip(global_sizes, whole, operand_shape)])
     index_type = ir.RankedTensorType(indices.type)
-    scalar = ir.RankedTensorType.get([], index_type.element_type)
+    boolean = ir.IntegerType.get_signless(1)
+    batch_shape = [size for axis, size in enumerate(index_type.shape) if axis != vector_dimension]
+    batch_type = ir.RankedTensorType.get(batch_shape, index_type.element_type)
 
     def spread(number: int | None = None, value: ir.Value | None = None) -> ir.Value:
-        """An index-typed tensor of the indices' shape, of ``number`` or of the scalar ``value``."""
+        """An index-typed tensor of the batch's shape, of ``number`` or of the scalar ``value``."""
+        scalar = ir.RankedTensorType.get([], index_type.element_type)
         if value is None:
             value = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
                 scalar, ir.IntegerAttr.get(scalar.element_type, number))).result
         else:
             value = hlo.ConvertOp(scalar, value).result
-        return hlo.BroadcastInDimOp(index_type, value, []).result
+        return hlo.BroadcastInDimOp(batch_type, value, []).result
 
-    clamped = hlo.ClampOp(spread(0), indices, spread(whole[dimension] - 1)).result
-    local = hlo.SubtractOp(clamped, spread(value=offset)).result
-    inside = hlo.AndOp(
-        hlo.CompareOp(local, spread(0), hlo.ComparisonDirectionAttr.get("GE")).result,
-        hlo.CompareOp(local, spread(operand_shape[dimension]), hlo.ComparisonDirectionAttr.get("LT")).result).result
-    batch_shape = [size for axis, size in enumerate(index_type.shape) if axis != numbers.index_vector_dim]
-    boolean = ir.IntegerType.get_signless(1)
-    inside = hlo.ReshapeOp(ir.RankedTensorType.get(batch_shape, boolean), inside).result
+    components, inside = [], None
+    for k, (dimension, offset) in enumerate(zip(start_index_map, offsets)):
+        if vector_dimension < index_type.rank:
+            limits = list(index_type.shape)
+            limits[vector_dimension] = k + 1
+            starts = [0] * index_type.rank
+            starts[vector_dimension] = k
+            component: ir.Value = hlo.ReshapeOp(
+                batch_type, hlo.SliceOp(indices, starts, limits, [1] * index_type.rank).result).result
+        else:
+            component = indices
+        clamped = hlo.ClampOp(spread(0), component, spread(whole[dimension] - global_sizes[dimension])).result
+        local = hlo.SubtractOp(clamped, spread(value=offset)).result
+        within = hlo.AndOp(
+            hlo.CompareOp(local, spread(0), hlo.ComparisonDirectionAttr.get("GE")).result,
+            hlo.CompareOp(local, spread(operand_shape[dimension]), hlo.ComparisonDirectionAttr.get("LT")).result).result
+        inside = within if inside is None else hlo.AndOp(inside, within).result
+        components.append(hlo.ReshapeOp(ir.RankedTensorType.get(
+            batch_shape[:vector_dimension] + [1] + batch_shape[vector_dimension:], index_type.element_type),
+            local).result if vector_dimension < index_type.rank else local)
+    local_indices = components[0] if len(components) == 1 else hlo.ConcatenateOp(components, vector_dimension).result
     result = ir.RankedTensorType(result_type)
     batch_dimensions = [axis for axis in range(result.rank) if axis not in list(numbers.offset_dims)]
     inside = hlo.BroadcastInDimOp(ir.RankedTensorType.get(result.shape, boolean), inside, batch_dimensions).result
-    gathered = ir.Operation.create("stablehlo.gather", results=[result_type], operands=[operand, local],
+    gathered = ir.Operation.create("stablehlo.gather", results=[result_type], operands=[operand, local_indices],
                                    attributes=attributes).results[0]
     false = hlo.ConstantOp(ir.DenseElementsAttr.get(np.array(False), type=boolean)).result
     zeros = hlo.BroadcastInDimOp(result, hlo.ConvertOp(ir.RankedTensorType.get([], result.element_type),
@@ -679,10 +909,12 @@ def partition(text: str) -> str:
         # inliner declines calls in StableHLO's regions); XLA inlines calls too.
         inline_every_call(module)
         async_pairs_as_collectives(module)   # XLA's converter refuses async ops; XLA's CPU shows the collective
-        stand_in_for_elementwise_chlo(module)
+        stand_in_for_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES[:-1])
         replicate_results_of_custom_rule_calls(module)
+        gather_dimensions_shardy_cannot_split(module)
         _run(module, PROPAGATE_AND_INSERT_COLLECTIVES[-1:])
+        refuse_uneven_shards(module)
         split_reduce_scatters_of_dots(module)
         gather_operands_of_custom_rule_calls(module)
         stand_in_for_gathers_from_shards(module)
@@ -692,6 +924,7 @@ def partition(text: str) -> str:
         _run(module, GLOBAL_TO_LOCAL)
         inline_whiles(module)
         restore_stand_ins(module)
+        reduce_partials_by_their_op(module)
         combine_all_reduces(module)
         module.operation.verify()
         local = module.operation.get_asm(enable_debug_info=True)

@@ -1,6 +1,8 @@
 """The child process of shardy.py: parses each module it is sent, runs Shardy's
 propagation pipeline on it and replies with the shardings found, as JSON (see
-:func:`stablehlo_interp.ir.shardy.propagate`)."""
+:func:`stablehlo_interp.ir.shardy.propagate`). CHLO ops (``chlo.square`` of a variance,
+``chlo.top_k`` ...) get a sharding rule first: Shardy has none for CHLO, and propagation
+stopped at them (a variance's result left unsharded where XLA splits it)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from jaxlib.mlir import ir, passmanager
 from ..errors import ModuleError
 from .declarations import function_operations
 from .child_process import serve
+from .edit import chlo_sharding_rule
 from .shardy import PIPELINE, SHARDING_ATTRIBUTES
 from .sources import captured_diagnostics, parse_bytes, shared_context
 
@@ -47,6 +50,11 @@ def propagate(data: bytes) -> dict:
         tagged: list[ir.Operation] = []   # every op of every function: the tags are unique in the module
         trees = {name: _tag_blocks(op.regions[0], tagged) if len(op.regions[0].blocks) else []
                  for name, op in function_operations(module).items()}
+        for operation in tagged:
+            if operation.name.startswith("chlo.") and "sdy.sharding_rule" not in operation.attributes:
+                rule = chlo_sharding_rule(operation)   # Shardy has no rule for CHLO's ops
+                if rule is not None:
+                    operation.attributes["sdy.sharding_rule"] = rule
         try:
             passmanager.PassManager.parse(PIPELINE).run(module.operation)
         except ir.MLIRError:

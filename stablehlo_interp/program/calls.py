@@ -14,7 +14,7 @@ Two forms (docs/programs.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,7 +41,9 @@ class Call:
     output pytree). ``traced`` is JAX's ``jax.stages.Traced`` when the target was a
     Python function (its ``.jaxpr`` is what ``si.explain`` prints), else None.
     ``partitioned`` is set for a per-device run (program/per_device.py): each device
-    runs its own program on its shards of the arguments.
+    runs its own program on its shards of the arguments; ``check(call, results, io,
+    semantics)``, when set, judges each per-device run's results (``[d][i]``) after it
+    (tools/per_device.py checks them against the global run).
     """
 
     program: Program
@@ -50,6 +52,7 @@ class Call:
     signature: JaxSignature | None = None
     traced: object = None
     partitioned: PerDeviceProgram | None = None
+    check: Callable[[Call, list, HostQueues | None, str | None], None] | None = None
 
     def run(self, listeners=(), io: HostQueues | None = None, semantics: str | None = None) -> list:
         """The function's results as a flat list (the module's results); in a per-device
@@ -62,7 +65,10 @@ class Call:
     def run_devices(self, listeners=(), io: HostQueues | None = None, semantics: str | None = None) -> list:
         """A per-device run's results of each device (``[d][i]``: device d's result i)."""
         partitioned = self.per_device_program()
-        return partitioned.run_devices(partitioned.shards(self.arguments), listeners, io, semantics)
+        results = partitioned.run_devices(partitioned.shards(self.arguments), listeners, io, semantics)
+        if self.check is not None:
+            self.check(self, results, io, semantics)
+        return results
 
     def per_device_program(self) -> PerDeviceProgram:
         """The per-device program of a call prepared with ``per_device=True``."""
@@ -147,21 +153,6 @@ class DeviceRun:
     outputs: object
     per_device: list
     program: PerDeviceProgram
-
-
-def run_per_device(target: Any, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
-                   semantics: str | None = None, **kwargs: Any) -> DeviceRun:
-    """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
-    shards, with collectives between the devices (program/per_device.py).
-
-    ``target`` and its arguments are ``si.run``'s (a jitted function with sharded
-    arguments or ``in_shardings``, a ``Lowered``, a module with Shardy meshes);
-    arguments are global values, cut into each device's shards by the program's
-    argument shardings. Raises ``PartitionError`` where Shardy cannot partition it."""
-    call = prepare(target, args, kwargs, per_device=True)
-    per_device = call.run_devices(listeners, io, semantics)
-    partitioned = call.per_device_program()
-    return DeviceRun(call.results(partitioned.assemble(per_device)), per_device, partitioned)
 
 
 def _no_function_name(target, function: str | None) -> None:

@@ -56,7 +56,7 @@ class PerDeviceProgram:
             raise ArgumentError("a per-device run partitions a program over several devices with Shardy "
                                 f"meshes; this one has {program.num_replicas} replica(s) x "
                                 f"{program.num_partitions} partition(s) and {len(program.meshes)} mesh(es)")
-        maximal = sorted(name for name, mesh in program.meshes.items() if not mesh.axes)
+        maximal = sorted(name for name, mesh in program.meshes.items() if not mesh.axes and mesh.size == 1)
         if maximal:
             raise partition.PartitionError(
                 f"the program puts values on one device (the maximal mesh @{maximal[0]}, as JAX does for host "

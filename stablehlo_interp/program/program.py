@@ -89,7 +89,7 @@ class Program:
         self.name = declared.name
         self.num_replicas = declared.num_replicas
         self.num_partitions = declared.num_partitions
-        self.meshes = {name: sharding.parse_mesh(text) for name, text in declared.meshes.items()}
+        self.meshes = {name: sharding.parse_mesh(text, self.num_partitions) for name, text in declared.meshes.items()}
         self._process_ops: dict = {}
         self._partitioned_callbacks: dict = {}   # function name -> partitioned_operand_tilings
         self._runnable: dict = {}  # function name (None: the entry) -> its Function

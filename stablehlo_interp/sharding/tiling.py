@@ -5,7 +5,8 @@ shardings, written two ways:
 
 * Shardy (``sdy`` dialect): a mesh of named axes over the logical devices
   (``sdy.mesh @mesh = <["x"=4, "y"=2], device_ids=[...]>``, ``device_ids``
-  iota when absent) and, per tensor, the axes that shard each dimension, major
+  iota when absent; ``<[], device_ids=[d]>``, a maximal mesh, puts a tensor on
+  device d alone; ``<[]>``, the empty mesh, replicates it on every device) and, per tensor, the axes that shard each dimension, major
   to minor (``#sdy.sharding<@mesh, [{"x"}, {"y", ?}], replicated={...}>``);
   a sub-axis ``"x":(m)k`` is the k-sized piece of axis ``x`` after the first
   ``m`` (openxla/shardy, docs/sharding_representation.md). Axes that shard no
@@ -103,8 +104,8 @@ class TensorSharding:
         replicated}``)."""
         mesh = self.mesh
         unreduced = self.unreduced_axes()
-        if not mesh.axes:   # a maximal mesh: one device holds the tensor
-            return Tiling((1,) * len(self.dims), np.array(mesh.device_ids).reshape((1,) * len(self.dims) + (1,)))
+        if not mesh.axes:   # a maximal mesh (one device holds the tensor) or the empty mesh (all do)
+            return Tiling((1,) * len(self.dims), np.array(mesh.device_ids).reshape((1,) * len(self.dims) + (-1,)))
         used = [a for dim in self.dims for a in dim]
         pieces = _axis_pieces(mesh, used)
         order, tiles = [], []
@@ -206,8 +207,9 @@ class _Parser:
         while not self.peek("<"):
             self.take()
 
-    def mesh(self) -> Mesh:
-        """``<["x"=4, "y"=2], device_ids=[...]>`` (after ``mesh`` or ``#sdy.mesh``)."""
+    def mesh(self, num_devices: int = 1) -> Mesh:
+        """``<["x"=4, "y"=2], device_ids=[...]>`` (after ``mesh`` or ``#sdy.mesh``); the
+        empty mesh ``<[]>`` spans the program's ``num_devices``, in order."""
         self.take("<")
         axes = self.bracketed(self.mesh_axis)
         device_ids = None
@@ -217,7 +219,7 @@ class _Parser:
             device_ids = self.bracketed(self.take)
         self.take(">")
         if device_ids is None:
-            device_ids = list(range(math.prod(size for _, size in axes)))
+            device_ids = list(range(math.prod(size for _, size in axes) if axes else num_devices))
         return Mesh(tuple(axes), tuple(device_ids))
 
     def mesh_axis(self) -> tuple:
@@ -273,11 +275,12 @@ class _Parser:
         return TensorSharding(mesh, dims, extra["replicated"], extra["unreduced"], open_dims)
 
 
-def parse_mesh(text: str) -> Mesh:
-    """``#sdy.mesh<["x"=4], device_ids=[...]>`` as a :class:`Mesh`."""
+def parse_mesh(text: str, num_devices: int = 1) -> Mesh:
+    """``#sdy.mesh<["x"=4], device_ids=[...]>`` as a :class:`Mesh`; the empty mesh ``<[]>``
+    spans a program's ``num_devices`` (its partitions)."""
     parser = _Parser(text, {})
     parser.skip_to_body()
-    return parser.mesh()
+    return parser.mesh(num_devices)
 
 
 def parse_sharding(text: str, meshes: dict) -> TensorSharding:

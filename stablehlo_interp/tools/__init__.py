@@ -38,6 +38,7 @@ from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFi
     PerDeviceNonFinite, find_nonfinite
 from .portability import Finding, PortabilityReport, portability
 from .profile import OpTime, Profile, Profiler, profile
+from .per_device import run_per_device
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .region_calls import RegionCall
 from .session import install_from_environment, on_device
@@ -53,5 +54,6 @@ __all__ = [
     "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
     "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
-    "install_from_environment", "load_probes", "on_device", "portability", "probe", "profile", "summarize", "trace", "validation",
+    "install_from_environment", "load_probes", "on_device", "portability", "probe", "profile", "run_per_device", "summarize",
+    "trace", "validation",
 ]

@@ -58,11 +58,12 @@ from ..ir.edit import entry_op_names, inline_calls, prefix_module
 from ..ir.locations import SourceLocation
 from ..ir.types import Token
 from ..ops.host_callback import TARGET as HOST_CALLBACK
-from ..program import load, prepare, prepare_per_device
+from ..program import load, prepare
 from ..program.signature import is_jax_function
 from .backends import resolve
 from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
 from .difference import Difference, difference, max_ulp_distance, tolerances
+from .per_device import prepare_checked
 from .region_calls import describe_location, op_label, region_name, source_text
 from .summary import summarize
 from .traffic import CollectiveTraffic
@@ -276,7 +277,7 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     partitioned run against the backend's (:class:`PerDeviceComparison`, module docstring).
     """
     platform = interpreter_platform() if is_jax_function(target) else None
-    call = (prepare_per_device if per_device else prepare)(target, args, kwargs, function, platform=platform)
+    call = (prepare_checked if per_device else prepare)(target, args, kwargs, function, platform=platform)
     if call.function != "main":
         raise InterpreterError(f"compare runs @main (backends compile a module's @main), not @{call.function}")
     table = tolerances(tolerance)
@@ -315,7 +316,7 @@ def _compare_per_device(call, run_backend, table: dict) -> PerDeviceComparison:
     partitioned = call.per_device_program()
     shards = partitioned.shards(call.arguments)
     traffic = CollectiveTraffic()
-    ours = partitioned.run_devices(shards, [traffic])
+    ours = call.run_devices([traffic])   # checked against the global run (tools/per_device.py)
     text = module_text(call.program)
     run_per_device = getattr(run_backend, "run_per_device", None)
     theirs = run_per_device(text, shards) if run_per_device is not None else None

@@ -43,7 +43,8 @@ from ..engine.run import Listener, numpy_warnings_off
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
 from ..ops.collectives import contributors
-from ..program import prepare, prepare_per_device
+from ..program import prepare
+from .per_device import prepare_checked
 from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, \
     region_name
 from .summary import ValueSummary, is_float_dtype, summarize, widened
@@ -702,8 +703,7 @@ def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: s
     partition it (a ``PerDeviceWarning`` says why)."""
     if mode not in MODES:
         raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
-    call = prepare_per_device(target, args, kwargs, function) if per_device else prepare(target, args, kwargs,
-                                                                                           function)
+    call = prepare_checked(target, args, kwargs, function) if per_device else prepare(target, args, kwargs, function)
     if call.partitioned is not None:
         if mode == "origins":
             return run_traced_per_device(call, [])[1]
@@ -738,7 +738,7 @@ def run_traced_per_device(call, listeners) -> tuple[list, PerDeviceNonFinite | N
     partitioned = call.per_device_program()
     tracer = NonFiniteTracer(partitioned.local.runnable(call.function).region)
     shards = partitioned.shards(call.arguments)
-    outputs = partitioned.run_devices(shards, [*listeners, tracer])
+    outputs = call.run_devices([*listeners, tracer])
     every_device = dict(enumerate(shards))
     found = {device: tracer.report(shards[device], outputs[device], device, every_device)
              for device in range(partitioned.num_devices)}

@@ -23,7 +23,8 @@ from ..errors import InterpreterError, OpError
 from ..ir.locations import SourceLocation
 from .region_calls import RegionCall, describe_location, op_label, region_calls
 from .selection import matcher
-from ..program import prepare, prepare_per_device
+from ..program import prepare
+from .per_device import prepare_checked
 from .summary import ValueSummary, summarize
 from .transcript import render
 
@@ -225,8 +226,7 @@ def trace(target: Any, *args: Any, function: str | None = None, values: bool = F
     where Shardy cannot partition it, a ``PerDeviceWarning`` says why and the global
     program runs.
     """
-    call = prepare_per_device(target, args, kwargs, function) if per_device else prepare(target, args, kwargs,
-                                                                                           function)
+    call = prepare_checked(target, args, kwargs, function) if per_device else prepare(target, args, kwargs, function)
     return record_run(call, values=values)
 
 

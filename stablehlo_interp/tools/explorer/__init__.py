@@ -37,9 +37,10 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from ...program import Program, load, prepare, prepare_per_device
+from ...program import Program, load, prepare
 from ...program.calls import Call
 from ...program.signature import is_jax_function
+from ..per_device import prepare_checked
 from ..model_explorer.overlays import Findings, OpStatistics, write as write_model_explorer
 from .page_data import collect
 
@@ -118,7 +119,7 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
     only: :mod:`..model_explorer.overlays`).
     """
     if per_device:
-        call = prepare_per_device(target, args, kwargs, function)
+        call = prepare_checked(target, args, kwargs, function)
     else:
         structure = _structure_only(target, function) if not args and not kwargs else None
         call = structure or prepare(target, args, kwargs, function)

@@ -1,0 +1,99 @@
+"""Per-device runs checked against the global run.
+
+Shardy's per-device programs are not always right: its global-to-local pass has no
+rule for some ops on a split dimension and writes the global op on the device's part
+(docs/sharding.md). So every per-device run of ``si.run_per_device`` and of the tools
+(``per_device=True``) runs the global program too and compares each device's results
+with its shards of the global ones (:meth:`PerDeviceProgram.check`): a difference that
+the per-device program's reordered float sums do not explain, or that lies beyond the
+global program's rounding noise, raises ``PerDeviceMismatch``; one within it is a
+``PerDeviceWarning``. A run that calls the host (a program's host callbacks, or infeed,
+outfeed, send and recv on the caller's ``io`` queues) is not run twice: it is not
+checked, and a ``PerDeviceWarning`` says so (without ``io`` the global run gets queues
+of its own).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..engine.hostio import HostQueues
+from ..engine.run import Listener
+from ..program import Call, DeviceRun, prepare, prepare_per_device
+from ..program.per_device import PerDeviceWarning
+from . import bounds
+
+
+def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str, expected: list,
+                          actual: list) -> list[str]:
+    """The devices' results (``actual[d][i]``) beyond the rounding noise of the global
+    program: ``run_global(listener)`` (each device's shards of its results) with every
+    op's float results moved within the op's rounding bound (tools/bounds.py, as
+    ``si.compare`` judges a backend) gives each value's allowance around ``expected``."""
+    runs = bounds.noise_runs(run_global, semantics)
+    beyond: dict = {}
+    for device, (wanted, got) in enumerate(zip(expected, actual)):
+        for index, (value, other) in enumerate(zip(wanted, got)):
+            if not isinstance(value, np.ndarray):
+                continue
+            bound, alternatives = bounds.spread_allowance(value, [run[device][index] for run in runs])
+            if not bounds.within(value, np.asarray(other), bound, alternatives).all():
+                beyond.setdefault(index, []).append(device)
+    return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} "
+            f"({len(runs)} runs with every op moved within its rounding bound)" for index, devices in beyond.items()]
+
+
+def check_against_global(call: Call, actual: list, io: HostQueues | None, semantics: str | None) -> None:
+    """Check a per-device run's results ``actual[d][i]`` against the global run of ``call``
+    (the module docstring); warn what differs within the rounding noise."""
+    partitioned = call.per_device_program()
+    if call.program.host_callbacks or io is not None:
+        warnings.warn(f"the per-device run of {call.program.name or 'a module'} is not checked against the global "
+                      "run: the program calls the host (callbacks, or the caller's host queues), and a second run would call it again", PerDeviceWarning,
+                      stacklevel=4)
+        return
+    semantics = semantics or call.program.semantics
+
+    def run_global(listeners: Iterable[Listener] = ()) -> list:
+        return partitioned.result_shards(call.program.run(*call.arguments, function=call.function,
+                                                          listeners=listeners, semantics=semantics))
+
+    expected = run_global()
+    notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(
+        lambda listener: run_global([listener]), semantics, expected, actual))
+    if notes:
+        warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
+                      stacklevel=4)
+
+
+def prepare_checked(target: Any, args: tuple = (), kwargs: dict | None = None, function: str | None = None,
+                    platform: str | None = None, fallback: bool = True) -> Call:
+    """A call prepared per device whose per-device runs are checked against the global
+    run; with ``fallback``, where Shardy cannot partition the program a
+    ``PerDeviceWarning`` says why and the call runs the global program (the tools),
+    else ``PartitionError`` (``si.run_per_device``)."""
+    call = (prepare_per_device(target, args, kwargs, function, platform) if fallback
+            else prepare(target, args, kwargs, function, platform, per_device=True))
+    call.check = check_against_global
+    return call
+
+
+def run_per_device(target: Any, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
+                   semantics: str | None = None, **kwargs: Any) -> DeviceRun:
+    """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
+    shards, with collectives between the devices (program/per_device.py), checked
+    against the global run (the module docstring).
+
+    ``target`` and its arguments are ``si.run``'s (a jitted function with sharded
+    arguments or ``in_shardings``, a ``Lowered``, a module with Shardy meshes);
+    arguments are global values, cut into each device's shards by the program's
+    argument shardings. Raises ``PartitionError`` where Shardy cannot partition it,
+    ``PerDeviceMismatch`` where its program computes other values than the global one."""
+    call = prepare_checked(target, args, kwargs, fallback=False)
+    per_device = call.run_devices(listeners, io, semantics)
+    partitioned = call.per_device_program()
+    return DeviceRun(call.results(partitioned.assemble(per_device)), per_device, partitioned)

@@ -1,0 +1,169 @@
+"""Ops on a split dimension, run per device (si.run_per_device): each device's results
+equal XLA's shards on that device, bit for bit.
+
+Shardy's global-to-local pass wrote several of these as the global op on the device's
+part, and its export combined every reduce's partial results with a sum: a reversed
+split dimension gave each device its own rows reversed, a maximum over one gave the sum
+of the devices' maxima, and ``si.run_per_device`` handed those back without a word.
+The partitioner's child (ir/partition_child.py) now gathers what Shardy cannot split,
+combines a reduce's parts with the reduce's own op, and refuses uneven shards by name;
+``si.run_per_device`` and the tools check every per-device run against the global run
+(tools/per_device.py). The inputs are small integers, so every sum is exact and XLA's
+order of sums cannot differ from the devices'.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import stablehlo_interp as si
+from stablehlo_interp.ir import partition
+from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceWarning
+
+MESH = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("d", "m"))
+RNG = np.random.default_rng(0)
+
+
+def table(spec, shape=(16, 8)):
+    return jax.device_put(RNG.integers(-8, 9, shape).astype(np.float32), NamedSharding(MESH, spec))
+
+
+def indices(high, shape, spec=None):
+    return jax.device_put(RNG.integers(0, high, shape).astype(np.int32), NamedSharding(MESH, spec or P()))
+
+
+def window_gather(t, i):
+    numbers = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=(0,))
+    return lax.gather(t, i[:, None], numbers, (2, 8))
+
+
+CASES = {
+    # what Shardy's pass wrote as the global op on the device's part
+    "reverse a split dimension": (lambda t: t[::-1], table(P("m", None))),
+    "update a slice of a split dimension": (lambda t, u, i: lax.dynamic_update_slice_in_dim(t, u, i, axis=0),
+                                            table(P("m", None)), table(P(), (3, 8)), np.int32(5)),
+    "maximum over a split dimension": (lambda t: t.max(0), table(P("m", "d"))),
+    "minimum over a split dimension": (lambda t: t.min(1), table(P("m", "d"))),
+    "logical and over a split dimension": (lambda t: (t > -8).all(0), table(P("m", "d"))),
+    "argmax over a split dimension": (lambda t: jnp.argmax(t, axis=0), table(P("m", "d"))),
+    # what aborted Shardy's pass or failed in it
+    "pad a split dimension": (lambda t: jnp.pad(t, ((1, 2), (0, 0))), table(P("m", None))),
+    "slice of a split dimension": (lambda t: t[3:13], table(P("m", None))),
+    "roll a split dimension": (lambda t: jnp.roll(t, 3, axis=0), table(P("m", None))),
+    "cumulative sum along a split dimension": (lambda t: jnp.cumsum(t, axis=0), table(P("m", None))),
+    "max pooling over a split dimension": (
+        lambda t: lax.reduce_window(t, -jnp.inf, lax.max, (2, 1), (2, 1), "VALID"), table(P("m", None))),
+    "convolution over split rows": (
+        lambda x: lax.conv_general_dilated(x[None, None], jnp.ones((1, 1, 3, 3), x.dtype), (1, 1), "SAME")[0, 0],
+        table(P("m", None))),
+    "point gather from a table split both ways": (lambda t, i, j: t[i, j], table(P("m", "d")), indices(16, (5,)),
+                                                  indices(8, (5,))),
+    "rows in sorted order from a split dimension": (lambda t: t[jnp.argsort(t[:, 0], stable=True)],
+                                                    table(P("m", None))),
+    "take_along_axis on split logits": (lambda logits, labels: jnp.take_along_axis(logits, labels[:, None], axis=1),
+                                        table(P("d", "m"), (8, 16)), indices(16, (8,), P("d"))),
+    "top_k of split rows": (lambda t: lax.top_k(t, 3), table(P("d", "m"))),
+    "variance over a split dimension": (lambda t: t.var(0), table(P("m", "d"))),
+    "a numpy scalar beside a split table": (lambda t, i: lax.dynamic_slice_in_dim(t, i, 4, axis=0) * i,
+                                            table(P("m", None)), np.int32(3)),
+    "windows gathered from a split dimension": (window_gather, table(P("m", None)), indices(15, (5,))),
+}
+
+
+def held(output) -> dict:
+    return {shard.device.id: np.asarray(shard.data) for shard in output.addressable_shards}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_device_holds_xlas_shard(name):
+    function, *args = CASES[name]
+    function = jax.jit(function)
+    xla = function(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerDeviceWarning)   # no fallback, no difference from the global run
+        run = si.run_per_device(function, *args)
+    for index, output in enumerate(jax.tree.leaves(xla)):
+        shards = held(output)
+        assert sorted(shards) == list(range(8))
+        for device, shard in shards.items():
+            np.testing.assert_array_equal(run.per_device[device][index], shard, strict=True,
+                                          err_msg=f"result {index} on device {device}")
+
+
+def test_a_maximum_over_a_split_dimension_is_combined_by_a_maximum():
+    """Each device takes the maximum of its part and an all-reduce by ``maximum`` (as
+    XLA's) combines them; argmax's pairs are gathered whole before the reduce instead."""
+    function, table_ = CASES["maximum over a split dimension"]
+    text = si.run_per_device(jax.jit(function), table_).program.text
+    all_reduce = text[text.index('"stablehlo.all_reduce"'):]
+    assert "stablehlo.maximum" in all_reduce[:all_reduce.index("})")]
+    assert "stablehlo.add" not in all_reduce[:all_reduce.index("})")]
+    function, table_ = CASES["argmax over a split dimension"]
+    text = si.run_per_device(jax.jit(function), table_).program.text
+    assert '"stablehlo.all_gather"' in text[:text.index("stablehlo.reduce(")]
+
+
+def test_a_wrong_per_device_program_is_an_error_not_a_number(monkeypatch):
+    """A per-device program that computes other values than the global one (here the
+    maximum's all-reduce made a sum again, as Shardy's export wrote it) is a
+    PerDeviceMismatch from si.run_per_device and from the tools, never results."""
+    function, table_ = CASES["maximum over a split dimension"]
+    made = partition.per_device_program
+
+    def summed(module):
+        text = made(module)
+        start = text.index('"stablehlo.all_reduce"')
+        return text[:start] + text[start:].replace("stablehlo.maximum", "stablehlo.add", 1)
+
+    monkeypatch.setattr(partition, "per_device_program", summed)
+    with pytest.raises(PerDeviceMismatch, match=r"result 0 differs on device\(s\) \[0, 1, 2, 3, 4, 5, 6, 7\]"):
+        si.run_per_device(jax.jit(function), table_)
+    with pytest.raises(PerDeviceMismatch):
+        si.trace(jax.jit(function), table_, per_device=True)
+
+
+def test_uneven_shards_are_refused_naming_the_value():
+    """An associative scan over 16 rows split 4 ways slices them into pieces of 2 rows:
+    Shardy has no per-device type for 2 rows split 4 ways (XLA pads); the refusal names
+    the op, its source line and the split."""
+    with pytest.raises(partition.PartitionError, match=r"sdy\.all_slice at .*test_per_device_ops\.py:\d+ .*"
+                                                       r"\(tensor<2x8xf32>\) is split 4 ways along dimension 0, "
+                                                       r"of 2 elements"):
+        si.run_per_device(jax.jit(lambda t: lax.associative_scan(jnp.add, t, axis=0)), table(P("m", None)))
+
+
+OUTFEED = """
+module @outfeed attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%arg0: tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+      -> (tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) {
+    %token = stablehlo.after_all : !stablehlo.token
+    %0 = "stablehlo.outfeed"(%arg0, %token) {outfeed_config = ""} : (tensor<4xf32>, !stablehlo.token) -> !stablehlo.token
+    %1 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+}"""
+
+
+def test_a_run_with_the_callers_host_queues_is_not_run_twice():
+    """The check runs the global program too: with the caller's host queues it would
+    write them again, so such a run is per device only and a PerDeviceWarning says it is
+    unchecked; each device's outfeed wrote its own shard once. Without the caller's
+    queues the global run gets queues of its own, and the run is checked."""
+    x = np.arange(4.0, dtype=np.float32)
+    queues = si.HostQueues()
+    with pytest.warns(PerDeviceWarning, match="not checked against the global run: the program calls the host"):
+        run = si.run_per_device(OUTFEED, x, io=queues)
+    np.testing.assert_array_equal(run.outputs[0], 2 * x)
+    assert sorted(entry[0].tolist() for entry in queues.outfeed) == [[0.0, 1.0], [2.0, 3.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerDeviceWarning)
+        np.testing.assert_array_equal(si.run_per_device(OUTFEED, x).outputs[0], 2 * x)
