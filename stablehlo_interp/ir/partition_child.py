@@ -453,9 +453,10 @@ def _dimensions_to_gather(operation) -> tuple[list, list] | None:
                 [(0, [dimension in {d for d, w in zip(numbers.output_spatial_dimensions, windowed) if w}
                       for dimension in range(output)])])
     if name == "stablehlo.reduce":
+        reducer = _reducer(operation)
         sharding = _sharding_of(operation.results[0]) if len(operation.results) else None
         unreduced = sharding is not None and len(sharding.unreduced_axes)
-        if _reducer(operation) is not None and not unreduced:
+        if reducer == "stablehlo.add" or (reducer is not None and not unreduced):
             return None   # each device reduces its part; the all-reduce combines them (reduce_partials_by_their_op)
         whole = marked(ir.DenseI64ArrayAttr(attribute["dimensions"]))
         return [(index, whole) for index in range(len(operands) // 2)], []
