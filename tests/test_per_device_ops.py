@@ -75,6 +75,15 @@ CASES = {
     "a numpy scalar beside a split table": (lambda t, i: lax.dynamic_slice_in_dim(t, i, 4, axis=0) * i,
                                             table(P("m", None)), np.int32(3)),
     "windows gathered from a split dimension": (window_gather, table(P("m", None)), indices(15, (5,))),
+    # a scatter's parts combined by a sum, random bits made per device
+    "segment maximum of split updates": (lambda x, s: jax.ops.segment_max(x, s, num_segments=4),
+                                         table(P("m"), (16,)), indices(4, (16,), P("m"))),
+    "segment product of split updates": (lambda x, s: jax.ops.segment_prod(x, s, num_segments=4),
+                                         indices(3, (16,), P("m")), indices(4, (16,), P("m"))),
+    "random bits split by rows": (
+        lambda key: jax.lax.with_sharding_constraint(lax.rng_bit_generator(key, (8, 4))[1],
+                                                     NamedSharding(MESH, P("m", None))),
+        np.array([1, 2, 3, 4], np.uint32)),
 }
 
 
@@ -96,6 +105,24 @@ def test_each_device_holds_xlas_shard(name):
         for device, shard in shards.items():
             np.testing.assert_array_equal(run.per_device[device][index], shard, strict=True,
                                           err_msg=f"result {index} on device {device}")
+
+
+def test_argmax_with_its_indices_constrained_to_the_split_is_gathered():
+    """In JAX's explicit sharding mode the argmax's iota is constrained to the operand's
+    sharding: both of the reduce's inputs are gathered along the reduced dimension, not
+    only the values (Shardy's reshards split the gathered values again to match)."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("x", "y"),
+                axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    with jax.set_mesh(mesh):
+        x = jax.device_put(RNG.permutation(16).reshape(8, 2).astype(np.float32), P("x", "y"))
+        function = jax.jit(lambda x: (jnp.argmax(x, axis=0), jnp.argmin(x, axis=1)))
+        xla = function(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PerDeviceWarning)
+            run = si.run_per_device(function, x)
+    for index, output in enumerate(xla):
+        for device, shard in held(output).items():
+            np.testing.assert_array_equal(run.per_device[device][index], shard, strict=True)
 
 
 def test_a_maximum_over_a_split_dimension_is_combined_by_a_maximum():

@@ -307,11 +307,12 @@ def _split_outside(sharding, mapping, shared: set) -> list:
 
 
 def _whole_along(sharding, whole: list):
-    """``sharding`` with the dimensions marked in ``whole`` not split."""
+    """``sharding`` with the dimensions marked in ``whole`` not split (its replicated and
+    unreduced axes kept)."""
     return sdy.TensorShardingAttr.get(
         sharding.mesh_or_ref, [sdy.DimensionShardingAttr.get([], True) if unsplit else dimension
                                for dimension, unsplit in zip(sharding.dimension_shardings, whole)],
-        list(sharding.replicated_axes))
+        list(sharding.replicated_axes), list(sharding.unreduced_axes))
 
 
 def replicate_results_of_custom_rule_calls(module: ir.Module) -> None:
@@ -362,9 +363,9 @@ MONOIDS = frozenset({"stablehlo.add", "stablehlo.multiply", "stablehlo.maximum",
 
 
 def _reducer(operation) -> str | None:
-    """The op a one-input ``reduce``'s body applies to its two arguments when that is all
-    the body does and the op is one of :data:`MONOIDS`, else None."""
-    if len(operation.operands) != 2:
+    """The op a one-input ``reduce``'s or ``scatter``'s body applies to its two arguments
+    when that is all the body does and the op is one of :data:`MONOIDS`, else None."""
+    if (operation.name, len(operation.operands)) not in (("stablehlo.reduce", 2), ("stablehlo.scatter", 3)):
         return None
     block = operation.regions[0].blocks[0]
     body = [inner.operation for inner in block.operations]
@@ -398,6 +399,9 @@ def _dimensions_to_gather(operation) -> tuple[list, list] | None:
     def marked(dimensions) -> list:
         return [dimension in set(dimensions) for dimension in range(len(shape))]
 
+    if name in ("stablehlo.rng_bit_generator", "stablehlo.rng"):   # its values depend on the whole shape
+        return [], [(index, [True] * ir.RankedTensorType(result.type).rank)
+                    for index, result in enumerate(operation.results)]
     if name == "stablehlo.reverse":
         whole = marked(ir.DenseI64ArrayAttr(attribute["dimensions"]))
         return [(0, whole)], [(0, whole)]
@@ -466,7 +470,8 @@ def _dimensions_to_gather(operation) -> tuple[list, list] | None:
 def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
     """Before the export's reshards: an op whose per-device form Shardy gets wrong on a
     split dimension (:func:`_dimensions_to_gather`: a ``reverse``, ``pad`` or partial
-    ``slice`` of it, a ``concatenate`` along it, a ``dynamic_update_slice`` into it, windows slid over it, a
+    ``slice`` of it, a ``concatenate`` along it, a ``dynamic_update_slice`` into it,
+    random numbers made in it (each device would make the first of the whole's), windows slid over it, a
     ``reduce`` over it that is not a sum or a monoid combined by an all-reduce) takes
     its operands whole along those dimensions (an ``sdy.reshard``, an all-gather) and
     gives its results whole along them; the export slices them again for users that
@@ -547,15 +552,17 @@ def refuse_uneven_shards(module: ir.Module) -> None:
 
 def reduce_partials_by_their_op(module: ir.Module) -> None:
     """After the global-to-local pass: an ``all_reduce`` of a one-input ``reduce``'s
-    partial results (each device reduced its part of a split dimension) combines them
-    with the reduce's own op (:func:`_reducer`: a maximum, a product ...), as XLA's
-    partitioner does; Shardy's export writes a sum whatever the reduce did."""
+    partial results (each device reduced its part of a split dimension), or of a
+    ``scatter``'s (each device scattered its part of the updates, the others starting
+    from the op's identity), combines them with the op's own (:func:`_reducer`: a
+    maximum, a product ...), as XLA's partitioner does; Shardy's export writes a sum
+    whatever the op did."""
     for all_reduce in _walk(module, "stablehlo.all_reduce"):
         if len(all_reduce.operands) != 1 or not isinstance(all_reduce.operands[0], ir.OpResult):
             continue
         producer = all_reduce.operands[0].owner
         producer = getattr(producer, "operation", producer)
-        reducer = _reducer(producer) if producer.name == "stablehlo.reduce" else None
+        reducer = _reducer(producer)
         body = [inner.operation for inner in all_reduce.regions[0].blocks[0].operations]
         if reducer is None or body[0].name == reducer or body[0].name != "stablehlo.add":
             continue
@@ -647,9 +654,12 @@ def _is_first_along(axes: list, mesh: list, ip: ir.InsertionPoint) -> ir.Value:
 
 def _sharding_of(value: ir.Value):
     """The ``sdy.TensorShardingAttr`` of ``value`` after propagation (its producer's
-    ``sdy.sharding``, or its function argument's), or None."""
+    ``sdy.sharding``, a constraint's or reshard's ``sharding``, or its function
+    argument's), or None."""
     if isinstance(value, ir.OpResult):
         owner = getattr(value.owner, "operation", value.owner)
+        if owner.name in ("sdy.sharding_constraint", "sdy.reshard"):
+            return sdy.TensorShardingAttr(owner.attributes["sharding"])
         if "sdy.sharding" not in owner.attributes:
             return None
         return sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
