@@ -125,6 +125,33 @@ def test_argmax_with_its_indices_constrained_to_the_split_is_gathered():
             np.testing.assert_array_equal(run.per_device[device][index], shard, strict=True)
 
 
+def test_a_contraction_of_a_devices_part_is_judged_by_rounding_noise():
+    """BLAS sums a convolution of 32 images in another order than one of 64 (JAX's
+    test_vmap_conv_general_dilated: 87108 of 262144 elements differ in the last bit), with
+    no collective in sight: the contraction counts as a reordered sum, so the difference
+    is judged by the global program's rounding noise (a warning naming it), not refused."""
+    rng = np.random.default_rng(1)
+    kernel = rng.standard_normal((3, 1, 16)).astype(np.float32)
+    inputs = jax.device_put(rng.standard_normal((64, 16, 32, 1)).astype(np.float32),
+                            NamedSharding(Mesh(np.array(jax.devices("cpu")[:2]), ("x",)), P("x")))
+
+    def model(kernel, inputs):
+        return lax.conv_general_dilated(inputs, kernel, (1,), "VALID",
+                                        dimension_numbers=lax.ConvDimensionNumbers((0, 2, 1), (2, 1, 0), (0, 2, 1)))
+
+    function = jax.jit(jax.vmap(model, in_axes=(None, 0), out_axes=1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PerDeviceWarning)
+        run = si.run_per_device(function, kernel, inputs)
+    assert any(label.startswith("stablehlo.convolution at") for label in run.program.reordered_sums)
+    notes = [str(w.message) for w in caught if w.category is PerDeviceWarning]
+    assert all("adds floats in another order: stablehlo.convolution" in note for note in notes)
+    xla = np.asarray(function(kernel, inputs), np.float64)
+    bound = 8 * np.finfo(np.float32).eps * np.asarray(jax.jit(jax.vmap(model, in_axes=(None, 0), out_axes=1))(
+        np.abs(kernel), np.abs(np.asarray(inputs))), np.float64)   # 3 terms each: two orders within 2γ(3)Σ|terms|
+    assert (np.abs(np.asarray(run.outputs, np.float64) - xla) <= bound).all()
+
+
 def test_a_maximum_over_a_split_dimension_is_combined_by_a_maximum():
     """Each device takes the maximum of its part and an all-reduce by ``maximum`` (as
     XLA's) combines them; argmax's pairs are gathered whole before the reduce instead."""

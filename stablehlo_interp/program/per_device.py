@@ -23,7 +23,9 @@ operands are not the shards it expects: ops/custom_partitioning.py).
 The two runs agree bit for bit except where the per-device program adds floats in
 another order: a sum over a sharded dimension is each device's sum of its part, then
 a collective (``all_reduce``, ``reduce_scatter``) adding the devices' partial sums in
-device order, where the global program folds the whole dimension at once.
+device order, where the global program folds the whole dimension at once; and a
+contraction of a device's part (a batch of 32 images of 64) is BLAS's sum in an order
+it chooses by shape.
 :meth:`PerDeviceProgram.differences` says where the runs differ and
 :attr:`PerDeviceProgram.reordered_sums` which collectives may explain it.
 """
@@ -43,6 +45,8 @@ from .program import Program
 
 # Collectives that combine the devices' values with their body (a sum, for JAX's psum).
 COMBINING_COLLECTIVES = frozenset({"stablehlo.all_reduce", "stablehlo.reduce_scatter"})
+# Ops whose float sums BLAS orders by the operands' shapes.
+CONTRACTIONS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
 
 
 class PerDeviceProgram:
@@ -133,14 +137,23 @@ class PerDeviceProgram:
 
     @property
     def reordered_sums(self) -> list[str]:
-        """The per-device program's collectives that add or multiply floating-point values
-        across devices, as ``op at location``: where its order of sums differs from the
-        global program's."""
+        """Where the per-device program's order of float sums differs from the global
+        program's, as ``op at location``: its collectives that add or multiply floats
+        across devices, and its contractions (``dot_general``, ``convolution``) of other
+        operand shapes than the global program's op there, which BLAS sums in an order
+        of its choosing by shape (a convolution of 32 of 64 images differed from the
+        whole batch's in the last bit)."""
+        whole = {(step.info.name, str(step.info.location)): step.info.operand_types
+                 for step in steps_within(self.function.region) if step.info.name in CONTRACTIONS}
         found = []
         for step in steps_within(self.local.function(self.function.name).region):
-            if step.info.name in COMBINING_COLLECTIVES and step.info.operand_types[0].kind in ("float", "complex") \
+            floats = step.info.operand_types and step.info.operand_types[0].kind in ("float", "complex")
+            if step.info.name in COMBINING_COLLECTIVES and floats \
                     and any(inner.info.name in ("stablehlo.add", "stablehlo.multiply")
                             for region in step.regions for inner in region.steps):
+                found.append(f"{step.info.name} at {step.info.location}")
+            elif step.info.name in CONTRACTIONS and floats and [str(t) for t in step.info.operand_types] != [
+                    str(t) for t in whole.get((step.info.name, str(step.info.location)), ())]:
                 found.append(f"{step.info.name} at {step.info.location}")
         return found
 
