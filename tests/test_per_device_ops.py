@@ -75,11 +75,15 @@ CASES = {
     "a numpy scalar beside a split table": (lambda t, i: lax.dynamic_slice_in_dim(t, i, 4, axis=0) * i,
                                             table(P("m", None)), np.int32(3)),
     "windows gathered from a split dimension": (window_gather, table(P("m", None)), indices(15, (5,))),
-    # a scatter's parts combined by a sum, random bits made per device
+    # a scatter's parts combined by a sum, a whole row's window moved off by the device's
+    # offset (its update skipped), random bits made per device
     "segment maximum of split updates": (lambda x, s: jax.ops.segment_max(x, s, num_segments=4),
                                          table(P("m"), (16,)), indices(4, (16,), P("m"))),
     "segment product of split updates": (lambda x, s: jax.ops.segment_prod(x, s, num_segments=4),
                                          indices(3, (16,), P("m")), indices(4, (16,), P("m"))),
+    "rows updated in place, their columns split": (
+        jax.vmap(lambda x, i, row: lax.dynamic_update_slice_in_dim(x, row[None], i, axis=0)),
+        table(P("d", None, "m"), (2, 10, 8)), indices(10, (2,), P("d")), table(P("d", "m"), (2, 8))),
     "random bits split by rows": (
         lambda key: jax.lax.with_sharding_constraint(lax.rng_bit_generator(key, (8, 4))[1],
                                                      NamedSharding(MESH, P("m", None))),

@@ -456,6 +456,21 @@ def _dimensions_to_gather(operation) -> tuple[list, list] | None:
         return ([(0, marked([d for d, w in zip(spatial, windowed) if w]))],
                 [(0, [dimension in {d for d, w in zip(numbers.output_spatial_dimensions, windowed) if w}
                       for dimension in range(output)])])
+    if name == "stablehlo.scatter":
+        # Shardy moves each start index by the device's offset along its dimension: right
+        # for a window of one element (an index outside the part skips the update), wrong
+        # for a wider one (a whole dimension's window at 0 moved out of bounds: skipped)
+        scatter = hlo.ScatterDimensionNumbers(attribute["scatter_dimension_numbers"])
+        inputs = len(operands) // 2
+        updates = ir.RankedTensorType(operands[-1].type).shape
+        skipped = set(scatter.inserted_window_dims) | set(scatter.input_batching_dims)
+        window_of = dict(zip([d for d in range(len(shape)) if d not in skipped], scatter.update_window_dims))
+        wide = [d for d in scatter.scattered_dims_to_operand_dims if d in window_of and updates[window_of[d]] > 1]
+        whole = marked(wide)
+        update_whole = [u in {window_of[d] for d in wide} for u in range(len(updates))]
+        return ([(index, whole) for index in range(inputs)] + [(index, update_whole)
+                                                              for index in range(inputs + 1, len(operands))],
+                [(index, whole) for index in range(inputs)])
     if name == "stablehlo.reduce":
         reducer = _reducer(operation)
         sharding = _sharding_of(operation.results[0]) if len(operation.results) else None
@@ -471,7 +486,8 @@ def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
     """Before the export's reshards: an op whose per-device form Shardy gets wrong on a
     split dimension (:func:`_dimensions_to_gather`: a ``reverse``, ``pad`` or partial
     ``slice`` of it, a ``concatenate`` along it, a ``dynamic_update_slice`` into it,
-    random numbers made in it (each device would make the first of the whole's), windows slid over it, a
+    random numbers made in it (each device would make the first of the whole's), a
+    ``scatter`` of windows wider than one element into it, windows slid over it, a
     ``reduce`` over it that is not a sum or a monoid combined by an all-reduce) takes
     its operands whole along those dimensions (an ``sdy.reshard``, an all-gather) and
     gives its results whole along them; the export slices them again for users that
