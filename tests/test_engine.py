@@ -328,6 +328,24 @@ def test_results_are_writable_arrays_even_for_constants():
     np.testing.assert_array_equal(again, [1, 2])
 
 
+@pytest.mark.parametrize("source", ["i1", "i32", "f32"])
+def test_a_scalar_constant_converted_to_a_boolean_folds(source):
+    """NumPy's ufuncs answer a 0-d array with a scalar: ``convert`` of a scalar constant to
+    i1 (``x != 0``) gave a NumPy bool, which folding could not make read-only: loading
+    the module failed (Shardy's per-device programs mask values so). The answer is an
+    array, folded as any constant."""
+    literal = {"i1": "true", "i32": "3", "f32": "0.5"}[source]
+    text = f"""func.func @main(%a: tensor<i1>) -> tensor<i1> {{
+  %c = stablehlo.constant dense<{literal}> : tensor<{source}>
+  %t = stablehlo.convert %c : (tensor<{source}>) -> tensor<i1>
+  %r = stablehlo.and %a, %t : tensor<i1>
+  return %r : tensor<i1>
+}}"""
+    for a in (True, False):
+        (result,) = si.run(text, np.array(a))
+        assert isinstance(result, np.ndarray) and result.shape == () and bool(result) is a
+
+
 def test_ops_of_constants_are_folded_at_load_but_still_observed():
     """A literal broadcast to a shape (JAX's `x * 2`) is computed once, at load, and
     left out of the run loop's program: its value waits in its slot of each fresh

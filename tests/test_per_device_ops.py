@@ -225,3 +225,47 @@ def test_a_run_with_the_callers_host_queues_is_not_run_twice():
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerDeviceWarning)
         np.testing.assert_array_equal(si.run_per_device(OUTFEED, x).outputs[0], 2 * x)
+
+
+def unreduced_cases(mesh):
+    """Whole values made unreduced: the ones of a sum's gradient (a constant), and an
+    argument converted with an unreduced out_sharding (JAX's test_reduce_precision and
+    test_cet_unreduced)."""
+    reduced = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P(None, reduced={"x"})))
+    whole = jax.device_put(np.arange(4, dtype=np.int32).reshape(2, 2), NamedSharding(mesh, P()))
+    return [
+        (jax.jit(jax.grad(lambda x: lax.reduce_precision(x, 8, 7).sum())), reduced),
+        (jax.jit(lambda x: jnp.array(x, out_sharding=P(None, None, unreduced={"x"}))), whole),
+    ]
+
+
+def test_a_whole_value_made_unreduced_is_held_by_the_first_device_alone():
+    """A value every device holds whole, made unreduced with no replicated_to_unreduced
+    written, was kept whole on every device by Shardy's per-device program (their sum n
+    times the value); as XLA, the first device holds it and the others zeros."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        for function, argument in unreduced_cases(mesh):
+            xla = function(argument)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", PerDeviceWarning)
+                run = si.run_per_device(function, argument)
+            for device, shard in held(xla).items():
+                np.testing.assert_array_equal(run.per_device[device][0], shard, strict=True)
+
+
+def test_a_converted_argument_made_unreduced_sums_to_the_value():
+    """With a conversion to f32 before the unreduced constraint XLA's CPU keeps the whole
+    value on both devices (their sum twice the value; without the conversion it gives
+    the second device zeros, as JAX's test_cet_unreduced expects): both runs here give
+    what the sharding means, a sum over the devices equal to the value
+    (docs/semantics.md)."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        whole = jax.device_put(np.arange(4, dtype=np.int32).reshape(2, 2), NamedSharding(mesh, P()))
+        function = jax.jit(lambda x: jnp.array(x, dtype=jnp.float32, out_sharding=P(None, None, unreduced={"x"})))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PerDeviceWarning)
+            run = si.run_per_device(function, whole)
+    np.testing.assert_array_equal(run.per_device[0][0], np.arange(4, dtype=np.float32).reshape(2, 2), strict=True)
+    np.testing.assert_array_equal(run.per_device[1][0], np.zeros((2, 2), np.float32), strict=True)

@@ -25,7 +25,7 @@ def convert(info):
     dtype = target.dtype
     read = _exact_reader(source, target)
     if target.kind == "bool":
-        return lambda x: np.not_equal(read(x), 0)
+        return lambda x: np.asarray(np.not_equal(read(x), 0))   # (an array, also for a 0-d operand)
     if source.kind in ("float", "complex") and target.kind in ("signed", "unsigned"):
         def out_of_range(x, result):
             too_low, too_high, nan = _outside(read(x), dtype)

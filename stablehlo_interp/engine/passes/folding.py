@@ -10,6 +10,8 @@ every tool sees every op.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..plan import OpInfo, RunProgram, StepColumns
 
 # Ops cheap to keep whose result depends on nothing but their operands.
@@ -41,6 +43,6 @@ def _folded(info: OpInfo, run, operands: tuple, constants: dict):
         value = run(*[constants[slot] for slot in operands])
     except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
         return None
-    if hasattr(value, "flags"):
+    if isinstance(value, np.ndarray):   # (a NumPy scalar, a ufunc's answer on 0-d arrays, is immutable)
         value.flags.writeable = False   # every run returns this array: read-only, as constants are
     return value
