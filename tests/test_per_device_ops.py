@@ -228,28 +228,35 @@ def test_a_run_with_the_callers_host_queues_is_not_run_twice():
 
 
 def unreduced_cases(mesh):
-    """Whole values made unreduced: the ones of a sum's gradient (a constant), and an
-    argument converted with an unreduced out_sharding (JAX's test_reduce_precision and
-    test_cet_unreduced)."""
+    """Unreduced results: whole values made unreduced (the ones of a sum's gradient, a
+    constant; an argument given an unreduced out_sharding: JAX's test_reduce_precision and
+    test_cet_unreduced), and a product left as each device's partial sum (which si.run's
+    global view holds as the sum: test_unreduced_einsum_basic)."""
     reduced = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P(None, reduced={"x"})))
     whole = jax.device_put(np.arange(4, dtype=np.int32).reshape(2, 2), NamedSharding(mesh, P()))
+    columns = jax.device_put(np.arange(4, dtype=np.int32).reshape(2, 2), NamedSharding(mesh, P(None, "x")))
+    rows = jax.device_put(np.arange(4, dtype=np.int32).reshape(2, 2), NamedSharding(mesh, P("x", None)))
+    product = jax.jit(lambda a, b: jnp.einsum("ab,bc->ac", a, b, out_sharding=P(None, None, unreduced={"x"})))
     return [
-        (jax.jit(jax.grad(lambda x: lax.reduce_precision(x, 8, 7).sum())), reduced),
-        (jax.jit(lambda x: jnp.array(x, out_sharding=P(None, None, unreduced={"x"}))), whole),
+        (jax.jit(jax.grad(lambda x: lax.reduce_precision(x, 8, 7).sum())), (reduced,)),
+        (jax.jit(lambda x: jnp.array(x, out_sharding=P(None, None, unreduced={"x"}))), (whole,)),
+        (product, (columns, rows)),
     ]
 
 
-def test_a_whole_value_made_unreduced_is_held_by_the_first_device_alone():
-    """A value every device holds whole, made unreduced with no replicated_to_unreduced
-    written, was kept whole on every device by Shardy's per-device program (their sum n
-    times the value); as XLA, the first device holds it and the others zeros."""
+def test_unreduced_results_are_xlas_partials():
+    """Each device's partial of an unreduced result is XLA's, with no mismatch against the
+    global run: a whole value made unreduced with no replicated_to_unreduced written was
+    kept whole on every device by Shardy's program (their sum n times the value); as XLA,
+    the first device holds it and the others zeros. The partials of a product are summed
+    before they are compared with the global view's sum."""
     mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
     with jax.set_mesh(mesh):
-        for function, argument in unreduced_cases(mesh):
-            xla = function(argument)
+        for function, arguments in unreduced_cases(mesh):
+            xla = function(*arguments)
             with warnings.catch_warnings():
                 warnings.simplefilter("error", PerDeviceWarning)
-                run = si.run_per_device(function, argument)
+                run = si.run_per_device(function, *arguments)
             for device, shard in held(xla).items():
                 np.testing.assert_array_equal(run.per_device[device][0], shard, strict=True)
 

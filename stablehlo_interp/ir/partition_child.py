@@ -386,105 +386,140 @@ def _split_dimensions(value: ir.Value) -> list:
     return [bool(len(sdy.DimensionShardingAttr(dimension).axes)) for dimension in sharding.dimension_shardings]
 
 
-def _dimensions_to_gather(operation) -> tuple[list, list] | None:
-    """For an op whose per-device form Shardy's global-to-local pass gets wrong when some
-    of its dimensions are split (it runs the global op on the device's part, or aborts):
-    ``(operands, results)``, the indices of the operands and results sharing those
-    dimensions and, for each, the dimensions that must be whole; None for other ops."""
-    name = operation.name
-    operands = list(operation.operands)
-    shape = ir.RankedTensorType(operands[0].type).shape if operands else []
-    attribute = operation.attributes
+def _shape(value: ir.Value) -> list:
+    return ir.RankedTensorType(value.type).shape
 
-    def marked(dimensions) -> list:
-        return [dimension in set(dimensions) for dimension in range(len(shape))]
 
-    if name in ("stablehlo.rng_bit_generator", "stablehlo.rng"):   # its values depend on the whole shape
-        return [], [(index, [True] * ir.RankedTensorType(result.type).rank)
-                    for index, result in enumerate(operation.results)]
-    if name == "stablehlo.reverse":
-        whole = marked(ir.DenseI64ArrayAttr(attribute["dimensions"]))
-        return [(0, whole)], [(0, whole)]
-    if name == "stablehlo.pad":
-        edges = [list(ir.DenseI64ArrayAttr(attribute[key])) for key in ("edge_padding_low", "edge_padding_high",
-                                                                          "interior_padding")]
-        whole = [any(edge[dimension] for edge in edges) for dimension in range(len(shape))]
-        return [(0, whole)], [(0, whole)]
-    if name == "stablehlo.slice":
-        starts, limits, strides = (list(ir.DenseI64ArrayAttr(attribute[key]))
-                                   for key in ("start_indices", "limit_indices", "strides"))
-        whole = [(start, limit, stride) != (0, size, 1) for start, limit, stride, size in zip(starts, limits, strides,
-                                                                                              shape)]
-        return [(0, whole)], [(0, whole)]
-    if name == "stablehlo.concatenate":
-        whole = marked([ir.IntegerAttr(attribute["dimension"]).value])
-        return [(index, whole) for index in range(len(operands))], [(0, whole)]
-    if name == "stablehlo.dynamic_update_slice":
-        update = ir.RankedTensorType(operands[1].type).shape
-        whole = [part != size for part, size in zip(update, shape)]
+def _marked(dimensions, rank: int) -> list:
+    """Whether each of ``rank`` dimensions is one of ``dimensions``."""
+    dimensions = set(dimensions)
+    return [dimension in dimensions for dimension in range(rank)]
+
+
+def _integers(attributes, key: str, default: list) -> list:
+    return list(ir.DenseI64ArrayAttr(attributes[key])) if key in attributes else default
+
+
+def _padded(attributes, rank: int) -> list:
+    """Whether each dimension of a window's ``padding`` attribute (``[[low, high], ...]``) is padded."""
+    if "padding" not in attributes:
+        return [False] * rank
+    return [bool(low or high) for low, high in np.array(ir.DenseIntElementsAttr(attributes["padding"])).reshape(-1, 2)]
+
+
+# Each function below: for an op whose per-device form Shardy's global-to-local pass gets
+# wrong when some of its dimensions are split (it runs the global op on the device's part,
+# or aborts), ``(operands, results)``: the indices of the operands and of the results that
+# have those dimensions and, for each, which dimensions must be whole; None to leave it.
+
+def _random_numbers(operation):
+    """Random bits depend on the whole shape: each device would make the first rows."""
+    return [], [(index, [True] * len(_shape(result))) for index, result in enumerate(operation.results)]
+
+
+def _reversed(operation):
+    whole = _marked(ir.DenseI64ArrayAttr(operation.attributes["dimensions"]), len(_shape(operation.operands[0])))
+    return [(0, whole)], [(0, whole)]
+
+
+def _padded_dimensions(operation):
+    edges = [_integers(operation.attributes, key, []) for key in ("edge_padding_low", "edge_padding_high",
+                                                                 "interior_padding")]
+    whole = [any(edge[dimension] for edge in edges) for dimension in range(len(_shape(operation.operands[0])))]
+    return [(0, whole)], [(0, whole)]
+
+
+def _sliced(operation):
+    attributes = operation.attributes
+    whole = [(start, limit, stride) != (0, size, 1) for start, limit, stride, size in zip(
+        *(_integers(attributes, key, []) for key in ("start_indices", "limit_indices", "strides")),
+        _shape(operation.operands[0]))]
+    return [(0, whole)], [(0, whole)]
+
+
+def _concatenated(operation):
+    whole = _marked([ir.IntegerAttr(operation.attributes["dimension"]).value], len(_shape(operation.operands[0])))
+    return [(index, whole) for index in range(len(operation.operands))], [(0, whole)]
+
+
+def _updated_slice(operation):
+    whole = [part != size for part, size in zip(_shape(operation.operands[1]), _shape(operation.operands[0]))]
+    return [(0, whole), (1, whole)], [(0, whole)]
+
+
+def _windowed(operation):
+    """A window of more than one element, a stride, padding or dilation along a dimension
+    reaches across the devices' parts of it."""
+    attributes = operation.attributes
+    windows = _integers(attributes, "window_dimensions", [])
+    rank = len(windows)
+    strides = _integers(attributes, "window_strides", [1] * rank)
+    dilations = [max(base, window) for base, window in zip(_integers(attributes, "base_dilations", [1] * rank),
+                                                           _integers(attributes, "window_dilations", [1] * rank))]
+    whole = [window > 1 or stride > 1 or pad or dilation > 1
+             for window, stride, pad, dilation in zip(windows, strides, _padded(attributes, rank), dilations)]
+    if operation.name == "stablehlo.select_and_scatter":
         return [(0, whole), (1, whole)], [(0, whole)]
-    if name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
-        windows = list(ir.DenseI64ArrayAttr(attribute["window_dimensions"]))
-        strides = list(ir.DenseI64ArrayAttr(attribute["window_strides"])) if "window_strides" in attribute \
-            else [1] * len(shape)
-        padded = [False] * len(shape)
-        if "padding" in attribute:
-            padding = np.array(ir.DenseIntElementsAttr(attribute["padding"])).reshape(-1, 2)
-            padded = [bool(low or high) for low, high in padding]
-        dilated = [False] * len(shape)
-        for key in ("base_dilations", "window_dilations"):
-            if key in attribute:
-                dilated = [d or size > 1 for d, size in zip(dilated, ir.DenseI64ArrayAttr(attribute[key]))]
-        whole = [window > 1 or stride > 1 or pad or dilation
-                 for window, stride, pad, dilation in zip(windows, strides, padded, dilated)]
-        if name == "stablehlo.select_and_scatter":
-            return [(0, whole), (1, whole)], [(0, whole)]
-        inputs = len(operands) // 2
-        return [(index, whole) for index in range(inputs)], [(index, whole) for index in range(inputs)]
-    if name == "stablehlo.convolution":
-        numbers = hlo.ConvDimensionNumbers(attribute["dimension_numbers"])
-        kernel = ir.RankedTensorType(operands[1].type).shape
-        spatial = list(numbers.input_spatial_dimensions)
-        settings = {key: list(ir.DenseI64ArrayAttr(attribute[key])) if key in attribute else None
-                    for key in ("window_strides", "lhs_dilation", "rhs_dilation")}
-        padding = (np.array(ir.DenseIntElementsAttr(attribute["padding"])).reshape(-1, 2)
-                   if "padding" in attribute else np.zeros((len(spatial), 2), int))
-        windowed = [kernel[kernel_dimension] > 1 or bool(padding[k].any())
-                    or any(values is not None and values[k] > 1 for values in settings.values())
-                    for k, kernel_dimension in enumerate(numbers.kernel_spatial_dimensions)]
-        output = ir.RankedTensorType(operation.results[0].type).rank
-        return ([(0, marked([d for d, w in zip(spatial, windowed) if w]))],
-                [(0, [dimension in {d for d, w in zip(numbers.output_spatial_dimensions, windowed) if w}
-                      for dimension in range(output)])])
-    if name == "stablehlo.scatter":
-        # Shardy moves each start index by the device's offset along its dimension: right
-        # for a window of one element (an index outside the part skips the update), wrong
-        # for a wider one (a whole dimension's window at 0 moved out of bounds: skipped)
-        scatter = hlo.ScatterDimensionNumbers(attribute["scatter_dimension_numbers"])
-        inputs = len(operands) // 2
-        updates = ir.RankedTensorType(operands[-1].type).shape
-        skipped = set(scatter.inserted_window_dims) | set(scatter.input_batching_dims)
-        window_of = dict(zip([d for d in range(len(shape)) if d not in skipped], scatter.update_window_dims))
-        wide = [d for d in scatter.scattered_dims_to_operand_dims if d in window_of and updates[window_of[d]] > 1]
-        whole = marked(wide)
-        update_whole = [u in {window_of[d] for d in wide} for u in range(len(updates))]
-        return ([(index, whole) for index in range(inputs)] + [(index, update_whole)
-                                                              for index in range(inputs + 1, len(operands))],
-                [(index, whole) for index in range(inputs)])
-    if name == "stablehlo.reduce":
-        reducer = _reducer(operation)
-        sharding = _sharding_of(operation.results[0]) if len(operation.results) else None
-        unreduced = sharding is not None and len(sharding.unreduced_axes)
-        if reducer == "stablehlo.add" or (reducer is not None and not unreduced):
-            return None   # each device reduces its part; the all-reduce combines them (reduce_partials_by_their_op)
-        whole = marked(ir.DenseI64ArrayAttr(attribute["dimensions"]))
-        return [(index, whole) for index in range(len(operands) // 2)], []
-    return None
+    inputs = len(operation.operands) // 2
+    return [(index, whole) for index in range(inputs)], [(index, whole) for index in range(inputs)]
+
+
+def _convolved(operation):
+    """As :func:`_windowed`, for the input's spatial dimensions and the result's."""
+    attributes = operation.attributes
+    numbers = hlo.ConvDimensionNumbers(attributes["dimension_numbers"])
+    kernel = _shape(operation.operands[1])
+    spatial = len(numbers.input_spatial_dimensions)
+    settings = [_integers(attributes, key, [1] * spatial) for key in ("window_strides", "lhs_dilation", "rhs_dilation")]
+    padded = _padded(attributes, spatial)
+    windowed = [kernel[kernel_dimension] > 1 or padded[k] or any(values[k] > 1 for values in settings)
+                for k, kernel_dimension in enumerate(numbers.kernel_spatial_dimensions)]
+    inputs = [d for d, w in zip(numbers.input_spatial_dimensions, windowed) if w]
+    outputs = [d for d, w in zip(numbers.output_spatial_dimensions, windowed) if w]
+    return ([(0, _marked(inputs, len(_shape(operation.operands[0]))))],
+            [(0, _marked(outputs, len(_shape(operation.results[0]))))])
+
+
+def _scattered(operation):
+    """Shardy moves each start index by the device's offset along its dimension: right for a
+    window of one element (an index outside the part skips the update), wrong for a wider
+    one (a whole dimension's window at 0 moved out of bounds: its update skipped)."""
+    numbers = hlo.ScatterDimensionNumbers(operation.attributes["scatter_dimension_numbers"])
+    operands = list(operation.operands)
+    inputs, rank, updates = len(operands) // 2, len(_shape(operands[0])), _shape(operands[-1])
+    skipped = set(numbers.inserted_window_dims) | set(numbers.input_batching_dims)
+    window_of = dict(zip([d for d in range(rank) if d not in skipped], numbers.update_window_dims))
+    wide = [d for d in numbers.scattered_dims_to_operand_dims if d in window_of and updates[window_of[d]] > 1]
+    whole, update_whole = _marked(wide, rank), _marked([window_of[d] for d in wide], len(updates))
+    return ([(index, whole) for index in range(inputs)] + [(index, update_whole)
+                                                          for index in range(inputs + 1, len(operands))],
+            [(index, whole) for index in range(inputs)])
+
+
+def _reduced(operation):
+    """A sum, or one op whose parts an all-reduce combines (reduce_partials_by_their_op), is
+    left to Shardy; an argmax's pair of values and indices is gathered."""
+    reducer = _reducer(operation)
+    sharding = _sharding_of(operation.results[0])
+    unreduced = sharding is not None and len(sharding.unreduced_axes)
+    if reducer == "stablehlo.add" or (reducer is not None and not unreduced):
+        return None
+    whole = _marked(ir.DenseI64ArrayAttr(operation.attributes["dimensions"]), len(_shape(operation.operands[0])))
+    return [(index, whole) for index in range(len(operation.operands) // 2)], []
+
+
+DIMENSIONS_TO_GATHER = {
+    "stablehlo.rng_bit_generator": _random_numbers, "stablehlo.rng": _random_numbers,
+    "stablehlo.reverse": _reversed, "stablehlo.pad": _padded_dimensions, "stablehlo.slice": _sliced,
+    "stablehlo.concatenate": _concatenated, "stablehlo.dynamic_update_slice": _updated_slice,
+    "stablehlo.reduce_window": _windowed, "stablehlo.select_and_scatter": _windowed,
+    "stablehlo.convolution": _convolved, "stablehlo.scatter": _scattered, "stablehlo.reduce": _reduced,
+}
 
 
 def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
     """Before the export's reshards: an op whose per-device form Shardy gets wrong on a
-    split dimension (:func:`_dimensions_to_gather`: a ``reverse``, ``pad`` or partial
+    split dimension (:data:`DIMENSIONS_TO_GATHER`: a ``reverse``, ``pad`` or partial
     ``slice`` of it, a ``concatenate`` along it, a ``dynamic_update_slice`` into it,
     random numbers made in it (each device would make the first of the whole's), a
     ``scatter`` of windows wider than one element into it, windows slid over it, a
@@ -495,7 +530,8 @@ def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
     them); for windows it exchanges only the neighbours' halo, so the per-device
     program here sends more bytes than XLA's there (docs/sharding.md)."""
     for operation in _walk(module, "stablehlo."):
-        found = _dimensions_to_gather(operation)
+        rule = DIMENSIONS_TO_GATHER.get(operation.name)
+        found = rule(operation) if rule is not None else None
         if found is None:
             continue
         operands, results = found

@@ -7,7 +7,8 @@ rule for some ops on a split dimension and writes the global op on the device's 
 with its shards of the global ones (:meth:`PerDeviceProgram.check`): a difference that
 the per-device program's reordered float sums do not explain, or that lies beyond the
 global program's rounding noise, raises ``PerDeviceMismatch``; one within it is a
-``PerDeviceWarning``. A run that calls the host (a program's host callbacks, or infeed,
+``PerDeviceWarning``. A result unreduced on the devices is compared as the sum of their
+partials: ``si.run``'s global view holds that sum. A run that calls the host (a program's host callbacks, or infeed,
 outfeed, send and recv on the caller's ``io`` queues) is not run twice: it is not
 checked, and a ``PerDeviceWarning`` says so (without ``io`` the global run gets queues
 of its own).
@@ -15,6 +16,7 @@ of its own).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,6 +27,7 @@ from ..engine.hostio import HostQueues
 from ..engine.run import Listener
 from ..program import Call, DeviceRun, prepare, prepare_per_device
 from ..program.per_device import PerDeviceWarning
+from ..sharding.unreduced import retarget, shard_of
 from . import bounds
 
 
@@ -53,16 +56,28 @@ def check_against_global(call: Call, actual: list, io: HostQueues | None, semant
     partitioned = call.per_device_program()
     if call.program.host_callbacks or io is not None:
         warnings.warn(f"the per-device run of {call.program.name or 'a module'} is not checked against the global "
-                      "run: the program calls the host (callbacks, or the caller's host queues), and a second run would call it again", PerDeviceWarning,
-                      stacklevel=4)
+                      "run: the program calls the host (callbacks, or the caller's host queues), and a second run "
+                      "would call it again", PerDeviceWarning, stacklevel=4)
         return
     semantics = semantics or call.program.semantics
+    unreduced = {index: dataclasses.replace(tiling, unreduced=())
+                 for index, tiling in enumerate(partitioned.result_tilings) if tiling is not None and tiling.unreduced}
+
+    def shards(results: list) -> list:
+        """Each device's part of the global ``results``; of a result unreduced on the
+        devices, its part of the whole value (si.run's global view holds the sum)."""
+        return [[shard_of(value, unreduced.get(index, tiling), device)
+                 for index, (value, tiling) in enumerate(zip(results, partitioned.result_tilings))]
+                for device in range(partitioned.num_devices)]
 
     def run_global(listeners: Iterable[Listener] = ()) -> list:
-        return partitioned.result_shards(call.program.run(*call.arguments, function=call.function,
-                                                          listeners=listeners, semantics=semantics))
+        return shards(call.program.run(*call.arguments, function=call.function, listeners=listeners,
+                                       semantics=semantics))
 
     expected = run_global()
+    if unreduced:   # the devices' partials added, to compare with the global view's sums
+        totals = partitioned.assemble(actual)
+        actual = shards([retarget(value, ()) if index in unreduced else value for index, value in enumerate(totals)])
     notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(
         lambda listener: run_global([listener]), semantics, expected, actual))
     if notes:
