@@ -237,13 +237,10 @@ class PerDevice(Global):
         per_device_observed = self.mode == PER_DEVICE
         expected = super().run(arguments, () if per_device_observed else listeners)
         actual = self.partitioned.run_devices(arguments, listeners if per_device_observed else ())
-        from ..tools.per_device import beyond_rounding_noise   # the tools share the device's floor; loaded on use
+        from ..tools.per_device import judge   # the tools share the device's floor; loaded on use
 
-        notes = self.partitioned.check(expected, actual, lambda: beyond_rounding_noise(
-            lambda listener: Global.run(self, arguments, [listener]), self.program.semantics, expected, actual))
-        if notes:
-            warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
-                          stacklevel=2)
+        judge(self.partitioned, expected, actual, lambda listener: Global.run(self, arguments, [listener]),
+              self.program.semantics, stacklevel=2)
         return actual if per_device_observed else expected
 
 

@@ -4,6 +4,7 @@ passes and replies with the per-device program (see
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -203,11 +204,9 @@ def _stand_in(operation, sharding: dict | None = None) -> None:
     operation.erase()
 
 
-def _sharded_dimensions(operation) -> list:
-    """Whether each dimension of ``operation``'s (only) result is sharded (names axes)."""
-    sharding = sdy.TensorShardingPerValueAttr(operation.attributes["sdy.sharding"]).shardings[0]
-    return [bool(len(sdy.DimensionShardingAttr(dimension).axes))
-            for dimension in sdy.TensorShardingAttr(sharding).dimension_shardings]
+def _split_dimensions(sharding) -> list:
+    """Whether each dimension of a value sharded as ``sharding`` is split (names axes)."""
+    return [bool(len(sdy.DimensionShardingAttr(dimension).axes)) for dimension in sharding.dimension_shardings]
 
 
 def stand_in_for_unconverted_ops(module: ir.Module) -> None:
@@ -227,7 +226,7 @@ def stand_in_for_unconverted_ops(module: ir.Module) -> None:
         sizes = list(ir.DenseI64ArrayAttr(operation.attributes["slice_sizes"]))
         whole = ir.RankedTensorType(operation.operands[0].type).shape
         if not any(sharded and size != full
-                   for sharded, size, full in zip(_sharded_dimensions(operation), sizes, whole)):
+                   for sharded, size, full in zip(_split_dimensions(_sharding_of(operation.results[0])), sizes, whole)):
             _stand_in(operation)
     for operation in _walk(module, "stablehlo.dot_general"):
         if "sdy.sharding" in operation.attributes and len(sdy.TensorShardingAttr(sdy.TensorShardingPerValueAttr(
@@ -275,20 +274,16 @@ def split_reduce_scatters_of_dots(module: ir.Module) -> None:
         scatter.erase()
 
 
-def _custom_rule_calls(module: ir.Module) -> list:
-    """``(call, rule)`` of each custom call whose sharding rule is marked ``custom``
-    (LAPACK's calls: Cholesky, QR, SVD ...): Shardy's reshards leave such calls to XLA's
-    partitioner, which gathers what the call does not split. A ``custom_partitioning``
-    call (also marked ``custom``) is left out: XLA partitions it by the user's callback."""
-    found = []
-    for call in _walk(module, "stablehlo.custom_call"):
-        if ("sdy.sharding_rule" not in call.attributes
-                or ir.StringAttr(call.attributes["call_target_name"]).value == CUSTOM_PARTITIONING_TARGET):
-            continue
-        rule = sdy.OpShardingRuleAttr(call.attributes["sdy.sharding_rule"])
-        if rule.is_custom:
-            found.append((call, rule))
-    return found
+def _custom_rule(call):
+    """The sharding rule of a custom call marked ``custom`` (LAPACK's calls: Cholesky, QR,
+    SVD ...), which Shardy's reshards leave to XLA's partitioner, or None. A
+    ``custom_partitioning`` call (also marked ``custom``) is left out: XLA partitions it by
+    the user's callback."""
+    if ("sdy.sharding_rule" not in call.attributes
+            or ir.StringAttr(call.attributes["call_target_name"]).value == CUSTOM_PARTITIONING_TARGET):
+        return None
+    rule = sdy.OpShardingRuleAttr(call.attributes["sdy.sharding_rule"])
+    return rule if rule.is_custom else None
 
 
 def _factors(mappings) -> set:
@@ -300,10 +295,8 @@ def _factors(mappings) -> set:
 def _split_outside(sharding, mapping, shared: set) -> list:
     """Whether each dimension of a value sharded as ``sharding`` (its rule's ``mapping``)
     is split though none of its factors is in ``shared``."""
-    return [bool(len(sdy.DimensionShardingAttr(dimension_sharding).axes))
-            and not shared & set(sdy.DimMappingAttr(dimension).factor_indices)
-            for dimension_sharding, dimension in zip(sharding.dimension_shardings,
-                                                     sdy.TensorMappingAttr(mapping).dim_mappings)]
+    return [split and not shared & set(sdy.DimMappingAttr(dimension).factor_indices)
+            for split, dimension in zip(_split_dimensions(sharding), sdy.TensorMappingAttr(mapping).dim_mappings)]
 
 
 def _whole_along(sharding, whole: list):
@@ -314,48 +307,6 @@ def _whole_along(sharding, whole: list):
                                for dimension, unsplit in zip(sharding.dimension_shardings, whole)],
         list(sharding.replicated_axes), list(sharding.unreduced_axes))
 
-
-def replicate_results_of_custom_rule_calls(module: ir.Module) -> None:
-    """Before the export's reshards: each result of a :func:`_custom_rule_calls` call
-    whole along the dimensions whose factors no operand shares (propagation split a
-    factor's result by rows when its user was), so the export slices it for a user that
-    wants it split, as XLA's partitioner slices the call's whole result (a
-    ``dynamic-slice`` by ``partition-id``)."""
-    for call, rule in _custom_rule_calls(module):
-        if "sdy.sharding" not in call.attributes:
-            continue
-        shared = _factors(rule.operand_mappings)
-        shardings = [sdy.TensorShardingAttr(sharding) for sharding in
-                     sdy.TensorShardingPerValueAttr(call.attributes["sdy.sharding"]).shardings]
-        call.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get([
-            _whole_along(sharding, _split_outside(sharding, mapping, shared))
-            for sharding, mapping in zip(shardings, rule.result_mappings)])
-
-
-def gather_operands_of_custom_rule_calls(module: ir.Module) -> None:
-    """Each operand of a :func:`_custom_rule_calls` call whole along the dimensions whose
-    factors no result shares (a matrix's rows and columns), gathered by an
-    ``sdy.all_gather`` before the call, as XLA's SPMD partitioner gathers them: the export
-    left a matrix split while its result, aliased to it (``output_operand_aliases``), was
-    whole, which the verifier refuses. Dimensions a result shares (a batch of matrices)
-    stay split, as XLA keeps them."""
-    for call, rule in _custom_rule_calls(module):
-        shared = _factors(rule.result_mappings)
-        for index, (value, mapping) in enumerate(zip(call.operands, rule.operand_mappings)):
-            sharding = _sharding_of(value)
-            if sharding is None:
-                continue
-            gathered = _split_outside(sharding, mapping, shared)
-            if not any(gathered):
-                continue
-            axes = ["{" + ", ".join(str(axis) for axis in sdy.DimensionShardingAttr(d).axes) + "}" if whole else "{}"
-                    for d, whole in zip(sharding.dimension_shardings, gathered)]
-            with ir.InsertionPoint(call), call.location:
-                all_gather = ir.Operation.create(
-                    "sdy.all_gather", results=[value.type], operands=[value],
-                    attributes={"gathering_axes": ir.Attribute.parse(f"#sdy<list_of_axis_ref_lists[{', '.join(axes)}]>"),
-                                "out_sharding": _whole_along(sharding, gathered)})
-            call.operands[index] = all_gather.results[0]
 
 # The reductions whose partial results a collective may combine with the same op.
 MONOIDS = frozenset({"stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
@@ -375,15 +326,6 @@ def _reducer(operation) -> str | None:
             or list(body[1].operands) != [body[0].results[0]]):
         return None
     return body[0].name
-
-
-def _split_dimensions(value: ir.Value) -> list:
-    """Whether each dimension of ``value`` is split over devices after propagation."""
-    sharding = _sharding_of(value)
-    rank = ir.RankedTensorType(value.type).rank
-    if sharding is None:
-        return [False] * rank
-    return [bool(len(sdy.DimensionShardingAttr(dimension).axes)) for dimension in sharding.dimension_shardings]
 
 
 def _shape(value: ir.Value) -> list:
@@ -496,6 +438,26 @@ def _scattered(operation):
             [(index, whole) for index in range(inputs)])
 
 
+def _custom_rule_call(operation):
+    """A LAPACK call (:func:`_custom_rule`) takes its operands whole along the dimensions
+    whose factors no result shares (a matrix's rows and columns; a batch of matrices stays
+    split) and gives its results whole along those no operand shares, as XLA's partitioner
+    gathers them and slices the whole result (a ``dynamic-slice`` by ``partition-id``)
+    for a user that wants it split: the export left a matrix split while its result,
+    aliased to it (``output_operand_aliases``), was whole, which the verifier refused."""
+    rule = _custom_rule(operation)
+    if rule is None:
+        return None
+    sides = []
+    for values, mappings, others in ((operation.operands, rule.operand_mappings, rule.result_mappings),
+                                     (operation.results, rule.result_mappings, rule.operand_mappings)):
+        shared = _factors(others)
+        shardings = [_sharding_of(value) for value in values]
+        sides.append([(index, _split_outside(sharding, mapping, shared))
+                      for index, (sharding, mapping) in enumerate(zip(shardings, mappings)) if sharding is not None])
+    return sides[0], sides[1]
+
+
 def _reduced(operation):
     """A sum, or one op whose parts an all-reduce combines (reduce_partials_by_their_op), is
     left to Shardy; an argmax's pair of values and indices is gathered."""
@@ -514,6 +476,7 @@ DIMENSIONS_TO_GATHER = {
     "stablehlo.concatenate": _concatenated, "stablehlo.dynamic_update_slice": _updated_slice,
     "stablehlo.reduce_window": _windowed, "stablehlo.select_and_scatter": _windowed,
     "stablehlo.convolution": _convolved, "stablehlo.scatter": _scattered, "stablehlo.reduce": _reduced,
+    "stablehlo.custom_call": _custom_rule_call,
 }
 
 
@@ -523,7 +486,8 @@ def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
     ``slice`` of it, a ``concatenate`` along it, a ``dynamic_update_slice`` into it,
     random numbers made in it (each device would make the first of the whole's), a
     ``scatter`` of windows wider than one element into it, windows slid over it, a
-    ``reduce`` over it that is not a sum or a monoid combined by an all-reduce) takes
+    ``reduce`` over it that is not a sum or a monoid combined by an all-reduce, a LAPACK
+    call on a matrix split by rows or columns) takes
     its operands whole along those dimensions (an ``sdy.reshard``, an all-gather) and
     gives its results whole along them; the export slices them again for users that
     want them split. So XLA's partitioner does with ops it cannot split (it replicates
@@ -538,7 +502,7 @@ def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
         for index, whole in operands:
             value = operation.operands[index]
             sharding = _sharding_of(value)
-            if sharding is None or not any(w and split for w, split in zip(whole, _split_dimensions(value))):
+            if sharding is None or not any(w and split for w, split in zip(whole, _split_dimensions(sharding))):
                 continue
             with ir.InsertionPoint(operation), operation.location:
                 reshard = ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
@@ -554,7 +518,7 @@ def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
 
 
 class UnevenShards(Exception):
-    """A value split over more devices than its dimension divides into (module docstring)."""
+    """A value split along a dimension its devices do not divide evenly (:func:`refuse_uneven_shards`)."""
 
 
 def refuse_uneven_shards(module: ir.Module) -> None:
@@ -572,7 +536,7 @@ def refuse_uneven_shards(module: ir.Module) -> None:
         shape = value_type.shape
         for dimension, dimension_sharding in enumerate(sharding.dimension_shardings):
             axes = [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(dimension_sharding).axes]
-            parts = int(np.prod([_axis_size(axis, mesh) for axis in axes]))
+            parts = _parts(axes, mesh)
             if shape[dimension] % parts:
                 raise UnevenShards(
                     f"{what} ({value_type}) is split {parts} ways along dimension {dimension}, of "
@@ -616,7 +580,7 @@ def reduce_partials_by_their_op(module: ir.Module) -> None:
         producer = getattr(producer, "operation", producer)
         reducer = _reducer(producer)
         body = [inner.operation for inner in all_reduce.regions[0].blocks[0].operations]
-        if reducer is None or body[0].name == reducer or body[0].name != "stablehlo.add":
+        if reducer in (None, "stablehlo.add") or body[0].name != "stablehlo.add":
             continue
         with ir.InsertionPoint(body[0]), body[0].location:
             combined = ir.Operation.create(reducer, results=[body[0].results[0].type],
@@ -752,7 +716,7 @@ def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
         axes_of = {dimension: [sdy.AxisRefAttr(axis) for axis in sdy.DimensionShardingAttr(dimension_sharding).axes]
                    for dimension, dimension_sharding in enumerate(sharding.dimension_shardings)}
         split = {dimension: axes for dimension, axes in axes_of.items() if axes}
-        parts = {dimension: int(np.prod([_axis_size(axis, mesh) for axis in axes])) for dimension, axes in split.items()}
+        parts = {dimension: _parts(axes, mesh) for dimension, axes in split.items()}
         indexed = [dimension for dimension in start_index_map if dimension in split]
         batching = list(numbers.operand_batching_dims)   # split as the indices' batch, which each device holds
         if (not indexed or any(sizes[dimension] != 1 or shape[dimension] % parts[dimension] for dimension in indexed)
@@ -781,6 +745,11 @@ def stand_in_for_gathers_from_shards(module: ir.Module) -> None:
                             STAND_IN_ATTRIBUTES: ir.DictAttr.get(kept), **result_sharding})
         gather.results[0].replace_all_uses_with(stand_in.results[0])
         gather.erase()
+
+
+def _parts(axes: list, mesh: list) -> int:
+    """How many parts sdy axis refs ``axes`` of ``mesh`` split a dimension into."""
+    return math.prod(_axis_size(axis, mesh) for axis in axes)
 
 
 def _axis_size(axis, mesh: list) -> int:
@@ -868,8 +837,8 @@ def lower_replicated_to_unreduced(module: ir.Module) -> None:
     converts like any op (sharded as the op's result). One without users is erased. An op
     that sums nothing (:data:`WHOLE_VALUE_OPS`: a constant, a conversion ...) of whole values
     (constants, the function's arguments that are not unreduced) constrained to be
-    unreduced gets that sharding with no ``replicated_to_unreduced`` written (the ones of a sum's gradient, ``jnp.array(x, out_sharding=P(unreduced=...))``):
-    its result is made so too, where the pass gave every device the whole value (a sum of
+    unreduced gets that sharding with no ``replicated_to_unreduced`` written (the ones of
+    a sum's gradient, ``jnp.array(x, out_sharding=P(unreduced=...))``): its result is made so too, where the pass gave every device the whole value (a sum of
     n copies)."""
     meshes = _mesh_axes(module)
     for operation in _walk(module, "sdy.replicated_to_unreduced"):
@@ -1008,12 +977,10 @@ def partition(text: str) -> str:
         async_pairs_as_collectives(module)   # XLA's converter refuses async ops; XLA's CPU shows the collective
         stand_in_for_chlo(module)
         _run(module, ("symbol-dce",) + PROPAGATE_AND_INSERT_COLLECTIVES[:-1])
-        replicate_results_of_custom_rule_calls(module)
         gather_dimensions_shardy_cannot_split(module)
         _run(module, PROPAGATE_AND_INSERT_COLLECTIVES[-1:])
         refuse_uneven_shards(module)
         split_reduce_scatters_of_dots(module)
-        gather_operands_of_custom_rule_calls(module)
         stand_in_for_gathers_from_shards(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)

@@ -6,8 +6,8 @@ shardings, written two ways:
 * Shardy (``sdy`` dialect): a mesh of named axes over the logical devices
   (``sdy.mesh @mesh = <["x"=4, "y"=2], device_ids=[...]>``, ``device_ids``
   iota when absent; ``<[], device_ids=[d]>``, a maximal mesh, puts a tensor on
-  device d alone; ``<[]>``, the empty mesh, replicates it on every device) and, per tensor, the axes that shard each dimension, major
-  to minor (``#sdy.sharding<@mesh, [{"x"}, {"y", ?}], replicated={...}>``);
+  device d alone; ``<[]>``, the empty mesh, replicates it on every device) and,
+  per tensor, the axes that shard each dimension, major to minor (``#sdy.sharding<@mesh, [{"x"}, {"y", ?}], replicated={...}>``);
   a sub-axis ``"x":(m)k`` is the k-sized piece of axis ``x`` after the first
   ``m`` (openxla/shardy, docs/sharding_representation.md). Axes that shard no
   dimension replicate the tensor. A dimension of size ``d`` sharded ``n``

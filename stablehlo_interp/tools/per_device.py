@@ -50,6 +50,18 @@ def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str
             f"({len(runs)} runs with every op moved within its rounding bound)" for index, devices in beyond.items()]
 
 
+def judge(partitioned, expected: list, actual: list, run_global: Callable[[Listener], list], semantics: str,
+          stacklevel: int) -> None:
+    """:meth:`PerDeviceProgram.check` of the devices' results ``actual`` against the global
+    run's shards ``expected`` (``run_global(listener)`` runs it again for the noise), with a
+    ``PerDeviceWarning`` for what differs within the rounding noise (``stacklevel`` as the
+    caller's own): the device's modes and the tools' checked runs alike."""
+    notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(run_global, semantics, expected, actual))
+    if notes:
+        warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
+                      stacklevel=stacklevel + 1)
+
+
 def check_against_global(call: Call, actual: list, io: HostQueues | None, semantics: str | None) -> None:
     """Check a per-device run's results ``actual[d][i]`` against the global run of ``call``
     (the module docstring); warn what differs within the rounding noise."""
@@ -78,11 +90,7 @@ def check_against_global(call: Call, actual: list, io: HostQueues | None, semant
     if unreduced:   # the devices' partials added, to compare with the global view's sums
         totals = partitioned.assemble(actual)
         actual = shards([retarget(value, ()) if index in unreduced else value for index, value in enumerate(totals)])
-    notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(
-        lambda listener: run_global([listener]), semantics, expected, actual))
-    if notes:
-        warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
-                      stacklevel=4)
+    judge(partitioned, expected, actual, lambda listener: run_global([listener]), semantics, stacklevel=4)
 
 
 def prepare_checked(target: Any, args: tuple = (), kwargs: dict | None = None, function: str | None = None,
