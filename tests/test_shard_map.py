@@ -120,6 +120,50 @@ def test_replicated_outputs_that_differ_per_device():
     run_on_both(lambda a: a * lax.axis_index("x"), P("x"), P(), X, check_vma=False)
 
 
+def differing_replicas(platform):
+    """A value declared replicated over the mesh whose devices hold different data."""
+    return shard_mapped(platform, lambda a: a * (lax.axis_index("x") + 1), P("x"), P(), shape=(8,),
+                        names=("x",), check_vma=False)(X)
+
+
+@pytest.mark.parametrize("mode", [None, "check", "per_device"])
+def test_a_program_reads_each_devices_own_replica(mode):
+    """The next program gets each device's own buffer, as on XLA: a global program has no
+    one value for it, so each device runs its own program (the first replica alone was
+    read and every device got device 0's numbers)."""
+    def build(platform):
+        options = {"compiler_options": {"interp_spmd": mode}} if mode and platform == "interp" else {}
+        return jax.jit(lambda v: jnp.sin(v) + 1, **options)(differing_replicas(platform))
+
+    out = on_both(build)
+    shards = [np.asarray(s.data) for s in out.addressable_shards]
+    assert not np.array_equal(shards[0], shards[1])   # device 1's own, not device 0's
+
+
+def test_eager_shard_map_of_a_callback_gives_each_device_its_rows():
+    """Eager shard_map runs the callback in one program whose results JAX declares
+    replicated and reads per device in the next: each row block is the device's own."""
+    def body(block):
+        spec = jax.ShapeDtypeStruct.like(block)
+        return jax.pure_callback(lambda b: (b + 1, b * 2), (spec, spec), block)
+
+    def build(platform):
+        return jax.shard_map(body, mesh=mesh(platform, (8,), ("x",)), in_specs=P("x"), out_specs=(P("x"), P("x")))(X)
+
+    first, second = on_both(build)
+    np.testing.assert_array_equal(np.asarray(first), X + 1)
+    np.testing.assert_array_equal(np.asarray(second), X * 2)
+
+
+def test_differing_replicas_that_no_per_device_program_can_take_are_an_error():
+    """A host callback outside manual code has no per-device program (Shardy leaves its
+    results global): the device says which argument differs instead of reading one replica."""
+    varying = differing_replicas("interp")
+    spec = jax.ShapeDtypeStruct(varying.shape, varying.dtype)
+    with pytest.raises(Exception, match="devices 0 and 1 hold different values of argument 0"):
+        jax.jit(lambda v: jax.pure_callback(np.sin, spec, v))(varying).block_until_ready()
+
+
 # ---------------------------------------------------------------------- mixed programs
 
 

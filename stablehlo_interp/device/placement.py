@@ -115,6 +115,7 @@ class Global(Placement):
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
         # runs the whole program as a process (ops/shardy.py).
         self.per_process = bool(MANUAL_BORDERS & process_ops(function.region))
+        self._per_device: tuple | None = None   # per_device_program(), once made
         # Per-device partial values (sharding/unreduced.py); a result made unreduced by its
         # out-sharding alone keeps, on each device, the part of it the device held.
         self.result_dims = [None] * len(function.result_types)
@@ -133,6 +134,63 @@ class Global(Placement):
         return [t.op_sharding(self.num_devices) if t else REPLICATED for t in self.result_tilings]
 
     def run(self, arguments: list, listeners) -> list:
+        """The global run (:meth:`run_global`); each device's own program where devices hold
+        different bits of an argument they share (:meth:`run_each_device`)."""
+        varying = self.differing_replicas(arguments)
+        if varying is not None:
+            return self.run_each_device(arguments, listeners, varying)
+        return self.run_global(arguments, listeners)
+
+    def differing_replicas(self, arguments: list) -> str | None:
+        """Which argument two devices hold different bits of, where its sharding says they
+        hold the same part of it (JAX's eager ``shard_map`` passes a result declared
+        replicated, each device's own, to the next op's program); None when none does."""
+        for index, (value_type, tiling) in enumerate(zip(self.function.arg_types, self.arg_tilings)):
+            if not isinstance(value_type, TensorType):
+                continue
+            pair = unreduced.differing_replica(tiling, self.num_devices, lambda device, i=index: arguments[device][i])
+            if pair is not None:
+                return (f"devices {pair[0]} and {pair[1]} hold different values of argument {index} ({value_type}) "
+                        "where its sharding says they hold the same part")
+        return None
+
+    def per_device_program(self) -> tuple:
+        """``(Shardy's per-device program, None)``, or ``(None, why there is none)``;
+        partitioned on first use (a child process), once."""
+        if self._per_device is None:
+            try:
+                partitioned = PerDeviceProgram(self.program, self.function.name)
+            except (PartitionError, ArgumentError) as why:
+                self._per_device = (None, str(why))
+            else:
+                why = self._mismatched_types(partitioned)
+                self._per_device = (None, why) if why else (partitioned, None)
+        return self._per_device
+
+    def _mismatched_types(self, partitioned) -> str | None:
+        local = partitioned.local.function(self.function.name)
+        for what, (global_types, tilings, local_types) in {
+                "argument": (self.function.arg_types, self.arg_tilings, local.arg_types),
+                "result": (self.function.result_types, self.result_tilings, local.result_types)}.items():
+            for device in range(self.num_devices):
+                shards = self._local_types(global_types, tilings, device)
+                for index, (shard, mine) in enumerate(zip(shards, local_types)):
+                    if str(shard) != str(mine):
+                        return (f"the per-device program's {what} {index} is {mine}, device {device}'s shard is "
+                                f"{shard}")
+        return None
+
+    def run_each_device(self, arguments: list, listeners, varying: str) -> list:
+        """Each device runs Shardy's per-device program on its own buffers, as on XLA: a
+        global program has no one value for an argument whose replicas differ
+        (``varying`` says which). An error where Shardy cannot partition the program."""
+        partitioned, why = self.per_device_program()
+        if partitioned is None:
+            raise ArgumentError(f"{self.program.name or 'the program'}: {varying}; XLA runs each device's program "
+                                f"on its own buffers, the interp device cannot here: {why}")
+        return partitioned.run_devices(arguments, listeners)
+
+    def run_global(self, arguments: list, listeners) -> list:
         """Each device gets its shard of each result. Where the device's own view differs
         from the global value (manual code whose replicated results differ per device),
         it gets its own: the process that ran as that device computed it."""
@@ -200,46 +258,28 @@ class PerDevice(Global):
     def __init__(self, program, function, num_devices: int, mode: str):
         super().__init__(program, function, num_devices)
         self.mode = mode
-        self.partitioned = None
-        self.why_global = None
-        try:
-            partitioned = PerDeviceProgram(program, function.name)
-        except (PartitionError, ArgumentError) as why:
-            self.why_global = str(why)
-        else:
-            self.why_global = self._mismatched_types(partitioned)
-            if self.why_global is None:
-                self.partitioned = partitioned
+        self.partitioned, self.why_global = self.per_device_program()
         if self.why_global is not None:
             warnings.warn(f"the interp device runs the global program of {program.name or 'a module'} in mode "
                           f"{mode}: {self.why_global}", PerDeviceWarning, stacklevel=2)
-
-    def _mismatched_types(self, partitioned) -> str | None:
-        local = partitioned.local.function(self.function.name)
-        for what, (global_types, tilings, local_types) in {
-                "argument": (self.function.arg_types, self.arg_tilings, local.arg_types),
-                "result": (self.function.result_types, self.result_tilings, local.result_types)}.items():
-            for device in range(self.num_devices):
-                shards = self._local_types(global_types, tilings, device)
-                for index, (shard, mine) in enumerate(zip(shards, local_types)):
-                    if str(shard) != str(mine):
-                        return (f"the per-device program's {what} {index} is {mine}, device {device}'s shard is "
-                                f"{shard}")
-        return None
 
     def run(self, arguments: list, listeners) -> list:
         """Both runs, each device's results checked against its shards of the global
         ones (:meth:`PerDeviceProgram.check`): Shardy's per-device programs are not
         always right (docs/sharding.md). The listeners observe the run whose results
-        are returned: the per-device one in mode PER_DEVICE, the global one in CHECK."""
+        are returned: the per-device one in mode PER_DEVICE, the global one in CHECK.
+        Where replicas of an argument differ only the per-device program runs."""
         if self.partitioned is None:
             return super().run(arguments, listeners)
+        varying = self.differing_replicas(arguments)
+        if varying is not None:
+            return self.run_each_device(arguments, listeners, varying)
         per_device_observed = self.mode == PER_DEVICE
-        expected = super().run(arguments, () if per_device_observed else listeners)
+        expected = self.run_global(arguments, () if per_device_observed else listeners)
         actual = self.partitioned.run_devices(arguments, listeners if per_device_observed else ())
         from ..tools.per_device import judge   # the tools share the device's floor; loaded on use
 
-        judge(self.partitioned, expected, actual, lambda listener: Global.run(self, arguments, [listener]),
+        judge(self.partitioned, expected, actual, lambda listener: self.run_global(arguments, [listener]),
               self.program.semantics, stacklevel=2)
         return actual if per_device_observed else expected
 

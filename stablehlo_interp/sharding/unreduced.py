@@ -140,6 +140,35 @@ def assemble(shape: tuple, dtype, tiling: sharding.Tiling, shard_of):
                                        for r in range(0, tiling.replication, holders)])
 
 
+def differing_replica(tiling: sharding.Tiling | None, num_devices: int, shard_of) -> tuple | None:
+    """``(first, other)``: two devices that hold the same part of a value under ``tiling``
+    (the same tile of the same partial; every device when ``tiling`` is None) and hold
+    different bits of it (``shard_of(device)``); None when every replica agrees. JAX's
+    eager ``shard_map`` makes such values: a result its program declares replicated
+    keeps each device's own (XLA runs each device's program on its own buffers)."""
+    if tiling is None:
+        groups = [list(range(num_devices))]
+    else:
+        holders = tiling.replication // tiling.partials
+        groups = [[tiling.holder(tile, r) for r in range(first, first + holders)]
+                  for tile in np.ndindex(*tiling.tiles) for first in range(0, tiling.replication, holders)]
+    for group in groups:
+        first = np.asarray(shard_of(group[0]))
+        for other in group[1:]:
+            if not _same_bits(first, np.asarray(shard_of(other))):
+                return group[0], other
+    return None
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                               np.ascontiguousarray(b).reshape(-1).view(np.uint8)))
+
+
 def held_by(value, tiling: sharding.Tiling, device: int):
     """What ``device`` holds of the global ``value`` (an array or Partials) under ``tiling``:
     its tile, of its own partial when the tiling is unreduced; None when it holds no tile."""
