@@ -160,11 +160,11 @@ class Global(Placement):
         if self._per_device is None:
             try:
                 partitioned = PerDeviceProgram(self.program, self.function.name)
-            except (PartitionError, ArgumentError) as why:
-                self._per_device = (None, str(why))
+            except (PartitionError, ArgumentError) as error:
+                self._per_device = (None, str(error))
             else:
-                why = self._mismatched_types(partitioned)
-                self._per_device = (None, why) if why else (partitioned, None)
+                mismatch = self._mismatched_types(partitioned)
+                self._per_device = (None, mismatch) if mismatch else (partitioned, None)
         return self._per_device
 
     def _mismatched_types(self, partitioned) -> str | None:
