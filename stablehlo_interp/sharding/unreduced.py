@@ -161,10 +161,10 @@ def differing_replica(tiling: sharding.Tiling | None, num_devices: int, shard_of
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    if a is b:
-        return True
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.strides == b.strides:
+        return True   # one buffer (the shards of a replicated result the device handed out)
     return bool(np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
                                np.ascontiguousarray(b).reshape(-1).view(np.uint8)))
 
