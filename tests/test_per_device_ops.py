@@ -40,6 +40,11 @@ def indices(high, shape, spec=None):
     return jax.device_put(RNG.integers(0, high, shape).astype(np.int32), NamedSharding(MESH, spec or P()))
 
 
+def convolved(x, strides):
+    """A 3x3 convolution of an image: every call's op has this line as its location."""
+    return lax.conv_general_dilated(x, jnp.ones((1, 1, 3, 3), x.dtype), strides, "SAME")
+
+
 def window_gather(t, i):
     numbers = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=(0,))
     return lax.gather(t, i[:, None], numbers, (2, 8))
@@ -64,6 +69,9 @@ CASES = {
     "convolution over split rows": (
         lambda x: lax.conv_general_dilated(x[None, None], jnp.ones((1, 1, 3, 3), x.dtype), (1, 1), "SAME")[0, 0],
         table(P("m", None))),
+    # two layers' convolutions share a source line: each is matched with its own global op
+    "two convolutions of one source line over split rows": (
+        lambda x: convolved(convolved(x[None, None], (2, 2)), (1, 1))[0, 0], table(P("m", None))),
     "point gather from a table split both ways": (lambda t, i, j: t[i, j], table(P("m", "d")), indices(16, (5,)),
                                                   indices(8, (5,))),
     "rows in sorted order from a split dimension": (lambda t: t[jnp.argsort(t[:, 0], stable=True)],

@@ -47,6 +47,8 @@ from .program import Program
 COMBINING_COLLECTIVES = frozenset({"stablehlo.all_reduce", "stablehlo.reduce_scatter"})
 # Ops whose float sums BLAS orders by the operands' shapes.
 CONTRACTIONS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
+# Ops whose windows span neighbouring elements (spec: convolution, reduce_window, select_and_scatter).
+WINDOWED = frozenset({"stablehlo.convolution", "stablehlo.reduce_window", "stablehlo.select_and_scatter"})
 
 
 class PerDeviceProgram:
@@ -114,6 +116,29 @@ class PerDeviceProgram:
                                                   lambda device, i=index: per_device[device][i]))
         return results
 
+    def _counterparts(self, names: frozenset) -> list:
+        """``(op, the global op it was made from or None)`` for each op of the per-device
+        program named in ``names``: the k-th op of a name and location in one program is
+        the k-th in the other (a model's layers share their source lines: the convolutions
+        of two Flax ``Conv`` layers, and of their gradients, are all at one line). Where
+        the two programs hold different numbers of them, the first global op of the same
+        name, location and attributes."""
+        def by_location(region) -> dict:
+            found: dict = {}
+            for step in steps_within(region):
+                if step.info.name in names:
+                    found.setdefault((step.info.name, str(step.info.location)), []).append(step)
+            return found
+
+        whole = by_location(self.function.region)
+        pairs = []
+        for key, steps in by_location(self.local.function(self.function.name).region).items():
+            candidates = whole.get(key, [])
+            for step, same_place in zip(steps, candidates if len(candidates) == len(steps) else [None] * len(steps)):
+                pairs.append((step, same_place or next((c for c in candidates if _attributes(c) == _attributes(step)),
+                                                       None)))
+        return pairs
+
     def _windows_cut_at_shard_borders(self) -> str | None:
         """Why the per-device program's windows (a convolution's, a ``reduce_window``'s) miss
         elements, or None: Shardy's program slides them over a device's part of a dimension
@@ -121,11 +146,8 @@ class PerDeviceProgram:
         partitioner exchanges), which gave devices other values than XLA's (a 3x3 "SAME"
         convolution of an image sharded by rows). The global program's op of the same
         location gives the dimension's whole size."""
-        whole = {(step.info.name, str(step.info.location)): step for step in steps_within(self.function.region)
-                 if _windowed_dimensions(step)}
-        for step in steps_within(self.local.function(self.function.name).region):
+        for step, original in self._counterparts(WINDOWED):
             for dimension in _windowed_dimensions(step):
-                original = whole.get((step.info.name, str(step.info.location)))
                 size = step.info.operand_types[0].shape[dimension]
                 full = original.info.operand_types[0].shape[dimension] if original is not None else None
                 if size != full:
@@ -143,8 +165,7 @@ class PerDeviceProgram:
         operand shapes than the global program's op there, which BLAS sums in an order
         of its choosing by shape (a convolution of 32 of 64 images differed from the
         whole batch's in the last bit)."""
-        whole = {(step.info.name, str(step.info.location)): step.info.operand_types
-                 for step in steps_within(self.function.region) if step.info.name in CONTRACTIONS}
+        whole = dict(self._counterparts(CONTRACTIONS))
         found = []
         for step in steps_within(self.local.function(self.function.name).region):
             floats = step.info.operand_types and step.info.operand_types[0].kind in ("float", "complex")
@@ -152,8 +173,8 @@ class PerDeviceProgram:
                     and any(inner.info.name in ("stablehlo.add", "stablehlo.multiply")
                             for region in step.regions for inner in region.steps):
                 found.append(f"{step.info.name} at {step.info.location}")
-            elif step.info.name in CONTRACTIONS and floats and [str(t) for t in step.info.operand_types] != [
-                    str(t) for t in whole.get((step.info.name, str(step.info.location)), ())]:
+            elif step.info.name in CONTRACTIONS and floats and (whole[step] is None or [
+                    str(t) for t in step.info.operand_types] != [str(t) for t in whole[step].info.operand_types]):
                 found.append(f"{step.info.name} at {step.info.location}")
         return found
 
@@ -210,6 +231,11 @@ def _first_few(labels: list[str], shown: int = 3) -> str:
     named = [label if count == 1 else f"{label} ({count} times)" for label, count in counts.items()]
     more = len(labels) - sum(list(counts.values())[:shown])
     return ", ".join(named[:shown]) + (f" and {more} more" if more else "")
+
+
+def _attributes(step) -> dict:
+    """An op's attributes but its shardings (which a per-device program's op no longer has)."""
+    return {key: str(value) for key, value in step.info.attributes.items() if not key.startswith(("sdy.", "mhlo."))}
 
 
 def _windowed_dimensions(step) -> tuple:
