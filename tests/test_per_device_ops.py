@@ -78,6 +78,9 @@ CASES = {
                                                     table(P("m", None))),
     "take_along_axis on split logits": (lambda logits, labels: jnp.take_along_axis(logits, labels[:, None], axis=1),
                                         table(P("d", "m"), (8, 16)), indices(16, (8,), P("d"))),
+    "take_along_axis on logits split by vocabulary, labels by batch on the same axis": (
+        lambda logits, labels: jnp.take_along_axis(logits, labels[:, None], axis=1),
+        table(P(None, "m"), (8, 16)), indices(16, (8,), P("m"))),
     "top_k of split rows": (lambda t: lax.top_k(t, 3), table(P("d", "m"))),
     "variance over a split dimension": (lambda t: t.var(0), table(P("m", "d"))),
     "a numpy scalar beside a split table": (lambda t, i: lax.dynamic_slice_in_dim(t, i, 4, axis=0) * i,

@@ -247,16 +247,23 @@ def stand_in_for_chlo(module: ir.Module) -> None:
             _stand_in(operation, {"sdy.sharding_rule": rule})
 
 
-def split_reduce_scatters_of_dots(module: ir.Module) -> None:
+# Ops whose partial results over a split operand dimension Shardy's global-to-local pass
+# expects to be all-reduced (a failed Check that aborts its process otherwise).
+ALL_REDUCED_PRODUCERS = ("stablehlo.dot_general", "stablehlo.gather")
+
+
+def split_reduce_scatters_of_partial_sums(module: ir.Module) -> None:
     """A ``sdy.reduce_scatter`` of a ``dot_general``'s partial sums (a row-parallel matmul
-    whose result stays sharded along a free dimension) as a ``sdy.all_reduce`` and a
-    ``sdy.all_slice``: the global-to-local pass expects a dot with a sharded contracting
-    dimension to be all-reduced (a failed Check that aborts its process otherwise). Each
-    device then adds the devices' partial sums in the same order, and keeps its slice."""
+    whose result stays sharded along a free dimension) or of a gather's from a split
+    dimension (``take_along_axis`` on logits split by vocabulary, its batch split on the
+    same axis) as a ``sdy.all_reduce`` and a ``sdy.all_slice``: the global-to-local pass
+    expects those all-reduced, and :func:`stand_in_for_gathers_from_shards` rewrites a
+    gather whose partial results are. Each device then adds the devices' partial sums in
+    the same order, and keeps its slice."""
     for scatter in _walk(module, "sdy.reduce_scatter"):
         producer = scatter.operands[0].owner
         producer = getattr(producer, "operation", producer)
-        if not isinstance(producer, ir.Operation) or producer.name != "stablehlo.dot_general":
+        if not isinstance(producer, ir.Operation) or producer.name not in ALL_REDUCED_PRODUCERS:
             continue
         axes = re.findall(AXIS_REF, str(scatter.attributes["reduce_scatter_axes"]))
         per_value = sdy.TensorShardingPerValueAttr(producer.attributes["sdy.sharding"])
@@ -980,7 +987,7 @@ def partition(text: str) -> str:
         gather_dimensions_shardy_cannot_split(module)
         _run(module, PROPAGATE_AND_INSERT_COLLECTIVES[-1:])
         refuse_uneven_shards(module)
-        split_reduce_scatters_of_dots(module)
+        split_reduce_scatters_of_partial_sums(module)
         stand_in_for_gathers_from_shards(module)
         lower_replicated_to_unreduced(module)
         stand_in_for_unconverted_ops(module)
