@@ -22,6 +22,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import io_callback
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
@@ -197,6 +198,67 @@ def test_a_wrong_per_device_program_is_an_error_not_a_number(monkeypatch):
         si.run_per_device(jax.jit(function), table_)
     with pytest.raises(PerDeviceMismatch):
         si.trace(jax.jit(function), table_, per_device=True)
+
+
+def host_calls(calls: list):
+    """A host function that records the shape it is called with and triples its operand."""
+    def triple(value):
+        calls.append(value.shape)
+        return value * 3
+    return triple
+
+
+def test_a_callback_on_one_device_runs_there_and_broadcasts():
+    """JAX places a host callback on device 0 (a maximal sharding), which Shardy's
+    partitioner left with its global types on split operands: device 0 alone calls it,
+    with the whole operand, and broadcasts what it returns, as XLA does. A pure_callback may
+    be called again, so the run is checked against the global run (one call each)."""
+    calls: list = []
+    function = jax.jit(lambda t: jax.pure_callback(host_calls(calls), jax.ShapeDtypeStruct(t.shape, t.dtype), t + 1)
+                       * 2 + t)
+    x = table(P("m", None))
+    xla = function(x).block_until_ready()
+    calls.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerDeviceWarning)
+        run = si.run_per_device(function, x)
+    assert "stablehlo.collective_broadcast" in run.program.text
+    for device, shard in held(xla).items():
+        np.testing.assert_array_equal(run.per_device[device][0], shard, strict=True)
+    assert calls == [(16, 8), (16, 8)]
+
+
+def test_an_io_callback_on_one_device_is_called_once_and_not_checked():
+    """An io_callback has a side effect: the per-device run calls it once, on its device,
+    and is not run twice to be checked (a PerDeviceWarning says so)."""
+    calls: list = []
+    function = jax.jit(lambda t: io_callback(host_calls(calls), jax.ShapeDtypeStruct(t.shape, t.dtype), t + 1) * 2)
+    x = table(P("m", None))
+    xla = function(x).block_until_ready()
+    calls.clear()
+    with pytest.warns(PerDeviceWarning, match="side effects"):
+        run = si.run_per_device(function, x)
+    for device, shard in held(xla).items():
+        np.testing.assert_array_equal(run.per_device[device][0], shard, strict=True)
+    assert calls == [(16, 8)]
+
+
+def test_a_per_device_result_other_than_the_global_runs_shard_is_refused():
+    """Equinox's bounded while loop lowers to calls, at which the global run's sharding
+    propagation stops (the gradient's sharding is left replicated), while the per-device
+    program, made with the calls inlined, splits the gradient (as XLA does): its results
+    are not the global run's shards, so they are refused, named, not put together."""
+    eqxi = pytest.importorskip("equinox.internal")
+    weights = jax.device_put(RNG.integers(-2, 3, (16, 2)).astype(np.float32) / 4, NamedSharding(MESH, P("m", None)))
+
+    def loss(w):
+        def step(carry):
+            return carry[0] + 1, carry[1] + 0.1 * jnp.tanh(w @ carry[1]) @ w
+        return jnp.sum(eqxi.while_loop(lambda c: c[0] < 4, step, (0, jnp.ones(2)), max_steps=8, kind="bounded")[1] ** 2)
+
+    with pytest.raises(partition.PartitionError, match=r"the per-device program's result 0 is tensor<4x2xf32>, "
+                                                       r"device 0's shard of it is tensor<16x2xf32>"):
+        si.run_per_device(jax.jit(jax.grad(loss)), weights)
 
 
 def test_uneven_shards_are_refused_naming_the_value():

@@ -156,12 +156,12 @@ def test_eager_shard_map_of_a_callback_gives_each_device_its_rows():
 
 
 def test_differing_replicas_that_no_per_device_program_can_take_are_an_error():
-    """A host callback outside manual code has no per-device program (Shardy leaves its
-    results global): the device says which argument differs instead of reading one replica."""
+    """Shardy cannot partition a split of 5 rows over 8 devices (XLA pads): the device says
+    which argument differs instead of reading one replica."""
     varying = differing_replicas("interp")
-    spec = jax.ShapeDtypeStruct(varying.shape, varying.dtype)
+    uneven = NamedSharding(varying.sharding.mesh, P("x"))
     with pytest.raises(Exception, match="devices 0 and 1 hold different values of argument 0"):
-        jax.jit(lambda v: jax.pure_callback(np.sin, spec, v))(varying).block_until_ready()
+        jax.jit(lambda v: jax.lax.with_sharding_constraint(v[:5], uneven) * 2)(varying).block_until_ready()
 
 
 # ---------------------------------------------------------------------- mixed programs

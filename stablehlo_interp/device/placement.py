@@ -22,17 +22,15 @@ The shardings are reported to JAX as serialized ``xla.OpSharding`` protos.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 
-import numpy as np
 
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
 from ..errors import ArgumentError
 from ..ir.partition import PartitionError
-from ..program.per_device import PerDeviceProgram, PerDeviceWarning
+from ..program.per_device import PerDeviceProgram, PerDeviceWarning, shard_types
 from ..sharding import unreduced
 from ..sharding.propagation import value_tilings
 from ..ir.types import TOKEN, TensorType
@@ -163,22 +161,8 @@ class Global(Placement):
             except (PartitionError, ArgumentError) as error:
                 self._per_device = (None, str(error))
             else:
-                mismatch = self._mismatched_types(partitioned)
-                self._per_device = (None, mismatch) if mismatch else (partitioned, None)
+                self._per_device = (partitioned, None)
         return self._per_device
-
-    def _mismatched_types(self, partitioned) -> str | None:
-        local = partitioned.local.function(self.function.name)
-        for what, (global_types, tilings, local_types) in {
-                "argument": (self.function.arg_types, self.arg_tilings, local.arg_types),
-                "result": (self.function.result_types, self.result_tilings, local.result_types)}.items():
-            for device in range(self.num_devices):
-                shards = self._local_types(global_types, tilings, device)
-                for index, (shard, mine) in enumerate(zip(shards, local_types)):
-                    if str(shard) != str(mine):
-                        return (f"the per-device program's {what} {index} is {mine}, device {device}'s shard is "
-                                f"{shard}")
-        return None
 
     def run_each_device(self, arguments: list, listeners, varying: str) -> list:
         """Each device runs Shardy's per-device program on its own buffers, as on XLA: a
@@ -216,30 +200,12 @@ class Global(Placement):
         return per_device
 
     def result_types(self) -> list:
-        return [self._local_types(self.function.result_types, self.result_tilings, device)
+        return [shard_types(self.function.result_types, self.result_tilings, device)
                 for device in range(self.num_devices)]
 
     def parameter_types(self) -> list:
-        return [self._local_types(self.function.arg_types, self.arg_tilings, device)
+        return [shard_types(self.function.arg_types, self.arg_tilings, device)
                 for device in range(self.num_devices)]
-
-    @classmethod
-    def _local_types(cls, value_types, tilings, device: int) -> list:
-        """The types of ``device``'s shards of values of ``value_types`` under ``tilings``."""
-        types = []
-        for value_type, tiling in zip(value_types, tilings):
-            if isinstance(value_type, TensorType):   # the shape of a view: nothing is allocated
-                whole = np.broadcast_to(np.empty((), value_type.dtype), value_type.shape)
-                value_type = dataclasses.replace(value_type, shape=cls._shard_view(whole, tiling, device).shape)
-            types.append(value_type)
-        return types
-
-    @staticmethod
-    def _shard_view(value, tiling, device: int):
-        if tiling is None:
-            return value
-        shard = unreduced.held_by(value, tiling, device)
-        return value if shard is None else shard
 
     @staticmethod
     def _assemble(index: int, value_type, tiling, arguments):

@@ -61,6 +61,20 @@ CPU_TARGET = "xla_ffi_python_cpu_callback"
 CPU_PARTITIONED_TARGET = "xla_ffi_partitioned_python_cpu_callback"
 PARTITIONED_TARGETS = frozenset({PARTITIONED_TARGET, CPU_PARTITIONED_TARGET})
 
+TARGETS = frozenset({TARGET, CPU_TARGET}) | PARTITIONED_TARGETS
+
+
+def callbacks_with_effects(region) -> list:
+    """The host callbacks in ``region`` (and the regions and functions it holds) that have
+    a side effect (``io_callback``, ``jax.debug.callback`` and ``print``): what a second run
+    of the program would do again. A ``pure_callback`` has none: JAX lets a program call
+    it any number of times."""
+    return [step for inner in regions_within(region) for step in inner.steps
+            if step.info.name == "stablehlo.custom_call" and step.info.attributes.get("call_target_name") in TARGETS
+            and (step.info.attributes.get("has_side_effect") or step.info.attributes.get("call_target_name")
+                 in PARTITIONED_TARGETS)]
+
+
 _callbacks: "weakref.WeakValueDictionary[int, HostCallback]" = weakref.WeakValueDictionary()
 _keys = itertools.count(1)
 _lock = threading.Lock()

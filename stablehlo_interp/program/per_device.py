@@ -32,6 +32,9 @@ it chooses by shape.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import numpy as np
 
 from ..engine.grid import steps_within
@@ -62,15 +65,13 @@ class PerDeviceProgram:
             raise ArgumentError("a per-device run partitions a program over several devices with Shardy "
                                 f"meshes; this one has {program.num_replicas} replica(s) x "
                                 f"{program.num_partitions} partition(s) and {len(program.meshes)} mesh(es)")
-        maximal = sorted(name for name, mesh in program.meshes.items() if not mesh.axes and mesh.size == 1)
-        if maximal:
-            raise partition.PartitionError(
-                f"the program puts values on one device (the maximal mesh @{maximal[0]}, as JAX does for host "
-                "callbacks), which Shardy's partitioner leaves with their global types on every device")
+        # Ops on one device (a host callback's maximal mesh) run there alone (ir/partition_child.py).
+        on_one_device = {name for name, mesh in program.meshes.items() if not mesh.axes and mesh.size == 1}
         self.program = program
         self.function = program.runnable(function)
         for step in steps_within(self.function.region):
-            if step.info.name == "stablehlo.custom_call" and "sdy.sharding_rule" not in step.info.attributes:
+            if step.info.name == "stablehlo.custom_call" and "sdy.sharding_rule" not in step.info.attributes \
+                    and not _on_mesh(step, on_one_device):
                 raise partition.PartitionError(
                     f"Shardy's partitioner gives the custom call @{step.info.attributes.get('call_target_name')} "
                     f"at {step.info.location} local operands but leaves its results global (it has no "
@@ -94,6 +95,24 @@ class PerDeviceProgram:
             raise partition.PartitionError(problem)
         self.arg_tilings, self.result_tilings, _ = value_tilings(program.propagation, self.function,
                                                                  self.num_devices)
+        problem = self._types_other_than_shards()
+        if problem:
+            raise partition.PartitionError(problem)
+
+    def _types_other_than_shards(self) -> str | None:
+        """Where a per-device argument's or result's type is not the device's shard of the
+        global value under the sharding the global run gives it (Shardy's per-device
+        program left a gradient whole that the global propagation splits), or None."""
+        local = self.local.function(self.function.name)
+        for what, (global_types, tilings, local_types) in {
+                "argument": (self.function.arg_types, self.arg_tilings, local.arg_types),
+                "result": (self.function.result_types, self.result_tilings, local.result_types)}.items():
+            for device in range(self.num_devices):
+                for index, (shard, mine) in enumerate(zip(shard_types(global_types, tilings, device), local_types)):
+                    if str(shard) != str(mine):
+                        return (f"the per-device program's {what} {index} is {mine}, device {device}'s shard of it "
+                                f"is {shard}")
+        return None
 
     def shards(self, values: list) -> list:
         """Each device's arguments: its shard of each global argument."""
@@ -231,6 +250,25 @@ def _first_few(labels: list[str], shown: int = 3) -> str:
     named = [label if count == 1 else f"{label} ({count} times)" for label, count in counts.items()]
     more = len(labels) - sum(list(counts.values())[:shown])
     return ", ".join(named[:shown]) + (f" and {more} more" if more else "")
+
+
+def shard_types(value_types, tilings, device: int) -> list:
+    """The types of ``device``'s shards of values of ``value_types`` under ``tilings`` (a
+    tensor's whole type where its tiling is None or gives the device no tile)."""
+    types = []
+    for value_type, tiling in zip(value_types, tilings):
+        if isinstance(value_type, TensorType) and tiling is not None:   # the shape of a view: nothing is allocated
+            shard = unreduced.held_by(np.broadcast_to(np.empty((), value_type.dtype), value_type.shape), tiling, device)
+            if shard is not None:
+                value_type = dataclasses.replace(value_type, shape=shard.shape)
+        types.append(value_type)
+    return types
+
+
+def _on_mesh(step, names: set) -> bool:
+    """Whether every result of ``step`` is sharded on one of the meshes ``names``."""
+    sharding = step.info.attributes.get("sdy.sharding")
+    return sharding is not None and bool(names) and set(re.findall(r"<@([\w.$-]+)", str(sharding))) <= names
 
 
 def _attributes(step) -> dict:

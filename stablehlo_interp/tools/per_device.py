@@ -8,10 +8,11 @@ with its shards of the global ones (:meth:`PerDeviceProgram.check`): a differenc
 the per-device program's reordered float sums do not explain, or that lies beyond the
 global program's rounding noise, raises ``PerDeviceMismatch``; one within it is a
 ``PerDeviceWarning``. A result unreduced on the devices is compared as the sum of their
-partials: ``si.run``'s global view holds that sum. A run that calls the host (a program's host callbacks, or infeed,
-outfeed, send and recv on the caller's ``io`` queues) is not run twice: it is not
-checked, and a ``PerDeviceWarning`` says so (without ``io`` the global run gets queues
-of its own).
+partials: ``si.run``'s global view holds that sum. A run that calls the host with side
+effects (``io_callback``, debug callbacks, or infeed, outfeed, send and recv on the
+caller's ``io`` queues) is not run twice: it is not checked, and a ``PerDeviceWarning``
+says so (without ``io`` the global run gets queues of its own). A ``pure_callback`` may
+be called again: JAX allows it any number of calls.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from ..engine.hostio import HostQueues
 from ..engine.run import Listener
+from ..ops.host_callback import callbacks_with_effects
 from ..program import Call, DeviceRun, prepare, prepare_per_device
 from ..program.per_device import PerDeviceWarning
 from ..sharding.unreduced import retarget, shard_of
@@ -66,10 +68,10 @@ def check_against_global(call: Call, actual: list, io: HostQueues | None, semant
     """Check a per-device run's results ``actual[d][i]`` against the global run of ``call``
     (the module docstring); warn what differs within the rounding noise."""
     partitioned = call.per_device_program()
-    if call.program.host_callbacks or io is not None:
+    if io is not None or callbacks_with_effects(call.program.function(call.function).region):
         warnings.warn(f"the per-device run of {call.program.name or 'a module'} is not checked against the global "
-                      "run: the program calls the host (callbacks, or the caller's host queues), and a second run "
-                      "would call it again", PerDeviceWarning, stacklevel=4)
+                      "run: the program calls the host with side effects (io_callback, debug callbacks, or the "
+                      "caller's host queues), and a second run would do them again", PerDeviceWarning, stacklevel=4)
         return
     semantics = semantics or call.program.semantics
     unreduced = {index: dataclasses.replace(tiling, unreduced=())
