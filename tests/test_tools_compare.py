@@ -7,7 +7,7 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.tools import InterpreterBackend, JaxBackend
-from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, unit_roundoff
+from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, noise_runs, spread_allowance, unit_roundoff, within
 from stablehlo_interp.ir.edit import inline_calls, prefix_module
 
 
@@ -349,3 +349,21 @@ def test_xla_cpu_log1p_in_f64_is_within_its_measured_approximation():
     finally:
         jax.config.update("jax_enable_x64", False)
     assert not comparison.ok and comparison.noise_only and comparison.outputs[0].max_ulp > 4
+
+
+def test_a_noise_run_that_left_the_programs_path_gives_no_allowance():
+    """A run with every op moved that leaves a finite result no finite element (Diffrax's
+    adaptive solve with moved step times: an infinite loss, gradients of 1e-43) left the
+    program's path and is left out: counted, it made a gradient 10% off rounding noise. A
+    run that makes a few elements infinite (an Adam update of a zero moment moved below
+    zero under a square root) is kept; those elements alone get no allowance."""
+    reference = [np.float32(2.5), np.array([1.0, 2.0], np.float32)]
+    diverged = [np.float32(np.inf), np.array([1e-43, 1e-43], np.float32)]
+    partly = [np.float32(2.5000002), np.array([np.inf, 2.0000005], np.float32)]
+    outcomes = iter([diverged, partly, reference])
+    runs = noise_runs(lambda listener: next(outcomes), "spec", reference)
+    assert [id(run) for run in runs] == [id(partly), id(reference)]
+    bound, alternatives = spread_allowance(reference[1], [run[1] for run in runs])
+    assert within(reference[1], np.array([1.0, 2.0000005], np.float32), bound, alternatives).all()
+    assert not within(reference[1], np.array([1.000001, 2.0], np.float32), bound, alternatives).all()   # 8 ULP
+    assert not within(reference[1], np.array([1e-43, 1e-43], np.float32), bound, alternatives).any()

@@ -63,6 +63,14 @@ HEAVY = {("compare", "flax_nnx_transformer_lm"): 43, ("compare", "flax_nnx_cnn_b
          ("explore", "flax_nnx_transformer_lm"): 9}
 
 
+@pytest.fixture(autouse=True)
+def as_users_run_them():
+    """The zoo's programs run as their users run them, with 64-bit types off (the session
+    turns them on, conftest.py): Diffrax's solvers refuse float32 inputs under x64."""
+    with jax.enable_x64(False):
+        yield
+
+
 def program_params(tool: str | None = None) -> list:
     """The zoo's program names as test parameters: slow programs (and ``tool``'s heavy runs)
     marked slow, ``tool``'s known failures marked as strict xfails (see ``KNOWN_FAILURES``)."""

@@ -22,7 +22,7 @@ import jax
 
 import stablehlo_interp as si
 from stablehlo_interp.device import placement
-from test_zoo import EPS32, NOISE_MARGIN, PERTURBED_RUNS, ULP_FLOOR, _perturbed
+from test_zoo import EPS32, NOISE_MARGIN, PERTURBED_RUNS, ULP_FLOOR, _perturbed, as_users_run_them  # noqa: F401 (autouse)
 from zoo import SHARDED, ZooProgram
 
 NAMES = list(SHARDED)

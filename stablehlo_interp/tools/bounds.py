@@ -123,17 +123,37 @@ def within(ours: np.ndarray, other: np.ndarray, bound, alternatives) -> np.ndarr
     return ok
 
 
-def noise_runs(run, semantics: str) -> list:
+def noise_runs(run, semantics: str, reference) -> list:
     """The results of :data:`NOISE_RUNS` calls of ``run(listener)``, each with a listener
     that moves every float result of every op it sees by a random amount within that
-    op's own bound; a run that fails is left out."""
+    op's own bound; a run that fails is left out, and so is one that diverged from
+    ``reference`` (the results unmoved, nested as a run's): a result with finite
+    elements that has none left. Such a run left the program's path (Diffrax's solve with
+    moved step times gave an infinite loss and gradients of 1e-43), and counting it made
+    any value noise: a per-device gradient 10% off passed the check. A few elements made
+    infinite (an Adam update of a row with no gradient: its zero moment moved below zero
+    under a square root) only get no allowance themselves (:func:`spread_allowance`)."""
     runs = []
     for seed in range(NOISE_RUNS):
         try:
-            runs.append(run(_Jitter(np.random.default_rng(seed), semantics)))
+            moved = run(_Jitter(np.random.default_rng(seed), semantics))
         except Exception:  # noqa: BLE001 - a check that fires on moved values: no allowance from this run
             continue
+        if not _diverged(moved, reference):
+            runs.append(moved)
     return runs
+
+
+def _diverged(moved, reference) -> bool:
+    """Whether a float result of ``moved`` has no finite element where ``reference`` has
+    some (nested alike)."""
+    if isinstance(reference, (list, tuple)):
+        return any(_diverged(m, r) for m, r in zip(moved, reference))
+    reference, moved = np.asarray(reference), np.asarray(moved)
+    if not _is_float(reference) or moved.shape != reference.shape:
+        return False
+    finite = np.isfinite(reference)
+    return bool(finite.any() and not np.isfinite(moved[finite]).any())
 
 
 def spread_allowance(result, runs: list):
@@ -223,7 +243,7 @@ def _estimated_allowance(execution, step, operands, recomputed, env):
     def run(listener):
         return Execution(RunContext([listener], semantics=execution.semantics)).run_alone(step, operands, env)
 
-    runs = noise_runs(run, execution.semantics)
+    runs = noise_runs(run, execution.semantics, recomputed)
     return (f"{ESTIMATED} inside its regions: {NOISE_SPREAD}× the spread of {NOISE_RUNS} runs with every op "
             "there moved within its bound"), lambda index: spread_allowance(recomputed[index], [r[index] for r in runs])
 

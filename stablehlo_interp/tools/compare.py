@@ -413,7 +413,7 @@ def _judge_whole_program(comparison: Comparison, program, arguments, recompiled:
     estimated for the whole program (its runs with every op moved within its bound,
     tools/bounds.py) of the prefixes' value, they keep their kind (noise, if every op
     agreed); else they are unbounded. Says which are which."""
-    runs = noise_runs(lambda listener: program.run(*arguments, listeners=[listener]), program.semantics)
+    runs = noise_runs(lambda listener: program.run(*arguments, listeners=[listener]), program.semantics, ours)
     outside = []
     for index, prefix_value in zip(recompiled, shown):
         bound, alternatives = spread_allowance(ours[index], [run[index] for run in runs])

@@ -39,7 +39,7 @@ def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str
     program: ``run_global(listener)`` (each device's shards of its results) with every
     op's float results moved within the op's rounding bound (tools/bounds.py, as
     ``si.compare`` judges a backend) gives each value's allowance around ``expected``."""
-    runs = bounds.noise_runs(run_global, semantics)
+    runs = bounds.noise_runs(run_global, semantics, expected)
     beyond: dict = {}
     for device, (wanted, got) in enumerate(zip(expected, actual)):
         for index, (value, other) in enumerate(zip(wanted, got)):
@@ -48,8 +48,12 @@ def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str
             bound, alternatives = bounds.spread_allowance(value, [run[device][index] for run in runs])
             if not bounds.within(value, np.asarray(other), bound, alternatives).all():
                 beyond.setdefault(index, []).append(device)
-    return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} "
-            f"({len(runs)} runs with every op moved within its rounding bound)" for index, devices in beyond.items()]
+    runs_used = f"{len(runs)} runs with every op moved within its rounding bound"
+    if len(runs) < bounds.NOISE_RUNS:   # noise_runs left out runs that failed or diverged
+        runs_used = (f"{len(runs)} of {bounds.NOISE_RUNS} runs with every op moved within its rounding bound: the "
+                     "others failed or left the program's path, infinities or NaN where it gives finite values")
+    return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} ({runs_used})"
+            for index, devices in beyond.items()]
 
 
 def judge(partitioned, expected: list, actual: list, run_global: Callable[[Listener], list], semantics: str,
