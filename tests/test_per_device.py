@@ -474,8 +474,8 @@ import os, warnings
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from stablehlo_interp.device import placement
-placement.PerDevice._mismatched_types = lambda self, partitioned: "refused for the test"
+from stablehlo_interp.program.per_device import PerDeviceProgram
+PerDeviceProgram._types_other_than_shards = lambda self: "refused for the test"
 warnings.simplefilter("ignore")
 mesh = Mesh(np.array(jax.devices("interp")), ("x",))
 a = jax.device_put(np.ones((4, 16), np.float32), NamedSharding(mesh, P(None, "x")))

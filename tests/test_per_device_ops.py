@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
 from stablehlo_interp.ir import partition
+from stablehlo_interp.program import per_device
 from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceWarning
 
 MESH = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("d", "m"))
@@ -243,22 +244,44 @@ def test_an_io_callback_on_one_device_is_called_once_and_not_checked():
     assert calls == [(16, 8)]
 
 
-def test_a_per_device_result_other_than_the_global_runs_shard_is_refused():
-    """Equinox's bounded while loop lowers to calls, at which the global run's sharding
-    propagation stops (the gradient's sharding is left replicated), while the per-device
-    program, made with the calls inlined, splits the gradient (as XLA does): its results
-    are not the global run's shards, so they are refused, named, not put together."""
+def test_a_gradient_through_calls_is_split_as_xla_splits_it():
+    """Equinox's bounded while loop lowers to calls; the sharding propagation of the global
+    run stopped at them and left the gradient replicated, while the per-device program
+    (made with the calls inlined) and XLA split it: the two now agree, and each device
+    holds XLA's shard (dyadic values: every sum exact)."""
     eqxi = pytest.importorskip("equinox.internal")
     weights = jax.device_put(RNG.integers(-2, 3, (16, 2)).astype(np.float32) / 4, NamedSharding(MESH, P("m", None)))
 
     def loss(w):
         def step(carry):
-            return carry[0] + 1, carry[1] + 0.1 * jnp.tanh(w @ carry[1]) @ w
-        return jnp.sum(eqxi.while_loop(lambda c: c[0] < 4, step, (0, jnp.ones(2)), max_steps=8, kind="bounded")[1] ** 2)
+            return carry[0] + 1, carry[1] + (w @ carry[1]) @ w / 4
+        return jnp.sum(eqxi.while_loop(lambda c: c[0] < 3, step, (0, jnp.ones(2)), max_steps=4, kind="bounded")[1] ** 2)
 
-    with pytest.raises(partition.PartitionError, match=r"the per-device program's result 0 is tensor<4x2xf32>, "
-                                                       r"device 0's shard of it is tensor<16x2xf32>"):
-        si.run_per_device(jax.jit(jax.grad(loss)), weights)
+    function = jax.jit(jax.grad(loss))
+    xla = function(weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerDeviceWarning)
+        run = si.run_per_device(function, weights)
+    shards = held(xla)
+    assert xla.sharding.spec == P("m", None) and sorted(shards) == list(range(8))
+    for device, shard in shards.items():
+        np.testing.assert_array_equal(run.per_device[device][0], shard, strict=True)
+
+
+def test_a_per_device_result_other_than_the_global_runs_shard_is_refused(monkeypatch):
+    """Where the per-device program's result is not the device's shard of the global run's
+    (the global run's propagation said replicated, here made to), its results are refused,
+    named, not put together."""
+    made = per_device.value_tilings
+
+    def replicated_results(*arguments, **options):
+        argument_tilings, result_tilings, rest = made(*arguments, **options)
+        return argument_tilings, [None] * len(result_tilings), rest
+
+    monkeypatch.setattr(per_device, "value_tilings", replicated_results)
+    with pytest.raises(partition.PartitionError, match=r"the per-device program's result 0 is tensor<4x8xf32>, "
+                                                       r"device 0's shard of it is tensor<16x8xf32>"):
+        si.run_per_device(jax.jit(lambda t: t * 2), table(P("m", None)))
 
 
 def test_uneven_shards_are_refused_naming_the_value():

@@ -381,3 +381,22 @@ def test_open_result_of_an_uneven_constraint_is_replicated():
 
     actual = on_both(build)
     assert [a.sharding.spec for a in actual] == [P(), P("data")]
+
+
+def test_a_gradient_through_calls_keeps_its_split_as_on_cpu():
+    """JAX writes a vmapped fori_loop's gradient with calls (``closed_call`` ...): the
+    sharding propagation goes through them as XLA's does, and the gradient keeps its
+    argument's split (the device reported it replicated)."""
+    weights = (np.arange(32, dtype=np.float32).reshape(16, 2) % 5 - 2) / 4
+
+    def build(platform):
+        bias = jax.device_put(np.array([0.5, -0.25], np.float32), NamedSharding(mesh(platform, (2,), ("x",)), P("x")))
+
+        def loss(b):
+            def solve(y0):
+                return lax.fori_loop(0, 3, lambda i, y: y + (weights @ y) @ weights / 16 + b, y0)
+            return (jax.vmap(solve)(np.ones((3, 2), np.float32)) ** 2).sum()
+
+        return jax.jit(jax.grad(loss))(bias)
+
+    assert on_both(build).sharding.spec == P("x")

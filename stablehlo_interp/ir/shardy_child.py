@@ -13,7 +13,7 @@ from jaxlib.mlir import ir, passmanager
 from ..errors import ModuleError
 from .declarations import function_operations
 from .child_process import serve
-from .edit import chlo_sharding_rule
+from .edit import chlo_sharding_rule, inline_every_call
 from .shardy import PIPELINE, SHARDING_ATTRIBUTES
 from .sources import captured_diagnostics, parse_bytes, shared_context
 
@@ -50,15 +50,8 @@ def propagate(data: bytes) -> dict:
         tagged: list[ir.Operation] = []   # every op of every function: the tags are unique in the module
         trees = {name: _tag_blocks(op.regions[0], tagged) if len(op.regions[0].blocks) else []
                  for name, op in function_operations(module).items()}
-        for operation in tagged:
-            if operation.name.startswith("chlo.") and "sdy.sharding_rule" not in operation.attributes:
-                rule = chlo_sharding_rule(operation)   # Shardy has no rule for CHLO's ops
-                if rule is not None:
-                    operation.attributes["sdy.sharding_rule"] = rule
-        try:
-            passmanager.PassManager.parse(PIPELINE).run(module.operation)
-        except ir.MLIRError:
-            raise ModuleError(f"Shardy's sharding propagation rejects the module:\n{diagnostics.text()}") from None
+        calls = _give_chlo_rules(tagged)
+        _run_pipeline(module, diagnostics)
         found = {}   # tag -> the op's sharding attributes (the last op carrying it)
 
         def visit(operation):
@@ -78,7 +71,59 @@ def propagate(data: bytes) -> dict:
             answer[name] = {"arguments": _argument_shardings(func_op, "arg_attrs", len(function_type.inputs)),
                             "results": _argument_shardings(func_op, "res_attrs", len(function_type.results)),
                             "ops": ops(trees.get(name, []))}
+        if calls:
+            for name, borders in _borders_through_calls(data, diagnostics).items():
+                answer[name].update(borders)
     return answer
+
+
+def _give_chlo_rules(operations: list) -> bool:
+    """Give each CHLO op a sharding rule (Shardy has none for CHLO's ops); whether any of
+    ``operations`` is a ``func.call``."""
+    calls = False
+    for operation in operations:
+        calls = calls or operation.name == "func.call"
+        if operation.name.startswith("chlo.") and "sdy.sharding_rule" not in operation.attributes:
+            rule = chlo_sharding_rule(operation)
+            if rule is not None:
+                operation.attributes["sdy.sharding_rule"] = rule
+    return calls
+
+
+def _run_pipeline(module, diagnostics) -> None:
+    try:
+        passmanager.PassManager.parse(PIPELINE).run(module.operation)
+    except ir.MLIRError:
+        raise ModuleError(f"Shardy's sharding propagation rejects the module:\n{diagnostics.text()}") from None
+
+
+def _borders_through_calls(data: bytes, diagnostics) -> dict:
+    """The public functions' argument and result shardings as propagation gives them
+    through the bodies of the functions they call, inlined in place of the calls (as the
+    partitioner's child and XLA see them): propagation stops at a call, and left a loop's
+    gradient replicated (``vmap`` of a ``fori_loop``, ``closed_call``) where XLA splits
+    it. The ops' own shardings stay the ones on the functions as written: the interpreter
+    runs a called function once for all its calls."""
+    module = parse_bytes(data, shared_context(len(data)))
+    with module.context:
+        inline_every_call(module)
+        operations: list = []
+
+        def collect(operation):
+            operations.append(operation)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(collect)
+        _give_chlo_rules(operations)
+        _run_pipeline(module, diagnostics)
+        borders = {}
+        for name, func_op in function_operations(module).items():
+            if "sym_visibility" in func_op.attributes and ir.StringAttr(func_op.attributes["sym_visibility"]).value == "private":
+                continue
+            function_type = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+            borders[name] = {"arguments": _argument_shardings(func_op, "arg_attrs", len(function_type.inputs)),
+                             "results": _argument_shardings(func_op, "res_attrs", len(function_type.results))}
+    return borders
 
 
 if __name__ == "__main__":
