@@ -124,6 +124,27 @@ def test_each_device_holds_xlas_shard(name):
                                           err_msg=f"result {index} on device {device}")
 
 
+def test_a_kernels_gradient_from_an_image_split_by_rows_is_the_programs_value():
+    """The gradient of a convolution's kernel sums over the image; split by rows, each
+    device's window needs its neighbours' rows of the image and of its gradient (both
+    gathered). Each device gets the program's value, XLA's unpartitioned one. XLA's CPU
+    partitioner gives twice it here, where the mesh's axis d replicates the image (as many
+    times as d has devices; right on a 1-D mesh): docs/semantics.md."""
+    def function(kernel, image):
+        return jax.grad(lambda k: (lax.conv_general_dilated(image[None, None], k, (1, 1), "SAME") ** 2).sum())(kernel)
+
+    kernel = jax.device_put(RNG.integers(-2, 3, (1, 1, 3, 3)).astype(np.float32), NamedSharding(MESH, P()))
+    image = table(P("m", None))
+    program_value = np.asarray(jax.jit(function)(np.asarray(kernel), np.asarray(image)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerDeviceWarning)
+        run = si.run_per_device(jax.jit(function), kernel, image)
+    assert len(run.per_device) == 8
+    for results in run.per_device:
+        np.testing.assert_array_equal(results[0], program_value, strict=True)
+    np.testing.assert_array_equal(np.asarray(jax.jit(function)(kernel, image)), 2 * program_value)   # XLA's
+
+
 def test_argmax_with_its_indices_constrained_to_the_split_is_gathered():
     """In JAX's explicit sharding mode the argmax's iota is constrained to the operand's
     sharding: both of the reduce's inputs are gathered along the reduced dimension, not

@@ -424,8 +424,12 @@ def _convolved(operation):
     windowed = [kernel[kernel_dimension] > 1 or padded[k] or any(values[k] > 1 for values in settings)
                 for k, kernel_dimension in enumerate(numbers.kernel_spatial_dimensions)]
     inputs = [d for d, w in zip(numbers.input_spatial_dimensions, windowed) if w]
+    kernels = [d for d, w in zip(numbers.kernel_spatial_dimensions, windowed) if w]
     outputs = [d for d, w in zip(numbers.output_spatial_dimensions, windowed) if w]
-    return ([(0, _marked(inputs, len(_shape(operation.operands[0]))))],
+    # The kernel's too: in a kernel's gradient (a convolution of the activations by their
+    # gradients) the "kernel" is the split image, and the export split the input again to match it.
+    return ([(0, _marked(inputs, len(_shape(operation.operands[0])))),
+             (1, _marked(kernels, len(kernel)))],
             [(0, _marked(outputs, len(_shape(operation.results[0]))))])
 
 
