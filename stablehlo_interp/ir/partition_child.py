@@ -306,6 +306,16 @@ def _split_outside(sharding, mapping, shared: set) -> list:
             for split, dimension in zip(_split_dimensions(sharding), sdy.TensorMappingAttr(mapping).dim_mappings)]
 
 
+def _reshard_operand(operation, index: int, sharding) -> None:
+    """Give ``operation`` its operand ``index`` resharded to ``sharding`` (an ``sdy.reshard``
+    before it, which the export makes a collective)."""
+    value = operation.operands[index]
+    with ir.InsertionPoint(operation), operation.location:
+        reshard = ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
+                                      attributes={"sharding": sharding})
+    operation.operands[index] = reshard.results[0]
+
+
 def _whole_along(sharding, whole: list):
     """``sharding`` with the dimensions marked in ``whole`` not split (its replicated and
     unreduced axes kept)."""
@@ -515,10 +525,7 @@ def gather_dimensions_shardy_cannot_split(module: ir.Module) -> None:
             sharding = _sharding_of(value)
             if sharding is None or not any(w and split for w, split in zip(whole, _split_dimensions(sharding))):
                 continue
-            with ir.InsertionPoint(operation), operation.location:
-                reshard = ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
-                                              attributes={"sharding": _whole_along(sharding, whole)})
-            operation.operands[index] = reshard.results[0]
+            _reshard_operand(operation, index, _whole_along(sharding, whole))
         if results and "sdy.sharding" in operation.attributes:
             shardings = [sdy.TensorShardingAttr(sharding) for sharding in
                          sdy.TensorShardingPerValueAttr(operation.attributes["sdy.sharding"]).shardings]
@@ -573,10 +580,7 @@ def replicate_maximal_ops(module: ir.Module) -> None:
             sharding = _sharding_of(value)
             if sharding is None or not any(_split_dimensions(sharding)) and not list(sharding.unreduced_axes):
                 continue
-            with ir.InsertionPoint(operation), operation.location:
-                reshard = ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
-                                              attributes={"sharding": whole(value.type)})
-            operation.operands[index] = reshard.results[0]
+            _reshard_operand(operation, index, whole(value.type))
         operation.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
             [whole(result.type) for result in operation.results])
         operation.attributes[ON_DEVICE] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
@@ -589,6 +593,8 @@ def run_on_their_device(module: ir.Module, num_devices: int) -> None:
     make zeros, and a ``collective_broadcast`` from that device gives every device its
     results (a token result stays each device's own)."""
     marked = [operation for operation in _walk(module, "") if ON_DEVICE in operation.attributes]
+    if not marked:
+        return
     channel = 1 + max([int(value) for value in re.findall(r"channel_handle<handle = (\d+)", str(module))] + [0])
     unsigned = ir.IntegerType.get_unsigned(32)
     for operation in marked:

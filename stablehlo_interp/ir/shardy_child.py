@@ -50,7 +50,8 @@ def propagate(data: bytes) -> dict:
         tagged: list[ir.Operation] = []   # every op of every function: the tags are unique in the module
         trees = {name: _tag_blocks(op.regions[0], tagged) if len(op.regions[0].blocks) else []
                  for name, op in function_operations(module).items()}
-        calls = _give_chlo_rules(tagged)
+        calls = any(operation.name == "func.call" for operation in tagged)
+        _give_chlo_rules(tagged)
         _run_pipeline(module, diagnostics)
         found = {}   # tag -> the op's sharding attributes (the last op carrying it)
 
@@ -65,29 +66,35 @@ def propagate(data: bytes) -> dict:
         def ops(tree):
             return [[found.get(index, {}), [ops(region) for region in regions]] for index, regions in tree]
 
-        answer = {}
-        for name, func_op in function_operations(module).items():
-            function_type = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
-            answer[name] = {"arguments": _argument_shardings(func_op, "arg_attrs", len(function_type.inputs)),
-                            "results": _argument_shardings(func_op, "res_attrs", len(function_type.results)),
-                            "ops": ops(trees.get(name, []))}
-        if calls:
+        answer = {name: {**_borders(func_op), "ops": ops(trees.get(name, []))}
+                  for name, func_op in function_operations(module).items()}
+        open_borders = any(None in answer[name]["arguments"] + answer[name]["results"]
+                           for name, func_op in function_operations(module).items() if _public(func_op))
+        if calls and open_borders:   # else no second propagation: nothing it could set
             for name, borders in _borders_through_calls(data, diagnostics).items():
                 answer[name].update(borders)
     return answer
 
 
-def _give_chlo_rules(operations: list) -> bool:
-    """Give each CHLO op a sharding rule (Shardy has none for CHLO's ops); whether any of
-    ``operations`` is a ``func.call``."""
-    calls = False
+def _public(func_op) -> bool:
+    return ("sym_visibility" not in func_op.attributes
+            or ir.StringAttr(func_op.attributes["sym_visibility"]).value != "private")
+
+
+def _borders(func_op) -> dict:
+    """A function's argument and result shardings."""
+    function_type = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+    return {"arguments": _argument_shardings(func_op, "arg_attrs", len(function_type.inputs)),
+            "results": _argument_shardings(func_op, "res_attrs", len(function_type.results))}
+
+
+def _give_chlo_rules(operations: list) -> None:
+    """Give each CHLO op a sharding rule: Shardy has none for CHLO's ops."""
     for operation in operations:
-        calls = calls or operation.name == "func.call"
         if operation.name.startswith("chlo.") and "sdy.sharding_rule" not in operation.attributes:
             rule = chlo_sharding_rule(operation)
             if rule is not None:
                 operation.attributes["sdy.sharding_rule"] = rule
-    return calls
 
 
 def _run_pipeline(module, diagnostics) -> None:
@@ -116,14 +123,7 @@ def _borders_through_calls(data: bytes, diagnostics) -> dict:
         module.operation.walk(collect)
         _give_chlo_rules(operations)
         _run_pipeline(module, diagnostics)
-        borders = {}
-        for name, func_op in function_operations(module).items():
-            if "sym_visibility" in func_op.attributes and ir.StringAttr(func_op.attributes["sym_visibility"]).value == "private":
-                continue
-            function_type = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
-            borders[name] = {"arguments": _argument_shardings(func_op, "arg_attrs", len(function_type.inputs)),
-                             "results": _argument_shardings(func_op, "res_attrs", len(function_type.results))}
-    return borders
+        return {name: _borders(func_op) for name, func_op in function_operations(module).items() if _public(func_op)}
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import weakref
 
 import numpy as np
 
-from ..engine.grid import regions_within
+from ..engine.grid import regions_within, steps_within
 from ..engine.registry import custom_call
 from ..errors import OpExecutionError
 from ..ir.types import TOKEN, TokenType
@@ -69,7 +69,7 @@ def callbacks_with_effects(region) -> list:
     a side effect (``io_callback``, ``jax.debug.callback`` and ``print``): what a second run
     of the program would do again. A ``pure_callback`` has none: JAX lets a program call
     it any number of times."""
-    return [step for inner in regions_within(region) for step in inner.steps
+    return [step for step in steps_within(region)
             if step.info.name == "stablehlo.custom_call" and step.info.attributes.get("call_target_name") in TARGETS
             and (step.info.attributes.get("has_side_effect") or step.info.attributes.get("call_target_name")
                  in PARTITIONED_TARGETS)]

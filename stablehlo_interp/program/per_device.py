@@ -150,12 +150,14 @@ class PerDeviceProgram:
             return found
 
         whole = by_location(self.function.region)
-        pairs = []
+        pairs: list = []
         for key, steps in by_location(self.local.function(self.function.name).region).items():
             candidates = whole.get(key, [])
-            for step, same_place in zip(steps, candidates if len(candidates) == len(steps) else [None] * len(steps)):
-                pairs.append((step, same_place or next((c for c in candidates if _attributes(c) == _attributes(step)),
-                                                       None)))
+            if len(candidates) == len(steps):
+                pairs.extend(zip(steps, candidates))
+            else:
+                pairs.extend((step, next((c for c in candidates if _attributes(c) == _attributes(step)), None))
+                             for step in steps)
         return pairs
 
     def _windows_cut_at_shard_borders(self) -> str | None:
