@@ -210,20 +210,27 @@ def add_backend_arguments(parser) -> None:
                         help="instead of --backend, a command that runs each program: {mlir} is the module's "
                              "file, {inputs} its .npy inputs, {outputs} the directory for result_N.npy "
                              "(docs/conformance.md)")
+    parser.add_argument("--record", metavar="FOLDER",
+                        help="keep the backend's answers in FOLDER, to play them back later with "
+                             "--backend recorded:FOLDER where the backend is absent (docs/conformance.md)")
 
 
 def backend_of(args):
     """The backend that :func:`add_backend_arguments`' arguments name."""
-    from .tools.backends import CommandBackend, resolve
+    from .tools.backends import CommandBackend, RecordingBackend, resolve
 
     if args.backend_command:
         if args.backend_option:
             raise UsageError("--backend-option is for --backend iree; a command takes its own options")
-        return CommandBackend(args.backend_command)
-    try:
-        return resolve(args.backend, args.backend_option)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+        backend = CommandBackend(args.backend_command)
+    else:
+        try:
+            backend = resolve(args.backend, args.backend_option)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    if args.record:
+        backend = RecordingBackend(backend, args.record, command=" ".join(["stablehlo-interp", *sys.argv[1:]]))
+    return backend
 
 
 def _add_per_device_argument(parser) -> None:

@@ -268,3 +268,58 @@ def test_iree_complex_minimum_and_maximum_compare_real_parts_only():
     assert np.signbit(largest[1].real)
     theirs = resolve("iree")(COMPLEX_MINIMUM_MAXIMUM, [a, b])
     assert theirs[0].tolist() == [a[0], a[1]] and theirs[1].tolist() == [a[0], a[1]]
+
+
+EXP_F32 = """func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.exponential %a : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}"""
+
+
+def test_a_recorded_backend_plays_back_what_was_recorded_and_refuses_the_rest(tmp_path):
+    from stablehlo_interp.tools.backends import RecordedBackend, RecordingBackend
+
+    x = np.array([0.5, 1.0, 2.0], np.float32)
+    recording = RecordingBackend(JaxBackend("cpu"), tmp_path, command="the test")
+    live = recording(EXP_F32, [x])
+    with pytest.raises(BackendCompileError):
+        recording("func.func @main() -> () { stablehlo.bogus }", [])
+    played = resolve(f"recorded:{tmp_path}")
+    assert isinstance(played, RecordedBackend) and isinstance(played, Backend)
+    assert played.name == "cpu" and played.platform == "cpu"
+    assert np.array_equal(played(EXP_F32, [x])[0], live[0]) and played(EXP_F32, [x])[0].dtype == np.float32
+    assert "played back" in played.settings[-1] and "jax 0.10.2" in played.settings[-1]
+    assert json.loads((tmp_path / "recording.json").read_text())["command"] == "the test"
+    with pytest.raises(BackendCompileError):   # the refusal, as the backend gave it
+        played("func.func @main() -> () { stablehlo.bogus }", [])
+    with pytest.raises(BackendError, match="not recorded"):   # other arguments: another answer
+        played(EXP_F32, [x + 1])
+    with pytest.raises(BackendError, match="not recorded"):   # the same values as f64: another answer
+        played(EXP_F32, [x.astype(np.float64)])
+
+
+def test_a_folder_without_a_recording_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="no recording"):
+        resolve(f"recorded:{tmp_path}")
+
+
+def test_compare_judges_ops_whose_operand_is_a_tuple():
+    """A backend's value taken out of a tuple differs: the get_tuple_element's tuple operand
+    (the interpreter's: a backend shows no tuples) has no ULP to move (the search stopped
+    with a ValueError on a TPU's answers)."""
+    import stablehlo_interp as si
+
+    text = """func.func @main(%a: tensor<3xf32>, %b: tensor<2xf32>) -> tensor<3xf32> {
+  %e = stablehlo.exponential %a : tensor<3xf32>
+  %t = stablehlo.tuple %e, %b : tuple<tensor<3xf32>, tensor<2xf32>>
+  %x = stablehlo.get_tuple_element %t[0] : (tuple<tensor<3xf32>, tensor<2xf32>>) -> tensor<3xf32>
+  return %x : tensor<3xf32>
+}"""
+
+    def exp_one_ulp_up(info):
+        return lambda x: np.nextafter(np.exp(x), np.float32(np.inf))
+
+    wrong = InterpreterBackend(ops={"stablehlo.exponential": exp_one_ulp_up}, name="exp one ULP up")
+    comparison = si.compare(text, np.ones(3, np.float32), np.ones(2, np.float32), backend=wrong, tolerance=(0, 0))
+    assert not comparison.ok and comparison.kinds == ["rounding noise"]
+    assert comparison.ops["rounding noise"] == 2   # the exponential, and the value taken out of the tuple

@@ -1,6 +1,7 @@
 """The conformance runner (frontends/conform.py, ``stablehlo-interp conform``) with XLA CPU
 as the backend under test; expectations are hand-checked."""
 
+import functools
 import io
 import json
 import os
@@ -8,6 +9,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
+import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.cli import main
@@ -160,6 +162,22 @@ def _dies_on_two(item):
 def test_an_item_that_kills_its_process_is_reported_and_the_others_go_on():
     results = list(ordered_map(_dies_on_two, [1, 2, 3, 4], jobs=2, on_crash=lambda item: f"crashed {item}"))
     assert results == [10, "crashed 2", 30, 40]
+
+
+def _counts_and_dies_on_two(folder, item):
+    with open(os.path.join(folder, str(item)), "a") as tries:
+        tries.write("x")
+    return _dies_on_two(item)
+
+
+@pytest.mark.parametrize("jobs, tries", [(1, 1), (2, 2)])
+def test_with_one_worker_the_item_that_killed_it_is_known_and_not_run_again(tmp_path, jobs, tries):
+    """Each try of a crashing item starts a process, which opens the backend's device again
+    (a TPU: seconds); with several workers the culprit is not known and is run alone."""
+    task = functools.partial(_counts_and_dies_on_two, str(tmp_path))
+    results = list(ordered_map(task, [1, 2, 3], jobs=jobs, on_crash=lambda item: f"crashed {item}"))
+    assert results == [10, "crashed 2", 30]
+    assert (tmp_path / "2").read_text() == "x" * tries and (tmp_path / "3").read_text() == "x"
 
 
 class _Terminal(io.StringIO):

@@ -32,10 +32,11 @@ def ordered_map(function, items: list, jobs: int = 1, on_crash=None):
             except BrokenProcessPool:
                 if on_crash is None:
                     raise
-            # The item that killed the pool may be another one in flight: run this
-            # one alone, and every unfinished one again in a new pool.
+            # With several workers the item that killed the pool may be another one in
+            # flight: run this one alone (with one, it is this one: a backend that holds
+            # a device opens it once less), and every unfinished one again in a new pool.
             pool.shutdown(wait=False, cancel_futures=True)
-            yield _alone(function, item, context, on_crash)
+            yield on_crash(item) if jobs <= 1 else _alone(function, item, context, on_crash)
             pool = concurrent.futures.ProcessPoolExecutor(max(jobs, 1), mp_context=context)
             for later in range(index + 1, len(items)):
                 if not futures[later].done() or futures[later].exception() is not None:

@@ -186,6 +186,8 @@ def _allowance(execution, step, operands, recomputed, env):
         return _sum_allowance(execution, step, operands, recomputed, env)
     moved = []   # per float operand: the results with it one ULP down, and up
     for position, operand in enumerate(operands):
+        if isinstance(operand, (tuple, Token)):   # get_tuple_element's tuple: its elements are values of other ops
+            continue
         operand = np.asarray(operand)
         if not _is_float(operand):
             continue

@@ -17,6 +17,9 @@ failed to run it). They are verdicts on the backend: ``conform``, ``compare`` an
 * ``"iree"`` or ``"iree:TARGET"`` (``"iree:llvm-cpu"``, ``"iree:vmvx"``): IREE's
   compiler and runtime, in a child process (:class:`~.iree.IreeBackend`; the
   ``iree`` extra); ``options`` are extra compiler flags;
+* ``"recorded:FOLDER"``: the answers another backend gave, kept in FOLDER by a
+  :class:`~.recorded.RecordingBackend` and played back (:class:`~.recorded.RecordedBackend`:
+  a TPU's answers where no TPU is);
 * a :class:`~.command.CommandBackend`: any program run as a command, which reads
   the MLIR and ``.npy`` inputs and writes ``.npy`` outputs;
 * an :class:`~.interpreter.InterpreterBackend`: this interpreter with some op
@@ -35,9 +38,11 @@ from .errors import BackendCompileError, BackendCrash, BackendError
 from .interpreter import InterpreterBackend
 from .iree import IreeBackend
 from .jax import JaxBackend
+from .recorded import RecordedBackend, RecordingBackend
 
 __all__ = ["Backend", "BackendCompileError", "BackendCrash", "BackendError", "CommandBackend",
-           "InterpreterBackend", "IreeBackend", "JaxBackend", "resolve"]
+           "InterpreterBackend", "IreeBackend", "JaxBackend", "RecordedBackend", "RecordingBackend",
+           "resolve"]
 
 
 @runtime_checkable
@@ -61,6 +66,8 @@ def resolve(backend, options: Sequence[str] = ()) -> Backend:
         family, _, target = backend.partition(":")
         if family == "iree":
             return IreeBackend(target or "llvm-cpu", flags=options)
+        if family == "recorded" and not options:
+            return RecordedBackend(target)
         if options:
             raise ValueError(f"backend options are for IREE's compiler; the JAX platform {backend} takes none")
         return JaxBackend(backend)
