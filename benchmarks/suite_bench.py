@@ -68,7 +68,7 @@ def _tests_as_programs(text: str) -> list[tuple[str, str]]:
 
 def programs(directory: pathlib.Path, limit: int | None) -> list[tuple[str, str]]:
     """``(file:test, program text)`` for the test programs under ``directory``."""
-    from stablehlo_interp.frontends.testfile import expand_paths, split_modules
+    from stablehlo_interp.conformance.testfile import expand_paths, split_modules
 
     found = []
     for path in expand_paths([directory]):

@@ -11,47 +11,36 @@
 
 from typing import Any
 
-from .engine.run import Listener
-from .errors import (
-    ArgumentError,
-    InterpreterError,
-    ModuleError,
-    OpError,
-    OpExecutionError,
-    StopExecution,
-    UnsupportedOpError,
-)
+from . import toolbox
 from .engine.hostio import HostQueues
+from .engine.run import Listener
+from .errors import (ArgumentError, InterpreterError, ModuleError, OpError, OpExecutionError, StopExecution,
+                     UnsupportedOpError)
+from .ir.types import TOKEN, TensorType, Token
 from .program import Program, load, run
 from .program.registration import register_custom_call, register_op
-from .ir.types import TOKEN, TensorType, Token
 
 __version__ = "0.1.0"
 
-# The tools load on first use: JAX imports this package when it discovers the
-# device plugin, and most programs never need them.
-_TOOLS = ("break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes",
-          "on_device", "portability", "probe", "profile", "run_per_device", "trace")
+# The tools load on first use (toolbox.py: each tool's module, and what si exports of it):
+# JAX imports this package when it discovers the device plugin, and most programs never
+# need them.
+_TOOL_EXPORTS = toolbox.exports()
 
 
 def __getattr__(name: str) -> Any:
-    if name == "conform":
-        from .frontends.conform import conform
+    import importlib
 
-        return conform
-    if name in _TOOLS or name in ("tools", "validation"):
-        import importlib
-
-        tools = importlib.import_module(f"{__name__}.tools")  # (from . import would recurse here)
-        return tools if name == "tools" else getattr(tools, name)
+    if name == "tools":
+        return importlib.import_module(f"{__name__}.tools")   # (from . import would recurse here)
+    if name in _TOOL_EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_TOOL_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'stablehlo_interp' has no attribute {name!r}")
 
-__all__ = [
-    "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError",
-    "OpExecutionError",
+
+# The tools' names come from the one table of them (toolbox.py), not from a second list here.
+__all__ = [  # noqa: PLE0604
+    "ArgumentError", "HostQueues", "InterpreterError", "Listener", "ModuleError", "OpError", "OpExecutionError",
     "Program", "StopExecution", "TOKEN", "TensorType", "Token", "UnsupportedOpError", "load",
-    "conform", "register_custom_call", "register_op", "run", "run_per_device", "validation",
-    # tools (see docs/tools.md)
-    "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz", "load_probes", "on_device",
-    "portability", "probe", "profile", "tools", "trace",
+    "register_custom_call", "register_op", "run", "tools", *_TOOL_EXPORTS,
 ]

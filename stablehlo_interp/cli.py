@@ -1,19 +1,6 @@
 """The ``stablehlo-interp`` command (also ``python -m stablehlo_interp``).
 
-    stablehlo-interp run FILE [--function F] [--input x.npy ...] [--output out.npz] [--semantics xla] [--portability]
-    stablehlo-interp test FILE_OR_DIR... [--verbose] [-j N] [--junit-xml PATH] [--include-disabled]
-    stablehlo-interp conform PATH... [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
-                             [--backend-command 'TOOL {mlir} {inputs} {outputs}'] [-j N]
-                             [--junit-xml PATH] [--json PATH]
-    stablehlo-interp trace FILE [--input ...] [--nonfinite | --first-nonfinite | --probe OUT.npz] [--per-device]
-    stablehlo-interp explain FILE [--input ...]
-    stablehlo-interp profile FILE [--input ...] [--by op|line] [--top N] [--repeat R]
-    stablehlo-interp explore FILE [--input ...] [--output OUT.html] [--backend cpu] [--model-explorer DIR]
-                             [--per-device]
-    stablehlo-interp compare FILE [--input ...] [--backend cpu|iree[:TARGET]] [--backend-option FLAG ...]
-                             [--backend-command CMD] [--rtol R --atol A] [--per-device]
-    stablehlo-interp fuzz [--backend cpu|iree[:TARGET]] [--seed S] [--count N] [-j N] [--out DIR] [--timeout SECONDS]
-                          [--ray ADDRESS]
+    stablehlo-interp COMMAND ...     # the commands: stablehlo-interp --help (toolbox.py makes them)
 
 See docs/cli.md and docs/tools.md.
 """
@@ -29,13 +16,12 @@ import sys
 
 import numpy as np
 
-from . import __version__
-from .engine.semantics import SEMANTICS, SPEC
+from . import __version__, toolbox
 from .errors import InterpreterError
 from .program import Program
-from .frontends.testfile import FAILED, expand_paths, report, run_files
+from .conformance.testfile import FAILED, expand_paths, report, run_files
 from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
-from .tools.backends.errors import BackendError
+from .backends.errors import BackendError
 
 
 class UsageError(Exception):
@@ -56,168 +42,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line of every tool with a command (toolbox.py)."""
     parser = argparse.ArgumentParser(
         prog="stablehlo-interp", description="A pure-Python reference interpreter for StableHLO.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-
-    run = commands.add_parser("run", help="run a function of a module and print its results",
-                              description="Run a function of a module (MLIR text or bytecode, or a "
-                                          "StableHLO portable artifact) and print its results.")
-    run.add_argument("file", help="the module")
-    run.add_argument("--function", "-f", help="the function to run (default: @main, or the only public one)")
-    run.add_argument("--input", "-i", action="append", default=[], metavar="INPUT",
-                     help="an argument: a .npy file (one argument), a .npz file (several, in the order "
-                          "they were saved, or by argument name) or a Python literal such as 2.5 or "
-                          "'[[1, 2], [3, 4]]' (converted to the argument's type); repeat for each")
-    run.add_argument("--output", "-o", metavar="OUT.npz",
-                     help="also save the results to a .npz file (result_0, result_1, ...)")
-    run.add_argument("--full", action="store_true", help="print every element of large results")
-    run.add_argument("--semantics", choices=SEMANTICS, default=SPEC,
-                     help="follow the StableHLO spec (default) or XLA where they differ (docs/semantics.md)")
-    run.add_argument("--portability", action="store_true",
-                     help="after the results, list every op whose result depends on the implementation: "
-                          "behaviour the spec leaves open or XLA does differently (docs/semantics.md)")
-    run.set_defaults(command=_run, name="run")
-
-    test = commands.add_parser("test", help="run files written like StableHLO's interpreter tests",
-                               description="Run test files: '// -----' splits a file into modules; each "
-                                           "public function without arguments is a test, and its check "
-                                           "ops (check.expect_eq ...) decide whether it passes.")
-    test.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
-    test.add_argument("--verbose", "-v", action="store_true",
-                      help="list every test, not only failures, with the time of each file")
-    test.add_argument("--include-disabled", action="store_true",
-                      help="also run files whose interpreter RUN line upstream disabled (RUN-DISABLED)")
-    test.add_argument("--probe-output-dir", metavar="DIR",
-                      help="where interpreter.probe saves values (default: a temporary directory per file)")
-    test.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
-    test.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
-    test.set_defaults(command=_test, name="test")
-
-    conform = commands.add_parser("conform", help="judge a backend with test files (StableHLO's format)",
-                                  description="Run each test of the files on a backend with its check "
-                                              "ops turned into results, judge the backend's values with the "
-                                              "file's checks and against the interpreter (docs/conformance.md).")
-    conform.add_argument("paths", nargs="+", metavar="PATH", help="test files, or directories of *.mlir files")
-    add_backend_arguments(conform)
-    conform.add_argument("--verbose", "-v", action="store_true", help="list every test, not only the others")
-    conform.add_argument("--include-disabled", action="store_true",
-                         help="also run files whose interpreter RUN line upstream disabled")
-    conform.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report")
-    conform.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    conform.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run files in N processes")
-    conform.set_defaults(command=_conform, name="conform")
-
-    trace = commands.add_parser("trace", help="run a function and print every op it executes",
-                                description="Run a function and print each executed op (inside regions "
-                                            "too) with a summary of its results and its source line.")
-    _add_program_arguments(trace)
-    trace.add_argument("--head", type=int, default=2, help="region calls shown before the folded ones")
-    trace.add_argument("--tail", type=int, default=1, help="region calls shown after the folded ones")
-    trace.add_argument("--json", metavar="OUT.json", help="also save the trace as JSON records")
-    trace.add_argument("--nonfinite", action="store_true",
-                       help="instead, report where the NaNs and infs of the results came from")
-    trace.add_argument("--first-nonfinite", action="store_true",
-                       help="instead, report the first op that makes a NaN or inf, whether or not it "
-                            "reaches a result")
-    trace.add_argument("--probe", metavar="OUT.npz",
-                       help="instead, save intermediate values (with an index) to a .npz file")
-    trace.add_argument("--select", action="append", metavar="OP_OR_LINE",
-                       help="with --probe: save only these ops (op name, or FILE:LINE); repeat")
-    trace.add_argument("--every-iteration", action="store_true",
-                       help="with --probe: save values of every loop iteration, not only the last")
-    _add_per_device_argument(trace)
-    trace.set_defaults(command=_trace, name="trace")
-
-    profile = commands.add_parser("profile", help="run a function and print where its time goes, by op",
-                                  description="Run a function and print the own time of each op name (or "
-                                              "source line): its share of the run, calls, time per call.")
-    _add_program_arguments(profile)
-    profile.add_argument("--by", choices=("op", "line"), default="op", help="group by op name or source line")
-    profile.add_argument("--top", type=int, default=20, help="rows shown, most time first")
-    profile.add_argument("--repeat", type=int, default=1, metavar="R",
-                         help="run R times and keep the profile of the run with the least time in ops")
-    profile.set_defaults(command=_profile, name="profile")
-
-    explain = commands.add_parser("explain", help="print the module and its run, op by op, by source line",
-                                  description="Print the module, then run it and print each op with its "
-                                              "results under the source line it came from.")
-    _add_program_arguments(explain)
-    explain.set_defaults(command=_explain, name="explain")
-
-    explore = commands.add_parser("explore", help="write the explorer page (module, graph, values; HTML)",
-                                  description="Run the function and write one self-contained HTML page: "
-                                              "the module, its dataflow graph and each op's values, linked "
-                                              "by source line, with the op a non-finite result came from marked.")
-    _add_program_arguments(explore)   # without --input, a function that takes arguments is drawn, not run
-    explore.add_argument("--output", "-o", metavar="OUT.html", help="the page (default: FILE with .html)")
-    explore.add_argument("--backend", "-b", help="also mark the first op whose value differs on this JAX "
-                                                 "backend (e.g. cpu)")
-    explore.add_argument("--model-explorer", metavar="DIR",
-                         help="also write the module and the run's findings per op as Model Explorer's node data "
-                              "into DIR (needs the model-explorer extra); with --per-device, the per-device "
-                              "program and each device's node data")
-    _add_per_device_argument(explore)
-    explore.set_defaults(command=_explore, name="explore")
-
-    compare = commands.add_parser("compare", help="compare with another backend; find the first divergent op",
-                                  description="Run @main here and on another backend; when the results "
-                                              "differ, find the first op whose value differs.")
-    _add_program_arguments(compare)
-    add_backend_arguments(compare)
-    compare.add_argument("--rtol", type=float, help="relative tolerance for every float type")
-    compare.add_argument("--atol", type=float, help="absolute tolerance for every float type")
-    _add_per_device_argument(compare)
-    compare.set_defaults(command=_compare, name="compare")
-
-    fuzz = commands.add_parser("fuzz", help="random programs here and on a backend; differences reduced",
-                               description="Generate random StableHLO programs from a seed, run each here and "
-                                           "on the backend, and reduce every difference beyond rounding, "
-                                           "crash or compile failure to a minimal program (docs/tools.md).")
-    add_backend_arguments(fuzz)
-    fuzz.add_argument("--seed", "-s", type=int, default=0, help="the campaign's seed (default 0)")
-    fuzz.add_argument("--count", "-n", type=int, default=100, help="how many programs (default 100)")
-    fuzz.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1)")
-    fuzz.add_argument("--out", "-o", metavar="DIR", help="write report.md, report.json and each finding's "
-                                                          "program.mlir and arg*.npy there")
-    fuzz.add_argument("--max-ops", type=int, default=12, help="ops per program at most (default 12)")
-    fuzz.add_argument("--op", action="append", default=[], metavar="OP",
-                      help="generate only this op (without 'stablehlo.'); repeat for each")
-    fuzz.add_argument("--element-type", action="append", default=[], metavar="TYPE",
-                      help="give new values only this element type (f32, bf16, i4 ...); repeat for each")
-    fuzz.add_argument("--no-reduce", action="store_true", help="report findings without reducing them")
-    fuzz.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                      help="seconds a program's check may take, both sides; longer is a 'timed out' finding "
-                           "(default 60)")
-    fuzz.add_argument("--ray", metavar="ADDRESS",
-                      help="check the programs as tasks on this Ray cluster ('local': start one here; "
-                           "the ray extra)")
-    fuzz.set_defaults(command=_fuzz, name="fuzz")
+    for tool in toolbox.commands():
+        command = commands.add_parser(tool.name, help=tool.command.help, description=tool.command.description)
+        for argument in tool.command.arguments:
+            command.add_argument(*argument.flags, **argument.options)
+        command.set_defaults(command=globals()[f"command_{tool.name}"], name=tool.name)
     return parser
 
 
-def add_backend_arguments(parser) -> None:
-    """``--backend``, ``--backend-option`` and ``--backend-command``: the backend under
-    test (tools/backends/); :func:`backend_of` makes it from the parsed arguments."""
-    parser.add_argument("--backend", "-b", default="cpu",
-                        help="a JAX platform name, or iree / iree:TARGET (e.g. iree:llvm-cpu; the 'iree' extra) "
-                             "(default: cpu)")
-    parser.add_argument("--backend-option", action="append", default=[], metavar="FLAG",
-                        help="an extra flag for IREE's compiler, e.g. "
-                             "--backend-option=--iree-input-demote-f64-to-f32=true; repeat for each")
-    parser.add_argument("--backend-command", metavar="COMMAND",
-                        help="instead of --backend, a command that runs each program: {mlir} is the module's "
-                             "file, {inputs} its .npy inputs, {outputs} the directory for result_N.npy "
-                             "(docs/conformance.md)")
-    parser.add_argument("--record", metavar="FOLDER",
-                        help="keep the backend's answers in FOLDER, to play them back later with "
-                             "--backend recorded:FOLDER where the backend is absent (docs/conformance.md)")
-
-
 def backend_of(args):
-    """The backend that :func:`add_backend_arguments`' arguments name."""
-    from .tools.backends import CommandBackend, RecordingBackend, resolve
+    """The backend that toolbox.py's ``BACKEND`` arguments name."""
+    from .backends import CommandBackend, RecordingBackend, resolve
 
     if args.backend_command:
         if args.backend_option:
@@ -233,23 +73,10 @@ def backend_of(args):
     return backend
 
 
-def _add_per_device_argument(parser) -> None:
-    parser.add_argument("--per-device", action="store_true",
-                        help="a sharded module runs as XLA runs it: each device its partitioned program "
-                             "(docs/sharding.md); where Shardy cannot partition it, a warning and the global program")
-
-
-def _add_program_arguments(parser) -> None:
-    parser.add_argument("file", help="the module")
-    parser.add_argument("--function", "-f", help="the function to run (default: @main, or the only public one)")
-    parser.add_argument("--input", "-i", action="append", default=[], metavar="INPUT",
-                        help="an argument, as for 'run': .npy, .npz or a Python literal; repeat for each")
-
-
 # ---------------------------------------------------------------------- run
 
 
-def _run(args) -> int:
+def command_run(args) -> int:
     program = Program(pathlib.Path(args.file))
     name = args.function or program.entry_name
     function = program.function(name)
@@ -375,7 +202,7 @@ def _program_and_inputs(args):
     return program, name, _load_inputs(args.input, program.function(name))
 
 
-def _trace(args) -> int:
+def command_trace(args) -> int:
     from . import tools
 
     program, name, inputs = _program_and_inputs(args)
@@ -401,7 +228,7 @@ def _trace(args) -> int:
     return 1 if trace.error else 0
 
 
-def _profile(args) -> int:
+def command_profile(args) -> int:
     from . import tools
 
     program, name, inputs = _program_and_inputs(args)
@@ -410,7 +237,7 @@ def _profile(args) -> int:
     return 0
 
 
-def _explain(args) -> int:
+def command_explain(args) -> int:
     from . import tools
 
     program, name, inputs = _program_and_inputs(args)
@@ -418,7 +245,7 @@ def _explain(args) -> int:
     return 1 if explanation.trace.error else 0
 
 
-def _explore(args) -> int:
+def command_explore(args) -> int:
     from . import tools
 
     if args.input:
@@ -441,7 +268,7 @@ def _explore(args) -> int:
     return 1 if exploration.trace.error else 0
 
 
-def _compare(args) -> int:
+def command_compare(args) -> int:
     from . import tools
 
     if (args.rtol is None) != (args.atol is None):
@@ -457,7 +284,7 @@ def _compare(args) -> int:
 # --------------------------------------------------------------------- test and conform
 
 
-def _test(args) -> int:
+def command_test(args) -> int:
     files = expand_paths(args.paths)
     if not files:
         raise UsageError("no .mlir files under " + ", ".join(args.paths))
@@ -466,7 +293,7 @@ def _test(args) -> int:
     return 1 if totals[FAILED] else 0
 
 
-def _fuzz(args) -> int:
+def command_fuzz(args) -> int:
     from .tools.fuzz.campaign import fuzz
     from .tools.fuzz.generate import ELEMENT_TYPES, OPS
 
@@ -489,9 +316,9 @@ def _fuzz_summary(report, out) -> str:
     return "\n".join(lines)
 
 
-def _conform(args) -> int:
-    from .frontends.conform import BACKEND_ERROR, FAIL, PASS, conform
-    from .frontends.progress import ProgressLine
+def command_conform(args) -> int:
+    from .conformance.conform import BACKEND_ERROR, FAIL, PASS, conform
+    from .conformance.progress import ProgressLine
 
     files = expand_paths(args.paths)
     if not files:

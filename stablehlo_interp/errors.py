@@ -7,10 +7,7 @@ inside a region, the chain of enclosing ops.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .ir.locations import SourceLocation
+from typing import Any
 
 
 class InterpreterError(Exception):
@@ -36,20 +33,21 @@ class OpError(InterpreterError):
 
     Attributes:
       op_name: e.g. ``"stablehlo.divide"``.
-      location: a :class:`~stablehlo_interp.ir.locations.SourceLocation` (or None).
+      location: a :class:`~stablehlo_interp.ir.locations.SourceLocation` (or None; this
+        ground floor of the house names no type of the floors above it).
       reason: what went wrong, without the op prefix.
       enclosing: list of ``(op_name, location, detail)`` of the ops whose regions
         contain this op, innermost first (filled in as the error propagates).
     """
 
-    def __init__(self, op_name: str, location: SourceLocation | None, reason: str) -> None:
+    def __init__(self, op_name: str, location: Any, reason: str) -> None:
         self.op_name = op_name
         self.location = location
         self.reason = reason
-        self.enclosing: list[tuple[str, SourceLocation | None, str]] = []
+        self.enclosing: list[tuple[str, Any, str]] = []
         super().__init__(reason)
 
-    def add_enclosing(self, op_name: str, location: SourceLocation | None, detail: str = "") -> None:
+    def add_enclosing(self, op_name: str, location: Any, detail: str = "") -> None:
         self.enclosing.append((op_name, location, detail))
 
     def __str__(self) -> str:

@@ -71,7 +71,7 @@ def interp_tolerances(pytestconfig) -> dict:
 def interp_check(interp_backend, interp_tolerances):
     """``interp_check(f, *args, tolerance={"f32": (rtol, atol)})``: the backend must match the
     interpreter within tolerance or by rounding noise (the test fails with the first divergent
-    op otherwise, tools/bounds.py); returns the Comparison."""
+    op otherwise, judge/bounds.py); returns the Comparison."""
     from stablehlo_interp.tools import compare
 
     def check(function, *args, tolerance=None):

@@ -67,7 +67,7 @@ SELECTIONS = {
     # (async_start/async_done are tested around a collective)
     "control_flow.py": (["tests/test_control_flow.py", "tests/test_collectives.py"], "not test_collectives or async"),
     "lapack.py": (["tests/test_lapack.py"], None),
-    # (senders_and_receivers serves tools/traffic.py, tested per device)
+    # (senders_and_receivers serves sharding/traffic.py, tested per device)
     "collectives.py": (["tests/test_collectives.py", "tests/test_per_device.py"], "not per_device or collective"),
     # the folds and casts the op families share
     "support.py": (["tests/test_reduction.py", "tests/test_accumulation.py", "tests/test_elementwise.py"], None),

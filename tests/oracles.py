@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.engine.numerics import ulp_difference
 from stablehlo_interp.ir.types import element_type_of
 
 FLOAT_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]

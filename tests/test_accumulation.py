@@ -25,7 +25,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import stablehlo_interp as si
 from oracles import assert_same, run_xla_text, same_as_reference, tensor_type
 from test_sharding_device import mesh, on_both
-from stablehlo_interp.ops import linalg, support
+from stablehlo_interp.engine.accumulation import orders
+from stablehlo_interp.ops import linalg
 
 # Complex products are left out: the C++ reference interpreter's complex multiply
 # rounds differently from the textbook formula NumPy uses (1 ULP in about one
@@ -37,7 +38,7 @@ ELEMENT = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>"}
 def fold_buffer(request, monkeypatch):
     """Folds staged in the default buffers, or in buffers of a few elements."""
     if request.param == "chunked":
-        monkeypatch.setattr(support, "FOLD_BUFFER_ELEMENTS", 5)
+        monkeypatch.setattr(orders, "FOLD_BUFFER_ELEMENTS", 5)
         monkeypatch.setattr(linalg, "FOLD_BUFFER_ELEMENTS", 5)
 
 
@@ -221,13 +222,13 @@ def test_reduce_of_leading_axes_adds_like_the_reference(reference, dtype, shape,
 @pytest.mark.parametrize("ufunc", [np.add, np.multiply])
 @pytest.mark.parametrize("shape, dimensions", [*LEADING_AXES, ((3000, 4), [0]), ((40, 50, 3), [0, 1]), ((2, 3), [0])])
 def test_fold_reduce_of_leading_axes_is_the_left_fold(dtype, ufunc, shape, dimensions):
-    """support.fold_reduce's path for leading axes against the fold written out, on
+    """orders.fold_reduce's path for leading axes against the fold written out, on
     arrays larger than NumPy's buffers (8192 elements) and on the narrowest rows."""
     assert_folds_left(ufunc, with_specials(cancelling(shape, dtype, 15)), dimensions, dtype)
 
 
 def assert_folds_left(ufunc, values, dimensions, dtype):
-    """support.fold_reduce of ``values`` (scaled for ``ufunc``) from three inits: the fold
+    """orders.fold_reduce of ``values`` (scaled for ``ufunc``) from three inits: the fold
     written out, bit for bit."""
     with np.errstate(all="ignore"):  # complex infinities divide into NaN parts
         if ufunc is np.multiply:  # products of values near 1, so they neither vanish nor overflow
@@ -237,17 +238,17 @@ def assert_folds_left(ufunc, values, dimensions, dtype):
     for init in (np.array(-0.0, dtype), np.array(0.0, dtype), cancelling((), dtype, 16)):
         expected = left_fold(ufunc, values, dimensions, init, dtype)
         with np.errstate(all="ignore"):
-            actual = support.fold_reduce(ufunc, values, dimensions, init, np.dtype(dtype))
+            actual = orders.fold_reduce(ufunc, values, dimensions, init, np.dtype(dtype))
         assert_same(actual, expected, context=f"init {init}: ")
 
 
 @pytest.mark.parametrize("dtype", [*FOLD_ELEMENT, np.complex64])
 @pytest.mark.parametrize("ufunc", [np.add, np.multiply])
 @pytest.mark.parametrize("outer, reduced", [((2,), (3,)), ((5, 7), (11, 200)), ((2, 40000), (3,)),
-                                            ((2 * (support._TRANSPOSE_BLOCK_ELEMENTS // 3) + 1,), (3,)),
+                                            ((2 * (orders._TRANSPOSE_BLOCK_ELEMENTS // 3) + 1,), (3,)),
                                             ((3, 3), (5000, 1))])
 def test_fold_reduce_of_trailing_axes_is_the_left_fold(dtype, ufunc, outer, reduced):
-    """support.fold_reduce's path for trailing axes (``x.sum(-1)``: rows folded a block of
+    """orders.fold_reduce's path for trailing axes (``x.sum(-1)``: rows folded a block of
     rows at a time) against the fold written out: one block, several, a last block of
     one row left over (folded with the one before), rows longer than a block."""
     first = with_specials(cancelling(reduced + outer, dtype, 17))   # (with_specials: reduced axes first)

@@ -1,4 +1,4 @@
-"""The backends of conform, compare and fuzz (stablehlo_interp/tools/backends/): one
+"""The backends of conform, compare and fuzz (stablehlo_interp/backends/): one
 protocol; IREE against NumPy and hand-checked values; the command contract with a tiny
 Python script as the tool; compile failures and crashes are verdicts with the backend's
 message."""
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from stablehlo_interp.cli import main
-from stablehlo_interp.frontends.conform import BACKEND_ERROR, PASS, conform_file
-from stablehlo_interp.tools.backends import (Backend, BackendCompileError, BackendCrash, BackendError,
-                                             CommandBackend, InterpreterBackend, IreeBackend, JaxBackend, resolve)
+from stablehlo_interp.conformance.conform import BACKEND_ERROR, PASS, conform_file
+from stablehlo_interp.backends import (Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend,
+    InterpreterBackend, IreeBackend, JaxBackend, resolve)
 
 needs_iree = pytest.mark.skipif(
     importlib.util.find_spec("iree") is None or importlib.util.find_spec("iree.runtime") is None,
@@ -277,7 +277,7 @@ EXP_F32 = """func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
 
 
 def test_a_recorded_backend_plays_back_what_was_recorded_and_refuses_the_rest(tmp_path):
-    from stablehlo_interp.tools.backends import RecordedBackend, RecordingBackend
+    from stablehlo_interp.backends import RecordedBackend, RecordingBackend
 
     x = np.array([0.5, 1.0, 2.0], np.float32)
     recording = RecordingBackend(JaxBackend("cpu"), tmp_path, command="the test")

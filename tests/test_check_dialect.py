@@ -8,7 +8,7 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.ir.check_dialect import to_generic_form
-from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.engine.numerics import ulp_difference
 from stablehlo_interp.ops.check import CheckFailure
 
 

@@ -41,7 +41,7 @@ import stablehlo_interp as si
 from oracles import (assert_same, dtype_id, element_values, legalized, op_module, run_interp, run_interp_text,
                      run_xla, run_xla_text, tensor_type)
 from test_elementwise import is_subnormal
-from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.engine.numerics import ulp_difference
 from stablehlo_interp.ir.types import dtype_of
 
 REAL_TYPES = ["f16", "bf16", "f32", "f64"]

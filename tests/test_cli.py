@@ -12,7 +12,7 @@ import pytest
 
 from oracles import run_xla
 from stablehlo_interp.cli import main
-from stablehlo_interp.frontends.testfile import run_text, split_modules
+from stablehlo_interp.conformance.testfile import run_text, split_modules
 
 DATA = pathlib.Path(__file__).parent / "data"
 PASSING, FAILING = DATA / "checks_pass.mlir", DATA / "checks_fail.mlir"

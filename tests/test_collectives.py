@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxlib import xla_client
 
 import stablehlo_interp as si
-from stablehlo_interp.frontends import testfile
+from stablehlo_interp.conformance import testfile
 from stablehlo_interp.engine.grid import Grid
 
 ADD = """({
@@ -368,7 +368,7 @@ def test_spec_example_collective_broadcast():
 
 
 def test_collective_broadcast_traffic_by_hand():
-    """tools/traffic.py on collective_broadcast over 4 replicas: groups [[0], [2]] keep
+    """sharding/traffic.py on collective_broadcast over 4 replicas: groups [[0], [2]] keep
     each group's one operand where it is (0 and 2 get their own, 1 and 3 zeros): no
     byte moves. Group [[2, 1]] (the spec's example) moves process 2's i64[1, 2], 16
     bytes, to process 1: 2 sends 16 bytes, 1 receives 16, 0 and 3 (outside) neither."""

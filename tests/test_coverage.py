@@ -4,7 +4,7 @@ import pathlib
 
 from stablehlo_interp import ops
 from stablehlo_interp.engine import registry
-from stablehlo_interp.frontends import coverage
+from stablehlo_interp.conformance import coverage
 from stablehlo_interp.program.compiler import TERMINATORS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -26,4 +26,4 @@ def test_every_op_has_a_test_file():
 
 def test_docs_coverage_is_up_to_date():
     committed = (ROOT / "docs" / "coverage.md").read_text()
-    assert committed == coverage.table(), "regenerate: python -m stablehlo_interp.frontends.coverage > docs/coverage.md"
+    assert committed == coverage.table(), "regenerate: python -m stablehlo_interp.conformance.coverage > docs/coverage.md"

@@ -115,7 +115,7 @@ def test_shardy_round_trip_annotations_are_identities(target):
 
 def test_shard_shapes_run_one_program_per_device(without_shardy):
     """Between SPMDFullToShardShape and SPMDShardToFullShape each device runs on its
-    shard (ops/shardy.py; more in tests/test_shard_map.py)."""
+    shard (ops/sdy.py; more in tests/test_shard_map.py)."""
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
     fn = jax.shard_map(lambda a: a * 2 + lax.axis_index("x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     x = np.arange(8, dtype=np.float32).reshape(4, 2)

@@ -1,6 +1,6 @@
 """``jax.experimental.custom_partitioning`` on the interp devices, against XLA's CPU with 8
 host devices: the op computes what its partition callback's per-device program computes
-(ops/custom_partitioning.py), so each test runs the same function on both platforms and
+(ops/sharding_calls.py), so each test runs the same function on both platforms and
 compares the values, the result's sharding, and what the callback was asked."""
 
 from __future__ import annotations

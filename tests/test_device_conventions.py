@@ -75,6 +75,36 @@ def test_a_sharded_donation_is_given_up_only_where_a_result_can_take_it(platform
     np.testing.assert_array_equal(np.asarray(flat), np.arange(16.0))
 
 
+@pytest.mark.parametrize("donor_dtype", [np.float16, np.int32])
+def test_which_sharded_donors_are_given_up_is_xla_cpus_decision(donor_dtype):
+    """One argument JAX aliases at lowering (``tf.aliasing_output``), a second it leaves to the
+    compiler (``jax.buffer_donor``) with a free result of the same element count: XLA's CPU
+    takes the donor over only where the per-device size in bytes matches (an i32 donor for
+    an f32 result), and keeps an f16 one alive. The interp device gives up the same
+    arguments (its pairing by element count deleted the f16 donor, and no test saw it)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    def step(a, b):
+        return a * 2, b.astype(np.float32) * 3
+
+    given_up, results = {}, {}
+    for platform in PLATFORMS:
+        rows = NamedSharding(Mesh(np.array(jax.devices(platform)[:2]), ("x",)), P("x"))
+        a = jax.device_put(np.arange(16, dtype=np.float32).reshape(8, 2), rows)
+        b = jax.device_put(np.arange(16).reshape(8, 2).astype(donor_dtype), rows)
+        jitted = jax.jit(step, donate_argnums=(0, 1), out_shardings=(rows, rows))   # known: JAX aliases a
+        lowered = jitted.lower(a, b).as_text()
+        assert "tf.aliasing_output = 0" in lowered and "jax.buffer_donor = true" in lowered
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "Some donated buffers were not usable"
+            out = jitted(a, b)
+        given_up[platform] = (a.is_deleted(), b.is_deleted())
+        results[platform] = [np.asarray(value) for value in out]
+    assert given_up["interp"] == given_up["cpu"] == (True, donor_dtype == np.int32)
+    for ours, theirs in zip(results["interp"], results["cpu"]):
+        np.testing.assert_array_equal(ours, theirs)
+
+
 # ---------------------------------------------------------------- compiler options
 
 VALID = {"xla_embed_ir_in_executable": True, "xla_dump_max_hlo_modules": 200,

@@ -3,7 +3,7 @@
 
 XLA's text is its SPMD partitioner's program for one device: each parameter and
 result has the device's local shape, and collectives move the data. Ours is made by
-Shardy's partitioner in a child process (stablehlo_interp/ir/partition.py). Each case
+Shardy's partitioner in a child process (stablehlo_interp/sharding/partition/). Each case
 checks that both texts agree on the local shapes of the entry computation and on the
 kinds of collective, and then *runs* the per-device program on the interpreter's
 process grid, one process per device with that device's shards, to check that it
@@ -24,7 +24,7 @@ from jax._src.lax import parallel
 from jax._src.random import threefry2x32
 
 import stablehlo_interp as si
-from stablehlo_interp.ir import partition
+from stablehlo_interp.sharding import partition
 
 PLATFORMS = ("cpu", "interp")
 COLLECTIVES = re.compile(r"\b(all-reduce|all-gather|all-to-all|reduce-scatter|collective-permute)\(")
@@ -340,12 +340,12 @@ def test_all_reduces_combine_when_independent_and_alike():
     same on a grid of two processes."""
     from jaxlib.mlir import ir
 
-    from stablehlo_interp.ir import partition_child
+    from stablehlo_interp.sharding.partition.partial_sums import combine_all_reduces
     from stablehlo_interp.ir.sources import make_context
 
     with make_context():
         module = ir.Module.parse(REDUCES)
-        partition_child.combine_all_reduces(module)
+        combine_all_reduces(module)
         module.operation.verify()
         combined = str(module)
     assert combined.count('"stablehlo.all_reduce"') == 3

@@ -24,7 +24,7 @@ from oracles import (
     ALL_TYPES, COMPLEX_TYPES, FLOAT_TYPES, F8_TYPES, SIGNED_TYPES, UNSIGNED_TYPES, XlaLacksType, XlaUnsupported, assert_same,
     element_values, flush_subnormals, op_module, run_interp_text, run_xla_text, tensor_type,
 )
-from stablehlo_interp.ops.numerics import ulp_difference
+from stablehlo_interp.engine.numerics import ulp_difference
 from stablehlo_interp.ir.types import dtype_of
 
 INTEGER_TYPES = SIGNED_TYPES + UNSIGNED_TYPES

@@ -375,7 +375,7 @@ def test_a_per_device_run_shows_each_devices_values_and_bytes(open_page):
     128 bytes each way, 1024 in all)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    from stablehlo_interp.tools.summary import summarize
+    from stablehlo_interp.judge.summary import summarize
 
     mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
     a_value = (np.arange(64, dtype=np.float32).reshape(4, 16) - 30) / 8

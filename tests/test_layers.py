@@ -1,6 +1,7 @@
-"""The house keeps its layers: no import cycles between modules, imports run down the
-floors (docs/engine.md), the package root holds only the public face, and only ir/
-and the compiler read MLIR."""
+"""The house keeps its layers: no import cycles between modules, every import (lazy ones
+too) runs down the floors (docs/engine.md), each layer on a floor of its own, the package
+root holds only the public face, and only the modules that read and write MLIR import
+its bindings."""
 
 import ast
 import pathlib
@@ -9,19 +10,29 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "stablehlo_interp"
 
-# Floors, lowest first: a module imports from its own floor or lower ones only.
+# The layers, lowest first, one to a floor: a module imports from its own layer or lower
+# ones only. A module belongs to the layer of the longest name here that starts its name.
 FLOORS = [
-    {"errors", "ir"},
-    {"engine", "sharding"},
-    {"ops"},
-    {"program"},
-    {"tools", "frontends", "device"},
-    {"cli", "pytest_plugin", "__init__", "__main__"},
+    ("errors", "the exceptions every layer raises"),
+    ("ir", "MLIR in and out: parse, verify, decode, edit; child processes and their pool"),
+    ("engine", "plans, the run loop, the op registry, the grid; dtypes, numerics, accumulation orders"),
+    ("judge", "rounding noise: each op's bound, noise runs, differences between values"),
+    ("sharding", "meshes, shardings, propagation, the partitioner, the per-device program and its check"),
+    ("ops", "the op families"),
+    ("program", "a loaded program and its calls"),
+    ("backends", "what a program is compared with: JAX's platforms, IREE, a command, a recording"),
+    ("tools", "the debugging tools"),
+    ("device", "the interp JAX device"),
+    ("conformance", "StableHLO's test files: run, conform, coverage"),
+    (("cli", "toolbox", "pytest_plugin", "__init__", "__main__"), "the front doors"),
 ]
-PUBLIC_FACE = {"__init__.py", "__main__.py", "cli.py", "pytest_plugin.py", "errors.py"}
-# Who may import jaxlib.mlir: the loader, the compiler that walks a module once, and
+PUBLIC_FACE = {"__init__.py", "__main__.py", "cli.py", "toolbox.py", "pytest_plugin.py", "errors.py"}
+# Who may import jaxlib.mlir: the loader, the compiler that walks a module once, the
+# rewrites of sharded modules (before a load, or in the partitioner's child process), and
 # the places that hand a module to something else (XLA through JAX; PJRT's program bytes).
-READS_MLIR = ("ir.", "program.compiler", "tools.backends", "device.pjrt.calls_platform", "frontends.coverage")
+READS_MLIR = ("ir.", "program.compiler", "sharding.custom_partitioning", "sharding.manual_borders",
+              "sharding.partition", "sharding.shardy_child", "backends.", "device.pjrt.calls_platform",
+              "conformance.coverage")
 
 
 def _modules() -> dict:
@@ -55,9 +66,16 @@ def _graph() -> dict:
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
+def _names(layer) -> tuple:
+    return layer if isinstance(layer, tuple) else (layer,)
+
+
 def _floor(module: str) -> int:
-    top = module.split(".")[0]
-    return next(i for i, floor in enumerate(FLOORS) if top in floor)
+    """The floor of the layer whose name is the longest start of ``module``'s."""
+    matches = [(len(name), floor) for floor, (layer, _) in enumerate(FLOORS) for name in _names(layer)
+               if module == name or module.startswith(name + ".")]
+    assert matches, f"{module} is on no floor of FLOORS"
+    return max(matches)[1]
 
 
 def test_no_import_cycles():
@@ -85,6 +103,17 @@ def test_imports_run_down_the_floors():
     upward = [f"{module} -> {imported}" for module, imports in _graph().items() for imported in imports
               if _floor(imported) > _floor(module)]
     assert upward == []
+
+
+def test_each_layer_is_a_folder_of_its_own_on_a_floor_of_its_own():
+    layers = [name for layer, _ in FLOORS[1:-1] for name in _names(layer)]
+    assert len(layers) == len(FLOORS) - 2 and len(set(layers)) == len(layers)
+    assert {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()} == set(layers)
+
+
+def test_every_module_is_on_a_floor():
+    for module in _modules():
+        _floor(module)
 
 
 def test_the_package_root_holds_only_the_public_face():

@@ -1,5 +1,5 @@
 """Running what each device runs: Shardy's per-device program on the process grid
-(program/per_device.py, the device's ``interp_spmd`` modes), against XLA's CPU with 8
+(sharding/per_device.py, the device's ``interp_spmd`` modes), against XLA's CPU with 8
 host devices and against our global run.
 
 Integer-valued float data make every sum exact, so the devices' results must equal
@@ -21,8 +21,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
 from stablehlo_interp.device import placement
-from stablehlo_interp.ir.partition import PartitionError
-from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceProgram
+from stablehlo_interp.sharding.partition import PartitionError
+from stablehlo_interp.sharding.per_device import PerDeviceMismatch, PerDeviceProgram
 from test_sharding_device import assert_same_placement
 
 INTEGERS = np.random.default_rng(0).integers(-8, 9, size=(8, 16)).astype(np.float32)
@@ -412,7 +412,7 @@ def reshard_rows_to_y_columns_to_x(platform):
 def test_the_grid_runs_the_per_device_program_as_xla_runs_it(case):
     """The same per-device program, run by XLA's CPU on each device's shards, gives each
     device what our grid gives it, bit for bit: the collectives move what XLA's move."""
-    from stablehlo_interp.ir import partition
+    from stablehlo_interp.sharding import partition
 
     function, args, _ = case("cpu")
     call = si.program.prepare(function, args)
@@ -474,7 +474,7 @@ import os, warnings
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from stablehlo_interp.program.per_device import PerDeviceProgram
+from stablehlo_interp.sharding.per_device import PerDeviceProgram
 PerDeviceProgram._types_other_than_shards = lambda self: "refused for the test"
 warnings.simplefilter("ignore")
 mesh = Mesh(np.array(jax.devices("interp")), ("x",))
@@ -707,7 +707,7 @@ def row_parallel_into_split_features(platform):
                          ids=lambda case: case.__name__)
 def test_megatron_layouts_partition_and_match_xla(case):
     """The layouts of a Megatron-style model that Shardy's partitioner alone could not
-    partition (ir/partition_child.py's rewrites): each device's results are XLA's shards,
+    partition (sharding/partition/'s rewrites): each device's results are XLA's shards,
     bit for bit (integer-valued floats: every sum exact), without a fallback."""
     function, args = case("cpu")
     xla = function(*args)

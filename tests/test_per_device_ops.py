@@ -5,10 +5,10 @@ Shardy's global-to-local pass wrote several of these as the global op on the dev
 part, and its export combined every reduce's partial results with a sum: a reversed
 split dimension gave each device its own rows reversed, a maximum over one gave the sum
 of the devices' maxima, and ``si.run_per_device`` handed those back without a word.
-The partitioner's child (ir/partition_child.py) now gathers what Shardy cannot split,
+The partitioner's child (sharding/partition/) now gathers what Shardy cannot split,
 combines a reduce's parts with the reduce's own op, and refuses uneven shards by name;
 ``si.run_per_device`` and the tools check every per-device run against the global run
-(tools/per_device.py). The inputs are small integers, so every sum is exact and XLA's
+(sharding/check.py). The inputs are small integers, so every sum is exact and XLA's
 order of sums cannot differ from the devices'.
 """
 
@@ -26,9 +26,9 @@ from jax.experimental import io_callback
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import stablehlo_interp as si
-from stablehlo_interp.ir import partition
-from stablehlo_interp.program import per_device
-from stablehlo_interp.program.per_device import PerDeviceMismatch, PerDeviceWarning
+from stablehlo_interp.sharding import partition
+from stablehlo_interp.sharding import per_device
+from stablehlo_interp.sharding.per_device import PerDeviceMismatch, PerDeviceWarning
 
 MESH = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("d", "m"))
 RNG = np.random.default_rng(0)

@@ -260,7 +260,7 @@ def test_a_module_that_kills_shardys_propagation_is_an_error_not_a_crash():
     unreduced result whose operands shard the contraction on other axes): its child
     process dies, this one raises, and the next module gets a fresh child."""
     import stablehlo_interp as si
-    from stablehlo_interp.ir import shardy
+    from stablehlo_interp.sharding import shardy
 
     with pytest.raises(ModuleError, match=r"killed the child process that runs it \(signal 6"):
         shardy.propagate(si.load(UNREDUCED_ON_A_SHARDED_OPERAND).module)

@@ -16,8 +16,8 @@ import numpy as np
 
 from oracles import legalized
 from stablehlo_interp.cli import main
-from stablehlo_interp.frontends.testfile import (CANNOT_PARSE, DISABLED, PASSED, FAILED, report, run_file,
-                                                 run_files, run_text)
+from stablehlo_interp.conformance.testfile import (CANNOT_PARSE, DISABLED, PASSED, FAILED, report, run_file, run_files,
+    run_text)
 
 PRINTS = """func.func @prints() {
   %s = stablehlo.constant dense<7> : tensor<ui8>

@@ -7,7 +7,7 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.tools import InterpreterBackend, JaxBackend
-from stablehlo_interp.tools.bounds import BEYOND, NOISE, UNBOUNDED, noise_runs, spread_allowance, unit_roundoff, within
+from stablehlo_interp.judge.bounds import BEYOND, NOISE, UNBOUNDED, noise_runs, spread_allowance, unit_roundoff, within
 from stablehlo_interp.ir.edit import inline_calls, prefix_module
 
 

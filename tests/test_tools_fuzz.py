@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.tools.backends import BackendCompileError, InterpreterBackend
+from stablehlo_interp.backends import BackendCompileError, InterpreterBackend
 from stablehlo_interp.tools.fuzz.campaign import fuzz, program_seed
 from stablehlo_interp.tools.fuzz.check import (COMPILE_FAILURE, CRASH, SIGNED_ZERO, TIMEOUT, WRONG_TYPE, IsolatedCheck,
-                                               check)
+    check)
 from stablehlo_interp.tools.fuzz.generate import ELEMENT_TYPES, OPS, generate, special_values, storage_of
 from stablehlo_interp.tools.fuzz.programs import Op, Program, Spec
 from stablehlo_interp.tools.fuzz.reduce import reduce_finding

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import stablehlo_interp as si
-from stablehlo_interp.tools import TraceRecorder, session
+from stablehlo_interp.tools import TraceRecorder
+from stablehlo_interp.device import session
 
 pytest_plugins = ["pytester"]
 

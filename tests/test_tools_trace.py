@@ -6,7 +6,8 @@ import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.engine import registry
-from stablehlo_interp.tools import TraceRecorder, summarize
+from stablehlo_interp.tools import TraceRecorder
+from stablehlo_interp.judge.summary import summarize
 
 # x doubled n times in a while loop, then summed. Line numbers matter: the
 # transcript below names them.

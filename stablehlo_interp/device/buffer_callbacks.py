@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from ..ops.buffer_callback import TARGET
 from ..ops.host_callback import HostCallback
+from ..program.calls import INTERP_PLATFORM as PLATFORM
 
-PLATFORM = "interp"
 
 
 def lower(ctx, *args, callback, in_tree, out_tree, has_side_effect, input_output_aliases, **_):

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.host_callback import PARTITIONED_TARGET, TARGET, HostCallback
+from ..program.calls import INTERP_PLATFORM as PLATFORM
 
-PLATFORM = "interp"
 
 
 def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_side_effect,

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import collections
 
-PLATFORM = "interp"
+from ..program.calls import INTERP_PLATFORM as PLATFORM
+
 
 
 def _cpu_limits_only() -> tuple:
@@ -118,18 +119,6 @@ def _register_pallas_as_cpu(mlir) -> None:
     from jax._src.pallas import mpmd
 
     mlir.register_lowering(mpmd.mpmd_map_p, mpmd._mpmd_map_fallback_lowering, platform=PLATFORM)
-
-
-def interpreter_platform() -> str | None:
-    """``"interp"`` when JAX can lower for the interp platform in this process (its
-    lowering rules are registered, which importing this package does, whatever
-    ``JAX_PLATFORMS`` says), else None. A function lowered for it calls its host
-    callbacks through the interpreter (host_callbacks.py)."""
-    import jax
-    from jax._src.interpreters import mlir
-
-    jax.devices()   # initializes the plugins JAX_PLATFORMS allows
-    return PLATFORM if isinstance(mlir._platform_specific_lowerings.get(PLATFORM), collections.ChainMap) else None
 
 
 def register() -> None:

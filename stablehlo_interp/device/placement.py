@@ -6,12 +6,12 @@
   JAX): Execute hands over one shard per device. The global arguments are
   assembled from the shards by the arguments' shardings (``sdy.sharding`` or
   ``mhlo.sharding``), the program runs once on global values (manual code in
-  it runs per device, ops/shardy.py), and each device gets its shard of each
+  it runs per device, ops/sdy.py), and each device gets its shard of each
   result by the results' shardings. Values without a sharding get the one
   Shardy's propagation gives them, as on XLA (sharding/propagation.py).
 * A global program in a per-device mode (:class:`PerDevice`, the mode chosen by
   :func:`spmd_mode`): each device runs its own program, Shardy's partition of the
-  global one, on its own shards, as XLA runs it (program/per_device.py); or the
+  global one, on its own shards, as XLA runs it (sharding/per_device.py); or the
   global run, checked against that.
 * A program per process (``num_replicas > 1`` with one partition, or partitions
   without SPMD partitioning): each device is a process of the grid with its own
@@ -29,9 +29,10 @@ import warnings
 from ..engine.grid import MANUAL_BORDERS, process_ops
 from ..engine.run import RunContext
 from ..errors import ArgumentError
-from ..ir.partition import PartitionError
-from ..program.per_device import PerDeviceProgram, PerDeviceWarning, shard_types
 from ..sharding import unreduced
+from ..sharding.check import judge
+from ..sharding.partition import PartitionError
+from ..sharding.per_device import PerDeviceProgram, PerDeviceWarning, shard_types
 from ..sharding.propagation import value_tilings
 from ..ir.types import TOKEN, TensorType
 from . import inspect_sharding
@@ -111,7 +112,7 @@ class Global(Placement):
         for (report, _, _, manual), tiling in zip(inspected, tilings):   # XLA's partitioner does it here
             report(inspect_sharding.MANUAL if manual else tiling.op_sharding(num_devices) if tiling else REPLICATED)
         # Manual code between SPMDFullToShardShape and SPMDShardToFullShape: every device
-        # runs the whole program as a process (ops/shardy.py).
+        # runs the whole program as a process (ops/sdy.py).
         self.per_process = bool(MANUAL_BORDERS & process_ops(function.region))
         self._per_device: tuple | None = None   # per_device_program(), once made
         # Per-device partial values (sharding/unreduced.py); a result made unreduced by its
@@ -216,7 +217,7 @@ class Global(Placement):
 
 class PerDevice(Global):
     """A global program in a per-device mode: with ``mode`` PER_DEVICE each device runs
-    Shardy's per-device program on its own shards (program/per_device.py), with CHECK the
+    Shardy's per-device program on its own shards (sharding/per_device.py), with CHECK the
     global program gives the results; either way both run and are compared. Where Shardy cannot
     partition the program, or its per-device types are not the shards the device reports,
     ``why_global`` says so (a :class:`PerDeviceWarning` too) and the global program runs."""
@@ -243,8 +244,6 @@ class PerDevice(Global):
         per_device_observed = self.mode == PER_DEVICE
         expected = self.run_global(arguments, () if per_device_observed else listeners)
         actual = self.partitioned.run_devices(arguments, listeners if per_device_observed else ())
-        from ..tools.per_device import judge   # the tools share the device's floor; loaded on use
-
         judge(self.partitioned, expected, actual, lambda listener: self.run_global(arguments, [listener]),
               self.program.semantics, stacklevel=2)
         return actual if per_device_observed else expected

@@ -40,8 +40,8 @@ from .pjrt import abi
 from .pjrt import api
 from .pjrt import interrupts
 from .pjrt import native
+from ..program.calls import INTERP_PLATFORM as PLATFORM
 
-PLATFORM = "interp"
 # Below the CPU's 0: the CPU stays JAX's default device unless the user picks interp
 # (jax.devices("interp"), JAX_PLATFORMS=interp, jax_default_device).
 PRIORITY = -100
@@ -85,7 +85,7 @@ def initialize() -> None:
     lowering.register()
     interrupts.install()   # Ctrl-C in a call: pjrt/interrupts.py
     if os.environ.get("STABLEHLO_INTERP_TRACE") or os.environ.get("STABLEHLO_INTERP_NONFINITE"):
-        from ..tools.session import install_from_environment   # (the tools load only when asked for)
+        from .session import install_from_environment   # (the tools it brings load only when asked for)
 
         install_from_environment()
 

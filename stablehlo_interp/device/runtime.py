@@ -18,7 +18,8 @@ import os
 import ml_dtypes
 import numpy as np
 
-from ..ir import edit, partition, sources
+from ..ir import edit, sources
+from ..sharding import partition
 from ..sharding import tiling as sharding
 from ..program import program as program_module
 from ..engine.run import Execution, RunContext
@@ -29,7 +30,6 @@ from .pjrt import abi
 from . import compiler_options, layouts, placement
 from .pjrt import protobuf
 
-PLATFORM_NAME = "interp"
 DEVICE_KIND = "interp"
 # A device's memories, as XLA's CPU has them: the default first. A buffer in any of
 # them is the same NumPy array; the kind is what JAX sees (``.sharding.memory_kind``).
@@ -334,7 +334,7 @@ class Executable:
 
     def per_device_program_text(self) -> str:
         """The program each device runs, as XLA shows it: for a program on several devices
-        with Shardy meshes, the one Shardy's partitioner makes (ir/partition.py); when it
+        with Shardy meshes, the one Shardy's partitioner makes (sharding/partition/); when it
         cannot, the global program with a note saying why (the module's frontend attribute
         ``interp.per_device_program``)."""
         if len(self.devices) > 1 and self.program.meshes:

@@ -111,7 +111,7 @@ class RunContext:
     none), the ``semantics`` it follows (``"spec"`` or ``"xla"``, engine/semantics.py),
     where ``interpreter.print`` and ``interpreter.probe`` write (``instruments``, made
     on first use too) and, when a caller asks for them, the per-device results of
-    manual computations (``local_results``, see ops/shardy.py). ``partials``: values
+    manual computations (``local_results``, see ops/sdy.py). ``partials``: values
     unreduced along mesh axes are carried as per-device partials (the device's global
     programs, sharding/unreduced.py); otherwise manual code's unreduced results are summed.
     ``partitioned_callbacks``: in a global program over several devices, the tiling of each

@@ -6,7 +6,7 @@ functions, rounded once). StableHLO's own test files instead run
 the reference interpreter sees CHLO's decomposition (a polynomial or series of
 StableHLO ops, evaluated in the operand's type), and the files' expected values
 and check tolerances were chosen to pass with it. The test-file frontend
-(frontends/testfile.py) applies this rewrite where a file's RUN line asks for it.
+(conformance/testfile.py) applies this rewrite where a file's RUN line asks for it.
 
 The pipeline (stablehlo/transforms/PassPipelines.cpp,
 ``createChloPreSerializationPipeline``) is ``chlo-legalize-to-stablehlo``,

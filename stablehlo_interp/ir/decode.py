@@ -16,15 +16,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 
 from ..errors import ModuleError
 from .locations import UNKNOWN, Frame, SourceLocation
-from .types import (
-    FutureType,
-    Quantization,
-    TensorType,
-    TokenType,
-    TupleType,
-    dtype_of,
-    element_kind,
-)
+from .types import FutureType, Quantization, TensorType, TokenType, TupleType, dtype_of, element_kind
 
 # --------------------------------------------------------------------------- types
 

@@ -10,15 +10,15 @@
   program any backend can compile and run to show its intermediate values.
 * :func:`checks_as_results` takes the check ops out of a test function and
   returns the values they check instead, for a backend that cannot compile
-  check ops (frontends/conform.py), and puts the checks in a module of their own.
+  check ops (conformance/conform.py), and puts the checks in a module of their own.
 * :func:`inline_every_call` inlines every ``func.call`` of a module, in any
-  region (ir/partition_child.py, before Shardy's global-to-local pass).
+  region (sharding/partition/, before Shardy's global-to-local pass).
 * :func:`async_pairs_as_collectives` writes each ``stablehlo.async_start`` /
   ``async_done`` pair as the collective it wraps, as XLA's CPU shows it, for
-  XLA's StableHLO-to-HLO converter, which refuses async ops (ir/partition_child.py,
+  XLA's StableHLO-to-HLO converter, which refuses async ops (sharding/partition/,
   and :func:`as_hlo_convertible`).
 * :func:`chlo_sharding_rule` is an ``sdy.sharding_rule`` for the CHLO ops Shardy has
-  no rule for (ir/shardy_child.py, ir/partition_child.py).
+  no rule for (sharding/shardy_child.py, sharding/partition/).
 * :func:`as_hlo_convertible` writes Shardy's ``sdy.sharding_constraint``
   and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, and the async
   pairs as their collectives, which XLA's StableHLO-to-HLO converter reads

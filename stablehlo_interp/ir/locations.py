@@ -87,4 +87,14 @@ class SourceLocation:
         return " ".join(parts) or "unknown location"
 
 
+def describe_location(location: SourceLocation | None) -> str:
+    """``model.py:8 (f)``: the innermost Python frame, file name without directories
+    ('' when the location has no Python frame)."""
+    frame = location.frame if location else None
+    if frame is None:
+        return ""
+    where = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}"
+    return f"{where} ({frame.function})" if frame.function else where
+
+
 UNKNOWN = SourceLocation()

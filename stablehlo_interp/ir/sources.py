@@ -37,10 +37,10 @@ class ParsedModule:
     owned: bool = True     # False: the caller's module, which must not be modified
     # False when the source (text or bytecode, which keeps strings as they are) does
     # not name the custom call that starts manual code: no border to annotate
-    # (ir/manual_borders.py), and no walk over the module to look for one.
+    # (sharding/manual_borders.py), and no walk over the module to look for one.
     may_have_manual_borders: bool = True
     # The same for the custom call of jax.experimental.custom_partitioning, whose operands
-    # and results learn their shardings (ir/custom_partitioning.py).
+    # and results learn their shardings (sharding/custom_partitioning.py).
     may_have_custom_partitioning: bool = True
     # True when MLIR's parser made the module from text or bytecode: it runs the
     # verifier after parsing (a failure is the parse error), so a second run is waste.
@@ -61,7 +61,7 @@ def _of_source(module: ir.Module, file_name: str | None, source: str | bytes) ->
     portable_artifact = isinstance(source, bytes) and _is_portable_artifact(source)
     may_have_manual_borders = marker in source
     custom_partitioning = CUSTOM_PARTITIONING_TARGET if isinstance(source, str) else CUSTOM_PARTITIONING_TARGET.encode()
-    # (text with manual borders gets ops inserted before it compiles: ir/manual_borders.py)
+    # (text with manual borders gets ops inserted before it compiles: sharding/manual_borders.py)
     located_by_text = isinstance(source, str) and "loc(" not in source and not may_have_manual_borders
     return ParsedModule(module, file_name, may_have_manual_borders=may_have_manual_borders,
                         may_have_custom_partitioning=custom_partitioning in source, verified=not portable_artifact,

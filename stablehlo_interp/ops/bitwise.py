@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.registry import op
-from .support import integer_compute_dtype, same_ufunc, unsigned_view_dtype
+from ..engine.dtypes import integer_compute_dtype, same_ufunc, unsigned_view_dtype
 
 
 op("stablehlo.and", elementwise=True)(same_ufunc(np.bitwise_and))

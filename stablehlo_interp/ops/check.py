@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import OpError
 from ..engine.registry import custom_call, op
 from ..ir.types import TensorType
-from .numerics import ulp_difference
+from ..engine.numerics import ulp_difference
 
 DEFAULT_TOLERANCE = 1e-4
 # The bounds stablehlo-translate --interpret applies to the custom-call checks.

@@ -15,7 +15,7 @@
 
 StableHLO's test files that pipe through ``stablehlo-opt --chlo-pre-serialization-pipeline``
 run CHLO's StableHLO decomposition instead, as upstream's interpreter does
-(frontends/testfile.py, ir/chlo_legalization.py).
+(conformance/testfile.py, ir/chlo_legalization.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..ir.decode import DotDimensionNumbers
 from ..engine.registry import op, op_builder
 from ..ir.types import TensorType
 from .comparison import total_order_key
-from .support import contiguous, in_wider_precision, integer_compute_dtype, unsigned_view_dtype
+from ..engine.dtypes import contiguous, in_wider_precision, integer_compute_dtype, unsigned_view_dtype
 
 
 # ------------------------------------------------------------------ element-wise math

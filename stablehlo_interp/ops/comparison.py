@@ -14,7 +14,7 @@ import numpy as np
 
 from ..engine.registry import op
 from ..ir.types import bit_width
-from .support import contiguous
+from ..engine.dtypes import contiguous
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 _FNUZ = frozenset(map(np.dtype, (ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,

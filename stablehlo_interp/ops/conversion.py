@@ -7,7 +7,7 @@ import numpy as np
 
 from ..engine.registry import op
 from ..ir.types import bit_width
-from .support import NATIVE_FLOATS, contiguous, integer_compute_dtype
+from ..engine.dtypes import NATIVE_FLOATS, contiguous, integer_compute_dtype
 
 
 @op("stablehlo.convert", elementwise=True)

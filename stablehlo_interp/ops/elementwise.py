@@ -18,16 +18,9 @@ import decimal
 import numpy as np
 
 from ..engine.registry import op
-from .support import (
-    NATIVE_FLOATS,
-    ExtremumOfZeros,
-    count_nonzero,
-    in_float32_if_needed,
-    in_integer_precision,
-    in_wider_precision,
-    integer_compute_dtype,
-    same_ufunc,
-)
+from ..engine.dtypes import (NATIVE_FLOATS, count_nonzero, in_float32_if_needed, in_integer_precision,
+    in_wider_precision, integer_compute_dtype, same_ufunc)
+from ..engine.numerics import ExtremumOfZeros
 
 
 def _by_kind(info, *, integer=None, floating=None, complex_=None, boolean=None, ttype=None):

@@ -19,7 +19,8 @@ from ..engine.registry import op
 from ..engine.regions import is_elementwise, monoid_of, monoid_ufunc
 from ..engine.semantics import XLA
 from .reduction import Windows
-from .support import ExtremumOfZeros, integer_compute_dtype, static_shape
+from ..engine.numerics import ExtremumOfZeros
+from ..engine.dtypes import integer_compute_dtype, static_shape
 
 _INT64_MAX = np.iinfo(np.int64).max
 

@@ -21,7 +21,8 @@ import scipy.linalg.blas
 from ..ir.decode import DotDimensionNumbers
 from ..engine.registry import op
 from ..ir.types import dtype_of
-from .support import FOLD_BUFFER_ELEMENTS, fold_rows, integer_compute_dtype
+from ..engine.accumulation.orders import FOLD_BUFFER_ELEMENTS, fold_rows
+from ..engine.dtypes import integer_compute_dtype
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)

@@ -12,7 +12,7 @@ dilated inputs. Three strategies, chosen at load time from the body's pattern
    "Accumulation"): under "spec", left folds, init first, in row-major order of
    the reduced indices (the C++ reference interpreter's schedule); under "xla",
    XLA CPU's schedule on this host (support.xla_cpu_fold,
-   ops/xla_cpu_schedule.py). ``reduce_window`` folds each
+   engine/accumulation/xla_cpu.py). ``reduce_window`` folds each
    window left under both: XLA CPU does too.
 2. ``body`` is made of built-in element-wise ops only (argmax/argmin pairs, ...): the
    left fold of the C++ reference interpreter, init first, each step one
@@ -33,9 +33,10 @@ from ..engine.registry import op
 from ..engine.semantics import SEMANTICS, SPEC, XLA
 from ..engine.regions import argminmax_of, is_elementwise, monoid_of, monoid_ufunc
 from .shape import pad_array
-from .support import (FOLD_BUFFER_ELEMENTS, XLA_REDUCE_WINDOW, ExtremumOfZeros, count_nonzero, fold_reduce,
-                      integer_compute_dtype, xla_cpu_fold)
-from .xla_cpu_schedule import lanes_on_this_host
+from ..engine.accumulation.orders import FOLD_BUFFER_ELEMENTS, XLA_REDUCE_WINDOW, fold_reduce, xla_cpu_fold
+from ..engine.numerics import ExtremumOfZeros
+from ..engine.dtypes import count_nonzero, integer_compute_dtype
+from ..engine.accumulation.xla_cpu import lanes_on_this_host
 
 
 def monoid_reducer(name: str, ttype, semantics: str = SPEC):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.registry import op
-from .support import static_shape
+from ..engine.dtypes import static_shape
 
 
 @op("stablehlo.constant")

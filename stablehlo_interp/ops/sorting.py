@@ -29,7 +29,7 @@ import numpy as np
 from ..engine.plan import OpInfo
 from ..engine.registry import custom_call, op
 from ..engine.regions import is_elementwise, is_elementwise_step, runs_builtin
-from .support import integer_compute_dtype
+from ..engine.dtypes import integer_compute_dtype
 
 _INDEX_BITS = 32  # keys of up to 32 bits sort packed with their index in one uint64
 

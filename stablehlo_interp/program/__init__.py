@@ -2,7 +2,7 @@
 the front door (calls.py) that calls one as a JAX function or as its module."""
 
 from .calls import Call, DeviceRun, prepare, prepare_per_device, run
-from .per_device import PerDeviceProgram, PerDeviceWarning
+from ..sharding.per_device import PerDeviceProgram, PerDeviceWarning
 from .program import Program, coerce_arguments, load
 from .registration import register_custom_call, register_op
 from .signature import JaxSignature

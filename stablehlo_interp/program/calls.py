@@ -27,10 +27,14 @@ from dataclasses import dataclass
 
 from ..engine.hostio import HostQueues
 from ..errors import ArgumentError
-from ..ir.partition import PartitionError
-from .per_device import PerDeviceProgram, PerDeviceWarning
+from ..sharding.partition import PartitionError
+from ..sharding.per_device import PerDeviceProgram, PerDeviceWarning
 from .program import Program, coerce_arguments, load
 from .signature import JaxSignature, is_jax_function
+
+# The JAX platform name of the interpreter's device (device/): what a function is lowered
+# for to run its host callbacks through the interpreter.
+INTERP_PLATFORM = "interp"
 
 
 @dataclass
@@ -40,10 +44,10 @@ class Call:
     ``signature`` is set for a call in the function's form (results go back as its
     output pytree). ``traced`` is JAX's ``jax.stages.Traced`` when the target was a
     Python function (its ``.jaxpr`` is what ``si.explain`` prints), else None.
-    ``partitioned`` is set for a per-device run (program/per_device.py): each device
+    ``partitioned`` is set for a per-device run (sharding/per_device.py): each device
     runs its own program on its shards of the arguments; ``check(call, results, io,
     semantics)``, when set, judges each per-device run's results (``[d][i]``) after it
-    (tools/per_device.py checks them against the global run).
+    (sharding/check.py judges them against the global run).
     """
 
     program: Program
@@ -89,7 +93,7 @@ def prepare(target, args=(), kwargs=None, function: str | None = None, platform:
     """Load ``target`` for the call with ``args`` and ``kwargs`` (see the module's docstring).
     ``platform``: the JAX platform a Python or jitted function is lowered for (default:
     JAX's default backend's). ``per_device``: each device runs its partitioned program
-    (program/per_device.py; a ``PartitionError`` where Shardy cannot partition it)."""
+    (sharding/per_device.py; a ``PartitionError`` where Shardy cannot partition it)."""
     call = _prepare(target, args, kwargs or {}, function, platform)
     if per_device:
         call.partitioned = PerDeviceProgram(call.program, call.function)
@@ -190,3 +194,16 @@ def _hide_our_frames() -> None:
         if path.name != "battery.py" and str(path) not in source_info_util._exclude_paths:
             source_info_util.register_exclusion(str(path))
 
+
+def interpreter_platform() -> str | None:
+    """``"interp"`` when JAX can lower for the interp platform in this process (its
+    lowering rules are registered, which importing this package does, whatever
+    ``JAX_INTERP_PLATFORMS`` says), else None. A function lowered for it calls its host
+    callbacks through the interpreter (device/host_callbacks.py)."""
+    import collections
+
+    import jax
+    from jax._src.interpreters import mlir
+
+    jax.devices()   # initializes the plugins JAX_INTERP_PLATFORMS allows
+    return INTERP_PLATFORM if isinstance(mlir._platform_specific_lowerings.get(INTERP_PLATFORM), collections.ChainMap) else None

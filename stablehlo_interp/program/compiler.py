@@ -21,7 +21,7 @@ from .. import ops
 from ..engine import registry
 from ..engine.passes import run_program
 from ..engine.plan import (IN_TEXT, BuiltOp, Function, ModuleInfo, OpInfo, Region, RegionKind, Step, StepColumns,
-                           encode_location)
+    encode_location)
 from ..engine.quantized import build_quantized
 from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations

@@ -13,17 +13,17 @@ from ..engine.hostio import HostQueues
 from ..sharding import tiling as sharding
 from ..ir import sources
 from ..ir.declarations import decode_module
-from ..ir.custom_partitioning import annotate_custom_partitioning
-from ..ir.manual_borders import annotate_manual_borders
+from ..sharding.custom_partitioning import annotate_custom_partitioning
+from ..sharding.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
 from ..errors import ArgumentError, ModuleError
 from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
-from . import custom_partitioning
+from ..sharding import custom_partitioning
 from ..ir.refinement import refinable, refine, static_types
 from ..ir.types import TensorType, TokenType, TupleType
-from ..ops.custom_partitioning import Partitioned
+from ..ops.sharding_calls import Partitioned
 from ..ops.host_callback import partitioned_operand_tilings
 from ..sharding.propagation import Propagation
 from .signature import JaxSignature, is_jax_function
@@ -59,7 +59,7 @@ class Program:
 
     ``partition_callback`` answers the module's custom partitioning ops
     (``jax.experimental.custom_partitioning``) with their per-device programs
-    (ops/custom_partitioning.py): JAX's own for a ``Lowered`` (:func:`jax_partition_callback`),
+    (ops/sharding_calls.py): JAX's own for a ``Lowered`` (:func:`jax_partition_callback`),
     which the ``interp`` device hands too; none otherwise.
     """
 
@@ -273,6 +273,13 @@ class Program:
             self._refined[key] = program
         return program
 
+    def sibling(self, source: Any) -> "Program":
+        """Another module loaded as this one was: with its semantics, host callbacks and
+        partition callback (the per-device program Shardy's partitioner makes of it,
+        sharding/per_device.py)."""
+        return Program(source, semantics=self.semantics, host_callbacks=self.host_callbacks,
+                       partition_callback=self.partition_callback)
+
     def __repr__(self) -> str:
         names = ", ".join(f"@{n}" for n in self.functions)
         return f"<Program functions=[{names}]>"
@@ -291,7 +298,7 @@ def load(source: Any, *, verify: bool = True, semantics: str = SPEC,
 
 def jax_partition_callback(*question) -> Partitioned | None:
     """JAX's answer to a custom partitioning op of a program of this process
-    (program/custom_partitioning.py: ``question`` is what ``ask_jax`` takes), its
+    (sharding/custom_partitioning.py: ``question`` is what ``ask_jax`` takes), its
     per-device program loaded; None where JAX registered no such op."""
     answer = custom_partitioning.ask_jax(*question)
     if answer is None:

@@ -6,7 +6,7 @@ lets the compiler decide the rest; it then reads back the shardings of the
 compiled program's parameters and outputs. XLA decides them with Shardy's
 propagation (openxla/shardy, docs/propagation.md), and so does the device: it
 runs Shardy's own ``sdy-propagation-pipeline`` on the module in a child process
-(ir/shardy.py) and maps the shardings found onto the values of the program's
+(sharding/shardy.py) and maps the shardings found onto the values of the program's
 plan. Only where something is open: a program whose arguments and results are
 all annotated, with no inspection and no unreduced value, asks nothing.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import shardy
+from . import shardy
 from ..ir.types import TensorType
 from . import tiling as sharding
 

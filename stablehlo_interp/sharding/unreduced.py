@@ -13,7 +13,7 @@ op JAX lets through on an unreduced value (``add`` of two unreduced values,
 to a sharding without some of the axes sums the partials over them (an
 all-reduce); one that adds unreduced axes keeps on each device what it held
 and zeros elsewhere (as XLA does). A ``shard_map`` whose ``out_specs`` are
-unreduced returns each device's own result as its partial (ops/shardy.py).
+unreduced returns each device's own result as its partial (ops/sdy.py).
 
 The interpreter keeps its global view: such a value is a :class:`Partials`,
 the list of global-shaped partial arrays, one per coordinate of U (row-major
@@ -40,7 +40,7 @@ _PRODUCERS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.reduce", "sta
 _ANNOTATIONS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops that hand their operands to their regions (or return them): partials flow through
 # them to the ops inside, which run per partial; a manual computation cuts each device's
-# own partial (ops/shardy.py).
+# own partial (ops/sdy.py).
 _PASS_THROUGH = frozenset({"func.call", "stablehlo.composite", "sdy.named_computation", "stablehlo.while",
                            "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier",
                            "sdy.manual_computation"})

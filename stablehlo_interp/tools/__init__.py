@@ -17,34 +17,32 @@ a function that runs a target on its arguments as ``si.run`` does
                        with ``model_explorer=DIR``, overlays for Google's Model Explorer (:mod:`.model_explorer`)
 ``profile``            each op name's (or source line's) own time, calls, share of the run (:mod:`.profile`)
 ``portability``        where the result depends on the implementation (:mod:`.portability`)
-``on_device``          any listener on every run of the interp device (:mod:`.session`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
-``CollectiveTraffic``  bytes each process sends and receives at each collective (:mod:`.traffic`)
+``CollectiveTraffic``  bytes each process sends and receives at each collective (sharding/traffic.py)
 =====================  =====================================================
 
 See docs/tools.md.
 """
 
+from ..backends import (Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend,
+                        IreeBackend, JaxBackend, RecordedBackend, RecordingBackend)
+from ..judge.difference import DEFAULT_TOLERANCES, Difference
+from ..judge.summary import ValueSummary, summarize
+from ..sharding.traffic import CollectiveTraffic, Transfer
 from . import validation
-from .backends import Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend, \
-    IreeBackend, JaxBackend
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
 from .compare import Comparison, Divergence, PerDeviceComparison, compare
-from .difference import DEFAULT_TOLERANCES, Difference
 from .explain import Explanation, explain
-from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
 from .explorer import Exploration, explore
-from .nonfinite import NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer, \
-    PerDeviceNonFinite, find_nonfinite
-from .portability import Finding, PortabilityReport, portability
-from .profile import OpTime, Profile, Profiler, profile
+from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
+from .nonfinite import (NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer,
+                        PerDeviceNonFinite, find_nonfinite)
 from .per_device import run_per_device
+from .portability import Finding, PortabilityReport, portability
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
+from .profile import OpTime, Profile, Profiler, profile
 from .region_calls import RegionCall
-from .session import install_from_environment, on_device
-from .summary import ValueSummary, summarize
 from .trace import OpRecord, Trace, TraceRecorder, trace
-from .traffic import CollectiveTraffic, Transfer
 
 __all__ = [
     "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CollectiveTraffic",
@@ -52,8 +50,8 @@ __all__ = [
     "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
     "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
-    "Probe", "ProbeFile", "ProbeRecorder", "RegionCall", "Trace", "TraceRecorder",
+    "Probe", "ProbeFile", "ProbeRecorder", "RecordedBackend", "RecordingBackend", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
-    "install_from_environment", "load_probes", "on_device", "portability", "probe", "profile", "run_per_device", "summarize",
+    "load_probes", "portability", "probe", "profile", "run_per_device", "summarize",
     "trace", "validation",
 ]

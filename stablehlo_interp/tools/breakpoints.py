@@ -22,11 +22,11 @@ import numpy as np
 from ..engine.run import Listener
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
-from .region_calls import (RegionCall, describe_location, describe_stack, op_heading, op_label, region_calls,
-                      source_text)
+from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, source_text
+from ..ir.locations import describe_location
 from .selection import matcher
 from ..program import prepare
-from .summary import summarize
+from ..judge.summary import summarize
 
 
 @dataclass

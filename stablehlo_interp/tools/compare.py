@@ -12,7 +12,7 @@ other backend runs *prefixes* of the module: the entry function cut after op
 *k*, returning the values of a window of ops up to *k* as its results
 (windows in program order, their size bounded by ``window_bytes``), until it has
 shown the value of every op. Each op is then re-run here on the *backend's*
-operands and judged by its own rounding bound (tools/bounds.py): the backend's
+operands and judged by its own rounding bound (judge/bounds.py): the backend's
 value agrees, is rounding noise (what another summation order, a fused
 multiply-add or excess precision can produce), is beyond the bound, or is
 unbounded (it arose inside a loop or conditional, which is not bounded op by op).
@@ -24,7 +24,7 @@ for the whole program.
 
 ``per_device=True`` compares what each device computes instead: a sharded program
 runs as XLA runs it, each device its partitioned program on its shards
-(program/per_device.py), and each device's results are compared with the
+(sharding/per_device.py), and each device's results are compared with the
 backend's results of that device (a JAX platform with enough devices runs the
 program partitioned over them, as ``jax.jit`` does: the addressable shards of its
 outputs), or, for a backend that gives no per-device results, with the device's
@@ -40,7 +40,7 @@ platform, whose callbacks it calls; a JAX backend gets the same function lowered
 for its own platform, whose callbacks it calls itself, op for op the same
 program otherwise. The callbacks run on every run: the interpreter's, the
 backend's, each prefix the backend runs, and the runs that estimate noise
-(tools/bounds.py); those with side effects are not run again op by op.
+(judge/bounds.py); those with side effects are not run again op by op.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..device.lowering import interpreter_platform
+from ..program.calls import interpreter_platform
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..errors import InterpreterError
 from ..ir.edit import entry_op_names, inline_calls, prefix_module
@@ -60,13 +60,14 @@ from ..ir.types import Token
 from ..ops.host_callback import TARGET as HOST_CALLBACK
 from ..program import load, prepare
 from ..program.signature import is_jax_function
-from .backends import resolve
-from .bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
-from .difference import Difference, difference, max_ulp_distance, tolerances
+from ..backends import resolve
+from ..judge.bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
+from ..judge.difference import Difference, difference, max_ulp_distance, tolerances
 from .per_device import prepare_checked
-from .region_calls import describe_location, op_label, region_name, source_text
-from .summary import summarize
-from .traffic import CollectiveTraffic
+from ..ir.locations import describe_location
+from .region_calls import op_label, region_name, source_text
+from ..judge.summary import summarize
+from ..sharding.traffic import CollectiveTraffic
 
 WINDOW_BYTES = 64 << 20
 # Ops not run again on the backend's operands: what they do is not a function of them alone.
@@ -125,7 +126,7 @@ class Divergence:
 @dataclass
 class OpFinding:
     """What compare found of one op of the entry function (after inlining): its
-    verdict (``kind``: AGREE, NOISE, BEYOND or UNBOUNDED, tools/bounds.py) and the
+    verdict (``kind``: AGREE, NOISE, BEYOND or UNBOUNDED, judge/bounds.py) and the
     largest ULP distance of the backend's value from the interpreter's own run of it
     (its float results' elements finite on both sides; None without such elements)."""
 
@@ -265,13 +266,13 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     """Run ``target`` on ``args`` here and on ``backend``; classify the differences and
     find the first divergent op (module docstring).
 
-    ``backend``: what :func:`~stablehlo_interp.tools.backends.resolve` takes (a JAX platform
-    name, ``"iree"``, a :class:`~stablehlo_interp.tools.backends.Backend` such as an
-    :class:`~stablehlo_interp.tools.backends.InterpreterBackend`, or a callable
+    ``backend``: what :func:`~stablehlo_interp.backends.resolve` takes (a JAX platform
+    name, ``"iree"``, a :class:`~stablehlo_interp.backends.Backend` such as an
+    :class:`~stablehlo_interp.backends.InterpreterBackend`, or a callable
     ``(module_text, args) -> arrays``); a backend that cannot compile or run the program
-    raises a :class:`~stablehlo_interp.tools.backends.BackendError`. ``tolerance``: ``(rtol, atol)``
+    raises a :class:`~stablehlo_interp.backends.BackendError`. ``tolerance``: ``(rtol, atol)``
     for every float type, or a dict by element type (``{"f32": (1e-4, 1e-5)}``)
-    over :data:`~stablehlo_interp.tools.difference.DEFAULT_TOLERANCES`: results
+    over :data:`~stablehlo_interp.judge.difference.DEFAULT_TOLERANCES`: results
     within it agree, and no search is made unless ``every_op`` asks for each op's
     finding (``Comparison.findings``) all the same. ``per_device``: each device's
     partitioned run against the backend's (:class:`PerDeviceComparison`, module docstring).
@@ -316,7 +317,7 @@ def _compare_per_device(call, run_backend, table: dict) -> PerDeviceComparison:
     partitioned = call.per_device_program()
     shards = partitioned.shards(call.arguments)
     traffic = CollectiveTraffic()
-    ours = call.run_devices([traffic])   # checked against the global run (tools/per_device.py)
+    ours = call.run_devices([traffic])   # checked against the global run (sharding/check.py)
     text = module_text(call.program)
     run_per_device = getattr(run_backend, "run_per_device", None)
     theirs = run_per_device(text, shards) if run_per_device is not None else None
@@ -361,7 +362,7 @@ def _backend_side(call, text: str, run_backend):
 def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, ours: list,
               final: list) -> None:
     """Judge each op of the entry function by its rounding bound on the backend's
-    operands (tools/bounds.py); set the comparison's divergence, kinds and counts.
+    operands (judge/bounds.py); set the comparison's divergence, kinds and counts.
     ``ours`` and ``final``: both sides' results of the whole program. A result that is
     an argument returned as it is, and differs, is beyond any bound."""
     entry = program.function("main")
@@ -411,7 +412,7 @@ def _judge_whole_program(comparison: Comparison, program, arguments, recompiled:
     """Results whose value from the whole program is not the one the backend's prefixes
     showed (XLA fuses a program with more results otherwise): within the noise
     estimated for the whole program (its runs with every op moved within its bound,
-    tools/bounds.py) of the prefixes' value, they keep their kind (noise, if every op
+    judge/bounds.py) of the prefixes' value, they keep their kind (noise, if every op
     agreed); else they are unbounded. Says which are which."""
     runs = noise_runs(lambda listener: program.run(*arguments, listeners=[listener]), program.semantics, ours)
     outside = []

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from ..program import prepare
-from .summary import summarize
+from ..judge.summary import summarize
 from .trace import Trace, record_run
 
 

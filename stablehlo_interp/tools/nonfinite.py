@@ -22,7 +22,7 @@ not reported there (JAX writes ``-inf`` and ``inf`` as the initial values of
 every max and min reduction); a NaN constant is.
 
 ``per_device=True`` runs a sharded program as XLA runs it, each device its own
-partitioned program on its shards (program/per_device.py), and gives either answer
+partitioned program on its shards (sharding/per_device.py), and gives either answer
 for each device whose results (its shards) hold a NaN or inf, on that device's
 program and values (:class:`PerDeviceNonFinite`). Where Shardy cannot partition the
 program, a ``PerDeviceWarning`` says why and the global program answers.
@@ -42,12 +42,11 @@ from ..engine.registry import ELEMENTWISE_OPS
 from ..engine.run import Listener, numpy_warnings_off
 from ..errors import StopExecution
 from ..ir.locations import SourceLocation
-from ..ops.collectives import contributors
+from ..engine.process_groups import contributors
 from ..program import prepare
 from .per_device import prepare_checked
-from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, \
-    region_name
-from .summary import ValueSummary, is_float_dtype, summarize, widened
+from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, region_name
+from ..judge.summary import ValueSummary, is_float_dtype, summarize, widened
 
 
 KINDS = ("nan", "inf")

@@ -1,13 +1,8 @@
-"""Per-device runs checked against the global run.
+"""Per-device runs checked against the global run: ``si.run_per_device``, and the tools'
+``per_device=True``.
 
-Shardy's per-device programs are not always right: its global-to-local pass has no
-rule for some ops on a split dimension and writes the global op on the device's part
-(docs/sharding.md). So every per-device run of ``si.run_per_device`` and of the tools
-(``per_device=True``) runs the global program too and compares each device's results
-with its shards of the global ones (:meth:`PerDeviceProgram.check`): a difference that
-the per-device program's reordered float sums do not explain, or that lies beyond the
-global program's rounding noise, raises ``PerDeviceMismatch``; one within it is a
-``PerDeviceWarning``. A result unreduced on the devices is compared as the sum of their
+Every such run runs the global program too, and sharding/check.py judges each device's
+results against its shards of the global ones. A result unreduced on the devices is compared as the sum of their
 partials: ``si.run``'s global view holds that sum. A run that calls the host with side
 effects (``io_callback``, debug callbacks, or infeed, outfeed, send and recv on the
 caller's ``io`` queues) is not run twice: it is not checked, and a ``PerDeviceWarning``
@@ -19,53 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
-
-import numpy as np
 
 from ..engine.hostio import HostQueues
 from ..engine.run import Listener
 from ..ops.host_callback import callbacks_with_effects
 from ..program import Call, DeviceRun, prepare, prepare_per_device
-from ..program.per_device import PerDeviceWarning
+from ..sharding.per_device import PerDeviceWarning
 from ..sharding.unreduced import retarget, shard_of
-from . import bounds
-
-
-def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str, expected: list,
-                          actual: list) -> list[str]:
-    """The devices' results (``actual[d][i]``) beyond the rounding noise of the global
-    program: ``run_global(listener)`` (each device's shards of its results) with every
-    op's float results moved within the op's rounding bound (tools/bounds.py, as
-    ``si.compare`` judges a backend) gives each value's allowance around ``expected``."""
-    runs = bounds.noise_runs(run_global, semantics, expected)
-    beyond: dict = {}
-    for device, (wanted, got) in enumerate(zip(expected, actual)):
-        for index, (value, other) in enumerate(zip(wanted, got)):
-            if not isinstance(value, np.ndarray):
-                continue
-            bound, alternatives = bounds.spread_allowance(value, [run[device][index] for run in runs])
-            if not bounds.within(value, np.asarray(other), bound, alternatives).all():
-                beyond.setdefault(index, []).append(device)
-    runs_used = f"{len(runs)} runs with every op moved within its rounding bound"
-    if len(runs) < bounds.NOISE_RUNS:   # noise_runs left out runs that failed or diverged
-        runs_used = (f"{len(runs)} of {bounds.NOISE_RUNS} runs with every op moved within its rounding bound: the "
-                     "others failed or left the program's path, infinities or NaN where it gives finite values")
-    return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} ({runs_used})"
-            for index, devices in beyond.items()]
-
-
-def judge(partitioned, expected: list, actual: list, run_global: Callable[[Listener], list], semantics: str,
-          stacklevel: int) -> None:
-    """:meth:`PerDeviceProgram.check` of the devices' results ``actual`` against the global
-    run's shards ``expected`` (``run_global(listener)`` runs it again for the noise), with a
-    ``PerDeviceWarning`` for what differs within the rounding noise (``stacklevel`` as the
-    caller's own): the device's modes and the tools' checked runs alike."""
-    notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(run_global, semantics, expected, actual))
-    if notes:
-        warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
-                      stacklevel=stacklevel + 1)
+from ..sharding.check import judge
 
 
 def check_against_global(call: Call, actual: list, io: HostQueues | None, semantics: str | None) -> None:
@@ -114,7 +72,7 @@ def prepare_checked(target: Any, args: tuple = (), kwargs: dict | None = None, f
 def run_per_device(target: Any, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
                    semantics: str | None = None, **kwargs: Any) -> DeviceRun:
     """Run a sharded ``target`` as XLA runs it: each device's partitioned program on its
-    shards, with collectives between the devices (program/per_device.py), checked
+    shards, with collectives between the devices (sharding/per_device.py), checked
     against the global run (the module docstring).
 
     ``target`` and its arguments are ``si.run``'s (a jitted function with sharded

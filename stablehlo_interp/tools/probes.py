@@ -23,10 +23,11 @@ import numpy as np
 
 from ..engine.run import Listener
 from ..ir.types import Token
-from .region_calls import describe_location, op_label, region_calls
+from ..ir.locations import describe_location
+from .region_calls import op_label, region_calls
 from .selection import matcher
 from ..program import prepare
-from .summary import summarize, type_text
+from ..judge.summary import summarize, type_text
 
 INDEX_KEY = "__index__"
 

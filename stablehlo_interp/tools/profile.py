@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..engine.run import Listener
 from ..program import prepare
-from .region_calls import describe_location
+from ..ir.locations import describe_location
 
 
 @dataclass(frozen=True)

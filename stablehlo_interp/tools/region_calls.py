@@ -10,7 +10,7 @@ from __future__ import annotations
 import linecache
 from dataclasses import dataclass
 
-from ..ir.locations import SourceLocation
+from ..ir.locations import SourceLocation, describe_location
 
 # Names of the regions of ops that have several (or a meaningful one).
 _REGION_NAMES = {
@@ -87,16 +87,6 @@ def op_label(step) -> str:
     """The op's name, with the function it calls: ``func.call @closed_call``."""
     callee = step.info.attributes.get("callee") or step.info.attributes.get("decomposition")
     return f"{step.info.name} @{callee}" if isinstance(callee, str) else step.info.name
-
-
-def describe_location(location: SourceLocation | None) -> str:
-    """``model.py:8 (f)``: the innermost Python frame, file name without directories
-    ('' when the location has no Python frame)."""
-    frame = location.frame if location else None
-    if frame is None:
-        return ""
-    where = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}"
-    return f"{where} ({frame.function})" if frame.function else where
 
 
 def source_text(location: SourceLocation | None) -> str:

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from ..engine.run import Listener
 from ..errors import InterpreterError, OpError
 from ..ir.locations import SourceLocation
-from .region_calls import RegionCall, describe_location, op_label, region_calls
+from .region_calls import RegionCall, op_label, region_calls
+from ..ir.locations import describe_location
 from .selection import matcher
 from ..program import prepare
 from .per_device import prepare_checked
-from .summary import ValueSummary, summarize
+from ..judge.summary import ValueSummary, summarize
 from .transcript import render
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .region_calls import describe_location, source_text
+from ..ir.locations import describe_location
+from .region_calls import source_text
 
 INDENT = "  "
 VALUE_COLUMN = 36   # where result summaries start, unless the op's name is longer

@@ -17,7 +17,7 @@ import numpy as np
 from . import abi
 from .. import runtime
 from .calls import (COMPLETE_EVENT, INTERRUPTED_EVENT, Calls, array_address, header_handle, lookup, read_pointers,
-                    release_header, set_header_word)
+    release_header, set_header_word)
 from .calls_layouts import layout_handle
 from .. import layouts
 from ..runtime import PluginError

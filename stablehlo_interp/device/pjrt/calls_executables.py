@@ -15,8 +15,7 @@ from . import interrupts
 from .. import placement
 from .. import runtime
 from .calls import (COMPLETE_EVENT, NO_ATTRIBUTES, NO_OP_DELETER, Calls, c_bytes, handle, header_handle,
-                    immortal_string, lookup, objects, pointer_array, read_pointers, release, release_header,
-                    write_pointers, WORDS)
+    immortal_string, lookup, objects, pointer_array, read_pointers, release, release_header, write_pointers, WORDS)
 from .calls_buffers import buffer_handle, note_deletions
 from ..runtime import PluginError
 

@@ -16,8 +16,9 @@ from . import native
 from .. import runtime
 from .abi import EVENT_ON_READY_CALLBACK, PJRT_NamedValue
 from .calls import (FALLBACK_ERROR, SHARED_EVENTS, NO_ATTRIBUTES, NO_OP_DELETER, Calls, Error, ReturnError, handle,
-                    header_handle, immortal_string, lookup, objects, pointer_array, release)
+    header_handle, immortal_string, lookup, objects, pointer_array, release)
 from ..runtime import PluginError
+from ...program.calls import INTERP_PLATFORM
 
 CALLS = Calls()
 
@@ -184,7 +185,7 @@ def client_destroy(args):
 
 @CALLS.implements("Client_PlatformName", abi.PJRT_Client_PlatformName_Args)
 def client_platform_name(args):
-    args.platform_name, args.platform_name_size = immortal_string(runtime.PLATFORM_NAME)
+    args.platform_name, args.platform_name_size = immortal_string(INTERP_PLATFORM)
 
 
 @CALLS.implements("Client_ProcessIndex", abi.PJRT_Client_ProcessIndex_Args)
@@ -371,7 +372,7 @@ def topology_destroy(args):
 
 @CALLS.implements("TopologyDescription_PlatformName", abi.PJRT_TopologyDescription_PlatformName_Args)
 def topology_platform_name(args):
-    args.platform_name, args.platform_name_size = immortal_string(runtime.PLATFORM_NAME)
+    args.platform_name, args.platform_name_size = immortal_string(INTERP_PLATFORM)
 
 
 @CALLS.implements("TopologyDescription_PlatformVersion", abi.PJRT_TopologyDescription_PlatformVersion_Args)
@@ -394,5 +395,5 @@ def topology_attributes(args):
 def topology_fingerprint(args):
     """Identifies the platform and its device count (part of JAX's compilation cache key)."""
     view = lookup(args.topology, "topology")
-    text = f"{runtime.PLATFORM_NAME}/{PLATFORM_VERSION}/{len(view.devices)}".encode()
+    text = f"{INTERP_PLATFORM}/{PLATFORM_VERSION}/{len(view.devices)}".encode()
     args.fingerprint = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")

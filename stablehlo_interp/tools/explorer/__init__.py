@@ -15,7 +15,7 @@ diverges on that backend (:mod:`..compare`). ``model_explorer=DIR`` also writes
 the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
 ``per_device=True`` shows a sharded program as XLA runs it: the per-device program
-(program/per_device.py), run by each device on its shards. A device chooser picks
+(sharding/per_device.py), run by each device on its shards. A device chooser picks
 whose values the page shows, and the collectives panel gives the bytes each device
 sent and received at each collective.
 

@@ -9,7 +9,7 @@ files give the three text panels. Everything is linked by ids:
 * a region (a function's body or an op's region) is ``"r<k>"``;
 * a Python line is a file index and a line number.
 
-A call prepared per device (program/per_device.py) shows the per-device program:
+A call prepared per device (sharding/per_device.py) shows the per-device program:
 its graphs and text are that program's, every record names its device (``"d"``),
 ``devices`` holds each device's arguments and, from a
 :class:`~..traffic.CollectiveTraffic`, the bytes each device sent and received at
@@ -36,9 +36,9 @@ from ...program import load
 from ..compare import PerDeviceComparison, compare
 from ..nonfinite import run_traced, run_traced_per_device
 from ..region_calls import op_label, region_name
-from ..summary import summarize, type_text
+from ...judge.summary import summarize, type_text
 from ..trace import TraceRecorder
-from ..traffic import CollectiveTraffic
+from ...sharding.traffic import CollectiveTraffic
 from .groups import GroupBuilder, outer_frames, scope_of
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)

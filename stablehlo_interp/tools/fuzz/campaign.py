@@ -46,10 +46,10 @@ from typing import Callable
 
 import numpy as np
 
-from ...frontends.workers import ordered_map
-from ..backends import resolve
+from ...ir.process_pool import ordered_map
+from ...backends import resolve
 from .check import (COMPILE_FAILURE, CRASH, DEFAULT_TIMEOUT, GRACE, PROCESS_DIED, RUN_FAILURE, TIMEOUT, IsolatedCheck,
-                    Outcome, Timings, check, message_stem)
+    Outcome, Timings, check, message_stem)
 from .generate import generate
 from .reduce import reduce_finding
 
@@ -172,7 +172,7 @@ def fuzz(backend: str | Callable = "cpu", seed: int = 0, count: int = 100, jobs:
          ops: tuple | None = None, element_types: tuple | None = None, reduce: bool = True,
          budget: int = 100, ray: str | None = None, timeout: float | None = DEFAULT_TIMEOUT) -> FuzzReport:
     """Run a campaign (module docstring). ``backend``: what
-    :func:`~stablehlo_interp.tools.backends.resolve` accepts (with ``jobs > 1`` or
+    :func:`~stablehlo_interp.backends.resolve` accepts (with ``jobs > 1`` or
     ``ray``, something that pickles: a name, or a module-level callable); ``ops``,
     ``element_types``: restrict the generator (:func:`~.generate.generate`);
     ``budget``: checks per reduction; ``out``: a folder for the report and the findings;

@@ -7,7 +7,7 @@ support is reported apart). Then the backend: a program it cannot compile, a
 crash, or a failure to run is a finding about it. Then the results: equal bit
 for bit (any NaN equals any NaN: the spec leaves NaN's payload open), else
 :func:`~stablehlo_interp.tools.compare.compare` judges every op by its own
-rounding bound on the backend's operands (tools/bounds.py), and the first op
+rounding bound on the backend's operands (judge/bounds.py), and the first op
 beyond it is the finding. A signed zero is a value (IEEE 754, which the spec's
 float ops follow): a -0 where the interpreter has +0, or the reverse, is a
 finding even where compare's bounds see none.
@@ -39,9 +39,9 @@ import numpy as np
 from ...errors import InterpreterError, OpError, UnsupportedOpError
 from ...ir.types import element_type_of
 from ...program import load
-from ..backends import BackendCompileError, BackendCrash, BackendError
-from ..backends.jax import JaxBackend, _compile
-from ..bounds import BEYOND
+from ...backends import BackendCompileError, BackendCrash, BackendError
+from ...backends.jax import JaxBackend, _compile
+from ...judge.bounds import BEYOND
 from ..compare import compare
 from .generate import kind
 
@@ -65,7 +65,7 @@ OURS = (INTERPRETER_ERROR, UNSUPPORTED)
 @dataclass(frozen=True)
 class Outcome:
     """A finding on one program: its ``cause`` (one of the names above, or a rounding
-    verdict of tools/bounds.py with what differs: ``beyond its bound: NaN``), the op
+    verdict of judge/bounds.py with what differs: ``beyond its bound: NaN``), the op
     it is about and that op's result element type when known, and the details."""
 
     cause: str

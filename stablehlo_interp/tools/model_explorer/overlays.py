@@ -15,13 +15,13 @@ id, each ``{"value": ..., "bgColor": ...}``, and a ``gradient`` or colours per n
   calls and compares its ops one by one): ``ulp``, the largest ULP distance of the
   backend's value from the interpreter's, and ``noise``, the op's verdict: 0 the
   same values, 1 rounding noise (what summation order, fused multiply-adds and
-  excess precision allow, tools/bounds.py), 2 unbounded (a loop or conditional, not
+  excess precision allow, judge/bounds.py), 2 unbounded (a loop or conditional, not
   bounded op by op), 3 beyond its rounding bound. An op of a function called from
   several places is valued by its largest distance and worst verdict.
 
 An op that did not run has no value (Model Explorer leaves its node uncoloured).
 
-A per-device run (program/per_device.py) writes the per-device program once and each
+A per-device run (sharding/per_device.py) writes the per-device program once and each
 device's overlays as node-data files of their own (``max_abs_device3.json``, named
 ``device 3: max |value|``): Model Explorer draws one graph and colours it by the node
 data chosen, one device at a time. The ``ulp`` and ``noise`` overlays judge each op
@@ -38,10 +38,10 @@ import numpy as np
 
 from ...engine.run import Listener
 from ...ir.types import Token
-from ..bounds import AGREE, BEYOND, NOISE, UNBOUNDED
+from ...judge.bounds import AGREE, BEYOND, NOISE, UNBOUNDED
 from ..compare import compare, module_text
 from ..nonfinite import run_traced
-from ..summary import is_float_dtype
+from ...judge.summary import is_float_dtype
 from .graphs import GraphMismatch, model_explorer_graphs, node_ids
 
 VERDICT_VALUES = {AGREE: 0, NOISE: 1, UNBOUNDED: 2, BEYOND: 3}

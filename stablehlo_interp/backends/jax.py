@@ -1,0 +1,120 @@
+"""JAX's platforms as backends: a module compiled by a PJRT client (XLA's CPU,
+a GPU, a plugin's platform such as ``interp``)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from ..ir.decode import load_quant_dialect
+from ..ir.sources import host_callbacks_of
+from ..ir.types import Token
+from .errors import BackendCompileError, BackendError
+
+
+class JaxBackend:
+    """Compile and run modules with one of JAX's backends (XLA's PJRT clients).
+
+    A module that calls host callbacks is run with the Python functions they call
+    (``host_callbacks``, in the order of their ``index``): what :meth:`lower` returns
+    with the module. A token argument is passed as JAX passes one (an empty array)."""
+
+    def __init__(self, platform: str = "cpu"):
+        self.platform = platform
+        self.name = platform
+
+    @property
+    def settings(self) -> tuple:
+        """XLA's flags that the environment sets (``XLA_FLAGS``), but the number of
+        host devices: the others can change numerics (``--xla_cpu_enable_fast_math``)."""
+        flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+                 if flag.partition("=")[0] not in _DEVICE_COUNT_FLAGS]
+        return tuple(f"XLA flag {flag}" for flag in flags)
+
+    def __call__(self, module_text: str, args, host_callbacks: tuple = ()) -> list:
+        import jax
+
+        device = jax.devices(self.platform)[0]
+        try:
+            executable = _compile(self.platform, module_text, tuple(host_callbacks))
+        except Exception as error:  # XLA's compiler rejected the program: its message
+            raise BackendCompileError(self.name, str(error)) from error
+        # the module's types as written: without x64, JAX would hand an f64 or i64 argument over as 32 bits
+        with jax.enable_x64(True):
+            buffers = [jax.device_put(_buffer(a), device) for a in args]
+            try:
+                returned = executable.execute(buffers)
+            except Exception as error:  # e.g. a runtime check of XLA's
+                raise BackendError(self.name, str(error)) from error
+        return [_value(out) for out in returned]
+
+    def run_per_device(self, module_text: str, per_device_args: list, host_callbacks: tuple = ()) -> list | None:
+        """Each device's results (``[d][i]``) of a module over ``len(per_device_args)``
+        partitions, as XLA runs it: partitioned by XLA for that many of this platform's
+        devices (partition ``d`` on the ``d``-th) and run on each device's own arguments
+        (``per_device_args[d]``, its shards). None where the platform has fewer devices."""
+        import jax
+
+        count = len(per_device_args)
+        devices = jax.devices(self.platform)[:count]
+        if len(devices) < count:
+            return None
+        try:
+            executable = _compile(self.platform, module_text, tuple(host_callbacks), count)
+        except Exception as error:  # XLA's compiler rejected the program: its message
+            raise BackendCompileError(self.name, str(error)) from error
+        everywhere = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
+                                                jax.sharding.PartitionSpec())
+        with jax.enable_x64(True):   # the module's types as written (see __call__)
+            arrays = [jax.make_array_from_single_device_arrays(
+                np.shape(_buffer(per_device_args[0][index])), everywhere,
+                [jax.device_put(_buffer(arguments[index]), device) for arguments, device in zip(per_device_args, devices)])
+                for index in range(len(per_device_args[0]))]
+            try:
+                returned = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
+            except Exception as error:
+                raise BackendError(self.name, str(error)) from error
+        return [[_value(output[device]) for output in returned] for device in range(count)]
+
+    def lower(self, traced) -> tuple[str, tuple]:
+        """A ``jax.stages.Traced`` lowered for this platform: the module's text (with
+        locations) and the host callbacks it calls."""
+        from jax._src import xla_bridge
+
+        lowered = traced.lower(lowering_platforms=(xla_bridge.canonicalize_platform(self.platform),))
+        return lowered.as_text(debug_info=True), host_callbacks_of(lowered)
+
+
+_DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
+_TOKEN_BUFFER = np.zeros(0, np.bool_)   # what JAX passes for a token (jax/_src/dispatch.py)
+
+
+def _buffer(argument):
+    return _TOKEN_BUFFER if isinstance(argument, Token) else np.asarray(argument)
+
+
+def _value(out):
+    # a token comes back as an empty bool array that cannot be read: any empty bool array is this one
+    return _TOKEN_BUFFER if out.shape == (0,) and out.dtype == np.bool_ else np.asarray(out)
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(platform: str, module_text: str, host_callbacks: tuple = (), partitions: int = 1):
+    from jax._src import compiler, xla_bridge
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client
+    from jaxlib.mlir import ir
+
+    backend = xla_bridge.get_backend(platform)
+    with mlir.make_ir_context() as context:
+        load_quant_dialect(context)   # for modules with !quant.uniform types
+        module = ir.Module.parse(module_text)
+        chosen = backend.local_devices()[:partitions]
+        options = compiler.get_compile_options(num_replicas=1, num_partitions=partitions,
+                                               device_assignment=np.array([[d.id for d in chosen]]))
+        devices = xla_client.DeviceList(tuple(chosen))
+        if host_callbacks:
+            return backend.compile_and_load(module, devices, options, host_callbacks=list(host_callbacks))
+        return backend.compile_and_load(module, devices, options)
