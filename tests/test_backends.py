@@ -298,6 +298,25 @@ def test_a_recorded_backend_plays_back_what_was_recorded_and_refuses_the_rest(tm
         played(EXP_F32, [x.astype(np.float64)])
 
 
+def test_a_recording_keeps_each_value_of_its_own_dtype(tmp_path):
+    """bf16, f8 and i4 values (ml_dtypes: raw bytes to NumPy's format) come back as they went."""
+    import ml_dtypes
+
+    from stablehlo_interp.backends import RecordingBackend
+
+    text = EXP_F32.replace("tensor<3xf32>", "tensor<3xbf16>")
+    x = np.array([0.5, 1.0, 2.0], ml_dtypes.bfloat16)
+    live = RecordingBackend(JaxBackend("cpu"), tmp_path)(text, [x])
+    (played,) = resolve(f"recorded:{tmp_path}")(text, [x])
+    assert played.dtype == live[0].dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(played.view(np.uint16), live[0].view(np.uint16))
+    (key,) = [path.stem for path in tmp_path.glob("*.mlir")]
+    from stablehlo_interp.backends.recorded import load_values
+
+    (argument,) = load_values(tmp_path / f"{key}.arguments.npz")
+    assert argument.dtype == x.dtype and argument.tolist() == x.tolist()
+
+
 def test_a_folder_without_a_recording_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="no recording"):
         resolve(f"recorded:{tmp_path}")

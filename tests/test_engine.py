@@ -197,6 +197,50 @@ def test_stop_execution_from_listener():
     np.testing.assert_array_equal(info.value.values[0], [2, 2, 2])
 
 
+class RunEnds(Listener):
+    """Records each run's ends: the entry region's kind, arguments, results and process."""
+
+    def __init__(self, stop_on=None):
+        self.seen, self.stop_on = [], stop_on
+
+    def enter_run(self, region, arguments, process):
+        self.seen.append(("enter", region.kind.function, [float(np.sum(a)) for a in arguments], process.id))
+
+    def exit_run(self, region, arguments, results, process):
+        self.seen.append(("exit", region.kind.function, [float(np.sum(r)) for r in results], process.id))
+        if self.stop_on is not None and process.id == self.stop_on:
+            raise si.StopExecution("stopped at the end", values=list(results))
+
+
+def test_a_listener_sees_each_run_begin_and_end_with_its_arguments_and_results():
+    ends = RunEnds()
+    x, y = np.ones(3, np.float32), np.full(3, 2, np.float32)
+    si.run(ADD_TEXT, x, y, listeners=[ends])
+    result = si.run(ADD_TEXT, x, y)[0]
+    assert ends.seen == [("enter", "main", [3.0, 6.0], 0), ("exit", "main", [float(np.sum(result))], 0)]
+    with pytest.raises(si.StopExecution) as stopped:
+        si.run(ADD_TEXT, x, y, listeners=[RunEnds(stop_on=0)])
+    np.testing.assert_array_equal(stopped.value.values[0], result)
+
+
+def test_each_process_of_a_grid_run_begins_and_ends_its_own_run():
+    program = si.load("""module attributes {mhlo.num_replicas = 1 : i32, mhlo.num_partitions = 2 : i32} {
+  func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = "stablehlo.all_reduce"(%x) ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        %s = stablehlo.add %a, %b : tensor<f32>
+        stablehlo.return %s : tensor<f32>
+    }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>,
+        use_global_device_ids} : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}""")
+    ends = RunEnds()
+    program.run_grid([[np.ones(2, np.float32)], [np.full(2, 3, np.float32)]], listeners=[ends])
+    assert sorted(ends.seen) == [("enter", "main", [2.0], 0), ("enter", "main", [6.0], 1),
+                                 ("exit", "main", [8.0], 0), ("exit", "main", [8.0], 1)]
+
+
 # ------------------------------------------------------------------ bad input
 
 

@@ -216,7 +216,7 @@ def test_a_wrong_per_device_program_is_an_error_not_a_number(monkeypatch):
         return text[:start] + text[start:].replace("stablehlo.maximum", "stablehlo.add", 1)
 
     monkeypatch.setattr(partition, "per_device_program", summed)
-    with pytest.raises(PerDeviceMismatch, match=r"result 0 differs on device\(s\) \[0, 1, 2, 3, 4, 5, 6, 7\]"):
+    with pytest.raises(PerDeviceMismatch, match=r"result #0 differs on device\(s\) \[0, 1, 2, 3, 4, 5, 6, 7\]"):
         si.run_per_device(jax.jit(function), table_)
     with pytest.raises(PerDeviceMismatch):
         si.trace(jax.jit(function), table_, per_device=True)

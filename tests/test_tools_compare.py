@@ -367,3 +367,44 @@ def test_a_noise_run_that_left_the_programs_path_gives_no_allowance():
     assert within(reference[1], np.array([1.0, 2.0000005], np.float32), bound, alternatives).all()
     assert not within(reference[1], np.array([1.000001, 2.0], np.float32), bound, alternatives).all()   # 8 ULP
     assert not within(reference[1], np.array([1e-43, 1e-43], np.float32), bound, alternatives).any()
+
+
+def test_a_difference_prints_with_the_digits_that_tell_the_two_values_apart():
+    """One ULP of 0.00099999 (f32) apart: five significant digits showed the same number
+    on both sides of "vs"; the report prints as many as the difference needs."""
+    one_ulp_up = InterpreterBackend(ops={"stablehlo.multiply": lambda info: lambda a, b: np.nextafter(
+        a * b, np.float32(1))}, name="one ULP up")
+    x = np.float32(0.00099999)
+    comparison = si.compare(lambda v: v * np.float32(1), x, backend=one_ulp_up, tolerance=(0, 0))
+    difference = comparison.outputs[0]
+    assert difference.ours == float(x) and difference.theirs == float(np.nextafter(x, np.float32(1)))
+    ours, theirs = str(comparison).split("largest: ")[1].split(";")[0].split(" vs ")
+    assert ours.removesuffix(" (interpreter)") != theirs.removesuffix(" (one ULP up)")
+    assert np.float32(ours.split()[0]) == x and np.float32(theirs.split()[0]) == np.nextafter(x, np.float32(1))
+
+
+def test_results_are_named_by_their_pytree_paths():
+    wrong = InterpreterBackend(ops={"stablehlo.tanh": off_by(np.float32(1.01), np.tanh)}, name="wrong tanh")
+    comparison = si.compare(lambda x, w: {"hidden": model(x, w)[1], "total": model(x, w)[0]}, X, W, backend=wrong)
+    assert comparison.result_names == ("result['hidden']", "result['total']")
+    lines = str(comparison).splitlines()
+    assert lines[0].startswith("result['hidden'] differs (beyond bound") and lines[1].startswith("result['total'] differs")
+    module = si.compare("""func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.tanh %a : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}""", np.ones(2, np.float32), backend=wrong)
+    assert str(module).startswith("result #0 differs")   # a module that names nothing: by number
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    (1.0, float(np.nextafter(1.0, 2.0))),                              # float64 neighbours: 17 digits
+    (float(np.float32(0.1)), float(np.nextafter(np.float32(0.1), np.float32(1)))),
+    (complex(1, 0.1), complex(1, float(np.nextafter(0.1, 1.0)))),
+    (float("nan"), 1.0), (2, 3), (True, False),
+])
+def test_two_different_numbers_never_print_alike(ours, theirs):
+    from stablehlo_interp.judge.summary import format_pair
+
+    first, second = format_pair(ours, theirs)
+    assert first != second
+    assert format_pair(ours, ours)[0] == format_pair(ours, ours)[1]

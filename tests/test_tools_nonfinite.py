@@ -43,7 +43,7 @@ def test_nan_introduced_inside_a_scan():
         "stablehlo.add", "func.call @closed_call", "stablehlo.add", "func.call @closed_call", "stablehlo.while"]
     assert [call.call for call in origin.chain[2].stack] == [3, 0]
     lines = str(report).splitlines()
-    assert lines[:2] == ["non-finite result #0: f32[] nan", "non-finite result #1: f32[4] [0 1.3863 nan nan]"]
+    assert lines[:2] == ["non-finite result[0]: f32[] nan", "non-finite result[1]: f32[4] [0 1.3863 nan nan]"]
     assert lines[2] == f"NaN made by stablehlo.log at test_tools_nonfinite.py:{LOG_LINE} " \
                        "(running_log_sum.<locals>.body)"
     assert lines[3] == "  source: total = total + jnp.log(x)     # NaN at the iteration where x < 0"
@@ -58,7 +58,7 @@ def test_nan_introduced_inside_a_scan():
     else:    # the same links twice: written once (compress_chain)
         path = f"[{add} → {call}] ×2"
     loop = f"stablehlo.while (test_tools_nonfinite.py:{LOG_LINE + 2})"
-    assert lines[8] == f"  reaches results #0, #1: {path} → {loop} → result #0"
+    assert lines[8] == f"  reaches result[0], result[1]: {path} → {loop} → result[0]"
 
 
 def test_mode_first_reports_the_first_op_anywhere():
@@ -279,7 +279,7 @@ def test_values_that_come_in_non_finite():
     # The default answer follows a result's NaN back to the argument it came in with ...
     report = si.find_nonfinite(lambda x: x * 2 + 1, np.array([np.nan, 1.0], np.float32))
     assert [(o.op, o.new) for o in report.origins] == [("argument #0", [(0, "nan", 1, (0,))])]
-    assert "NaN made by argument #0" in str(report)
+    assert "NaN in argument x" in str(report) and report.op == "argument #0"
     # ... and names each origin of a result: the argument's NaN and the divide's inf.
     report = si.find_nonfinite(lambda x: 1 / x, np.array([np.nan, 0.0], np.float32))
     assert [(o.op, o.new) for o in report.origins] == [
@@ -324,12 +324,55 @@ def test_device_mode_stops_the_computation_with_the_report():
     device = interp_device()
     x = jax.device_put(np.array([1.0, -1.0], np.float32), device)
     with si.on_device(NonFiniteFinder()) as finder:
-        with pytest.raises(Exception, match="first non-finite value: stablehlo.log"):
+        with pytest.raises(Exception, match="NaN made by stablehlo.log"):
             jax.block_until_ready(jax.jit(lambda v: jnp.log(v) * 3)(x))
     assert finder.report.op == "stablehlo.log"
     from stablehlo_interp.device.session import device_listeners
 
     assert finder not in device_listeners()
+
+
+def optax_step_with_a_bad_scale():
+    """An Optax step whose loss picks each row's label with take_along_axis (a gather JAX
+    lowers with a NaN fill for indices out of bounds, selected away) and scales it by the
+    square root of a parameter gone negative: the NaN the results hold is the sqrt's."""
+    import optax
+
+    optimizer = optax.adam(1e-2)
+
+    def loss(params, features, labels):
+        logits = features @ params["w"]
+        picked = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=1)
+        return -picked.mean() * jnp.sqrt(params["scale"])   # the NaN: sqrt of -0.5
+
+    def step(params, opt_state, features, labels):
+        value, grads = jax.value_and_grad(loss)(params, features, labels)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return {"loss": value, "params": optax.apply_updates(params, updates), "opt_state": opt_state}
+
+    params = {"w": np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "scale": np.float32(-0.5)}
+    features = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    return step, (params, optimizer.init(params), features, np.array([0, 2], np.int32))
+
+
+def test_the_device_guard_blames_the_op_whose_nan_reaches_a_result_not_a_masked_fill():
+    device = interp_device()
+    step, args = optax_step_with_a_bad_scale()
+    args = jax.device_put(args, device)
+    with si.on_device(NonFiniteFinder(mode="first")) as first:
+        with pytest.raises(Exception, match="first non-finite value"):
+            jax.block_until_ready(jax.jit(step)(*args))
+    assert first.report.op == "stablehlo.constant"   # the older answer: take_along_axis's fill, which no result holds
+    assert "inside func.call @take_along_axis" in str(first.report)
+    with si.on_device(NonFiniteFinder()) as guard:
+        with pytest.raises(Exception) as raised:
+            jax.block_until_ready(jax.jit(step)(*args))
+    message = str(raised.value)
+    assert message.startswith("INTERNAL: non-finite result['loss']: f32[] nan")
+    assert [origin.op for origin in guard.report.origins][0] == "stablehlo.sqrt"
+    assert "NaN made by stablehlo.sqrt at test_tools_nonfinite.py:" in message
+    assert "source: return -picked.mean() * jnp.sqrt(params[\"scale\"])" in message
+    assert "stablehlo.constant" not in message
 
 
 def test_a_flax_embedding_model():

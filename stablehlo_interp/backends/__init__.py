@@ -2,7 +2,10 @@
 
 Every backend follows one protocol, :class:`Backend`: a ``name``, the
 ``settings`` in effect that change what a program computes (reports print them),
-and ``backend(module_text, args) -> list of arrays`` (``@main``'s results). A
+and ``backend(module_text, args) -> list of arrays`` (``@main``'s results); one
+that computes less precisely than the spec's rounding on purpose (a TPU's bf16
+matrix passes) says so in ``precision`` (judge/precision.py), which ``compare``
+reads to label what it explains. A
 backend that gives no values raises one of the :class:`BackendError`\\ s, with
 the backend's own message: :class:`BackendCompileError` (it cannot compile the
 program), :class:`BackendCrash` (its compiler or runtime died: a signal, an

@@ -11,6 +11,7 @@ import numpy as np
 from ..ir.decode import load_quant_dialect
 from ..ir.sources import host_callbacks_of
 from ..ir.types import Token
+from ..judge.precision import declared_precision
 from .errors import BackendCompileError, BackendError
 
 
@@ -24,6 +25,12 @@ class JaxBackend:
     def __init__(self, platform: str = "cpu"):
         self.platform = platform
         self.name = platform
+
+    @property
+    def precision(self):
+        """What the platform declares of its arithmetic beyond the spec's rounding
+        (judge/precision.py; None for XLA's CPU, which keeps the spec's)."""
+        return declared_precision(self.platform)
 
     @property
     def settings(self) -> tuple:
@@ -100,6 +107,28 @@ def _value(out):
     return _TOKEN_BUFFER if out.shape == (0,) and out.dtype == np.bool_ else np.asarray(out)
 
 
+def _default_layouts(module) -> None:
+    """Ask for ``@main``'s arguments and results in the default (row-major) layout where the
+    module leaves them open (``mhlo.layout_mode``): a compiler free to choose gave a TPU's
+    transpose a column-major result, which the executable's raw ``execute`` handed back
+    in that order, read as row-major (a prefix's every transposed value, permuted)."""
+    from jaxlib.mlir import ir
+
+    for operation in module.body.operations:
+        if operation.operation.name != "func.func" or ir.StringAttr(operation.attributes["sym_name"]).value != "main":
+            continue
+        function_type = ir.FunctionType(ir.TypeAttr(operation.attributes["function_type"]).value)
+        for key, count in (("arg_attrs", len(function_type.inputs)), ("res_attrs", len(function_type.results))):
+            existing = list(ir.ArrayAttr(operation.attributes[key])) if key in operation.attributes else \
+                [ir.DictAttr.get({})] * count
+            updated = []
+            for attributes in existing:
+                entries = {named.name: named.attr for named in ir.DictAttr(attributes)}
+                entries.setdefault("mhlo.layout_mode", ir.StringAttr.get("default"))
+                updated.append(ir.DictAttr.get(entries))
+            operation.attributes[key] = ir.ArrayAttr.get(updated)
+
+
 @functools.lru_cache(maxsize=32)
 def _compile(platform: str, module_text: str, host_callbacks: tuple = (), partitions: int = 1):
     from jax._src import compiler, xla_bridge
@@ -111,6 +140,7 @@ def _compile(platform: str, module_text: str, host_callbacks: tuple = (), partit
     with mlir.make_ir_context() as context:
         load_quant_dialect(context)   # for modules with !quant.uniform types
         module = ir.Module.parse(module_text)
+        _default_layouts(module)
         chosen = backend.local_devices()[:partitions]
         options = compiler.get_compile_options(num_replicas=1, num_partitions=partitions,
                                                device_assignment=np.array([[d.id for d in chosen]]))

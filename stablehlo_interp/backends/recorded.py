@@ -29,9 +29,11 @@ import pathlib
 import sys
 import tempfile
 
+import ml_dtypes
 import numpy as np
 
 from ..ir.types import Token
+from ..judge.precision import declared_precision
 from .errors import BackendCompileError, BackendCrash, BackendError
 
 RECORDING = "recording.json"
@@ -40,14 +42,14 @@ _REFUSALS = {cls.kind: cls for cls in (BackendError, BackendCompileError, Backen
 
 def answer_key(module_text: str, args) -> str:
     """The name of a program's answer on ``args``: a hash of the module's text and of each
-    argument's dtype, shape and bytes (a token counts as its kind alone)."""
+    argument's dtype name, shape and bytes (a token counts as its kind alone)."""
     digest = hashlib.sha256(module_text.encode("utf-8"))
     for value in args:
         if isinstance(value, Token):
             digest.update(b"\0token")
             continue
         array = np.ascontiguousarray(value)
-        digest.update(f"\0{array.dtype.str}{array.shape}".encode())
+        digest.update(f"\0{array.dtype.name}{array.shape}".encode())   # (str: '<V1' for i4 and for three f8s)
         digest.update(array.tobytes())
     return digest.hexdigest()[:24]
 
@@ -77,6 +79,7 @@ class RecordingBackend:
         self.name = backend.name
         self.settings = tuple(backend.settings)
         self.platform = getattr(backend, "platform", None)
+        self.precision = getattr(backend, "precision", None)
         self._described = False
 
     def _describe(self) -> None:
@@ -123,8 +126,9 @@ class RecordedBackend:
             raise ValueError(f"{self.folder} holds no recording of a backend ({RECORDING}: {error})") from None
         self.name = self.recording["backend"]
         self.platform = self.recording.get("platform")
-        versions = ", ".join(f"{k} {self.recording[k]}" for k in ("jax", "jaxlib", "platform_version")
-                             if self.recording.get(k))
+        self.precision = declared_precision(self.platform, self.recording.get("device_kind"))
+        versions = ", ".join(f"{k} {' '.join(str(self.recording[k]).split())}"
+                             for k in ("jax", "jaxlib", "platform_version") if self.recording.get(k))
         self.settings = (*self.recording.get("settings", ()),
                          f"answers recorded on {self.recording.get('device_kind') or self.name}"
                          + (f" ({versions})" if versions else "") + f", played back from {self.folder}")
@@ -143,15 +147,32 @@ class RecordedBackend:
 
 
 def load_values(path) -> list:
-    """The arrays a recording saved in order (``result_0`` ... or ``argument_0`` ...)."""
+    """The arrays a recording saved, in order (``result_0`` ... or ``argument_0`` ...), each
+    of its own dtype (bf16 and the other types of ml_dtypes, which NumPy's format keeps as
+    raw bytes, are saved as unsigned integers of their width with the dtype in the name)."""
     with np.load(path, allow_pickle=False) as archive:
-        return [archive[name] for name in sorted(archive.files, key=lambda n: int(n.rpartition("_")[2]))]
+        named = [(name, *_index_and_dtype(name)) for name in archive.files]
+        return [archive[name] if dtype is None else archive[name].view(dtype) for name, _, dtype in sorted(
+            named, key=lambda entry: entry[1])]
+
+
+def _index_and_dtype(name: str) -> tuple:
+    """``result_3`` -> (3, None); ``result_3.bfloat16`` -> (3, bfloat16)."""
+    stem, _, dtype = name.partition(".")
+    return int(stem.rpartition("_")[2]), (np.dtype(getattr(ml_dtypes, dtype)) if dtype else None)
 
 
 def _save_whole(path: pathlib.Path, values) -> None:
     stem = "argument" if path.name.endswith(".arguments.npz") else "result"
+    arrays = {}
+    for index, value in enumerate(values):
+        array = np.asarray(value)
+        if array.dtype.type.__module__ == "ml_dtypes":   # NumPy's format cannot name it: its bits, its name
+            arrays[f"{stem}_{index}.{array.dtype.name}"] = array.view(f"u{array.dtype.itemsize}")
+        else:
+            arrays[f"{stem}_{index}"] = array
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as file:
-        np.savez_compressed(file, **{f"{stem}_{i}": np.asarray(value) for i, value in enumerate(values)})
+        np.savez_compressed(file, **arrays)
     os.replace(file.name, path)
 
 

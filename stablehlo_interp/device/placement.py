@@ -149,7 +149,8 @@ class Global(Placement):
                 continue
             pair = unreduced.differing_replica(tiling, self.num_devices, lambda device, i=index: arguments[device][i])
             if pair is not None:
-                return (f"devices {pair[0]} and {pair[1]} hold different values of argument {index} ({value_type}) "
+                return (f"devices {pair[0]} and {pair[1]} hold different values of "
+                        f"{self.function.argument_name(index)} ({value_type}) "
                         "where its sharding says they hold the same part")
         return None
 

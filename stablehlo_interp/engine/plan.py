@@ -299,15 +299,27 @@ class StepColumns:
 class RegionKind:
     """What a region is: the body of ``function`` (a function's plan, or the body an
     op calls: func.call, composite, custom_call's called computations), or region
-    ``index`` of an op named ``op``."""
+    ``index`` of an op named ``op``. A function's body keeps the names of its
+    arguments and results where the module gives them (``FunctionSignature.arg_names``,
+    ``result_names``: a JAX program's pytree paths), for reports that name them."""
 
     function: str | None = None
     op: str | None = None
     index: int = 0
+    arg_names: tuple = ()
+    result_names: tuple = ()
 
     @classmethod
-    def body_of(cls, function: str) -> "RegionKind":
-        return cls(function=function)
+    def body_of(cls, function: str, arg_names: tuple = (), result_names: tuple = ()) -> "RegionKind":
+        return cls(function=function, arg_names=tuple(arg_names), result_names=tuple(result_names))
+
+    def argument_name(self, index: int) -> str:
+        """Argument ``index`` by its name (``x['w']``), else by number (``argument #0``)."""
+        return _named("argument", self.arg_names, index)
+
+    def result_name(self, index: int) -> str:
+        """Result ``index`` by its name (``result[1]['Dense_0']['kernel']``), else ``result #1``."""
+        return _named("result", self.result_names, index)
 
     @classmethod
     def of_op(cls, op: str, index: int) -> "RegionKind":
@@ -324,6 +336,15 @@ class RegionKind:
 
     def __str__(self) -> str:
         return self.name if self.function is not None else f"{self.name} of {self.op}"
+
+
+def _named(what: str, names: tuple, index: int) -> str:
+    """``result['a']`` (a name that says what it is), ``argument x``, or ``result #0``
+    (no name, or JAX's bare ``result`` of a function with one)."""
+    name = names[index] if index < len(names) else None
+    if not name or name == what:
+        return f"{what} #{index}"
+    return name if name.startswith((f"{what}[", f"{what}.")) else f"{what} {name}"
 
 
 class Region:
@@ -397,6 +418,14 @@ class Function(FunctionSignature):
     for a function the compiler has not reached yet while it compiles the module."""
 
     region: Region | None = None
+
+    def argument_name(self, index: int) -> str:
+        """Argument ``index`` by its name (``argument x['w']``), else by number (``argument #0``)."""
+        return _named("argument", self.arg_names, index)
+
+    def result_name(self, index: int) -> str:
+        """Result ``index`` by its name (``result[1]['Dense_0']['kernel']``), else ``result #1``."""
+        return _named("result", self.result_names, index)
 
     @classmethod
     def declared(cls, signature: FunctionSignature) -> "Function":

@@ -104,6 +104,14 @@ class Listener:
         """Called when an op meets behaviour the spec leaves to the implementation or
         where XLA departs from it (engine/semantics.py), before its ``after_op``."""
 
+    def enter_run(self, region: Region, arguments, process: Process) -> None:
+        """Called as a run of an entry function begins (in a grid, in each process), with
+        the function's region and arguments, before its first op."""
+
+    def exit_run(self, region: Region, arguments, results, process: Process) -> None:
+        """Called as the run ends, with its results. Raise StopExecution to stop the run
+        there: the caller gets it instead of the results."""
+
 
 class RunContext:
     """The state of one run, shared by every process of it: the listeners, the host
@@ -262,16 +270,24 @@ class Execution:
         program's run is a few microseconds, and each frame a tenth of one)."""
         if _NUMPY_ERRORS is None:
             with numpy_warnings_off():
-                return self.run_region(region, args)
+                return self._run_entry_observed(region, args) if self.listeners else self.run_region(region, args)
         token = _NUMPY_ERRORS.set(_IGNORE_ERRORS)
         try:
             if not self.listeners:
                 if len(args) != region.n_args:
                     raise _argument_count_error(region, args)
                 return _run_steps(region.flat_steps, (), region.result_slots, region.output_values, self, None, args)
-            return self.run_region(region, args)
+            return self._run_entry_observed(region, args)
         finally:
             _NUMPY_ERRORS.reset(token)
+
+    def _run_entry_observed(self, region: Region, args) -> list:
+        for listener in self.listeners:
+            listener.enter_run(region, args, self.process)
+        results = self.run_region(region, args)
+        for listener in self.listeners:
+            listener.exit_run(region, args, results, self.process)
+        return results
 
     def run_region(self, region: Region, args, captures=(), bound: BoundRegion | None = None,
                    call: int = 0) -> list:

@@ -46,6 +46,7 @@ subnormal flushed to zero is no rounding):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -54,10 +55,13 @@ import numpy as np
 from ..engine.regions import monoid_of
 from ..engine.run import Execution, Listener, RunContext
 from ..ir.types import Token
+from .precision import DeclaredPrecision
 from .difference import Difference, differing, is_numeric, mismatched_types, same_values, widened_pair
 from .summary import element_name
 
 AGREE, NOISE, BEYOND, UNBOUNDED = "agree", "rounding noise", "beyond its bound", "unbounded"
+# Beyond the spec's rounding but within what the backend declares of its arithmetic (judge/precision.py).
+PRECISION = "within the backend's declared precision"
 ELEMENTWISE_ULP = 4
 # ops whose approximation on XLA CPU is measured farther off (tests/test_elementwise.py, XLA_ULP)
 APPROXIMATION_ULP = {("stablehlo.log_plus_one", "f64"): 128}
@@ -85,10 +89,22 @@ class Verdict:
     difference: Difference | None = None
 
 
-def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
+def classify(execution, step, operands, recomputed, theirs, env, precision: DeclaredPrecision | None = None) -> Verdict:
     """The verdict on ``theirs``, the backend's results of ``step``, against
     ``recomputed``, the interpreter's results of the op on the backend's
-    ``operands``. ``env`` holds the values the op's regions capture (by slot)."""
+    ``operands``. ``env`` holds the values the op's regions capture (by slot).
+    ``precision``: the backend's declared precision; a value beyond the spec's bound
+    but within it is PRECISION, one beyond both keeps its kind, named so."""
+    verdict = _classify(execution, step, operands, recomputed, theirs, env, None)
+    if precision is None or verdict.kind not in (BEYOND, UNBOUNDED):
+        return verdict
+    declared = _classify(execution, step, operands, recomputed, theirs, env, precision)
+    if declared.kind in (AGREE, NOISE):
+        return Verdict(PRECISION, declared.rule, verdict.result)
+    return dataclasses.replace(declared, rule=f"beyond the backend's declared precision: {declared.rule}")
+
+
+def _classify(execution, step, operands, recomputed, theirs, env, precision) -> Verdict:
     pairs = [(index, np.asarray(ours), np.asarray(other)) for index, (ours, other) in enumerate(zip(recomputed, theirs))
              if not isinstance(ours, (tuple, Token)) and other is not None]
     for index, ours, other in pairs:
@@ -99,9 +115,9 @@ def classify(execution, step, operands, recomputed, theirs, env) -> Verdict:
     if not differing_results:
         return Verdict(AGREE)
     if step.regions and step.name not in DATA_PARALLEL_REGIONS:
-        rule, allowance = _estimated_allowance(execution, step, operands, recomputed, env)
+        rule, allowance = _estimated_allowance(execution, step, operands, recomputed, env, precision)
     else:
-        rule, allowance = _allowance(execution, step, operands, recomputed, env)
+        rule, allowance = _allowance(execution, step, operands, recomputed, env, precision)
     for index, ours, other in differing_results:
         bound, alternatives = allowance(index)
         beyond = differing(ours, other, within(ours, other, bound, alternatives), bound)
@@ -123,7 +139,7 @@ def within(ours: np.ndarray, other: np.ndarray, bound, alternatives) -> np.ndarr
     return ok
 
 
-def noise_runs(run, semantics: str, reference) -> list:
+def noise_runs(run, semantics: str, reference, precision: DeclaredPrecision | None = None) -> list:
     """The results of :data:`NOISE_RUNS` calls of ``run(listener)``, each with a listener
     that moves every float result of every op it sees by a random amount within that
     op's own bound; a run that fails is left out, and so is one that diverged from
@@ -132,11 +148,12 @@ def noise_runs(run, semantics: str, reference) -> list:
     moved step times gave an infinite loss and gradients of 1e-43), and counting it made
     any value noise: a per-device gradient 10% off passed the check. A few elements made
     infinite (an Adam update of a row with no gradient: its zero moment moved below zero
-    under a square root) only get no allowance themselves (:func:`spread_allowance`)."""
+    under a square root) only get no allowance themselves (:func:`spread_allowance`).
+    With a backend's declared ``precision``, each op moves within that instead."""
     runs = []
     for seed in range(NOISE_RUNS):
         try:
-            moved = run(_Jitter(np.random.default_rng(seed), semantics))
+            moved = run(_Jitter(np.random.default_rng(seed), semantics, precision))
         except Exception:  # noqa: BLE001 - a check that fires on moved values: no allowance from this run
             continue
         if not _diverged(moved, reference):
@@ -178,12 +195,13 @@ def unit_roundoff(dtype) -> float:
     return float(ml_dtypes.finfo(real).eps) / 2
 
 
-def _allowance(execution, step, operands, recomputed, env):
+def _allowance(execution, step, operands, recomputed, env, precision=None):
     """``(rule, allowance)``: ``allowance(result)`` is ``(bound, alternatives)``, the
     bound on the abs error of a float result (None for others) and the values
-    that count as within it."""
+    that count as within it; with a backend's declared ``precision``, that too."""
     if _is_sum(step):
-        return _sum_allowance(execution, step, operands, recomputed, env)
+        return _sum_allowance(execution, step, operands, recomputed, env, precision)
+    flushed = _run_flushed(execution, step, operands, env) if precision and precision.flushes_subnormals else None
     moved = []   # per float operand: the results with it one ULP down, and up
     for position, operand in enumerate(operands):
         if isinstance(operand, (tuple, Token)):   # get_tuple_element's tuple: its elements are values of other ops
@@ -201,11 +219,16 @@ def _allowance(execution, step, operands, recomputed, env):
     def elementwise_bound(index):
         result = np.asarray(recomputed[index])
         alternatives = [results[index] for _, results in moved]
+        if flushed is not None:
+            alternatives.append(flushed[index])
         if not _is_float(result):
             return None, alternatives
         base = widened_pair(result, result)[0]
         ulps = APPROXIMATION_ULP.get((step.name, element_name(result.dtype)), ELEMENTWISE_ULP)
         bound = ulps * _ulp(base, result.dtype)
+        declared = precision and precision.accuracy(step.name, element_name(result.dtype))
+        if declared:
+            bound = bound + _declared_error(declared, base, result.dtype)
         effects = {}
         for position, results in moved:
             with np.errstate(all="ignore"):
@@ -214,19 +237,65 @@ def _allowance(execution, step, operands, recomputed, env):
             effects[position] = np.maximum(effects.get(position, 0.0), effect)
         return bound + sum(effects.values()), alternatives
 
-    return f"one op: {ELEMENTWISE_ULP} ULP, and one ULP of each operand", elementwise_bound
+    rule = f"one op: {ELEMENTWISE_ULP} ULP, and one ULP of each operand"
+    if precision is not None:
+        rule += f"; {_declared_text(precision, step, recomputed)}"
+    return rule, elementwise_bound
+
+
+def _declared_text(precision: DeclaredPrecision, step, results) -> str:
+    """What the backend's declared precision allows ``step`` beyond the spec's rounding."""
+    dtypes = {np.asarray(r).dtype for r in results if not isinstance(r, (tuple, Token)) and _is_float(r)}
+    parts = []
+    if step.name in SUMS and any(dtype == np.float32 for dtype in dtypes):
+        parts.append(f"products of operands multiplied in {precision.operand_passes(step)}")
+    for dtype in dtypes:
+        found = precision.accuracy(step.name, element_name(dtype))
+        if found:
+            parts.append(f"{step.name} on {element_name(dtype)} within {found.ulps:g} ULP"
+                         + (f" + {found.absolute:g} ULP of 1" if found.absolute else ""))
+    if precision.flushes_subnormals:
+        parts.append("subnormals flushed to zero")
+    return f"{precision.name}: " + ", ".join(parts or ["nothing more for this op"])
+
+
+def _declared_error(accuracy, values: np.ndarray, dtype) -> np.ndarray:
+    """An element-wise op's declared error at ``values``: its ULP of them, and its ULP of 1."""
+    return accuracy.ulps * _ulp(values, dtype) + accuracy.absolute * float(_ulp(np.ones(()), dtype))
+
+
+def _run_flushed(execution, step, operands, env) -> list | None:
+    """The op on its float operands with their subnormals made zero, its results' too (as
+    a backend that flushes them computes); None when it fails on them."""
+    results = _run_or_none(execution, step, [_flush(x) for x in operands], env)
+    return None if results is None else [_flush(r) for r in results]
+
+
+def _flush(value):
+    """``value`` with its subnormal elements made zero of the same sign (other values as they are)."""
+    if isinstance(value, (tuple, Token)):
+        return value
+    array = np.asarray(value)
+    if array.dtype.kind != "f" and not (array.dtype.kind == "V" and _is_float(array)):
+        return value
+    wide = array.astype(np.float64)
+    tiny = float(ml_dtypes.finfo(array.dtype).smallest_normal)
+    return np.where((wide != 0) & (np.abs(wide) < tiny), np.copysign(0.0, wide), wide).astype(array.dtype)
 
 
 def _is_sum(step) -> bool:
     return step.name in SUMS or (step.name in SUMS_WITH_AN_ADD_BODY and monoid_of(step.regions[0]) == "stablehlo.add")
 
 
-def _sum_allowance(execution, step, operands, recomputed, env):
-    """The bound of a sum, (2n+2)·u·Σ|terms| (module docstring), as :func:`_allowance` gives it."""
+def _sum_allowance(execution, step, operands, recomputed, env, precision=None):
+    """The bound of a sum, (2n+2)·u·Σ|terms| (module docstring), as :func:`_allowance` gives it;
+    with a backend's declared ``precision``, its products' error too (judge/precision.py)."""
     magnitudes = execution.run_alone(step, [np.abs(x).astype(x.dtype) if _is_float(x) else x
                                             for x in map(np.asarray, operands)], env)
     terms = execution.run_alone(step, [np.ones_like(x) if _is_float(x) else x
                                        for x in map(np.asarray, operands)], env)
+
+    products = precision.product_error(step) if precision is not None and step.name in SUMS else 0.0
 
     def sum_bound(index):
         result = np.asarray(recomputed[index])
@@ -234,28 +303,38 @@ def _sum_allowance(execution, step, operands, recomputed, env):
             return None, ()
         n = np.abs(np.asarray(terms[index]).astype(np.complex128)).real
         total = np.abs(np.asarray(magnitudes[index]).astype(np.complex128))
-        return (2 * n + 2) * unit_roundoff(result.dtype) * total, ()
+        u = unit_roundoff(result.dtype)
+        if precision is not None and element_name(result.dtype) == "f64" and precision.f64_ulps:
+            u *= precision.f64_ulps   # an emulated f64's roundings
+        return ((2 * n + 2) * u + products) * total, ()
 
-    return "a sum of n terms: (2n+2)·u·Σ|terms|", sum_bound
+    rule = "a sum of n terms: (2n+2)·u·Σ|terms|"
+    if precision is not None:
+        rule += f"; {_declared_text(precision, step, recomputed)}"
+    return rule, sum_bound
 
 
-def _estimated_allowance(execution, step, operands, recomputed, env):
+def _estimated_allowance(execution, step, operands, recomputed, env, precision=None):
     """:func:`_allowance`'s form for an op with control-flow regions: the spread of
-    :data:`NOISE_RUNS` runs with every float result inside moved within its bound."""
+    :data:`NOISE_RUNS` runs with every float result inside moved within its bound (the
+    backend's declared ``precision``, where given)."""
     def run(listener):
         return Execution(RunContext([listener], semantics=execution.semantics)).run_alone(step, operands, env)
 
-    runs = noise_runs(run, execution.semantics, recomputed)
+    runs = noise_runs(run, execution.semantics, recomputed, precision)
+    bound = "its bound" if precision is None else f"the backend's declared precision ({precision.name})"
     return (f"{ESTIMATED} inside its regions: {NOISE_SPREAD}× the spread of {NOISE_RUNS} runs with every op "
-            "there moved within its bound"), lambda index: spread_allowance(recomputed[index], [r[index] for r in runs])
+            f"there moved within {bound}"), lambda index: spread_allowance(recomputed[index], [r[index] for r in runs])
 
 
 class _Jitter(Listener):
     """Moves each float result of the ops it sees by a random amount within the op's
-    own rounding bound (a sum's, else ELEMENTWISE_ULP ULP)."""
+    own rounding bound (a sum's, else ELEMENTWISE_ULP ULP), or within the backend's
+    declared ``precision`` where given."""
 
-    def __init__(self, rng, semantics: str):
+    def __init__(self, rng, semantics: str, precision: DeclaredPrecision | None = None):
         self.rng = rng
+        self.precision = precision
         self.plain = Execution(RunContext(semantics=semantics))   # for the sums' magnitudes, unobserved
 
     def after_op(self, step, operands, results, stack):
@@ -276,12 +355,19 @@ class _Jitter(Listener):
             return [None] * len(results)
         if _is_sum(step):
             try:
-                _, bound = _sum_allowance(self.plain, step, operands, results, {})
+                _, bound = _sum_allowance(self.plain, step, operands, results, {}, self.precision)
                 return [bound(i)[0] if is_float else None for i, is_float in enumerate(floats)]
             except KeyError:   # a body that captures values of its region: bounded as one op
                 pass
-        return [ELEMENTWISE_ULP * _ulp(widened_pair(np.asarray(r), np.asarray(r))[0], np.asarray(r).dtype)
-                if is_float else None for r, is_float in zip(results, floats)]
+        return [self._elementwise_bound(step, np.asarray(r)) if is_float else None for r, is_float in zip(results, floats)]
+
+    def _elementwise_bound(self, step, result: np.ndarray):
+        base = widened_pair(result, result)[0]
+        bound = ELEMENTWISE_ULP * _ulp(base, result.dtype)
+        declared = self.precision and self.precision.accuracy(step.name, element_name(result.dtype))
+        if declared:
+            bound = bound + _declared_error(declared, base, result.dtype)
+        return bound
 
 
 def _run_or_none(execution, step, operands, env) -> list | None:

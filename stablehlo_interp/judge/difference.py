@@ -13,7 +13,7 @@ import numpy as np
 
 from ..engine.numerics import ulp_difference
 from ..ir.types import Token
-from .summary import element_name, format_number, is_float_dtype
+from .summary import element_name, format_number, format_pair, is_float_dtype
 
 # (rtol, atol) by element type. Integers, booleans: exact.
 DEFAULT_TOLERANCES = {
@@ -68,8 +68,8 @@ class Difference:
             return self.problem
         at = f" at [{', '.join(map(str, self.index))}]" if self.index else ""
         what = "differ" if self.bound is None else "are beyond the bound"
-        text = (f"{self.mismatched} of {self.size} elements {what}; largest{at}: "
-                f"{format_number(self.ours)} (interpreter) vs {format_number(self.theirs)} ({backend})")
+        ours, theirs = format_pair(self.ours, self.theirs)
+        text = f"{self.mismatched} of {self.size} elements {what}; largest{at}: {ours} (interpreter) vs {theirs} ({backend})"
         if self.bound is not None:
             text += f", bound there {format_number(self.bound)}"
         if self.max_abs is not None:

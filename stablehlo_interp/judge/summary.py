@@ -110,6 +110,25 @@ def format_number(value) -> str:
     return f"{value:.5g}"
 
 
+def format_pair(ours, theirs) -> tuple[str, str]:
+    """Two numbers as text, each with the significant digits their difference needs (at
+    least :func:`format_number`'s five): two values that differ never print alike
+    (``0.00099999 vs 0.00099999`` hid a difference in the eighth digit)."""
+    first, second = format_number(ours), format_number(theirs)
+    if first != second or ours == theirs or isinstance(ours, (bool, int)) or isinstance(theirs, (bool, int)):
+        return first, second
+    if isinstance(ours, complex) or isinstance(theirs, complex):
+        real, imag = (format_pair(complex(ours).real, complex(theirs).real),
+                      format_pair(complex(ours).imag, complex(theirs).imag))
+        first, second = (f"{r}{'-' if i.startswith('-') else '+'}{i.lstrip('-')}j" for r, i in zip(real, imag))
+        return first, second
+    for digits in range(6, 18):   # 17 significant digits tell any two float64 values apart
+        first, second = f"{ours:.{digits}g}", f"{theirs:.{digits}g}"
+        if first != second:
+            break
+    return first, second
+
+
 def _python_number(value):
     kind = np.asarray(value).dtype.kind
     if kind == "b":

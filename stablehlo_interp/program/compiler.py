@@ -187,7 +187,7 @@ class Compiler:
             return
         self._compiling.add(function.name)
         block = self._func_ops[function.name].regions[0].blocks[0]
-        function.region, _ = self._compile_block(block, RegionKind.body_of(function.name), None, (function.name,))
+        function.region, _ = self._compile_block(block, RegionKind.body_of(function.name, function.arg_names, function.result_names), None, (function.name,))
         self._compiling.remove(function.name)
         for step, index in self._recursive_calls.pop(function.name, ()):
             regions = list(step.regions)

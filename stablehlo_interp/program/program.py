@@ -234,8 +234,7 @@ class Program:
         """Each process's results of ``target`` (arguments already checked), in one run."""
         with numpy_warnings_off():
             return Grid(self.num_replicas, self.num_partitions).run(
-                lambda process: Execution(context, process).run_region(target.region,
-                                                                       per_process_values[process.id]))
+                lambda process: Execution(context, process).run_entry(target.region, per_process_values[process.id]))
 
     def _runs_per_process(self, function: Function) -> bool:
         """Whether the function's own code (outside manual computations) depends on the

@@ -24,11 +24,12 @@ from .per_device import PerDeviceWarning
 
 
 def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str, expected: list,
-                          actual: list) -> list[str]:
+                          actual: list, result_name: Callable[[int], str] = lambda index: f"result #{index}") -> list[str]:
     """The devices' results (``actual[d][i]``) beyond the rounding noise of the global
     program: ``run_global(listener)`` (each device's shards of its results) with every
     op's float results moved within the op's rounding bound (judge/bounds.py, as
-    ``si.compare`` judges a backend) gives each value's allowance around ``expected``."""
+    ``si.compare`` judges a backend) gives each value's allowance around ``expected``;
+    ``result_name(i)`` names result ``i``."""
     runs = bounds.noise_runs(run_global, semantics, expected)
     beyond: dict = {}
     for device, (wanted, got) in enumerate(zip(expected, actual)):
@@ -42,8 +43,8 @@ def beyond_rounding_noise(run_global: Callable[[Listener], list], semantics: str
     if len(runs) < bounds.NOISE_RUNS:   # noise_runs left out runs that failed or diverged
         runs_used = (f"{len(runs)} of {bounds.NOISE_RUNS} runs with every op moved within its rounding bound: the "
                      "others failed or left the program's path, infinities or NaN where it gives finite values")
-    return [f"result {index} is beyond the rounding noise of the global program on device(s) {devices} ({runs_used})"
-            for index, devices in beyond.items()]
+    return [f"{result_name(index)} is beyond the rounding noise of the global program on device(s) {devices} "
+            f"({runs_used})" for index, devices in beyond.items()]
 
 
 def judge(partitioned, expected: list, actual: list, run_global: Callable[[Listener], list], semantics: str,
@@ -52,7 +53,8 @@ def judge(partitioned, expected: list, actual: list, run_global: Callable[[Liste
     run's shards ``expected`` (``run_global(listener)`` runs it again for the noise), with a
     ``PerDeviceWarning`` for what differs within the rounding noise (``stacklevel`` as the
     caller's own): the device's modes and the tools' checked runs alike."""
-    notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(run_global, semantics, expected, actual))
+    notes = partitioned.check(expected, actual, lambda: beyond_rounding_noise(run_global, semantics, expected, actual,
+                                                                                        partitioned.result_name))
     if notes:
         warnings.warn("the per-device run differs from the global run:\n" + "\n".join(notes), PerDeviceWarning,
                       stacklevel=stacklevel + 1)

@@ -197,6 +197,10 @@ class PerDeviceProgram:
                 found.append(f"{step.info.name} at {step.info.location}")
         return found
 
+    def result_name(self, index: int) -> str:
+        """Result ``index`` of the entry function by its name (``result['loss']``), else its number."""
+        return self.function.result_name(index)
+
     def differences(self, expected: list, actual: list) -> list[str]:
         """Where the devices' results ``actual[d][i]`` differ from ``expected[d][i]`` (the
         global run's shards), bit for bit: one line per result that differs."""
@@ -209,7 +213,7 @@ class PerDeviceProgram:
                     devices.append(device)
                     first = first or f"device {device}: {problem}"
             if devices:
-                lines.append(f"result {index} differs on device(s) {devices}; {first}")
+                lines.append(f"{self.result_name(index)} differs on device(s) {devices}; {first}")
         return lines
 
     def check(self, expected: list, actual: list, beyond_noise) -> list[str]:

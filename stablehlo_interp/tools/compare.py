@@ -61,7 +61,9 @@ from ..ops.host_callback import TARGET as HOST_CALLBACK
 from ..program import load, prepare
 from ..program.signature import is_jax_function
 from ..backends import resolve
-from ..judge.bounds import AGREE, BEYOND, NOISE, UNBOUNDED, Verdict, classify, noise_runs, spread_allowance, within
+from ..judge.precision import DeclaredPrecision
+from ..judge.bounds import (AGREE, BEYOND, NOISE, PRECISION, UNBOUNDED, Verdict, classify, noise_runs,
+                            spread_allowance, within)
 from ..judge.difference import Difference, difference, max_ulp_distance, tolerances
 from .per_device import prepare_checked
 from ..ir.locations import describe_location
@@ -155,21 +157,34 @@ class Comparison:
     ops: dict = field(default_factory=dict)
     findings: list = field(default_factory=list)
     settings: tuple = ()          # the backend's settings that change semantics (Backend.settings)
+    result_names: tuple = ()      # each result by its name (result['loss']), or by number where it has none
+    precision: DeclaredPrecision | None = None   # the backend's declared precision, if it declares one
 
     @property
     def ok(self) -> bool:
         return all(d is None for d in self.outputs)
+
+    def result_name(self, index: int) -> str:
+        return self.result_names[index] if index < len(self.result_names) else f"result #{index}"
 
     @property
     def noise_only(self) -> bool:
         """Every result is within tolerance or differs only by rounding noise."""
         return all(d is None or kind == NOISE for d, kind in zip(self.outputs, self._kinds()))
 
+    @property
+    def explained(self) -> bool:
+        """Every result is within tolerance, or differs by rounding noise or within the
+        backend's declared precision (judge/precision.py): no sign of an error."""
+        return all(d is None or kind in (NOISE, PRECISION) for d, kind in zip(self.outputs, self._kinds()))
+
     def _kinds(self) -> list:
         return self.kinds or [None] * len(self.outputs)
 
     def __str__(self) -> str:
         settings = [f"{self.backend} setting: {sentence}" for sentence in self.settings]
+        if self.precision is not None:
+            settings.append(f"{self.backend} declared precision: {self.precision.name}")
         if self.ok:
             count = len(self.outputs)
             return "\n".join([f"the interpreter and {self.backend} agree on " + (
@@ -177,7 +192,7 @@ class Comparison:
         lines = []
         for i, (d, kind) in enumerate(zip(self.outputs, self._kinds())):
             if d is not None:
-                lines.append(f"result #{i} differs" + (f" ({_KIND_TEXT[kind]})" if kind else "")
+                lines.append(f"{self.result_name(i)} differs" + (f" ({_KIND_TEXT[kind]})" if kind else "")
                              + f": {d.describe(self.backend)}")
         if self.ops:
             counted = ", ".join(f"{n} {kind}" for kind, n in self.ops.items() if n and kind != AGREE)
@@ -207,6 +222,7 @@ class PerDeviceComparison:
     traffic: CollectiveTraffic
     tolerances: dict = field(default_factory=dict)
     settings: tuple = ()
+    result_names: tuple = ()      # each result by its name (result['loss']), or by number where it has none
 
     @property
     def ok(self) -> bool:
@@ -220,10 +236,11 @@ class PerDeviceComparison:
             agree = all(d is None for d in differences)
             lines.append(f"device {device}: " + ("agrees" if agree else "differs"))
             for index, (d, mine, other) in enumerate(zip(differences, ours, theirs)):
+                name = self.result_names[index] if index < len(self.result_names) else f"result #{index}"
                 if d is None:
-                    lines.append(f"  result #{index}: {summarize(mine)}")
+                    lines.append(f"  {name}: {summarize(mine)}")
                 else:
-                    lines.append(f"  result #{index} differs: {d.describe(self.backend)}")
+                    lines.append(f"  {name} differs: {d.describe(self.backend)}")
                     lines.append(f"    interpreter: {summarize(mine)}")
                     lines.append(f"    {self.backend}: {summarize(other)}")
         lines.append("collectives (bytes sent/received by each device):")
@@ -232,6 +249,8 @@ class PerDeviceComparison:
 
 
 _KIND_TEXT = {NOISE: "rounding noise: every op it depends on is within its bound",
+              PRECISION: "within the backend's declared precision: every op it depends on is within the spec's "
+                         "rounding or within what the backend declares of its arithmetic",
               BEYOND: "beyond bound: it depends on an op beyond its rounding bound",
               UNBOUNDED: "unbounded: it depends on a loop or conditional whose difference is not bounded"}
 
@@ -293,7 +312,9 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     ours = program.run(*values, listeners=[recorder])
     theirs = run_theirs(their_text, values)
     outputs = [difference(o, t, table) for o, t in zip(ours, theirs)]
-    comparison = Comparison(run_backend.name, outputs, tolerances=table, settings=tuple(run_backend.settings))
+    comparison = Comparison(run_backend.name, outputs, tolerances=table, settings=tuple(run_backend.settings),
+                            result_names=_result_names(program, len(ours)),
+                            precision=getattr(run_backend, "precision", None))
     if len(theirs) != len(ours):
         comparison.outputs = [Difference(problem=f"{run_backend.name} returned {len(theirs)} results, "
                                                  f"the interpreter {len(ours)}")]
@@ -327,7 +348,9 @@ def _compare_per_device(call, run_backend, table: dict) -> PerDeviceComparison:
     outputs = [[difference(mine, other, table) for mine, other in zip(device_ours, device_theirs)]
                for device_ours, device_theirs in zip(ours, theirs)]
     return PerDeviceComparison(run_backend.name, against, outputs, ours, theirs, traffic, table,
-                               tuple(getattr(run_backend, "settings", ())))
+                               tuple(getattr(run_backend, "settings", ())),
+                               _result_names(call.program, len(call.program.function(call.function).result_types),
+                                             call.function))
 
 
 def _backend_side(call, text: str, run_backend):
@@ -369,7 +392,7 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
     execution = Execution(RunContext(semantics=program.semantics))
     env = dict(enumerate(arguments))          # slot -> the backend's value (its arguments are ours)
     taint = {}                                # slot -> the worst kind of the ops it depends on
-    counts = dict.fromkeys((AGREE, NOISE, BEYOND, UNBOUNDED), 0)
+    counts = dict.fromkeys((AGREE, NOISE, PRECISION, BEYOND, UNBOUNDED), 0)
     first = {}
     for step, own_operands, own_results in ops:
         operands = [env[slot] for slot in step.operands]
@@ -381,7 +404,7 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
             recomputed = theirs
         else:
             recomputed = execution.run_alone(step, operands, env)
-        verdict = classify(execution, step, operands, recomputed, theirs, env)
+        verdict = classify(execution, step, operands, recomputed, theirs, env, comparison.precision)
         counts[verdict.kind] += 1
         comparison.findings.append(OpFinding(step, verdict.kind, _max_ulp(own_results, theirs)))
         if verdict.kind in (BEYOND, UNBOUNDED) and verdict.kind not in first:
@@ -396,7 +419,10 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
     outputs = list(zip(comparison.outputs, entry.region.outputs, final))
     comparison.kinds = [None if d is None else taint.get(slot, BEYOND) for d, slot, _ in outputs]   # no op: an argument
     notes = []
-    if comparison.divergence is None:
+    if comparison.divergence is None and counts[PRECISION] and comparison.precision is not None:
+        notes.append(f"every op is within its rounding bound or within the backend's declared precision on the "
+                     f"backend's operands ({counts[PRECISION]} only within the latter: {comparison.precision.name})")
+    elif comparison.divergence is None:
         notes.append("every op is within its rounding bound on the backend's operands: the results differ "
                      "only as much as summation order, fused multiply-adds and excess precision allow")
     recompiled = [i for i, (d, slot, value) in enumerate(outputs)
@@ -414,23 +440,31 @@ def _judge_whole_program(comparison: Comparison, program, arguments, recompiled:
     estimated for the whole program (its runs with every op moved within its bound,
     judge/bounds.py) of the prefixes' value, they keep their kind (noise, if every op
     agreed); else they are unbounded. Says which are which."""
-    runs = noise_runs(lambda listener: program.run(*arguments, listeners=[listener]), program.semantics, ours)
+    runs = noise_runs(lambda listener: program.run(*arguments, listeners=[listener]), program.semantics, ours,
+                      comparison.precision)
     outside = []
     for index, prefix_value in zip(recompiled, shown):
         bound, alternatives = spread_allowance(ours[index], [run[index] for run in runs])
         value = np.asarray(final[index])
         if within(np.asarray(prefix_value), value, bound, alternatives).all():
-            comparison.kinds[index] = _worst([comparison.kinds[index], NOISE])
+            comparison.kinds[index] = _worst([comparison.kinds[index], NOISE if comparison.precision is None else PRECISION])
         else:
             outside.append(index)
             comparison.kinds[index] = _worst([comparison.kinds[index], UNBOUNDED])
-    names = ", ".join(f"#{i}" for i in recompiled)
-    text = (f"result {names}: the backend's value from the whole program is not the one its prefixes showed "
+    names = ", ".join(comparison.result_name(i) for i in recompiled)
+    text = (f"{names}: the backend's value from the whole program is not the one its prefixes showed "
             f"(compiled with other fusions)")
     if not outside:
         return text + "; within the noise estimated for the whole program of it"
-    return text + (f"; {', '.join(f'#{i}' for i in outside)} beyond the noise estimated for the whole program "
+    return text + (f"; {', '.join(comparison.result_name(i) for i in outside)} beyond the noise estimated for the whole program "
                    "of it (unbounded)")
+
+
+def _result_names(program, count: int, function: str = "main") -> tuple:
+    """The function's results by name where the module names them (a JAX function's pytree
+    paths), else by number."""
+    entry = program.function(function)
+    return tuple(entry.result_name(index) for index in range(count))
 
 
 def _max_ulp(own_results, theirs) -> int | None:
@@ -442,7 +476,7 @@ def _max_ulp(own_results, theirs) -> int | None:
 
 
 def _worst(kinds) -> str | None:
-    for kind in (BEYOND, UNBOUNDED, NOISE, AGREE):
+    for kind in (BEYOND, UNBOUNDED, PRECISION, NOISE, AGREE):
         if kind in kinds:
             return kind
     return None

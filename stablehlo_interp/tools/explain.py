@@ -28,6 +28,7 @@ class Explanation:
     trace: Trace
     head: int = 2      # loop iterations shown before and after the folded ones
     tail: int = 1
+    result_names: tuple = ()   # each result by its name (result['loss']), or by number where it has none
 
     def __str__(self) -> str:
         sections = []
@@ -37,8 +38,9 @@ class Explanation:
         sections.append(("run: each op and its results, under the source line it came from",
                          self.trace.text(sources=True, head=self.head, tail=self.tail)))
         if self.trace.outputs is not None:
-            sections.append(("results", "\n".join(f"result #{i}: {summarize(v)}"
-                                                  for i, v in enumerate(self.trace.outputs))))
+            names = self.result_names or tuple(f"result #{i}" for i in range(len(self.trace.outputs)))
+            sections.append(("results", "\n".join(f"{name}: {summarize(value)}"
+                                                  for name, value in zip(names, self.trace.outputs))))
         return "\n\n".join(f"== {title} ==\n{body}" for title, body in sections)
 
     def __repr__(self) -> str:
@@ -51,6 +53,9 @@ def explain(target: Any, *args: Any, function: str | None = None, file: TextIO |
     call = prepare(target, args, kwargs, function)
     jaxpr = str(call.traced.jaxpr) if call.traced is not None else None
     stablehlo = call.program.module.operation.get_asm(large_elements_limit=16)
-    explanation = Explanation(jaxpr, stablehlo, record_run(call), head, tail)
+    trace = record_run(call)
+    entry = call.program.function(call.function)
+    names = tuple(entry.result_name(index) for index in range(len(trace.outputs or ())))
+    explanation = Explanation(jaxpr, stablehlo, trace, head, tail, names)
     print(explanation, file=file or sys.stdout)
     return explanation

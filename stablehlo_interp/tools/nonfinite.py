@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -156,18 +157,24 @@ class NonFiniteOrigin(NonFiniteReport):
     chain: tuple[ChainLink, ...] = ()
     executions: int = 1
     step: object = field(default=None, repr=False, compare=False)
+    labels: tuple = ()            # the results it reaches by name (result['loss'], or result #0), as reaches
+    argument: str | None = None   # an argument origin by name (argument x['w'], or argument #0)
 
     def title(self) -> str:
         kinds = " and ".join(dict.fromkeys(_kind_name(kind) for _, kind, _, _ in self.new)) or "non-finite value"
-        return f"{kinds} made by {self.op}"
+        return f"{kinds} in {self.argument}" if self.argument else f"{kinds} made by {self.op}"
 
     def lines(self) -> list[str]:
         lines = super().lines()
         if self.executions > 1:
             lines.insert(1, f"  in {self.executions} executions of the op; the first is shown")
-        targets = ", ".join(f"#{index}" for index in self.reaches)
-        path = " → ".join(compress_chain(self.chain) + [f"result #{self.reaches[0]}"])
-        lines.append(f"  reaches result{'s' if len(self.reaches) > 1 else ''} {targets}: {path}")
+        labels = self.labels or tuple(f"result #{index}" for index in self.reaches)
+        path = " → ".join(compress_chain(self.chain) + [labels[0]])
+        if all(label == f"result #{index}" for label, index in zip(labels, self.reaches)):   # no names
+            targets = f"result{'s' if len(self.reaches) > 1 else ''} " + ", ".join(f"#{i}" for i in self.reaches)
+        else:
+            targets = ", ".join(labels)
+        lines.append(f"  reaches {targets}: {path}")
         return lines
 
 
@@ -183,6 +190,7 @@ class NonFiniteOrigins:
 
     nonfinite_results: list
     origins: list[NonFiniteOrigin] = field(default_factory=list)
+    labels: dict = field(default_factory=dict)   # result index -> its name (result['loss']), where it has one
 
     def _first(self, name: str):
         return getattr(self.origins[0], name) if self.origins else None
@@ -193,9 +201,11 @@ class NonFiniteOrigins:
     operands = property(lambda self: self._first("operands"))
     results = property(lambda self: self._first("results"))
     new = property(lambda self: self._first("new"))
+    process = property(lambda self: self._first("process"))
 
     def __str__(self) -> str:
-        lines = [f"non-finite result #{index}: {summary}" for index, summary in self.nonfinite_results]
+        lines = [f"non-finite {self.labels.get(index, f'result #{index}')}: {summary}"
+                 for index, summary in self.nonfinite_results]
         for origin in self.origins:
             lines += origin.lines()
         if not self.origins:
@@ -442,9 +452,12 @@ class NonFiniteTracer(Listener):
                 if _order(node) < _order(origin[0]):
                     origin[0], origin[1] = node, parents
         name = self._process_name if process is not None else None
-        origins = [self._origin(node, _chain(node, parents, self._process_name), executions, reaches, arguments, name)
-                   for node, parents, executions, reaches in sorted(found.values(), key=lambda o: _order(o[0]))]
-        return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins)
+        kind = self.region.kind
+        origins = [self._origin(node, _chain(node, parents, self._process_name), executions, reaches, arguments, name,
+                                kind) for node, parents, executions, reaches in sorted(found.values(),
+                                                                                       key=lambda o: _order(o[0]))]
+        return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins,
+                                {index: kind.result_name(index) for index in nonfinite})
 
     def _walk(self, start, arguments) -> tuple[list, dict]:
         """Breadth first from a result's sources: the origin nodes reached, and for
@@ -466,19 +479,23 @@ class NonFiniteTracer(Listener):
         return origins, parents
 
     @staticmethod
-    def _origin(node, chain, executions, reaches, arguments, process_name: str | None) -> NonFiniteOrigin:
-        """The origin at ``node``, naming its process as ``process_name`` (None: unnamed)."""
+    def _origin(node, chain, executions, reaches, arguments, process_name: str | None,
+                region_kind) -> NonFiniteOrigin:
+        """The origin at ``node``, naming its process as ``process_name`` (None: unnamed),
+        and the results it reaches by their names in the entry region's ``kind``."""
+        labels = tuple(region_kind.result_name(index) for index in reaches)
         if node[0] == "argument":
             _, slot, process = node
             value = arguments[process][slot]
             new = [(0, kind, *_first(value, kind)) for kind in KINDS if _first(value, kind)[0]]
             return NonFiniteOrigin(f"argument #{slot}", None, (), [], [value], new, tuple(reaches), chain,
+                                   labels=labels, argument=region_kind.argument_name(slot),
                                    process=process if process_name else None, process_name=process_name or "process")
         made, index = node
         stack, operands, results = made.details
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
-                               tuple(reaches), chain, len(executions), made.step,
+                               tuple(reaches), chain, len(executions), made.step, labels,
                                process=made.key[0] if process_name else None, process_name=process_name or "process")
 
 
@@ -647,48 +664,119 @@ def _mask(value) -> np.ndarray | None:
 
 
 class NonFiniteFinder(Listener):
-    """A listener that finds the first op whose results hold a NaN or inf its operands did not.
+    """The NaN guard of a run: a listener that, when a run's results hold a NaN or inf,
+    says where they came from.
 
-    With ``stop=True`` (default) it stops the run there (``StopExecution``
-    carrying the report, whose message is the report's text: on the interp
-    device, JAX raises it as the error of the computation). With
-    ``stop=False`` it keeps the first report of each run in ``reports`` and
-    lets the runs go on; with ``each_process=True`` too, the first of each process
-    of a grid (in a per-device run: of each device).
+    Its answer is :func:`find_nonfinite`'s (``mode="origins"``, the default): the ops
+    that made the non-finite values which reach a result, with their source lines and
+    the ops each value flowed through (:class:`NonFiniteOrigins`); a NaN or inf that no
+    result holds (``jnp.take``'s masked fill, a ``where``'s other branch, the ``-inf``
+    that starts a max) is not reported, however early it appears. ``mode="first"``
+    gives the older answer instead: the first op anywhere whose results hold a NaN
+    or inf its operands did not (:class:`NonFiniteReport`), as soon as it runs.
+
+    With ``stop=True`` (default) it stops the run with a ``StopExecution`` carrying the
+    report, whose message is the report's text: on the interp device
+    (``STABLEHLO_INTERP_NONFINITE=1``, ``si.on_device``), JAX raises it as the error of
+    the computation. With ``stop=False`` it keeps the reports in ``reports`` and lets
+    the runs go on; ``each_process=True`` gives one report per process of a grid (in a
+    per-device run: per device) instead of the run's first.
     """
 
-    def __init__(self, stop: bool = True, each_process: bool = False):
+    def __init__(self, stop: bool = True, each_process: bool = False, mode: str = "origins"):
+        if mode not in MODES:
+            raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
         self.stop = stop
         self.each_process = each_process
-        self.reports: list[NonFiniteReport] = []
-        self._reported_this_run: set = set()   # the processes reported in this run (None: the run's one report)
+        self.mode = mode
+        self.reports: list = []
+        # the runs in progress, innermost last, by key (a grid, or the thread of a run outside one:
+        # a host callback may run another program on the thread of the run that called it)
+        self._runs: dict = {}
 
     @property
-    def report(self) -> NonFiniteReport | None:
+    def report(self):
+        """The first report (None before one)."""
         return self.reports[0] if self.reports else None
 
-    def before_op(self, step, operands, stack) -> None:
-        if not stack and step.index == 0 and stack.process.id == 0:   # a run (a grid's: its process 0) begins
-            self._reported_this_run = set()
+    def enter_run(self, region, arguments, process) -> None:
+        runs = self._runs.setdefault(_run_key(process), [])
+        if process.grid.size == 1 or not runs or runs[-1].region is not region:
+            runs.append(_GuardedRun(region))
+        runs[-1].arguments[process.id] = list(arguments)
+
+    def _run(self, process) -> "_GuardedRun | None":
+        runs = self._runs.get(_run_key(process))
+        return runs[-1] if runs else None   # None: a run this guard did not see begin (attached in its middle)
 
     def after_op(self, step, operands, results, stack):
+        run = self._run(stack.process)
+        if run is None:
+            return None
+        if self.mode == "origins":
+            return run.tracer.after_op(step, operands, results, stack)
         reporter = stack.process.id if self.each_process else None
-        if reporter in self._reported_this_run or not any(map(_nonfinite, results)):
+        if reporter in run.reported or not any(map(_nonfinite, results)):
             return None
         before = _kinds(operands) if operands else {"inf"}   # a constant's infinities: see the module's text
         new = [(index, kind, *_first(value, kind)) for index, value in enumerate(results)
                for kind in KINDS if kind in _kinds([value]) - before]
         if new:
-            self._reported_this_run.add(reporter)
+            run.reported.add(reporter)
             process = stack.process
-            report = NonFiniteReport(op_label(step), step.info.location, region_calls(stack),
-                                     list(operands), list(results), new,
-                                     process=process.id if process.grid.size > 1 else None,
-                                     process_name=process.grid.member)
-            self.reports.append(report)
-            if self.stop:
-                raise StopExecution(str(report), values=report)
+            self._found(NonFiniteReport(op_label(step), step.info.location, region_calls(stack), list(operands),
+                                        list(results), new, process=process.id if process.grid.size > 1 else None,
+                                        process_name=process.grid.member), process)
         return None
+
+    def exit_run(self, region, arguments, results, process) -> None:
+        run = self._run(process)
+        if run is None:
+            return
+        run.finished += 1
+        if run.finished == process.grid.size:
+            self._end(process)
+        reporter = process.id if self.each_process else None
+        if self.mode != "origins" or reporter in run.reported:
+            return
+        in_grid = process.grid.size > 1
+        origins = run.tracer.report(arguments, list(results), process.id if in_grid else None,
+                                    run.arguments if in_grid else None)
+        if origins is not None:
+            run.reported.add(reporter)
+            self._found(origins, process)
+
+    def _found(self, report, process) -> None:
+        self.reports.append(report)
+        if self.stop:
+            self._end(process)   # the run stops here: no exit_run will close it
+            raise StopExecution(str(report), values=report)
+
+    def _end(self, process) -> None:
+        key = _run_key(process)
+        runs = self._runs.get(key)
+        if runs:
+            runs.pop()
+            if not runs:
+                del self._runs[key]
+
+
+class _GuardedRun:
+    """What a :class:`NonFiniteFinder` keeps of one run: the tracer of its origins, each
+    process's arguments, the processes that finished, and those already reported."""
+
+    def __init__(self, region):
+        self.region = region
+        self.tracer = NonFiniteTracer(region)
+        self.arguments: dict = {}
+        self.finished = 0
+        self.reported: set = set()
+
+
+def _run_key(process):
+    """A run's key: its grid (a grid's processes are threads of one run), or the thread of
+    a run outside any grid (the interp device may run programs on several threads)."""
+    return process.grid if process.grid.size > 1 else threading.get_ident()
 
 
 def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: str = "origins",
@@ -706,14 +794,14 @@ def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: s
     if call.partitioned is not None:
         if mode == "origins":
             return run_traced_per_device(call, [])[1]
-        finder = NonFiniteFinder(stop=False, each_process=True)
+        finder = NonFiniteFinder(stop=False, each_process=True, mode="first")
         call.run_devices([finder])
         by_device = {report.process: report for report in finder.reports}
         found = {device: by_device[device] for device in range(call.partitioned.num_devices) if device in by_device}
         return PerDeviceNonFinite(found) if found else None
     if mode == "origins":
         return run_traced(call, [])[1]
-    finder = NonFiniteFinder(stop=True)
+    finder = NonFiniteFinder(stop=True, mode="first")
     try:
         call.run([finder])
     except StopExecution as stopped:
