@@ -48,7 +48,7 @@ def compare(folder: pathlib.Path, recording: str) -> None:
     import stablehlo_interp as si
     from stablehlo_interp.backends import JaxBackend, RecordingBackend
 
-    backend = RecordingBackend(JaxBackend("tpu"), recording, command=f"python tests/tpu_zoo.py compare FOLDER RECORDING")
+    backend = RecordingBackend(JaxBackend("tpu"), recording, command="python tests/tpu_zoo.py compare FOLDER RECORDING")
     for module in sorted(folder.glob("*.mlir")):
         with np.load(module.with_suffix(".npz")) as archive:
             arguments = [archive[f"arr_{i}"] for i in range(len(archive.files))]

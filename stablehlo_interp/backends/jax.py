@@ -123,7 +123,7 @@ def _default_layouts(module) -> None:
                 [ir.DictAttr.get({})] * count
             updated = []
             for attributes in existing:
-                entries = {named.name: named.attr for named in ir.DictAttr(attributes)}
+                entries = {named.name: named.attr for named in ir.DictAttr(attributes)}  # type: ignore[attr-defined]
                 entries.setdefault("mhlo.layout_mode", ir.StringAttr.get("default"))
                 updated.append(ir.DictAttr.get(entries))
             operation.attributes[key] = ir.ArrayAttr.get(updated)
