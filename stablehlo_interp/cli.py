@@ -316,6 +316,19 @@ def _fuzz_summary(report, out) -> str:
     return "\n".join(lines)
 
 
+def _scoreboard(args, files) -> int:
+    from .conformance.scoreboard import build
+
+    against = []
+    for entry in args.against:
+        name, _, spec = entry.partition("=")
+        against.append((name, spec or name))
+    command = " ".join(["stablehlo-interp", *sys.argv[1:]]) if sys.argv[0].endswith("stablehlo-interp") else ""
+    pathlib.Path(args.scoreboard).write_text(build(files, against, args.campaign, command))
+    print(f"wrote {args.scoreboard}: {len(files)} files, {len(against) + 1} backends")
+    return 0
+
+
 def command_conform(args) -> int:
     from .conformance.conform import BACKEND_ERROR, FAIL, PASS, conform
     from .conformance.progress import ProgressLine
@@ -323,6 +336,8 @@ def command_conform(args) -> int:
     files = expand_paths(args.paths)
     if not files:
         raise UsageError("no .mlir files under " + ", ".join(args.paths))
+    if args.scoreboard:
+        return _scoreboard(args, files)
     line, counts = ProgressLine(sys.stdout, len(files)), {PASS: 0, FAIL: 0}
 
     def file_done(results) -> None:

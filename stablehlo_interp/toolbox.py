@@ -107,7 +107,16 @@ TOOLS = (
         "values with the file's checks and against the interpreter (docs/conformance.md).",
         (*TEST_FILES, *BACKEND,
          Argument("--verbose", "-v", action="store_true", help="list every test, not only the others"),
-         Argument("--json", metavar="PATH", help="also write the results as JSON"))), doc="docs/conformance.md"),
+         Argument("--json", metavar="PATH", help="also write the results as JSON"),
+         Argument("--scoreboard", metavar="OUT.md",
+                  help="instead, write a scoreboard of the interpreter and of each --against backend over the "
+                       "files, by outcome and op family (docs/scoreboard.md)"),
+         Argument("--against", action="append", default=[], metavar="NAME=SPEC",
+                  help="with --scoreboard: a column, SPEC a backend as --backend takes it or results:FILE (a "
+                       "conform --json file written elsewhere); repeat for each"),
+         Argument("--campaign", type=int, default=0, metavar="N",
+                  help="with --scoreboard: also run a generator campaign of N programs (seed 0) on each live "
+                       "backend"))), doc="docs/conformance.md"),
     Tool("trace", "tools.trace", ("trace",), Command(
         "run a function and print every op it executes",
         "Run a function and print each executed op (inside regions too) with a summary of its results and its "

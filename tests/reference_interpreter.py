@@ -3,7 +3,9 @@
 ``stablehlo.eval_module`` aborts the whole process on anything it does not
 support, so it runs in a child process that serves requests over a pipe; if the
 child dies, the request is reported as :class:`ReferenceCrashed` and a fresh
-child is started for the next one.
+child is started for the next one. The evaluation is the package's
+(backends/reference_child.py, ``--backend reference``); this oracle adds a deadline
+after which a hung child counts as such.
 """
 
 from __future__ import annotations
@@ -80,30 +82,13 @@ class ReferenceInterpreter:
 
 
 def _encode(array: np.ndarray):
-    from stablehlo_interp.ir.types import element_type_of
+    from stablehlo_interp.backends.reference_child import encode_argument
 
-    element = element_type_of(array.dtype)
-    return element, array.shape, _storage_bytes(array)
-
-
-def _storage_bytes(array: np.ndarray) -> bytes:
-    """Bytes as MLIR stores dense elements: one whole byte per sub-byte element."""
-    from stablehlo_interp.ir.types import bit_width
-
-    width = bit_width(array.dtype)
-    if array.dtype == np.bool_:
-        return np.ascontiguousarray(array, np.uint8).tobytes()
-    if width < 8:
-        return (np.ascontiguousarray(array).view(np.uint8) & ((1 << width) - 1)).tobytes()
-    return np.ascontiguousarray(array).tobytes()
+    return encode_argument(array)
 
 
 def _serve() -> None:
-    from jax._src.interpreters import mlir as jax_mlir
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo
-
-    from stablehlo_interp.ir.decode import load_quant_dialect
+    from stablehlo_interp.backends.reference_child import evaluate
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
@@ -112,19 +97,7 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            context = jax_mlir.make_ir_context()
-            load_quant_dialect(context)  # for !quant.uniform types
-            stablehlo.register_interpreter_dialect(context)  # interpreter.run_parallel
-            with context, ir.Location.unknown():
-                module = ir.Module.parse(module_text)
-                attrs = []
-                for element, shape, raw in args:
-                    dims = "".join(f"{d}x" for d in shape)
-                    text = f'dense<"0x{raw.hex().upper()}"> : tensor<{dims}{element}>' if raw else \
-                        f"dense<> : tensor<{dims}{element}>"
-                    attrs.append(ir.Attribute.parse(text))
-                results = stablehlo.eval_module(module, attrs)
-                _send(stdout, ("ok", [str(r) for r in results]))
+            _send(stdout, ("ok", evaluate(module_text, args)))
         except Exception as e:  # noqa: BLE001 - any failure of the C++ interpreter's bindings goes back to the parent as its message
             _send(stdout, ("error", f"{type(e).__name__}: {e}"))
 

@@ -39,7 +39,7 @@ def test_every_backend_follows_the_protocol():
         return [np.zeros(1)]
 
     for backend in (resolve("cpu"), resolve("iree:vmvx"), resolve(mine), CommandBackend("tool {mlir}"),
-                    InterpreterBackend()):
+                    InterpreterBackend(), resolve("reference")):
         assert isinstance(backend, Backend), backend
     assert (resolve("iree:vmvx").target, resolve("iree").target, resolve("iree").name) == ("vmvx", "llvm-cpu",
                                                                                              "iree:llvm-cpu")
@@ -342,3 +342,23 @@ def test_compare_judges_ops_whose_operand_is_a_tuple():
     comparison = si.compare(text, np.ones(3, np.float32), np.ones(2, np.float32), backend=wrong, tolerance=(0, 0))
     assert not comparison.ok and comparison.kinds == ["rounding noise"]
     assert comparison.ops["rounding noise"] == 2   # the exponential, and the value taken out of the tuple
+
+
+def test_the_cpp_reference_interpreter_as_a_backend_gives_the_specs_values_and_its_refusals():
+    """StableHLO's own reference interpreter (``--backend reference``): the values of a spec
+    rule XLA's CPU departs from (a shift past the bit width is 0), and a CHLO op it does not
+    implement as a verdict, in its child process, after which the next program runs."""
+    backend = resolve("reference")
+    shift = """func.func @main(%a: tensor<3xi32>, %b: tensor<3xi32>) -> tensor<3xi32> {
+  %0 = stablehlo.shift_left %a, %b : tensor<3xi32>
+  return %0 : tensor<3xi32>
+}"""
+    (values,) = backend(shift, [np.array([1, 1, -1], np.int32), np.array([3, 32, 40], np.int32)])
+    assert values.tolist() == [8, 0, 0] and values.dtype == np.int32
+    with pytest.raises(BackendError):
+        backend("""func.func @main(%a: tensor<f32>) -> tensor<f32> {
+  %0 = chlo.erf %a : tensor<f32> -> tensor<f32>
+  return %0 : tensor<f32>
+}""", [np.float32(0.5)])
+    (again,) = backend(ADD_I32, [np.array([1, 2, 3], np.int32), np.array([2**31 - 1, 0, 0], np.int32)])
+    assert again.tolist() == [-2**31, 2, 3]

@@ -17,6 +17,8 @@ failed to run it). They are verdicts on the backend: ``conform``, ``compare`` an
 
 * a JAX platform name (``"cpu"``, ``"gpu"``, ``"interp"`` ...): the module is
   compiled by that platform's PJRT client (:class:`~.jax.JaxBackend`);
+* ``"reference"``: StableHLO's C++ reference interpreter in jaxlib, in a child process
+  (:class:`~.reference.ReferenceBackend`);
 * ``"iree"`` or ``"iree:TARGET"`` (``"iree:llvm-cpu"``, ``"iree:vmvx"``): IREE's
   compiler and runtime, in a child process (:class:`~.iree.IreeBackend`; the
   ``iree`` extra); ``options`` are extra compiler flags;
@@ -42,10 +44,11 @@ from .interpreter import InterpreterBackend
 from .iree import IreeBackend
 from .jax import JaxBackend
 from .recorded import RecordedBackend, RecordingBackend
+from .reference import ReferenceBackend
 
 __all__ = ["Backend", "BackendCompileError", "BackendCrash", "BackendError", "CommandBackend",
            "InterpreterBackend", "IreeBackend", "JaxBackend", "RecordedBackend", "RecordingBackend",
-           "resolve"]
+           "ReferenceBackend", "resolve"]
 
 
 @runtime_checkable
@@ -71,6 +74,8 @@ def resolve(backend, options: Sequence[str] = ()) -> Backend:
             return IreeBackend(target or "llvm-cpu", flags=options)
         if family == "recorded" and not options:
             return RecordedBackend(target)
+        if backend == "reference" and not options:
+            return ReferenceBackend()
         if options:
             raise ValueError(f"backend options are for IREE's compiler; the JAX platform {backend} takes none")
         return JaxBackend(backend)

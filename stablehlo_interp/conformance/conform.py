@@ -52,7 +52,7 @@ from ..ir.edit import checks_as_results
 from ..engine.numerics import ulp_difference
 from ..program import Program
 from ..backends import Backend, BackendError, resolve
-from ..judge.bounds import NOISE
+from ..judge.bounds import NOISE, PRECISION
 from ..tools.compare import compare
 from . import junit
 from .testfile import (disabled_reason, expand_paths, legalizes_chlo, location_in_file, outcome_of_error,
@@ -302,7 +302,7 @@ def _first_divergence(program_text: str, backend: Backend, path: str) -> tuple[s
         return None, ("the backend's values are the interpreter's: "
                       "the test's expectation does not hold under the interpreter either")
     if comparison.divergence is None:
-        return (NOISE if comparison.noise_only else None), comparison.note
+        return (NOISE if comparison.noise_only else PRECISION if comparison.explained else None), comparison.note
     text = comparison.divergence.describe(backend.name)
     where = location_in_file(comparison.divergence.location, path)
     text = text.replace(f" at {comparison.divergence.location}", f" at {where}", 1) if where else text

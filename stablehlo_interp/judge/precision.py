@@ -54,7 +54,8 @@ class DeclaredPrecision:
     BF16_3X or NATIVE); ``elementwise`` maps ``(op name, element type)`` to its
     :class:`ElementwiseAccuracy` (element type ``"*"``: every float type);
     ``flushes_subnormals``: subnormal operands and results may be read or written as
-    zero; ``f64_ulps``: every f64 op (emulated) within this many ULP."""
+    zero; ``f64_ulps``: every f64 and complex<f64> op (emulated), constants included,
+    within this many ULP."""
 
     name: str
     matmul: dict = field(default_factory=dict)
@@ -83,7 +84,7 @@ class DeclaredPrecision:
     def accuracy(self, op: str, element_type: str) -> ElementwiseAccuracy | None:
         """The declared accuracy of an element-wise ``op`` on ``element_type`` (None: the spec's)."""
         found = self.elementwise.get((op, element_type)) or self.elementwise.get((op, "*"))
-        if element_type == "f64" and self.f64_ulps:
+        if element_type in ("f64", "c128") and self.f64_ulps:   # complex<f64>: two emulated f64
             emulated = ElementwiseAccuracy(self.f64_ulps)
             return emulated if found is None else ElementwiseAccuracy(max(found.ulps, emulated.ulps), found.absolute)
         return found
