@@ -152,6 +152,8 @@ def scaled_sum(x, y):
 
 def test_the_nonfinite_banner_opens_the_iteration_where_the_nan_appeared(open_page):
     page = open_page(running_log_sum, np.array([1.0, 2.0, -3.0, 4.0], np.float32))
+    line = running_log_sum.__code__.co_firstlineno + 2
+    assert page.inner_text("#banners .nonfinite") == f"non-finite result from: stablehlo.log at test_explorer_browser.py:{line}"
     page.click("#banners .nonfinite")
     selected = page.locator(".node.selected")
     assert op_names(page, ".node.selected") == {"stablehlo.log"}
@@ -352,12 +354,74 @@ def test_a_flax_linen_model_overview(open_page):
     check_overview(page, "x = nn.Dense(width)(x)")
 
 
+def test_search_finds_functions_groups_scopes_and_files(open_page):
+    """A Flax Linen classifier's Optax AdamW step (tests/zoo/): the names the page shows
+    (functions, groups, Flax's module scopes, files) are what its search finds."""
+    import inspect
+
+    import optax
+    from test_tools_trace import flax_optax_step
+
+    with jax.enable_x64(False):        # the zoo is written for 32 bits
+        program = flax_optax_step()
+        page = open_page(program.function, *program.args)
+    page.wait_for_selector("body[data-ready]", state="attached", timeout=120_000)
+
+    def found(query):
+        page.fill("#search", query)
+        titles = page.evaluate("explorer.state.matches.map(id => (explorer.data.groups[id] || explorer.data.steps[id])"
+                               "[explorer.data.groups[id] ? 'title' : 'name'])")
+        return page.inner_text("#search-count"), titles
+
+    loss = "softmax_cross_entropy_with_integer_labels"
+    assert found("softmax") == ("2 matches (2 groups)", [loss, loss])
+    # marked: the collapsed groups of the two passes, which hold them
+    assert [t.split(" ›")[0] for t in texts(page, ".node.group.match > .opname")] == ["▸ forward (jvp)",
+                                                                                   "▸ backward (transpose)"]
+    page.press("#search", "Enter")            # the first opens, selected: what it is, where, which pass
+    assert texts(page, ".node.group.selected > .opname") == [f"▾ {loss}"]
+    details = page.inner_text("#details")
+    assert "pass\nforward pass" in details and "function in\n" + inspect.getsourcefile(optax.losses._classification) in details
+    page.press("#search", "Enter")
+    assert "pass\nbackward pass" in page.inner_text("#details")
+    assert found("adam") == ("1 match (1 group)", ["scale_by_adam.update_fn"])
+    page.press("#search", "Enter")
+    assert texts(page, ".node.group.selected > .opname") == ["▾ scale_by_adam.update_fn"]
+    assert "function in\n" + inspect.getsourcefile(optax.scale_by_adam) in page.inner_text("#details")
+    count, titles = found("transform.py")          # the functions of optax/_src/transform.py
+    assert "scale_by_adam.update_fn" in titles and all("update_fn" in title for title in titles)
+    assert found("Dense_0") == ("2 matches (2 groups)", ["Dense.__call__ › Dense_0"] * 2)     # a Flax module's scope
+    # an op's name: 3 matmuls forward, 5 backward (no gradient for the inputs)
+    assert found("dot_general") == ("8 matches", ["stablehlo.dot_general"] * 8)
+    # FILE:LINE: the line that calls jax.nn.silu, a nested jit: its calls forward, then its derivative's
+    from zoo import flax_linen
+
+    source, first = inspect.getsourcelines(flax_linen.Classifier.__call__)
+    silu_line = first + next(k for k, text in enumerate(source) if "nn.silu(x)" in text)
+    assert found(f"zoo/flax_linen.py:{silu_line}") == ("4 matches", ["func.call @silu"] * 2 + ["func.call @silu_4"] * 2)
+    # the line that takes the gradient made two calls of the loss: which is which
+    page.fill("#search", "")
+    page.locator("#python .line", has_text="jax.value_and_grad(loss_fn").click()
+    calls = texts(page, "#details li.link")
+    assert [re.sub(r" \(\d+ ops\)$", "", call) for call in calls] == ["forward (jvp) › … › loss_fn",
+                                                                     "backward (transpose) › … › loss_fn"]
+    page.locator("#python .line", has_text="x = nn.Dense(width)(x)").click()
+    calls = [re.sub(r" \(\d+ ops\)$", "", call) for call in texts(page, "#details li.link")]
+    assert calls == ["Dense.__call__ › Dense_0, forward pass", "Dense.__call__ › Dense_1, forward pass",
+                     "Dense.__call__ › Dense_1, backward pass", "Dense.__call__ › Dense_0, backward pass"]
+    # the 34 arguments: what they are, by their pytree's roots
+    assert texts(page, "#section-main > .canvas > .node.input > .value") == [
+        "params, opt_state, dropout_key, inputs, labels"]
+    assert page.evaluate(GEOMETRY) == [] and page.evaluate(TRUNCATED) == []
+
+
 @pytest.mark.slow
 def test_a_flax_nnx_transformer_lm_overview(open_page):
     page = zoo_page(open_page, "flax_nnx_transformer_lm")
     # the top: the forward pass (jvp), the backward pass (transpose), the optimizer
     titles = texts(page, "#section-main > .canvas > .node.group > .opname")
-    assert any(title.startswith("▸ jvp") for title in titles) and any(t.startswith("▸ transpose") for t in titles)
+    assert any(title.startswith("▸ forward (jvp)") for title in titles)
+    assert any(title.startswith("▸ backward (transpose)") for title in titles)
     check_overview(page, "h = block(h, mask)")
 
 

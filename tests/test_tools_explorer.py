@@ -219,11 +219,14 @@ def test_ops_are_grouped_by_transformation_and_call():
             assert (groups[item]["parent"] if item in groups else data["steps"][item]["group"]) == gid
     # the top: the forward pass (jvp) and the backward pass (transpose), each with its two calls of layer
     forward, backward = (groups[item] for item in main["items"])
-    assert (forward["title"], backward["title"]) == ("jvp › two_layers_loss", "transpose › two_layers_loss")
+    assert (forward["title"], backward["title"]) == ("forward (jvp) › two_layers_loss",
+                                                   "backward (transpose) › two_layers_loss")
     line = layer.__code__.co_firstlineno + 1
-    for pass_ in (forward, backward):
+    for pass_, words in ((forward, "forward pass"), (backward, "backward pass")):
         calls = [groups[item] for item in pass_["items"] if item in groups]
         assert [call["title"] for call in calls] == ["layer #1", "layer #2"]
+        # each call says which pass it is part of (its pass's own group says it in its title)
+        assert pass_["pass"] is None and {call["pass"] for call in calls} == {words}
         assert all(call["where"]["line"] == two_layers_loss.__code__.co_firstlineno + 1 for call in calls)
         for call in calls:
             # one matmul a call: forward x @ w; backward, the outer call's gradient for its x,
@@ -231,3 +234,54 @@ def test_ops_are_grouped_by_transformation_and_call():
             ops = [data["steps"][sid] for sid in ops_under(call["id"])]
             assert [op["op"] for op in ops].count("stablehlo.dot_general") == 1
             assert {op["line"] for op in ops if op["op"] != "stablehlo.constant"} == {line}
+
+
+def test_a_flax_optax_step_is_named_as_written():
+    """The zoo's Flax Linen classifier and an Optax AdamW step: its groups keep the qualified
+    names of the functions (Optax's Adam is ``scale_by_adam.update_fn``), say which pass of
+    the gradient they are part of, and name the files of their functions; its arguments
+    and results are named by their pytree paths, as JAX's own tree paths spell them."""
+    import inspect
+
+    import optax
+    from test_tools_trace import flax_optax_step
+
+    with jax.enable_x64(False):        # the zoo is written for 32 bits
+        program = flax_optax_step()
+        data = explorer_data(si.explore(program.function, *program.args).html)
+        outputs = jax.eval_shape(program.function, *program.args)
+    groups, files = data["groups"], data["files"]
+    titles = {group["title"] for group in groups.values()}
+    assert not any("<locals>" in title for title in titles)
+    (adam,) = [group for group in groups.values() if group["title"] == "scale_by_adam.update_fn"]
+    assert files[adam["file"]]["path"] == inspect.getsourcefile(optax.scale_by_adam)
+    # the loss's two calls, one a pass; inside each, the calls of the loss function of Optax
+    main = data["regions"][data["sections"][0]]
+    forward, backward, *_ = (groups[item] for item in main["items"] if item in groups)
+    assert re.fullmatch(r"forward \(jvp\) › … › loss_fn", forward["title"])
+    assert re.fullmatch(r"backward \(transpose\) › … › loss_fn", backward["title"])
+
+    def pass_of(gid):      # the pass of the top group around a group
+        while groups[gid]["parent"] is not None:
+            gid = groups[gid]["parent"]
+        return groups[gid]["title"].split(" ›")[0]
+
+    losses = [gid for gid, group in groups.items() if group["title"] == "softmax_cross_entropy_with_integer_labels"]
+    assert [(groups[gid]["pass"], pass_of(gid)) for gid in losses] == [("forward pass", "forward (jvp)"),
+                                                                      ("backward pass", "backward (transpose)")]
+    assert {files[groups[gid]["file"]]["path"] for gid in losses} == {
+        inspect.getsourcefile(optax.softmax_cross_entropy_with_integer_labels)}
+    # the arguments: step(params, opt_state, dropout_key, inputs, labels), each leaf by its path
+    parameters = inspect.signature(program.function).parameters
+    paths = [name + jax.tree_util.keystr(path) for name, argument in zip(parameters, program.args)
+             for path, _ in jax.tree_util.tree_flatten_with_path(argument)[0]]
+    assert [node["name"] for node in main["inputs"]] == paths and len(paths) == 34
+    assert main["inputs"][33] == {"name": "labels", "type": "i32[4]", "id": f"{main['id']}i33"}
+    assert main["input_summary"] == "params, opt_state, dropout_key, inputs, labels"
+    results = ["result" + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(outputs)[0]]
+    assert main["ret"]["names"] == results
+    assert main["ret"]["summary"] == "result['grads'], result['loss'], result['opt_state'], result['params']"
+    # a called function's arguments have no names: numbered
+    silu = data["regions"][next(rid for rid in data["sections"] if data["regions"][rid]["title"] == "@silu")]
+    assert [node["name"] for node in silu["inputs"]] == ["%arg0"] and silu["input_summary"] is None
+    assert "names" not in silu["ret"]

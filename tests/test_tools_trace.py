@@ -1,13 +1,18 @@
 """si.trace: every executed op with value summaries, nesting and folding; the device recorder."""
 
+import inspect
+import warnings
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import stablehlo_interp as si
 from stablehlo_interp.engine import registry
-from stablehlo_interp.tools import TraceRecorder
+from stablehlo_interp.tools import NoMatchWarning, TraceRecorder
 from stablehlo_interp.judge.summary import summarize
+from oracles import run_xla
 
 # x doubled n times in a while loop, then summed. Line numbers matter: the
 # transcript below names them.
@@ -89,6 +94,113 @@ def test_trace_is_data(doubling):
     record = trace.as_dicts()[-1]
     assert record["op"] == "stablehlo.reduce" and record["results"] == ["f32[] 192"]
     assert record["source"].endswith("doubling.mlir:16") and record["nonfinite"] == 0
+
+
+def test_find_takes_a_file_name_and_says_when_nothing_matches():
+    import optax
+
+    def loss(logits, labels):
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean() * 2.0
+
+    logits = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], np.float32)
+    labels = np.array([1, 2], np.int32)
+    trace = si.trace(loss, logits, labels, values=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # a selector that chooses ops warns of nothing
+        in_optax = trace.find("_classification.py")
+        here = trace.find("test_tools_trace.py")
+        assert trace.find("optax/losses/_classification.py") == in_optax     # a path's end, as FILE:LINE takes
+        assert trace.find(inspect.getsourcefile(optax.softmax_cross_entropy_with_integer_labels)) == in_optax
+    # the loss's lines in optax: its log-sum-exp, its take_along_axis (a nested jit, one call op)
+    assert {"stablehlo.exponential", "stablehlo.log", "func.call"} <= {record.op for record in in_optax}
+    assert {record.frame.file for record in in_optax} == {inspect.getsourcefile(optax.losses._classification)}
+    per_example = in_optax[-1]      # the loss of each example (its last line), as XLA computes it
+    np.testing.assert_allclose(per_example.values[0], run_xla(optax.softmax_cross_entropy_with_integer_labels,
+                                                              logits, labels)[0], rtol=1e-6)
+    # this file's: the mean and the doubling of loss's line, and the literals jit puts at its call
+    line = loss.__code__.co_firstlineno + 1
+    assert [(r.op, r.frame.line) for r in here if r.op != "stablehlo.constant"] == [
+        ("stablehlo.reduce", line), ("stablehlo.divide", line), ("stablehlo.multiply", line)]
+    # every op with a frame of its own came from one of the two files
+    assert sorted(r.number for r in in_optax + here) == [r.number for r in trace if r.frame_reason is None]
+    # a selector that chooses nothing: an empty list, and a warning that says how it was read and what there is
+    with pytest.warns(NoMatchWarning, match=r"'_clasification.py' \(read as the op name _clasification.py or a "
+                      r"file named '_clasification.py'\).*the files .*_classification.py"):
+        assert trace.find("_clasification.py") == []
+    with pytest.warns(NoMatchWarning, match=r"read as the op name stablehlo.softmx\); the trace's ops are "
+                      r"broadcast_in_dim, func.call, constant, .* and 8 more, from the files _classification.py, "
+                      r"test_tools_trace.py$"):
+        assert trace.find("softmx") == []
+    with pytest.warns(NoMatchWarning, match="read as the ops of line 9 of a file named 'test_tools_trace.py'"):
+        assert trace.find("test_tools_trace.py:9") == []
+
+
+def flax_optax_step():
+    """The zoo's Flax Linen classifier (two hidden layers of Dense, LayerNorm, SiLU and
+    dropout) and one step of Optax's AdamW, small: its ``ZooProgram``."""
+    from zoo import flax_linen
+
+    return flax_linen.mlp_classifier(features=4, widths=(8, 8), classes=3, batch=4)
+
+
+def test_every_record_has_a_frame_or_says_why_not():
+    from zoo import flax_linen
+
+    with jax.enable_x64(False):        # the zoo is written for 32 bits
+        program = flax_optax_step()
+        trace = si.trace(program.function, *program.args)
+    # JAX lowers a jitted library function (jax.nn.silu, the PRNG's threefry) with no Python
+    # frame in its ops' locations: they take the line of the call that ran them
+    borrowed = [record for record in trace if record.location.frame is None]
+    assert len(borrowed) > 100 and all(record.frame is not None for record in trace)
+    assert [record for record in trace if record.frame_reason is not None] == borrowed
+    source, first = inspect.getsourcelines(flax_linen.Classifier.__call__)
+    silu_line = first + next(k for k, text in enumerate(source) if "nn.silu(x)" in text)
+    (call, *_) = [record for record in trace if record.label == "func.call @silu"]
+    inside = [record for record in trace if record.parent == call.number]
+    assert inside and all(record.frame == call.frame for record in inside)
+    assert (call.frame.file, call.frame.line) == (inspect.getsourcefile(flax_linen), silu_line)
+    assert inside[0].frame_reason == ("its location has no Python frame: the frame is that of the "
+                                      "func.call @silu around it")
+    # the printed trace says so, once, at the first op that takes it
+    where = f"flax_linen.py:{silu_line} (Classifier.__call__)"
+    lines = str(trace).splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("func.call @silu ")))
+    assert lines[at].endswith(f"# {where}")
+    assert lines[at + 1].endswith(f"# inside func.call @silu at {where}") and "#" not in lines[at + 2]
+    assert trace.as_dicts()[inside[0].number]["source_reason"] == inside[0].frame_reason
+
+
+def test_an_op_without_a_frame_says_why(tmp_path):
+    text = """func.func @main(%x: tensor<f32>, %c: tensor<i32>) -> tensor<f32> {
+  %0 = stablehlo.add %x, %x : tensor<f32> loc(unknown)
+  %1 = stablehlo.multiply %0, %0 : tensor<f32> loc("jit(f)/mul")
+  %2 = stablehlo.negate %1 : tensor<f32>
+  %3 = "stablehlo.case"(%c) ({
+    %4 = stablehlo.sqrt %2 : tensor<f32> loc(unknown)
+    stablehlo.return %4 : tensor<f32>
+  }) : (tensor<i32>) -> tensor<f32>
+  return %3 : tensor<f32>
+}
+"""
+    path = tmp_path / "located.mlir"
+    path.write_text(text)
+    trace = si.trace(path, np.float32(1.5), np.int32(0))
+    add, multiply, negate, case, sqrt = trace
+    assert (add.frame, add.frame_reason) == (None, "the module gives this op no location")
+    assert (multiply.frame, multiply.frame_reason) == (None, "its location names no Python frame, only 'jit(f)/mul'")
+    assert (negate.frame.line, negate.frame_reason) == (4, None)
+    assert (sqrt.frame, sqrt.frame_reason) == (case.frame, "its location has no Python frame: the frame is that "
+                                                           "of the stablehlo.case around it")
+    assert str(trace).splitlines() == [
+        "stablehlo.add                       f32[] 3  # no source: the module gives this op no location",
+        "stablehlo.multiply                  f32[] 9  # no source: its location names no Python frame, only "
+        "'jit(f)/mul'",
+        "stablehlo.negate                    f32[] -9  # located.mlir:4",
+        "stablehlo.case                      f32[] nan  # located.mlir:5",
+        "  branch 0",
+        "    stablehlo.sqrt                  f32[] nan  # inside stablehlo.case at located.mlir:5"]
+    assert str(sqrt) == "stablehlo.sqrt  f32[] nan  # inside stablehlo.case at located.mlir:5"
 
 
 def test_folding_is_adjustable(doubling):

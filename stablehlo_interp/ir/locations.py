@@ -90,7 +90,11 @@ class SourceLocation:
 def describe_location(location: SourceLocation | None) -> str:
     """``model.py:8 (f)``: the innermost Python frame, file name without directories
     ('' when the location has no Python frame)."""
-    frame = location.frame if location else None
+    return describe_frame(location.frame if location else None)
+
+
+def describe_frame(frame: Frame | None) -> str:
+    """``model.py:8 (f)``: a frame, its file name without directories ('' for None)."""
     if frame is None:
         return ""
     where = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}"

@@ -42,13 +42,13 @@ from .portability import Finding, PortabilityReport, portability
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
 from .profile import OpTime, Profile, Profiler, profile
 from .region_calls import RegionCall
-from .trace import OpRecord, Trace, TraceRecorder, trace
+from .trace import NoMatchWarning, OpRecord, Trace, TraceRecorder, trace
 
 __all__ = [
     "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CollectiveTraffic",
     "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
     "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
-    "JaxBackend", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
+    "JaxBackend", "NoMatchWarning", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
     "Probe", "ProbeFile", "ProbeRecorder", "RecordedBackend", "RecordingBackend", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",

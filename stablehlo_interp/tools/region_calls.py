@@ -10,7 +10,7 @@ from __future__ import annotations
 import linecache
 from dataclasses import dataclass
 
-from ..ir.locations import SourceLocation, describe_location
+from ..ir.locations import Frame, SourceLocation, describe_location
 
 # Names of the regions of ops that have several (or a meaningful one).
 _REGION_NAMES = {
@@ -91,7 +91,11 @@ def op_label(step) -> str:
 
 def source_text(location: SourceLocation | None) -> str:
     """The Python line an op came from, stripped ('' when the file is not readable)."""
-    frame = location.frame if location else None
+    return line_text(location.frame if location else None)
+
+
+def line_text(frame: Frame | None) -> str:
+    """The line of source a frame points at, stripped ('' for None or an unreadable file)."""
     return linecache.getline(frame.file, frame.line).strip() if frame else ""
 
 

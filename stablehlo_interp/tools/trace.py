@@ -16,14 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 import html
+import warnings
 from dataclasses import dataclass, field
 
 from ..engine.run import Listener
 from ..errors import InterpreterError, OpError
-from ..ir.locations import SourceLocation
+from ..ir.locations import Frame, SourceLocation, describe_frame
 from .region_calls import RegionCall, op_label, region_calls
-from ..ir.locations import describe_location
-from .selection import matcher
+from .selection import describe, matcher
 from ..program import prepare
 from .per_device import prepare_checked
 from ..judge.summary import ValueSummary, summarize
@@ -40,6 +40,11 @@ class OpRecord:
     (``values`` holds the arrays themselves when the trace keeps them). An op
     that failed has ``results is None``. ``process`` is the id of the process of
     a grid that ran it (in a per-device run, the device's), None outside a grid.
+
+    ``location`` is the op's own; ``frame`` the Python line that made it, which an op
+    of a function JAX lowered with no Python frame lacks in its own location (the ops
+    of a jitted library function such as ``jax.nn.silu``, of the PRNG's threefry):
+    ``frame_reason`` then says where ``frame`` came from, or why there is none.
     """
 
     number: int
@@ -64,13 +69,54 @@ class OpRecord:
     def depth(self) -> int:
         return len(self.stack)
 
+    @property
+    def frame(self) -> Frame | None:
+        """The Python line that made the op: its location's innermost frame; where it has
+        none, that of the innermost op around it that has one (the call of the function
+        whose ops JAX lowered without frames). None where no op around it has one either."""
+        return self._source()[0]
+
+    @property
+    def frame_reason(self) -> str | None:
+        """None when ``frame`` is the op's own; else where it came from, or why there is none."""
+        frame, around = self._source()
+        if around is not None:
+            return f"its location has no Python frame: the frame is that of the {around} around it"
+        if frame is not None:
+            return None
+        if not self.location:
+            return "the module gives this op no location"
+        return f"its location names no Python frame, only {self.location.name!r}"
+
+    @property
+    def where(self) -> str:
+        """``model.py:8 (f)``; ``inside func.call @silu at model.py:8 (f)`` for a frame taken
+        from the op around it; ``no source: `` and the reason where there is none."""
+        frame, around = self._source()
+        if frame is None:
+            return f"no source: {self.frame_reason}"
+        return f"inside {around} at {describe_frame(frame)}" if around else describe_frame(frame)
+
+    def _source(self) -> tuple[Frame | None, str | None]:
+        """The frame, and the op around whose frame it is (``func.call @silu``,
+        ``stablehlo.while``; None for the op's own frame, or none)."""
+        own = self.location.frame
+        if own is not None:
+            return own, None
+        for call in reversed(self.stack):
+            frame = call.location.frame if call.location else None
+            if frame is not None:
+                return frame, f"{call.op} {call.region}" if call.region.startswith("@") else call.op
+        return None, None
+
     def as_dict(self) -> dict:
         """The record as JSON-ready data."""
-        frame = self.location.frame
+        frame = self.frame
         return {
             "number": self.number, "op": self.op, "label": self.label, "parent": self.parent, "process": self.process,
             "location": str(self.location) if self.location else None,
             "source": f"{frame.file}:{frame.line}" if frame else None,
+            "source_reason": self.frame_reason,
             "stack": [{"op": c.op, "region": c.region, "call": c.call, "vectorized": c.vectorized}
                       for c in self.stack],
             "result_types": list(self.result_types),
@@ -80,8 +126,7 @@ class OpRecord:
 
     def __str__(self) -> str:
         values = ", ".join(map(str, self.results)) if self.results is not None else "(did not finish)"
-        where = describe_location(self.location)
-        return f"{self.label}  {values}" + (f"  # {where}" if where else "")
+        return f"{self.label}  {values}  # {self.where}"
 
 
 @dataclass
@@ -104,9 +149,24 @@ class Trace:
         return self.records[index]
 
     def find(self, selector) -> list[OpRecord]:
-        """The records of the ops a selector chooses (see ``tools.selection``)."""
+        """The records of the ops a selector chooses (see ``tools.selection``: an op name,
+        ``FILE:LINE``, a file name, a line number, a predicate). When it chooses none: an
+        empty list, and a :class:`NoMatchWarning` that says how the selector was read and
+        which ops and files the trace holds."""
         chosen = matcher(selector)
-        return [record for record in self.records if chosen(record.step)]
+        found = [record for record in self.records if chosen(record.step)]
+        if not found:
+            warnings.warn(self._no_match(selector), NoMatchWarning, stacklevel=2)
+        return found
+
+    def _no_match(self, selector) -> str:
+        if not self.records:
+            return f"no op matches {selector!r}: the trace holds no op"
+        ops = dict.fromkeys(record.op.removeprefix("stablehlo.") for record in self.records)
+        files = dict.fromkeys(record.location.frame.file.rsplit("/", 1)[-1]
+                              for record in self.records if record.location.frame is not None)
+        return (f"no op matches {selector!r} (read as {describe(selector)}); the trace's ops are {_some(ops)}, "
+                f"from {'the files ' + _some(files) if files else 'no file (no op has a source location)'}")
 
     def as_dicts(self) -> list[dict]:
         return [record.as_dict() for record in self.records]
@@ -127,7 +187,7 @@ class Trace:
             calls = f' title="{html.escape(str(record.stack[-1]))}"' if record.stack else ""
             rows.append(f'<tr><td style="padding-left: {0.3 + 1.5 * record.depth}em"{calls}>{html.escape(record.label)}'
                         f"</td><td><code>{html.escape(values)}</code></td>"
-                        f"<td>{html.escape(describe_location(record.location))}</td></tr>")
+                        f"<td>{html.escape(record.where)}</td></tr>")
         more = len(self.records) - limit
         if more > 0:
             rows.append(f'<tr><td colspan="3">... {more} more ops</td></tr>')
@@ -205,6 +265,17 @@ class TraceRecorder(Listener):
             if self._finished == stack.process.grid.size and self.on_trace is not None:
                 self.on_trace(self.trace)
         return None
+
+
+def _some(names, shown: int = 12) -> str:
+    """The first ``shown`` names, and how many more."""
+    names = list(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+class NoMatchWarning(UserWarning):
+    """``Trace.find``'s selector chose no op (a misspelt op name, a file no op came from)."""
 
 
 def _entry_function(step):

@@ -1,20 +1,21 @@
 """The readable form of a trace.
 
 One line per op: its name (indented by nesting), the summary of its results,
-and the source line it came from when that changes. The ops of a region call
-sit under a header (``body, iteration 3``); when an op calls its regions many
-times, only the first ``head`` and the last ``tail`` calls are shown and the
-ones between are folded into one line. With ``sources=True`` (what
-``explain`` prints) ops are grouped under the Python source line they came
-from instead.
+and the source line it came from when that changes (``OpRecord.where``: for an op
+with no Python frame of its own, the line of the op around it, or why there is
+none). The ops of a region call sit under a header (``body, iteration 3``); when
+an op calls its regions many times, only the first ``head`` and the last ``tail``
+calls are shown and the ones between are folded into one line. With
+``sources=True`` (what ``explain`` prints) ops are grouped under the Python
+source line they came from instead.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ..ir.locations import describe_location
-from .region_calls import source_text
+from ..ir.locations import describe_frame
+from .region_calls import line_text
 
 INDENT = "  "
 VALUE_COLUMN = 36   # where result summaries start, unless the op's name is longer
@@ -46,12 +47,14 @@ class _Writer:
         self.last_location: str | None = None
 
     def op(self, depth: int, record) -> None:
-        where = describe_location(record.location)
+        where = record.where
+        if self.sources and record.frame is not None:
+            where = describe_frame(record.frame)   # an op that takes its call's line: under that line
         if record.op == "stablehlo.constant" and self.sources:
             where = ""   # JAX puts literals at the jit call site: keep them under the current line
         label = INDENT * depth + record.label
         if self.sources and where and where != self.last_location:
-            text = source_text(record.location)
+            text = line_text(record.frame)
             self.lines.append(f"{INDENT * depth}── {where}{f': {text}' if text else ''}")
         values = "(did not finish)" if record.results is None else ", ".join(map(str, record.results))
         line = f"{label.ljust(VALUE_COLUMN - 1)} {values}"

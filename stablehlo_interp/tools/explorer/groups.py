@@ -32,11 +32,11 @@ def scope_of(location, outer: tuple) -> tuple:
     The keys: the transformation it was traced under
     (``("transform", "jvp")``: the outermost of the name stack's first component,
     ``jvp`` for a forward pass, ``transpose`` for its backward pass), then
-    ``("call", calling file, line, column, function)`` for each frame below the
-    ``outer`` frames (:func:`outer_frames`) it starts with, then
-    ``("scope", name)`` for each name the
-    name stack holds that is not a transformation (``jax.named_scope``, Flax Linen
-    and Haiku module names)."""
+    ``("call", calling file, line, column, function, function's file)`` for each
+    frame below the ``outer`` frames (:func:`outer_frames`) it starts with (the
+    function as :func:`shown_function` names it), then ``("scope", name)`` for
+    each name the name stack holds that is not a transformation
+    (``jax.named_scope``, Flax Linen and Haiku module names)."""
     if location is None:
         return ()
     path, names = [], []
@@ -54,8 +54,24 @@ def scope_of(location, outer: tuple) -> tuple:
     for depth in range(shared, len(frames)):
         caller = frames[depth - 1] if depth else None
         call_site = (caller.file, caller.line, caller.column) if caller else (None, None, None)
-        path.append((("call", *call_site, frames[depth].function), frames[depth].line))
+        function = shown_function(frames[depth].function, {frame.function for frame in frames[:depth]})
+        path.append((("call", *call_site, function, frames[depth].file), frames[depth].line))
     return tuple(path + names)
+
+
+def shown_function(qualified: str, callers: set) -> str:
+    """A frame's function as its group's title: its qualified name as written, without
+    ``<locals>`` (``scale_by_adam.update_fn``: the ``update_fn`` that Optax's
+    ``scale_by_adam`` made; ``Classifier.__call__``), less the outer functions that
+    are its callers too (the ``<lambda>`` that ``tree_update_moment`` made and calls
+    reads ``<lambda>``, inside ``tree_update_moment``'s group). ``callers``: the
+    qualified names of the frames around it."""
+    parts = qualified.split(".<locals>.")
+    for cut in range(len(parts) - 1, 0, -1):
+        if ".<locals>.".join(parts[:cut]) in callers:
+            parts = parts[cut:]
+            break
+    return ".".join(parts)
 
 
 OUTER_SHARE = 0.9     # the outer frames are those this share of the located ops starts with
@@ -119,11 +135,21 @@ def _next_call(previous, scope, depth) -> bool:
     return line > before if backward else line < before
 
 
+PASSES = {"jvp": "forward", "transpose": "backward"}    # the passes of a gradient, by their transformation
+
+
 def _title(key) -> str:
-    if key[0] in ("transform", "scope"):
-        return key[1]
-    function = key[4]
-    return function.rsplit(".<locals>.", 1)[-1]
+    if key[0] == "transform":
+        return f"{PASSES[key[1]]} ({key[1]})" if key[1] in PASSES else key[1]
+    return key[1] if key[0] == "scope" else key[4]
+
+
+def _pass(transform: str | None) -> str | None:
+    """The transformation a group's ops were traced under, in words: ``forward pass``
+    (``jvp``), ``backward pass`` (``transpose``), ``under vmap`` (None: none)."""
+    if transform is None:
+        return None
+    return f"{PASSES[transform]} pass" if transform in PASSES else f"under {transform}"
 
 
 class GroupBuilder:
@@ -134,6 +160,7 @@ class GroupBuilder:
         self.files = files
         self.groups: dict[str, dict] = {}
         self.count = 0
+        self.titled_passes: set[str] = set()    # the groups whose title names their pass (``forward (jvp) › f``)
 
     def group(self, region: dict, scopes: dict, operands: dict, steps: dict) -> None:
         """Sets ``region["items"]`` (its top items: step and group ids) and each step's
@@ -162,9 +189,13 @@ class GroupBuilder:
         region["items"] = self._split(items, None, region["id"], steps)
 
     def page_groups(self) -> dict[str, dict]:
-        """The groups, each call site (``where``) as the Python panel's file index and line;
-        a long title (a chain of single calls) shortened to its ends, whole in ``path``."""
-        for group in self.groups.values():
+        """The groups, each call site (``where``) as the Python panel's file index and line,
+        and the called function's file (``file``) as its index; a long title (a chain of
+        single calls) shortened to its ends, whole in ``path``; ``pass`` None where the
+        title names it."""
+        for gid, group in self.groups.items():
+            if gid in self.titled_passes:
+                group["pass"] = None
             parts = group["title"].split(" › ")
             group["path"] = group["title"]
             if len(parts) > 3:
@@ -172,6 +203,8 @@ class GroupBuilder:
             if group["where"] is not None:
                 file, line = group["where"]
                 group["where"] = {"file": self.files.index(file, line), "line": line} if file else None
+            if group["file"] is not None:
+                group["file"] = self.files.index(*group["file"])
         return self.groups
 
     def _build(self, entries, depth, parent, rid, steps) -> list[str]:
@@ -187,18 +220,26 @@ class GroupBuilder:
             while (end < len(entries) and len(entries[end][1]) > depth and entries[end][1][depth][0] == key
                    and not _next_call(entries[end - 1][1], entries[end][1], depth)):
                 end += 1
-            gid = self._new(rid, parent, _title(key), key[1:3] if key[0] == "call" else None)
+            transform = scope[0][0][1] if scope[0][0][0] == "transform" else None
+            call = key[0] == "call"
+            gid = self._new(rid, parent, _title(key), _pass(transform), key[1:3] if call else None,
+                            (key[5], scope[depth][1]) if call else None)
+            if key[0] == "transform":
+                self.titled_passes.add(gid)
             inner = self._build(entries[start:end], depth + 1, gid, rid, steps)
             items.append(self._flatten(gid, inner, steps))
             start = end
         self._number(items)
         return items
 
-    def _new(self, rid, parent, title, call_site=None) -> str:
+    def _new(self, rid, parent, title, pass_=None, call_site=None, function_line=None) -> str:
+        """A group: ``pass_`` the transformation its ops were traced under, in words
+        (:func:`_pass`; None); ``call_site`` and ``function_line``
+        the (file, line) of its call and of a line in the called function."""
         gid = f"g{self.count}"
         self.count += 1
-        self.groups[gid] = {"id": gid, "region": rid, "parent": parent, "title": title, "where": call_site,
-                            "items": [], "ops": 0}
+        self.groups[gid] = {"id": gid, "region": rid, "parent": parent, "title": title, "pass": pass_,
+                            "where": call_site, "file": function_line, "items": [], "ops": 0}
         return gid
 
     def _flatten(self, gid, inner, steps) -> str:
@@ -210,8 +251,12 @@ class GroupBuilder:
             del self.groups[gid]
             self._reparent(only, group["parent"], steps)
             if only in self.groups:
-                self.groups[only]["title"] = f"{group['title']} › {self.groups[only]['title']}"
-                self.groups[only]["where"] = self.groups[only]["where"] or group["where"]
+                inner = self.groups[only]
+                inner["title"] = f"{group['title']} › {inner['title']}"
+                inner["where"] = inner["where"] or group["where"]
+                inner["file"] = inner["file"] or group["file"]
+                if gid in self.titled_passes:
+                    self.titled_passes.add(only)
             return only
         group["items"] = inner
         group["ops"] = sum(self.groups[item]["ops"] if item in self.groups else 1 for item in inner)
@@ -246,8 +291,9 @@ class GroupBuilder:
             count = math.ceil(len(items) / MAX_ITEMS)
             size = math.ceil(len(items) / count)
             parts = []
+            pass_ = self.groups[parent]["pass"] if parent is not None else None
             for index in range(count):
-                gid = self._new(rid, parent, f"part {index + 1} of {count}")
+                gid = self._new(rid, parent, f"part {index + 1} of {count}", pass_)
                 chunk = items[index * size:(index + 1) * size]
                 for item in chunk:
                     self._reparent(item, gid, steps)

@@ -136,8 +136,8 @@ class _Files:
         return position
 
     def panel(self, function_lines) -> list[dict]:
-        """Per file: its shown name and its lines (the function's whole source and each
-        line an op or equation came from; ``None`` marks a gap)."""
+        """Per file: its shown name, its path and its lines (the function's whole source
+        and each line an op or equation came from; ``None`` marks a gap)."""
         if function_lines is not None:
             path, first, last = function_lines
             for line in range(first, last + 1):
@@ -151,7 +151,7 @@ class _Files:
                     shown.append(None)
                 shown.append([line, linecache.getline(path, line).rstrip("\n")])
                 previous = line
-            panels.append({"name": name if names.count(name) == 1 else path, "lines": shown})
+            panels.append({"name": name if names.count(name) == 1 else path, "path": path, "lines": shown})
         return panels
 
 
@@ -181,9 +181,15 @@ class _Graph:
         self.functions = {name: function for name, function in program.functions.items()
                           if function.region is not None}
         for name in sorted(self.functions, key=lambda name: name != entry):   # the entry function first
-            region = self.functions[name].region
-            arguments = [{"name": f"%arg{k}", "type": type_text_of(t)} for k, t in enumerate(region.arg_types)]
-            self.sections.append(self._region(region, f"@{name}", None, arguments))
+            function = self.functions[name]
+            arguments = [{"name": given or f"%arg{k}", "type": type_text_of(t)}
+                         for k, (given, t) in enumerate(zip(function.arg_names, function.region.arg_types))]
+            rid = self._region(function.region, f"@{name}", None, arguments)
+            self.sections.append(rid)
+            self.regions[rid]["input_summary"] = names_summary(function.arg_names)
+            if any(function.result_names):
+                self.regions[rid]["ret"]["names"] = list(function.result_names)
+                self.regions[rid]["ret"]["summary"] = names_summary(function.result_names)
         self.groups = self._group(function_lines)
 
     def _group(self, function_lines) -> dict[str, dict]:
@@ -253,6 +259,28 @@ class _Graph:
             "regions": [], "calls": callee, "hlo": None,
         }
         return sid
+
+
+_PATH_PART = re.compile(r"\[[^\]]*\]|\.[^.\[]+|[^.\[]+")
+SUMMARY_NAMES = 6     # at most this many names in a summary of many values' names
+
+
+def names_summary(names) -> str | None:
+    """What values named by their pytree paths are, in a few names: the distinct
+    prefixes of their paths at the first depth where they differ (``params, opt_state,
+    inputs, labels`` for 34 arguments; ``result['grads'], result['loss']`` for results);
+    None when a value has no name or the prefixes are as many as the values."""
+    if not names or not all(names):
+        return None
+    paths = [_PATH_PART.findall(name) for name in names]
+    for depth in range(1, max(map(len, paths)) + 1):
+        prefixes = list(dict.fromkeys("".join(path[:depth]) for path in paths))
+        if len(prefixes) > 1:
+            break
+    if len(prefixes) == len(names):
+        return None
+    more = f" and {len(prefixes) - SUMMARY_NAMES} more" if len(prefixes) > SUMMARY_NAMES else ""
+    return ", ".join(prefixes[:SUMMARY_NAMES]) + more
 
 
 def type_text_of(declared) -> str:

@@ -71,6 +71,10 @@
   measure.font = "10px monospace";
 
   function lineKey(file, line) { return file + ":" + line; }
+  // ``model.py:8``: a step's (or a call site's) file, as the Python panel names it, and line.
+  function sourceOf(at) { return `${data.files[at.file].name}:${at.line}`; }
+  // A group's title, with the pass of a gradient it is part of (``loss_fn, backward pass``).
+  function groupLabel(gid) { return groups[gid].title + (groups[gid].pass ? ", " + groups[gid].pass : ""); }
 
   // ------------------------------------------------------------------ calls and records
 
@@ -173,7 +177,7 @@
       if (action) button.addEventListener("click", action); else button.disabled = true;
       banners.appendChild(button);
     };
-    const where = sid => `${steps[sid].name}` + (steps[sid].line !== null ? ` at line ${steps[sid].line}` : "");
+    const where = sid => steps[sid].name + (steps[sid].file !== null ? " at " + sourceOf(steps[sid]) : "");
     const nonfinite = data.overlays.nonfinite;
     if (nonfinite) {
       const sid = overlayStep.nonfinite;
@@ -435,12 +439,14 @@
     const graph = graphOf(rid, gid);
     const add = (id, node) => { canvas.appendChild(node); nodes.push([id, node]); shownNodes.set(id, node); };
     if (gid === null && region.inputs.length > MAX_PORTS) {
-      add(rid + ":inputs", portNode("input", rid + ":inputs", `${region.inputs.length} inputs`,
+      add(rid + ":inputs", portNode("input", rid + ":inputs", `${region.inputs.length} inputs`, region.input_summary ||
                                     `${region.inputs[0].name} … ${region.inputs[region.inputs.length - 1].name}`));
     } else if (gid === null) {
       region.inputs.forEach((input, index) => {
         const value = inputValue(rid, call, index);
-        add(input.id, portNode("input", input.id, input.name, value ? value.s : input.type));
+        const node = portNode("input", input.id, input.name, value ? value.s : input.type);
+        if (region.owner === null) node.title = `%arg${index}`;    // a function's argument, as the module names it
+        add(input.id, node);
       });
     } else {
       for (const port of graph.ports) add(port.id, portNode("input port", port.id, port.name, port.type));
@@ -456,8 +462,7 @@
         if (state.open.has(item)) renderCanvas(rid, node, item);   // measured in place
       }
     }
-    if (gid === null) add(region.ret.id, portNode("ret", region.ret.id, "return", region.ret.types.length > MAX_PORTS ?
-                                                  `${region.ret.types.length} results` : region.ret.types.join(", ") || "()"));
+    if (gid === null) add(region.ret.id, portNode("ret", region.ret.id, "return", returnText(region.ret)));
     else if (graph.leaves) add(gid + ":out", portNode("ret port", gid + ":out", "to outside", ""));
     const sizes = nodes.map(([id, node]) => [id, node.offsetWidth, node.offsetHeight]);
     const layout = layoutOf(rid + "/" + gid, sizes, graph.edges);
@@ -493,6 +498,15 @@
     canvas.insertBefore(svg, canvas.firstChild);
   }
 
+  // What a function returns: its results' types (with the names of its pytree's
+  // paths where the program gives them), or how many and, in a few names, what.
+  function returnText(ret) {
+    const count = ret.types.length, names = ret.names || [];
+    if (count > MAX_PORTS) return `${count} results` + (ret.summary ? ": " + ret.summary : "");
+    return ret.types.map((type, index) => names[index] && names[index] !== "result" ? `${names[index]}: ${type}` : type)
+      .join(", ") || "()";
+  }
+
   function portNode(kind, id, name, text) {
     const node = el("div", "node " + kind);
     node.dataset.node = id;
@@ -506,7 +520,9 @@
     const group = groups[gid], open = state.open.has(gid);
     const node = el("div", "node group" + (open ? " open" : ""));
     node.dataset.node = gid;
-    node.title = group.path + (group.where ? ` (called at ${data.files[group.where.file].name}:${group.where.line})` : "");
+    node.title = group.path + (group.pass ? `\n${group.pass}` : "") +
+      (group.where ? `\ncalled at ${sourceOf(group.where)}` : "") +
+      (group.file !== null ? `\nfunction in ${data.files[group.file].path}` : "");
     const head = el("div", "opname", (open ? "▾ " : "▸ ") + group.title);
     const flows = flowsOf(rid)[gid] || {in: new Set(), out: new Set()};
     node.append(head, el("div", "where", `${group.ops} ops · ${flows.in.size} in → ${flows.out.size} out`));
@@ -645,6 +661,12 @@
     let key = null;
     if (selection.kind === "line") {
       key = lineKey(selection.file, selection.line);
+    } else if (selection.kind === "group") {
+      const where = groups[selection.gid].where;
+      mark(shownNodes.get(selection.gid), "selected");
+      if (where !== null)
+        for (const row of document.querySelectorAll(`#python [data-key="${lineKey(where.file, where.line)}"]`))
+          mark(row, "hl");
     } else {
       const step = steps[selection.sid];
       mark(shownNodes.get(selection.sid), "selected");
@@ -668,6 +690,7 @@
   function refreshDetails() {
     const details = document.getElementById("details");
     const selection = state.selection;
+    if (selection && selection.kind === "group") { showGroup(selection.gid); return; }
     if (!selection || selection.kind !== "step") {
       if (selection && selection.kind === "line") {
         details.textContent = "";
@@ -686,7 +709,7 @@
           details.appendChild(el("p", null, `made ${calls.length} call(s) (groups of ops):`));
           const callList = el("ul");
           for (const gid of calls) {
-            const item = el("li", "link", `${groups[gid].title} (${groups[gid].ops} ops)`);
+            const item = el("li", "link", `${groupLabel(gid)} (${groups[gid].ops} ops)`);
             item.addEventListener("click", () => openGroup(gid));
             callList.appendChild(item);
           }
@@ -736,6 +759,26 @@
       }
       details.appendChild(block);
     });
+  }
+
+  // A group's details: what it is (its whole title, the pass it is part of, where it was
+  // called, where its function is), its size and the values flowing in and out.
+  function showGroup(gid) {
+    const group = groups[gid], details = document.getElementById("details");
+    details.textContent = "";
+    details.appendChild(el("h3", null, group.path));
+    const list = el("dl");
+    const add = (term, text) => { list.append(el("dt", null, term), el("dd", null, text)); return list.lastChild; };
+    if (group.pass) add("pass", group.pass);
+    if (group.where !== null) {
+      const call = add("called at", sourceOf(group.where));
+      call.classList.add("link");
+      call.addEventListener("click", () => select({kind: "line", file: group.where.file, line: group.where.line}));
+    }
+    if (group.file !== null) add("function in", data.files[group.file].path);
+    const flows = flowsOf(group.region)[gid] || {in: new Set(), out: new Set()};
+    add("ops", `${group.ops} · ${flows.in.size} values in → ${flows.out.size} out`);
+    details.appendChild(list);
   }
 
   // The whole text of kept value ``index`` (an element, or a hint when the file that
@@ -825,35 +868,111 @@
 
   // ------------------------------------------------------------------ search
 
+  // The step, group or op region's owner that holds ``id`` (a step or a group); null at
+  // a function's top.
+  function containerOf(id) {
+    const item = steps[id] || groups[id];
+    const parent = steps[id] ? item.group : item.parent;
+    return parent !== null ? parent : regions[item.region].owner;
+  }
+
+  // What a query is matched against, lowercased (made at the first search): an op's name,
+  // its Python function and file, its JAX name (the name stack: transformations,
+  // jax.named_scope, Flax and Haiku modules); a group's titles and its function's file.
+  let searchTexts = null;
+  function searchTextsOf() {
+    if (searchTexts !== null) return searchTexts;
+    const path = index => index === null ? "" : data.files[index].path;
+    searchTexts = new Map();
+    for (const sid in steps) {
+      const step = steps[sid];
+      searchTexts.set(sid, [step.name, step.function || "", path(step.file), step.jax || ""].join("\n").toLowerCase());
+    }
+    for (const gid in groups) searchTexts.set(gid, [groups[gid].path, path(groups[gid].file)].join("\n").toLowerCase());
+    return searchTexts;
+  }
+
+  // Each step and group's position in the page (its sections, their items in order, an
+  // op's regions after it).
+  let pageOrder = null;
+  function pageOrderOf() {
+    if (pageOrder !== null) return pageOrder;
+    pageOrder = new Map();
+    const visit = id => {
+      pageOrder.set(id, pageOrder.size);
+      if (groups[id]) groups[id].items.forEach(visit);
+      else for (const rid of steps[id].regions) regions[rid].items.forEach(visit);
+    };
+    for (const rid of data.sections) regions[rid].items.forEach(visit);
+    return pageOrder;
+  }
+
+  // The ops and groups a query finds, in page order: by line (a number: a Python or a
+  // StableHLO line; ``FILE:LINE``: a Python line, the file's name or the end of its path),
+  // else by text in their names (op, function, file, JAX name, group title). What is
+  // inside a group found is not counted apart.
+  function matchesOf(query) {
+    const located = /^(.+):(\d+)$/.exec(query);
+    let stepFound, groupFound = () => false;
+    if (/^\d+$/.test(query)) {
+      const line = Number(query);
+      stepFound = sid => steps[sid].line === line || steps[sid].hlo === line;
+    } else if (located) {
+      const file = located[1].replace(/^\/+/, ""), line = Number(located[2]);
+      const inFile = index => {
+        const path = data.files[index].path.toLowerCase();
+        return path === file || path.endsWith("/" + file);
+      };
+      stepFound = sid => steps[sid].line === line && inFile(steps[sid].file);
+      groupFound = gid => groups[gid].where !== null && groups[gid].where.line === line && inFile(groups[gid].where.file);
+    } else {
+      const texts = searchTextsOf();
+      stepFound = sid => texts.get(sid).includes(query);
+      groupFound = gid => texts.get(gid).includes(query);
+    }
+    const found = new Set(Object.keys(groups).filter(groupFound));
+    const inside = id => {
+      for (let around = containerOf(id); around !== null; around = containerOf(around))
+        if (found.has(around)) return true;
+      return false;
+    };
+    const order = pageOrderOf();
+    return [...found, ...Object.keys(steps).filter(stepFound)].filter(id => !inside(id))
+      .sort((a, b) => order.get(a) - order.get(b));
+  }
+
   function search(query) {
     for (const node of document.querySelectorAll(".match")) node.classList.remove("match");
     query = query.trim().toLowerCase();
-    state.matches = [];
+    state.matches = query ? matchesOf(query) : [];
     state.matchIndex = -1;
-    if (query) {
-      const number = /^\d+$/.test(query) ? Number(query) : null;
-      state.matches = Object.keys(steps).filter(sid => number !== null ?
-        steps[sid].line === number || steps[sid].hlo === number : steps[sid].name.toLowerCase().includes(query));
-    }
     markMatches();
-    document.getElementById("search-count").textContent = query ? `${state.matches.length} match` +
-      (state.matches.length === 1 ? "" : "es") : "";
+    const count = state.matches.length, groupCount = state.matches.filter(id => groups[id]).length;
+    document.getElementById("search-count").textContent = !query ? "" : `${count} match${count === 1 ? "" : "es"}` +
+      (groupCount ? ` (${groupCount} group${groupCount === 1 ? "" : "s"})` : "");
   }
 
   function markMatches() {
-    for (const sid of state.matches) {
-      const node = shownNodeOf(sid);
+    for (const id of state.matches) {
+      const node = shownNodeOf(id);
       if (node) node.classList.add("match");
     }
   }
 
+  // The next op or group found: shown (the groups and regions around it opened; a group
+  // found, opened too) and selected.
   function nextMatch() {
     if (!state.matches.length) return;
     state.matchIndex = (state.matchIndex + 1) % state.matches.length;
-    const sid = state.matches[state.matchIndex];
-    if (reveal(sid)) renderGraphs();
-    select({kind: "step", sid});
-    const node = shownNodes.get(sid);
+    const id = state.matches[state.matchIndex];
+    if (groups[id]) {
+      openGroup(id);
+      select({kind: "group", gid: id});
+      return;
+    }
+    if (reveal(id)) renderGraphs();
+    select({kind: "step", sid: id});
+    const node = shownNodes.get(id);
     if (node) node.scrollIntoView({block: "center", inline: "center"});
   }
 
