@@ -151,7 +151,8 @@ class Families:
     once from the file itself (``paths``: those names to the files read)."""
 
     def __init__(self, paths: dict):
-        self.paths, self._found = paths, {}
+        self.paths: dict = paths
+        self._found: dict = {}
 
     def of(self, file: str) -> str:
         if file not in self._found:
