@@ -54,7 +54,7 @@ from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..ir.edit import operands_module, prefix_module, region_module
 from ..ir.locations import SourceLocation, describe_location
 from ..ir.types import Token
-from ..judge.bounds import BEYOND, DATA_PARALLEL_REGIONS, noise_runs, spread_allowance, within
+from ..judge.bounds import BEYOND, DATA_PARALLEL_REGIONS, NOISE_RUNS, noise_runs, spread_allowance, within
 from ..judge.difference import is_numeric, max_ulp_distance
 from ..judge.summary import format_number
 from ..ops.host_callback import TARGET as HOST_CALLBACK
@@ -109,10 +109,13 @@ class Decision:
     taken: tuple                 # (the interpreter's, the backend's)
     operands: list[OperandDistance] = field(default_factory=list)
     backend_values: bool = True  # the backend's operands are its own (else the interpreter's from its state)
+    noise_split: int = 0         # how many noise runs of the interpreter's path went another way by then
 
     @property
     def within_noise(self) -> bool:
-        return all(operand.within for operand in self.operands)
+        """Rounding noise explains it: a noise run went another way by then, or every
+        operand is within the noise bound of the interpreter's."""
+        return bool(self.noise_split) or all(operand.within for operand in self.operands)
 
     def describe(self, backend: str) -> list[str]:
         where = describe_location(self.location)
@@ -127,6 +130,9 @@ class Decision:
             lines.append(f"  (the {backend} side: the interpreter's values from {backend}'s carried state, "
                          "within noise of its own there)")
         lines += [f"  operand #{i}: {operand.describe(backend)}" for i, operand in enumerate(self.operands)]
+        if self.noise_split:
+            lines.append(f"  {self.noise_split} of {NOISE_RUNS} runs of the interpreter's path with every op moved "
+                         "within its bound went another way by then")
         return lines
 
 
@@ -149,18 +155,19 @@ class IterationFinding:
 
     def verdict(self) -> str:
         divergence = self.divergence
-        at = f"iteration {self.iteration}" if self.iteration is not None else "the branch"
+        where = f"iteration {self.iteration}, {self.region}" if self.iteration is not None else self.region
         if divergence is not None and divergence.kind == BEYOND:
-            where = describe_location(divergence.location)
-            return f"beyond noise: {divergence.op}" + (f" at {where}" if where else "") + f" ({at}, {self.region})"
+            at = describe_location(divergence.location)
+            return f"beyond noise: {divergence.op}" + (f" at {at}" if at else "") + f" ({where})"
         if divergence is not None:
             inner = divergence.stepping.verdict() if divergence.stepping is not None else "not stepped"
-            return f"{at}: inside {divergence.op} ({self.region}): {inner}"
+            return f"{where}: inside {divergence.op}: {inner}"
         if self.decision is not None:
-            return (f"the paths split at {at} on a difference "
-                    f"{'within' if self.decision.within_noise else 'beyond'} rounding noise ({self.region})")
-        return (f"{at} is beyond the noise estimated for it, though every op of its {self.region} is within "
-                "its rounding bound and no decision there went the other way")
+            return (f"the paths split {'at iteration ' + str(self.iteration) if self.iteration is not None else 'in'} "
+                    f"its {self.region} on a difference {'within' if self.decision.within_noise else 'beyond'} "
+                    "rounding noise")
+        return (f"{where}: beyond the noise estimated for it, though every op there is within its rounding bound "
+                "and no decision went the other way")
 
 
 @dataclass
@@ -173,7 +180,8 @@ class LoopStepping:
     beyond: IterationFinding | None = None
     split: Decision | None = None
     drift: tuple | None = None                 # (iteration, ULP): where the two paths' carried states first differ
-    whole: str = ""                            # the stepped loop's end against the loop compiled whole
+    whole: int | None = None                   # the stepped loop's end against the loop compiled whole: its
+                                               # largest distance in ULP from it (0: the same; -1: not floats)
     note: str = ""                             # why it was not stepped (further)
 
     def verdict(self) -> str:
@@ -200,8 +208,12 @@ class LoopStepping:
             ours, theirs = (str(n) if n is not None else f"over {STEPPED_ITERATIONS}" for n in self.iterations)
             lines.append(f"  iterations from {backend}'s operands: {ours} on the interpreter's path, {theirs} on "
                          f"{backend}'s")
-        if self.whole:
-            lines.append(f"  {self.whole}")
+        if self.whole == 0:
+            lines.append(f"  {backend}'s stepped loop ends at its value of the loop compiled whole")
+        elif self.whole is not None:
+            lines.append(f"  {backend} computes the loop compiled whole otherwise than its cond and body stepped"
+                         + (f" (up to {self.whole} ULP apart)" if self.whole > 0 else "")
+                         + ": what is said here is of the stepped loop")
         if self.beyond is not None:
             if self.beyond.divergence is not None:
                 heading = (f"  iteration {self.beyond.iteration} from {backend}'s carried state, its {self.beyond.region} "
@@ -321,7 +333,7 @@ def _step_while(stepping: LoopStepping, step, text, operands, captured, whole, b
             break
     stepping.iterations = tuple(counts)
     if counts[1] is not None:
-        stepping.whole = _against_whole(theirs, whole, backend.name)
+        stepping.whole = _against_whole(theirs, whole)
 
 
 def _beyond_noise(region: "_Region", state: list, theirs: list, recorder: "_Decisions", semantics: str) -> bool:
@@ -439,7 +451,7 @@ def _decision(pair, iteration, cond, body, start, theirs, backend, semantics) ->
     if ours is None or other is None or ours.key != other.key:
         known = ours if ours is not None else other
         side = "the interpreter's path" if known is ours else "the backend's path"
-        decision = _describe_decision(known, None, False, iteration, [])
+        decision = _describe_decision(known, None, False, iteration)
         decision.role += (f" (taken on {side} only" + (": the paths went other ways before, inside a region "
                           "whose decisions are not recorded)" if ours is not None and other is not None else ")"))
         return decision
@@ -460,33 +472,39 @@ def _backend_operands(taken: _Taken, state, backend) -> _Taken | None:
     return _Taken(taken.key, taken.step, taken.stack, region, operands, np.asarray(value))
 
 
-def _decision_noise(taken: _Taken, cond: _Region, body: _Region | None, start, iteration: int, semantics) -> list:
-    """The decision's operands in ``noise_runs`` of the interpreter's path from ``start``
-    up to ``iteration`` (every op moved within its bound), where they reached it.
-    ``body`` None: one run of ``cond`` alone (any region run once)."""
+def _decision_noise(taken: _Taken, cond: _Region, body: _Region | None, start, iteration: int,
+                    semantics) -> tuple[list, int]:
+    """``(operands, other_way)``: the decision's operands in ``noise_runs`` of the
+    interpreter's path from ``start`` up to ``iteration`` (every op moved within its
+    bound) that took it as the interpreter did, and how many of those runs went another
+    way by then (ended before it, did not come to it, or decided it otherwise): rounding
+    noise alone splits the paths there. ``body`` None: one run of ``cond`` alone (any
+    region run once)."""
     def run(listener):
         state = list(start)
         for current in range(iteration + 1):
             recorder = _Decisions()
-            listeners = [listener, recorder] if current == iteration else [listener]
-            go = cond.run(state, listeners)
+            go = cond.run(state, [listener, recorder])
             if body is not None and _truth(go[0]):
-                state = body.run(state, listeners)
+                state = body.run(state, [listener, recorder])
             if current == iteration:
-                for found in recorder.taken:
-                    if found.key == taken.key:
-                        return found.operands
-                raise LookupError("this run did not take the decision")
+                found = next((other for other in recorder.taken if other.key == taken.key), None)
+                if found is None or not np.array_equal(found.value, taken.value):
+                    break
+                return [found.operands, False]
             if body is None or not _truth(go[0]):
-                raise LookupError("this run ended before the decision")
-        raise LookupError("no iteration")
+                break
+        return [taken.operands, True]
 
-    return noise_runs(run, semantics, taken.operands)
+    runs = noise_runs(run, semantics, [taken.operands, False])
+    return [operands for operands, other_way in runs if not other_way], sum(other_way for _, other_way in runs)
 
 
-def _describe_decision(ours: _Taken, theirs: _Taken | None, own_values: bool, iteration, noise: list) -> Decision:
+def _describe_decision(ours: _Taken, theirs: _Taken | None, own_values: bool, iteration,
+                       noise: tuple[list, int] = ([], 0)) -> Decision:
+    runs, other_way = noise
     decision = Decision(op_label(ours.step), ours.step.info.location, _role(ours), iteration, (),
-                        (_scalar(ours.value), None), backend_values=own_values)
+                        (_scalar(ours.value), None), backend_values=own_values, noise_split=other_way)
     if theirs is None:
         return decision
     ours_value, their_value = np.asarray(ours.value), np.asarray(theirs.value)
@@ -497,7 +515,7 @@ def _describe_decision(ours: _Taken, theirs: _Taken | None, own_values: bool, it
                       _scalar(their_value[element] if their_value.ndim else their_value))
     for position, (mine, other) in enumerate(zip(ours.operands, theirs.operands)):
         decision.operands.append(_distance(np.asarray(mine), np.asarray(other), [np.asarray(run[position])
-                                           for run in noise], element))
+                                           for run in runs], element))
     return decision
 
 
@@ -587,17 +605,15 @@ def _within_noise(ours: list, theirs: list, runs_of) -> bool:
     return True
 
 
-def _against_whole(stepped: list, whole: list, backend: str) -> str:
-    """Whether the backend's stepped loop ends at its value of the loop compiled whole."""
+def _against_whole(stepped: list, whole: list) -> int:
+    """How far the backend's stepped loop ends from its value of the loop compiled whole:
+    0 when the same, else the largest ULP distance (-1 where no float differs)."""
     if all(other is not None and np.array_equal(np.asarray(mine), np.asarray(other), equal_nan=True)
            for mine, other in zip(stepped, whole)):
-        return f"{backend}'s stepped loop ends at its value of the loop compiled whole"
+        return 0
     distances = [max_ulp_distance(np.asarray(other), np.asarray(mine)) for mine, other in zip(stepped, whole)
                  if other is not None]
-    largest = max((d for d in distances if d is not None), default=None)
-    return (f"{backend} computes the loop compiled whole otherwise than its cond and body stepped"
-            + (f" (up to {largest} ULP apart)" if largest is not None else "")
-            + ": what is said here is of the stepped loop")
+    return max((d for d in distances if d), default=-1)
 
 
 def _truth(value) -> bool:
@@ -605,5 +621,6 @@ def _truth(value) -> bool:
 
 
 def _scalar(value):
+    """One element as a NumPy scalar of its type (an array of other sizes as it is)."""
     value = np.asarray(value)
-    return value.item() if value.size == 1 else value
+    return value.reshape(())[()] if value.size == 1 else value
