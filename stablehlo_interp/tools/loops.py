@@ -75,21 +75,22 @@ class OperandDistance:
     """One operand of a decision at the element where it went the other way: its value on
     the interpreter's path and on the backend's, their distance in ULP and the noise
     bound in ULP (None for integers: those are equal or not); ``within``: the backend's
-    value is within the noise bound of the interpreter's."""
+    value is within the noise bound of the interpreter's (None: no noise run came to the
+    decision as the interpreter did, so there is no bound)."""
 
     interpreter: object
     backend: object
     ulp: int | None
     bound_ulp: int | None
-    within: bool
+    within: bool | None
 
     def describe(self, backend: str) -> str:
-        text = f"{format_number(self.interpreter)} (interpreter) vs {format_number(self.backend)} ({backend})"
+        text = f"{_shown(self.interpreter)} (interpreter) vs {_shown(self.backend)} ({backend})"
         if self.ulp is not None:
             text += f": {self.ulp} ULP apart"
         if self.bound_ulp is not None:
             text += f", noise bound {self.bound_ulp} ULP"
-        elif self.ulp is None and self.interpreter != self.backend:
+        elif self.ulp is None and self.within is not None and self.interpreter != self.backend:
             text += ", " + ("one of the values noise gives" if self.within else "not a value noise gives")
         return text
 
@@ -124,8 +125,7 @@ class Decision:
         if text:
             lines.append(f"  source: {text}")
         at = f" at [{', '.join(map(str, self.element))}]" if self.element else ""
-        lines.append(f"  it decides{at}: {format_number(self.taken[0])} (interpreter) vs "
-                     f"{format_number(self.taken[1])} ({backend})")
+        lines.append(f"  it decides{at}: {_shown(self.taken[0])} (interpreter) vs {_shown(self.taken[1])} ({backend})")
         if not self.backend_values:
             lines.append(f"  (the {backend} side: the interpreter's values from {backend}'s carried state, "
                          "within noise of its own there)")
@@ -523,12 +523,14 @@ def _distance(ours: np.ndarray, theirs: np.ndarray, runs: list, element: tuple) 
     """One operand's distance at ``element``: in ULP, and against the bound the noise runs give."""
     at = element if ours.ndim else ()
     mine, other = ours[at], theirs[at]
+    distance = int(ulp_difference(np.asarray(other), np.asarray(mine))) if is_numeric(ours.dtype) else None
+    if not runs:   # no noise run came to the decision as the interpreter did: no bound to give
+        return OperandDistance(_scalar(mine), _scalar(other), distance, None, None)
     bound, alternatives = spread_allowance(ours, runs)
     inside = bool(within(np.asarray(mine), np.asarray(other), None if bound is None else np.asarray(bound)[at],
                          [np.asarray(alternative)[at] for alternative in alternatives]))
-    if not is_numeric(ours.dtype):
+    if distance is None:
         return OperandDistance(_scalar(mine), _scalar(other), None, None, inside)
-    distance = int(ulp_difference(np.asarray(other), np.asarray(mine)))
     with np.errstate(all="ignore"):
         edge = (np.asarray(mine).astype(np.float64) + np.asarray(bound)[at]).astype(ours.dtype)
     return OperandDistance(_scalar(mine), _scalar(other), distance, int(ulp_difference(edge, np.asarray(mine))),
@@ -618,6 +620,13 @@ def _against_whole(stepped: list, whole: list) -> int:
 
 def _truth(value) -> bool:
     return bool(np.asarray(value).reshape(-1)[0])
+
+
+def _shown(value) -> str:
+    """A decision's value or operand as the reports print it (booleans as true, false)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    return format_number(value)
 
 
 def _scalar(value):
