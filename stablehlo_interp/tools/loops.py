@@ -43,7 +43,7 @@ What is reported:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..ir.edit import operands_module, prefix_module, region_module
 from ..ir.locations import SourceLocation, describe_location
 from ..ir.types import Token
-from ..judge.bounds import BEYOND, DATA_PARALLEL_REGIONS, NOISE_RUNS, noise_runs, spread_allowance, within
+from ..judge.bounds import AGREE, BEYOND, DATA_PARALLEL_REGIONS, NOISE_RUNS, noise_runs, spread_allowance, within
 from ..judge.difference import is_numeric, max_ulp_distance
 from ..judge.summary import format_number
 from ..ops.host_callback import TARGET as HOST_CALLBACK
@@ -146,7 +146,7 @@ class IterationFinding:
 
     iteration: int | None
     region: str
-    comparison: object
+    comparison: Any              # compare's Comparison (compare imports this module)
     decision: Decision | None = None
 
     @property
@@ -163,9 +163,11 @@ class IterationFinding:
             inner = divergence.stepping.verdict() if divergence.stepping is not None else "not stepped"
             return f"{where}: inside {divergence.op}: {inner}"
         if self.decision is not None:
-            return (f"the paths split {'at iteration ' + str(self.iteration) if self.iteration is not None else 'in'} "
-                    f"its {self.region} on a difference {'within' if self.decision.within_noise else 'beyond'} "
-                    "rounding noise")
+            return (f"the paths split at {where} on a difference "
+                    f"{'within' if self.decision.within_noise else 'beyond'} rounding noise")
+        if all(found.kind == AGREE for found in self.comparison.findings):
+            return (f"{where}: run alone, it agrees with the interpreter's: the backend computes it otherwise "
+                    "only within the whole program")
         return (f"{where}: beyond the noise estimated for it, though every op there is within its rounding bound "
                 "and no decision went the other way")
 
