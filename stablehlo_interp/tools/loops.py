@@ -42,6 +42,7 @@ What is reported:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -182,6 +183,8 @@ class LoopStepping:
     beyond: IterationFinding | None = None
     split: Decision | None = None
     drift: tuple | None = None                 # (iteration, ULP): where the two paths' carried states first differ
+    carried: tuple | None = None               # (iteration, position, ours, theirs): the first carried integer or
+                                               # boolean that differs (a decision carried to the next iteration)
     whole: int | None = None                   # the stepped loop's end against the loop compiled whole: its
                                                # largest distance in ULP from it (0: the same; -1: not floats)
     note: str = ""                             # why it was not stepped (further)
@@ -233,6 +236,10 @@ class LoopStepping:
             iteration, ulp = self.drift
             lines.append(f"  the two paths' carried states first differ entering iteration {iteration}"
                          + (f" (by {ulp} ULP)" if ulp is not None else ""))
+        if self.carried is not None:
+            iteration, position, mine, other = self.carried
+            lines.append(f"  the loop carries value #{position} otherwise from iteration {iteration} on: "
+                         f"{_shown(mine)} (interpreter) vs {_shown(other)} ({backend}), decided in the iteration before")
         if self.split is not None:
             lines.append(f"  the first decision that went the other way, at iteration {self.split.iteration}:")
             lines += ["    " + line for line in self.split.describe(backend)]
@@ -284,10 +291,22 @@ class _Region:
         self.program = load(self.text)
         self.captures = [captured(op, result) for op, result in origins]
         self.role = role
-        self.main = self.program.function("main").region
+        main = self.program.function("main").region
+        assert main is not None, "a module of text has its functions compiled"
+        self.main = main
 
     def arguments(self, state) -> list:
         return [*self.captures, *state]
+
+    def source_of(self, taken: "_Taken") -> tuple[int, int] | None:
+        """``(op, result)`` of ``@main`` that holds a decision of ``@main`` itself: a compare's
+        result, or the op that computes a branch's index; None for an index that is an
+        argument (the state itself)."""
+        if taken.step.name == "stablehlo.compare":
+            return taken.step.index, 0
+        slot = taken.step.operands[0]
+        return next(((step.index, position) for step in self.main.steps
+                     for position, result in enumerate(step.results) if result == slot), None)
 
     def run(self, state, listeners=()) -> list:
         for listener in listeners:
@@ -304,8 +323,9 @@ def _step_while(stepping: LoopStepping, step, text, operands, captured, whole, b
     counts: list = [None, None]                       # iterations run: the interpreter's path, the backend's
     for iteration in range(STEPPED_ITERATIONS):
         ours_running, theirs_running = counts[0] is None, counts[1] is None
-        if ours_running and theirs_running and stepping.split is None and stepping.drift is None:
-            stepping.drift = _first_drift(ours, theirs, iteration)
+        if ours_running and theirs_running and stepping.split is None:
+            stepping.drift = stepping.drift or _first_drift(ours, theirs, iteration)
+            stepping.carried = stepping.carried or _first_carried_difference(ours, theirs, iteration)
         from_theirs = _Decisions()                    # the interpreter's iteration from the backend's state
         if theirs_running:
             go = _truth(backend(cond.text, cond.arguments(theirs))[0])
@@ -326,7 +346,8 @@ def _step_while(stepping: LoopStepping, step, text, operands, captured, whole, b
                 ours = body.run(ours, recorders)
             else:
                 counts[0] = iteration
-            pair = on_ours.first_difference(from_theirs) if recorders else None
+            pair = on_ours.first_difference(from_theirs.as_the_backend_took_them(backend, theirs)) if recorders \
+                else None
             if pair is not None:
                 stepping.split = _decision(pair, iteration, cond, body, start, theirs, backend, semantics)
         if counts[1] is None:
@@ -344,6 +365,17 @@ def _beyond_noise(region: "_Region", state: list, theirs: list, recorder: "_Deci
     ours = region.run(state, [recorder])
     return not _within_noise(ours, theirs, lambda: noise_runs(lambda listener: region.run(state, [listener]),
                                                                semantics, ours))
+
+
+def _first_carried_difference(ours: list, theirs: list, iteration: int) -> tuple | None:
+    """``(iteration, position, ours, theirs)`` for the first integer or boolean the two paths
+    carry otherwise (a flag one decision set), or None."""
+    for position, (mine, other) in enumerate(zip(ours, theirs)):
+        mine, other = np.asarray(mine), np.asarray(other)
+        if not is_numeric(mine.dtype) and not np.array_equal(mine, other):
+            at = tuple(int(i) for i in np.argwhere(mine != other)[0]) if mine.ndim else ()
+            return iteration, position, _scalar(mine[at]), _scalar(other[at])
+    return None
 
 
 def _first_drift(ours: list, theirs: list, iteration: int) -> tuple | None:
@@ -377,14 +409,9 @@ def _judge_region(region: _Region, state, iteration, recorded: "_Decisions", bac
     finding = IterationFinding(iteration, region.role, comparison)
     if comparison.divergence is not None:
         return finding
-    compares = [taken for taken in recorded.taken
-                if not taken.stack and taken.region is region and taken.step.name == "stablehlo.compare"]
-    if not compares:
-        return finding
-    last = max(taken.step.index for taken in compares)
-    shown = backend(prefix_module(region.text, "main", last, [(taken.step.index, 0) for taken in compares]),
-                    region.arguments(state))
-    flipped = next((taken for taken, value in zip(compares, shown) if not np.array_equal(taken.value, value)), None)
+    took = recorded.as_the_backend_took_them(backend, state)
+    flipped = next((mine for mine, other in zip(recorded.taken, took.taken)
+                    if other.own and mine.region is region and not np.array_equal(mine.value, other.value)), None)
     if flipped is not None:
         noise = _decision_noise(flipped, region, None, state, 0, semantics)
         finding.decision = _describe_decision(flipped, _backend_operands(flipped, state, backend), True, iteration,
@@ -403,6 +430,8 @@ class _Taken:
     region: _Region          # whose run took it
     operands: list
     value: np.ndarray
+    own: bool = False        # the value is the backend's own (else the interpreter's from the backend's state)
+    recorded: np.ndarray | None = None   # for an own value: the interpreter's from the backend's state
 
 
 class _Decisions(Listener):
@@ -432,16 +461,49 @@ class _Decisions(Listener):
             self._record(step, stack, operands, results[0])
         return None
 
+    def as_the_backend_took_them(self, backend, state) -> "_Decisions":
+        """These decisions as the backend takes them from ``state`` (the state they were
+        recorded from): those of a region's module itself (the compares and branch indices
+        of its ``@main``) with the values the backend computes for them, from one run of
+        the module cut after the last of them; the others, inside inner regions, as
+        recorded (``own`` False)."""
+        took = _Decisions()
+        took.taken = list(self.taken)
+        by_region: dict = {}
+        for position, taken in enumerate(self.taken):
+            if not taken.stack:
+                by_region.setdefault(taken.region, []).append(position)
+        for region, positions in by_region.items():
+            sources = [region.source_of(self.taken[position]) for position in positions]
+            computed = [source for source in sources if source is not None]
+            shown = dict(zip(computed, backend(prefix_module(region.text, "main", max(op for op, _ in computed),
+                                                             computed), region.arguments(state)))) if computed else {}
+            for position, source in zip(positions, sources):
+                recorded = self.taken[position].value   # an argument's: the state's own value
+                took.taken[position] = dataclasses.replace(
+                    self.taken[position], value=recorded if source is None else np.asarray(shown[source]), own=True,
+                    recorded=recorded)
+        return took
+
     def first_difference(self, other: "_Decisions"):
-        """``(mine, theirs)``: the first decision taken otherwise (or taken on one side only:
-        None on the other), or None."""
-        for mine, theirs in zip(self.taken, other.taken):
-            if mine.key != theirs.key or not np.array_equal(mine.value, theirs.value):
+        """``(mine, theirs)``: the first of these decisions that ``other`` took otherwise (or
+        did not take: None), in the order taken. A decision ``other`` holds as the backend's
+        own (``as_the_backend_took_them``) is compared as such; one inside an inner region,
+        recorded from the interpreter's run from the backend's state, only while every own
+        decision of that run before it is what the interpreter's run decided too (after one
+        is not, the interpreter's run has gone another way than the backend's)."""
+        others = {taken.key: taken for taken in other.taken}
+        faithful: dict = {}   # region -> whether the interpreter's run still decides as the backend does
+        for mine in self.taken:
+            theirs = others.get(mine.key)
+            trusted = faithful.get(id(mine.region), True)
+            if theirs is not None and theirs.own:
+                if theirs.recorded is not None and not np.array_equal(theirs.value, theirs.recorded):
+                    faithful[id(mine.region)] = False
+            elif not trusted:
+                continue
+            if theirs is None or not np.array_equal(mine.value, theirs.value):
                 return mine, theirs
-        if len(self.taken) != len(other.taken):
-            longer = self.taken if len(self.taken) > len(other.taken) else other.taken
-            extra = longer[min(len(self.taken), len(other.taken))]
-            return (extra, None) if longer is self.taken else (None, extra)
         return None
 
 
@@ -533,8 +595,9 @@ def _distance(ours: np.ndarray, theirs: np.ndarray, runs: list, element: tuple) 
                          [np.asarray(alternative)[at] for alternative in alternatives]))
     if distance is None:
         return OperandDistance(_scalar(mine), _scalar(other), None, None, inside)
-    with np.errstate(all="ignore"):
-        edge = (np.asarray(mine).astype(np.float64) + np.asarray(bound)[at]).astype(ours.dtype)
+    with np.errstate(all="ignore"):   # the bound counted in ULP towards the backend's value (across zero, ULP grow)
+        toward = -1.0 if ours.dtype.kind != "c" and float(other) < float(mine) else 1.0
+        edge = (np.asarray(mine).astype(np.float64) + toward * np.asarray(bound)[at]).astype(ours.dtype)
     return OperandDistance(_scalar(mine), _scalar(other), distance, int(ulp_difference(edge, np.asarray(mine))),
                            inside)
 
