@@ -296,6 +296,46 @@ def test_a_chaotic_map_splits_on_rounding_noise():
            "stablehlo.compare at test_tools_loops.py:" in text
 
 
+# ---- a decision flipped inside one iteration ---------------------------------------------------
+
+def count_below(x):
+    """Three times, how many of ``x`` * 1.5 are below 1."""
+    def body(i, state):
+        x, count = state
+        return x, count + jnp.sum(x * 1.5 < 1.0)
+
+    return jax.lax.fori_loop(0, 3, body, (x, 0))
+
+
+def test_a_decision_flipped_within_an_iteration_is_named():
+    """x * 1.5 is 0.99999994 here and one ULP up, 1.0, where products round up: each of the
+    8 compares goes the other way in the first iteration already (24 counted against 0).
+    Every op of that iteration is within its bound on the backend's operands; the state is
+    not (no noise run flips all 8), and the decision named is the compare, its operands one
+    ULP apart."""
+    rounded_up = InterpreterBackend(ops={"stablehlo.multiply": lambda info: lambda a, b: np.nextafter(
+        a * b, np.asarray(np.inf, a.dtype))}, name="multiply rounded up")
+    x0 = np.full(8, F32(0.99999994) / F32(1.5), F32)
+    product = F32(x0[0] * F32(1.5))
+    assert (product, np.nextafter(product, F32(2))) == (F32(0.99999994), F32(1))
+    comparison = si.compare(count_below, x0, backend=rounded_up)
+    assert (comparison.outputs[1].ours, comparison.outputs[1].theirs) == (24, 0)
+    inside = comparison.divergence.stepping.beyond
+    assert (inside.iteration, inside.region, inside.divergence) == (0, "body", None)
+    decision = inside.decision
+    assert (decision.op, decision.role, decision.element, decision.taken) == (
+        "stablehlo.compare", "a compare", (0,), (True, False))
+    assert decision.location.frame.line == line_of(count_below, "x * 1.5 < 1.0")
+    product_distance, one = decision.operands
+    assert (product_distance.interpreter, product_distance.backend, product_distance.ulp) == (
+        F32(0.99999994), F32(1), 1)
+    assert (one.interpreter, one.backend, one.ulp) == (F32(1), F32(1), 0)
+    assert decision.backend_values and decision.within_noise
+    assert comparison.divergence.stepping.verdict() == (
+        "the paths split at iteration 0, body on a difference within rounding noise")
+    assert "operand #0: 0.99999994 (interpreter) vs 1.0 (multiply rounded up): 1 ULP apart" in str(comparison)
+
+
 # ---- a branch -------------------------------------------------------------------------------
 
 def piecewise(k, x):

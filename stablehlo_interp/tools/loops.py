@@ -410,12 +410,13 @@ def _judge_region(region: _Region, state, iteration, recorded: "_Decisions", bac
     if comparison.divergence is not None:
         return finding
     took = recorded.as_the_backend_took_them(backend, state)
-    flipped = next((mine for mine, other in zip(recorded.taken, took.taken)
+    flipped = next(((mine, other) for mine, other in zip(recorded.taken, took.taken)
                     if other.own and mine.region is region and not np.array_equal(mine.value, other.value)), None)
     if flipped is not None:
-        noise = _decision_noise(flipped, region, None, state, 0, semantics)
-        finding.decision = _describe_decision(flipped, _backend_operands(flipped, state, backend), True, iteration,
-                                              noise)
+        mine, other = flipped
+        noise = _decision_noise(mine, region, None, state, 0, semantics)
+        finding.decision = _describe_decision(mine, _backend_operands(other, state, backend) or other, True,
+                                              iteration, noise)
     return finding
 
 
@@ -479,10 +480,11 @@ class _Decisions(Listener):
             shown = dict(zip(computed, backend(prefix_module(region.text, "main", max(op for op, _ in computed),
                                                              computed), region.arguments(state)))) if computed else {}
             for position, source in zip(positions, sources):
-                recorded = self.taken[position].value   # an argument's: the state's own value
+                taken = self.taken[position]
+                value = taken.value if source is None else np.asarray(shown[source])   # an argument: the state's own
                 took.taken[position] = dataclasses.replace(
-                    self.taken[position], value=recorded if source is None else np.asarray(shown[source]), own=True,
-                    recorded=recorded)
+                    taken, value=value, own=True, recorded=taken.value,
+                    operands=[value] if taken.step.name in BRANCHES else taken.operands)
         return took
 
     def first_difference(self, other: "_Decisions"):
@@ -520,20 +522,21 @@ def _decision(pair, iteration, cond, body, start, theirs, backend, semantics) ->
                           "whose decisions are not recorded)" if ours is not None and other is not None else ")"))
         return decision
     noise = _decision_noise(ours, cond, body, start, iteration, semantics)
-    own = _backend_operands(other, theirs, backend)
-    return _describe_decision(ours, own or other, own is not None, iteration, noise)
+    if other.own and other.step.name not in BRANCHES:   # its operands as the backend computes them too
+        other = _backend_operands(other, theirs, backend) or other
+    return _describe_decision(ours, other, other.own, iteration, noise)
 
 
 def _backend_operands(taken: _Taken, state, backend) -> _Taken | None:
-    """The backend's own operands and value of a decision of its region's module itself
+    """The backend's own operands and value of a compare of its region's module itself
     (its ``@main``): the module cut before it, run on the backend from ``state``; else None."""
-    if taken.stack or taken.step.name in BRANCHES:
+    if taken.stack or taken.step.name != "stablehlo.compare":
         return None
     region = taken.region
     operands = [np.asarray(v) for v in backend(operands_module(region.text, "main", taken.step.index),
                                                region.arguments(state))]
     value = Execution(RunContext()).run_alone(taken.step, operands)[0]
-    return _Taken(taken.key, taken.step, taken.stack, region, operands, np.asarray(value))
+    return _Taken(taken.key, taken.step, taken.stack, region, operands, np.asarray(value), own=True)
 
 
 def _decision_noise(taken: _Taken, cond: _Region, body: _Region | None, start, iteration: int,
@@ -688,9 +691,13 @@ def _truth(value) -> bool:
 
 
 def _shown(value) -> str:
-    """A decision's value or operand as the reports print it (booleans as true, false)."""
+    """A decision's value or operand as the reports print it: booleans as true, false; a
+    float in full (its shortest decimal that reads back the same: a decision turns on its
+    last digits)."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
+    if isinstance(value, np.floating):
+        return str(value)
     return format_number(value)
 
 
