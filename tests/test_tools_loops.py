@@ -359,6 +359,21 @@ def test_a_case_runs_its_chosen_branch_alone():
     assert si.compare(piecewise, np.int32(2), x, backend=wrong).ok
 
 
+def test_a_loop_that_calls_back_to_python_is_not_stepped_and_says_why():
+    """A host callback in the body: its region, a module of its own, could not call it."""
+    def logged(x):
+        def body(i, a):
+            jax.debug.print("a = {a}", a=a)
+            return jnp.cos(a) + i
+        return jax.lax.fori_loop(0, 3, body, x)
+
+    wrong = InterpreterBackend(ops={"stablehlo.cosine": lambda info: lambda a: (np.cos(a) * F32(2)).astype(a.dtype)})
+    loop = si.compare(logged, F32(0.5), backend=wrong).divergence
+    assert loop.kind == UNBOUNDED and loop.stepping.iterations is None and loop.stepping.beyond is None
+    assert loop.stepping.describe("b") == ("not stepped on b: its regions call host callbacks, which the backend's "
+                                           "copy of them cannot call alone")
+
+
 # ---- the regions as programs of their own (ir/edit.py) ----------------------------------------
 
 CAPTURING_LOOP = """

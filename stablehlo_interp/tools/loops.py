@@ -49,6 +49,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends import BackendError
+from ..errors import InterpreterError
 from ..engine.numerics import ulp_difference
 from ..engine.plan import Step
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
@@ -269,15 +270,11 @@ def step_control_flow(step, text: str, operands: list, captured: Callable, whole
                 _step_while(stepping, step, text, operands, captured, whole, backend, judge, semantics)
             else:
                 _step_branch(stepping, step, text, operands, captured, backend, judge, semantics)
-    except _NotStepped as why:
-        stepping.note = str(why)
     except BackendError as refusal:
         stepping.note = f"{backend.name} cannot run a region of it alone: {refusal}"
+    except InterpreterError as why:   # a region that is no program of its own, or fails alone: compare's answer stands
+        stepping.note = str(why)
     return stepping
-
-
-class _NotStepped(Exception):
-    """Why a region cannot be stepped (its text calls host callbacks)."""
 
 
 class _Region:
@@ -287,7 +284,7 @@ class _Region:
     def __init__(self, text: str, step, index: int, captured: Callable, role: str):
         self.text, origins = region_module(text, "main", step.index, index)
         if HOST_CALLBACK in self.text:
-            raise _NotStepped("its regions call host callbacks, which the backend's copy of them cannot call alone")
+            raise InterpreterError("its regions call host callbacks, which the backend's copy of them cannot call alone")
         self.program = load(self.text)
         self.captures = [captured(op, result) for op, result in origins]
         self.role = role
