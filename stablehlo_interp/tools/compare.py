@@ -17,7 +17,9 @@ value agrees, is rounding noise (what another summation order, a fused
 multiply-add or excess precision can produce), is beyond the bound, or is
 unbounded (it arose inside a loop or conditional, which is not bounded op by op).
 The first op beyond its bound is the first divergent op (the first unbounded one
-when none is); a result that depends on no such op is rounding noise. A result
+when none is: a ``while``, ``case`` or ``if``, which is then stepped on the backend,
+iteration by iteration, to the iteration, op and decision where it goes another way:
+tools/loops.py); a result that depends on no such op is rounding noise. A result
 whose value from the whole program is not the one the prefixes showed (XLA
 fuses a program with more results otherwise) is judged by the noise estimated
 for the whole program.

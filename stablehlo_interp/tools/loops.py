@@ -27,14 +27,17 @@ What is reported:
 * **The first decision that went the other way**: the interpreter records every decision
   its runs take, in order (each ``compare``'s result and operands, each ``case`` and ``if``
   index, at any depth except inside data-parallel regions: a reduce's body, a sort's
-  comparator ...); at each iteration those of its own path are matched against those of its
-  iteration from the backend's state. The first that differs is where the paths split:
-  its operands on both paths, their distance in ULP, and their noise bound, what
-  ``noise_runs`` of the interpreter's own path up to that iteration spread them by
-  (``spread_allowance``, counted in ULP of the interpreter's operand). For a decision
-  of the stepped region itself the backend's own operands are shown (ir/edit.py,
-  ``operands_module``); for one inside an inner region, the interpreter's from the
-  backend's carried state (the iteration there is within noise of the backend's own).
+  comparator ...). At each iteration those of its own path are matched against the
+  backend's: the decisions of the cond's and the body's own ops are the backend's own
+  (one run of the module cut after the last of them, ir/edit.py ``prefix_module``); those
+  inside inner regions are the interpreter's from the backend's carried state, trusted
+  while its run decides the region's own ops as the backend does. The first that differs
+  is where the paths split: its operands on both paths (a compare's as the backend
+  computes them: ir/edit.py, ``operands_module``), their distance in ULP, and the noise
+  of the interpreter's own path up to there: how far ``noise_runs`` of it spread the
+  operands (``spread_allowance``, counted in ULP towards the backend's value) and how many
+  of those runs went another way by then. Either makes the split rounding noise. Where
+  the paths carry an integer or a boolean otherwise, the iteration it starts is named too.
 * How many iterations each path ran, and whether the stepped loop ends at the value the
   backend gives for the loop compiled whole: a backend may compile a loop otherwise than
   its cond and body alone, and what is said here is of the stepped loop.
