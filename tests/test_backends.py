@@ -139,8 +139,20 @@ def test_an_iree_compiler_that_dies_is_a_crash_and_the_next_program_runs():
     assert caught.value.message.startswith("iree-compile died of signal 8")
     (total,) = resolve("iree")(ADD_I32, [np.array([1, 2, 3], np.int32)] * 2)
     assert total.tolist() == [2, 4, 6]
+    never_compiled = ADD_I32.replace("3xi32", "7xi32")   # the child keeps the programs it compiled
     with pytest.raises(BackendCrash, match="iree-compile timed out after 0.001 s"):
-        IreeBackend(compile_timeout=0.001)(ADD_I32, [np.array([1, 2, 3], np.int32)] * 2)
+        IreeBackend(compile_timeout=0.001)(never_compiled, [np.arange(7, dtype=np.int32)] * 2)
+
+
+@needs_iree
+def test_iree_compiles_a_program_once():
+    """The child keeps the programs it compiled (a stepped loop runs its cond and body at
+    every iteration): compiled once, the program runs again under a compile timeout no
+    compile meets."""
+    program = ADD_I32.replace("3xi32", "6xi32")
+    arguments = [np.arange(6, dtype=np.int32)] * 2
+    assert resolve("iree")(program, arguments)[0].tolist() == [0, 2, 4, 6, 8, 10]
+    assert IreeBackend(compile_timeout=0.001)(program, arguments)[0].tolist() == [0, 2, 4, 6, 8, 10]
 
 
 # ------------------------------------------------------------------ the command backend

@@ -78,7 +78,8 @@ def test_wrong_op_inside_a_nested_jit_is_found_after_inlining():
 
 def test_wrong_op_inside_a_loop_names_the_loop():
     """Beyond the noise estimated for the loop (runs with every op inside moved within its
-    bound): unbounded, the first divergent op when no op is beyond its bound."""
+    bound): unbounded, the first divergent op when no op is beyond its bound; the loop
+    stepped on the backend names the cosine of its first iteration (tests/test_tools_loops.py)."""
     def f(x):
         return jax.lax.fori_loop(0, 3, lambda i, a: jnp.cos(a) + i, x)
 
@@ -87,7 +88,12 @@ def test_wrong_op_inside_a_loop_names_the_loop():
     found = comparison.divergence
     assert found.op == "stablehlo.while" and found.regions == ("cond", "body") and found.kind == UNBOUNDED
     assert comparison.kinds == [UNBOUNDED] and not comparison.noise_only
-    assert "the difference arises inside its regions (cond, body): it is not bounded op by op there" \
+    inside = found.stepping.beyond
+    assert (inside.iteration, inside.region, inside.divergence.op) == (0, "body", "stablehlo.cosine")
+    assert inside.divergence.location.frame.line == f.__code__.co_firstlineno + 1
+    np.testing.assert_equal((inside.divergence.ours, inside.divergence.theirs), (np.cos(np.float32(0.5)),
+                                                                                 2 * np.cos(np.float32(0.5))))
+    assert "the difference arises inside its regions (cond, body)\n  stepped on x iteration by iteration" \
         in found.describe("x")
 
 

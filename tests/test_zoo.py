@@ -1,5 +1,5 @@
-"""The zoo (tests/zoo/): real programs written with Flax, Optax, Equinox, Diffrax, NumPyro, Haiku
-and Keras, on the interp device and through ``si.run``, each compared with XLA's CPU backend,
+"""The zoo (tests/zoo/): real programs written with Flax, Optax, Equinox, Diffrax, NumPyro, Haiku,
+Keras and Optimistix, on the interp device and through ``si.run``, each compared with XLA's CPU backend,
 and every tool run on them.
 
 How results are judged. A float result computed in a different order (NumPy's pairwise sums
@@ -119,7 +119,7 @@ def oracle(name: str):
 
 def test_importing_the_zoo_imports_no_library():
     code = ("import sys, zoo; print(sorted(m for m in ('flax', 'optax', 'equinox', 'diffrax', 'numpyro', "
-            "'haiku', 'keras', 'jax') if m in sys.modules))")
+            "'haiku', 'keras', 'optimistix', 'jax') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=pathlib.Path(__file__).parent)
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,10 @@ process dies).
 A request is a pickled ``(module_text, target, driver, flags, args, timeout)``; the reply is
 OK with the pickled list of results, or ERROR with ``kind:message`` (a :class:`Refused`),
 ``kind`` "compile", "crash" (the compiler died of a signal or timed out) or "run".
+
+The last :data:`COMPILED_KEPT` programs compiled are kept: a loop stepped on IREE
+(tools/loops.py) runs its cond and body once per iteration, and compiling each again
+took a second a run.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from ..ir.child_process import serve
 from ..ir.types import dtype_of
 
 _CONFIGS: dict = {}   # driver -> iree.runtime.Config: one device per driver for the child's life
+COMPILED_KEPT = 16
+_COMPILED: dict = {}  # (module_text, target, flags) -> flatbuffer, the least recently used first
 
 
 class Refused(Exception):
@@ -34,9 +40,15 @@ def _answer(request: bytes) -> bytes:
     import iree.runtime
 
     module_text, target, driver, flags, args, timeout = pickle.loads(request)
-    failure, flatbuffer = _compile(module_text, target, flags, timeout)
-    if failure is not None:
-        raise Refused(*failure)
+    key = (module_text, target, tuple(flags))
+    flatbuffer = _COMPILED.pop(key, None)
+    if flatbuffer is None:
+        failure, flatbuffer = _compile(module_text, target, flags, timeout)
+        if failure is not None:
+            raise Refused(*failure)
+    _COMPILED[key] = flatbuffer
+    while len(_COMPILED) > COMPILED_KEPT:
+        del _COMPILED[next(iter(_COMPILED))]
     try:
         if driver not in _CONFIGS:
             _CONFIGS[driver] = iree.runtime.Config(driver)

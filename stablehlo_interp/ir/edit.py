@@ -8,6 +8,11 @@
 * :func:`prefix_module` keeps the entry function's ops up to one op and
   returns the values of chosen ops instead of the function's results: a
   program any backend can compile and run to show its intermediate values.
+* :func:`region_module` makes one region of an op (a ``while``'s cond or body, a
+  ``case`` branch) the ``@main`` of a module of its own, taking the values it captures
+  and its arguments: a loop's iteration run on a backend (tools/loops.py).
+* :func:`operands_module` returns the operands of one op of the entry function: what
+  a backend computed for a decision (a compare) before it is taken.
 * :func:`checks_as_results` takes the check ops out of a test function and
   returns the values they check instead, for a backend that cannot compile
   check ops (conformance/conform.py), and puts the checks in a module of their own.
@@ -120,6 +125,92 @@ def prefix_module(text: str, function: str, last: int, returned: list[tuple[int,
             op.operation.erase()
         _return_instead(func, block, values, func.location)
         return _text(module)
+
+
+def operands_module(text: str, function: str, index: int) -> str:
+    """``@function`` cut before its op number ``index`` (0-based, in block order),
+    returning that op's operands."""
+    with make_context():
+        module = ir.Module.parse(text)
+        func = function_operations(module)[function]
+        block = _body(func)
+        ops = list(block.operations)
+        values = list(ops[index].operands)
+        for op in reversed(ops[index:]):
+            op.operation.erase()
+        _return_instead(func, block, values, func.location)
+        return _text(module)
+
+
+def region_module(text: str, function: str, index: int, region: int) -> tuple[str, list[tuple[int | None, int]]]:
+    """``(module, captured)``: region ``region`` of ``@function``'s op number ``index``
+    (0-based, in block order) as the ``@main`` of a module of its own, with the
+    calls in it inlined (:func:`inline_calls`). Its arguments are the values the region
+    captures (uses from outside it), then the region's own block arguments; it returns
+    what the region's ``stablehlo.return`` returns. The module keeps the functions the
+    region calls and the module's attributes (its process grid); the others go.
+
+    ``captured`` says where each captured value comes from in ``@function``: ``(None,
+    n)`` for its argument ``n``, ``(op, r)`` for result ``r`` of its op number ``op``."""
+    with make_context():
+        module = ir.Module.parse(text)
+        functions = function_operations(module)
+        func = functions[function]
+        ops = [op.operation for op in _body(func).operations]
+        owner = ops[index]
+        if len(owner.regions[region].blocks) != 1:
+            raise ModuleError(f"region {region} of {owner.name} has {len(owner.regions[region].blocks)} blocks, "
+                              "not one: it cannot be a function of its own")
+        body = owner.regions[region].blocks[0]
+        captured = _captured_values(body)
+        positions = {op: position for position, op in enumerate(ops)}
+        origins: list[tuple[int | None, int]] = [
+            (None, value.arg_number) if isinstance(value, ir.BlockArgument)
+            else (positions[value.owner], value.result_number) for value in captured]
+        inputs = [value.type for value in captured] + [argument.type for argument in body.arguments]
+        terminator = list(body.operations)[-1].operation
+        outputs = [value.type for value in terminator.operands]
+        with ir.InsertionPoint(module.body), owner.location:
+            main = ir.Operation.create("func.func", regions=1, attributes={
+                "sym_name": ir.StringAttr.get("__region"),
+                "function_type": ir.TypeAttr.get(ir.FunctionType.get(inputs, outputs))})
+            entry = main.regions[0].blocks.append(*inputs, arg_locs=[owner.location] * len(inputs))
+            placeholder = ir.Operation.create("func.return", ip=ir.InsertionPoint(entry))
+        arguments = list(entry.arguments)
+        mapping = dict(zip(captured, arguments)) | dict(zip(body.arguments, arguments[len(captured):]))
+        returned, _ = _clone_body(body, placeholder, terminator.name, mapping)
+        with ir.InsertionPoint(placeholder), terminator.location:
+            ir.Operation.create("func.return", operands=returned)
+        placeholder.erase()
+        for name, other in functions.items():
+            if name == function:
+                other.erase()
+        _rename(module, main, "__region", "main")
+        functions = function_operations(module)
+        reachable = _reachable("main", functions)
+        for name, other in functions.items():
+            if name not in reachable:
+                other.erase()
+        return inline_calls(_text(module), "main"), origins
+
+
+def _captured_values(body: ir.Block) -> list:
+    """The values ``body``'s ops (and the ops in their regions) use that are defined
+    outside ``body``, in the order of their first use."""
+    defined = set(body.arguments)
+    used: list = []
+
+    def visit(op):
+        defined.update(op.results)
+        for region in op.regions:
+            for block in region.blocks:
+                defined.update(block.arguments)
+        used.extend(op.operands)
+        return ir.WalkResult.ADVANCE
+
+    for op in body.operations:
+        op.operation.walk(visit)
+    return list(dict.fromkeys(value for value in used if value not in defined))
 
 
 def checks_as_results(text: str, function: str) -> tuple[str, str, list]:
@@ -326,10 +417,11 @@ def _inline(call: ir.Operation, callee: ir.Operation) -> None:
     call.erase()
 
 
-def _clone_body(body: ir.Block, op: ir.Operation, terminator: str) -> tuple[list, list]:
-    """Clone the ops of ``body`` before ``op``, its arguments read as ``op``'s operands;
-    returns the values its ``terminator`` returns, and the clones."""
-    mapping = dict(zip(body.arguments, op.operands))
+def _clone_body(body: ir.Block, op: ir.Operation, terminator: str, mapping: dict | None = None) -> tuple[list, list]:
+    """Clone the ops of ``body`` before ``op``, its arguments read as ``op``'s operands
+    (or each value ``v`` of ``mapping`` as ``mapping[v]``); returns the values its
+    ``terminator`` returns, and the clones."""
+    mapping = dict(zip(body.arguments, op.operands)) if mapping is None else dict(mapping)
     clones = []
     for inner in body.operations:
         inner = inner.operation

@@ -10,7 +10,8 @@ a function that runs a target on its arguments as ``si.run`` does
 ``find_nonfinite``     the op a result's NaN or inf came from (:mod:`.nonfinite`)
 ``probe``              intermediate values saved to .npz (:mod:`.probes`)
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
-``compare``            first op that differs on another backend (:mod:`.compare`)
+``compare``            first op that differs on another backend (:mod:`.compare`); a loop or
+                       conditional where it arises stepped there (``LoopStepping``, :mod:`.loops`)
 ``fuzz``               random programs here and on a backend; findings reduced (:mod:`.fuzz`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`);
@@ -35,6 +36,7 @@ from .compare import Comparison, Divergence, PerDeviceComparison, compare
 from .explain import Explanation, explain
 from .explorer import Exploration, explore
 from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
+from .loops import LoopStepping
 from .nonfinite import (NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer,
                         PerDeviceNonFinite, find_nonfinite)
 from .per_device import run_per_device
@@ -48,7 +50,8 @@ __all__ = [
     "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CollectiveTraffic",
     "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
     "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
-    "JaxBackend", "NoMatchWarning", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins", "NonFiniteReport", "NonFiniteTracer",
+    "JaxBackend", "LoopStepping", "NoMatchWarning", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins",
+    "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
     "Probe", "ProbeFile", "ProbeRecorder", "RecordedBackend", "RecordingBackend", "RegionCall", "Trace", "TraceRecorder",
     "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",

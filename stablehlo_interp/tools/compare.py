@@ -17,7 +17,9 @@ value agrees, is rounding noise (what another summation order, a fused
 multiply-add or excess precision can produce), is beyond the bound, or is
 unbounded (it arose inside a loop or conditional, which is not bounded op by op).
 The first op beyond its bound is the first divergent op (the first unbounded one
-when none is); a result that depends on no such op is rounding noise. A result
+when none is: a ``while``, ``case`` or ``if``, which is then stepped on the backend,
+iteration by iteration, to the iteration, op and decision where it goes another way:
+tools/loops.py); a result that depends on no such op is rounding noise. A result
 whose value from the whole program is not the one the prefixes showed (XLA
 fuses a program with more results otherwise) is judged by the noise estimated
 for the whole program.
@@ -65,6 +67,7 @@ from ..judge.precision import DeclaredPrecision
 from ..judge.bounds import (AGREE, BEYOND, NOISE, PRECISION, UNBOUNDED, Verdict, classify, noise_runs,
                             spread_allowance, within)
 from ..judge.difference import Difference, difference, max_ulp_distance, tolerances
+from .loops import LoopStepping, step_control_flow
 from .per_device import prepare_checked
 from ..ir.locations import describe_location
 from .region_calls import op_label, region_name, source_text
@@ -97,6 +100,7 @@ class Divergence:
     rule: str = ""
     operands_agree: bool = True   # the backend's operands are the interpreter's own
     regions: tuple = ()           # names of its regions, where the difference arose
+    stepping: LoopStepping | None = None   # an unbounded loop or conditional stepped on the backend (tools/loops.py)
 
     def describe(self, backend: str) -> str:
         where = describe_location(self.location)
@@ -120,8 +124,10 @@ class Divergence:
             lines += [f"    operand #{i}: {summarize(v)}" for i, v in enumerate(self.operands)]
         if self.regions:
             lines.append(f"  the difference arises inside its regions ({', '.join(self.regions)})"
-                         + ("" if self.kind == BEYOND else ": it is not bounded op by op there, so it may be "
-                            "rounding noise or an error"))
+                         + ("" if self.kind == BEYOND or self.stepping is not None else ": it is not bounded op by "
+                            "op there, so it may be rounding noise or an error"))
+        if self.stepping is not None:
+            lines += ["  " + line for line in self.stepping.describe(backend).splitlines()]
         return "\n".join(lines)
 
 
@@ -329,6 +335,17 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
         comparison.compiled_prefixes += _backend_window(window, their_text, values, run_theirs, backend_values)
     with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
         _classify(comparison, program, recorder.ops, values, backend_values, ours, theirs)
+    divergence = comparison.divergence
+    if divergence is not None and divergence.kind == UNBOUNDED and their_text == text:
+        step, _, results = recorder.ops[divergence.position]
+
+        def captured(op, result):   # the backend's value of an op's result (op None: an argument)
+            return values[result] if op is None else backend_values.get((op, result), recorder.ops[op][2][result])
+
+        divergence.stepping = step_control_flow(
+            step, text, divergence.operands, captured, [backend_values.get((step.index, r)) for r in range(len(results))],
+            run_backend, lambda module, arguments: compare(module, *arguments, backend=run_backend, tolerance=tolerance,
+                                                           every_op=True), program.semantics)
     return comparison
 
 

@@ -1,6 +1,6 @@
 """A zoo of real programs written with JAX's ecosystem (Flax, Optax, Equinox, Diffrax, NumPyro,
-Haiku, Keras): the models people train, at a size that lowers to thousands of ops yet runs a
-step in seconds on the interpreter.
+Haiku, Keras, Optimistix): the models people train and the solvers they fit with, at a size
+that lowers to thousands of ops yet runs a step in seconds on the interpreter.
 
     from zoo import PROGRAMS
     program = PROGRAMS["flax_nnx_transformer_lm"]()    # builds the model (imports flax, optax)
@@ -86,6 +86,7 @@ PROGRAMS: dict[str, Callable[..., ZooProgram]] = {
     "numpyro_nuts_regression": _builder("numpyro_models", "nuts_regression", slow=True),
     "haiku_mlp": _builder("haiku_models", "mlp_regression", slow=False),
     "keras_mlp": _builder("keras_models", "mlp_classifier", slow=False),
+    "optimistix_bfgs_logistic": _builder("optimistix_models", "logistic_regression_bfgs", slow=False),
 }
 
 # Programs over 8 devices (sharded.py): ``ZooProgram.sharded(platform)`` places them on a 2-D mesh.
