@@ -43,12 +43,21 @@ _SCAFFOLDING = re.compile(r"^(stablehlo\.constant|check\.\w+|func\.\w+|stablehlo
 _PLUMBING = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert", "stablehlo.iota"})
 _OP = re.compile(r"(?:^|[\s=(\"])((?:stablehlo|chlo|check|func)\.[a-z_0-9]+)\b")
 
-# Failures explained in docs/findings.md: (backend name pattern, test file pattern, outcome, anchor).
+# Failures explained in docs/: (backend, a pattern searched in "FILE @TEST: MESSAGE", outcome, link).
 FINDINGS = (
-    ("tpu", r"float64|complex128", CRASH, "tpu-f64-crash"),
-    ("tpu", r"float64|complex128", CANNOT_COMPILE, "tpu-f64-refused"),
-    ("tpu", r".*", FAILED, "tpu-precision"),
-    ("tpu|cpu", r"quantized/", CANNOT_COMPILE, "quantized-ops-not-translated"),
+    ("tpu", r"", CRASH, "findings.md#tpu-compiler"),
+    ("tpu|cpu", r"quantize|quantized/|!quant", CANNOT_COMPILE, "findings.md#quantized-ops-not-translated"),
+    ("tpu", r"X\{64\|128\}|FFT: c128", CANNOT_COMPILE, "findings.md#tpu-compiler"),
+    ("tpu", r"float64|complex128|_f64|_c128|f64\b", FAILED, "findings.md#tpu-f64"),
+    ("tpu", r"(ceil|floor)", FAILED, "findings.md#tpu-subnormals"),
+    ("tpu", r"conv|triangular_solve|dot", FAILED, "findings.md#tpu-matmul-precision"),
+    ("tpu", r"cosh|sinh|tanh|exp|log|pow|erf|gamma|asin|acos|atan", FAILED, "findings.md#tpu-transcendentals"),
+    ("cpu", r"", FAILED, "conformance.md#xla-cpu-against-stablehlos-test-files"),
+    ("iree.*", r"", FAILED, "findings.md#wrong-values"),
+    ("iree.*", r"", CANNOT_COMPILE, "findings.md#programs-iree-cannot-compile"),
+    ("reference", r"Can't cast unknown element type", CRASH, "findings.md#reference-binding-types"),
+    ("reference", r"chlo\.", CRASH, "findings.md#reference-chlo"),
+    ("reference", r"rendezvous|replica_id|partition_id", CRASH, "findings.md#reference-collectives"),
 )
 
 
@@ -112,13 +121,15 @@ class Column:
     name: str
     description: str
     by_family: dict = field(default_factory=lambda: collections.defaultdict(collections.Counter))
-    failures: list = field(default_factory=list)   # (file, test, outcome, message, finding anchor)
+    failures: list = field(default_factory=list)   # (file, test, outcome, message, finding link)
     generator: str | None = None                   # the campaign's line, where one ran
+    files: set = field(default_factory=set)        # the test files it ran
 
     def add(self, file: str, test: str | None, result_outcome: str, message: str, family: str) -> None:
         self.by_family[family][result_outcome] += 1
         if result_outcome != PASSED:
-            self.failures.append((file, test, result_outcome, message, finding_for(self.name, file, result_outcome)))
+            self.failures.append((file, test, result_outcome, message,
+                                  finding_for(self.name, f"{file} @{test}: {message}", result_outcome)))
 
     def totals(self) -> collections.Counter:
         total: collections.Counter = collections.Counter()
@@ -127,22 +138,25 @@ class Column:
         return total
 
 
-def finding_for(backend: str, file: str, result_outcome: str) -> str | None:
-    """The anchor in docs/findings.md of the finding that explains a failure, or None."""
-    for backend_pattern, file_pattern, finding_outcome, anchor in FINDINGS:
-        if re.fullmatch(backend_pattern, backend) and re.search(file_pattern, file) and finding_outcome == result_outcome:
-            return anchor
+def finding_for(backend: str, failure: str, result_outcome: str) -> str | None:
+    """The link (in docs/) to the finding that explains a failure (``FILE @TEST: MESSAGE``), or None."""
+    for backend_pattern, pattern, finding_outcome, link in FINDINGS:
+        if finding_outcome == result_outcome and re.fullmatch(backend_pattern, backend) and re.search(pattern, failure):
+            return link
     return None
 
 
 def column_from_conform(name: str, report: ConformReport | dict, description: str, families: "Families") -> Column:
-    """A column from a conformance report (or its JSON, as ``conform --json`` writes it)."""
+    """A column from a conformance report (or its JSON, as ``conform --json`` writes it), of
+    the files ``families`` knows (results written elsewhere may cover others)."""
     column = Column(name, description)
     results = report["results"] if isinstance(report, dict) else [r.__dict__ for r in report.results]
     for entry in results:
         result = ConformResult(**{key: value for key, value in entry.items() if key in ConformResult.__dataclass_fields__})
         file = _relative(result.file)
-        column.add(file, result.test, outcome(result), result.message, families.of(file))
+        if file in families.paths:
+            column.files.add(file)
+            column.add(file, result.test, outcome(result), result.message, families.of(file))
     return column
 
 
@@ -166,6 +180,7 @@ def column_from_testfile(file_results: list, families: Families) -> Column:
     column = Column("interpreter", "this interpreter, `stablehlo-interp test`")
     for file_result in file_results:
         file = _relative(file_result.file)
+        column.files.add(file)
         for result in file_result.outcomes:
             if result.verdict == TEST_DISABLED:
                 continue
@@ -192,11 +207,11 @@ def markdown(columns: list[Column], commands: list[str], versions: list[str], fi
              "(docs/conformance.md). Generated by `stablehlo-interp conform --scoreboard` "
              f"on {datetime.date.today().isoformat()}; the commands and versions are at the end.", "",
              "## Totals", "",
-             "| backend | " + " | ".join(OUTCOMES) + " | tests |", "|---|" + "---:|" * (len(OUTCOMES) + 1)]
+             "| backend | " + " | ".join(OUTCOMES) + " | tests | files |", "|---|" + "---:|" * (len(OUTCOMES) + 2)]
     for column in columns:
         totals = column.totals()
         lines.append(f"| {column.name} | " + " | ".join(str(totals[o]) for o in OUTCOMES)
-                     + f" | {sum(totals.values())} |")
+                     + f" | {sum(totals.values())} | {len(column.files)} |")
     lines += ["", "Outcomes: **pass** (the backend's values pass the file's checks), **fail** (they do not), "
               "**cannot compile** (the backend refuses the program), **crash** (its compiler or runtime died), "
               "**run error** (it compiled the program and failed to run it), **not judged** (the interpreter could "
@@ -225,7 +240,7 @@ def markdown(columns: list[Column], commands: list[str], versions: list[str], fi
         for file, test, result_outcome, message, anchor in column.failures:
             grouped[(result_outcome, anchor)].append((file, test, message))
         for (result_outcome, anchor), entries in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1] or "")):
-            where = f" — [finding](findings.md#{anchor})" if anchor else " — no finding yet"
+            where = f" — [finding]({anchor})" if anchor else " — no finding yet"
             lines.append(f"* **{result_outcome}**, {len(entries)} test(s){where}:")
             for file, test, message in entries[:12]:
                 short = " ".join(message.split())[:160]

@@ -1,0 +1,85 @@
+"""The scoreboard (conformance/scoreboard.py): each backend's outcomes over StableHLO's files
+as the conformance runner gives them, by op family, each failure with its finding; a column
+from results recorded elsewhere (a TPU's, tests/data/tpu/conform.json)."""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import re
+
+import pytest
+
+from stablehlo_interp.conformance import scoreboard
+from stablehlo_interp.conformance.conform import BACKEND_ERROR, FAIL, PASS, ConformResult, conform
+from stablehlo_interp.conformance.testfile import expand_paths, run_files
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SUITE = ROOT.parent / "shared" / "stablehlo-tests"
+TPU_RESULTS = ROOT / "tests" / "data" / "tpu" / "conform.json"
+needs_suite = pytest.mark.skipif(not SUITE.is_dir(), reason="StableHLO's test files are not beside the project")
+FILES = ["interpret/add.mlir", "interpret/ceil.mlir", "interpret/while.mlir"]
+
+
+@pytest.mark.parametrize("verdict, message, expected", [
+    (PASS, "", scoreboard.PASSED), (FAIL, "check failed", scoreboard.FAILED),
+    (BACKEND_ERROR, "cannot compile: UNIMPLEMENTED", scoreboard.CANNOT_COMPILE),
+    (BACKEND_ERROR, "crashed: signal 6", scoreboard.CRASH),
+    (BACKEND_ERROR, "the process running this file died (e.g. the backend's compiler aborted", scoreboard.CRASH),
+    (BACKEND_ERROR, "failed to run: out of memory", scoreboard.RUN_ERROR),
+])
+def test_each_verdict_is_one_outcome(verdict, message, expected):
+    assert scoreboard.outcome(ConformResult("f.mlir", "t", 1, verdict, message)) == expected
+
+
+@needs_suite
+def test_a_test_file_counts_under_the_family_of_the_op_it_tests():
+    family = {name: scoreboard.family_of(str(SUITE / name)) for name in (
+        "interpret/add.mlir", "interpret/while.mlir", "interpret/sort.mlir", "testdata/abs_float64_20_20.mlir",
+        "testdata/acosh_float32_20_20_chlo.mlir", "testdata/scatter_add_bfloat16_2_3_bfloat16_2_1_3.mlir")}
+    assert family == {"interpret/add.mlir": "elementwise", "interpret/while.mlir": "control_flow",
+                      "interpret/sort.mlir": "sorting", "testdata/abs_float64_20_20.mlir": "elementwise",
+                      "testdata/acosh_float32_20_20_chlo.mlir": "chlo",
+                      "testdata/scatter_add_bfloat16_2_3_bfloat16_2_1_3.mlir": "indexing"}
+
+
+@needs_suite
+def test_the_page_counts_what_each_backend_did_and_links_the_tpus_failures():
+    files = [SUITE / name for name in FILES]
+    page = scoreboard.build(files, [("cpu", "cpu"), ("tpu", f"results:{TPU_RESULTS}")], command="the command")
+    totals = {row[0]: row[1:] for row in re.findall(r"^\| (\w+) \| ([^\n]*) \|$", page.split("## Totals")[1]
+                                                    .split("Outcomes:")[0], re.MULTILINE)}
+
+    def counted(backend: str) -> dict:
+        cells = [int(cell) for cell in totals[backend][0].split(" | ")]
+        return dict(zip((*scoreboard.OUTCOMES, "tests", "files"), cells))
+
+    # the interpreter's column is stablehlo-interp test's verdicts over the same files
+    tested = collections.Counter(outcome.verdict for result in run_files(expand_paths(files))
+                                 for outcome in result.outcomes)
+    assert counted("interpreter")[scoreboard.PASSED] == tested["passed"] and counted("interpreter")["files"] == 3
+    # the cpu's column is conform's report, outcome by outcome
+    report = collections.Counter(scoreboard.outcome(r) for r in conform(files, "cpu").results)
+    assert {o: counted("cpu")[o] for o in scoreboard.OUTCOMES} == {o: report[o] for o in scoreboard.OUTCOMES}
+    # the TPU's recorded verdicts, of these files only (its sample, conform_files.txt, left add.mlir out):
+    # ceil of a subnormal flushed, linked to its finding
+    sampled = set((TPU_RESULTS.parent / "conform_files.txt").read_text().split())
+    tpu = counted("tpu")
+    assert tpu["files"] == len(sampled & set(FILES)) == 2 and tpu[scoreboard.FAILED] >= 2
+    assert re.search(r"\*\*fail\*\*, \d+ test\(s\) — \[finding\]\(findings\.md#tpu-subnormals\):\n"
+                     r"(  \* .*\n)*  \* `interpret/ceil\.mlir` @ceil_op_test_f32:", page)
+    assert "| elementwise |" in page and "| control_flow |" in page
+    assert "$ the command" in page and "jax 0.10.2" in page
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (ROOT / "docs" / "findings.md").read_text()))
+    for link in set(re.findall(r"\(findings\.md#([\w-]+)\)", page)):
+        assert link in anchors
+
+
+def test_every_finding_the_scoreboard_names_is_in_the_docs():
+    docs = ROOT / "docs"
+    for _, _, _, link in scoreboard.FINDINGS:
+        page, _, anchor = link.partition("#")
+        text = (docs / page).read_text()
+        headings = {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+                    for line in text.splitlines() if line.startswith("#")}
+        assert f'<a id="{anchor}"></a>' in text or anchor in headings, link
