@@ -324,7 +324,7 @@ def _scoreboard(args, files) -> int:
         name, _, spec = entry.partition("=")
         against.append((name, spec or name))
     command = " ".join(["stablehlo-interp", *sys.argv[1:]]) if sys.argv[0].endswith("stablehlo-interp") else ""
-    pathlib.Path(args.scoreboard).write_text(build(files, against, args.campaign, command))
+    pathlib.Path(args.scoreboard).write_text(build(files, against, args.campaign, command, max(1, args.jobs)))
     print(f"wrote {args.scoreboard}: {len(files)} files, {len(against) + 1} backends")
     return 0
 

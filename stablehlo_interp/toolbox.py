@@ -58,7 +58,8 @@ PROGRAM = (Argument("file", help="the module"),
            INPUTS)
 BACKEND = (Argument("--backend", "-b", default="cpu",
                     help="a JAX platform name (cpu, tpu, ...), iree / iree:TARGET (e.g. iree:llvm-cpu; the 'iree' "
-                         "extra), or recorded:FOLDER (answers kept by --record) (default: cpu)"),
+                         "extra), reference (StableHLO's C++ reference interpreter in jaxlib), or recorded:FOLDER "
+                         "(answers kept by --record) (default: cpu)"),
            Argument("--backend-option", action="append", default=[], metavar="FLAG",
                     help="an extra flag for IREE's compiler, e.g. "
                          "--backend-option=--iree-input-demote-f64-to-f32=true; repeat for each"),

@@ -69,7 +69,7 @@ def test_the_page_counts_what_each_backend_did_and_links_the_tpus_failures():
     assert re.search(r"\*\*fail\*\*, \d+ test\(s\) — \[finding\]\(findings\.md#tpu-subnormals\):\n"
                      r"(  \* .*\n)*  \* `interpret/ceil\.mlir` @ceil_op_test_f32:", page)
     assert "| elementwise |" in page and "| control_flow |" in page
-    assert "$ the command" in page and "jax 0.10.2" in page
+    assert "```bash\nthe command\n```" in page and "jax 0.10.2" in page
     anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (ROOT / "docs" / "findings.md").read_text()))
     for link in set(re.findall(r"\(findings\.md#([\w-]+)\)", page)):
         assert link in anchors

@@ -249,15 +249,17 @@ def markdown(columns: list[Column], commands: list[str], versions: list[str], fi
                 lines.append(f"  * … and {len(entries) - 12} more")
         lines.append("")
     lines += ["## How it was made", "", "Versions:", ""] + [f"* {v}" for v in versions]
-    lines += ["", "Commands:", "", "```console"] + [f"$ {c}" for c in commands] + ["```", ""]
+    # a bash block: shown, not run by the documentation's tests (it takes an hour)
+    lines += ["", "Commands:", "", "```bash"] + commands + ["```", ""]
     return "\n".join(lines)
 
 
-def build(files: list, against: list, campaign: int = 0, command: str = "") -> str:
+def build(files: list, against: list, campaign: int = 0, command: str = "", jobs: int = 1) -> str:
     """The scoreboard page of ``files`` (test files) on the interpreter and on each of
     ``against``: ``(name, spec)`` with ``spec`` a backend as ``--backend`` takes it, or
     ``results:FILE``, a ``conform --json`` file written elsewhere (a TPU's, where one was
-    lent). ``campaign``: programs of the generator campaign (seed 0) on each live backend."""
+    lent). ``campaign``: programs of the generator campaign (seed 0) on each live backend.
+    ``jobs``: worker processes for each backend's files and programs."""
     import jax
     import jaxlib
 
@@ -279,10 +281,10 @@ def build(files: list, against: list, campaign: int = 0, command: str = "") -> s
                 versions.append(f"{name}: {recorded['recorded']}")
             continue
         backend = resolve(spec)
-        report = conform(files, backend)
+        report = conform(files, backend, jobs=jobs)
         column = column_from_conform(name, report, _describe(backend), families)
         if campaign:
-            found = fuzz(backend, seed=0, count=campaign, reduce=False)
+            found = fuzz(backend, seed=0, count=campaign, jobs=jobs, reduce=False)
             causes = collections.Counter(finding.cause for finding in found.findings)
             column.generator = (f"{found.agreed} of {found.count} programs agree (seed 0); findings: "
                                 + (", ".join(f"{n} {cause}" for cause, n in causes.most_common()) or "none"))
