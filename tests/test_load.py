@@ -777,14 +777,15 @@ def test_a_regions_kind_is_data():
     with registry.replaced(custom_calls={"my_sum": lambda info: lambda x: x + 1}):
         program = si.load(MANY_KINDS)
     main = program.function("main").region
-    assert main.kind == RegionKind.body_of("main") and main.kind.is_function_body
+    assert main.kind == RegionKind.body_of("main", (None,), (None, None)) and main.kind.is_function_body
+    assert main.kind.argument_name(0) == "argument #0" and main.kind.result_name(1) == "result #1"   # no names here
     loop = next(step for step in main.steps if step.name == "stablehlo.while")
     assert [region.kind for region in loop.regions] == [RegionKind.of_op("stablehlo.while", 0),
                                                         RegionKind.of_op("stablehlo.while", 1)]
     assert [str(region.kind) for region in loop.regions] == ["region 0 of stablehlo.while",
                                                             "region 1 of stablehlo.while"]
     call = next(step for step in loop.regions[1].steps if step.name == "func.call")
-    assert call.regions[0].kind == RegionKind.body_of("double") and call.regions[0].kind.name == "@double"
+    assert call.regions[0].kind == RegionKind.body_of("double", (None,), (None,)) and call.regions[0].kind.name == "@double"
     assert not loop.regions[1].kind.is_function_body and loop.regions[1].kind.name == "region 1"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -104,11 +105,11 @@ class Listener:
         """Called when an op meets behaviour the spec leaves to the implementation or
         where XLA departs from it (engine/semantics.py), before its ``after_op``."""
 
-    def enter_run(self, region: Region, arguments, process: Process) -> None:
+    def enter_run(self, region: Region, arguments: Sequence[Any], process: Process) -> None:
         """Called as a run of an entry function begins (in a grid, in each process), with
         the function's region and arguments, before its first op."""
 
-    def exit_run(self, region: Region, arguments, results, process: Process) -> None:
+    def exit_run(self, region: Region, arguments: Sequence[Any], results: Sequence[Any], process: Process) -> None:
         """Called as the run ends, with its results. Raise StopExecution to stop the run
         there: the caller gets it instead of the results."""
 
