@@ -106,7 +106,7 @@ def _passes_of_algorithm(algorithm) -> str:
 
 # TPU v5e with libtpu 0.0.42.1 (JAX 0.10.2): the matrix unit's passes are XLA's documented
 # meaning of each precision; the element-wise accuracies were measured on 4096 values per op
-# (tests/data/tpu/probes/: magnitudes from 1e-30 to 1e30 and [-10, 10]), each the largest error
+# (tests/tpu_probes.py: magnitudes from 1e-30 to 1e30 and [-10, 10]), each the largest error
 # against the exact value rounded up to a power of two; f64 is emulated (an add 8 ULP off, an
 # exp 137); subnormals are flushed (an add of two subnormals is 0).
 TPU_V5E = DeclaredPrecision(
