@@ -1,6 +1,6 @@
 """Programs that show an accelerator's arithmetic: its matrix products at each precision,
 its transcendental functions, its subnormals, its emulated f64 (judge/precision.py states
-what a TPU declares; tests/test_tpu.py judges the recorded answers by it).
+what a TPU declares; `compare --backend recorded:FOLDER` judges the recorded answers by it).
 
     python tests/tpu_probes.py PLATFORM FOLDER     # run each on PLATFORM, answers kept in FOLDER
 

@@ -1,6 +1,6 @@
 """The zoo's programs on a TPU, where JAX users train them: lowered here for the TPU (at JAX's
 default matrix precision and under ``jax.default_matmul_precision("highest")``), compared
-there with the interpreter, every answer of the TPU kept (tests/test_tpu.py plays them back).
+there with the interpreter, every answer of the TPU kept (played back with `--backend recorded:FOLDER`).
 
     python tests/tpu_zoo.py export FOLDER [NAME ...]     # needs the zoo's libraries, not a TPU
     python tests/tpu_zoo.py compare FOLDER RECORDING     # on the machine with the TPU
