@@ -199,7 +199,8 @@ def test_document(document, scratch, tmp_path):
 def explorer_page_fingerprint(page: pathlib.Path) -> str:
     """SHA-256 of an explorer page without the whole arrays it keeps for "show all
     values": their last digits may vary with the machine's NumPy kernels, and the
-    screenshots show the summaries (5 digits), which are kept."""
+    screenshots show the summaries (5 digits), which are kept; and without its source
+    files' absolute paths, which differ between clones (their names and lines are kept)."""
     text = page.read_text(encoding="utf-8")
     marker = '<script type="application/json" id="explorer-data">'
     start = text.index(marker) + len(marker)
@@ -213,6 +214,8 @@ def explorer_page_fingerprint(page: pathlib.Path) -> str:
     for arguments in data.get("devices", {}).get("arguments", ()):   # a per-device page's
         for value in arguments:
             value.pop("full")
+    for source in data.get("files", ()):
+        source.pop("path")
     canonical = text[:start] + json.dumps(data, sort_keys=True) + text[end:]
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
