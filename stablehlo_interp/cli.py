@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stablehlo-interp", description="A pure-Python reference interpreter for StableHLO.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", dest="native_logging", action="store_true",
+                        help="let XLA's and PJRT's C++ libraries log everything to stderr (without it: errors only)"
+                             "; it goes before COMMAND")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for tool in toolbox.commands():
         command = commands.add_parser(tool.name, help=tool.command.help, description=tool.command.description)

@@ -1,6 +1,8 @@
 """The stablehlo-interp command: ``run`` and ``test`` (files in tests/data/)."""
 
+import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -241,3 +243,38 @@ def test_backend_suite_example():
     # A wrong backend result is caught: check one result against the inputs instead.
     broken = text.replace("check.expect_eq %r#0, %e0", "check.expect_eq %r#0, %x0", 1)
     assert [o.passed for o in run_text(broken, "b.mlir")].count(False) == 1
+
+
+# ------------------------------------------------------------ native logging
+
+NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\] ", re.MULTILINE)
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _command(tmp_path, launcher: str, *argv) -> subprocess.CompletedProcess:
+    """The command run as users run it, with no logging level of their own: ``python -m``,
+    or a console script like the one pip writes (its file named ``stablehlo-interp``)."""
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = str(ROOT)
+    if launcher == "module":
+        command = [sys.executable, "-m", "stablehlo_interp"]
+    else:
+        script = tmp_path / "stablehlo-interp"
+        script.write_text("import sys\nfrom stablehlo_interp.cli import main\nsys.exit(main())\n")
+        command = [sys.executable, str(script)]
+    return subprocess.run(command + [str(a) for a in argv], capture_output=True, text=True, timeout=120,
+                          env=environment)
+
+
+@pytest.mark.parametrize("launcher", ["module", "console script"])
+def test_no_native_logging_unless_verbose(tmp_path, launcher):
+    """PJRT logs a dozen INFO lines when JAX starts its backends (the interp device's
+    eight among them): the command shows them only with -v."""
+    compare = ["compare", EXAMPLES / "scale_add.mlir", "-i", "[1, 2, 3]", "-i", "0.5", "--backend", "cpu"]
+    quiet = _command(tmp_path, launcher, *compare)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "the interpreter and cpu agree on all 2 results\n"
+    assert NATIVE_LOG_LINE.search(quiet.stderr) is None, quiet.stderr
+    verbose = _command(tmp_path, launcher, "-v", *compare)
+    assert verbose.returncode == 0 and verbose.stdout == quiet.stdout
+    assert "InterpDevice(id=7)" in verbose.stderr and NATIVE_LOG_LINE.search(verbose.stderr)
