@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
+from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution, counted
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
 from .plan import BINARY, CALL, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
@@ -332,7 +332,7 @@ def _add_enclosing(error: OpError, step: Step, region: Region, call: int) -> Non
 
 
 def _argument_count_error(region: Region, args) -> InterpreterError:
-    return InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
+    return InterpreterError(f"{region.description} takes {counted(region.n_args, 'argument')}, got {len(args)}")
 
 
 def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:

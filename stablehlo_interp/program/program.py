@@ -17,7 +17,7 @@ from ..sharding.custom_partitioning import annotate_custom_partitioning
 from ..sharding.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
-from ..errors import ArgumentError, ModuleError
+from ..errors import ArgumentError, ModuleError, counted
 from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
 from ..sharding import custom_partitioning
@@ -314,7 +314,7 @@ def coerce_arguments(function: Function, args) -> list:
     types = function.arg_types
     if len(args) != len(types):
         expected = ", ".join(map(str, types))
-        raise ArgumentError(f"@{function.name} takes {len(types)} arguments ({expected}), got {len(args)}")
+        raise ArgumentError(f"@{function.name} takes {counted(len(types), 'argument')} ({expected}), got {len(args)}")
     values = list(args)
     for index, expected in enumerate(types):
         value = values[index]
@@ -345,8 +345,7 @@ def _coerce(value, expected, index: int, function: Function):
             raise ArgumentError(f"{where}: expected {expected} ({expected.dtype}), "
                                 f"got an array of dtype {array.dtype}")
     if not expected.matches(array):
-        got = "x".join(map(str, array.shape)) or "scalar"
-        raise ArgumentError(f"{where}: expected {expected}, got shape {got}")
+        raise ArgumentError(f"{where}: expected {expected}, got an array of shape {array.shape}")
     return array
 
 
