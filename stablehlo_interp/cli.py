@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import argparse
+import contextlib
 import ast
 import pathlib
 import sys
@@ -139,6 +140,16 @@ def command_run(args) -> int:
     return OK
 
 
+def _progress():
+    """A progress line for a long run (tools/progress.py) on standard error when it is a
+    terminal; else nothing (a null context that gives None)."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from .tools.progress import RunProgress
+
+    return RunProgress(sys.stderr)
+
+
 def _load_inputs(specs: list[str], function) -> list:
     """One value per argument, from .npy / .npz files and Python literals."""
     values: list = []
@@ -258,7 +269,9 @@ def command_trace(args) -> int:
                                every_iteration=args.every_iteration)
         print(f"saved {len(recorder.probes)} values to {args.probe}")
         return OK
-    trace = tools.trace(program, *inputs, function=name, per_device=args.per_device)
+    with _progress() as progress:
+        trace = tools.trace(program, *inputs, function=name, per_device=args.per_device,
+                            listeners=[progress] if progress else [])
     print(trace.text(head=args.head, tail=args.tail))
     if args.json:
         import json
