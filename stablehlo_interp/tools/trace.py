@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..engine.run import Listener
 from ..errors import InterpreterError, OpError
 from ..ir.locations import Frame, SourceLocation, describe_frame
-from .region_calls import RegionCall, op_label, region_calls
+from .region_calls import RegionCall, op_label, region_calls, result_names
 from .selection import describe, matcher
 from ..program import prepare
 from .per_device import prepare_checked
@@ -65,6 +65,11 @@ class OpRecord:
     @property
     def location(self) -> SourceLocation:
         return self.step.info.location
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names the module's text gives the op's results (``%m``), or () (region_calls.result_names)."""
+        return result_names(self.step)
 
     @property
     def depth(self) -> int:
@@ -114,7 +119,8 @@ class OpRecord:
         """The record as JSON-ready data."""
         frame = self.frame
         return {
-            "number": self.number, "op": self.op, "label": self.label, "parent": self.parent, "process": self.process,
+            "number": self.number, "op": self.op, "label": self.label, "names": list(self.names), "parent": self.parent,
+            "process": self.process,
             "location": str(self.location) if self.location else None,
             "source": f"{frame.file}:{frame.line}" if frame else None,
             "source_reason": self.frame_reason,
