@@ -126,7 +126,11 @@ def command_run(args) -> int:
         from .tools.portability import PortabilityReport
 
         report = PortabilityReport()
-    results = program.run(*inputs, function=name, semantics=args.semantics, listeners=() if report is None else [report])
+    from .tools.progress import LoopProgress
+
+    with _progress(LoopProgress) as progress:
+        results = program.run(*inputs, function=name, semantics=args.semantics, listeners=[report] if report else [],
+                              loops=progress.loops if progress else None)
     options = {"threshold": sys.maxsize} if args.full else {}
     with np.printoptions(**options):
         for index, (value, declared) in enumerate(zip(results, function.result_types)):
@@ -140,14 +144,10 @@ def command_run(args) -> int:
     return OK
 
 
-def _progress():
-    """A progress line for a long run (tools/progress.py) on standard error when it is a
-    terminal; else nothing (a null context that gives None)."""
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext()
-    from .tools.progress import RunProgress
-
-    return RunProgress(sys.stderr)
+def _progress(kind):
+    """A progress line of ``kind`` (tools/progress.py) for a long run, on standard error
+    when it is a terminal; else nothing (a null context that gives None)."""
+    return kind(sys.stderr) if sys.stderr.isatty() else contextlib.nullcontext()
 
 
 def _load_inputs(specs: list[str], function) -> list:
@@ -269,7 +269,9 @@ def command_trace(args) -> int:
                                every_iteration=args.every_iteration)
         print(f"saved {len(recorder.probes)} values to {args.probe}")
         return OK
-    with _progress() as progress:
+    from .tools.progress import RunProgress
+
+    with _progress(RunProgress) as progress:
         trace = tools.trace(program, *inputs, function=name, per_device=args.per_device,
                             listeners=[progress] if progress else [])
     print(trace.text(head=args.head, tail=args.tail))

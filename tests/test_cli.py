@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from oracles import run_xla
+import stablehlo_interp as si
 from stablehlo_interp.cli import main
 from stablehlo_interp.conformance.testfile import run_text, split_modules
 
@@ -363,31 +364,47 @@ LOOP = """func.func @main(%n: tensor<i32>) -> tensor<i32> {
 """
 
 
-def test_trace_shows_its_progress_on_a_terminal(tmp_path):
-    """A long trace writes ``N ops run`` and the loop's iteration to a terminal, rewritten in
-    place: read until it has updated twice (the loop would run for hours), then stopped."""
+def _terminal_until(argv, update: re.Pattern, updates: int = 2) -> list[tuple]:
+    """Run the command with standard error on a pseudo-terminal, read what it writes there
+    until ``update`` has matched ``updates`` times (the runs here would last for hours), stop
+    it: the matches."""
     import pty
 
-    path = tmp_path / "loop.mlir"
-    path.write_text(LOOP)
     primary, secondary = pty.openpty()
-    child = subprocess.Popen([sys.executable, "-m", "stablehlo_interp", "trace", str(path), "-i", str(10**9)],
-                             stdout=subprocess.DEVNULL, stderr=secondary, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    child = subprocess.Popen([sys.executable, "-m", "stablehlo_interp", *map(str, argv)], stdout=subprocess.DEVNULL,
+                             stderr=secondary, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     os.close(secondary)
-    update = re.compile(r"\r\x1b\[K([\d,]+) ops run; stablehlo.while at loop.mlir:4: (?:cond|body), iteration (\d+)(?=\r)")
     terminal = ""
     try:
-        while len(update.findall(terminal)) < 2 and child.poll() is None:
+        while len(update.findall(terminal)) < updates and child.poll() is None:
             terminal += os.read(primary, 4096).decode()
     finally:
         child.kill()
         child.wait(timeout=60)
         os.close(primary)
-    updates = [(int(ops.replace(",", "")), int(iteration)) for ops, iteration in update.findall(terminal)]
-    assert len(updates) >= 2, terminal
+    found = update.findall(terminal)
+    assert len(found) >= updates, terminal
+    return found
+
+
+def test_trace_shows_its_progress_on_a_terminal(tmp_path):
+    """A long trace writes ``N ops run`` and the loop's iteration to a terminal, rewritten in place."""
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    update = re.compile(r"\r\x1b\[K([\d,]+) ops run; stablehlo.while at loop.mlir:4: (?:cond|body), iteration (\d+)(?=\r)")
+    updates = [(int(ops.replace(",", "")), int(i)) for ops, i in _terminal_until(["trace", path, "-i", 10**9], update)]
     # each iteration runs cond (1 op) and body (2 ops), after the 2 constants; counted as an op starts
     assert all(3 * i + 3 <= ops <= 3 * i + 6 for ops, i in updates), updates
     assert updates[1][0] > updates[0][0]
+
+
+def test_run_shows_its_loops_iterations_on_a_terminal(tmp_path):
+    """A long run (no listener: each op is not seen) writes the iterations of the loop it is in."""
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    update = re.compile(r"\r\x1b\[Kstablehlo.while at loop.mlir:4: ([\d,]+) iterations(?=\r)")
+    iterations = [int(i.replace(",", "")) for i in _terminal_until(["run", path, "-i", 10**9], update)]
+    assert 0 < iterations[0] < iterations[1] < 10**9
 
 
 class _Stream(io.StringIO):
@@ -401,14 +418,48 @@ class _Stream(io.StringIO):
 
 def test_progress_only_on_a_terminal(monkeypatch):
     from stablehlo_interp import cli as command
-    from stablehlo_interp.tools.progress import RunProgress
+    from stablehlo_interp.tools.progress import LoopProgress, RunProgress
 
-    monkeypatch.setattr(sys, "stderr", _Stream(terminal=False))
-    with command._progress() as progress:
-        assert progress is None
-    monkeypatch.setattr(sys, "stderr", _Stream(terminal=True))
-    with command._progress() as progress:
-        assert isinstance(progress, RunProgress) and progress.out is sys.stderr
+    for kind in (RunProgress, LoopProgress):
+        monkeypatch.setattr(sys, "stderr", _Stream(terminal=False))
+        with command._progress(kind) as progress:
+            assert progress is None
+        monkeypatch.setattr(sys, "stderr", _Stream(terminal=True))
+        with command._progress(kind) as progress:
+            assert isinstance(progress, kind) and progress.out is sys.stderr
+
+
+def test_loop_progress_names_the_loops_outermost_first(tmp_path):
+    """What the run keeps of its open loops (RunContext.loops), as the line shows it."""
+    from stablehlo_interp.engine.run import OpenLoop
+    from stablehlo_interp.tools.progress import LoopProgress
+
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    (step,) = [s for s in si.load(path).function("main").region.steps if s.info.name == "stablehlo.while"]
+    line = LoopProgress(_Stream(terminal=True))
+    assert line.line() == ""
+    outer, inner = OpenLoop(step.info), OpenLoop(step.info)
+    outer.iterations, inner.iterations = 3, 12345
+    line.loops += [outer, inner]
+    assert line.line() == "stablehlo.while at loop.mlir:4: 3 iterations; stablehlo.while at loop.mlir:4: 12,345 iterations"
+
+
+def test_a_run_counts_the_iterations_of_its_loops_when_asked(tmp_path):
+    """RunContext.loops: each while's OpenLoop is there while it runs, with its iterations."""
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    seen = []
+
+    class Watch(si.Listener):   # what another thread would read, looked at from the loop's body
+        def before_op(self, step, operands, stack):
+            if step.info.name == "stablehlo.add":
+                seen.append([(loop.info.name, loop.iterations) for loop in loops])
+
+    loops: list = []
+    assert si.load(path).run(np.int32(3), loops=loops, listeners=[Watch()])[0] == 0 + 1 + 2
+    assert seen == [[("stablehlo.while", 1)]] * 2 + [[("stablehlo.while", 2)]] * 2 + [[("stablehlo.while", 3)]] * 2
+    assert loops == []
 
 
 def test_progress_line_is_rewritten_in_place_and_erased():

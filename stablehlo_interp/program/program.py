@@ -119,17 +119,19 @@ class Program:
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
     def run(self, *args: Any, function: str | None = None, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
-            semantics: str | None = None) -> list:
+            semantics: str | None = None, loops: list | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
         ``listeners`` are :class:`~stablehlo_interp.engine.run.Listener` objects that
         observe (and may alter or stop) the run. ``io`` holds the host side of
         infeed, outfeed, send and recv (see :class:`~stablehlo_interp.engine.hostio.HostQueues`).
-        ``semantics`` is ``"spec"`` or ``"xla"`` (the program's by default).
+        ``semantics`` is ``"spec"`` or ``"xla"`` (the program's by default). ``loops``:
+        a list where the run keeps the ``while`` loops it is in, with their iterations,
+        for a progress line (RunContext; tools/progress.py).
         """
         target = self._runnable.get(function) or self.runnable(function)
         values = coerce_arguments(target, args)
-        context = RunContext(listeners, io, semantics=semantics or self.semantics)
+        context = RunContext(listeners, io, semantics=semantics or self.semantics, loops=loops)
         return _as_results(self.execute(target, values, context), values)
 
     def call(self, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
