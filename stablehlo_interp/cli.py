@@ -129,7 +129,7 @@ def command_run(args) -> int:
     from .tools.progress import LoopProgress
 
     with _progress(LoopProgress) as progress:
-        results = program.run(*inputs, function=name, semantics=args.semantics, listeners=[report] if report else [],
+        results = program.run(*inputs, function=name, semantics=args.semantics, listeners=[] if report is None else [report],
                               loops=progress.loops if progress else None)
     options = {"threshold": sys.maxsize} if args.full else {}
     with np.printoptions(**options):
