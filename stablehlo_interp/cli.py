@@ -178,12 +178,12 @@ def _load_array(path: pathlib.Path):
 
 def _npz_arguments(path: pathlib.Path, function, position: int) -> list:
     """The arrays of a .npz file: by argument name when its keys are the names of
-    the next arguments, else in the order they were saved (``arr_0, arr_1 ...``
-    by number)."""
+    the next arguments (``x`` for a module's ``%x``), else in the order they were
+    saved (``arr_0, arr_1 ...`` by number)."""
     archive = _load_array(path)
     with archive:
         keys = list(archive.keys())
-        names = list(function.arg_names[position:position + len(keys)])
+        names = [name and name.removeprefix("%") for name in function.arg_names[position:position + len(keys)]]
         if set(keys) == set(names):
             keys = names
         elif all(k.startswith("arr_") and k[4:].isdigit() for k in keys):

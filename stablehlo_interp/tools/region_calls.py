@@ -7,12 +7,11 @@ print them as ``stablehlo.while at model.py:8 (f): body, iteration 2``.
 
 from __future__ import annotations
 
-import functools
 import linecache
-import re
 from dataclasses import dataclass
 
 from ..ir.locations import Frame, SourceLocation, describe_location
+from ..ir.value_names import result_names as written_result_names
 
 # Names of the regions of ops that have several (or a meaningful one).
 _REGION_NAMES = {
@@ -91,35 +90,10 @@ def op_label(step) -> str:
     return f"{step.info.name} @{callee}" if isinstance(callee, str) else step.info.name
 
 
-# A line of MLIR text up to an op's location: the results it names, ``=`` and the op's
-# name where the location points past it (``%s = stablehlo.reduce(`` for the short form of
-# reduce). Results: ``%m``, ``%r:2``, ``%a, %b`` (MLIR's LangRef: op-result-list).
-_WRITTEN_RESULTS = re.compile(r"^\s*((?:%[\w$.-]+(?::\d+)?\s*,\s*)*%[\w$.-]+(?::\d+)?)\s*=\s*\"?([\w.]*)\"?\s*$")
-
-
 def result_names(step) -> tuple[str, ...]:
-    """The names the module's text gives the op's results, as its author wrote them:
-    ``%m``; ``%r#0, %r#1`` for ``%r:2 = ...``. MLIR keeps no value names (its printer
-    numbers them, ``%0``), so they are read from the line of text the op's location
-    points at, when it is the op's line of MLIR text. () where no text names them: a
-    module JAX lowered (its ops point at Python lines), text given as a string (file ``-``)."""
-    frame = step.info.location.frame if step.info.location else None
-    if frame is None or frame.column is None:
-        return ()
-    return _names_at(frame.file, frame.line, frame.column, step.info.name, len(step.info.result_types))
-
-
-@functools.lru_cache(maxsize=4096)
-def _names_at(file: str, line: int, column: int, op: str, results: int) -> tuple[str, ...]:
-    match = _WRITTEN_RESULTS.match(linecache.getline(file, line)[:column - 1])
-    # the op's name as written, if the location is past it (func.call is written "call")
-    if match is None or match.group(2) not in ("", op, op.partition(".")[2]):
-        return ()
-    names: list[str] = []
-    for group in match.group(1).split(","):
-        name, _, count = group.strip().partition(":")
-        names += [f"{name}#{index}" for index in range(int(count))] if count else [name]
-    return tuple(names) if len(names) == results else ()
+    """The names the module's text gives the op's results (``%m``; ``%r#0, %r#1`` for
+    ``%r:2 = ...``), or () (ir/value_names.py)."""
+    return written_result_names(step.info.location, step.info.name, len(step.info.result_types))
 
 
 def source_text(location: SourceLocation | None) -> str:
