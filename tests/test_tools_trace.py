@@ -196,8 +196,8 @@ def test_an_op_without_a_frame_says_why(tmp_path):
         "stablehlo.add                       f32[] 3  # no source: the module gives this op no location",
         "stablehlo.multiply                  f32[] 9  # no source: its location names no Python frame, only "
         "'jit(f)/mul'",
-        "%2 = stablehlo.negate               f32[] -9  # located.mlir:4",   # the names the text gives
-        "%3 = stablehlo.case                 f32[] nan  # located.mlir:5",
+        "stablehlo.negate                    f32[] -9  # located.mlir:4",   # %2: the printer's kind of name
+        "stablehlo.case                      f32[] nan  # located.mlir:5",
         "  branch 0",
         "    stablehlo.sqrt                  f32[] nan  # inside stablehlo.case at located.mlir:5"]
     assert str(sqrt) == "stablehlo.sqrt  f32[] nan  # inside stablehlo.case at located.mlir:5"
@@ -328,6 +328,13 @@ def test_the_names_a_module_s_text_gives_its_values(tmp_path):
                                            "# named.mlir:3"]
     assert trace.as_dicts()[3]["names"] == ["%n", "%acc"]
     assert [record.names for record in si.trace(NAMED, X)] == [()] * 7
+    # the names MLIR's printer gives (%0, %arg0) number values: no names
+    path.write_text(NAMED.replace("%m", "%0").replace("%h", "%1").replace("%x", "%arg0"))
+    assert [record.names for record in si.trace(path, X)] == [
+        (), ("%e",), ("%zero",), ("%n", "%acc"), ("%c",), (), ("%s",)]
+    assert si.load(path).function("main").arg_names == (None,)
+    path.write_text(NAMED)
+    assert si.load(path).function("main").arg_names == ("%x",)
 
 
 def test_a_jax_module_has_no_names_to_read(tmp_path):

@@ -19,7 +19,7 @@ from jaxlib.mlir import ir
 
 from .decode import decode_attribute, decode_location, decode_type
 from .locations import SourceLocation
-from .value_names import argument_name
+from .value_names import argument_name, refresh
 
 
 @dataclass
@@ -63,6 +63,7 @@ class ModuleDeclarations:
 def decode_module(module, file_name: str | None = None) -> ModuleDeclarations:
     """The declarations of a module (``file_name``: where its text came from, for locations)."""
     attributes = module.operation.attributes
+    refresh(file_name)   # its lines name values (value_names.py)
     with module.context:
         meshes = {decode_attribute(op.attributes["sym_name"]): decode_attribute(op.attributes["mesh"])
                   for op in (operation.operation for operation in module.body.operations) if op.name == "sdy.mesh"}
