@@ -71,7 +71,7 @@ def _write(out: TextIO, text: str) -> None:
     out.flush()
 
 
-def describe_op(info: Any) -> str:
+def _describe_op(info: Any) -> str:
     """``stablehlo.while at loop.mlir:4``."""
     where = describe_location(info.location) if info.location else ""
     return f"{info.name} at {where}" if where else info.name
@@ -94,7 +94,7 @@ class LoopProgress:
 
     def line(self) -> str:
         """The loops the run is in, outermost first ('' when none)."""
-        return "; ".join(f"{describe_op(loop.info)}: {loop.iterations:,} iterations" for loop in list(self.loops))
+        return "; ".join(f"{_describe_op(loop.info)}: {loop.iterations:,} iterations" for loop in list(self.loops))
 
     def _watch(self) -> None:
         if self._stop.wait(FIRST_AFTER):
