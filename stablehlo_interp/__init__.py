@@ -44,6 +44,11 @@ if _is_the_command():
     _quiet_native_logging_in_the_command()
 
 # ruff: noqa: E402 - the package is imported after the logging level is set
+# JAX before jaxlib: JAX sets the C++ libraries' logging level as it loads (TF_CPP_MIN_LOG_LEVEL=1
+# unless set: warnings and errors), and they read it when jaxlib first loads, which the modules
+# below do through jaxlib.mlir: first, they left it at 0, and every program that imported this
+# package got a dozen INFO lines from PJRT as its backends started.
+import jax  # noqa: F401
 from . import toolbox
 from .engine.hostio import HostQueues
 from .engine.run import Listener

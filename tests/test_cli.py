@@ -322,7 +322,7 @@ def test_backend_suite_example():
 
 # ------------------------------------------------------------ native logging
 
-NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\] ", re.MULTILINE)
+NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\] .*$", re.MULTILINE)
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -341,10 +341,32 @@ def _command(tmp_path, launcher: str, *argv) -> subprocess.CompletedProcess:
                           env=environment)
 
 
+def _native_lines(code: str, **environment: str) -> list[str]:
+    """The messages of the native log lines a Python program writes (with no logging level
+    of the user's, unless given)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env.update(environment, PYTHONPATH=str(ROOT))
+    stderr = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                            check=True).stderr
+    return [line.split("] ", 1)[1] for line in NATIVE_LOG_LINE.findall(stderr)]
+
+
+@pytest.fixture(scope="module")
+def native_logging() -> list[str]:
+    """What the native libraries log as JAX starts its backends when asked for everything
+    (jaxlib 0.10: a dozen INFO lines of PJRT's, one per device of the interp plugin's eight)."""
+    return _native_lines("import jax; jax.devices()", TF_CPP_MIN_LOG_LEVEL="0")
+
+
+def test_importing_the_package_leaves_jax_s_logging_as_it_is(native_logging):
+    """The package loads jaxlib (its MLIR bindings) after JAX, which sets the libraries'
+    level first: a program that imports it logs what it logs without it."""
+    assert _native_lines("import stablehlo_interp, jax; jax.devices()") == _native_lines("import jax; jax.devices()")
+
+
 @pytest.mark.parametrize("launcher", ["module", "console script"])
-def test_no_native_logging_unless_verbose(tmp_path, launcher):
-    """PJRT logs a dozen INFO lines when JAX starts its backends (the interp device's
-    eight among them): the command shows them only with -v."""
+def test_no_native_logging_unless_verbose(tmp_path, launcher, native_logging):
+    """The command shows the native libraries' logging only with -v: then all of it."""
     compare = ["compare", EXAMPLES / "scale_add.mlir", "-i", "[1, 2, 3]", "-i", "0.5", "--backend", "cpu"]
     quiet = _command(tmp_path, launcher, *compare)
     assert quiet.returncode == 0, quiet.stderr
@@ -352,7 +374,8 @@ def test_no_native_logging_unless_verbose(tmp_path, launcher):
     assert NATIVE_LOG_LINE.search(quiet.stderr) is None, quiet.stderr
     verbose = _command(tmp_path, launcher, "-v", *compare)
     assert verbose.returncode == 0 and verbose.stdout == quiet.stdout
-    assert "InterpDevice(id=7)" in verbose.stderr and NATIVE_LOG_LINE.search(verbose.stderr)
+    assert all(message in verbose.stderr for message in native_logging)
+    assert ("Addressable PjRt-IFRT device: InterpDevice(id=7)" in verbose.stderr) == bool(native_logging)
 
 
 # ------------------------------------------------------------ progress on a terminal
