@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import argparse
+import contextlib
 import ast
 import pathlib
 import sys
+import traceback
 
 import numpy as np
 
 from . import __version__, toolbox
-from .errors import InterpreterError
+from .errors import ArgumentError, InterpreterError, ModuleError, UnsupportedOpError, counted
 from .program import Program
 from .conformance.testfile import FAILED, expand_paths, report, run_files
 from .ir.types import TOKEN, TensorType, Token, TokenType, TupleType
@@ -28,17 +30,40 @@ class UsageError(Exception):
     """Bad command-line input (exit status 2)."""
 
 
+# The exit status of every command (docs/cli.md, "Exit status"); argparse's errors are BAD_INPUT too.
+OK, FINDING, BAD_INPUT, CANNOT_DO = 0, 1, 2, 3
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
         return args.command(args)
-    except UsageError as error:
-        print(f"stablehlo-interp {args.name}: error: {error}", file=sys.stderr)
-        return 2
-    except (InterpreterError, BackendError) as error:
-        print(f"stablehlo-interp {args.name}: {error}", file=sys.stderr)
-        return 1
+    except Exception as error:  # noqa: BLE001 - every error is an exit status and a message
+        status = exit_status(error)
+        print(f"stablehlo-interp {args.name}: {_message(error, status)}", file=sys.stderr)
+        return status
+
+
+def exit_status(error: BaseException | None) -> int:
+    """The exit status of a command that met ``error`` (None: it did its work)."""
+    if error is None:
+        return OK
+    if isinstance(error, (UsageError, ModuleError, ArgumentError)):
+        return BAD_INPUT       # the command line, an input, the module
+    if isinstance(error, (UnsupportedOpError, BackendError)):
+        return CANNOT_DO       # an op the interpreter lacks; a backend that could not run
+    if isinstance(error, InterpreterError):
+        return FINDING         # the program failed as it ran: an op, a check
+    return CANNOT_DO           # a bug of the interpreter's
+
+
+def _message(error: BaseException, status: int) -> str:
+    if status == BAD_INPUT:
+        return f"error: {error}"
+    if isinstance(error, (InterpreterError, BackendError)):
+        return str(error)
+    return f"internal error (a bug: please report it with this message)\n{traceback.format_exc().rstrip()}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stablehlo-interp", description="A pure-Python reference interpreter for StableHLO.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", dest="native_logging", action="store_true",
+                        help="let XLA's and PJRT's C++ libraries log everything to stderr (without it: errors only)"
+                             "; it goes before COMMAND")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for tool in toolbox.commands():
         command = commands.add_parser(tool.name, help=tool.command.help, description=tool.command.description)
@@ -57,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def backend_of(args):
     """The backend that toolbox.py's ``BACKEND`` arguments name."""
-    from .backends import CommandBackend, RecordingBackend, resolve
+    from .backends import CommandBackend, JaxBackend, RecordingBackend, resolve
 
     if args.backend_command:
         if args.backend_option:
@@ -68,9 +96,21 @@ def backend_of(args):
             backend = resolve(args.backend, args.backend_option)
         except ValueError as error:
             raise UsageError(str(error)) from None
+        if isinstance(backend, JaxBackend):
+            _check_platform(backend.platform)
     if args.record:
         backend = RecordingBackend(backend, args.record, command=" ".join(["stablehlo-interp", *sys.argv[1:]]))
     return backend
+
+
+def _check_platform(platform: str) -> None:
+    """A misspelt platform is a usage error, not a failure of the backend (JAX's message lists those it has)."""
+    import jax
+
+    try:
+        jax.devices(platform)
+    except RuntimeError as error:
+        raise UsageError(f"--backend {platform}: {error}") from None
 
 
 # ---------------------------------------------------------------------- run
@@ -86,7 +126,11 @@ def command_run(args) -> int:
         from .tools.portability import PortabilityReport
 
         report = PortabilityReport()
-    results = program.run(*inputs, function=name, semantics=args.semantics, listeners=() if report is None else [report])
+    from .tools.progress import LoopProgress
+
+    with _progress(LoopProgress) as progress:
+        results = program.run(*inputs, function=name, semantics=args.semantics, listeners=[] if report is None else [report],
+                              loops=progress.loops if progress else None)
     options = {"threshold": sys.maxsize} if args.full else {}
     with np.printoptions(**options):
         for index, (value, declared) in enumerate(zip(results, function.result_types)):
@@ -97,7 +141,13 @@ def command_run(args) -> int:
         print(report)
     if args.output:
         np.savez(args.output, **dict(_flatten("result", results)))
-    return 0
+    return OK
+
+
+def _progress(kind):
+    """A progress line of ``kind`` (tools/progress.py) for a long run, on standard error
+    when it is a terminal; else nothing (a null context that gives None)."""
+    return kind(sys.stderr) if sys.stderr.isatty() else contextlib.nullcontext()
 
 
 def _load_inputs(specs: list[str], function) -> list:
@@ -114,7 +164,7 @@ def _load_inputs(specs: list[str], function) -> list:
     types = function.arg_types
     if len(values) != len(types):
         expected = ", ".join(map(str, types)) or "none"
-        raise UsageError(f"@{function.name} takes {len(types)} arguments ({expected}); "
+        raise UsageError(f"@{function.name} takes {counted(len(types), 'argument')} ({expected}); "
                          f"--input gave {len(values)}")
     return [_as_argument(value, t) for value, t in zip(values, types)]
 
@@ -128,12 +178,12 @@ def _load_array(path: pathlib.Path):
 
 def _npz_arguments(path: pathlib.Path, function, position: int) -> list:
     """The arrays of a .npz file: by argument name when its keys are the names of
-    the next arguments, else in the order they were saved (``arr_0, arr_1 ...``
-    by number)."""
+    the next arguments (``x`` for a module's ``%x``), else in the order they were
+    saved (``arr_0, arr_1 ...`` by number)."""
     archive = _load_array(path)
     with archive:
         keys = list(archive.keys())
-        names = list(function.arg_names[position:position + len(keys)])
+        names = [name and name.removeprefix("%") for name in function.arg_names[position:position + len(keys)]]
         if set(keys) == set(names):
             keys = names
         elif all(k.startswith("arr_") and k[4:].isdigit() for k in keys):
@@ -143,7 +193,7 @@ def _npz_arguments(path: pathlib.Path, function, position: int) -> list:
 
 def _literal(text: str, function, position: int):
     if position >= len(function.arg_types):
-        raise UsageError(f"too many --input values: @{function.name} takes {len(function.arg_types)}")
+        raise UsageError(f"too many --input values: @{function.name} takes {counted(len(function.arg_types), 'argument')}")
     expected = function.arg_types[position]
     if not isinstance(expected, TensorType):
         raise UsageError(f"argument #{position} of @{function.name} is {expected}: give it in a .npz file")
@@ -211,21 +261,25 @@ def command_trace(args) -> int:
         report = tools.find_nonfinite(program, *inputs, function=name, mode=mode, per_device=args.per_device)
         print(report if report is not None else "every value is finite" if args.first_nonfinite
               else "all results finite")
-        return 0
+        return OK if report is None else FINDING
     if args.probe and args.per_device:
         raise UsageError("--probe saves the values of one run: it takes no --per-device")
     if args.probe:
         recorder = tools.probe(program, *inputs, function=name, path=args.probe, select=args.select,
                                every_iteration=args.every_iteration)
         print(f"saved {len(recorder.probes)} values to {args.probe}")
-        return 0
-    trace = tools.trace(program, *inputs, function=name, per_device=args.per_device)
+        return OK
+    from .tools.progress import RunProgress
+
+    with _progress(RunProgress) as progress:
+        trace = tools.trace(program, *inputs, function=name, per_device=args.per_device,
+                            listeners=[progress] if progress else [])
     print(trace.text(head=args.head, tail=args.tail))
     if args.json:
         import json
 
         pathlib.Path(args.json).write_text(json.dumps(trace.as_dicts(), indent=1))
-    return 1 if trace.error else 0
+    return exit_status(trace.error)
 
 
 def command_profile(args) -> int:
@@ -234,7 +288,7 @@ def command_profile(args) -> int:
     program, name, inputs = _program_and_inputs(args)
     runs = [tools.profile(program, *inputs, function=name) for _ in range(max(args.repeat, 1))]
     print(min(runs, key=lambda run: run.seconds).text(by=args.by, top=args.top))
-    return 0
+    return OK
 
 
 def command_explain(args) -> int:
@@ -242,7 +296,7 @@ def command_explain(args) -> int:
 
     program, name, inputs = _program_and_inputs(args)
     explanation = tools.explain(program, *inputs, function=name)
-    return 1 if explanation.trace.error else 0
+    return exit_status(explanation.trace.error)
 
 
 def command_explore(args) -> int:
@@ -265,7 +319,9 @@ def command_explore(args) -> int:
         print(exploration.comparison)
     if exploration.trace.error is not None:
         print(exploration.trace.error)
-    return 1 if exploration.trace.error else 0
+    if exploration.trace.error is not None:
+        return exit_status(exploration.trace.error)
+    return FINDING if exploration.comparison is not None and not exploration.comparison.ok else OK
 
 
 def command_compare(args) -> int:
@@ -278,7 +334,7 @@ def command_compare(args) -> int:
     comparison = tools.compare(program, *inputs, backend=backend_of(args), tolerance=tolerance, function=name,
                                per_device=args.per_device)
     print(comparison)
-    return 0 if comparison.ok else 1
+    return OK if comparison.ok else FINDING
 
 
 # --------------------------------------------------------------------- test and conform
@@ -290,7 +346,7 @@ def command_test(args) -> int:
         raise UsageError("no .mlir files under " + ", ".join(args.paths))
     results = run_files(files, args.include_disabled, args.probe_output_dir, args.jobs)
     totals = report(results, sys.stdout, total_files=len(files), verbose=args.verbose, junit_path=args.junit_xml)
-    return 1 if totals[FAILED] else 0
+    return FINDING if totals[FAILED] else OK
 
 
 def command_fuzz(args) -> int:
@@ -304,7 +360,7 @@ def command_fuzz(args) -> int:
                   tuple(args.element_type) or None, not args.no_reduce, ray=args.ray,
                   timeout=args.timeout)
     print(report.markdown() if args.out is None else _fuzz_summary(report, args.out))
-    return 1 if report.findings else 0
+    return FINDING if report.findings else OK
 
 
 def _fuzz_summary(report, out) -> str:
@@ -326,7 +382,7 @@ def _scoreboard(args, files) -> int:
     command = " ".join(["stablehlo-interp", *sys.argv[1:]]) if sys.argv[0].endswith("stablehlo-interp") else ""
     pathlib.Path(args.scoreboard).write_text(build(files, against, args.campaign, command, max(1, args.jobs)))
     print(f"wrote {args.scoreboard}: {len(files)} files, {len(against) + 1} backends")
-    return 0
+    return OK
 
 
 def command_conform(args) -> int:
@@ -354,4 +410,4 @@ def command_conform(args) -> int:
     if args.json:
         report.write_json(args.json)
     counts = report.counts()
-    return 1 if counts[FAIL] or counts[BACKEND_ERROR] else 0
+    return FINDING if counts[FAIL] or counts[BACKEND_ERROR] else OK

@@ -10,6 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def counted(number: int, noun: str) -> str:
+    """A count in a message: ``1 argument``, ``2 arguments``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 class InterpreterError(Exception):
     """Base class of every error raised by stablehlo_interp."""
 

@@ -1,6 +1,9 @@
 """The stablehlo-interp command: ``run`` and ``test`` (files in tests/data/)."""
 
+import io
+import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 
 from oracles import run_xla
+import stablehlo_interp as si
 from stablehlo_interp.cli import main
 from stablehlo_interp.conformance.testfile import run_text, split_modules
 
@@ -151,21 +155,34 @@ def test_run_with_npy_npz_and_raw_bf16(capsys, tmp_path):
     assert status == 0 and out == "result #0: tensor<2xbf16>\n[3 -4]\n"
 
 
-@pytest.mark.parametrize("argv, status, message", [
-    (["-i", "[1, 2, 3]"], 2, "@main takes 2 arguments (tensor<3xf32>, tensor<f32>); --input gave 1"),
-    (["-i", "[1, 2]", "-i", "1"], 1, "argument #0 of @main: expected tensor<3xf32>, got shape 2"),
-    (["-i", "[1, 2, 3]", "-i", "zero"], 2, "--input 'zero' is neither a .npy/.npz file nor a Python literal"),
-    (["-i", "missing.npy"], 2, "cannot load missing.npy"),
-    (["-i", "[1, 2, 3]", "-i", "'a'"], 2, "is not a value of tensor<f32>"),
-    (["-f", "nothing"], 1, "no function @nothing in the module (functions: @main, @twice)"),
-    (["-i", "[1, 2, 3]", "-i", "1", "-i", "2"], 2, "too many --input values: @main takes 2"),
+@pytest.mark.parametrize("argv, message", [
+    (["-i", "[1, 2, 3]"], "@main takes 2 arguments (tensor<3xf32>, tensor<f32>); --input gave 1"),
+    (["-f", "twice"], "@twice takes 1 argument (tensor<2xbf16>); --input gave 0"),
+    (["-i", "[1, 2]", "-i", "1"], "argument %x of @main: expected tensor<3xf32>, got an array of shape (2,)"),
+    (["-i", "[[1, 2, 3]]", "-i", "1"], "argument %x of @main: expected tensor<3xf32>, got an array of shape (1, 3)"),
+    (["-i", "[1, 2, 3]", "-i", "zero"], "--input 'zero' is neither a .npy/.npz file nor a Python literal"),
+    (["-i", "missing.npy"], "cannot load missing.npy"),
+    (["-i", "[1, 2, 3]", "-i", "'a'"], "--input \"'a'\" is not a value of tensor<f32>: str is not a number"),
+    (["-f", "nothing"], "no function @nothing in the module (functions: @main, @twice)"),
+    (["-i", "[1, 2, 3]", "-i", "1", "-i", "2"], "too many --input values: @main takes 2 arguments"),
 ])
-def test_run_errors(capsys, tmp_path, argv, status, message):
+def test_run_errors(capsys, tmp_path, argv, message):
+    """Every input the command cannot take is exit status 2, as argparse's errors are."""
     path = tmp_path / "add.mlir"
     path.write_text(ADD)
     code, out, err = cli(capsys, "run", path, *argv)
-    assert code == status and out == ""
-    assert message in err
+    assert code == 2 and out == ""
+    assert err.startswith(f"stablehlo-interp run: error: {message}")
+
+
+def test_npz_arguments_by_the_names_the_text_gives(capsys, tmp_path):
+    """A module written by hand names its arguments (%x, %y): an archive's keys x and y
+    give them by name, in whatever order they were saved."""
+    path = tmp_path / "add.mlir"
+    path.write_text(ADD)
+    np.savez(tmp_path / "named.npz", y=np.float32(0.5), x=np.array([1, 2, 3], np.float32))
+    status, out, _ = cli(capsys, "run", path, "-i", tmp_path / "named.npz")
+    assert status == 0 and out.startswith("result #0: tensor<3xf32>\n[1.5 2.5 3.5]\n")
 
 
 def test_run_integer_literal_must_fit(capsys, tmp_path):
@@ -180,7 +197,67 @@ def test_run_integer_literal_must_fit(capsys, tmp_path):
 
 def test_run_missing_file(capsys, tmp_path):
     status, _, err = cli(capsys, "run", tmp_path / "none.mlir")
-    assert status == 1 and "cannot read" in err
+    assert status == 2 and "cannot read" in err
+
+
+def test_parse_errors_name_the_file(capsys, tmp_path):
+    """MLIR's parser calls the text it is handed ``-``; the message names the file, as
+    ``FILE:LINE:COL: message`` (the undeclared %q on line 3, column 22; a verifier's
+    complaint about line 2 with its note)."""
+    path = tmp_path / "bad.mlir"
+    path.write_text(ADD.replace("%1 = stablehlo.add %x, %0", "%1 = stablehlo.add %x, %q"))
+    for command in ("run", "trace", "compare"):
+        status, out, err = cli(capsys, command, path, "-i", "[1, 2, 3]", "-i", "1")
+        assert status == 2 and out == ""
+        assert err == (f"stablehlo-interp {command}: error: cannot parse MLIR text in {path}:\n"
+                       f"  {path}:3:26: use of undeclared SSA value name\n")
+    path.write_text(ADD.replace("  %c = ", '  %unused = "stablehlo.add"(%x, %x) : (tensor<3xf32>, tensor<3xf32>) '
+                                           "-> tensor<4xf32>\n  %c = "))
+    status, _, err = cli(capsys, "run", path, "-i", "[1, 2, 3]", "-i", "1")
+    lines = err.splitlines()
+    assert status == 2 and lines[1].startswith(f"  {path}:4:13: 'stablehlo.add' op requires the same shape")
+    assert lines[2].startswith(f"    note: {path}:4:13: see current operation: ")
+
+
+CHECKED = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  check.expect_eq_const %x, dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+  return %x : tensor<3xf32>
+}
+"""
+
+
+def test_exit_status_classes(capsys, tmp_path, monkeypatch):
+    """0 did its work; 1 a finding (a check failed as the program ran, results differ);
+    2 bad input (argparse's, an input, the module); 3 could not do it: an op the
+    interpreter lacks, a backend that failed, a bug of the interpreter's (with its traceback)."""
+    path = tmp_path / "checked.mlir"
+    path.write_text(CHECKED)
+    assert cli(capsys, "run", path, "-i", "[1, 2, 3]")[0] == 0
+    status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 4]")
+    assert status == 1 and out.endswith(": 1 of 3 elements differ; first at index [2]: 4.0 (actual) vs 3.0 (expected)\n")
+    status, _, err = cli(capsys, "run", path, "-i", "[1, 2, 4]")
+    assert status == 1 and err.startswith(f"stablehlo-interp run: check.expect_eq_const at {path}:2")
+    path.write_text(CHECKED.replace("return %x", "%y = stablehlo.custom_call @no_such_target(%x) : "
+                                                 "(tensor<3xf32>) -> tensor<3xf32>\n  return %y"))
+    status, _, err = cli(capsys, "run", path, "-i", "[1, 2, 3]")
+    assert status == 3 and "custom call target 'no_such_target' is not implemented" in err
+    add = tmp_path / "add.mlir"
+    add.write_text(ADD)
+    status, _, err = cli(capsys, "compare", add, "-i", "[1, 2, 3]", "-i", "1", "--backend-command", "false")
+    assert status == 3 and err == "stablehlo-interp compare: false crashed: exit status 1\n"
+    status, _, err = cli(capsys, "compare", add, "-i", "[1, 2, 3]", "-i", "1", "--backend", "nosuch")
+    assert status == 2 and err.startswith("stablehlo-interp compare: error: --backend nosuch: Unknown backend nosuch")
+    with pytest.raises(SystemExit) as exit:   # argparse's own
+        main(["run", str(add), "--no-such-option"])
+    assert exit.value.code == 2 and "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+    from stablehlo_interp import cli as command
+
+    monkeypatch.setattr(command, "_format", lambda value: 1 / 0)
+    status, _, err = cli(capsys, "run", add, "-i", "[1, 2, 3]", "-i", "1")
+    assert status == 3
+    assert err.startswith("stablehlo-interp run: internal error (a bug: please report it with this message)\n"
+                          "Traceback (most recent call last):\n")
+    assert err.endswith("ZeroDivisionError: division by zero\n")
 
 
 def test_run_a_jax_program_like_xla(tmp_path):
@@ -241,3 +318,202 @@ def test_backend_suite_example():
     # A wrong backend result is caught: check one result against the inputs instead.
     broken = text.replace("check.expect_eq %r#0, %e0", "check.expect_eq %r#0, %x0", 1)
     assert [o.passed for o in run_text(broken, "b.mlir")].count(False) == 1
+
+
+# ------------------------------------------------------------ native logging
+
+NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\] .*$", re.MULTILINE)
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _command(tmp_path, launcher: str, *argv) -> subprocess.CompletedProcess:
+    """The command run as users run it, with no logging level of their own: ``python -m``,
+    or a console script like the one pip writes (its file named ``stablehlo-interp``)."""
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = str(ROOT)
+    if launcher == "module":
+        command = [sys.executable, "-m", "stablehlo_interp"]
+    else:
+        script = tmp_path / "stablehlo-interp"
+        script.write_text("import sys\nfrom stablehlo_interp.cli import main\nsys.exit(main())\n")
+        command = [sys.executable, str(script)]
+    return subprocess.run(command + [str(a) for a in argv], capture_output=True, text=True, timeout=120,
+                          env=environment)
+
+
+def _native_lines(code: str, **environment: str) -> list[str]:
+    """The messages of the native log lines a Python program writes (with no logging level
+    of the user's, unless given)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env.update(environment, PYTHONPATH=str(ROOT))
+    stderr = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                            check=True).stderr
+    return [line.split("] ", 1)[1] for line in NATIVE_LOG_LINE.findall(stderr)]
+
+
+@pytest.fixture(scope="module")
+def native_logging() -> list[str]:
+    """What the native libraries log as JAX starts its backends when asked for everything
+    (jaxlib 0.10: a dozen INFO lines of PJRT's, one per device of the interp plugin's eight)."""
+    return _native_lines("import jax; jax.devices()", TF_CPP_MIN_LOG_LEVEL="0")
+
+
+def test_importing_the_package_leaves_jax_s_logging_as_it_is(native_logging):
+    """The package loads jaxlib (its MLIR bindings) after JAX, which sets the libraries'
+    level first: a program that imports it logs what it logs without it."""
+    assert _native_lines("import stablehlo_interp, jax; jax.devices()") == _native_lines("import jax; jax.devices()")
+
+
+@pytest.mark.parametrize("launcher", ["module", "console script"])
+def test_no_native_logging_unless_verbose(tmp_path, launcher, native_logging):
+    """The command shows the native libraries' logging only with -v: then all of it."""
+    compare = ["compare", EXAMPLES / "scale_add.mlir", "-i", "[1, 2, 3]", "-i", "0.5", "--backend", "cpu"]
+    quiet = _command(tmp_path, launcher, *compare)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "the interpreter and cpu agree on all 2 results\n"
+    assert NATIVE_LOG_LINE.search(quiet.stderr) is None, quiet.stderr
+    verbose = _command(tmp_path, launcher, "-v", *compare)
+    assert verbose.returncode == 0 and verbose.stdout == quiet.stdout
+    assert all(message in verbose.stderr for message in native_logging)
+    assert ("Addressable PjRt-IFRT device: InterpDevice(id=7)" in verbose.stderr) == bool(native_logging)
+
+
+# ------------------------------------------------------------ progress on a terminal
+
+LOOP = """func.func @main(%n: tensor<i32>) -> tensor<i32> {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %zero, %acc = %zero) : tensor<i32>, tensor<i32>
+    cond {
+      %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %next = stablehlo.add %i, %one : tensor<i32>
+      %sum = stablehlo.add %acc, %i : tensor<i32>
+      stablehlo.return %next, %sum : tensor<i32>, tensor<i32>
+    }
+  return %r#1 : tensor<i32>
+}
+"""
+
+
+def _terminal_until(argv, update: re.Pattern, updates: int = 2) -> list[tuple]:
+    """Run the command with standard error on a pseudo-terminal, read what it writes there
+    until ``update`` has matched ``updates`` times (the runs here would last for hours), stop
+    it: the matches."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    child = subprocess.Popen([sys.executable, "-m", "stablehlo_interp", *map(str, argv)], stdout=subprocess.DEVNULL,
+                             stderr=secondary, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    os.close(secondary)
+    terminal = ""
+    try:
+        while len(update.findall(terminal)) < updates and child.poll() is None:
+            terminal += os.read(primary, 4096).decode()
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+        os.close(primary)
+    found = update.findall(terminal)
+    assert len(found) >= updates, terminal
+    return found
+
+
+def test_trace_shows_its_progress_on_a_terminal(tmp_path):
+    """A long trace writes ``N ops run`` and the loop's iteration to a terminal, rewritten in place."""
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    update = re.compile(r"\r\x1b\[K([\d,]+) ops run; stablehlo.while at loop.mlir:4: (?:cond|body), iteration (\d+)(?=\r)")
+    updates = [(int(ops.replace(",", "")), int(i)) for ops, i in _terminal_until(["trace", path, "-i", 10**9], update)]
+    # each iteration runs cond (1 op) and body (2 ops), after the 2 constants; counted as an op starts
+    assert all(3 * i + 3 <= ops <= 3 * i + 6 for ops, i in updates), updates
+    assert updates[1][0] > updates[0][0]
+
+
+def test_run_shows_its_loops_iterations_on_a_terminal(tmp_path):
+    """A long run (no listener: each op is not seen) writes the iterations of the loop it is in."""
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    update = re.compile(r"\r\x1b\[Kstablehlo.while at loop.mlir:4: ([\d,]+) iterations(?=\r)")
+    iterations = [int(i.replace(",", "")) for i in _terminal_until(["run", path, "-i", 10**9], update)]
+    assert 0 < iterations[0] < iterations[1] < 10**9
+
+
+class _Stream(io.StringIO):
+    def __init__(self, terminal: bool):
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+def test_progress_only_on_a_terminal(monkeypatch):
+    from stablehlo_interp import cli as command
+    from stablehlo_interp.tools.progress import LoopProgress, RunProgress
+
+    for kind in (RunProgress, LoopProgress):
+        monkeypatch.setattr(sys, "stderr", _Stream(terminal=False))
+        with command._progress(kind) as progress:
+            assert progress is None
+        monkeypatch.setattr(sys, "stderr", _Stream(terminal=True))
+        with command._progress(kind) as progress:
+            assert isinstance(progress, kind) and progress.out is sys.stderr
+
+
+def test_loop_progress_names_the_loops_outermost_first(tmp_path):
+    """What the run keeps of its open loops (RunContext.loops), as the line shows it."""
+    from stablehlo_interp.engine.run import OpenLoop
+    from stablehlo_interp.tools.progress import LoopProgress
+
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    (step,) = [s for s in si.load(path).function("main").region.steps if s.info.name == "stablehlo.while"]
+    line = LoopProgress(_Stream(terminal=True))
+    assert line.line() == ""
+    outer, inner = OpenLoop(step.info), OpenLoop(step.info)
+    outer.iterations, inner.iterations = 3, 12345
+    line.loops += [outer, inner]
+    assert line.line() == "stablehlo.while at loop.mlir:4: 3 iterations; stablehlo.while at loop.mlir:4: 12,345 iterations"
+
+
+def test_a_run_counts_the_iterations_of_its_loops_when_asked(tmp_path):
+    """RunContext.loops: each while's OpenLoop is there while it runs, with its iterations."""
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP)
+    seen = []
+
+    class Watch(si.Listener):   # what another thread would read, looked at from the loop's body
+        def before_op(self, step, operands, stack):
+            if step.info.name == "stablehlo.add":
+                seen.append([(loop.info.name, loop.iterations) for loop in loops])
+
+    loops: list = []
+    assert si.load(path).run(np.int32(3), loops=loops, listeners=[Watch()])[0] == 0 + 1 + 2
+    assert seen == [[("stablehlo.while", 1)]] * 2 + [[("stablehlo.while", 2)]] * 2 + [[("stablehlo.while", 3)]] * 2
+    assert loops == []
+
+
+def test_progress_line_is_rewritten_in_place_and_erased():
+    """With a clock that moves as told: nothing in the first second, then an update each
+    quarter second (looked at every 256 ops), erased by finish."""
+    from stablehlo_interp.tools import progress as module
+
+    now = [0.0]
+    out = _Stream(terminal=True)
+    line = module.RunProgress(out, clock=lambda: now[0])
+    for _ in range(1024):
+        line.before_op(None, [], ())
+    assert out.getvalue() == ""
+    now[0] = 1.0
+    for _ in range(256):
+        line.before_op(None, [], ())
+    assert out.getvalue() == "\r\x1b[K1,280 ops run"
+    for _ in range(512):   # the clock stands still: no update
+        line.before_op(None, [], ())
+    now[0] = 1.25
+    for _ in range(256):
+        line.before_op(None, [], ())
+    line.finish()
+    assert out.getvalue() == "\r\x1b[K1,280 ops run\r\x1b[K2,048 ops run\r\x1b[K"

@@ -319,7 +319,9 @@ def test_error_inside_region_shows_enclosing_ops():
 
 @pytest.mark.parametrize("args, match", [
     ((np.ones(3, np.float32),), "takes 2 arguments"),
-    ((np.ones(3, np.float32), np.ones(4, np.float32)), "expected tensor<3xf32>, got shape 4"),
+    ((np.ones(3, np.float32), np.ones(4, np.float32)), r"expected tensor<3xf32>, got an array of shape \(4,\)$"),
+    ((np.ones((1, 1), np.float32), np.ones(3, np.float32)),
+     r"argument #0 of @main: expected tensor<3xf32>, got an array of shape \(1, 1\)$"),
     ((np.ones(3, np.float32), np.ones(3, np.float64)), "dtype float64"),
 ])
 def test_bad_arguments(args, match):

@@ -636,7 +636,7 @@ def test_the_command_line_runs_each_device(tmp_path, capsys):
     np.save(good, np.array([4.0, 1.0, 16.0, 9.0], np.float32))
     bad = tmp_path / "bad.npy"
     np.save(bad, np.asarray(args[0]))
-    assert main(["trace", str(module), "--input", str(bad), "--nonfinite", "--per-device"]) == 0
+    assert main(["trace", str(module), "--input", str(bad), "--nonfinite", "--per-device"]) == 1   # NaNs found
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if line.startswith("device ")] == [f"device {d}:" for d in range(4)]
     assert out.count("NaN made by stablehlo.sqrt") == 5 and out.count("on device 2") == 5

@@ -42,7 +42,7 @@ def test_trace_nonfinite_first_nonfinite_and_probe(capsys, tmp_path):
         "  inside stablehlo.while at doubling.mlir:3: body, iteration 0",
     ]
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 3e38, 3]", "-i", "2", "--nonfinite")
-    assert status == 0
+    assert status == 1   # a finding
     assert out.splitlines() == [
         "non-finite result #0: f32[3] [4 inf 12]",
         "non-finite result #1: f32[] inf",
@@ -52,12 +52,12 @@ def test_trace_nonfinite_first_nonfinite_and_probe(capsys, tmp_path):
         "→ result #0",
     ]
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "2", "--nonfinite")
-    assert out == "all results finite\n"
+    assert status == 0 and out == "all results finite\n"
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 3e38, 3]", "-i", "2", "--first-nonfinite")
-    assert status == 0
+    assert status == 1
     assert out.splitlines() == ["first non-finite value: stablehlo.multiply at doubling.mlir:10", *the_multiply]
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "2", "--first-nonfinite")
-    assert out == "every value is finite\n"
+    assert status == 0 and out == "every value is finite\n"
     status, out, _ = cli(capsys, "trace", path, "-i", "[1, 2, 3]", "-i", "3", "--probe", tmp_path / "p.npz",
                          "--select", "multiply", "--every-iteration")
     assert status == 0 and out == f"saved 3 values to {tmp_path / 'p.npz'}\n"

@@ -37,11 +37,11 @@ def test_explain_a_function():
     # x @ y = [[1, 2], [3, -4]]; relu -> [[1, 2], [3, 0]]; sum 6 (by hand)
     assert parts["run: each op and its results, under the source line it came from"].splitlines() == [
         f"── test_tools_explain.py:{first + 1} (relu_sum): z = x @ y",
-        "stablehlo.dot_general               f32[2,2] [1 2 3 -4]",
+        "stablehlo.dot_general               f32[2,2] [[1 2] [3 -4]]",
         "stablehlo.constant                  f32[] 0",
         f"── test_tools_explain.py:{first + 2} (relu_sum): return jnp.maximum(z, 0.0).sum()",
-        "stablehlo.broadcast_in_dim          f32[2,2] [0 0 0 0]",
-        "stablehlo.maximum                   f32[2,2] [1 2 3 0]",
+        "stablehlo.broadcast_in_dim          f32[2,2] [[0 0] [0 0]]",
+        "stablehlo.maximum                   f32[2,2] [[1 2] [3 0]]",
         "stablehlo.constant                  f32[] 0",
         "stablehlo.reduce                    f32[] 6",
     ]

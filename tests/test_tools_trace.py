@@ -40,29 +40,29 @@ DOUBLING = """func.func @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf
 # loop runs cond 6 times (iterations 0-5) and body 5 times; iterations 2-4 are
 # folded: 3 conds of 1 op and 3 bodies of 5 ops.
 DOUBLING_TRANSCRIPT = """\
-stablehlo.constant                  i32[] 0  # doubling.mlir:2
-stablehlo.while                     i32[] 5, f32[3] [32 64 96]  # doubling.mlir:3
+%zero = stablehlo.constant          i32[] 0  # doubling.mlir:2
+%r#0, %r#1 = stablehlo.while        i32[] 5, f32[3] [32 64 96]  # doubling.mlir:3
   cond, iteration 0
-    stablehlo.compare               i1[] true  # doubling.mlir:5
+    %lt = stablehlo.compare         i1[] true  # doubling.mlir:5
   body, iteration 0
-    stablehlo.constant              f32[] 2  # doubling.mlir:8
-    stablehlo.broadcast_in_dim      f32[3] [2 2 2]  # doubling.mlir:9
-    stablehlo.multiply              f32[3] [2 4 6]  # doubling.mlir:10
-    stablehlo.constant              i32[] 1  # doubling.mlir:11
-    stablehlo.add                   i32[] 1  # doubling.mlir:12
+    %two = stablehlo.constant       f32[] 2  # doubling.mlir:8
+    %b = stablehlo.broadcast_in_dim f32[3] [2 2 2]  # doubling.mlir:9
+    %w = stablehlo.multiply         f32[3] [2 4 6]  # doubling.mlir:10
+    %one = stablehlo.constant       i32[] 1  # doubling.mlir:11
+    %j = stablehlo.add              i32[] 1  # doubling.mlir:12
   cond, iteration 1
-    stablehlo.compare               i1[] true  # doubling.mlir:5
+    %lt = stablehlo.compare         i1[] true  # doubling.mlir:5
   body, iteration 1
-    stablehlo.constant              f32[] 2  # doubling.mlir:8
-    stablehlo.broadcast_in_dim      f32[3] [2 2 2]  # doubling.mlir:9
-    stablehlo.multiply              f32[3] [4 8 12]  # doubling.mlir:10
-    stablehlo.constant              i32[] 1  # doubling.mlir:11
-    stablehlo.add                   i32[] 2  # doubling.mlir:12
+    %two = stablehlo.constant       f32[] 2  # doubling.mlir:8
+    %b = stablehlo.broadcast_in_dim f32[3] [2 2 2]  # doubling.mlir:9
+    %w = stablehlo.multiply         f32[3] [4 8 12]  # doubling.mlir:10
+    %one = stablehlo.constant       i32[] 1  # doubling.mlir:11
+    %j = stablehlo.add              i32[] 2  # doubling.mlir:12
   ⋯ iterations 2–4 folded (3 × cond, 3 × body; 18 ops)
   cond, iteration 5
-    stablehlo.compare               i1[] false  # doubling.mlir:5
-stablehlo.constant                  f32[] 0  # doubling.mlir:15
-stablehlo.reduce                    f32[] 192  # doubling.mlir:16"""
+    %lt = stablehlo.compare         i1[] false  # doubling.mlir:5
+%init = stablehlo.constant          f32[] 0  # doubling.mlir:15
+%s = stablehlo.reduce               f32[] 192  # doubling.mlir:16"""
 
 X = np.array([1, 2, 3], np.float32)
 
@@ -196,7 +196,7 @@ def test_an_op_without_a_frame_says_why(tmp_path):
         "stablehlo.add                       f32[] 3  # no source: the module gives this op no location",
         "stablehlo.multiply                  f32[] 9  # no source: its location names no Python frame, only "
         "'jit(f)/mul'",
-        "stablehlo.negate                    f32[] -9  # located.mlir:4",
+        "stablehlo.negate                    f32[] -9  # located.mlir:4",   # %2: the printer's kind of name
         "stablehlo.case                      f32[] nan  # located.mlir:5",
         "  branch 0",
         "    stablehlo.sqrt                  f32[] nan  # inside stablehlo.case at located.mlir:5"]
@@ -289,3 +289,63 @@ def test_recorder_splits_runs_and_reports_each_finished_run():
 ])
 def test_value_summaries(value, text):
     assert str(summarize(value)) == text
+
+
+
+NAMED = """func.func @main(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
+  %m = stablehlo.multiply %x, %x : tensor<3xf32>
+  %e = "stablehlo.exponential"(%m) : (tensor<3xf32>) -> tensor<3xf32>
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %n, %acc = stablehlo.while(%i = %zero, %v = %e) : tensor<f32>, tensor<3xf32>
+  cond {
+    %c = stablehlo.constant dense<false> : tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  } do {
+    stablehlo.return %i, %v : tensor<f32>, tensor<3xf32>
+  }
+  %h:2 = call @halves(%acc) : (tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+  %s = stablehlo.reduce(%h#1 init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+  return %h#0, %s : tensor<3xf32>, tensor<f32>
+}
+func.func private @halves(%a: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+  return %a, %a : tensor<3xf32>, tensor<3xf32>
+}
+"""
+
+
+def test_the_names_a_module_s_text_gives_its_values(tmp_path):
+    """MLIR keeps no value names (it prints %0, %1 ...): the trace reads them from the
+    line each op's location points at: one result, several (``%n, %acc``), a group
+    (``%h:2``), the generic form, func.call written ``call``, the short form of reduce
+    (whose location is past the op's name). Text given as a string has no file to read."""
+    path = tmp_path / "named.mlir"
+    path.write_text(NAMED)
+    trace = si.trace(path, X)
+    assert [record.names for record in trace] == [
+        ("%m",), ("%e",), ("%zero",), ("%n", "%acc"), ("%c",), ("%h#0", "%h#1"), ("%s",)]
+    assert str(trace).splitlines()[:2] == ["%m = stablehlo.multiply             f32[3] [1 4 9]  # named.mlir:2",
+                                           "%e = stablehlo.exponential          f32[3] [2.7183 54.598 8103.1]  "
+                                           "# named.mlir:3"]
+    assert trace.as_dicts()[3]["names"] == ["%n", "%acc"]
+    assert [record.names for record in si.trace(NAMED, X)] == [()] * 7
+    # the names MLIR's printer gives (%0, %arg0) number values: no names
+    path.write_text(NAMED.replace("%m", "%0").replace("%h", "%1").replace("%x", "%arg0"))
+    assert [record.names for record in si.trace(path, X)] == [
+        (), ("%e",), ("%zero",), ("%n", "%acc"), ("%c",), (), ("%s",)]
+    assert si.load(path).function("main").arg_names == (None,)
+    path.write_text(NAMED)
+    assert si.load(path).function("main").arg_names == ("%x",)
+
+
+def test_a_jax_module_has_no_names_to_read(tmp_path):
+    """A module JAX lowered points its ops at Python lines, which name no MLIR values."""
+    def f(x):
+        y = x * x
+        return jnp.exp(y)
+
+    path = tmp_path / "f.mlir"
+    path.write_text(jax.jit(f).lower(X).as_text(debug_info=True))
+    trace = si.trace(path, X)
+    assert [record.op for record in trace] == ["stablehlo.multiply", "stablehlo.exponential"]
+    assert [record.names for record in trace] == [(), ()]
+    assert str(trace).splitlines()[0].startswith("stablehlo.multiply ")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution
+from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution, counted
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
 from .plan import BINARY, CALL, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
@@ -125,14 +125,17 @@ class RunContext:
     programs, sharding/unreduced.py); otherwise manual code's unreduced results are summed.
     ``partitioned_callbacks``: in a global program over several devices, the tiling of each
     operand of each partitioned host callback, by ``id`` of its OpInfo, which the callback
-    calls its function with once per device (ops/host_callback.py; Program.execute sets it)."""
+    calls its function with once per device (ops/host_callback.py; Program.execute sets it).
+    ``loops``: a list in which the run keeps an :class:`OpenLoop` for each ``while`` it is
+    in, outermost first, for a progress line another thread reads (tools/progress.py);
+    None (the default): not kept, at no cost."""
 
     __slots__ = ("listeners", "_io", "local_results", "semantics", "_instruments", "partials",
-                 "partitioned_callbacks")
+                 "partitioned_callbacks", "loops")
 
     def __init__(self, listeners=(), io: HostQueues | None = None, local_results: dict | None = None,
                  semantics: str = SPEC, instruments: Instruments | None = None, partials: bool = False,
-                 partitioned_callbacks: dict | None = None):
+                 partitioned_callbacks: dict | None = None, loops: list | None = None):
         self.listeners = listeners if type(listeners) is tuple else tuple(listeners)
         self._io = io
         self.local_results = local_results
@@ -140,6 +143,7 @@ class RunContext:
         self._instruments = instruments
         self.partials = partials
         self.partitioned_callbacks = partitioned_callbacks
+        self.loops = loops
 
     @property
     def io(self) -> HostQueues:
@@ -156,7 +160,17 @@ class RunContext:
     def with_io(self, io: HostQueues) -> "RunContext":
         """The same run with other host queues (a grid fed by its own infeed)."""
         return RunContext(self.listeners, io, self.local_results, self.semantics, self.instruments, self.partials,
-                          self.partitioned_callbacks)
+                          self.partitioned_callbacks, self.loops)
+
+
+class OpenLoop:
+    """A ``while`` a run is in (RunContext.loops): its op and the iterations it has begun."""
+
+    __slots__ = ("info", "iterations")
+
+    def __init__(self, info: OpInfo):
+        self.info = info
+        self.iterations = 0
 
 
 class BoundRegion:
@@ -332,7 +346,7 @@ def _add_enclosing(error: OpError, step: Step, region: Region, call: int) -> Non
 
 
 def _argument_count_error(region: Region, args) -> InterpreterError:
-    return InterpreterError(f"{region.description} takes {region.n_args} arguments, got {len(args)}")
+    return InterpreterError(f"{region.description} takes {counted(region.n_args, 'argument')}, got {len(args)}")
 
 
 def _leading_arguments(step: Step, execution: Execution, env: list) -> tuple:

@@ -19,13 +19,15 @@ from jaxlib.mlir import ir
 
 from .decode import decode_attribute, decode_location, decode_type
 from .locations import SourceLocation
+from .value_names import argument_name, refresh
 
 
 @dataclass
 class FunctionSignature:
     """A ``func.func`` as plain values: everything about it but its body.
 
-    ``arg_names`` are JAX's names of the arguments (their ``loc("x")``),
+    ``arg_names`` are JAX's names of the arguments (their ``loc("x")``) or, in a module
+    written by hand, the names its text gives them (``%x``: ir/value_names.py),
     ``result_names`` those of the results (``jax.result_info``), None where there
     is none; ``arg_attributes[i]`` and ``result_attributes[i]`` are the decoded
     attribute dictionaries of argument and result ``i`` (empty without one).
@@ -61,6 +63,7 @@ class ModuleDeclarations:
 def decode_module(module, file_name: str | None = None) -> ModuleDeclarations:
     """The declarations of a module (``file_name``: where its text came from, for locations)."""
     attributes = module.operation.attributes
+    refresh(file_name)   # its lines name values (value_names.py)
     with module.context:
         meshes = {decode_attribute(op.attributes["sym_name"]): decode_attribute(op.attributes["mesh"])
                   for op in (operation.operation for operation in module.body.operations) if op.name == "sdy.mesh"}
@@ -93,9 +96,11 @@ def decode_function(func_op, file_name: str | None = None) -> FunctionSignature:
     arg_names = list(_result_info(arg_attributes))
     if has_body:
         for i, arg in enumerate(blocks[0].arguments):
-            location = decode_location(arg.location)
+            location = decode_location(arg.location, file_name)
             if location.name and not location.frames:
                 arg_names[i] = location.name
+            elif arg_names[i] is None:
+                arg_names[i] = argument_name(location)   # %x of a module written by hand
     return FunctionSignature(
         name=decode_attribute(attributes["sym_name"]),
         visibility=decode_attribute(attributes["sym_visibility"]) if "sym_visibility" in attributes else "public",

@@ -247,7 +247,7 @@ def _parse_text(text: str, file_name: str | None = None, *, trusted: bool = Fals
     if not trusted and _HIGH_BYTE_ESCAPE.search(text):
         check_in_child(text.encode())   # reading a name that is not UTF-8 would abort this process
     context = context or shared_context(len(text))
-    with context, captured_diagnostics(context) as diagnostics:
+    with context, captured_diagnostics(context, file_name) as diagnostics:
         try:
             return ir.Module.parse(to_generic_form(text))
         except ir.MLIRError:
@@ -302,29 +302,36 @@ def verify(module: ir.Module) -> None:
 
 
 class _Diagnostics:
-    """The diagnostics MLIR emitted during one parse or verification, as lines of text."""
+    """The diagnostics MLIR emitted during one parse or verification, as lines of text:
+    ``FILE:LINE:COL: message`` where the text came from ``file_name`` (MLIR's parser
+    calls text it is handed ``-``: ``loc("-":7:8)``)."""
 
-    def __init__(self):
+    def __init__(self, file_name: str | None = None):
         self.lines: list[str] = []
+        self.file_name = file_name
 
     def handle(self, diagnostic) -> bool:
-        self.lines.append(f"  {_describe(diagnostic)}")
-        self.lines.extend(f"    note: {_describe(note)}" for note in diagnostic.notes)
+        self.lines.append(f"  {self._describe(diagnostic)}")
+        self.lines.extend(f"    note: {self._describe(note)}" for note in diagnostic.notes)
         return True
 
     def text(self) -> str:
         return "\n".join(self.lines) or "  (no diagnostic)"
 
+    def _describe(self, diagnostic) -> str:
+        try:
+            return f"{self._where(diagnostic.location)}: {diagnostic.message}"
+        except RuntimeError:  # nanobind's "conversion error": the text quotes damaged bytes
+            return "(a diagnostic whose text is not valid UTF-8)"
 
-def _describe(diagnostic) -> str:
-    try:
-        return f"{diagnostic.location}: {diagnostic.message}"
-    except RuntimeError:  # nanobind's "conversion error": the text quotes damaged bytes
-        return "(a diagnostic whose text is not valid UTF-8)"
+    def _where(self, location: ir.Location) -> str:
+        if self.file_name and type(location) is ir.FileLineColLoc and location.filename == "-":
+            return f"{self.file_name}:{location.start_line}:{location.start_col}"
+        return str(location)
 
 
 @contextlib.contextmanager
-def captured_diagnostics(context: ir.Context):
+def captured_diagnostics(context: ir.Context, file_name: str | None = None):
     """Catch the context's diagnostics with a handler of ours, not in jaxlib's ``MLIRError``.
 
     jaxlib gathers a failed parse's diagnostics and converts them to Python strings
@@ -333,7 +340,7 @@ def captured_diagnostics(context: ir.Context):
     translation, which aborts the process. A handler gets each diagnostic as an object
     whose text, read in Python, raises an ordinary ``RuntimeError`` instead.
     """
-    diagnostics = _Diagnostics()
+    diagnostics = _Diagnostics(file_name)
     context.emit_error_diagnostics = True  # errors go to the handlers, not into MLIRError
     handler = context.attach_diagnostic_handler(diagnostics.handle)
     try:

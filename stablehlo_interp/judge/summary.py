@@ -1,6 +1,7 @@
 """Short descriptions of values: type, a few elements or min/max/mean, NaN and inf counts.
 
-``f32[] 0.5``, ``f32[4] [0 1.3863 nan nan]``, ``f32[64,32] min=-2.1 max=3.7 mean=0.0132 nan=3``.
+``f32[] 0.5``, ``f32[4] [0 1.3863 nan nan]``, ``f32[2,2] [[1 2] [3 4]]``,
+``f32[64,32] min=-2.1 max=3.7 mean=0.0132 nan=3``.
 The type is written as in a jaxpr, with StableHLO's element type names
 (``i1`` is the boolean type).
 """
@@ -43,8 +44,8 @@ class ValueSummary:
         if self.shape is None:
             return self.type
         if self.values is not None:
-            shown = " ".join(map(format_number, self.values))
-            text = f"{self.type} {shown if self.shape == () else f'[{shown}]'}"
+            numbers = [format_number(v) for v in self.values]
+            text = f"{self.type} {numbers[0] if self.shape == () else nested(numbers, self.shape)}"
         else:
             parts = [self.type]
             if self.true is not None:
@@ -59,6 +60,17 @@ class ValueSummary:
         counts = "".join(f" {name}={count}" for name, count in (("nan", self.nan), ("inf", self.inf))
                          if count and self.values is None)
         return text + counts
+
+
+def nested(numbers: list[str], shape: tuple) -> str:
+    """The elements (in row-major order) as an array of ``shape``, a pair of brackets per
+    dimension as NumPy prints them on one line: ``[[1 2 3] [4 5 6]]`` for a 2x3 array."""
+    if len(shape) <= 1:
+        return "[" + " ".join(numbers) + "]"
+    if shape[0] == 0:
+        return "[]"
+    row = len(numbers) // shape[0]
+    return "[" + " ".join(nested(numbers[i * row:(i + 1) * row], shape[1:]) for i in range(shape[0])) + "]"
 
 
 def summarize(value) -> ValueSummary:

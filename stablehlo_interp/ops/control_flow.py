@@ -11,6 +11,7 @@ import numpy as np
 
 from ..engine.plan import RegionCallRunner
 from ..engine.registry import op
+from ..engine.run import OpenLoop
 from ..engine.regions import is_elementwise
 
 
@@ -20,11 +21,26 @@ def while_(info):
 
     def run(regions, *values):
         cond, body = (region.repeated() for region in regions)
+        loops = regions[0].execution.context.loops
+        if loops is not None:
+            return _counted(cond, body, values, loops, OpenLoop(info))
         while cond(values)[0]:
             values = body(values)
         return values
 
     return run
+
+
+def _counted(cond, body, values, loops: list, loop: OpenLoop):
+    """The loop, with its iterations counted in ``loops`` while it runs (RunContext.loops)."""
+    loops.append(loop)
+    try:
+        while cond(values)[0]:
+            loop.iterations += 1
+            values = body(values)
+        return values
+    finally:
+        loops.remove(loop)
 
 
 @op("stablehlo.if", variadic=True)

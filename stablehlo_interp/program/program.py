@@ -17,7 +17,7 @@ from ..sharding.custom_partitioning import annotate_custom_partitioning
 from ..sharding.manual_borders import annotate_manual_borders
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..engine.semantics import SPEC, semantics_named
-from ..errors import ArgumentError, ModuleError
+from ..errors import ArgumentError, ModuleError, counted
 from ..engine.plan import Function, ModuleInfo, Region
 from .compiler import Compiler
 from ..sharding import custom_partitioning
@@ -119,17 +119,19 @@ class Program:
         raise ModuleError("the module has no @main; name the function to run with function=...")
 
     def run(self, *args: Any, function: str | None = None, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
-            semantics: str | None = None) -> list:
+            semantics: str | None = None, loops: list | None = None) -> list:
         """Run a function on NumPy arguments; returns a list of NumPy arrays.
 
         ``listeners`` are :class:`~stablehlo_interp.engine.run.Listener` objects that
         observe (and may alter or stop) the run. ``io`` holds the host side of
         infeed, outfeed, send and recv (see :class:`~stablehlo_interp.engine.hostio.HostQueues`).
-        ``semantics`` is ``"spec"`` or ``"xla"`` (the program's by default).
+        ``semantics`` is ``"spec"`` or ``"xla"`` (the program's by default). ``loops``:
+        a list where the run keeps the ``while`` loops it is in, with their iterations,
+        for a progress line (RunContext; tools/progress.py).
         """
         target = self._runnable.get(function) or self.runnable(function)
         values = coerce_arguments(target, args)
-        context = RunContext(listeners, io, semantics=semantics or self.semantics)
+        context = RunContext(listeners, io, semantics=semantics or self.semantics, loops=loops)
         return _as_results(self.execute(target, values, context), values)
 
     def call(self, *args: Any, listeners: Iterable[Listener] = (), io: HostQueues | None = None,
@@ -314,7 +316,7 @@ def coerce_arguments(function: Function, args) -> list:
     types = function.arg_types
     if len(args) != len(types):
         expected = ", ".join(map(str, types))
-        raise ArgumentError(f"@{function.name} takes {len(types)} arguments ({expected}), got {len(args)}")
+        raise ArgumentError(f"@{function.name} takes {counted(len(types), 'argument')} ({expected}), got {len(args)}")
     values = list(args)
     for index, expected in enumerate(types):
         value = values[index]
@@ -345,8 +347,7 @@ def _coerce(value, expected, index: int, function: Function):
             raise ArgumentError(f"{where}: expected {expected} ({expected.dtype}), "
                                 f"got an array of dtype {array.dtype}")
     if not expected.matches(array):
-        got = "x".join(map(str, array.shape)) or "scalar"
-        raise ArgumentError(f"{where}: expected {expected}, got shape {got}")
+        raise ArgumentError(f"{where}: expected {expected}, got an array of shape {array.shape}")
     return array
 
 

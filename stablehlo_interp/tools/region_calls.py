@@ -11,6 +11,7 @@ import linecache
 from dataclasses import dataclass
 
 from ..ir.locations import Frame, SourceLocation, describe_location
+from ..ir.value_names import result_names as written_result_names
 
 # Names of the regions of ops that have several (or a meaningful one).
 _REGION_NAMES = {
@@ -87,6 +88,12 @@ def op_label(step) -> str:
     """The op's name, with the function it calls: ``func.call @closed_call``."""
     callee = step.info.attributes.get("callee") or step.info.attributes.get("decomposition")
     return f"{step.info.name} @{callee}" if isinstance(callee, str) else step.info.name
+
+
+def result_names(step) -> tuple[str, ...]:
+    """The names the module's text gives the op's results (``%m``; ``%r#0, %r#1`` for
+    ``%r:2 = ...``), or () (ir/value_names.py)."""
+    return written_result_names(step.info.location, step.info.name, len(step.info.result_types))
 
 
 def source_text(location: SourceLocation | None) -> str:

@@ -14,6 +14,7 @@ regions) and completed when it has run.
 from __future__ import annotations
 
 from typing import Any
+from collections.abc import Sequence
 
 import html
 import warnings
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from ..engine.run import Listener
 from ..errors import InterpreterError, OpError
 from ..ir.locations import Frame, SourceLocation, describe_frame
-from .region_calls import RegionCall, op_label, region_calls
+from .region_calls import RegionCall, op_label, region_calls, result_names
 from .selection import describe, matcher
 from ..program import prepare
 from .per_device import prepare_checked
@@ -64,6 +65,11 @@ class OpRecord:
     @property
     def location(self) -> SourceLocation:
         return self.step.info.location
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names the module's text gives the op's results (``%m``), or () (region_calls.result_names)."""
+        return result_names(self.step)
 
     @property
     def depth(self) -> int:
@@ -113,7 +119,8 @@ class OpRecord:
         """The record as JSON-ready data."""
         frame = self.frame
         return {
-            "number": self.number, "op": self.op, "label": self.label, "parent": self.parent, "process": self.process,
+            "number": self.number, "op": self.op, "label": self.label, "names": list(self.names), "parent": self.parent,
+            "process": self.process,
             "location": str(self.location) if self.location else None,
             "source": f"{frame.file}:{frame.line}" if frame else None,
             "source_reason": self.frame_reason,
@@ -288,7 +295,7 @@ def _entry_function(step):
 
 
 def trace(target: Any, *args: Any, function: str | None = None, values: bool = False, per_device: bool = False,
-          **kwargs: Any) -> Trace:
+          listeners: Sequence[Listener] = (), **kwargs: Any) -> Trace:
     """Run ``target`` (a module, or a jit-able function) on ``args`` and record every op.
 
     A run that fails returns the trace up to the failing op, with ``trace.error``
@@ -296,17 +303,17 @@ def trace(target: Any, *args: Any, function: str | None = None, values: bool = F
     ``per_device=True`` a sharded program runs as XLA runs it, each device its own
     program (``si.run_per_device``): the records of device ``d`` have ``process == d``;
     where Shardy cannot partition it, a ``PerDeviceWarning`` says why and the global
-    program runs.
+    program runs. ``listeners`` watch the run too (a progress line, say).
     """
     call = prepare_checked(target, args, kwargs, function) if per_device else prepare(target, args, kwargs, function)
-    return record_run(call, values=values)
+    return record_run(call, values=values, listeners=listeners)
 
 
-def record_run(call, values: bool = False) -> Trace:
+def record_run(call, values: bool = False, listeners: Sequence[Listener] = ()) -> Trace:
     """The trace of one run of a prepared :class:`~stablehlo_interp.program.calls.Call`."""
     recorder = TraceRecorder(values=values)
     try:
-        outputs = call.run([recorder])
+        outputs = call.run([recorder, *listeners])
     except OpError as error:
         recorder.trace.error = error
     else:

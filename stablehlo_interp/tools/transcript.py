@@ -1,6 +1,7 @@
 """The readable form of a trace.
 
-One line per op: its name (indented by nesting), the summary of its results,
+One line per op: its name (indented by nesting; after the names the module's text gives its
+results, ``%m = stablehlo.multiply``), the summary of its results,
 and the source line it came from when that changes (``OpRecord.where``: for an op
 with no Python frame of its own, the line of the op around it, or why there is
 none). The ops of a region call sit under a header (``body, iteration 3``); when
@@ -52,7 +53,8 @@ class _Writer:
             where = describe_frame(record.frame)   # an op that takes its call's line: under that line
         if record.op == "stablehlo.constant" and self.sources:
             where = ""   # JAX puts literals at the jit call site: keep them under the current line
-        label = INDENT * depth + record.label
+        names = "" if self.sources else ", ".join(record.names)   # explain shows the line that names them
+        label = INDENT * depth + (f"{names} = " if names else "") + record.label
         if self.sources and where and where != self.last_location:
             text = line_text(record.frame)
             self.lines.append(f"{INDENT * depth}── {where}{f': {text}' if text else ''}")
