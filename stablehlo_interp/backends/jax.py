@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 
 import numpy as np
 
+from ..ir.child_process import ERROR, ChildDied, ChildProcess
 from ..ir.decode import load_quant_dialect
 from ..ir.sources import host_callbacks_of
 from ..ir.types import Token
 from ..judge.precision import declared_precision
-from .errors import BackendCompileError, BackendError
+from .errors import BackendCompileError, BackendCrash, BackendError
 
 
 class JaxBackend:
@@ -92,6 +94,40 @@ class JaxBackend:
 
         lowered = traced.lower(lowering_platforms=(xla_bridge.canonicalize_platform(self.platform),))
         return lowered.as_text(debug_info=True), host_callbacks_of(lowered)
+
+
+class JaxChildBackend:
+    """A JAX platform in a child process of its own whose XLA reads ``xla_flags`` (the
+    whole of its ``XLA_FLAGS``; XLA reads them once per process, when JAX initializes:
+    backends/jax_child.py). A flag XLA does not know aborts the child: a
+    :class:`BackendCrash` whose message gives XLA's last words ("Unknown flag in
+    XLA_FLAGS: ..."); so does any other abort of XLA's. The child lives until
+    :meth:`close` (or the end of this process). It cannot call host callbacks."""
+
+    def __init__(self, platform: str = "cpu", xla_flags: str = ""):
+        self.platform_name, self.xla_flags = platform, " ".join(xla_flags.split())
+        self.name = f"{platform} (XLA_FLAGS={self.xla_flags})" if self.xla_flags else platform
+        self._child = ChildProcess(f"{__package__}.jax_child", {"XLA_FLAGS": self.xla_flags})
+
+    @property
+    def settings(self) -> tuple:
+        return tuple(f"XLA flag {flag}" for flag in self.xla_flags.split()
+                     if flag.partition("=")[0] not in _DEVICE_COUNT_FLAGS)
+
+    def __call__(self, module_text: str, args) -> list:
+        request = pickle.dumps((self.platform_name, module_text, [_buffer(value) for value in args]))
+        try:
+            status, payload = self._child.ask(request)
+        except ChildDied as died:
+            raise BackendCrash(self.name, str(died)) from None
+        if status == ERROR:
+            kind, message = payload.decode("utf-8").split(":", 1)   # jax_child.Refused
+            raise (BackendCompileError if kind == "compile" else BackendError)(self.name, message)
+        return pickle.loads(payload)
+
+    def close(self) -> None:
+        """End the child (a later call starts another)."""
+        self._child.close()
 
 
 _DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}

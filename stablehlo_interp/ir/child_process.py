@@ -12,6 +12,7 @@ exit); a child that dies is replaced at the next request.
 from __future__ import annotations
 
 import atexit
+import os
 import struct
 import subprocess
 import sys
@@ -34,10 +35,13 @@ class ChildDied(Exception):
 
 class ChildProcess:
     """The child running ``python -m module`` (a module that serves with :func:`read`
-    and :func:`write` until its stdin closes)."""
+    and :func:`write` until its stdin closes). ``environment``: variables set for the
+    child over this process's own (read when a child starts), e.g. ``XLA_FLAGS``, which
+    XLA reads once, when JAX first initializes its backends."""
 
-    def __init__(self, module: str):
+    def __init__(self, module: str, environment: dict[str, str] | None = None):
         self._module = module
+        self._environment = dict(environment or {})
         self._process: subprocess.Popen | None = None
         self._stderr: IO[bytes] | None = None   # the running child's stderr, a temporary file
         self._lock = threading.Lock()
@@ -52,7 +56,7 @@ class ChildProcess:
                 self._stderr = tempfile.TemporaryFile()
                 self._process = subprocess.Popen([sys.executable, "-m", self._module],
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                 stderr=self._stderr)
+                                                 stderr=self._stderr, env={**os.environ, **self._environment})
             stdin, stdout = cast(IO[bytes], self._process.stdin), cast(IO[bytes], self._process.stdout)   # (PIPEs)
             try:
                 write(stdin, request)
