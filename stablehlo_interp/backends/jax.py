@@ -39,7 +39,7 @@ class JaxBackend:
         """XLA's flags that the environment sets (``XLA_FLAGS``), but the number of
         host devices: the others can change numerics (``--xla_cpu_enable_fast_math``)."""
         flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-                 if flag.partition("=")[0] not in _DEVICE_COUNT_FLAGS]
+                 if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS]
         return tuple(f"XLA flag {flag}" for flag in flags)
 
     def __call__(self, module_text: str, args, host_callbacks: tuple = ()) -> list:
@@ -112,7 +112,7 @@ class JaxChildBackend:
     @property
     def settings(self) -> tuple:
         return tuple(f"XLA flag {flag}" for flag in self.xla_flags.split()
-                     if flag.partition("=")[0] not in _DEVICE_COUNT_FLAGS)
+                     if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS)
 
     def __call__(self, module_text: str, args) -> list:
         request = pickle.dumps((self.platform_name, module_text, [_buffer(value) for value in args]))
@@ -130,7 +130,7 @@ class JaxChildBackend:
         self._child.close()
 
 
-_DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
+DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
 _TOKEN_BUFFER = np.zeros(0, np.bool_)   # what JAX passes for a token (jax/_src/dispatch.py)
 
 

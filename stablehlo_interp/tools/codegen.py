@@ -16,7 +16,7 @@ Each of :data:`CANDIDATES` undoes one such choice. XLA reads ``XLA_FLAGS`` once 
 process, when JAX initializes its backends, so each compile runs in a fresh child
 process of its own (:class:`~stablehlo_interp.backends.JaxChildBackend`), ``jobs`` of
 them at a time. Its ``XLA_FLAGS`` are ``flags`` (by default this process's
-``XLA_FLAGS``: the setting the user runs under) followed by the candidate, which
+``XLA_FLAGS``, the setting the user runs under, but the number of host devices) followed by the candidate, which
 overrides an earlier value of its flag. A flag XLA does not know aborts its child
 ("Unknown flag in XLA_FLAGS"): the report lists it as rejected and goes on.
 
@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..backends import BackendCrash, BackendError, JaxChildBackend
+from ..backends.jax import DEVICE_COUNT_FLAGS
 from ..errors import InterpreterError
 from ..judge.bounds import noise_runs, spread_allowance, within
 from ..judge.difference import Difference, difference, tolerances
@@ -114,6 +115,11 @@ class CodegenReport:
     result_names: tuple = ()
 
     @property
+    def ok(self) -> bool:
+        """XLA CPU's result under the default flags equals the interpreter's (within noise)."""
+        return self.default.restores
+
+    @property
     def differs(self) -> bool:
         """XLA CPU's result under the default flags differs from the interpreter's beyond noise."""
         return self.default.status == DIFFERS
@@ -169,7 +175,7 @@ def codegen_options(target: Any, *args: Any, options: Sequence[str] | None = Non
     if HOST_CALLBACK in text or call.program.host_callbacks:
         raise InterpreterError("this program calls host callbacks, which XLA compiled in a child process cannot "
                                "call: codegen_options needs a program without them")
-    base = " ".join((os.environ.get("XLA_FLAGS", "") if flags is None else flags).split())
+    base = _environment_flags() if flags is None else " ".join(flags.split())
     ours = call.run()
     judge = _Judge(call, ours, tolerances(tolerance))
     default = judge(_compile("", base, text, call.arguments))
@@ -232,6 +238,12 @@ class _Judge:
                                     self.call.program.semantics, self.ours)
         bound, alternatives = spread_allowance(self.ours[index], [run[index] for run in self._runs])
         return bool(within(np.asarray(self.ours[index]), np.asarray(theirs), bound, alternatives).all())
+
+
+def _environment_flags() -> str:
+    """This process's ``XLA_FLAGS`` but the number of host devices (which changes no value)."""
+    return " ".join(flag for flag in os.environ.get("XLA_FLAGS", "").split()
+                    if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS)
 
 
 def _last_line(message: str) -> str:

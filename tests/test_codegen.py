@@ -1,0 +1,100 @@
+"""codegen_options (tools/codegen.py): XLA's CPU recompiled under each candidate XLA flag in
+a child process of its own, against the interpreter; JaxChildBackend, the child it uses."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from stablehlo_interp.backends import BackendCrash, JaxChildBackend
+from stablehlo_interp.cli import main
+from stablehlo_interp.tools.codegen import CANDIDATES, DIFFERS, EQUAL, NOISE, REJECTED
+
+FAST_MATH = "--xla_cpu_enable_fast_math=true"
+# x minus itself: 0, and NaN for an infinity (IEEE 754 §7.2: inf - inf is invalid); fast
+# math's no-infinities and reassociation make it 0 everywhere.
+SELF_DIFFERENCE = """
+func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %d = stablehlo.subtract %x, %x : tensor<3xf32>
+  %one = stablehlo.constant dense<1.0> : tensor<3xf32>
+  %r = stablehlo.add %d, %one : tensor<3xf32>
+  return %r : tensor<3xf32>
+}
+"""
+WITH_INFINITY = np.array([1.0, np.inf, 2.0], np.float32)
+
+
+def test_the_child_compiles_under_its_own_xla_flags():
+    plain, fast = JaxChildBackend("cpu"), JaxChildBackend("cpu", FAST_MATH)
+    try:
+        np.testing.assert_array_equal(plain(SELF_DIFFERENCE, [WITH_INFINITY])[0], si.run(SELF_DIFFERENCE, WITH_INFINITY)[0])
+        np.testing.assert_array_equal(fast(SELF_DIFFERENCE, [WITH_INFINITY])[0], np.ones(3, np.float32))
+        assert fast.settings == (f"XLA flag {FAST_MATH}",) and plain.settings == ()
+    finally:
+        plain.close()
+        fast.close()
+
+
+def test_a_flag_xla_does_not_know_aborts_the_child_only():
+    backend = JaxChildBackend("cpu", "--xla_no_such_flag=1")
+    with pytest.raises(BackendCrash, match="Unknown flag in XLA_FLAGS: --xla_no_such_flag=1"):
+        backend(SELF_DIFFERENCE, [WITH_INFINITY])
+    backend.close()
+
+
+def test_no_false_alarm_where_xla_differs_by_rounding_noise():
+    """XLA's CPU approximates exp and tanh within a few ULP of the interpreter's: with no
+    tolerance that is a difference, within the noise of the whole program: no flag is tried."""
+    x = np.linspace(-9, 9, 101, dtype=np.float32)
+
+    def smooth(x):
+        return jnp.tanh(x) * jnp.exp(x / 4)
+
+    assert not np.array_equal(np.asarray(jax.jit(smooth)(x)), si.run(smooth, x))   # the ULPs the judge must allow
+    report = si.codegen_options(smooth, x, flags="", tolerance=(0, 0))
+    assert report.default.status == NOISE and report.ok and not report.differs
+    assert report.options == [] and report.restoring == ()
+    assert str(report) == f"XLA CPU's compiled result {NOISE}: no flag to look for"
+
+
+@pytest.mark.slow
+def test_fast_math_is_named_the_cause_and_an_unknown_flag_rejected():
+    report = si.codegen_options(SELF_DIFFERENCE, WITH_INFINITY, flags=FAST_MATH,
+                                options=["--xla_cpu_max_isa=SSE4_2", "--xla_cpu_enable_fast_math=false",
+                                         "--xla_cpu_fast_math=false"])
+    assert report.differs and not report.ok
+    found = report.default.differences[0]
+    assert found.index == (1,) and np.isnan(found.ours) and found.theirs == 1.0
+    assert [run.status for run in report.options] == [DIFFERS, EQUAL, REJECTED]
+    assert report.restoring == ("--xla_cpu_enable_fast_math=false",)
+    assert report.rejected == ("--xla_cpu_fast_math=false",)
+    text = str(report).splitlines()
+    assert text[0] == f"XLA CPU's compiled result (XLA_FLAGS={FAST_MATH}) {DIFFERS}"
+    assert "with --xla_cpu_enable_fast_math=false the compiled result equals the interpreter's" in text
+    assert ("  --xla_cpu_fast_math=false: rejected: XLA does not know the flag (Unknown flag in XLA_FLAGS: "
+            "--xla_cpu_fast_math=false)") in text
+
+
+@pytest.mark.slow
+def test_this_xla_knows_every_candidate_flag():
+    report = si.codegen_options(SELF_DIFFERENCE, WITH_INFINITY, flags=FAST_MATH)
+    assert [run.flag for run in report.options] == list(CANDIDATES)
+    assert report.rejected == () and all(run.message == "" for run in report.options)
+    assert "--xla_cpu_enable_fast_math=false" in report.restoring
+
+
+@pytest.mark.slow
+def test_the_command_line(capsys, tmp_path):
+    path = tmp_path / "self_difference.mlir"
+    path.write_text(SELF_DIFFERENCE)
+    np.save(tmp_path / "x.npy", WITH_INFINITY)
+    status = main(["codegen", str(path), "-i", str(tmp_path / "x.npy"), f"--flags={FAST_MATH}",
+                   "--option=--xla_cpu_enable_fast_math=false"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "with --xla_cpu_enable_fast_math=false the compiled result equals the interpreter's" in out
+    assert main(["codegen", str(path), "-i", str(tmp_path / "x.npy"), "--flags="]) == 0
+    assert capsys.readouterr().out == f"XLA CPU's compiled result {EQUAL}: no flag to look for\n"
