@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -84,6 +85,7 @@ DIFFERS = "differs from the interpreter's beyond noise"
 REJECTED = "rejected: XLA does not know the flag"
 FAILED = "gave no value"
 UNKNOWN_FLAG = "Unknown flag in XLA_FLAGS"
+WIDTH = 120   # of the report's lists of flags
 
 
 @dataclass
@@ -144,14 +146,22 @@ class CodegenReport:
         lines = [f"XLA CPU's compiled result{under} {DIFFERS}"]
         lines += [f"  {self._name(i)}: {d.describe('cpu')}" for i, d in enumerate(self.default.differences)
                   if d is not None]
-        if self.restoring:
-            lines += [f"with {run.flag} the compiled result {run.status}" for run in self.options if run.restores]
-        else:
-            lines.append(f"no candidate flag restores the interpreter's result ({len(self.options)} tried): "
-                         "not a code-generation choice these flags control (a pass rewrote the program?)")
-        lines.append("each flag:")
-        lines += [f"  {run.flag}: {run.status}" + (f" ({run.message})" if run.message else "")
-                  for run in self.options]
+        lines += [f"with {run.flag} the compiled result {run.status}" for run in self.options if run.restores]
+        if all(run.status == DIFFERS for run in self.options):
+            tried = "the one flag" if len(self.options) == 1 else f"each of the {len(self.options)} flags"
+            lines.append(f"no candidate flag restores the interpreter's result: under {tried} tried it differs "
+                         "beyond noise (not a code-generation choice these flags control: a pass?)")
+            return "\n".join(lines)
+        if not self.restoring:
+            lines.append("no candidate flag restores the interpreter's result")
+        lines.append("each flag's compile:")
+        for status in (EQUAL, NOISE, DIFFERS, FAILED, REJECTED):
+            runs = [run for run in self.options if run.status == status]
+            quiet = [run.flag for run in runs if not run.message]
+            if quiet:
+                lines.append(textwrap.fill(", ".join(quiet), WIDTH, initial_indent=f"  {status}: ",
+                                           subsequent_indent="      ", break_on_hyphens=False))
+            lines += [f"  {status}: {run.flag} ({run.message})" for run in runs if run.message]
         return "\n".join(lines)
 
     def _name(self, index: int) -> str:
