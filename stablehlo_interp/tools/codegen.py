@@ -12,7 +12,9 @@ this host: vector instructions and their approximations of transcendental functi
 (``--xla_cpu_max_isa``), fast-math rewrites that assume no NaN or infinity
 (``--xla_cpu_enable_fast_math``), min and max that drop NaNs
 (``--xla_cpu_enable_fast_min_max``), the fusion emitters, LLVM's optimization level.
-Each of :data:`CANDIDATES` undoes one such choice. XLA reads ``XLA_FLAGS`` once per
+Each of :data:`CANDIDATES` undoes one such choice; the last two switch off a pass that
+rewrites values (the algebraic simplifier, constant folding), and ``options`` takes any
+flag, another pass's switch too. XLA reads ``XLA_FLAGS`` once per
 process, when JAX initializes its backends, so each compile runs in a fresh child
 process of its own (:class:`~stablehlo_interp.backends.JaxChildBackend`), ``jobs`` of
 them at a time. Its ``XLA_FLAGS`` are ``flags`` (by default this process's
@@ -51,7 +53,10 @@ from ..program.signature import is_jax_function
 from .compare import module_text
 
 # XLA's CPU flags (jaxlib 0.10.2) that each undo one choice of code generation or
-# optimization; each is accepted by that XLA (tests/test_codegen.py).
+# optimization; each is accepted by that XLA (tests/test_codegen.py). Flags XLA does not
+# know there (it aborts on them): --xla_cpu_disable_slp_vectorizer,
+# --xla_cpu_disable_loop_unrolling, --xla_cpu_use_multi_output_fusion,
+# --xla_cpu_optimize_for_size, --xla_cpu_disable_platform_dependent_math.
 CANDIDATES: tuple[str, ...] = (
     "--xla_cpu_max_isa=SSE4_2",             # no AVX: 128-bit vectors, no fused multiply-add
     "--xla_cpu_max_isa=AVX",                # 256-bit vectors, no fused multiply-add
@@ -76,6 +81,10 @@ CANDIDATES: tuple[str, ...] = (
     "--xla_cpu_enable_concurrency_optimized_scheduler=false",
     "--xla_llvm_disable_expensive_passes=true",
     "--xla_backend_optimization_level=0",
+    # Two passes that rewrite values, not code generation: XLA ignores the name of a
+    # pass it does not have, so each is one that changes a program of tests/test_codegen.py.
+    "--xla_disable_hlo_passes=algsimp",            # the algebraic simplifier: log(x^y) -> y·log|x|
+    "--xla_disable_hlo_passes=constant_folding",   # ops on constants evaluated at compile time
 )
 
 # What a compile under some flags gave, against the interpreter's results.
@@ -150,7 +159,7 @@ class CodegenReport:
         if all(run.status == DIFFERS for run in self.options):
             tried = "the one flag" if len(self.options) == 1 else f"each of the {len(self.options)} flags"
             lines.append(f"no candidate flag restores the interpreter's result: under {tried} tried it differs "
-                         "beyond noise (not a code-generation choice these flags control: a pass?)")
+                         "beyond noise (not a choice these flags control: another pass?)")
             return "\n".join(lines)
         if not self.restoring:
             lines.append("no candidate flag restores the interpreter's result")
