@@ -68,6 +68,22 @@ def test_no_false_alarm_where_xla_differs_by_rounding_noise():
     assert str(report) == f"XLA CPU's compiled result {NOISE}: no flag to look for"
 
 
+def test_default_flags_xla_rejects_are_reported_not_fatal():
+    report = si.codegen_options(SELF_DIFFERENCE, WITH_INFINITY, flags="--xla_no_such_flag=1")
+    assert report.default.status == REJECTED and not report.ok and not report.differs and report.options == []
+    assert str(report) == ("XLA CPU (XLA_FLAGS=--xla_no_such_flag=1) rejected: XLA does not know the flag: "
+                           "Unknown flag in XLA_FLAGS: --xla_no_such_flag=1")
+
+
+def test_a_program_with_host_callbacks_is_refused_before_any_compile():
+    def logged(x):
+        jax.debug.print("x = {x}", x=x)
+        return x + 1
+
+    with pytest.raises(si.InterpreterError, match="calls host callbacks, which XLA compiled in a child process"):
+        si.codegen_options(logged, np.float32(1))
+
+
 @pytest.mark.slow
 def test_fast_math_is_named_the_cause_and_an_unknown_flag_rejected():
     report = si.codegen_options(SELF_DIFFERENCE, WITH_INFINITY, flags=FAST_MATH,

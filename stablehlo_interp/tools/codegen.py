@@ -148,14 +148,17 @@ class CodegenReport:
 
     def __str__(self) -> str:
         under = f" (XLA_FLAGS={self.flags})" if self.flags else ""
-        if self.default.status == FAILED:
-            return f"XLA CPU{under} {FAILED}: {self.default.message}"
+        if self.default.status in (FAILED, REJECTED):
+            return f"XLA CPU{under} {self.default.status}: {self.default.message}"
         if not self.differs:
             return f"XLA CPU's compiled result{under} {self.default.status}: no flag to look for"
         lines = [f"XLA CPU's compiled result{under} {DIFFERS}"]
         lines += [f"  {self._name(i)}: {d.describe('cpu')}" for i, d in enumerate(self.default.differences)
                   if d is not None]
         lines += [f"with {run.flag} the compiled result {run.status}" for run in self.options if run.restores]
+        if not self.options:
+            lines.append("no candidate flag tried")
+            return "\n".join(lines)
         if all(run.status == DIFFERS for run in self.options):
             tried = "the one flag" if len(self.options) == 1 else f"each of the {len(self.options)} flags"
             lines.append(f"no candidate flag restores the interpreter's result: under {tried} tried it differs "
