@@ -53,6 +53,18 @@ def test_a_flag_xla_does_not_know_aborts_the_child_only():
     backend.close()
 
 
+def test_a_child_out_of_time_is_killed_and_said_to_be():
+    backend = JaxChildBackend("cpu", timeout=0.05)   # JAX alone takes a second to start
+    with pytest.raises(BackendCrash, match=r"timed out after 0\.05 s"):
+        backend(SELF_DIFFERENCE, [WITH_INFINITY])
+    backend.timeout = 600
+    try:   # the next request, in time, starts a fresh child
+        np.testing.assert_array_equal(backend(SELF_DIFFERENCE, [WITH_INFINITY])[0],
+                                      si.run(SELF_DIFFERENCE, WITH_INFINITY)[0])
+    finally:
+        backend.close()
+
+
 def test_no_false_alarm_where_xla_differs_by_rounding_noise():
     """XLA's CPU approximates exp and tanh within a few ULP of the interpreter's: with no
     tolerance that is a difference, within the noise of the whole program: no flag is tried."""

@@ -101,11 +101,12 @@ class JaxChildBackend:
     whole of its ``XLA_FLAGS``; XLA reads them once per process, when JAX initializes:
     backends/jax_child.py). A flag XLA does not know aborts the child: a
     :class:`BackendCrash` whose message gives XLA's last words ("Unknown flag in
-    XLA_FLAGS: ..."); so does any other abort of XLA's. The child lives until
-    :meth:`close` (or the end of this process). It cannot call host callbacks."""
+    XLA_FLAGS: ..."); so does any other abort of XLA's, and a program that has not run
+    within ``timeout`` seconds (its child killed). The child lives until :meth:`close`
+    (or the end of this process). It cannot call host callbacks."""
 
-    def __init__(self, platform: str = "cpu", xla_flags: str = ""):
-        self.platform_name, self.xla_flags = platform, " ".join(xla_flags.split())
+    def __init__(self, platform: str = "cpu", xla_flags: str = "", timeout: float = 600.0):
+        self.platform_name, self.xla_flags, self.timeout = platform, " ".join(xla_flags.split()), timeout
         self.name = f"{platform} (XLA_FLAGS={self.xla_flags})" if self.xla_flags else platform
         self._child = ChildProcess(f"{__package__}.jax_child", {"XLA_FLAGS": self.xla_flags})
 
@@ -117,7 +118,7 @@ class JaxChildBackend:
     def __call__(self, module_text: str, args) -> list:
         request = pickle.dumps((self.platform_name, module_text, [_buffer(value) for value in args]))
         try:
-            status, payload = self._child.ask(request)
+            status, payload = self._child.ask(request, self.timeout)
         except ChildDied as died:
             raise BackendCrash(self.name, str(died)) from None
         if status == ERROR:

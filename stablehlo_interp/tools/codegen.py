@@ -181,14 +181,15 @@ class CodegenReport:
 
 
 def codegen_options(target: Any, *args: Any, options: Sequence[str] | None = None, flags: str | None = None,
-                    tolerance: Any = None, jobs: int = 2, function: str | None = None,
+                    tolerance: Any = None, jobs: int = 2, timeout: float = 600.0, function: str | None = None,
                     **kwargs: Any) -> CodegenReport:
     """Whether XLA CPU's compiled result of ``target`` on ``args`` (what :func:`si.run`
     takes: a JAX function, a ``Lowered``, a module with ``@main``'s arguments) differs
     from the interpreter's beyond noise, and if so, under which of ``options`` (default
     :data:`CANDIDATES`) it does not (module docstring). ``flags``: the XLA flags every
     compile starts from (default: this process's ``XLA_FLAGS``); ``tolerance`` as
-    :func:`si.compare` takes it; ``jobs``: child processes at a time."""
+    :func:`si.compare` takes it; ``jobs``: child processes at a time; ``timeout``: seconds
+    a compile and run may take (longer: it gave no value)."""
     platform = interpreter_platform() if is_jax_function(target) else None
     call = prepare(target, args, kwargs, function, platform=platform)
     if call.function != "main":
@@ -200,23 +201,23 @@ def codegen_options(target: Any, *args: Any, options: Sequence[str] | None = Non
     base = _environment_flags() if flags is None else " ".join(flags.split())
     ours = call.run()
     judge = _Judge(call, ours, tolerances(tolerance))
-    default = judge(_compile("", base, text, call.arguments))
+    default = judge(_compile("", base, text, call.arguments, timeout))
     report = CodegenReport(base, default, [], tuple(call.program.function("main").result_name(i)
                                                     for i in range(len(ours))))
     if report.differs:
         candidates = CANDIDATES if options is None else tuple(options)
         with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-            compiled = list(pool.map(lambda flag: _compile(flag, f"{base} {flag}".strip(), text, call.arguments),
-                                     candidates))
+            compiled = list(pool.map(lambda flag: _compile(flag, f"{base} {flag}".strip(), text, call.arguments,
+                                                           timeout), candidates))
         report.options = [judge(run) for run in compiled]
     return report
 
 
-def _compile(flag: str, flags: str, text: str, arguments: list) -> tuple[FlagRun, list | None]:
+def _compile(flag: str, flags: str, text: str, arguments: list, timeout: float) -> tuple[FlagRun, list | None]:
     """``text``'s ``@main`` compiled and run on XLA's CPU in a fresh child whose
-    ``XLA_FLAGS`` are ``flags``: the run (its status REJECTED or FAILED where it gave no
-    values) and the results."""
-    backend = JaxChildBackend("cpu", flags)
+    ``XLA_FLAGS`` are ``flags`` (within ``timeout`` seconds): the run (its status
+    REJECTED or FAILED where it gave no values) and the results."""
+    backend = JaxChildBackend("cpu", flags, timeout)
     try:
         return FlagRun(flag, flags, DIFFERS), backend(text, arguments)
     except BackendCrash as crash:
