@@ -337,6 +337,19 @@ def command_compare(args) -> int:
     return OK if comparison.ok else FINDING
 
 
+def command_codegen(args) -> int:
+    from .tools.codegen import codegen_options
+
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError("give both --rtol and --atol, or neither")
+    program, name, inputs = _program_and_inputs(args)
+    tolerance = None if args.rtol is None else (args.rtol, args.atol)
+    report = codegen_options(program, *inputs, options=args.option, flags=args.flags, tolerance=tolerance,
+                             jobs=args.jobs, function=name)
+    print(report)
+    return 0 if report.ok else 1
+
+
 # --------------------------------------------------------------------- test and conform
 
 

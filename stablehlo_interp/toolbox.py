@@ -172,6 +172,21 @@ TOOLS = (
          Argument("--rtol", type=float, help="relative tolerance for every float type"),
          Argument("--atol", type=float, help="absolute tolerance for every float type"),
          PER_DEVICE))),
+    Tool("codegen", "tools.codegen", ("codegen_options",), Command(
+        "recompile on XLA's CPU under each candidate XLA flag; which restore the result",
+        "Run @main here and on XLA's CPU; when XLA's result differs beyond rounding noise, recompile it under each "
+        "candidate XLA flag (--xla_cpu_max_isa=SSE4_2, --xla_cpu_enable_fast_math=false ...), each in a child "
+        "process of its own, and name the flags under which it equals the interpreter's (docs/tools.md).",
+        (*PROGRAM,
+         Argument("--flags", metavar="XLA_FLAGS",
+                  help="the XLA flags every compile starts from, as XLA_FLAGS takes them, e.g. "
+                       "--flags='--xla_cpu_enable_fast_math=true' (default: the environment's XLA_FLAGS)"),
+         Argument("--option", action="append", metavar="FLAG",
+                  help="a candidate flag to try instead of the built-in list, e.g. "
+                       "--option=--xla_cpu_max_isa=SSE4_2; repeat for each"),
+         Argument("--jobs", "-j", type=int, default=2, help="compiles at a time (default 2)"),
+         Argument("--rtol", type=float, help="relative tolerance for every float type"),
+         Argument("--atol", type=float, help="absolute tolerance for every float type")))),
     Tool("fuzz", "tools.fuzz.campaign", ("fuzz",), Command(
         "random programs here and on a backend; differences reduced",
         "Generate random StableHLO programs from a seed, run each here and on the backend, and reduce every "

@@ -16,7 +16,9 @@ failed to run it). They are verdicts on the backend: ``conform``, ``compare`` an
 :func:`resolve` turns what users pass as ``backend=`` into one:
 
 * a JAX platform name (``"cpu"``, ``"gpu"``, ``"interp"`` ...): the module is
-  compiled by that platform's PJRT client (:class:`~.jax.JaxBackend`);
+  compiled by that platform's PJRT client (:class:`~.jax.JaxBackend`); a
+  :class:`~.jax.JaxChildBackend` compiles in a child process whose XLA reads other
+  ``XLA_FLAGS`` (tools/codegen.py recompiles under each candidate flag with one);
 * ``"reference"``: StableHLO's C++ reference interpreter in jaxlib, in a child process
   (:class:`~.reference.ReferenceBackend`);
 * ``"iree"`` or ``"iree:TARGET"`` (``"iree:llvm-cpu"``, ``"iree:vmvx"``): IREE's
@@ -42,12 +44,12 @@ from .command import CommandBackend
 from .errors import BackendCompileError, BackendCrash, BackendError
 from .interpreter import InterpreterBackend
 from .iree import IreeBackend
-from .jax import JaxBackend
+from .jax import JaxBackend, JaxChildBackend
 from .recorded import RecordedBackend, RecordingBackend
 from .reference import ReferenceBackend
 
 __all__ = ["Backend", "BackendCompileError", "BackendCrash", "BackendError", "CommandBackend",
-           "InterpreterBackend", "IreeBackend", "JaxBackend", "RecordedBackend", "RecordingBackend",
+           "InterpreterBackend", "IreeBackend", "JaxBackend", "JaxChildBackend", "RecordedBackend", "RecordingBackend",
            "ReferenceBackend", "resolve"]
 
 

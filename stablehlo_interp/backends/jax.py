@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 
 import numpy as np
 
+from ..ir.child_process import ERROR, ChildDied, ChildProcess
 from ..ir.decode import load_quant_dialect
 from ..ir.sources import host_callbacks_of
 from ..ir.types import Token
 from ..judge.precision import declared_precision
-from .errors import BackendCompileError, BackendError
+from .errors import BackendCompileError, BackendCrash, BackendError
 
 
 class JaxBackend:
@@ -37,7 +39,7 @@ class JaxBackend:
         """XLA's flags that the environment sets (``XLA_FLAGS``), but the number of
         host devices: the others can change numerics (``--xla_cpu_enable_fast_math``)."""
         flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-                 if flag.partition("=")[0] not in _DEVICE_COUNT_FLAGS]
+                 if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS]
         return tuple(f"XLA flag {flag}" for flag in flags)
 
     def __call__(self, module_text: str, args, host_callbacks: tuple = ()) -> list:
@@ -94,7 +96,42 @@ class JaxBackend:
         return lowered.as_text(debug_info=True), host_callbacks_of(lowered)
 
 
-_DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
+class JaxChildBackend:
+    """A JAX platform in a child process of its own whose XLA reads ``xla_flags`` (the
+    whole of its ``XLA_FLAGS``; XLA reads them once per process, when JAX initializes:
+    backends/jax_child.py). A flag XLA does not know aborts the child: a
+    :class:`BackendCrash` whose message gives XLA's last words ("Unknown flag in
+    XLA_FLAGS: ..."); so does any other abort of XLA's, and a program that has not run
+    within ``timeout`` seconds (its child killed). The child lives until :meth:`close`
+    (or the end of this process). It cannot call host callbacks."""
+
+    def __init__(self, platform: str = "cpu", xla_flags: str = "", timeout: float = 600.0):
+        self.platform_name, self.xla_flags, self.timeout = platform, " ".join(xla_flags.split()), timeout
+        self.name = f"{platform} (XLA_FLAGS={self.xla_flags})" if self.xla_flags else platform
+        self._child = ChildProcess(f"{__package__}.jax_child", {"XLA_FLAGS": self.xla_flags})
+
+    @property
+    def settings(self) -> tuple:
+        return tuple(f"XLA flag {flag}" for flag in self.xla_flags.split()
+                     if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS)
+
+    def __call__(self, module_text: str, args) -> list:
+        request = pickle.dumps((self.platform_name, module_text, [_buffer(value) for value in args]))
+        try:
+            status, payload = self._child.ask(request, self.timeout)
+        except ChildDied as died:
+            raise BackendCrash(self.name, str(died)) from None
+        if status == ERROR:
+            kind, message = payload.decode("utf-8").split(":", 1)   # jax_child.Refused
+            raise (BackendCompileError if kind == "compile" else BackendError)(self.name, message)
+        return pickle.loads(payload)
+
+    def close(self) -> None:
+        """End the child (a later call starts another)."""
+        self._child.close()
+
+
+DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
 _TOKEN_BUFFER = np.zeros(0, np.bool_)   # what JAX passes for a token (jax/_src/dispatch.py)
 
 

@@ -12,6 +12,7 @@ exit); a child that dies is replaced at the next request.
 from __future__ import annotations
 
 import atexit
+import os
 import struct
 import subprocess
 import sys
@@ -34,37 +35,48 @@ class ChildDied(Exception):
 
 class ChildProcess:
     """The child running ``python -m module`` (a module that serves with :func:`read`
-    and :func:`write` until its stdin closes)."""
+    and :func:`write` until its stdin closes). ``environment``: variables set for the
+    child over this process's own (read when a child starts), e.g. ``XLA_FLAGS``, which
+    XLA reads once, when JAX first initializes its backends."""
 
-    def __init__(self, module: str):
+    def __init__(self, module: str, environment: dict[str, str] | None = None):
         self._module = module
+        self._environment = dict(environment or {})
         self._process: subprocess.Popen | None = None
         self._stderr: IO[bytes] | None = None   # the running child's stderr, a temporary file
         self._lock = threading.Lock()
         atexit.register(self.close)
 
-    def ask(self, request: bytes) -> tuple[bytes, bytes]:
+    def ask(self, request: bytes, timeout: float | None = None) -> tuple[bytes, bytes]:
         """Send ``request``; return the child's ``(status, payload)``. Raises
-        :class:`ChildDied` when the child ends before it answers."""
+        :class:`ChildDied` when the child ends before it answers, or when it has not
+        answered within ``timeout`` seconds (it is killed then)."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._end()   # (the pipes and stderr of one that died)
                 self._stderr = tempfile.TemporaryFile()
                 self._process = subprocess.Popen([sys.executable, "-m", self._module],
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                 stderr=self._stderr)
+                                                 stderr=self._stderr, env={**os.environ, **self._environment})
             stdin, stdout = cast(IO[bytes], self._process.stdin), cast(IO[bytes], self._process.stdout)   # (PIPEs)
+            expired, deadline = threading.Event(), None
+            if timeout is not None:
+                deadline = threading.Timer(timeout, _expire, (self._process, expired))
+                deadline.start()
             try:
                 write(stdin, request)
                 return stdout.read(1), read(stdout)
             except (EOFError, BrokenPipeError, OSError):
                 returncode = self._process.wait()
-                raise ChildDied(f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}",
-                                self._last_words()) from None
+                how = (f"timed out after {timeout:g} s" if expired.is_set() else f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}")
+                raise ChildDied(how, self._last_words()) from None
             except BaseException:  # KeyboardInterrupt mid-exchange: the child's reply would answer the next request
                 self._process.kill()
                 self._process.wait()
                 raise
+            finally:
+                if deadline is not None:
+                    deadline.cancel()
 
     def close(self) -> None:
         """End the child (its stdin closes: :func:`serve` returns) and close its pipes;
@@ -99,6 +111,12 @@ class ChildProcess:
         stderr.seek(max(0, stderr.tell() - 4096))
         lines = [line.strip() for line in stderr.read().decode("utf-8", "replace").splitlines()]
         return next((line for line in reversed(lines) if line), "")
+
+
+def _expire(process: subprocess.Popen, expired: threading.Event) -> None:
+    """A request's time is up: say so, then kill the child (its pipe ends the wait)."""
+    expired.set()
+    process.kill()
 
 
 def write(stream, data: bytes) -> None:

@@ -12,6 +12,8 @@ a function that runs a target on its arguments as ``si.run`` does
 ``break_at``, ``debug`` stop at an op, inspect, replace (:mod:`.breakpoints`)
 ``compare``            first op that differs on another backend (:mod:`.compare`); a loop or
                        conditional where it arises stepped there (``LoopStepping``, :mod:`.loops`)
+``codegen_options``    XLA CPU recompiled under each candidate XLA flag: the flags that restore
+                       the interpreter's result (:mod:`.codegen`)
 ``fuzz``               random programs here and on a backend; findings reduced (:mod:`.fuzz`)
 ``explain``            jaxpr, StableHLO and the run side by side (:mod:`.explain`)
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`);
@@ -26,12 +28,13 @@ See docs/tools.md.
 """
 
 from ..backends import (Backend, BackendCompileError, BackendCrash, BackendError, CommandBackend, InterpreterBackend,
-                        IreeBackend, JaxBackend, RecordedBackend, RecordingBackend)
+                        IreeBackend, JaxBackend, JaxChildBackend, RecordedBackend, RecordingBackend)
 from ..judge.difference import DEFAULT_TOLERANCES, Difference
 from ..judge.summary import ValueSummary, summarize
 from ..sharding.traffic import CollectiveTraffic, Transfer
 from . import validation
 from .breakpoints import BreakHit, Breakpoint, Debugger, break_at, debug
+from .codegen import CodegenReport, FlagRun, codegen_options
 from .compare import Comparison, Divergence, PerDeviceComparison, compare
 from .explain import Explanation, explain
 from .explorer import Exploration, explore
@@ -48,13 +51,13 @@ from .trace import NoMatchWarning, OpRecord, Trace, TraceRecorder, trace
 
 __all__ = [
     "Backend", "BackendCompileError", "BackendCrash", "BackendError", "BreakHit", "Breakpoint", "CollectiveTraffic",
-    "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
-    "Exploration", "Explanation", "Finding", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
-    "JaxBackend", "LoopStepping", "NoMatchWarning", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins",
+    "CodegenReport", "CommandBackend", "Comparison", "DEFAULT_TOLERANCES", "Debugger", "Difference", "Divergence",
+    "Exploration", "Explanation", "Finding", "FlagRun", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
+    "JaxBackend", "JaxChildBackend", "LoopStepping", "NoMatchWarning", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins",
     "NonFiniteReport", "NonFiniteTracer",
     "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
     "Probe", "ProbeFile", "ProbeRecorder", "RecordedBackend", "RecordingBackend", "RegionCall", "Trace", "TraceRecorder",
-    "Transfer", "ValueSummary", "break_at", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
+    "Transfer", "ValueSummary", "break_at", "codegen_options", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
     "load_probes", "portability", "probe", "profile", "run_per_device", "summarize",
     "trace", "validation",
 ]
