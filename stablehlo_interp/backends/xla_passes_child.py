@@ -1,0 +1,129 @@
+"""The child process of xla_passes.py: XLA's CPU compiler and jaxlib's HLO → StableHLO
+translator, both of which may abort their process on a program they were not written
+for: only this process dies.
+
+A request is a pickled ``(kind, payload)``:
+
+* ``("compile", (module_text, arguments))``: compile ``@main`` with XLA's CPU client,
+  dumping the module after every pass that changed it (XLA's own dump options:
+  ``xla_dump_to``, ``xla_dump_hlo_pass_re=.*``, as ``HloProto`` and as text), and run
+  the executable on ``arguments``. The reply: the pickled ``(stages, results)``, each
+  stage ``(file name, HloModuleProto bytes, HLO text)`` in the order XLA dumped them;
+  ``results`` the compiled program's values.
+* ``("translate", hlo_module_proto)``: the module translated to StableHLO by jaxlib's
+  translator (``hlo_to_stablehlo``), as MLIR text with locations.
+
+An error XLA reports is an ERROR reply with its message.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..ir.child_process import serve
+
+# XLA's dump options: every pass that changed the module, as HloProto and as text.
+DUMP_OPTIONS = (("xla_dump_hlo_pass_re", ".*"), ("xla_dump_hlo_as_proto", True), ("xla_dump_hlo_as_text", True))
+# A dump of the module between passes: module_NNNN.NAME.NNNN.PIPELINE.after_PASS.before_PASS.hlo.pb
+_BETWEEN_PASSES = re.compile(r"^module_\d+\.(?P<module>.+)\.(?P<order>\d{4})\.(?P<stage>.+)\.hlo\.pb$")
+_HLO_MODULE_FIELD = 1   # HloProto.hlo_module (xla/service/hlo.proto)
+
+
+def compile_with_dumps(module_text: str, arguments: list) -> tuple[list, list]:
+    """``(stages, results)`` of ``@main`` compiled by XLA's CPU client (module docstring)."""
+    import jax
+    from jax._src import compiler, xla_bridge
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client
+    from jaxlib.mlir import ir
+
+    from ..ir.decode import load_quant_dialect
+    from .jax import _buffer, _default_layouts, _value
+
+    backend = xla_bridge.get_backend("cpu")
+    device = backend.local_devices()[0]
+    with tempfile.TemporaryDirectory(prefix="xla-passes-") as folder:
+        with mlir.make_ir_context() as context:
+            load_quant_dialect(context)
+            module = ir.Module.parse(module_text)
+            _default_layouts(module)
+            options = compiler.get_compile_options(num_replicas=1, num_partitions=1,
+                                                   device_assignment=np.array([[device.id]]))
+            options.env_option_overrides = [("xla_dump_to", folder), *DUMP_OPTIONS]
+            executable = backend.compile_and_load(module, xla_client.DeviceList((device,)), options)
+        with jax.enable_x64(True):
+            buffers = [jax.device_put(_buffer(argument), jax.devices("cpu")[0]) for argument in arguments]
+            results = [_value(out) for out in executable.execute(buffers)]
+        return _stages(Path(folder)), results
+
+
+def _stages(folder: Path) -> list:
+    """The dumps between passes in XLA's order: ``(stage name, HloModuleProto, text)``."""
+    found = []
+    for path in folder.glob("*.hlo.pb"):
+        match = _BETWEEN_PASSES.match(path.name)
+        if match is None:
+            continue
+        text_path = path.with_name(path.name.removesuffix(".hlo.pb") + ".txt")
+        text = text_path.read_text() if text_path.exists() else ""
+        module = _length_delimited_field(path.read_bytes(), _HLO_MODULE_FIELD)
+        found.append((int(match["order"]), match["stage"], module, text))
+    return [(stage, module, text) for _, stage, module, text in sorted(found)]
+
+
+def _length_delimited_field(data: bytes, number: int) -> bytes:
+    """The bytes of field ``number`` (a message) of a serialized protobuf message."""
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == 2:
+            size, position = _varint(data, position)
+            if field == number:
+                return data[position:position + size]
+            position += size
+        elif wire_type == 0:
+            position = _varint(data, position)[1]
+        elif wire_type in (1, 5):
+            position += 8 if wire_type == 1 else 4
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire_type}")
+    raise ValueError(f"no field {number} in the message")
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, position
+
+
+def translate(hlo_module: bytes) -> str:
+    """The HloModuleProto as StableHLO text with locations (jaxlib's translator)."""
+    from jax._src.interpreters import mlir
+    from jaxlib import _jax
+    from jaxlib.mlir import ir
+
+    bytecode = _jax.mlir.hlo_to_stablehlo(hlo_module)
+    with mlir.make_ir_context():
+        return ir.Module.parse(bytecode).operation.get_asm(enable_debug_info=True)
+
+
+def _answer(request: bytes) -> bytes:
+    kind, payload = pickle.loads(request)
+    if kind == "compile":
+        return pickle.dumps(compile_with_dumps(*payload))
+    return translate(payload).encode("utf-8")
+
+
+if __name__ == "__main__":
+    serve(_answer, reported=(Exception,), describe=lambda error: f"{type(error).__name__}: {error}")

@@ -1,0 +1,60 @@
+"""The MHLO ops that XLA's HLO passes leave when a pass's output is translated back
+(jaxlib's ``hlo_to_stablehlo``; tools/passes.py runs each pass's output): HLO's
+``fusion``, ``copy`` and ``bitcast`` (XLA's operation semantics,
+https://openxla.org/xla/operation_semantics, and xla/hlo/ir/hlo_opcode.h).
+
+Values here are logical tensors, as in StableHLO: a layout is how a tensor's elements
+lie in memory, and only ``bitcast`` reads memory: its value is its operand's bytes in
+the operand's layout, read in the result's layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.plan import RegionCallRunner
+from ..engine.registry import op
+
+
+@op("mhlo.fusion", variadic=True)
+def fusion(info):
+    """A fusion computes its region (the fused computation) on its operands: fusing
+    changes how XLA emits code, not what the computation is."""
+    return RegionCallRunner(0)
+
+
+@op("mhlo.copy")
+def copy(info):
+    """A copy's value is its operand's (a layout change, after layout assignment, keeps the
+    logical value)."""
+    return lambda operand: np.array(operand, copy=True)
+
+
+@op("mhlo.bitcast")
+def bitcast(info):
+    """The operand's elements in memory (its ``source_layout``, minor-to-major dimension
+    order) read as the result's shape in ``result_layout``: a reshape or transpose that
+    needs no data movement in memory."""
+    source, result = info.attr("source_layout", None), info.attr("result_layout", None)
+    if source is None or result is None:
+        raise info.unsupported("a bitcast without source_layout and result_layout: its value depends on layouts "
+                               "the module does not give")
+    source, result = _minor_to_major(source), _minor_to_major(result)
+    result_type = info.result_type
+    if info.operand_types[0].dtype.itemsize != result_type.dtype.itemsize:
+        raise info.unsupported("a bitcast between element types of different widths")
+    physical_axes = tuple(reversed(result))   # the result's dimensions, major to minor
+    physical_shape = tuple(result_type.shape[axis] for axis in physical_axes)
+    logical_order = tuple(np.argsort(physical_axes))
+
+    def run(operand):
+        in_memory = np.transpose(np.asarray(operand), tuple(reversed(source))).reshape(-1)
+        if in_memory.dtype != result_type.dtype:
+            in_memory = in_memory.view(result_type.dtype)
+        return np.ascontiguousarray(in_memory.reshape(physical_shape).transpose(logical_order))
+
+    return run
+
+
+def _minor_to_major(layout) -> tuple:
+    return tuple(int(axis) for axis in np.asarray(layout).reshape(-1))
