@@ -42,6 +42,8 @@ class Stage:
 
     @property
     def name(self) -> str:
+        if self.order == 0:
+            return "the program before any pass"
         if self.after == "pipeline-start":
             return f"start of pipeline {self.pipeline}"
         return f"pass {self.after} (pipeline {self.pipeline})"

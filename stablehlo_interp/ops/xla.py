@@ -51,7 +51,7 @@ def bitcast(info):
         in_memory = np.transpose(np.asarray(operand), tuple(reversed(source))).reshape(-1)
         if in_memory.dtype != result_type.dtype:
             in_memory = in_memory.view(result_type.dtype)
-        return np.ascontiguousarray(in_memory.reshape(physical_shape).transpose(logical_order))
+        return in_memory.reshape(physical_shape).transpose(logical_order).copy()   # (ascontiguousarray makes 0-d 1-d)
 
     return run
 

@@ -1,0 +1,342 @@
+"""XLA's CPU pipeline, pass by pass, on the interpreter: the first pass after which the
+program computes something else.
+
+    report = si.passes(f, x, y)
+    print(report)        # every pass keeps the values, or the first that changes them
+
+XLA's CPU compiler compiles the program in a child process with its own dump options
+(every pass that changed the module, backends/xla_passes.py); jaxlib's translator turns
+each dumped module back into StableHLO (MHLO's ``fusion``, ``copy`` and ``bitcast`` stay:
+ops/xla.py runs them), and the interpreter runs it. Each stage's results are judged
+against the original program's by compare's noise judge (judge/bounds.py): within the
+noise of the original program run with every op moved within its rounding bound, a
+stage keeps the values; beyond it, it computes something else.
+
+Only stages whose module differs from the one before need a run, and those are
+bisected (``every_stage=False``): the last stage first, then halves, on the rule that
+a pass keeps the values or changes them for the stages after it. ``every_stage=True``
+runs every distinct stage. A stage the interpreter cannot follow (the translator
+refuses it, or it holds an op the interpreter does not run) is not judged: the report
+says from which pass on, and why, and gives no verdict on what it could not run.
+
+When every pass keeps the values, ``compiled_differs`` tells whether XLA's compiled
+program itself gives values beyond the noise all the same (the code generator, not a
+pass: see the XLA flag search of tools/codegen.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backends.xla_passes import CompiledPipeline, Stage, TranslationError, compile_pipeline, translate
+from ..errors import InterpreterError
+from ..ir.types import Token
+from ..judge import bounds
+from ..judge.difference import Difference, differing, mismatched_types, widened_pair
+from ..judge.summary import summarize
+from ..program import load, prepare
+from ..program.signature import is_jax_function
+from .compare import module_text
+
+KEEPS, CHANGES, NOT_RUN = "keeps the values", "changes the values", "not run"
+SHOWN_CHANGES = 12   # changed HLO instructions shown on each side
+
+
+@dataclass
+class StageRun:
+    """One stage run on the interpreter and judged: ``verdict`` is :data:`KEEPS`,
+    :data:`CHANGES` or :data:`NOT_RUN` (``reason`` says why); ``outputs`` per result None
+    (within the noise) or its :class:`Difference` from the original program's value."""
+
+    stage: Stage
+    verdict: str
+    outputs: list = field(default_factory=list)
+    results: list = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class ChangedInstruction:
+    """An HLO instruction a pass removed (``side`` "-") or added ("+"), with the user's
+    source line from its metadata."""
+
+    side: str
+    instruction: str
+    source: str
+
+
+@dataclass
+class PassesReport:
+    """The outcome of :func:`passes` (module docstring). ``first_change``: the run of the
+    first stage that changes the values, ``before`` the run of the stage before it that
+    keeps them; ``not_judged_from``: the first stage the interpreter could not run (no
+    verdict from it on); ``compiled_differs``: XLA's compiled program's values beyond the
+    noise (None where a stage was not judged)."""
+
+    stages: tuple
+    distinct: int
+    runs: list
+    results: list                 # the original program's values on the interpreter
+    compiled: list                # XLA's compiled program's values
+    compiled_outputs: list        # per result, None or its Difference beyond the noise
+    first_change: StageRun | None = None
+    before: StageRun | None = None
+    changed: list = field(default_factory=list)
+    not_judged_from: StageRun | None = None
+    every_stage: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Every stage run keeps the values, none was left unjudged, and the compiled
+        program's values are within the noise too."""
+        return self.first_change is None and self.not_judged_from is None and not self.compiled_differs
+
+    @property
+    def compiled_differs(self) -> bool | None:
+        if self.first_change is not None or self.not_judged_from is not None:
+            return None
+        return any(d is not None for d in self.compiled_outputs)
+
+    def __str__(self) -> str:
+        how = "every one" if self.every_stage else "bisected"
+        lines = [f"XLA CPU: {len(self.stages)} stages dumped, {self.distinct} distinct; {len(self.runs)} run on the "
+                 f"interpreter ({how})"]
+        if self.first_change is not None:
+            lines += self._describe_change()
+        elif self.not_judged_from is not None:
+            run = self.not_judged_from
+            lines.append(f"not judged from {run.stage.name} on: {run.reason}")
+            lines.append("every stage judged before it keeps the values" if self.runs[:-1] else "")
+        else:
+            lines.append("every pass keeps the values (within the original program's rounding noise)")
+            lines.append(self._describe_compiled())
+        return "\n".join(line for line in lines if line)
+
+    def _describe_change(self) -> list:
+        run = self.first_change
+        lines = [f"first pass that changes the values: {run.stage.name}"]
+        if self.before is not None:
+            lines.append(f"  the stage before it ({self.before.stage.name}) keeps them")
+        for index, output in enumerate(run.outputs):
+            if output is None:
+                continue
+            lines.append(f"  result #{index}: {output.describe('after the pass')}")
+            lines.append(f"    original: {summarize(self.results[index])}")
+            if self.before is not None:
+                lines.append(f"    before the pass: {summarize(self.before.results[index])}")
+            lines.append(f"    after the pass: {summarize(run.results[index])}")
+        if self.changed:
+            lines.append("  instructions it changed (HLO):")
+            lines += [f"    {c.side} {c.instruction}" + (f"    [{c.source}]" if c.source else "") for c in self.changed]
+        return lines
+
+    def _describe_compiled(self) -> str:
+        differing_results = [(i, d) for i, d in enumerate(self.compiled_outputs) if d is not None]
+        if not differing_results:
+            return "XLA's compiled program gives the same values (within the noise)"
+        return "\n".join(["XLA's compiled program differs all the same (its code generator, not a pass):"]
+                         + [f"  result #{i}: {d.describe('compiled')}" for i, d in differing_results])
+
+
+def passes(target: Any, *args: Any, function: str | None = None, every_stage: bool = False,
+           **kwargs: Any) -> PassesReport:
+    """Compile ``target`` with XLA's CPU pipeline, run the module after each pass on the
+    interpreter with ``args``, and name the first pass after which it computes something
+    else beyond the original program's rounding noise (module docstring). ``target`` and
+    ``args`` as :func:`si.run <stablehlo_interp.run>` takes them; the program is ``@main``."""
+    call = prepare(target, args, kwargs, function, platform="cpu" if is_jax_function(target) else None)
+    if call.function != "main":
+        raise InterpreterError(f"passes compiles a module's @main, not @{call.function}")
+    if call.program.host_callbacks:
+        raise InterpreterError("passes compiles the program in another process, where its host callbacks "
+                               "cannot be called")
+    judge = _NoiseJudge(call.program, call.arguments)
+    pipeline = compile_pipeline(module_text(call.program), call.arguments)
+    distinct = _distinct(pipeline.stages)
+    runs: dict[int, StageRun] = {}
+
+    def run(position: int) -> StageRun:
+        if position not in runs:
+            runs[position] = _run_stage(distinct[position], call.arguments, judge)
+        return runs[position]
+
+    first = _first_not_keeping(len(distinct), run, every_stage)
+    return _report(pipeline, distinct, runs, first, judge, every_stage)
+
+
+def _report(pipeline: CompiledPipeline, distinct: list, runs: dict, first: int | None, judge: _NoiseJudge,
+            every_stage: bool) -> PassesReport:
+    report = PassesReport(pipeline.stages, len(distinct), [runs[p] for p in sorted(runs)], judge.expected,
+                          pipeline.results, judge.outputs(pipeline.results), every_stage=every_stage)
+    if first is None:
+        return report
+    found = runs[first]
+    if found.verdict == NOT_RUN:
+        report.not_judged_from = found
+        return report
+    report.first_change = found
+    if first > 0:
+        report.before = runs.get(first - 1) or _run_stage(distinct[first - 1], judge.arguments, judge)
+        report.changed = changed_instructions(distinct[first - 1].text, found.stage.text)
+    return report
+
+
+def _first_not_keeping(count: int, run, every_stage: bool) -> int | None:
+    """The position of the first distinct stage that does not keep the values (None:
+    all do). Bisected: the first stage and the last are run, then halves between the
+    last known to keep and the first known not to."""
+    if every_stage:
+        return next((p for p in range(count) if run(p).verdict != KEEPS), None)
+    if run(0).verdict != KEEPS:
+        return 0
+    if run(count - 1).verdict == KEEPS:
+        return None
+    good, bad = 0, count - 1
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if run(middle).verdict == KEEPS:
+            good = middle
+        else:
+            bad = middle
+    return bad
+
+
+def _distinct(stages: tuple) -> list:
+    """The stages whose module differs from the one before (the first always): XLA's text
+    of it, its header line aside, hashed."""
+    distinct, last = [], None
+    for stage in stages:
+        digest = hashlib.sha256(stage.text.partition("\n")[2].encode()).digest()
+        if digest != last:
+            distinct.append(stage)
+        last = digest
+    return distinct
+
+
+def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge) -> StageRun:
+    try:
+        text = translate(stage)
+    except TranslationError as why:
+        return StageRun(stage, NOT_RUN, reason=str(why))
+    try:
+        results = load(text).run(*arguments)
+    except InterpreterError as why:
+        return StageRun(stage, NOT_RUN, reason=f"the interpreter cannot run it: {why}")
+    if len(results) != len(judge.expected):
+        return StageRun(stage, NOT_RUN, reason=f"its translation returns {len(results)} results, the program "
+                                               f"{len(judge.expected)}")
+    outputs = judge.outputs(results)
+    return StageRun(stage, KEEPS if all(d is None for d in outputs) else CHANGES, outputs, list(results))
+
+
+class _NoiseJudge:
+    """The original program's values on the interpreter, and the rounding noise around them
+    (judge/bounds.py: the program run with every op moved within its bound), estimated at
+    the first value that is not bit for bit the original's. The allowance of an infinite
+    or NaN element is no distance (any finite value is infinitely far from it): only its
+    own value, or what a noise run gave there, keeps it."""
+
+    def __init__(self, program, arguments: list):
+        self.program, self.arguments = program, arguments
+        self.expected = program.run(*arguments)
+        self._runs: list | None = None
+
+    def outputs(self, values: list) -> list:
+        """Per result, None (within the noise) or its :class:`Difference` (beyond it)."""
+        return [self._judge(index, np.asarray(value)) for index, value in enumerate(values)]
+
+    def _judge(self, index: int, value: np.ndarray) -> Difference | None:
+        expected = self.expected[index]
+        if isinstance(expected, (tuple, Token)):
+            return None
+        expected = np.asarray(expected)
+        problem = mismatched_types(expected, value)
+        if problem is not None or expected.tobytes() == value.tobytes():
+            return problem
+        bound, alternatives = bounds.spread_allowance(expected, [run[index] for run in self._noise()])
+        if bound is not None:   # an infinity or NaN is kept by itself or by what a noise run gave there
+            bound = np.where(np.isfinite(widened_pair(expected, expected)[0]), bound, 0.0)
+        return differing(expected, value, bounds.within(expected, value, bound, alternatives), bound)
+
+    def _noise(self) -> list:
+        if self._runs is None:
+            self._runs = bounds.noise_runs(lambda listener: self.program.run(*self.arguments, listeners=[listener]),
+                                           self.program.semantics, self.expected)
+        return self._runs
+
+
+# XLA's text of an instruction: "%name = type opcode(operands), attributes, metadata={...}".
+_METADATA = re.compile(r",\s*metadata=\{([^{}]*)\}")
+_STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def changed_instructions(before: str, after: str) -> list[ChangedInstruction]:
+    """The HLO instructions a pass removed and added (metadata aside), with the user's
+    source line each came from (its metadata's innermost stack frame)."""
+    old, new = _instructions(before), _instructions(after)
+    sources = {**_sources(before, old), **_sources(after, new)}
+    matcher = difflib.SequenceMatcher(a=list(old), b=list(new), autojunk=False)
+    removed, added = [], []
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag != "equal":
+            removed += [ChangedInstruction("-", line, sources.get(line, "")) for line in list(old)[a0:a1]]
+            added += [ChangedInstruction("+", line, sources.get(line, "")) for line in list(new)[b0:b1]]
+    return removed[:SHOWN_CHANGES] + added[:SHOWN_CHANGES]
+
+
+def _instructions(text: str) -> dict:
+    """``{instruction without its metadata: its metadata}`` in the module's order."""
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith(("%", "ROOT %")) or " = " not in line:
+            continue
+        metadata = _METADATA.search(line)
+        found[_METADATA.sub("", line)] = metadata.group(1) if metadata else ""
+    return found
+
+
+def _sources(text: str, instructions: dict) -> dict:
+    """``{instruction: "file:line (function) op_name"}`` from the module's stack frame tables."""
+    frames = _stack_frames(text)
+    sources = {}
+    for line, metadata in instructions.items():
+        frame = _STACK_FRAME.search(metadata)
+        name = _OP_NAME.search(metadata)
+        where = frames.get(int(frame.group(1)), "") if frame else ""
+        sources[line] = " ".join(part for part in (where, name.group(1) if name else "") if part)
+    return sources
+
+
+def _stack_frames(text: str) -> dict:
+    """``{stack frame id: "file:line (function)"}`` of XLA's text (its FileNames,
+    FunctionNames, FileLocations and StackFrames tables)."""
+    tables: dict = {}
+    section = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = tables.setdefault(stripped, {})
+        elif not stripped:
+            section = None
+        elif section is not None and stripped.split(" ", 1)[0].isdigit():
+            key, _, value = stripped.partition(" ")
+            section[int(key)] = value.strip('"')
+    files, functions = tables.get("FileNames", {}), tables.get("FunctionNames", {})
+    locations = {}
+    for key, value in tables.get("FileLocations", {}).items():
+        fields = dict(re.findall(r"(\w+)=(\d+)", value))
+        locations[key] = (f"{files.get(int(fields.get('file_name_id', 0)), '?')}:{fields.get('line', '?')} "
+                          f"({functions.get(int(fields.get('function_name_id', 0)), '?')})")
+    frames = {}
+    for key, value in tables.get("StackFrames", {}).items():
+        fields = dict(re.findall(r"(\w+)=(\d+)", value))
+        frames[key] = locations.get(int(fields.get("file_location_id", 0)), "")
+    return frames
