@@ -36,13 +36,14 @@ import numpy as np
 
 from ..backends.xla_passes import CompiledPipeline, Stage, TranslationError, compile_pipeline, translate
 from ..errors import InterpreterError
+from ..ir.locations import Frame, describe_frame
 from ..ir.types import Token
 from ..judge import bounds
 from ..judge.difference import Difference, differing, mismatched_types, widened_pair
 from ..judge.summary import summarize
 from ..program import load, prepare
 from ..program.signature import is_jax_function
-from .compare import module_text
+from .compare import Comparison, compare, module_text
 
 KEEPS, CHANGES, NOT_RUN = "keeps the values", "changes the values", "not run"
 SHOWN_CHANGES = 12   # changed HLO instructions shown on each side
@@ -76,32 +77,29 @@ class PassesReport:
     """The outcome of :func:`passes` (module docstring). ``first_change``: the run of the
     first stage that changes the values, ``before`` the run of the stage before it that
     keeps them; ``not_judged_from``: the first stage the interpreter could not run (no
-    verdict from it on); ``compiled_differs``: XLA's compiled program's values beyond the
-    noise (None where a stage was not judged)."""
+    verdict from it on); ``compiled_differs``, where every stage keeps the values (None
+    otherwise): whether XLA's compiled program's values differ all the same, beyond the
+    noise and beyond what :func:`compare` explains op by op (``compiled_comparison``):
+    then XLA's code generator, not a pass, computes something else."""
 
     stages: tuple
     distinct: int
     runs: list
     results: list                 # the original program's values on the interpreter
     compiled: list                # XLA's compiled program's values
-    compiled_outputs: list        # per result, None or its Difference beyond the noise
     first_change: StageRun | None = None
     before: StageRun | None = None
     changed: list = field(default_factory=list)
     not_judged_from: StageRun | None = None
     every_stage: bool = False
+    compiled_differs: bool | None = None
+    compiled_comparison: Comparison | None = None   # si.compare's judgement, where the compiled values differ
 
     @property
     def ok(self) -> bool:
         """Every stage run keeps the values, none was left unjudged, and the compiled
         program's values are within the noise too."""
         return self.first_change is None and self.not_judged_from is None and not self.compiled_differs
-
-    @property
-    def compiled_differs(self) -> bool | None:
-        if self.first_change is not None or self.not_judged_from is not None:
-            return None
-        return any(d is not None for d in self.compiled_outputs)
 
     def __str__(self) -> str:
         how = "every one" if self.every_stage else "bisected"
@@ -137,11 +135,10 @@ class PassesReport:
         return lines
 
     def _describe_compiled(self) -> str:
-        differing_results = [(i, d) for i, d in enumerate(self.compiled_outputs) if d is not None]
-        if not differing_results:
+        if not self.compiled_differs:
             return "XLA's compiled program gives the same values (within the noise)"
         return "\n".join(["XLA's compiled program differs all the same (its code generator, not a pass):"]
-                         + [f"  result #{i}: {d.describe('compiled')}" for i, d in differing_results])
+                         + ["  " + line for line in str(self.compiled_comparison).splitlines()])
 
 
 def passes(target: Any, *args: Any, function: str | None = None, every_stage: bool = False,
@@ -173,8 +170,10 @@ def passes(target: Any, *args: Any, function: str | None = None, every_stage: bo
 def _report(pipeline: CompiledPipeline, distinct: list, runs: dict, first: int | None, judge: _NoiseJudge,
             every_stage: bool) -> PassesReport:
     report = PassesReport(pipeline.stages, len(distinct), [runs[p] for p in sorted(runs)], judge.expected,
-                          pipeline.results, judge.outputs(pipeline.results), every_stage=every_stage)
+                          pipeline.results, every_stage=every_stage)
     if first is None:
+        report.compiled_comparison = judge.compiled(pipeline.results)
+        report.compiled_differs = report.compiled_comparison is not None
         return report
     found = runs[first]
     if found.verdict == NOT_RUN:
@@ -225,13 +224,14 @@ def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge) -> StageRun:
     except TranslationError as why:
         return StageRun(stage, NOT_RUN, reason=str(why))
     try:
-        results = load(text).run(*arguments)
+        program = load(text)
+        results = program.run(*arguments)
     except InterpreterError as why:
         return StageRun(stage, NOT_RUN, reason=f"the interpreter cannot run it: {why}")
     if len(results) != len(judge.expected):
         return StageRun(stage, NOT_RUN, reason=f"its translation returns {len(results)} results, the program "
                                                f"{len(judge.expected)}")
-    outputs = judge.outputs(results)
+    outputs = judge.outputs(results, program)
     return StageRun(stage, KEEPS if all(d is None for d in outputs) else CHANGES, outputs, list(results))
 
 
@@ -240,26 +240,49 @@ class _NoiseJudge:
     (judge/bounds.py: the program run with every op moved within its bound), estimated at
     the first value that is not bit for bit the original's. The allowance of an infinite
     or NaN element is no distance (any finite value is infinitely far from it): only its
-    own value, or what a noise run gave there, keeps it."""
+    own value, or what a noise run gave there, keeps it.
+
+    A stage's value beyond the original's noise is judged again by the stage's own noise
+    (the stage run with every op moved within its bound, around its value): a pass that
+    reorders a sum whose terms cancel makes a program whose noise is not the original's,
+    and the values are kept when either program's noise covers the other's value."""
 
     def __init__(self, program, arguments: list):
         self.program, self.arguments = program, arguments
         self.expected = program.run(*arguments)
         self._runs: list | None = None
 
-    def outputs(self, values: list) -> list:
-        """Per result, None (within the noise) or its :class:`Difference` (beyond it)."""
-        return [self._judge(index, np.asarray(value)) for index, value in enumerate(values)]
+    def outputs(self, values: list, program=None) -> list:
+        """Per result, None (within the noise) or its :class:`Difference` (beyond it);
+        ``program``: the stage that computed ``values``, whose own noise judges again."""
+        outputs = [self._judge(self.expected[i], np.asarray(value), self._noise, i) for i, value in enumerate(values)]
+        if program is None or all(d is None for d in outputs):
+            return outputs
+        runs = bounds.noise_runs(lambda listener: program.run(*self.arguments, listeners=[listener]),
+                                 program.semantics, values)
+        return [d if d is None or self._judge(values[i], np.asarray(self.expected[i]), lambda: runs, i) is not None
+                else None for i, d in enumerate(outputs)]
 
-    def _judge(self, index: int, value: np.ndarray) -> Difference | None:
-        expected = self.expected[index]
+    def compiled(self, values: list) -> Comparison | None:
+        """None where XLA's compiled values are within the noise; else :func:`compare`'s
+        judgement of them op by op (each op on XLA's operands within its bound: noise,
+        which the whole program's estimate can miss for a sum whose terms cancel), None
+        when it explains them."""
+        if all(d is None for d in self.outputs(values)):
+            return None
+        comparison = compare(self.program, *self.arguments, backend="cpu")
+        return None if comparison.explained else comparison
+
+    @staticmethod
+    def _judge(expected, value: np.ndarray, noise, index: int) -> Difference | None:
+        """``value`` against ``expected`` by the spread of result ``index`` in ``noise()``'s runs."""
         if isinstance(expected, (tuple, Token)):
             return None
         expected = np.asarray(expected)
         problem = mismatched_types(expected, value)
         if problem is not None or expected.tobytes() == value.tobytes():
             return problem
-        bound, alternatives = bounds.spread_allowance(expected, [run[index] for run in self._noise()])
+        bound, alternatives = bounds.spread_allowance(expected, [run[index] for run in noise()])
         if bound is not None:   # an infinity or NaN is kept by itself or by what a noise run gave there
             bound = np.where(np.isfinite(widened_pair(expected, expected)[0]), bound, 0.0)
         return differing(expected, value, bounds.within(expected, value, bound, alternatives), bound)
@@ -278,28 +301,32 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
 def changed_instructions(before: str, after: str) -> list[ChangedInstruction]:
-    """The HLO instructions a pass removed and added (metadata aside), with the user's
-    source line each came from (its metadata's innermost stack frame)."""
+    """The HLO instructions a pass removed and added (their metadata, and whether they are
+    their computation's ROOT, aside), with the user's source line each came from (its
+    metadata's innermost stack frame)."""
     old, new = _instructions(before), _instructions(after)
     sources = {**_sources(before, old), **_sources(after, new)}
-    matcher = difflib.SequenceMatcher(a=list(old), b=list(new), autojunk=False)
+    old_keys, new_keys = list(old), list(new)
+    matcher = difflib.SequenceMatcher(a=old_keys, b=new_keys, autojunk=False)
     removed, added = [], []
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag != "equal":
-            removed += [ChangedInstruction("-", line, sources.get(line, "")) for line in list(old)[a0:a1]]
-            added += [ChangedInstruction("+", line, sources.get(line, "")) for line in list(new)[b0:b1]]
+            removed += [ChangedInstruction("-", old[key][0], sources[key]) for key in old_keys[a0:a1]]
+            added += [ChangedInstruction("+", new[key][0], sources[key]) for key in new_keys[b0:b1]]
     return removed[:SHOWN_CHANGES] + added[:SHOWN_CHANGES]
 
 
 def _instructions(text: str) -> dict:
-    """``{instruction without its metadata: its metadata}`` in the module's order."""
+    """``{instruction without ROOT and metadata: (its line without metadata, its metadata)}``
+    in the module's order."""
     found = {}
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith(("%", "ROOT %")) or " = " not in line:
             continue
         metadata = _METADATA.search(line)
-        found[_METADATA.sub("", line)] = metadata.group(1) if metadata else ""
+        shown = _METADATA.sub("", line)
+        found[shown.removeprefix("ROOT ")] = (shown, metadata.group(1) if metadata else "")
     return found
 
 
@@ -307,7 +334,7 @@ def _sources(text: str, instructions: dict) -> dict:
     """``{instruction: "file:line (function) op_name"}`` from the module's stack frame tables."""
     frames = _stack_frames(text)
     sources = {}
-    for line, metadata in instructions.items():
+    for line, (_, metadata) in instructions.items():
         frame = _STACK_FRAME.search(metadata)
         name = _OP_NAME.search(metadata)
         where = frames.get(int(frame.group(1)), "") if frame else ""
@@ -316,7 +343,7 @@ def _sources(text: str, instructions: dict) -> dict:
 
 
 def _stack_frames(text: str) -> dict:
-    """``{stack frame id: "file:line (function)"}`` of XLA's text (its FileNames,
+    """``{stack frame id: "file.py:8 (function)"}`` (the file without directories) of XLA's text (its FileNames,
     FunctionNames, FileLocations and StackFrames tables)."""
     tables: dict = {}
     section = None
@@ -333,8 +360,9 @@ def _stack_frames(text: str) -> dict:
     locations = {}
     for key, value in tables.get("FileLocations", {}).items():
         fields = dict(re.findall(r"(\w+)=(\d+)", value))
-        locations[key] = (f"{files.get(int(fields.get('file_name_id', 0)), '?')}:{fields.get('line', '?')} "
-                          f"({functions.get(int(fields.get('function_name_id', 0)), '?')})")
+        locations[key] = describe_frame(Frame(functions.get(int(fields.get("function_name_id", 0))),
+                                              files.get(int(fields.get("file_name_id", 0)), "?"),
+                                              int(fields.get("line", 0)), int(fields.get("column", 0))))
     frames = {}
     for key, value in tables.get("StackFrames", {}).items():
         fields = dict(re.findall(r"(\w+)=(\d+)", value))
