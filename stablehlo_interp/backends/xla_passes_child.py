@@ -115,7 +115,7 @@ def translate(hlo_module: bytes) -> str:
 
     bytecode = _jax.mlir.hlo_to_stablehlo(hlo_module)
     with mlir.make_ir_context():
-        return ir.Module.parse(bytecode).operation.get_asm(enable_debug_info=True)
+        return str(ir.Module.parse(bytecode).operation.get_asm(enable_debug_info=True))
 
 
 def _answer(request: bytes) -> bytes:

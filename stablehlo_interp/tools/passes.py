@@ -106,7 +106,7 @@ class PassesReport:
         lines = [f"XLA CPU: {len(self.stages)} stages dumped, {self.distinct} distinct; {len(self.runs)} run on the "
                  f"interpreter ({how})"]
         if self.first_change is not None:
-            lines += self._describe_change()
+            lines += self._describe_change(self.first_change)
         elif self.not_judged_from is not None:
             run = self.not_judged_from
             lines.append(f"not judged from {run.stage.name} on: {run.reason}")
@@ -116,8 +116,7 @@ class PassesReport:
             lines.append(self._describe_compiled())
         return "\n".join(line for line in lines if line)
 
-    def _describe_change(self) -> list:
-        run = self.first_change
+    def _describe_change(self, run: StageRun) -> list:
         lines = [f"first pass that changes the values: {run.stage.name}"]
         if self.before is not None:
             lines.append(f"  the stage before it ({self.before.stage.name}) keeps them")
