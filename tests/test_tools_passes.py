@@ -66,6 +66,30 @@ def test_every_pass_keeps_the_values_of_a_layer_and_xla_agrees():
     assert "every pass keeps the values" in str(report)
 
 
+SQUARE = RNG.standard_normal((6, 6)).astype(np.float32)
+SMALL_PROGRAMS = {   # what XLA CPU's stages hold besides StableHLO: TopK (HLO's op, then its custom call with a
+    # comparator), LAPACK's custom calls returning tuples, bitcasts of layouts, copies and fusions
+    "top_k": (lambda x: jax.lax.top_k(x, 2), (A,)),
+    "cholesky": (lambda m: jnp.linalg.cholesky(m @ m.T + 6 * jnp.eye(6)), (SQUARE,)),
+    "solve": (lambda m, x: jnp.linalg.solve(m + 6 * jnp.eye(6), x), (SQUARE, SQUARE[:, :2])),
+    "argsort": (lambda x: jnp.argsort(x, axis=0), (A,)),
+    "loop": (lambda x: jax.lax.fori_loop(0, 4, lambda i, c: c * 1.5 + i, x), (A,)),
+    "scatter": (lambda x: x.at[jnp.array([3, 1, 1])].add(1.0), (A,)),
+    "transposes": (lambda x: jnp.transpose(x.reshape(2, 2, 3, 2), (2, 0, 3, 1)).reshape(3, 8) * 2, (A[:, :3].repeat(2, 1),)),
+}
+
+
+@pytest.mark.parametrize("name", SMALL_PROGRAMS)
+def test_every_pass_keeps_the_values_of_small_programs_and_the_last_stage_is_xlas(name):
+    function, arguments = SMALL_PROGRAMS[name]
+    report = si.passes(function, *arguments, every_stage=True)
+    assert report.ok, str(report)
+    assert [run.verdict for run in report.runs] == [KEEPS] * report.distinct
+    expected = jax.tree.leaves(jax.jit(function)(*arguments))
+    for ours, theirs in zip(report.runs[-1].results, expected):
+        np.testing.assert_allclose(ours, np.asarray(theirs), rtol=2e-5, atol=1e-6)
+
+
 def test_bisection_finds_the_pass_running_every_stage_finds():
     bisected, every = si.passes(log_of_exp, X), si.passes(log_of_exp, X, every_stage=True)
     assert bisected.first_change.stage.name == every.first_change.stage.name == "pass algsimp (pipeline simplification)"

@@ -39,12 +39,14 @@ def compile_with_dumps(module_text: str, arguments: list) -> tuple[list, list]:
     import jax
     from jax._src import compiler, xla_bridge
     from jax._src.interpreters import mlir
+    from jax._src.lax.linalg import initialize_lapack
     from jax._src.lib import xla_client
     from jaxlib.mlir import ir
 
     from ..ir.decode import load_quant_dialect
     from .jax import _buffer, _default_layouts, _value
 
+    initialize_lapack()   # LAPACK's kernels behind XLA CPU's lapack_* custom calls (JAX does it as it lowers one)
     backend = xla_bridge.get_backend("cpu")
     device = backend.local_devices()[0]
     with tempfile.TemporaryDirectory(prefix="xla-passes-") as folder:

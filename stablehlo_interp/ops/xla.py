@@ -1,7 +1,8 @@
 """The MHLO ops that XLA's HLO passes leave when a pass's output is translated back
 (jaxlib's ``hlo_to_stablehlo``; tools/passes.py runs each pass's output): HLO's
-``fusion``, ``copy`` and ``bitcast`` (XLA's operation semantics,
-https://openxla.org/xla/operation_semantics, and xla/hlo/ir/hlo_opcode.h).
+``fusion``, ``copy``, ``bitcast`` and ``topk`` (XLA's operation semantics,
+https://openxla.org/xla/operation_semantics, and xla/hlo/ir/hlo_opcode.h), and the
+custom call XLA's CPU pipeline makes of a top-k sort (``TopK``, its TopkRewriter).
 
 Values here are logical tensors, as in StableHLO: a layout is how a tensor's elements
 lie in memory, and only ``bitcast`` reads memory: its value is its operand's bytes in
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.plan import RegionCallRunner
-from ..engine.registry import op
+from ..engine.plan import OpInfo, RegionCallRunner
+from ..engine.registry import custom_call, op
+from ..ir.types import TensorType
+from .chlo import top_k
+from .sorting import sort
 
 
 @op("mhlo.fusion", variadic=True)
@@ -52,6 +56,39 @@ def bitcast(info):
         if in_memory.dtype != result_type.dtype:
             in_memory = in_memory.view(result_type.dtype)
         return in_memory.reshape(physical_shape).transpose(logical_order).copy()   # (ascontiguousarray makes 0-d 1-d)
+
+    return run
+
+
+@op("mhlo.topk", variadic=True)
+def topk(info):
+    """HLO's TopK: the ``k`` largest entries along the last dimension and their indices,
+    as ``chlo.top_k`` (whose builder runs it); ``largest = false`` (the smallest) is not
+    run."""
+    if not info.attr("largest", True):
+        raise info.unsupported("a TopK of the smallest entries (largest = false)")
+    return top_k(info)
+
+
+@custom_call("TopK", variadic=True)
+def sorted_top_k(info):
+    """XLA CPU's TopK custom call: its operand sorted along the last dimension with its
+    indices (an iota) by the called comparator, which orders (value, index) pairs as a
+    sort's does, stable; the first ``k`` of both (``k`` from the result type). (HLO
+    returns the two as a tuple: the compiler hands this builder its elements.)"""
+    values_type = info.operand_types[0]
+    values_result, indices_result = info.result_types
+    dimension = len(values_type.shape) - 1
+    indices_type = TensorType.of(values_type.shape, indices_result.element_type)
+    pairs = sort(OpInfo("stablehlo.sort", {"dimension": dimension, "is_stable": True}, (values_type, indices_type),
+                        (values_type, indices_type), info.regions[-1:], info.location, info.module))
+    k = values_result.shape[-1]
+
+    def run(regions, values):
+        values = np.asarray(values)
+        iota = np.broadcast_to(np.arange(values.shape[-1], dtype=indices_type.dtype), values.shape)
+        ordered_values, ordered_indices = pairs(regions[-1:], values, np.ascontiguousarray(iota))
+        return ordered_values[..., :k].copy(), ordered_indices[..., :k].copy()
 
     return run
 
