@@ -57,12 +57,15 @@ class CompiledPipeline:
     results: list
 
 
-def compile_pipeline(module_text: str, arguments) -> CompiledPipeline:
-    """``@main`` of the module compiled by XLA's CPU client with every pass's output
-    dumped (xla_passes_child.py), and run on ``arguments``."""
-    if any(isinstance(argument, Token) for argument in arguments):
+def compile_pipeline(module_text: str, arguments, partitions: int = 1) -> CompiledPipeline:
+    """``@main`` of the module compiled by XLA's CPU client for ``partitions`` devices
+    with every pass's output dumped (xla_passes_child.py), and run on ``arguments``
+    (each device's, ``[d][i]``, for more than one: then the results are each device's)."""
+    per_device = [list(arguments)] if partitions == 1 else [list(device) for device in arguments]
+    if any(isinstance(argument, Token) for device in per_device for argument in device):
         raise BackendCompileError(NAME, "a program that takes a token is not compiled pass by pass")
-    request = pickle.dumps(("compile", (module_text, [np.asarray(argument) for argument in arguments])))
+    arrays = [[np.asarray(argument) for argument in device] for device in per_device]
+    request = pickle.dumps(("compile", (module_text, arrays[0] if partitions == 1 else arrays, partitions)))
     try:
         status, payload = _CHILD.ask(request)
     except ChildDied as died:

@@ -4,26 +4,27 @@ for: only this process dies.
 
 A request is a pickled ``(kind, payload)``:
 
-* ``("compile", (module_text, arguments))``: compile ``@main`` with XLA's CPU client,
-  dumping the module after every pass that changed it (XLA's own dump options:
-  ``xla_dump_to``, ``xla_dump_hlo_pass_re=.*``, as ``HloProto`` and as text), and run
-  the executable on ``arguments``. The reply: the pickled ``(stages, results)``, each
-  stage ``(file name, HloModuleProto bytes, HLO text)`` in the order XLA dumped them;
-  ``results`` the compiled program's values.
+* ``("compile", (module_text, arguments, partitions))``: compile ``@main`` with XLA's CPU
+  client for ``partitions`` devices, dumping the module after every pass that changed it
+  (XLA's own dump options: ``xla_dump_to``, ``xla_dump_hlo_pass_re=.*``, as ``HloProto``
+  and as text), and run the executable on ``arguments`` (each device's, ``[d][i]``, for
+  more than one). The reply: the pickled ``(stages, results)``, each stage
+  ``(file name, HloModuleProto bytes, HLO text)`` in the order XLA dumped them;
+  ``results`` the compiled program's values (each device's, for more than one).
 * ``("translate", hlo_module_proto)``: the module translated to StableHLO by jaxlib's
   translator (``hlo_to_stablehlo``), as MLIR text with locations.
 
-An error XLA reports is an ERROR reply with its message.
+An error XLA reports is an ERROR reply with its message. The child asks XLA for
+:data:`HOST_DEVICES` CPU devices (unless ``XLA_FLAGS`` says how many), for sharded programs.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import tempfile
 from pathlib import Path
-
-import numpy as np
 
 from ..ir.child_process import serve
 
@@ -32,35 +33,26 @@ DUMP_OPTIONS = (("xla_dump_hlo_pass_re", ".*"), ("xla_dump_hlo_as_proto", True),
 # A dump of the module between passes: module_NNNN.NAME.NNNN.PIPELINE.after_PASS.before_PASS.hlo.pb
 _BETWEEN_PASSES = re.compile(r"^module_\d+\.(?P<module>.+)\.(?P<order>\d{4})\.(?P<stage>.+)\.hlo\.pb$")
 _HLO_MODULE_FIELD = 1   # HloProto.hlo_module (xla/service/hlo.proto)
+HOST_DEVICES = 8
 
 
-def compile_with_dumps(module_text: str, arguments: list) -> tuple[list, list]:
-    """``(stages, results)`` of ``@main`` compiled by XLA's CPU client (module docstring)."""
+def compile_with_dumps(module_text: str, arguments: list, partitions: int = 1) -> tuple[list, list]:
+    """``(stages, results)`` of ``@main`` compiled by XLA's CPU client (module docstring)
+    for ``partitions`` devices: ``arguments`` and the results are each device's
+    (``[d][i]``) for more than one."""
     import jax
-    from jax._src import compiler, xla_bridge
-    from jax._src.interpreters import mlir
     from jax._src.lax.linalg import initialize_lapack
-    from jax._src.lib import xla_client
-    from jaxlib.mlir import ir
 
-    from ..ir.decode import load_quant_dialect
-    from .jax import _buffer, _default_layouts, _value
+    from .jax import _compile, execute, execute_per_device
 
     initialize_lapack()   # LAPACK's kernels behind XLA CPU's lapack_* custom calls (JAX does it as it lowers one)
-    backend = xla_bridge.get_backend("cpu")
-    device = backend.local_devices()[0]
     with tempfile.TemporaryDirectory(prefix="xla-passes-") as folder:
-        with mlir.make_ir_context() as context:
-            load_quant_dialect(context)
-            module = ir.Module.parse(module_text)
-            _default_layouts(module)
-            options = compiler.get_compile_options(num_replicas=1, num_partitions=1,
-                                                   device_assignment=np.array([[device.id]]))
-            options.env_option_overrides = [("xla_dump_to", folder), *DUMP_OPTIONS]
-            executable = backend.compile_and_load(module, xla_client.DeviceList((device,)), options)
-        with jax.enable_x64(True):
-            buffers = [jax.device_put(_buffer(argument), jax.devices("cpu")[0]) for argument in arguments]
-            results = [_value(out) for out in executable.execute(buffers)]
+        executable = _compile("cpu", module_text, (), partitions, (("xla_dump_to", folder), *DUMP_OPTIONS))
+        devices = jax.devices("cpu")[:partitions]
+        if len(devices) < partitions:
+            raise ValueError(f"the program is partitioned over {partitions} devices; XLA's CPU here has {len(devices)}")
+        results = (execute(executable, devices[0], arguments) if partitions == 1
+                   else execute_per_device(executable, devices, arguments))
         return _stages(Path(folder)), results
 
 
@@ -128,4 +120,7 @@ def _answer(request: bytes) -> bytes:
 
 
 if __name__ == "__main__":
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):   # before JAX starts
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + f" --xla_force_host_platform_device_count={HOST_DEVICES}").strip()
     serve(_answer, reported=(Exception,), describe=lambda error: f"{type(error).__name__}: {error}")
