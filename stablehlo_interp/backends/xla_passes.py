@@ -76,10 +76,12 @@ def compile_pipeline(module_text: str, arguments, partitions: int = 1) -> Compil
     return CompiledPipeline(tuple(_stage(order, *entry) for order, entry in enumerate(dumped)), results)
 
 
-def translate(stage: Stage) -> str:
-    """The stage as StableHLO text with locations (jaxlib's ``hlo_to_stablehlo``)."""
+def translate(stage: Stage, partitions: int = 1) -> str:
+    """The stage as StableHLO text with locations (jaxlib's ``hlo_to_stablehlo``); a
+    stage the SPMD partitioner made of a program over ``partitions`` devices is each
+    device's program, declared for that many (``mhlo.num_partitions``)."""
     try:
-        status, payload = _CHILD.ask(pickle.dumps(("translate", stage.hlo)))
+        status, payload = _CHILD.ask(pickle.dumps(("translate", (stage.hlo, partitions))))
     except ChildDied as died:
         raise TranslationError(f"jaxlib's translator died on it ({died})") from None
     if status == ERROR:

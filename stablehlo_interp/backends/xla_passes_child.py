@@ -11,8 +11,8 @@ A request is a pickled ``(kind, payload)``:
   more than one). The reply: the pickled ``(stages, results)``, each stage
   ``(file name, HloModuleProto bytes, HLO text)`` in the order XLA dumped them;
   ``results`` the compiled program's values (each device's, for more than one).
-* ``("translate", hlo_module_proto)``: the module translated to StableHLO by jaxlib's
-  translator (``hlo_to_stablehlo``), as MLIR text with locations.
+* ``("translate", (hlo_module_proto, partitions))``: the module translated to StableHLO by
+  jaxlib's translator (``hlo_to_stablehlo``), as MLIR text with locations.
 
 An error XLA reports is an ERROR reply with its message. The child asks XLA for
 :data:`HOST_DEVICES` CPU devices (unless ``XLA_FLAGS`` says how many), for sharded programs.
@@ -101,22 +101,78 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
             return value, position
 
 
-def translate(hlo_module: bytes) -> str:
-    """The HloModuleProto as StableHLO text with locations (jaxlib's translator)."""
+def translate(hlo_module: bytes, partitions: int = 1) -> str:
+    """The HloModuleProto as StableHLO text with locations (jaxlib's translator). A module
+    the SPMD partitioner made (its ``mhlo.spmd_parameters_shardings``) is each device's
+    program: it gets the grid it runs on (``mhlo.num_partitions``) and its collectives'
+    groups as device ids (:func:`_mesh_axes_groups`)."""
     from jax._src.interpreters import mlir
     from jaxlib import _jax
     from jaxlib.mlir import ir
 
     bytecode = _jax.mlir.hlo_to_stablehlo(hlo_module)
-    with mlir.make_ir_context():
-        return str(ir.Module.parse(bytecode).operation.get_asm(enable_debug_info=True))
+    with mlir.make_ir_context(), ir.Location.unknown():
+        module = ir.Module.parse(bytecode)
+        attributes = module.operation.attributes
+        if partitions > 1 and "mhlo.spmd_parameters_shardings" in attributes:
+            i32 = ir.IntegerType.get_signless(32)
+            attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, partitions)
+            attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
+            _mesh_axes_groups(module)
+        return str(module.operation.get_asm(enable_debug_info=True))
+
+
+_MESH_AXES = re.compile(r'^#stablehlo\.replica_group_mesh_axes<mesh = @([\w.$-]+), axes = \[(.*)\]>$')
+_AXIS_REF = re.compile(r'^#stablehlo\.axis_ref<name = "([^"]+)">$')
+
+
+def _mesh_axes_groups(module) -> None:
+    """Each collective's ``replica_groups`` given as mesh axes
+    (``#stablehlo.replica_group_mesh_axes<mesh = @m, axes = [...]>``: the devices that
+    differ only along those axes form a group, in the axes' order) as the dense device
+    ids the interpreter reads."""
+    import numpy as np
+    from jaxlib.mlir import ir
+
+    from ..sharding.tiling import parse_mesh
+
+    meshes = {ir.StringAttr(op.attributes["sym_name"]).value: parse_mesh(str(op.attributes["mesh"]))
+              for op in module.body.operations if op.operation.name == "sdy.mesh"}
+
+    def visit(operation) -> None:
+        for region in operation.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+        if "replica_groups" not in operation.attributes:
+            return
+        match = _MESH_AXES.match(str(operation.attributes["replica_groups"]))
+        if match is None:
+            return
+        mesh = meshes[match.group(1)]
+        names = [name for name, _ in mesh.axes]
+        axes = []
+        for reference in filter(None, (part.strip() for part in match.group(2).split(", #"))):
+            axis = _AXIS_REF.match(reference if reference.startswith("#") else "#" + reference)
+            if axis is None:
+                raise ValueError(f"replica groups over a sub-axis ({reference}) are not read")
+            axes.append(names.index(axis.group(1)))
+        others = [axis for axis in range(len(names)) if axis not in axes]
+        devices = mesh.devices().transpose(others + axes)
+        groups = devices.reshape(-1, int(np.prod([devices.shape[len(others) + i] for i in range(len(axes))])))
+        operation.attributes["replica_groups"] = ir.DenseIntElementsAttr.get(
+            np.ascontiguousarray(groups, np.int64),
+            type=ir.RankedTensorType.get(list(groups.shape), ir.IntegerType.get_signless(64)))
+
+    for operation in module.body.operations:
+        visit(operation.operation)
 
 
 def _answer(request: bytes) -> bytes:
     kind, payload = pickle.loads(request)
     if kind == "compile":
         return pickle.dumps(compile_with_dumps(*payload))
-    return translate(payload).encode("utf-8")
+    return translate(*payload).encode("utf-8")
 
 
 if __name__ == "__main__":
