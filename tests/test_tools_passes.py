@@ -117,15 +117,15 @@ def test_the_first_stage_that_does_not_keep_the_values(verdicts, first):
 def test_a_stage_the_translator_refuses_is_not_judged_nor_any_after_it(monkeypatch):
     compile_pipeline, translate, refused_from = xla_passes.compile_pipeline, xla_passes.translate, []
 
-    def compiling(module_text, arguments):
-        pipeline = compile_pipeline(module_text, arguments)
-        refused_from.append(next(s.order for s in pipeline.stages if s.after == "layout-assignment"))
-        return pipeline
+    def compiling(module_text, partitions):
+        stages = compile_pipeline(module_text, partitions)
+        refused_from.append(next(s.order for s in stages if s.after == "layout-assignment"))
+        return stages
 
-    def refusing(stage):
+    def refusing(stage, partitions):
         if stage.order >= refused_from[0]:
             raise xla_passes.TranslationError("jaxlib's translator refused it: (a test)")
-        return translate(stage)
+        return translate(stage, partitions)
 
     monkeypatch.setattr(passes_module, "compile_pipeline", compiling)
     monkeypatch.setattr(passes_module, "translate", refusing)

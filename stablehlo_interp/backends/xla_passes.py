@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir.child_process import ERROR, ChildDied, ChildProcess
 from ..ir.types import Token
-from .errors import BackendCompileError, BackendCrash
+from .errors import BackendCompileError, BackendCrash, BackendError
 
 _CHILD = ChildProcess(f"{__package__}.xla_passes_child")
 NAME = "XLA CPU"
@@ -39,58 +39,64 @@ class Stage:
     before: str
     hlo: bytes
     text: str
+    ran: str = ""                 # the pass that ran next after the dump before (its ``before``)
 
     @property
     def name(self) -> str:
         if self.order == 0:
             return "the program before any pass"
         if self.after == "pipeline-start":
-            return f"start of pipeline {self.pipeline}"
+            ran = f", inside or after pass {self.ran}" if self.ran else ""   # (what changed it dumps nothing itself)
+            return f"start of pipeline {self.pipeline}{ran}"
         return f"pass {self.after} (pipeline {self.pipeline})"
 
 
-@dataclass(frozen=True)
-class CompiledPipeline:
-    """Every stage of XLA's CPU pipeline for a module, and the compiled program's results."""
-
-    stages: tuple
-    results: list
-
-
-def compile_pipeline(module_text: str, arguments, partitions: int = 1) -> CompiledPipeline:
-    """``@main`` of the module compiled by XLA's CPU client for ``partitions`` devices
-    with every pass's output dumped (xla_passes_child.py), and run on ``arguments``
-    (each device's, ``[d][i]``, for more than one: then the results are each device's)."""
-    per_device = [list(arguments)] if partitions == 1 else [list(device) for device in arguments]
-    if any(isinstance(argument, Token) for device in per_device for argument in device):
-        raise BackendCompileError(NAME, "a program that takes a token is not compiled pass by pass")
-    arrays = [[np.asarray(argument) for argument in device] for device in per_device]
-    request = pickle.dumps(("compile", (module_text, arrays[0] if partitions == 1 else arrays, partitions)))
-    try:
-        status, payload = _CHILD.ask(request)
-    except ChildDied as died:
-        raise BackendCrash(NAME, str(died)) from None
+def compile_pipeline(module_text: str, partitions: int = 1) -> tuple:
+    """The stages of ``@main`` of the module compiled by XLA's CPU client for
+    ``partitions`` devices, every pass's output dumped (xla_passes_child.py); the
+    compiled program runs with :func:`run_compiled`."""
+    status, payload = _ask(("compile", (module_text, partitions)), BackendCrash)
     if status == ERROR:
         raise BackendCompileError(NAME, payload.decode("utf-8"))
-    dumped, results = pickle.loads(payload)
-    return CompiledPipeline(tuple(_stage(order, *entry) for order, entry in enumerate(dumped)), results)
+    stages: list[Stage] = []
+    for order, (name, hlo, text) in enumerate(pickle.loads(payload)):
+        stages.append(_stage(order, name, hlo, text, stages[-1].before if stages else ""))
+    return tuple(stages)
+
+
+def run_compiled(arguments: list, partitions: int = 1) -> list:
+    """The program :func:`compile_pipeline` compiled last, run on ``arguments`` (each
+    device's, ``[d][i]``, for more than one device: then the results are each device's)."""
+    per_device = [list(arguments)] if partitions == 1 else [list(device) for device in arguments]
+    if any(isinstance(argument, Token) for device in per_device for argument in device):
+        raise BackendError(NAME, "a program that takes a token is not run here")
+    arrays = [[np.asarray(argument) for argument in device] for device in per_device]
+    status, payload = _ask(("run", arrays[0] if partitions == 1 else arrays), BackendCrash)
+    if status == ERROR:
+        raise BackendError(NAME, payload.decode("utf-8"))
+    return pickle.loads(payload)
+
+
+def _ask(request: tuple, died: type[Exception]) -> tuple[bytes, bytes]:
+    try:
+        return _CHILD.ask(pickle.dumps(request))
+    except ChildDied as why:
+        raise (BackendCrash(NAME, str(why)) if died is BackendCrash else
+               TranslationError(f"jaxlib's translator died on it ({why})")) from None
 
 
 def translate(stage: Stage, partitions: int = 1) -> str:
     """The stage as StableHLO text with locations (jaxlib's ``hlo_to_stablehlo``); a
     stage the SPMD partitioner made of a program over ``partitions`` devices is each
     device's program, declared for that many (``mhlo.num_partitions``)."""
-    try:
-        status, payload = _CHILD.ask(pickle.dumps(("translate", (stage.hlo, partitions))))
-    except ChildDied as died:
-        raise TranslationError(f"jaxlib's translator died on it ({died})") from None
+    status, payload = _ask(("translate", (stage.hlo, partitions)), TranslationError)
     if status == ERROR:
         raise TranslationError(f"jaxlib's translator refused it: {payload.decode('utf-8')}")
     return payload.decode("utf-8")
 
 
-def _stage(order: int, name: str, hlo: bytes, text: str) -> Stage:
+def _stage(order: int, name: str, hlo: bytes, text: str, ran: str) -> Stage:
     """A stage from its dump's name, ``PIPELINE.after_PASS.before_PASS``."""
     pipeline, _, passes = name.partition(".after_")
     after, _, before = passes.partition(".before_")
-    return Stage(order, pipeline, after, before, hlo, text)
+    return Stage(order, pipeline, after, before, hlo, text, ran)

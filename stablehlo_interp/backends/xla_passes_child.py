@@ -4,13 +4,13 @@ for: only this process dies.
 
 A request is a pickled ``(kind, payload)``:
 
-* ``("compile", (module_text, arguments, partitions))``: compile ``@main`` with XLA's CPU
-  client for ``partitions`` devices, dumping the module after every pass that changed it
-  (XLA's own dump options: ``xla_dump_to``, ``xla_dump_hlo_pass_re=.*``, as ``HloProto``
-  and as text), and run the executable on ``arguments`` (each device's, ``[d][i]``, for
-  more than one). The reply: the pickled ``(stages, results)``, each stage
-  ``(file name, HloModuleProto bytes, HLO text)`` in the order XLA dumped them;
-  ``results`` the compiled program's values (each device's, for more than one).
+* ``("compile", (module_text, partitions))``: compile ``@main`` with XLA's CPU client for
+  ``partitions`` devices, dumping the module after every pass that changed it (XLA's own
+  dump options: ``xla_dump_to``, ``xla_dump_hlo_pass_re=.*``, as ``HloProto`` and as
+  text). The reply: the pickled stages, each ``(file name, HloModuleProto bytes, HLO
+  text)`` in the order XLA dumped them.
+* ``("run", arguments)``: the last compiled program run on ``arguments`` (each device's,
+  ``[d][i]``, for more than one device); the reply: its pickled results (each device's).
 * ``("translate", (hlo_module_proto, partitions))``: the module translated to StableHLO by
   jaxlib's translator (``hlo_to_stablehlo``), as MLIR text with locations.
 
@@ -25,6 +25,7 @@ import pickle
 import re
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 from ..ir.child_process import serve
 
@@ -36,24 +37,35 @@ _HLO_MODULE_FIELD = 1   # HloProto.hlo_module (xla/service/hlo.proto)
 HOST_DEVICES = 8
 
 
-def compile_with_dumps(module_text: str, arguments: list, partitions: int = 1) -> tuple[list, list]:
-    """``(stages, results)`` of ``@main`` compiled by XLA's CPU client (module docstring)
-    for ``partitions`` devices: ``arguments`` and the results are each device's
-    (``[d][i]``) for more than one."""
+_COMPILED: list = []   # the executable the last compile made, and its devices (for "run")
+
+
+def compile_with_dumps(module_text: str, partitions: int = 1) -> list:
+    """The stages of ``@main`` compiled by XLA's CPU client for ``partitions`` devices
+    (module docstring); the executable is kept for :func:`run_compiled`."""
     import jax
     from jax._src.lax.linalg import initialize_lapack
 
-    from .jax import _compile, execute, execute_per_device
+    from .jax import _compile
 
     initialize_lapack()   # LAPACK's kernels behind XLA CPU's lapack_* custom calls (JAX does it as it lowers one)
+    devices = jax.devices("cpu")[:partitions]
+    if len(devices) < partitions:
+        raise ValueError(f"the program is partitioned over {partitions} devices; XLA's CPU here has {len(devices)}")
     with tempfile.TemporaryDirectory(prefix="xla-passes-") as folder:
-        executable = _compile("cpu", module_text, (), partitions, (("xla_dump_to", folder), *DUMP_OPTIONS))
-        devices = jax.devices("cpu")[:partitions]
-        if len(devices) < partitions:
-            raise ValueError(f"the program is partitioned over {partitions} devices; XLA's CPU here has {len(devices)}")
-        results = (execute(executable, devices[0], arguments) if partitions == 1
-                   else execute_per_device(executable, devices, arguments))
-        return _stages(Path(folder)), results
+        _COMPILED[:] = [_compile("cpu", module_text, (), partitions, (("xla_dump_to", folder), *DUMP_OPTIONS)),
+                        devices]
+        return _stages(Path(folder))
+
+
+def run_compiled(arguments: list) -> list:
+    """The last compiled program's results on ``arguments`` (each device's, ``[d][i]``,
+    for more than one device)."""
+    from .jax import execute, execute_per_device
+
+    executable, devices = _COMPILED
+    return execute(executable, devices[0], arguments) if len(devices) == 1 else \
+        execute_per_device(executable, devices, arguments)
 
 
 def _stages(folder: Path) -> list:
@@ -118,8 +130,25 @@ def translate(hlo_module: bytes, partitions: int = 1) -> str:
             i32 = ir.IntegerType.get_signless(32)
             attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, partitions)
             attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
+            _result_shardings(module, ir.StringAttr(attributes["mhlo.spmd_output_sharding"]).value)
             _mesh_axes_groups(module)
         return str(module.operation.get_asm(enable_debug_info=True))
+
+
+def _result_shardings(module, output_sharding: str) -> None:
+    """``@main``'s results annotated with the output sharding the partitioner chose (a
+    tuple sharding: one for each result), as its arguments are with theirs."""
+    from jaxlib import xla_client
+    from jaxlib.mlir import ir
+
+    sharding = xla_client.HloSharding.from_string(output_sharding)
+    for operation in module.body.operations:
+        if operation.operation.name != "func.func" or ir.StringAttr(operation.attributes["sym_name"]).value != "main":
+            continue
+        count = len(ir.FunctionType(ir.TypeAttr(operation.attributes["function_type"]).value).results)
+        each = [str(element) for element in sharding.tuple_elements()] or [output_sharding] * count
+        operation.attributes["res_attrs"] = ir.ArrayAttr.get(
+            [ir.DictAttr.get({"mhlo.sharding": ir.StringAttr.get(text)}) for text in each])
 
 
 _MESH_AXES = re.compile(r'^#stablehlo\.replica_group_mesh_axes<mesh = @([\w.$-]+), axes = \[(.*)\]>$')
@@ -160,9 +189,8 @@ def _mesh_axes_groups(module) -> None:
         others = [axis for axis in range(len(names)) if axis not in axes]
         devices = mesh.devices().transpose(others + axes)
         groups = devices.reshape(-1, int(np.prod([devices.shape[len(others) + i] for i in range(len(axes))])))
-        operation.attributes["replica_groups"] = ir.DenseIntElementsAttr.get(
-            np.ascontiguousarray(groups, np.int64),
-            type=ir.RankedTensorType.get(list(groups.shape), ir.IntegerType.get_signless(64)))
+        groups = np.ascontiguousarray(groups, np.int64)
+        operation.attributes["replica_groups"] = ir.DenseElementsAttr.get(cast(Any, groups))   # (an i64 tensor)
 
     for operation in module.body.operations:
         visit(operation.operation)
@@ -172,6 +200,8 @@ def _answer(request: bytes) -> bytes:
     kind, payload = pickle.loads(request)
     if kind == "compile":
         return pickle.dumps(compile_with_dumps(*payload))
+    if kind == "run":
+        return pickle.dumps(run_compiled(payload))
     return translate(*payload).encode("utf-8")
 
 

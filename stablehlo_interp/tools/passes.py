@@ -30,19 +30,23 @@ import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..backends.xla_passes import CompiledPipeline, Stage, TranslationError, compile_pipeline, translate
+from ..backends.xla_passes import Stage, TranslationError, compile_pipeline, run_compiled, translate
 from ..errors import InterpreterError
 from ..ir.locations import Frame, describe_frame
 from ..ir.types import Token
+from ..engine.run import Listener
 from ..judge import bounds
 from ..judge.difference import Difference, differing, mismatched_types, widened_pair
 from ..judge.summary import summarize
 from ..program import load, prepare
 from ..program.signature import is_jax_function
+from ..sharding.per_device import assemble, device_shards, shard_types
+from ..sharding.propagation import value_tilings
 from .compare import Comparison, compare, module_text
 
 KEEPS, CHANGES, NOT_RUN = "keeps the values", "changes the values", "not run"
@@ -60,6 +64,8 @@ class StageRun:
     outputs: list = field(default_factory=list)
     results: list = field(default_factory=list)
     reason: str = ""
+    rerun: Callable | None = field(default=None, repr=False, compare=False)   # the stage run again (listener)
+    layout: Any = field(default=None, repr=False, compare=False)   # a per-device stage's _Layout
 
 
 @dataclass
@@ -86,12 +92,14 @@ class PassesReport:
     distinct: int
     runs: list
     results: list                 # the original program's values on the interpreter
-    compiled: list                # XLA's compiled program's values
+    compiled: list                # XLA's compiled program's values ([]: not known, _compiled_results)
     first_change: StageRun | None = None
     before: StageRun | None = None
     changed: list = field(default_factory=list)
     not_judged_from: StageRun | None = None
     every_stage: bool = False
+    devices: int = 0              # a sharded program's devices (0: one)
+    compiled_outputs: list = field(default_factory=list)   # per result, None or its Difference beyond the noise
     compiled_differs: bool | None = None
     compiled_comparison: Comparison | None = None   # si.compare's judgement, where the compiled values differ
 
@@ -103,8 +111,9 @@ class PassesReport:
 
     def __str__(self) -> str:
         how = "every one" if self.every_stage else "bisected"
-        lines = [f"XLA CPU: {len(self.stages)} stages dumped, {self.distinct} distinct; {len(self.runs)} run on the "
-                 f"interpreter ({how})"]
+        on = f" for {self.devices} devices" if self.devices else ""
+        lines = [f"XLA CPU{on}: {len(self.stages)} stages dumped, {self.distinct} distinct; {len(self.runs)} run on "
+                 f"the interpreter ({how})"]
         if self.first_change is not None:
             lines += self._describe_change(self.first_change)
         elif self.not_judged_from is not None:
@@ -134,10 +143,15 @@ class PassesReport:
         return lines
 
     def _describe_compiled(self) -> str:
+        if self.compiled_differs is None:
+            return "XLA's compiled program's results were not read (its last stage is not each device's program)"
         if not self.compiled_differs:
             return "XLA's compiled program gives the same values (within the noise)"
-        return "\n".join(["XLA's compiled program differs all the same (its code generator, not a pass):"]
-                         + ["  " + line for line in str(self.compiled_comparison).splitlines()])
+        lines = ["XLA's compiled program differs all the same (its code generator, not a pass):"]
+        if self.compiled_comparison is not None:
+            return "\n".join(lines + ["  " + line for line in str(self.compiled_comparison).splitlines()])
+        return "\n".join(lines + [f"  result #{i}: {d.describe('compiled')}"
+                                  for i, d in enumerate(self.compiled_outputs) if d is not None])
 
 
 def passes(target: Any, *args: Any, function: str | None = None, every_stage: bool = False,
@@ -152,27 +166,35 @@ def passes(target: Any, *args: Any, function: str | None = None, every_stage: bo
     if call.program.host_callbacks:
         raise InterpreterError("passes compiles the program in another process, where its host callbacks "
                                "cannot be called")
+    devices = _Devices.of(call) if call.program.num_partitions > 1 else None
     judge = _NoiseJudge(call.program, call.arguments)
-    pipeline = compile_pipeline(module_text(call.program), call.arguments)
-    distinct = _distinct(pipeline.stages)
+    stages = compile_pipeline(module_text(call.program), 1 if devices is None else devices.count)
+    distinct = _distinct(stages)
     runs: dict[int, StageRun] = {}
 
     def run(position: int) -> StageRun:
         if position not in runs:
-            runs[position] = _run_stage(distinct[position], call.arguments, judge)
+            runs[position] = _run_stage(distinct[position], call.arguments, judge, devices)
         return runs[position]
 
     first = _first_not_keeping(len(distinct), run, every_stage)
-    return _report(pipeline, distinct, runs, first, judge, every_stage)
+    return _report(stages, distinct, runs, first, judge, every_stage, devices)
 
 
-def _report(pipeline: CompiledPipeline, distinct: list, runs: dict, first: int | None, judge: _NoiseJudge,
-            every_stage: bool) -> PassesReport:
-    report = PassesReport(pipeline.stages, len(distinct), [runs[p] for p in sorted(runs)], judge.expected,
-                          pipeline.results, every_stage=every_stage)
+def _report(stages: tuple, distinct: list, runs: dict, first: int | None, judge: _NoiseJudge,
+            every_stage: bool, devices: _Devices | None) -> PassesReport:
+    last = runs.get(len(distinct) - 1)
+    report = PassesReport(stages, len(distinct), [runs[p] for p in sorted(runs)], judge.expected,
+                          _compiled_results(judge, devices, last), every_stage=every_stage,
+                          devices=0 if devices is None else devices.count)
     if first is None:
-        report.compiled_comparison = judge.compiled(pipeline.results)
-        report.compiled_differs = report.compiled_comparison is not None
+        if not report.compiled:   # (XLA's results not read: compiled_differs stays None)
+            return report
+        report.compiled_outputs = judge.outputs(report.compiled, last.rerun if last else None)
+        if any(d is not None for d in report.compiled_outputs) and devices is None:
+            report.compiled_comparison = compare(judge.program, *judge.arguments, backend="cpu")
+        report.compiled_differs = any(d is not None for d in report.compiled_outputs) and (
+            report.compiled_comparison is None or not report.compiled_comparison.explained)
         return report
     found = runs[first]
     if found.verdict == NOT_RUN:
@@ -180,9 +202,19 @@ def _report(pipeline: CompiledPipeline, distinct: list, runs: dict, first: int |
         return report
     report.first_change = found
     if first > 0:
-        report.before = runs.get(first - 1) or _run_stage(distinct[first - 1], judge.arguments, judge)
+        report.before = runs.get(first - 1) or _run_stage(distinct[first - 1], judge.arguments, judge, devices)
         report.changed = changed_instructions(distinct[first - 1].text, found.stage.text)
     return report
+
+
+def _compiled_results(judge: _NoiseJudge, devices: _Devices | None, last: StageRun | None) -> list:
+    """XLA's compiled program's results ([] for a sharded program whose last stage did not
+    run: its devices' parts are read as that stage, XLA's program, shards them)."""
+    if devices is None:
+        return run_compiled(judge.arguments)
+    if last is None or last.layout is None:
+        return []
+    return last.layout.global_results(run_compiled(last.layout.arguments, devices.count))
 
 
 def _first_not_keeping(count: int, run, every_stage: bool) -> int | None:
@@ -217,21 +249,82 @@ def _distinct(stages: tuple) -> list:
     return distinct
 
 
-def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge) -> StageRun:
+def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge, devices: _Devices | None) -> StageRun:
+    """The stage translated, run on the interpreter (each device's program on the grid, after
+    the SPMD partitioner) and judged; NOT_RUN, and why, where it cannot be run faithfully."""
+    layout = None
     try:
-        text = translate(stage)
+        program = load(translate(stage, 1 if devices is None else devices.count))
+        if devices is not None and program.num_partitions > 1:
+            layout = devices.layout(program)
+            if isinstance(layout, str):
+                return StageRun(stage, NOT_RUN, reason=layout)
+
+            def rerun(listener=None) -> list:
+                per_device = program.run_grid(layout.arguments, listeners=[listener] if listener else [])
+                return layout.global_results(per_device)
+        else:
+            def rerun(listener=None) -> list:
+                return program.run(*arguments, listeners=[listener] if listener else [])
+        results = rerun()
     except TranslationError as why:
         return StageRun(stage, NOT_RUN, reason=str(why))
-    try:
-        program = load(text)
-        results = program.run(*arguments)
     except InterpreterError as why:
         return StageRun(stage, NOT_RUN, reason=f"the interpreter cannot run it: {why}")
     if len(results) != len(judge.expected):
         return StageRun(stage, NOT_RUN, reason=f"its translation returns {len(results)} results, the program "
                                                f"{len(judge.expected)}")
-    outputs = judge.outputs(results, program)
-    return StageRun(stage, KEEPS if all(d is None for d in outputs) else CHANGES, outputs, list(results))
+    outputs = judge.outputs(results, rerun)
+    return StageRun(stage, KEEPS if all(d is None for d in outputs) else CHANGES, outputs, list(results),
+                    rerun=rerun, layout=layout)
+
+
+@dataclass
+class _Layout:
+    """Each device's part of a sharded program's arguments under the shardings of XLA's
+    per-device program (its parameters' and output's HLO shardings), and how its results
+    make the global ones."""
+
+    arguments: list               # [d][i]
+    result_types: tuple
+    result_tilings: list
+
+    def global_results(self, per_device: list) -> list:
+        return assemble(self.result_types, self.result_tilings, per_device)
+
+
+@dataclass
+class _Devices:
+    """A sharded program over ``count`` devices: its global arguments and types."""
+
+    count: int
+    arguments: list
+    argument_types: tuple
+    result_types: tuple
+
+    @classmethod
+    def of(cls, call) -> _Devices:
+        program = call.program
+        if program.num_replicas != 1:
+            raise InterpreterError(f"passes compiles one replica; this program has {program.num_replicas}")
+        function = program.runnable(call.function)
+        return cls(program.num_partitions, list(call.arguments), tuple(function.arg_types),
+                   tuple(function.result_types))
+
+    def layout(self, program) -> _Layout | str:
+        """The per-device ``program``'s :class:`_Layout`, or why its arguments or results are
+        not the devices' shards of the global ones."""
+        local = program.runnable("main")
+        arg_tilings, result_tilings, _ = value_tilings(program.propagation, local, self.count)
+        for what, (global_types, tilings, local_types) in {
+                "argument": (self.argument_types, arg_tilings, local.arg_types),
+                "result": (self.result_types, result_tilings, local.result_types)}.items():
+            for device in range(self.count):
+                for index, (shard, mine) in enumerate(zip(shard_types(global_types, tilings, device), local_types)):
+                    if str(shard) != str(mine):
+                        return (f"XLA's per-device program takes {what} #{index} as {mine}, device {device}'s shard "
+                                f"of it under its sharding is {shard}")
+        return _Layout(device_shards(self.arguments, arg_tilings, self.count), self.result_types, result_tilings)
 
 
 class _NoiseJudge:
@@ -251,26 +344,15 @@ class _NoiseJudge:
         self.expected = program.run(*arguments)
         self._runs: list | None = None
 
-    def outputs(self, values: list, program=None) -> list:
+    def outputs(self, values: list, rerun: Callable[[Listener], list] | None = None) -> list:
         """Per result, None (within the noise) or its :class:`Difference` (beyond it);
-        ``program``: the stage that computed ``values``, whose own noise judges again."""
+        ``rerun(listener)``: the stage that computed ``values``, whose own noise judges again."""
         outputs = [self._judge(self.expected[i], np.asarray(value), self._noise, i) for i, value in enumerate(values)]
-        if program is None or all(d is None for d in outputs):
+        if rerun is None or all(d is None for d in outputs):
             return outputs
-        runs = bounds.noise_runs(lambda listener: program.run(*self.arguments, listeners=[listener]),
-                                 program.semantics, values)
+        runs = bounds.noise_runs(rerun, self.program.semantics, values)
         return [d if d is None or self._judge(values[i], np.asarray(self.expected[i]), lambda: runs, i) is not None
                 else None for i, d in enumerate(outputs)]
-
-    def compiled(self, values: list) -> Comparison | None:
-        """None where XLA's compiled values are within the noise; else :func:`compare`'s
-        judgement of them op by op (each op on XLA's operands within its bound: noise,
-        which the whole program's estimate can miss for a sum whose terms cancel), None
-        when it explains them."""
-        if all(d is None for d in self.outputs(values)):
-            return None
-        comparison = compare(self.program, *self.arguments, backend="cpu")
-        return None if comparison.explained else comparison
 
     @staticmethod
     def _judge(expected, value: np.ndarray, noise, index: int) -> Difference | None:
