@@ -11,6 +11,7 @@ cannot be run, which the tool reports).
 from __future__ import annotations
 
 import pickle
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,11 @@ from .errors import BackendCompileError, BackendCrash, BackendError
 
 _CHILD = ChildProcess(f"{__package__}.xla_passes_child")
 NAME = "XLA CPU"
+
+
+# HLO's collective groups over a mesh whose devices are not in iota order: the translation's
+# sdy.mesh keeps the axes and drops device_ids (jaxlib 0.10.2), so its groups would be others.
+_REORDERED_MESH = re.compile(r"replica_groups=mesh\[[^\]]*\], device_ids=\([^)]*\)")
 
 
 class TranslationError(Exception):
@@ -89,6 +95,10 @@ def translate(stage: Stage, partitions: int = 1) -> str:
     """The stage as StableHLO text with locations (jaxlib's ``hlo_to_stablehlo``); a
     stage the SPMD partitioner made of a program over ``partitions`` devices is each
     device's program, declared for that many (``mhlo.num_partitions``)."""
+    reordered = _REORDERED_MESH.search(stage.text)
+    if reordered:
+        raise TranslationError(f"a collective's groups are a mesh over reordered devices ({reordered.group(0)}), "
+                               "whose device order jaxlib's translator drops")
     status, payload = _ask(("translate", (stage.hlo, partitions)), TranslationError)
     if status == ERROR:
         raise TranslationError(f"jaxlib's translator refused it: {payload.decode('utf-8')}")
