@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 import stablehlo_interp as si
 from stablehlo_interp.backends import xla_passes
@@ -172,6 +173,37 @@ def test_the_command_line_names_the_pass(tmp_path, capsys):
     assert main(["passes", str(path), "--input", "[1, 50, 100]"]) == 1
     out = capsys.readouterr().out
     assert "first pass that changes the values: pass algsimp (pipeline simplification)" in out
+
+
+# ------------------------------------------------------------------ sharded programs
+
+
+def _on_mesh(function, *specs):
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices("cpu")[:8])
+    return jax.jit(function, in_shardings=tuple(NamedSharding(mesh, PartitionSpec(*spec)) for spec in specs),
+                   out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+
+def test_the_spmd_partitioners_per_device_program_runs_on_the_devices_and_keeps_the_values():
+    x = np.arange(64, dtype=np.float32).reshape(8, 8) / 10
+    w = RNG.standard_normal((8, 4)).astype(np.float32)
+    step = _on_mesh(lambda x, w: jnp.tanh(x @ w).sum(0), ("data", "model"), ("model", None))
+    report = si.passes(step, x, w, every_stage=True)
+    assert report.ok and report.devices == 8, str(report)
+    partitioned = [run for run in report.runs if run.layout is not None]
+    assert partitioned and all(run.verdict == KEEPS for run in partitioned)   # each device's program, on the grid
+    assert any(run.stage.ran == "spmd-partitioning" or run.stage.after == "spmd-partitioning" for run in partitioned)
+    np.testing.assert_allclose(report.compiled[0], np.asarray(step(x, w)), rtol=1e-6)   # XLA's, assembled
+    np.testing.assert_allclose(partitioned[-1].results[0], np.tanh(x @ w).sum(0), rtol=1e-5)
+
+
+def test_collectives_over_a_reordered_mesh_are_not_judged():
+    table = RNG.standard_normal((64, 32)).astype(np.float32)
+    ids = RNG.integers(0, 64, (4, 16)).astype(np.int32)
+    step = _on_mesh(lambda table, ids: jax.grad(lambda t: (t[ids] ** 2).sum())(table), ("model", None), ("data",))
+    report = si.passes(step, table, ids, every_stage=True)
+    assert report.first_change is None and report.not_judged_from is not None and not report.ok
+    assert "whose device order jaxlib's translator drops" in report.not_judged_from.reason
 
 
 # ------------------------------------------------------------------ the MHLO ops of the stages

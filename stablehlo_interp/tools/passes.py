@@ -19,6 +19,12 @@ runs every distinct stage. A stage the interpreter cannot follow (the translator
 refuses it, or it holds an op the interpreter does not run) is not judged: the report
 says from which pass on, and why, and gives no verdict on what it could not run.
 
+A sharded program compiles for its devices, and the SPMD partitioner is a pass like the
+others: from it on a stage is each device's program, run on the interpreter's grid on
+the devices' parts of the arguments under XLA's own parameter shardings (the stage's
+``mhlo.sharding``), its results assembled under XLA's output sharding and judged against
+the global program's.
+
 When every pass keeps the values, ``compiled_differs`` tells whether XLA's compiled
 program itself gives values beyond the noise all the same (the code generator, not a
 pass: see the XLA flag search of tools/codegen.py).
