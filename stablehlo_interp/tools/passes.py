@@ -27,7 +27,8 @@ the global program's.
 
 When every pass keeps the values, ``compiled_differs`` tells whether XLA's compiled
 program itself gives values beyond the noise all the same (the code generator, not a
-pass: see the XLA flag search of tools/codegen.py).
+pass: ``si.codegen_options(target, *args)``, tools/codegen.py, searches the XLA flags
+under which it gives the interpreter's values again).
 """
 
 from __future__ import annotations
