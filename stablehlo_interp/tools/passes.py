@@ -72,7 +72,7 @@ class StageRun:
     results: list = field(default_factory=list)
     reason: str = ""
     rerun: Callable | None = field(default=None, repr=False, compare=False)   # the stage run again (listener)
-    layout: Any = field(default=None, repr=False, compare=False)   # a per-device stage's _Layout
+    layout: _Layout | None = field(default=None, repr=False, compare=False)   # a per-device stage's
 
 
 @dataclass
@@ -113,7 +113,7 @@ class PassesReport:
     @property
     def ok(self) -> bool:
         """Every stage run keeps the values, none was left unjudged, and the compiled
-        program's values are within the noise too."""
+        program's values are not shown to differ."""
         return self.first_change is None and self.not_judged_from is None and not self.compiled_differs
 
     def __str__(self) -> str:
@@ -126,7 +126,8 @@ class PassesReport:
         elif self.not_judged_from is not None:
             run = self.not_judged_from
             lines.append(f"not judged from {run.stage.name} on: {run.reason}")
-            lines.append("every stage judged before it keeps the values" if self.runs[:-1] else "")
+            earlier = [judged for judged in self.runs if judged.stage.order < run.stage.order]
+            lines.append(f"the {len(earlier)} stage(s) judged before it keep the values" if earlier else "")
         else:
             lines.append("every pass keeps the values (within the original program's rounding noise)")
             lines.append(self._describe_compiled())
@@ -263,9 +264,10 @@ def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge, devices: _Devi
     try:
         program = load(translate(stage, 1 if devices is None else devices.count))
         if devices is not None and program.num_partitions > 1:
-            layout = devices.layout(program)
-            if isinstance(layout, str):
-                return StageRun(stage, NOT_RUN, reason=layout)
+            found = devices.layout(program)
+            if isinstance(found, str):
+                return StageRun(stage, NOT_RUN, reason=found)
+            layout = found
 
             def rerun(listener=None) -> list:
                 per_device = program.run_grid(layout.arguments, listeners=[listener] if listener else [])
