@@ -45,15 +45,14 @@ class Stage:
     before: str
     hlo: bytes
     text: str
-    ran: str = ""                 # the pass that ran next after the dump before (its ``before``)
+    ran: str = ""                 # the pass that ran next after the dump before (that dump's ``before``)
 
     @property
     def name(self) -> str:
         if self.order == 0:
             return "the program before any pass"
         if self.after == "pipeline-start":
-            ran = f", inside or after pass {self.ran}" if self.ran else ""   # (what changed it dumps nothing itself)
-            return f"start of pipeline {self.pipeline}{ran}"
+            return f"start of pipeline {self.pipeline}"
         return f"pass {self.after} (pipeline {self.pipeline})"
 
 

@@ -135,6 +135,9 @@ class PassesReport:
 
     def _describe_change(self, run: StageRun) -> list:
         lines = [f"first pass that changes the values: {run.stage.name}"]
+        if run.stage.after == "pipeline-start" and run.stage.ran:
+            lines.append(f"  (no pass's dump shows the change: it came after the stage before, in pass {run.stage.ran} "
+                         "that ran next, whose own dump follows its inner pipelines, or between pipelines)")
         if self.before is not None:
             lines.append(f"  the stage before it ({self.before.stage.name}) keeps them")
         for index, output in enumerate(run.outputs):
