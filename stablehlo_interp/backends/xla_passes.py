@@ -25,8 +25,12 @@ NAME = "XLA CPU"
 
 
 # HLO's collective groups over a mesh whose devices are not in iota order: the translation's
-# sdy.mesh keeps the axes and drops device_ids (jaxlib 0.10.2), so its groups would be others.
-_REORDERED_MESH = re.compile(r"replica_groups=mesh\[[^\]]*\], device_ids=\([^)]*\)")
+# sdy.mesh keeps the axes and drops device_ids (jaxlib 0.10.2), so its groups would be others;
+# they are read from XLA's text instead, by the collective's channel id (reordered_groups).
+_REORDERED_MESH = re.compile(r"replica_groups=mesh\[[^\]]*\], device_ids=")
+_REORDERED_GROUPS = re.compile(r"channel_id=(?P<channel>\d+), replica_groups=mesh\[(?P<axes>[^\]]*)\], "
+                               r"device_ids=\(\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?\) \{(?P<over>[^}]*)\}")
+_MESH_AXIS = re.compile(r"^'([^']+)'=(\d+)$")
 
 
 class TranslationError(Exception):
@@ -94,14 +98,40 @@ def translate(stage: Stage, partitions: int = 1) -> str:
     """The stage as StableHLO text with locations (jaxlib's ``hlo_to_stablehlo``); a
     stage the SPMD partitioner made of a program over ``partitions`` devices is each
     device's program, declared for that many (``mhlo.num_partitions``)."""
-    reordered = _REORDERED_MESH.search(stage.text)
-    if reordered:
-        raise TranslationError(f"a collective's groups are a mesh over reordered devices ({reordered.group(0)}), "
-                               "whose device order jaxlib's translator drops")
-    status, payload = _ask(("translate", (stage.hlo, partitions)), TranslationError)
+    status, payload = _ask(("translate", (stage.hlo, partitions, reordered_groups(stage.text))), TranslationError)
     if status == ERROR:
         raise TranslationError(f"jaxlib's translator refused it: {payload.decode('utf-8')}")
     return payload.decode("utf-8")
+
+
+def reordered_groups(text: str) -> dict:
+    """``{channel id: replica groups}`` of XLA's collectives whose groups are a mesh over
+    reordered devices (``replica_groups=mesh['a'=4,'b'=2], device_ids=([2,4]T(1,0)) {'a'}``:
+    the mesh's devices are an iota of shape ``[2,4]`` transposed, and the devices that
+    differ only along the listed axes form a group, in those axes' order). A TranslationError
+    where such groups cannot be read (a sub-axis, no channel id)."""
+    groups = {}
+    for match in _REORDERED_GROUPS.finditer(text):
+        axes = [_MESH_AXIS.match(axis.strip()) for axis in match["axes"].split(",")]
+        over = [axis.strip().strip("'") for axis in match["over"].split(",")]
+        names = [axis.group(1) if axis else None for axis in axes]
+        if None in names or any(name not in names for name in over):
+            raise TranslationError(f"a collective's groups over mesh axes XLA's text does not name plainly: "
+                                   f"{match.group(0)}")
+        dims = [int(d) for d in match["dims"].split(",")]
+        devices = np.arange(int(np.prod(dims))).reshape(dims)
+        if match["perm"]:
+            devices = devices.transpose([int(p) for p in match["perm"].split(",")])
+        devices = devices.reshape([int(axis.group(2)) for axis in axes if axis])
+        chosen = [names.index(name) for name in over]
+        others = [axis for axis in range(len(names)) if axis not in chosen]
+        ordered = devices.transpose(others + chosen)
+        size = int(np.prod([devices.shape[axis] for axis in chosen]))
+        groups[int(match["channel"])] = ordered.reshape(-1, size).tolist()
+    if len(groups) < len(_REORDERED_MESH.findall(text)):
+        raise TranslationError("a collective's groups are a mesh over reordered devices that XLA's text does not "
+                               "give plainly (jaxlib's translator drops that order)")
+    return groups
 
 
 def _stage(order: int, name: str, hlo: bytes, text: str, ran: str) -> Stage:

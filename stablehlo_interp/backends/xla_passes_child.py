@@ -113,11 +113,12 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
             return value, position
 
 
-def translate(hlo_module: bytes, partitions: int = 1) -> str:
+def translate(hlo_module: bytes, partitions: int = 1, reordered: dict | None = None) -> str:
     """The HloModuleProto as StableHLO text with locations (jaxlib's translator). A module
     the SPMD partitioner made (its ``mhlo.spmd_parameters_shardings``) is each device's
     program: it gets the grid it runs on (``mhlo.num_partitions``) and its collectives'
-    groups as device ids (:func:`_mesh_axes_groups`)."""
+    groups as device ids (:func:`_mesh_axes_groups`; ``reordered``: the groups, by
+    channel id, of those over a mesh of reordered devices, which the translation loses)."""
     from jax._src.interpreters import mlir
     from jaxlib import _jax
     from jaxlib.mlir import ir
@@ -131,7 +132,7 @@ def translate(hlo_module: bytes, partitions: int = 1) -> str:
             attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, partitions)
             attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
             _result_shardings(module, ir.StringAttr(attributes["mhlo.spmd_output_sharding"]).value)
-            _mesh_axes_groups(module)
+            _mesh_axes_groups(module, reordered or {})
         return str(module.operation.get_asm(enable_debug_info=True))
 
 
@@ -155,11 +156,12 @@ _MESH_AXES = re.compile(r'^#stablehlo\.replica_group_mesh_axes<mesh = @([\w.$-]+
 _AXIS_REF = re.compile(r'^#stablehlo\.axis_ref<name = "([^"]+)">$')
 
 
-def _mesh_axes_groups(module) -> None:
+def _mesh_axes_groups(module, reordered: dict) -> None:
     """Each collective's ``replica_groups`` given as mesh axes
     (``#stablehlo.replica_group_mesh_axes<mesh = @m, axes = [...]>``: the devices that
     differ only along those axes form a group, in the axes' order) as the dense device
-    ids the interpreter reads."""
+    ids the interpreter reads; ``reordered[channel id]`` where XLA's mesh had other
+    device ids than the translation's."""
     import numpy as np
     from jaxlib.mlir import ir
 
@@ -177,6 +179,12 @@ def _mesh_axes_groups(module) -> None:
             return
         match = _MESH_AXES.match(str(operation.attributes["replica_groups"]))
         if match is None:
+            return
+        channel = operation.attributes["channel_handle"] if "channel_handle" in operation.attributes else None
+        handle = re.search(r"handle = (\d+)", str(channel)) if channel is not None else None
+        if handle is not None and int(handle.group(1)) in reordered:
+            operation.attributes["replica_groups"] = ir.DenseElementsAttr.get(
+                cast(Any, np.array(reordered[int(handle.group(1))], np.int64)))
             return
         mesh = meshes[match.group(1)]
         names = [name for name, _ in mesh.axes]

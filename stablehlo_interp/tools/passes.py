@@ -23,7 +23,8 @@ A sharded program compiles for its devices, and the SPMD partitioner is a pass l
 others: from it on a stage is each device's program, run on the interpreter's grid on
 the devices' parts of the arguments under XLA's own parameter shardings (the stage's
 ``mhlo.sharding``), its results assembled under XLA's output sharding and judged against
-the global program's.
+the global program's (collectives over a mesh of reordered devices, whose order the
+translation drops, take their groups from XLA's text: backends/xla_passes.py).
 
 When every pass keeps the values, ``compiled_differs`` tells whether XLA's compiled
 program itself gives values beyond the noise all the same (the code generator, not a
