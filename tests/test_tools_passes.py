@@ -167,6 +167,18 @@ def test_zoo_every_pass_keeps_the_values(name):
     assert report.first_change is None and report.not_judged_from is None, str(report)
 
 
+@pytest.mark.slow
+def test_zoo_sharded_lm_no_pass_changes_the_values_on_8_devices():
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from zoo import SHARDED
+
+    step, arguments = SHARDED["sharded_flax_nnx_lm"]().sharded("cpu")
+    report = si.passes(step, *arguments, every_stage=True)
+    assert report.first_change is None, str(report)
+    per_device = [run for run in report.runs if run.layout is not None]
+    assert len(per_device) >= 3 and all(run.verdict == KEEPS for run in per_device)
+
+
 def test_the_command_line_names_the_pass(tmp_path, capsys):
     path = tmp_path / "log_of_exp.mlir"
     path.write_text(jax.jit(log_of_exp).lower(X).as_text(debug_info=True))
