@@ -350,6 +350,15 @@ def command_codegen(args) -> int:
     return 0 if report.ok else 1
 
 
+def command_passes(args) -> int:
+    from .tools.passes import passes
+
+    program, name, inputs = _program_and_inputs(args)
+    report = passes(program, *inputs, function=name, every_stage=args.every_stage)
+    print(report)
+    return 0 if report.ok else 1
+
+
 # --------------------------------------------------------------------- test and conform
 
 

@@ -208,6 +208,14 @@ TOOLS = (
                        "(default 60)"),
          Argument("--ray", metavar="ADDRESS",
                   help="check the programs as tasks on this Ray cluster ('local': start one here; the ray extra)")))),
+    Tool("passes", "tools.passes", ("passes",), Command(
+        "run XLA CPU's pipeline pass by pass; the first pass that changes the values",
+        "Compile @main with XLA's CPU pipeline, run the module after each pass that changed it on the "
+        "interpreter, judge each against the program by its rounding noise, and name the first pass after "
+        "which it computes something else (docs/tools.md).",
+        (*PROGRAM,
+         Argument("--every-stage", action="store_true",
+                  help="run every stage that changed the module, not a bisection of them")))),
     Tool("portability", "tools.portability", ("portability",)),
     Tool("run_per_device", "tools.per_device", ("run_per_device",), doc="docs/sharding.md"),
     Tool("validation", "tools", ("validation",)),

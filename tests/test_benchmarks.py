@@ -33,6 +33,7 @@ def _run(script: str, *options: str) -> str:
     ("sharding_bench.py", ["--batch", "16", "--features", "4", "--hidden", "8", "--outputs", "2", "--repeat", "1"],
      ["\ncpu ", "\ninterp "]),
     ("per_device_bench.py", ["--programs", "sharded_shard_map_mlp", "--repeat", "1"], ["\nsharded_shard_map_mlp "]),
+    ("passes_bench.py", ["--programs", "flax_linen_mlp"], ["\nflax_linen_mlp "]),
 ])
 def test_benchmark_runs(script, options, rows):
     printed = _run(script, *options)

@@ -45,19 +45,14 @@ class JaxBackend:
     def __call__(self, module_text: str, args, host_callbacks: tuple = ()) -> list:
         import jax
 
-        device = jax.devices(self.platform)[0]
         try:
             executable = _compile(self.platform, module_text, tuple(host_callbacks))
         except Exception as error:  # XLA's compiler rejected the program: its message
             raise BackendCompileError(self.name, str(error)) from error
-        # the module's types as written: without x64, JAX would hand an f64 or i64 argument over as 32 bits
-        with jax.enable_x64(True):
-            buffers = [jax.device_put(_buffer(a), device) for a in args]
-            try:
-                returned = executable.execute(buffers)
-            except Exception as error:  # e.g. a runtime check of XLA's
-                raise BackendError(self.name, str(error)) from error
-        return [_value(out) for out in returned]
+        try:
+            return execute(executable, jax.devices(self.platform)[0], args)
+        except Exception as error:  # e.g. a runtime check of XLA's
+            raise BackendError(self.name, str(error)) from error
 
     def run_per_device(self, module_text: str, per_device_args: list, host_callbacks: tuple = ()) -> list | None:
         """Each device's results (``[d][i]``) of a module over ``len(per_device_args)``
@@ -74,18 +69,10 @@ class JaxBackend:
             executable = _compile(self.platform, module_text, tuple(host_callbacks), count)
         except Exception as error:  # XLA's compiler rejected the program: its message
             raise BackendCompileError(self.name, str(error)) from error
-        everywhere = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
-                                                jax.sharding.PartitionSpec())
-        with jax.enable_x64(True):   # the module's types as written (see __call__)
-            arrays = [jax.make_array_from_single_device_arrays(
-                np.shape(_buffer(per_device_args[0][index])), everywhere,
-                [jax.device_put(_buffer(arguments[index]), device) for arguments, device in zip(per_device_args, devices)])
-                for index in range(len(per_device_args[0]))]
-            try:
-                returned = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
-            except Exception as error:
-                raise BackendError(self.name, str(error)) from error
-        return [[_value(output[device]) for output in returned] for device in range(count)]
+        try:
+            return execute_per_device(executable, devices, per_device_args)
+        except Exception as error:
+            raise BackendError(self.name, str(error)) from error
 
     def lower(self, traced) -> tuple[str, tuple]:
         """A ``jax.stages.Traced`` lowered for this platform: the module's text (with
@@ -132,6 +119,31 @@ class JaxChildBackend:
 
 
 DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
+
+
+def execute(executable, device, args) -> list:
+    """A compiled program's results on ``args`` on ``device``."""
+    import jax
+
+    # the module's types as written: without x64, JAX would hand an f64 or i64 argument over as 32 bits
+    with jax.enable_x64(True):
+        return [_value(out) for out in executable.execute([jax.device_put(_buffer(a), device) for a in args])]
+
+
+def execute_per_device(executable, devices: list, per_device_args: list) -> list:
+    """A program compiled for ``len(devices)`` partitions run on each device's own
+    arguments (``per_device_args[d]``); each device's results (``[d][i]``)."""
+    import jax
+
+    everywhere = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
+                                            jax.sharding.PartitionSpec())
+    with jax.enable_x64(True):   # the module's types as written (see execute)
+        arrays = [jax.make_array_from_single_device_arrays(
+            np.shape(_buffer(per_device_args[0][index])), everywhere,
+            [jax.device_put(_buffer(arguments[index]), device) for arguments, device in zip(per_device_args, devices)])
+            for index in range(len(per_device_args[0]))]
+        returned = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
+    return [[_value(output[device]) for output in returned] for device in range(len(devices))]
 _TOKEN_BUFFER = np.zeros(0, np.bool_)   # what JAX passes for a token (jax/_src/dispatch.py)
 
 
@@ -167,7 +179,9 @@ def _default_layouts(module) -> None:
 
 
 @functools.lru_cache(maxsize=32)
-def _compile(platform: str, module_text: str, host_callbacks: tuple = (), partitions: int = 1):
+def _compile(platform: str, module_text: str, host_callbacks: tuple = (), partitions: int = 1, overrides: tuple = ()):
+    """The module compiled for ``partitions`` devices of the platform; ``overrides``: XLA
+    options ``(name, value)`` for this compile (``env_option_overrides``, e.g. its dump options)."""
     from jax._src import compiler, xla_bridge
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client
@@ -181,6 +195,7 @@ def _compile(platform: str, module_text: str, host_callbacks: tuple = (), partit
         chosen = backend.local_devices()[:partitions]
         options = compiler.get_compile_options(num_replicas=1, num_partitions=partitions,
                                                device_assignment=np.array([[d.id for d in chosen]]))
+        options.env_option_overrides = list(overrides)
         devices = xla_client.DeviceList(tuple(chosen))
         if host_callbacks:
             return backend.compile_and_load(module, devices, options, host_callbacks=list(host_callbacks))

@@ -37,6 +37,7 @@ FAMILIES = (
     "sorting",
     "sparse",
     "structure",
+    "xla",
 )
 
 _MODULES = tuple(f"{__name__}.{name}" for name in FAMILIES)

@@ -12,6 +12,7 @@ besides ir/ that reads MLIR operations; the plans it produces hold none.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 
@@ -27,6 +28,7 @@ from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
 from ..ir.decode import decode_location, decode_op_attributes, decode_type
 from ..ir.locations import SourceLocation
+from ..ir.types import TupleType
 from ..ir.sources import TextLocations
 
 TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
@@ -380,12 +382,30 @@ def _implementation(info: OpInfo) -> registry.Implementation:
     return implementation
 
 
+def _returns_one_tuple(info: OpInfo, implementation: registry.Implementation) -> bool:
+    """A custom call whose one result is a tuple, as HLO's custom calls return several
+    results (the translation of an XLA module, tools/passes.py): its target's builder,
+    written for the results one by one, sees the tuple's elements."""
+    return (info.name == registry.CUSTOM_CALL and implementation.variadic and len(info.result_types) == 1
+            and isinstance(info.result_types[0], TupleType))
+
+
+def _tupled(run):
+    """A runner whose results come back as the one tuple the op returns."""
+    def tupled(*arguments):
+        return (tuple(run(*arguments)),)
+
+    return tupled
+
+
 def build(info: OpInfo, implementation: registry.Implementation):
     """Run the op's builder (through quantized.py when the op has quantized operands or
     results); returns the runner."""
     try:
         if info.has_quantized_types:
             return build_quantized(info, implementation)
+        if _returns_one_tuple(info, implementation):
+            return _tupled(implementation.builder(dataclasses.replace(info, result_types=info.result_types[0].elements)))
         return implementation.builder(info)
     except OpError:
         raise

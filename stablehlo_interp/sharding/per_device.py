@@ -114,24 +114,15 @@ class PerDeviceProgram:
 
     def shards(self, values: list) -> list:
         """Each device's arguments: its shard of each global argument."""
-        return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.arg_tilings)]
-                for device in range(self.num_devices)]
+        return device_shards(values, self.arg_tilings, self.num_devices)
 
     def result_shards(self, values: list) -> list:
         """Each device's part of the global results ``values`` (``[d][i]``)."""
-        return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, self.result_tilings)]
-                for device in range(self.num_devices)]
+        return device_shards(values, self.result_tilings, self.num_devices)
 
     def assemble(self, per_device: list) -> list:
         """The global results from each device's results (``per_device[d][i]``)."""
-        results = []
-        for index, (value_type, tiling) in enumerate(zip(self.function.result_types, self.result_tilings)):
-            if tiling is None or not isinstance(value_type, TensorType):
-                results.append(per_device[0][index])
-            else:
-                results.append(unreduced.assemble(value_type.shape, value_type.dtype, tiling,
-                                                  lambda device, i=index: per_device[device][i]))
-        return results
+        return assemble(self.function.result_types, self.result_tilings, per_device)
 
     def _counterparts(self, names: frozenset) -> list:
         """``(op, the global op it was made from or None)`` for each op of the per-device
@@ -242,6 +233,25 @@ class PerDeviceProgram:
         """Run the per-device program on each device's arguments; each device's results."""
         return self.local.run_grid(per_device_args, function=self.function.name, listeners=listeners, io=io,
                                    semantics=semantics or self.program.semantics)
+
+
+def device_shards(values: list, tilings: list, num_devices: int) -> list:
+    """Each device's part of ``values`` under ``tilings`` (``[d][i]``)."""
+    return [[unreduced.shard_of(value, tiling, device) for value, tiling in zip(values, tilings)]
+            for device in range(num_devices)]
+
+
+def assemble(value_types, tilings: list, per_device: list) -> list:
+    """The global values of ``value_types`` from each device's parts (``per_device[d][i]``)
+    under ``tilings``."""
+    results = []
+    for index, (value_type, tiling) in enumerate(zip(value_types, tilings)):
+        if tiling is None or not isinstance(value_type, TensorType):
+            results.append(per_device[0][index])
+        else:
+            results.append(unreduced.assemble(value_type.shape, value_type.dtype, tiling,
+                                              lambda device, i=index: per_device[device][i]))
+    return results
 
 
 def _first_few(labels: list[str], shown: int = 3) -> str:

@@ -19,6 +19,8 @@ a function that runs a target on its arguments as ``si.run`` does
 ``explore``            one HTML page: source, jaxpr, StableHLO, graph, values (:mod:`.explorer`);
                        with ``model_explorer=DIR``, overlays for Google's Model Explorer (:mod:`.model_explorer`)
 ``profile``            each op name's (or source line's) own time, calls, share of the run (:mod:`.profile`)
+``passes``             XLA CPU's pipeline pass by pass on the interpreter: the first pass that
+                       changes the values (:mod:`.passes`)
 ``portability``        where the result depends on the implementation (:mod:`.portability`)
 ``validation``         results checked against the declared types (:mod:`.validation`)
 ``CollectiveTraffic``  bytes each process sends and receives at each collective (sharding/traffic.py)
@@ -42,6 +44,7 @@ from .fuzz.campaign import Finding as FuzzFinding, FuzzReport, fuzz
 from .loops import LoopStepping
 from .nonfinite import (NonFiniteFinder, NonFiniteOrigin, NonFiniteOrigins, NonFiniteReport, NonFiniteTracer,
                         PerDeviceNonFinite, find_nonfinite)
+from .passes import PassesReport, StageRun, passes
 from .per_device import run_per_device
 from .portability import Finding, PortabilityReport, portability
 from .probes import Probe, ProbeFile, ProbeRecorder, load_probes, probe
@@ -55,9 +58,10 @@ __all__ = [
     "Exploration", "Explanation", "Finding", "FlagRun", "FuzzFinding", "FuzzReport", "InterpreterBackend", "IreeBackend",
     "JaxBackend", "JaxChildBackend", "LoopStepping", "NoMatchWarning", "NonFiniteFinder", "NonFiniteOrigin", "NonFiniteOrigins",
     "NonFiniteReport", "NonFiniteTracer",
-    "OpRecord", "OpTime", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile", "Profiler",
-    "Probe", "ProbeFile", "ProbeRecorder", "RecordedBackend", "RecordingBackend", "RegionCall", "Trace", "TraceRecorder",
-    "Transfer", "ValueSummary", "break_at", "codegen_options", "compare", "debug", "explain", "explore", "find_nonfinite", "fuzz",
-    "load_probes", "portability", "probe", "profile", "run_per_device", "summarize",
+    "OpRecord", "OpTime", "PassesReport", "PerDeviceComparison", "PerDeviceNonFinite", "PortabilityReport", "Profile",
+    "Profiler", "Probe", "ProbeFile", "ProbeRecorder", "RecordedBackend", "RecordingBackend", "RegionCall", "StageRun",
+    "Trace", "TraceRecorder", "Transfer", "ValueSummary", "break_at", "codegen_options", "compare", "debug", "explain",
+    "explore", "find_nonfinite", "fuzz", "load_probes", "passes", "portability", "probe", "profile", "run_per_device",
+    "summarize",
     "trace", "validation",
 ]
