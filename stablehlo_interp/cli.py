@@ -327,36 +327,40 @@ def command_explore(args) -> int:
 def command_compare(args) -> int:
     from . import tools
 
-    if (args.rtol is None) != (args.atol is None):
-        raise UsageError("give both --rtol and --atol, or neither")
     program, name, inputs = _program_and_inputs(args)
-    tolerance = None if args.rtol is None else (args.rtol, args.atol)
+    tolerance = _tolerance(args)
     comparison = tools.compare(program, *inputs, backend=backend_of(args), tolerance=tolerance, function=name,
                                per_device=args.per_device)
     print(comparison)
     return OK if comparison.ok else FINDING
 
 
+def _tolerance(args) -> tuple | None:
+    """``(rtol, atol)`` from ``--rtol`` and ``--atol`` (None: the defaults)."""
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError("give both --rtol and --atol, or neither")
+    return None if args.rtol is None else (args.rtol, args.atol)
+
+
 def command_codegen(args) -> int:
     from .tools.codegen import codegen_options
 
-    if (args.rtol is None) != (args.atol is None):
-        raise UsageError("give both --rtol and --atol, or neither")
     program, name, inputs = _program_and_inputs(args)
-    tolerance = None if args.rtol is None else (args.rtol, args.atol)
+    tolerance = _tolerance(args)
     report = codegen_options(program, *inputs, options=args.option, flags=args.flags, tolerance=tolerance,
                              jobs=args.jobs, function=name)
     print(report)
-    return 0 if report.ok else 1
+    return OK if report.ok else FINDING
 
 
 def command_passes(args) -> int:
     from .tools.passes import passes
 
     program, name, inputs = _program_and_inputs(args)
-    report = passes(program, *inputs, function=name, every_stage=args.every_stage)
+    report = passes(program, *inputs, function=name, every_stage=args.every_stage, search_flags=not args.no_flags,
+                    tolerance=_tolerance(args))
     print(report)
-    return 0 if report.ok else 1
+    return OK if report.ok else FINDING
 
 
 # --------------------------------------------------------------------- test and conform

@@ -69,6 +69,8 @@ BACKEND = (Argument("--backend", "-b", default="cpu",
            Argument("--record", metavar="FOLDER",
                     help="keep the backend's answers in FOLDER, to play them back later with --backend "
                          "recorded:FOLDER where the backend is absent (docs/conformance.md)"))
+TOLERANCE = (Argument("--rtol", type=float, help="relative tolerance for every float type (with --atol)"),
+             Argument("--atol", type=float, help="absolute tolerance for every float type (with --rtol)"))
 PER_DEVICE = Argument("--per-device", action="store_true",
                       help="a sharded module runs as XLA runs it: each device its partitioned program "
                            "(docs/sharding.md); where Shardy cannot partition it, a warning and the global program")
@@ -168,10 +170,7 @@ TOOLS = (
     Tool("compare", "tools.compare", ("compare",), Command(
         "compare with another backend; find the first divergent op",
         "Run @main here and on another backend; when the results differ, find the first op whose value differs.",
-        (*PROGRAM, *BACKEND,
-         Argument("--rtol", type=float, help="relative tolerance for every float type"),
-         Argument("--atol", type=float, help="absolute tolerance for every float type"),
-         PER_DEVICE))),
+        (*PROGRAM, *BACKEND, *TOLERANCE, PER_DEVICE))),
     Tool("codegen", "tools.codegen", ("codegen_options",), Command(
         "recompile on XLA's CPU under each candidate XLA flag; which restore the result",
         "Run @main here and on XLA's CPU; when XLA's result differs beyond rounding noise, recompile it under each "
@@ -185,8 +184,7 @@ TOOLS = (
                   help="a candidate flag to try instead of the built-in list, e.g. "
                        "--option=--xla_cpu_max_isa=SSE4_2; repeat for each"),
          Argument("--jobs", "-j", type=int, default=2, help="compiles at a time (default 2)"),
-         Argument("--rtol", type=float, help="relative tolerance for every float type"),
-         Argument("--atol", type=float, help="absolute tolerance for every float type")))),
+         *TOLERANCE))),
     Tool("fuzz", "tools.fuzz.campaign", ("fuzz",), Command(
         "random programs here and on a backend; differences reduced",
         "Generate random StableHLO programs from a seed, run each here and on the backend, and reduce every "
@@ -215,7 +213,11 @@ TOOLS = (
         "which it computes something else (docs/tools.md).",
         (*PROGRAM,
          Argument("--every-stage", action="store_true",
-                  help="run every stage that changed the module, not a bisection of them")))),
+                  help="run every stage that changed the module, not a bisection of them"),
+         Argument("--no-flags", action="store_true",
+                  help="where every pass keeps the values and the compiled program does not, do not recompile it "
+                       "under each candidate XLA flag (codegen)"),
+         *TOLERANCE))),
     Tool("portability", "tools.portability", ("portability",)),
     Tool("run_per_device", "tools.per_device", ("run_per_device",), doc="docs/sharding.md"),
     Tool("validation", "tools", ("validation",)),

@@ -91,6 +91,34 @@ def test_every_pass_keeps_the_values_of_small_programs_and_the_last_stage_is_xla
         np.testing.assert_allclose(ours, np.asarray(theirs), rtol=2e-5, atol=1e-6)
 
 
+SUBNORMAL_PRODUCT = """func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.multiply %a, %b : tensor<f32>
+  return %0 : tensor<f32>
+}"""
+TINY_TIMES_LARGE = (np.float32(1e-39), np.float32(1e10))   # a subnormal operand; the product is normal
+
+
+def test_a_value_no_pass_changes_and_the_compiled_program_does_is_the_code_generators():
+    """XLA CPU's compiled multiply flushes its subnormal operand (0, where the spec's product is
+    1e-29) while every stage, run on the interpreter, keeps 1e-29: no pass made it. (The last
+    stage's noise judges the compiled value from the stage's own value, not from XLA's.)"""
+    report = si.passes(SUBNORMAL_PRODUCT, *TINY_TIMES_LARGE, tolerance=(0, 0), search_flags=False)
+    assert report.first_change is None and report.not_judged_from is None
+    assert report.results[0] == np.float32(1e-39) * np.float32(1e10) > 0   # NumPy keeps subnormals
+    assert all(run.verdict == KEEPS and run.results[0] == report.results[0] for run in report.runs)
+    assert report.compiled[0] == 0 and report.compiled_differs is True and not report.ok
+    assert report.compiled_comparison.divergence.op == "stablehlo.multiply" and report.codegen is None
+    assert "XLA's compiled program differs all the same (its code generator, not a pass)" in str(report)
+
+
+@pytest.mark.slow
+def test_the_code_generators_difference_is_searched_among_xlas_flags():
+    report = si.passes(SUBNORMAL_PRODUCT, *TINY_TIMES_LARGE, tolerance=(0, 0))
+    assert report.codegen is not None and report.codegen.differs and report.codegen.restoring == ()
+    assert len(report.codegen.options) > 20
+    assert "XLA's flags, each compiled alone (codegen_options):" in str(report)
+
+
 def test_bisection_finds_the_pass_running_every_stage_finds():
     bisected, every = si.passes(log_of_exp, X), si.passes(log_of_exp, X, every_stage=True)
     assert bisected.first_change.stage.name == every.first_change.stage.name == "pass algsimp (pipeline simplification)"

@@ -28,8 +28,10 @@ translation drops, take their groups from XLA's text: backends/xla_passes.py).
 
 When every pass keeps the values, ``compiled_differs`` tells whether XLA's compiled
 program itself gives values beyond the noise all the same (the code generator, not a
-pass: ``si.codegen_options(target, *args)``, tools/codegen.py, searches the XLA flags
-under which it gives the interpreter's values again).
+pass); then :func:`~stablehlo_interp.tools.codegen.codegen_options` recompiles it under
+each candidate XLA flag and the report names those under which it gives the
+interpreter's values again ("no pass changes the values; with --xla_cpu_enable_fast_math=false
+the compiled result equals the interpreter's").
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from ..program import load, prepare
 from ..program.signature import is_jax_function
 from ..sharding.per_device import assemble, device_shards, shard_types
 from ..sharding.propagation import value_tilings
+from .codegen import CodegenReport, codegen_options
 from .compare import Comparison, compare, module_text
 
 KEEPS, CHANGES, NOT_RUN = "keeps the values", "changes the values", "not run"
@@ -111,6 +114,7 @@ class PassesReport:
     compiled_outputs: list = field(default_factory=list)   # per result, None or its Difference beyond the noise
     compiled_differs: bool | None = None
     compiled_comparison: Comparison | None = None   # si.compare's judgement, where the compiled values differ
+    codegen: CodegenReport | None = None            # the flags searched, where the compiled values differ
 
     @property
     def ok(self) -> bool:
@@ -159,20 +163,29 @@ class PassesReport:
         if self.compiled_differs is None:
             return "XLA's compiled program's results were not read"
         if not self.compiled_differs:
-            return "XLA's compiled program gives the same values (within the noise)"
+            return "XLA's compiled program gives the same values (within the noise, or what compare explains)"
         lines = ["XLA's compiled program differs all the same (its code generator, not a pass):"]
         if self.compiled_comparison is not None:
-            return "\n".join(lines + ["  " + line for line in str(self.compiled_comparison).splitlines()])
-        return "\n".join(lines + [f"  result #{i}: {d.describe('compiled')}"
-                                  for i, d in enumerate(self.compiled_outputs) if d is not None])
+            lines += ["  " + line for line in str(self.compiled_comparison).splitlines()]
+        else:
+            lines += [f"  result #{i}: {d.describe('compiled')}" for i, d in enumerate(self.compiled_outputs)
+                      if d is not None]
+        if self.codegen is not None:
+            lines += ["XLA's flags, each compiled alone (codegen_options):"]
+            lines += ["  " + line for line in str(self.codegen).splitlines()]
+        return "\n".join(lines)
 
 
 def passes(target: Any, *args: Any, function: str | None = None, every_stage: bool = False,
-           **kwargs: Any) -> PassesReport:
+           search_flags: bool = True, tolerance: Any = None, **kwargs: Any) -> PassesReport:
     """Compile ``target`` with XLA's CPU pipeline, run the module after each pass on the
     interpreter with ``args``, and name the first pass after which it computes something
     else beyond the original program's rounding noise (module docstring). ``target`` and
-    ``args`` as :func:`si.run <stablehlo_interp.run>` takes them; the program is ``@main``."""
+    ``args`` as :func:`si.run <stablehlo_interp.run>` takes them; the program is ``@main``.
+    ``search_flags``: where every pass keeps the values and the compiled program does not
+    (one device), recompile it under each of XLA's candidate flags (``codegen_options``);
+    ``tolerance``, as :func:`compare` takes it, for the compiled program's values (a stage's
+    are judged by the noise alone)."""
     call = prepare(target, args, kwargs, function, platform="cpu" if is_jax_function(target) else None)
     if call.function != "main":
         raise InterpreterError(f"passes compiles a module's @main, not @{call.function}")
@@ -191,11 +204,14 @@ def passes(target: Any, *args: Any, function: str | None = None, every_stage: bo
         return runs[position]
 
     first = _first_not_keeping(len(distinct), run, every_stage)
-    return _report(stages, distinct, runs, first, judge, every_stage, devices)
+    report = _report(stages, distinct, runs, first, judge, every_stage, devices, tolerance)
+    if report.compiled_differs and search_flags and devices is None:
+        report.codegen = codegen_options(module_text(call.program), *call.arguments, tolerance=tolerance)
+    return report
 
 
 def _report(stages: tuple, distinct: list, runs: dict, first: int | None, judge: _NoiseJudge,
-            every_stage: bool, devices: _Devices | None) -> PassesReport:
+            every_stage: bool, devices: _Devices | None, tolerance: Any = None) -> PassesReport:
     last = runs.get(len(distinct) - 1)
     report = PassesReport(stages, len(distinct), [runs[p] for p in sorted(runs)], judge.expected,
                           _compiled_results(judge, devices, last), every_stage=every_stage,
@@ -203,9 +219,11 @@ def _report(stages: tuple, distinct: list, runs: dict, first: int | None, judge:
     if first is None:
         if not report.compiled:   # (XLA's results not read: compiled_differs stays None)
             return report
-        report.compiled_outputs = judge.outputs(report.compiled, last.rerun if last else None)
+        report.compiled_outputs = judge.outputs(report.compiled, last.rerun if last else None,
+                                                last.results if last else None)
         if any(d is not None for d in report.compiled_outputs) and devices is None:
-            report.compiled_comparison = compare(judge.program, *judge.arguments, backend="cpu")
+            report.compiled_comparison = compare(judge.program, *judge.arguments, backend="cpu",
+                                                 tolerance=tolerance)
         report.compiled_differs = any(d is not None for d in report.compiled_outputs) and (
             report.compiled_comparison is None or not report.compiled_comparison.explained)
         return report
@@ -362,15 +380,24 @@ class _NoiseJudge:
         self.expected = program.run(*arguments)
         self._runs: list | None = None
 
-    def outputs(self, values: list, rerun: Callable[[Listener], list] | None = None) -> list:
-        """Per result, None (within the noise) or its :class:`Difference` (beyond it);
-        ``rerun(listener)``: the stage that computed ``values``, whose own noise judges again."""
+    def outputs(self, values: list, rerun: Callable[[Listener], list] | None = None,
+                computed: list | None = None) -> list:
+        """Per result, None (within the noise) or its :class:`Difference` (beyond it).
+        ``rerun(listener)``: a stage on the interpreter, whose own noise around what it
+        computes (``computed``; default ``values``, the stage's own) judges ``values`` again:
+        a value beyond the original's noise is kept where the stage's noise reaches from its
+        own value to both ``values`` and the original's."""
         outputs = [self._judge(self.expected[i], np.asarray(value), self._noise, i) for i, value in enumerate(values)]
         if rerun is None or all(d is None for d in outputs):
             return outputs
-        runs = bounds.noise_runs(rerun, self.program.semantics, values)
-        return [d if d is None or self._judge(values[i], np.asarray(self.expected[i]), lambda: runs, i) is not None
-                else None for i, d in enumerate(outputs)]
+        computed = values if computed is None else computed
+        runs = bounds.noise_runs(rerun, self.program.semantics, computed)
+
+        def kept(i: int) -> bool:
+            return all(self._judge(computed[i], np.asarray(other), lambda: runs, i) is None
+                       for other in (values[i], self.expected[i]))
+
+        return [d if d is None or not kept(i) else None for i, d in enumerate(outputs)]
 
     @staticmethod
     def _judge(expected, value: np.ndarray, noise, index: int) -> Difference | None:
