@@ -119,6 +119,32 @@ def test_the_code_generators_difference_is_searched_among_xlas_flags():
     assert "XLA's flags, each compiled alone (codegen_options):" in str(report)
 
 
+FINDINGS = pathlib.Path(__file__).resolve().parent.parent / "examples" / "findings" / "xla_cpu"
+
+
+@pytest.mark.parametrize("name, inputs, first_pass", [
+    ("log_of_power", ["-2.0", "3.0"], "algsimp"),
+    ("multiply_of_a_subnormal", ["1e-39", "1e10"], None),
+    pytest.param("clz_of_a_constant", [], "constant_folding", marks=pytest.mark.slow),
+    pytest.param("cbrt_of_a_subnormal", ["1.4e-45"], None, marks=pytest.mark.slow),
+    pytest.param("atan2_of_subnormals", ["-1.4e-45"], None, marks=pytest.mark.slow),
+    pytest.param("sign_of_a_complex_subnormal", ["5e-324+0j"], None, marks=pytest.mark.slow),
+    pytest.param("divide_of_subnormals", ["1.4e-45"], None, marks=pytest.mark.slow),
+    pytest.param("convolution_over_lhs_dilation", ["[[[1, 2]]]", "[[[1e999]]]"], None, marks=pytest.mark.slow),
+])
+def test_each_xla_cpu_finding_is_a_pass_or_the_code_generator(name, inputs, first_pass, capsys):
+    """docs/findings.md's table: the first pass that changes the value, or none (every pass
+    keeps it and XLA's compiled program does not), as the command line says it."""
+    command = ["passes", "--no-flags", str(FINDINGS / f"{name}.mlir"), "--rtol", "0", "--atol", "0"]
+    assert main(command + [f"--input={value}" for value in inputs]) == 1
+    text = capsys.readouterr().out
+    if first_pass is None:
+        assert "every pass keeps the values" in text
+        assert "XLA's compiled program differs all the same (its code generator, not a pass)" in text
+    else:
+        assert f"first pass that changes the values: pass {first_pass} (pipeline simplification)" in text
+
+
 def test_bisection_finds_the_pass_running_every_stage_finds():
     bisected, every = si.passes(log_of_exp, X), si.passes(log_of_exp, X, every_stage=True)
     assert bisected.first_change.stage.name == every.first_change.stage.name == "pass algsimp (pipeline simplification)"
