@@ -145,6 +145,42 @@ def test_each_xla_cpu_finding_is_a_pass_or_the_code_generator(name, inputs, firs
         assert f"first pass that changes the values: pass {first_pass} (pipeline simplification)" in text
 
 
+def test_a_program_with_host_callbacks_is_refused_with_the_way_out_for_equinox():
+    def checked(x):
+        jax.debug.callback(lambda v: None, x)
+        return x + 1
+
+    with pytest.raises(si.InterpreterError, match="host callbacks cannot be called .*EQX_ON_ERROR=nan"):
+        si.passes(checked, np.float32(1))
+
+
+SOLVER = """
+import sys
+sys.path.insert(0, "tests")
+import jax
+import stablehlo_interp as si
+from zoo import PROGRAMS
+with jax.enable_x64(False):
+    program = PROGRAMS["optimistix_bfgs_logistic"]()
+    report = si.passes(jax.jit(program.function), *program.args)
+print(report.ok, report.distinct, report.compiled_differs)
+"""
+
+
+@pytest.mark.slow
+def test_a_quasi_newton_solver_with_its_line_search_every_pass_keeps_the_values():
+    """Optimistix's BFGS (Equinox's checks made values by EQX_ON_ERROR=nan, read at import):
+    a solver's loops and decisions through every stage, no false alarm."""
+    import os
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", SOLVER], cwd=root, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, EQX_ON_ERROR="nan"))
+    ok, distinct, compiled_differs = done.stdout.split()
+    assert (ok, compiled_differs) == ("True", "False") and int(distinct) > 10, done.stderr[-2000:]
+
+
 def test_bisection_finds_the_pass_running_every_stage_finds():
     bisected, every = si.passes(log_of_exp, X), si.passes(log_of_exp, X, every_stage=True)
     assert bisected.first_change.stage.name == every.first_change.stage.name == "pass algsimp (pipeline simplification)"

@@ -94,6 +94,9 @@ DIFFERS = "differs from the interpreter's beyond noise"
 REJECTED = "rejected: XLA does not know the flag"
 FAILED = "gave no value"
 UNKNOWN_FLAG = "Unknown flag in XLA_FLAGS"
+# Equinox's runtime checks (eqx.error_if: every Optimistix, Diffrax, Lineax program) are host
+# callbacks unless EQX_ON_ERROR says otherwise when the program is traced.
+EQUINOX_CHECKS = "Equinox's runtime checks are host callbacks: EQX_ON_ERROR=nan makes them NaN values instead"
 WIDTH = 120   # of the report's lists of flags
 
 
@@ -197,7 +200,7 @@ def codegen_options(target: Any, *args: Any, options: Sequence[str] | None = Non
     text = module_text(call.program)
     if HOST_CALLBACK in text or call.program.host_callbacks:
         raise InterpreterError("this program calls host callbacks, which XLA compiled in a child process cannot "
-                               "call: codegen_options needs a program without them")
+                               f"call: codegen_options needs a program without them ({EQUINOX_CHECKS})")
     base = _environment_flags() if flags is None else " ".join(flags.split())
     ours = call.run()
     judge = _Judge(call, ours, tolerances(tolerance))

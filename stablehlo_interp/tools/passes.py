@@ -58,7 +58,7 @@ from ..program import load, prepare
 from ..program.signature import is_jax_function
 from ..sharding.per_device import assemble, device_shards, shard_types
 from ..sharding.propagation import value_tilings
-from .codegen import CodegenReport, codegen_options
+from .codegen import EQUINOX_CHECKS, CodegenReport, codegen_options
 from .compare import Comparison, compare, module_text
 
 KEEPS, CHANGES, NOT_RUN = "keeps the values", "changes the values", "not run"
@@ -191,7 +191,7 @@ def passes(target: Any, *args: Any, function: str | None = None, every_stage: bo
         raise InterpreterError(f"passes compiles a module's @main, not @{call.function}")
     if call.program.host_callbacks:
         raise InterpreterError("passes compiles the program in another process, where its host callbacks "
-                               "cannot be called")
+                               f"cannot be called ({EQUINOX_CHECKS})")
     devices = _Devices.of(call) if call.program.num_partitions > 1 else None
     judge = _NoiseJudge(call.program, call.arguments)
     stages = compile_pipeline(module_text(call.program), 1 if devices is None else devices.count)
