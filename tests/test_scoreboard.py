@@ -32,6 +32,23 @@ def test_each_verdict_is_one_outcome(verdict, message, expected):
     assert scoreboard.outcome(ConformResult("f.mlir", "t", 1, verdict, message)) == expected
 
 
+@pytest.mark.parametrize("backend, failure, outcome, link", [
+    ("tpu", "interpret/exponential.mlir @exp_f32: check.expect_almost_eq_const: 1 of 4 elements differ",
+     scoreboard.FAILED, "findings.md#tpu-transcendentals"),
+    ("tpu", "interpret/check.mlir @check_almost_eq: check.expect_almost_eq: 1 of 1 elements differ",
+     scoreboard.FAILED, None),                       # "expect" is no exp
+    ("cpu", 'interpret/all_gather.mlir @main: cannot compile: error: "-":10:38: operation being parsed with an '
+     "unregistered dialect", scoreboard.CANNOT_COMPILE, "findings.md#interpreter-only-tests"),
+    ("reference", "interpret/chlo/scan.mlir @scan_cumsum_1d: crashed: signal 6", scoreboard.CRASH,
+     "findings.md#reference-chlo"),
+    ("iree", "interpret/add.mlir @add_op_test_si2: failed to run: ValueError: Unsupported VM Buffer -> numpy dtype "
+     "mapping", scoreboard.RUN_ERROR, "findings.md#iree-runtime-dtypes"),
+    ("iree", "interpret/add.mlir @add_op_test_si2: failed to run: out of memory", scoreboard.RUN_ERROR, None),
+])
+def test_a_failure_links_to_the_finding_that_explains_it(backend, failure, outcome, link):
+    assert scoreboard.finding_for(backend, failure, outcome) == link
+
+
 @needs_suite
 def test_a_test_file_counts_under_the_family_of_the_op_it_tests():
     family = {name: scoreboard.family_of(str(SUITE / name)) for name in (
