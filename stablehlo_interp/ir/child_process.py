@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -106,11 +107,18 @@ class ChildProcess:
             self._stderr = None
 
     def _last_words(self) -> str:
+        """The fatal line of an Abseil or LLVM check where the child wrote one (``F1206 ...
+        Check failed: ...``, before its stack trace), else its last line."""
         stderr = cast(IO[bytes], self._stderr)   # (a child was started: its stderr is open)
         stderr.seek(0, 2)
-        stderr.seek(max(0, stderr.tell() - 4096))
+        stderr.seek(max(0, stderr.tell() - 65536))
         lines = [line.strip() for line in stderr.read().decode("utf-8", "replace").splitlines()]
-        return next((line for line in reversed(lines) if line), "")
+        fatal = [line for line in lines if _FATAL_LOG.match(line) or "Check failed" in line]
+        return fatal[-1] if fatal else next((line for line in reversed(lines) if line), "")
+
+
+# Abseil's fatal log line: "F1206 06:16:38.756437   24249 file.cc:586] message".
+_FATAL_LOG = re.compile(r"^F\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
 
 
 def _expire(process: subprocess.Popen, expired: threading.Event) -> None:
