@@ -44,6 +44,12 @@ def test_each_verdict_is_one_outcome(verdict, message, expected):
     ("iree", "interpret/add.mlir @add_op_test_si2: failed to run: ValueError: Unsupported VM Buffer -> numpy dtype "
      "mapping", scoreboard.RUN_ERROR, "findings.md#iree-runtime-dtypes"),
     ("iree", "interpret/add.mlir @add_op_test_si2: failed to run: out of memory", scoreboard.RUN_ERROR, None),
+    ("cpu", "interpret/cbrt.mlir @cbrt_op_test_c128: cannot compile: UNKNOWN: Expected element type in shape to be "
+     "floating for cbrt operation; got C128", scoreboard.CANNOT_COMPILE, "conformance.md#xla-cannot-compile"),
+    ("cpu", "interpret/quantized_ops.mlir @uniform_quantize: cannot compile: 'stablehlo.uniform_quantize' op can't be "
+     "translated to XLA HLO", scoreboard.CANNOT_COMPILE, "findings.md#quantized-ops-not-translated"),
+    ("reference", "interpret/printing.mlir @main: crashed: signal 6: LLVM ERROR: Unsupported op: interpreter.print",
+     scoreboard.CRASH, "findings.md#reference-print"),
 ])
 def test_a_failure_links_to_the_finding_that_explains_it(backend, failure, outcome, link):
     assert scoreboard.finding_for(backend, failure, outcome) == link

@@ -54,11 +54,13 @@ FINDINGS = (
     ("tpu", r"conv|triangular_solve|dot", FAILED, "findings.md#tpu-matmul-precision"),
     ("tpu", r"cosh|sinh|tanh|exp(?!ect)|log|pow|erf|gamma|asin|acos|atan", FAILED, "findings.md#tpu-transcendentals"),
     ("cpu", r"", FAILED, "conformance.md#xla-cpu-against-stablehlos-test-files"),
+    ("cpu|tpu", r"", CANNOT_COMPILE, "conformance.md#xla-cannot-compile"),
     ("iree.*", r"", FAILED, "findings.md#wrong-values"),
     ("iree.*", r"Unsupported VM Buffer", RUN_ERROR, "findings.md#iree-runtime-dtypes"),
     ("iree.*", r"", CANNOT_COMPILE, "findings.md#programs-iree-cannot-compile"),
     ("reference", r"Can't cast unknown element type", CRASH, "findings.md#reference-binding-types"),
     ("reference", r"chlo[./]", CRASH, "findings.md#reference-chlo"),
+    ("reference", r"Unsupported op: interpreter\.print", CRASH, "findings.md#reference-print"),
     ("reference", r"rendezvous|replica_id|partition_id", CRASH, "findings.md#reference-collectives"),
 )
 
