@@ -214,7 +214,7 @@ def test_refused_where_the_callback_is_not_known(tmp_path, capsys):
                                                     r"partition callback.*not known here"):
         si.load(str(path))
     np.save(tmp_path / "x.npy", np.ones((8, 8), np.float32))
-    assert main(["run", str(path), "-i", str(tmp_path / "x.npy")]) == 1
+    assert main(["run", str(path), "-i", str(tmp_path / "x.npy")]) == 3   # cannot do (docs/cli.md)
     assert "@CustomSPMDPartitioning" in capsys.readouterr().err
 
 
