@@ -375,6 +375,20 @@ def test_a_noise_run_that_left_the_programs_path_gives_no_allowance():
     assert not within(reference[1], np.array([1e-43, 1e-43], np.float32), bound, alternatives).any()
 
 
+def test_an_infinite_result_is_kept_only_by_itself_or_by_what_a_noise_run_gave():
+    """Every finite value is infinitely far from an infinity: the noise allows no distance
+    there (log(exp(100)) = inf rewritten to 100 passed as noise), only the value itself or a
+    run's value, as for NaN."""
+    result = np.array([1.0, np.inf, -np.inf, np.nan], np.float32)
+    bound, alternatives = spread_allowance(result, [np.array([1.0, np.finfo(np.float32).max, -np.inf, np.nan],
+                                                             np.float32)])
+    assert within(result, np.array([1.0, np.inf, -np.inf, np.nan], np.float32), bound, alternatives).all()
+    ok = within(result, np.array([1.0, 100.0, -100.0, 5.0], np.float32), bound, alternatives)
+    assert ok.tolist() == [True, False, False, False]
+    assert within(result, np.array([1.0, np.finfo(np.float32).max, -np.inf, np.nan], np.float32), bound,
+                  alternatives).all()   # what a run gave there
+
+
 def test_a_difference_prints_with_the_digits_that_tell_the_two_values_apart():
     """One ULP of 0.00099999 (f32) apart: five significant digits showed the same number
     on both sides of "vs"; the report prints as many as the difference needs."""

@@ -176,7 +176,9 @@ def _diverged(moved, reference) -> bool:
 def spread_allowance(result, runs: list):
     """``(bound, alternatives)`` for a value whose noise ``runs`` estimate (the same
     value computed with every op moved within its bound): :data:`NOISE_SPREAD` times
-    their farthest from ``result``, and :data:`ELEMENTWISE_ULP` ULP."""
+    their farthest from ``result``, and :data:`ELEMENTWISE_ULP` ULP. An infinite or NaN
+    element gets no distance (every finite value is infinitely far from it): only its
+    own value, or what a run gave there, keeps it."""
     result = np.asarray(result)
     if not _is_float(result):
         return None, runs
@@ -186,7 +188,8 @@ def spread_allowance(result, runs: list):
         with np.errstate(all="ignore"):
             moved = np.abs(widened_pair(np.asarray(alternative), result)[0] - base)
         spread = np.maximum(spread, np.where(np.isfinite(moved), moved, 0.0))
-    return ELEMENTWISE_ULP * _ulp(base, result.dtype) + NOISE_SPREAD * spread, runs
+    bound = ELEMENTWISE_ULP * _ulp(base, result.dtype) + NOISE_SPREAD * spread
+    return np.where(np.isfinite(base), bound, 0.0), runs
 
 
 def unit_roundoff(dtype) -> float:

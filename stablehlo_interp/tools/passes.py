@@ -52,7 +52,7 @@ from ..ir.locations import Frame, describe_frame
 from ..ir.types import Token
 from ..engine.run import Listener
 from ..judge import bounds
-from ..judge.difference import Difference, differing, mismatched_types, widened_pair
+from ..judge.difference import Difference, differing, mismatched_types
 from ..judge.summary import summarize
 from ..program import load, prepare
 from ..program.signature import is_jax_function
@@ -366,9 +366,8 @@ class _Devices:
 class _NoiseJudge:
     """The original program's values on the interpreter, and the rounding noise around them
     (judge/bounds.py: the program run with every op moved within its bound), estimated at
-    the first value that is not bit for bit the original's. The allowance of an infinite
-    or NaN element is no distance (any finite value is infinitely far from it): only its
-    own value, or what a noise run gave there, keeps it.
+    the first value that is not bit for bit the original's (an infinite or NaN element is
+    kept only by itself or by what a noise run gave there: ``spread_allowance``).
 
     A stage's value beyond the original's noise is judged again by the stage's own noise
     (the stage run with every op moved within its bound, around its value): a pass that
@@ -409,8 +408,6 @@ class _NoiseJudge:
         if problem is not None or expected.tobytes() == value.tobytes():
             return problem
         bound, alternatives = bounds.spread_allowance(expected, [run[index] for run in noise()])
-        if bound is not None:   # an infinity or NaN is kept by itself or by what a noise run gave there
-            bound = np.where(np.isfinite(widened_pair(expected, expected)[0]), bound, 0.0)
         return differing(expected, value, bounds.within(expected, value, bound, alternatives), bound)
 
     def _noise(self) -> list:
