@@ -231,17 +231,24 @@ def test_nested_loops_are_stepped_into_the_inner_one():
 
 # ---- a chaotic map: the paths split on rounding noise -----------------------------------------
 
-def logistic_until(x):
-    """The logistic map at r = 3.9 until x comes within 1e-3 of 1/2 (500 steps at most)."""
-    def cond(state):
-        x, count = state
-        return (jnp.abs(x - 0.5) > 1e-3) & (count < 500)
+def until_near_half(step, limit: int):
+    """``x -> step(x)`` from x until x comes within 1e-3 of 1/2 (``limit`` steps at most):
+    the final x and the steps taken."""
+    def iterate(x):
+        def cond(state):
+            x, count = state
+            return (jnp.abs(x - 0.5) > 1e-3) & (count < limit)
 
-    def body(state):
-        x, count = state
-        return 3.9 * x * (1 - x), count + 1
+        def body(state):
+            x, count = state
+            return step(x), count + 1
 
-    return jax.lax.while_loop(cond, body, (x, 0))
+        return jax.lax.while_loop(cond, body, (x, 0))
+
+    return iterate
+
+
+logistic_until = until_near_half(lambda x: 3.9 * x * (1 - x), 500)   # the logistic map at r = 3.9
 
 
 def logistic_path(x, rounded_up: bool, moved=None):
@@ -410,21 +417,12 @@ def test_a_region_becomes_a_module_taking_its_captures_first():
 
 # ---- real backends --------------------------------------------------------------------------
 
-def exp_map(x):
-    """x -> 7.41 x exp(-x²), until x comes within 1e-3 of 1/2 (1000 steps at most)."""
-    def cond(state):
-        x, count = state
-        return (jnp.abs(x - 0.5) > 1e-3) & (count < 1000)
-
-    def body(state):
-        x, count = state
-        return 3.9 * x * jnp.exp(-x * x) * 1.9, count + 1
-
-    return jax.lax.while_loop(cond, body, (x, 0))
-
-
 def exp_map_step(x):
+    """x -> 7.41 x exp(-x²)."""
     return 3.9 * x * jnp.exp(-x * x) * 1.9
+
+
+exp_map = until_near_half(exp_map_step, 1000)
 
 
 def check_exp_map_split(comparison, theirs_final, theirs_count, step_theirs):
