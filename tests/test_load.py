@@ -620,6 +620,25 @@ def test_a_child_process_closed_is_ended_and_the_next_request_starts_another():
     child.close()
 
 
+def test_a_child_that_forks_for_each_request_outlives_a_loop_and_forgets_each_request():
+    """serve's fork_each (the first parse's isolation): a computation that does not end
+    is killed at its deadline and the child answers the next request; no request sees
+    what an earlier one changed; a computation that aborts ends the child by its signal."""
+    import pathlib
+    from stablehlo_interp.ir.child_process import EXPIRED, OK, ChildDied, ChildProcess
+    child = ChildProcess("forking_child", {"PYTHONPATH": str(pathlib.Path(__file__).parent)})
+    try:
+        assert child.ask(b"loop") == (EXPIRED, b"2")
+        assert child.ask(b"count") == (OK, b"1")    # the loop's count and its own are lost with their forks
+        assert child.ask(b"count") == (OK, b"1")
+        assert child.ask(b"echo") == (OK, b"echo")
+        with pytest.raises(ChildDied, match="signal 6"):
+            child.ask(b"abort")
+        assert child.ask(b"echo") == (OK, b"echo")  # a fresh child
+    finally:
+        child.close()
+
+
 def test_the_child_processes_end_with_the_process():
     """A process that used a child (here the first parse of untrusted bytes) exits
     leaving no child running and no pipe open: no ResourceWarning at exit."""

@@ -12,17 +12,22 @@ exit); a child that dies is replaced at the next request.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
+import select
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable
 from typing import IO, cast
 
-OK, ERROR = b"o", b"e"  # a reply's status byte: its payload is the answer, or an error message
+OK, ERROR, EXPIRED = b"o", b"e", b"t"  # a reply's status byte: its payload is the answer, an error
+# message, or the seconds a forked computation had before it was killed (serve's fork_each)
 
 
 class ChildDied(Exception):
@@ -144,19 +149,68 @@ def read(stream) -> bytes:
 
 
 def serve(compute: Callable[[bytes], bytes], reported: tuple[type[Exception], ...] = (),
-          describe: Callable[[Exception], str] = str) -> None:
+          describe: Callable[[Exception], str] = str,
+          fork_each: Callable[[bytes], float] | None = None) -> None:
     """The child's loop, until stdin closes: each request's reply is OK and
     ``compute(request)``, or ERROR and ``describe(error)`` when ``compute`` raises one
-    of ``reported`` (any other exception ends the child: the parent gets ChildDied)."""
+    of ``reported`` (any other exception ends the child: the parent gets ChildDied).
+
+    ``fork_each``: compute each reply in a process forked for it, given
+    ``fork_each(request)`` seconds, so that no request sees what an earlier one did to
+    the heap (MLIR's bytecode reader can corrupt it on damaged bytes, report a clean
+    error, and abort only at a later request; in a fresh heap the same bytes can make
+    it loop). A fork that dies ends this child the same way; one that has not replied
+    in time is killed, and the reply is EXPIRED with the seconds it had. For children
+    that hold no threads and no state between requests."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
             request = read(requests)
         except EOFError:
             return
-        try:
-            status, payload = OK, compute(request)
-        except reported as error:
-            status, payload = ERROR, describe(error).encode("utf-8")
+        answer = functools.partial(_reply, compute, request, reported, describe)
+        status, payload = answer() if fork_each is None else _reply_of_a_fork(answer, fork_each(request))
         replies.write(status)
         write(replies, payload)
+
+
+def _reply(compute: Callable[[bytes], bytes], request: bytes, reported: tuple[type[Exception], ...],
+           describe: Callable[[Exception], str]) -> tuple[bytes, bytes]:
+    try:
+        return OK, compute(request)
+    except reported as error:
+        return ERROR, describe(error).encode("utf-8")
+
+
+def _reply_of_a_fork(answer: Callable[[], tuple[bytes, bytes]], seconds: float) -> tuple[bytes, bytes]:
+    """``answer()`` computed in a forked process within ``seconds``; this process ends
+    as that one did when it dies before replying (by its signal, or with its status)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the fork: reply through the pipe, then end without this process's exit work
+        os.close(read_end)
+        try:
+            status, payload = answer()
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(status)
+                write(pipe, payload)
+        except BaseException:  # noqa: BLE001 - an exception not reported: the fork's death says so
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        try:
+            if not select.select([pipe], [], [], seconds)[0]:
+                os.kill(pid, signal.SIGKILL)
+                return EXPIRED, f"{seconds:g}".encode()
+            return pipe.read(1), read(pipe)
+        except EOFError:
+            pass
+        finally:
+            _, wait_status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(wait_status):
+        signal.signal(os.WTERMSIG(wait_status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(wait_status))
+    sys.exit(os.waitstatus_to_exitcode(wait_status) or 1)

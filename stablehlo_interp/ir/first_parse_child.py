@@ -48,5 +48,11 @@ def _rewritten(data: bytes) -> bytes:
         raise ModuleError(f"cannot load the module: a name in it is not valid UTF-8 ({cause})") from None
 
 
+def seconds_to_read(data: bytes) -> float:
+    """The time a first parse of ``data`` gets: MLIR reads tens of megabytes a second,
+    and damaged bytecode can make its reader loop for ever."""
+    return 10 + len(data) / 1e6
+
+
 if __name__ == "__main__":
-    serve(_rewritten, reported=(ModuleError,))
+    serve(_rewritten, reported=(ModuleError,), fork_each=seconds_to_read)
