@@ -5,6 +5,7 @@ import functools
 import io
 import json
 import os
+import pathlib
 import sys
 import xml.etree.ElementTree as ElementTree
 
@@ -14,7 +15,8 @@ import pytest
 import stablehlo_interp as si
 from stablehlo_interp.cli import main
 from stablehlo_interp.conformance.conform import (BACKEND_ERROR, CANNOT_PARSE, FAIL, INTERPRETER_ERROR, PASS,
-    conform_file)
+    conform, conform_file)
+from stablehlo_interp.backends import resolve
 from stablehlo_interp.ir.process_pool import ordered_map
 from stablehlo_interp.ir.edit import checks_as_results
 from stablehlo_interp.engine.numerics import ulp_difference
@@ -179,6 +181,37 @@ def test_with_one_worker_the_item_that_killed_it_is_known_and_not_run_again(tmp_
     assert results == [10, "crashed 2", 30]
     tries = len((tmp_path / "2").read_text())
     assert tries == 1 if jobs == 1 else tries >= 2
+
+
+class _AbortingBackend:
+    """A backend whose compiler CHECK-fails (as XLA's does) on programs with a multiply."""
+    name, settings = "aborting", ()
+
+    def __call__(self, module_text, args):
+        if "stablehlo.multiply" in module_text:
+            sys.stderr.write("F1206 07:00:00.000000   42 compiler.cc:7] Check failed: fusible(multiply)\n"
+                             "*** Check failure stack trace: ***\n    @ 0x7f00 (unknown)\n")
+            sys.stderr.flush()
+            os.abort()
+        return resolve("cpu")(module_text, args)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_that_kills_the_backend_says_why_and_the_others_go_on(tmp_path, jobs):
+    """The file is run once more in a child that keeps its stderr: its verdict names the
+    signal and the fatal CHECK line (not the stack trace after it)."""
+    fine = tmp_path / "a_fine.mlir"
+    program = ("func.func @main() {{\n  %0 = stablehlo.constant dense<2.0> : tensor<f32>\n"
+               "  %1 = stablehlo.{op} %0, %0 : tensor<f32>\n"
+               "  check.expect_eq_const %1, dense<4.0> : tensor<f32>\n  func.return\n}}\n")
+    fine.write_text(program.format(op="add"))
+    fatal = tmp_path / "b_fatal.mlir"
+    fatal.write_text(program.format(op="multiply"))
+    report = conform([fine, fatal], _AbortingBackend(), jobs=jobs)
+    assert [(pathlib.Path(r.file).name, r.verdict) for r in report.results] == \
+        [("a_fine.mlir", PASS), ("b_fatal.mlir", BACKEND_ERROR)]
+    assert report.results[1].message == ("the process running this file died (signal 6): F1206 07:00:00.000000"
+                                         "   42 compiler.cc:7] Check failed: fusible(multiply)")
 
 
 class _Terminal(io.StringIO):

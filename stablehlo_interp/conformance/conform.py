@@ -39,6 +39,10 @@ import functools
 import json
 import os
 import pathlib
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -57,6 +61,7 @@ from ..tools.compare import compare
 from . import junit
 from .testfile import (disabled_reason, expand_paths, legalizes_chlo, location_in_file, outcome_of_error,
     program_of_part, split_modules)
+from ..ir.child_process import ending, last_words
 from ..ir.process_pool import ordered_map
 
 PASS, FAIL, BACKEND_ERROR, CANNOT_PARSE, INTERPRETER_ERROR = (
@@ -167,17 +172,39 @@ def conform(paths: str | os.PathLike | Iterable[str | os.PathLike], backend: Any
     backend = resolve(backend)
     report = ConformReport(backend.name, settings=tuple(backend.settings))
     task = functools.partial(conform_file, backend=backend, include_disabled=include_disabled)
-    for results in ordered_map(task, files, jobs, on_crash=_crashed):
+    crashed = functools.partial(_crashed, backend=backend, include_disabled=include_disabled)
+    for results in ordered_map(task, files, jobs, on_crash=crashed):
         report.results.extend(results)
         if progress is not None:
             progress(results)
     return report
 
 
-def _crashed(path: str) -> list[ConformResult]:
-    return [ConformResult(path, None, 1, BACKEND_ERROR,
-                          "the process running this file died (e.g. the backend's compiler aborted on a "
-                          "CHECK failure); run the file alone to see the message")]
+def _crashed(path: str, backend: Backend, include_disabled: bool) -> list[ConformResult]:
+    """The results of a file whose worker process died, from one more run in a child
+    that keeps its stderr: its verdict then carries why (an XLA CHECK's fatal line),
+    or, where the child ends well this time, its results."""
+    with tempfile.TemporaryDirectory() as folder:
+        answer = pathlib.Path(folder) / "results.pickle"
+        answer.write_bytes(pickle.dumps((path, backend, include_disabled)))
+        done = subprocess.run([sys.executable, "-c", _CONFORM_ALONE, str(answer)], capture_output=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))})
+        if done.returncode == 0:
+            return pickle.loads(answer.read_bytes())
+    why = last_words(done.stderr.decode("utf-8", "replace"))
+    return [ConformResult(path, None, 1, BACKEND_ERROR, f"the process running this file died ({ending(done.returncode)})"
+                          + (f": {why}" if why else ""))]
+
+
+# A child's run of one file: reads (path, backend, include_disabled) from the file it is
+# given and writes the file's results there.
+_CONFORM_ALONE = """if True:
+    import pathlib, pickle, sys
+    from stablehlo_interp.conformance.conform import conform_file
+    answer = pathlib.Path(sys.argv[1])
+    path, backend, include_disabled = pickle.loads(answer.read_bytes())
+    answer.write_bytes(pickle.dumps(conform_file(path, backend, include_disabled)))
+"""
 
 
 def conform_file(path: str, backend="cpu", include_disabled: bool = False) -> list[ConformResult]:

@@ -74,7 +74,7 @@ class ChildProcess:
                 return stdout.read(1), read(stdout)
             except (EOFError, BrokenPipeError, OSError):
                 returncode = self._process.wait()
-                how = (f"timed out after {timeout:g} s" if expired.is_set() else f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}")
+                how = f"timed out after {timeout:g} s" if expired.is_set() else ending(returncode)
                 raise ChildDied(how, self._last_words()) from None
             except BaseException:  # KeyboardInterrupt mid-exchange: the child's reply would answer the next request
                 self._process.kill()
@@ -112,14 +112,23 @@ class ChildProcess:
             self._stderr = None
 
     def _last_words(self) -> str:
-        """The fatal line of an Abseil or LLVM check where the child wrote one (``F1206 ...
-        Check failed: ...``, before its stack trace), else its last line."""
         stderr = cast(IO[bytes], self._stderr)   # (a child was started: its stderr is open)
         stderr.seek(0, 2)
         stderr.seek(max(0, stderr.tell() - 65536))
-        lines = [line.strip() for line in stderr.read().decode("utf-8", "replace").splitlines()]
-        fatal = [line for line in lines if _FATAL_LOG.match(line) or "Check failed" in line]
-        return fatal[-1] if fatal else next((line for line in reversed(lines) if line), "")
+        return last_words(stderr.read().decode("utf-8", "replace"))
+
+
+def ending(returncode: int) -> str:
+    """How a process that ended with ``returncode`` ended: "signal 6", "exit status 1"."""
+    return f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+
+
+def last_words(stderr: str) -> str:
+    """The fatal line of an Abseil or LLVM check in a dead process's ``stderr`` where it
+    wrote one (``F1206 ... Check failed: ...``, before its stack trace), else its last line."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    fatal = [line for line in lines if _FATAL_LOG.match(line) or "Check failed" in line]
+    return fatal[-1] if fatal else next((line for line in reversed(lines) if line), "")
 
 
 # Abseil's fatal log line: "F1206 06:16:38.756437   24249 file.cc:586] message".
