@@ -2,6 +2,7 @@
 (never ``playwright install``: it downloads a browser build)."""
 
 import contextlib
+import html.parser
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -16,3 +17,22 @@ def chromium():
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         yield browser
         browser.close()
+
+
+class _Iframes(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.srcdocs = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "iframe":
+            self.srcdocs.append(dict(attrs)["srcdoc"])
+
+
+def iframe_pages(fragment: str) -> list[str]:
+    """The pages (``srcdoc``) of the iframes in an HTML fragment, as an HTML parser
+    reads the attribute (the character references resolved)."""
+    parser = _Iframes()
+    parser.feed(fragment)
+    parser.close()
+    return parser.srcdocs

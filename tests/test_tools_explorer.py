@@ -11,6 +11,7 @@ import numpy as np
 import stablehlo_interp as si
 from stablehlo_interp.tools import JaxBackend
 from stablehlo_interp.tools.explorer import page_data
+from browser import iframe_pages
 from oracles import run_xla
 from test_tools_cli import explorer_data
 
@@ -170,7 +171,13 @@ def test_the_page_is_self_contained_and_ships_its_layout_library():
 def test_jupyter_displays_explorations_and_traces():
     exploration = si.explore(first_example, X, Y)
     shown = exploration._repr_html_()
-    assert shown.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;') and "&lt;/html&gt;" in shown
+    assert shown.startswith("<iframe srcdoc='<!DOCTYPE html>") and iframe_pages(shown) == [exploration.html]
+
+    def quoted(x):
+        return x + 1  # it's <b>&amp;</b> "quoted"
+
+    quoting = si.explore(quoted, np.float32(1))
+    assert iframe_pages(quoting._repr_html_()) == [quoting.html] and "it's <b>&amp;" in quoting.html
     trace = si.trace(first_example, X, Y)
     table = trace._repr_html_()
     assert table.count("<tr><td") == len(trace) == 4   # dot_general, tanh, constant, reduce

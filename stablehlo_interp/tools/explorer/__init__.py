@@ -84,8 +84,9 @@ class Exploration:
         return self.path
 
     def _repr_html_(self) -> str:
-        """The page in an iframe, for Jupyter (its script and styles stay inside)."""
-        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
+        """The page in an iframe, for Jupyter (its script and styles stay inside), whole:
+        the notebook keeps it, with no file beside it."""
+        return (f"<iframe srcdoc='{_single_quoted(self.html)}' "
                 'style="width: 100%; height: 720px; border: 1px solid #ccc"></iframe>')
 
     def __repr__(self) -> str:
@@ -174,6 +175,13 @@ def page(data: dict, values_file: str | None = None) -> str:
                     "dagre": text["dagre.min.js"], "script": text["explorer.js"], "data": _json(shown),
                     "values": values}
     return re.sub(r"\{\{(\w+)\}\}", lambda match: replacements[match[1]], text["page.html"])
+
+
+def _single_quoted(text: str) -> str:
+    """``text`` as the value of a single-quoted HTML attribute: only ``&`` and ``'``
+    escaped (HTML's "attribute value (single-quoted) state": nothing else ends or
+    changes the value), so the page's many double quotes (its JSON) grow nothing."""
+    return text.replace("&", "&amp;").replace("'", "&#39;")
 
 
 def _json(value) -> str:
