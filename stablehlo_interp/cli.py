@@ -309,7 +309,8 @@ def command_explore(args) -> int:
         name, inputs = args.function or program.entry_name, []
     path = pathlib.Path(args.output or pathlib.Path(args.file).with_suffix(".html"))
     exploration = tools.explore(program, *inputs, function=name, backend=args.backend, path=path,
-                                model_explorer=args.model_explorer, per_device=args.per_device)
+                                model_explorer=args.model_explorer, per_device=args.per_device,
+                                xla_stages=args.xla_stages)
     print(f"wrote {path}: {len(exploration.trace)} ops run")
     if exploration.model_explorer is not None:
         print(f"for Model Explorer: {exploration.model_explorer.command}")

@@ -166,6 +166,10 @@ TOOLS = (
                   help="also write the module and the run's findings per op as Model Explorer's node data into DIR "
                        "(needs the model-explorer extra); with --per-device, the per-device program and each "
                        "device's node data"),
+         Argument("--xla-stages", action="store_true",
+                  help="also show XLA CPU's optimized program, linked to the source lines, and the passes that "
+                       "changed it, the one that changed the values marked (compiled pass by pass in a child, as "
+                       "'passes' does)"),
          PER_DEVICE))),
     Tool("compare", "tools.compare", ("compare",), Command(
         "compare with another backend; find the first divergent op",

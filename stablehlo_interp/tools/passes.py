@@ -195,7 +195,7 @@ def passes(target: Any, *args: Any, function: str | None = None, every_stage: bo
     devices = _Devices.of(call) if call.program.num_partitions > 1 else None
     judge = _NoiseJudge(call.program, call.arguments)
     stages = compile_pipeline(module_text(call.program), 1 if devices is None else devices.count)
-    distinct = _distinct(stages)
+    distinct = distinct_stages(stages)
     runs: dict[int, StageRun] = {}
 
     def run(position: int) -> StageRun:
@@ -272,7 +272,7 @@ def _first_not_keeping(count: int, run, every_stage: bool) -> int | None:
     return bad
 
 
-def _distinct(stages: tuple) -> list:
+def distinct_stages(stages: tuple) -> list:
     """The stages whose module differs from the one before (the first always): XLA's text
     of it, its header line aside, hashed."""
     distinct, last = [], None
@@ -421,12 +421,20 @@ class _NoiseJudge:
 _METADATA = re.compile(r",\s*metadata=\{([^{}]*)\}")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")   # XLA's text's
 
 
 def changed_instructions(before: str, after: str) -> list[ChangedInstruction]:
-    """The HLO instructions a pass removed and added (their metadata, and whether they are
-    their computation's ROOT, aside), with the user's source line each came from (its
-    metadata's innermost stack frame)."""
+    """The HLO instructions a pass removed and added (the first :data:`SHOWN_CHANGES` of
+    each side: :func:`instruction_changes`)."""
+    removed, added = instruction_changes(before, after)
+    return removed[:SHOWN_CHANGES] + added[:SHOWN_CHANGES]
+
+
+def instruction_changes(before: str, after: str) -> tuple[list[ChangedInstruction], list[ChangedInstruction]]:
+    """All the HLO instructions a pass removed, and all it added (their metadata, and
+    whether they are their computation's ROOT, aside), with the user's source line each
+    came from (its metadata's innermost stack frame)."""
     old, new = _instructions(before), _instructions(after)
     sources = {**_sources(before, old), **_sources(after, new)}
     old_keys, new_keys = list(old), list(new)
@@ -436,7 +444,7 @@ def changed_instructions(before: str, after: str) -> list[ChangedInstruction]:
         if tag != "equal":
             removed += [ChangedInstruction("-", old[key][0], sources[key]) for key in old_keys[a0:a1]]
             added += [ChangedInstruction("+", new[key][0], sources[key]) for key in new_keys[b0:b1]]
-    return removed[:SHOWN_CHANGES] + added[:SHOWN_CHANGES]
+    return removed, added
 
 
 def _instructions(text: str) -> dict:
@@ -455,24 +463,33 @@ def _instructions(text: str) -> dict:
 
 def _sources(text: str, instructions: dict) -> dict:
     """``{instruction: "file:line (function) op_name"}`` from the module's stack frame tables."""
-    frames = _stack_frames(text)
+    frames = stack_frames(text)
     sources = {}
     for line, (_, metadata) in instructions.items():
         frame = _STACK_FRAME.search(metadata)
         name = _OP_NAME.search(metadata)
-        where = frames.get(int(frame.group(1)), "") if frame else ""
+        found = frames.get(int(frame.group(1))) if frame else None
+        where = describe_frame(found) if found else ""
         sources[line] = " ".join(part for part in (where, name.group(1) if name else "") if part)
     return sources
 
 
-def _stack_frames(text: str) -> dict:
-    """``{stack frame id: "file.py:8 (function)"}`` (the file without directories) of XLA's text (its FileNames,
-    FunctionNames, FileLocations and StackFrames tables)."""
+def instruction_frame(line: str, frames: dict) -> Frame | None:
+    """The user's source frame of one line of XLA's text (its instruction's metadata's
+    innermost stack frame, among ``frames``: :func:`stack_frames`), or None."""
+    metadata = _METADATA.search(line)
+    frame = _STACK_FRAME.search(metadata.group(1)) if metadata else None
+    return frames.get(int(frame.group(1))) if frame else None
+
+
+def stack_frames(text: str) -> dict[int, Frame]:
+    """``{stack frame id: its innermost frame}`` of XLA's text (its FileNames,
+    FunctionNames, FileLocations and StackFrames tables; the file's whole path)."""
     tables: dict = {}
     section = None
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+        if stripped in FRAME_TABLES:
             section = tables.setdefault(stripped, {})
         elif not stripped:
             section = None
@@ -483,11 +500,13 @@ def _stack_frames(text: str) -> dict:
     locations = {}
     for key, value in tables.get("FileLocations", {}).items():
         fields = dict(re.findall(r"(\w+)=(\d+)", value))
-        locations[key] = describe_frame(Frame(functions.get(int(fields.get("function_name_id", 0))),
-                                              files.get(int(fields.get("file_name_id", 0)), "?"),
-                                              int(fields.get("line", 0)), int(fields.get("column", 0))))
+        locations[key] = Frame(functions.get(int(fields.get("function_name_id", 0))),
+                               files.get(int(fields.get("file_name_id", 0)), "?"),
+                               int(fields.get("line", 0)), int(fields.get("column", 0)))
     frames = {}
     for key, value in tables.get("StackFrames", {}).items():
         fields = dict(re.findall(r"(\w+)=(\d+)", value))
-        frames[key] = locations.get(int(fields.get("file_location_id", 0)), "")
+        location = locations.get(int(fields.get("file_location_id", 0)))
+        if location is not None:
+            frames[key] = location
     return frames

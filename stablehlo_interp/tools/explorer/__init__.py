@@ -14,6 +14,11 @@ result came from (:mod:`..nonfinite`) is marked, and with ``backend=`` the first
 diverges on that backend (:mod:`..compare`). ``model_explorer=DIR`` also writes
 the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
+``xla_stages=True`` also shows what XLA CPU's pipeline made of the program: its optimized
+HLO (fusions and all) as a text panel linked to the source lines, and the passes that
+changed it, with the one that changed the values marked (:mod:`.xla_stages`, on
+:func:`~..passes.passes`'s capture).
+
 ``per_device=True`` shows a sharded program as XLA runs it: the per-device program
 (sharding/per_device.py), run by each device on its shards. A device chooser picks
 whose values the page shows, and the collectives panel gives the bytes each device
@@ -59,7 +64,8 @@ class Exploration:
     :class:`~..compare.Comparison` with ``backend`` (else None); ``model_explorer``
     the :class:`~..model_explorer.ModelExplorerFiles` written with
     ``model_explorer=DIR`` (else None); ``traffic`` a per-device run's
-    :class:`~..traffic.CollectiveTraffic` (else None).
+    :class:`~..traffic.CollectiveTraffic` (else None); ``passes`` the
+    :class:`~..passes.PassesReport` with ``xla_stages=True`` and arguments (else None).
     """
 
     data: dict = field(repr=False)
@@ -69,6 +75,7 @@ class Exploration:
     comparison: object = None
     model_explorer: object = None
     traffic: object = None
+    passes: object = None
 
     @functools.cached_property
     def html(self) -> str:
@@ -96,7 +103,7 @@ class Exploration:
 
 def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, function: str | None = None,
             backend: Any = None, tolerance: Any = None, model_explorer: str | os.PathLike | None = None,
-            per_device: bool = False, **kwargs: Any) -> Exploration:
+            per_device: bool = False, xla_stages: bool = False, **kwargs: Any) -> Exploration:
     """Run ``target`` on its arguments (as ``si.run`` does) and build the explorer page;
     write it to ``path`` when given. A module given without the arguments its
     function takes is drawn without running it (no values).
@@ -118,6 +125,12 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
     ``model_explorer``, the per-device program and each device's node data
     (``max_abs_device3.json`` ...; the ULP and noise overlays are the global program's
     only: :mod:`..model_explorer.overlays`).
+
+    ``xla_stages``: also compile the program with XLA CPU's pipeline, pass by pass (in a
+    child process, as :func:`~..passes.passes` does, whose report it keeps), and show the
+    optimized program linked to the source lines and the passes that changed it; the pass
+    that changed the values, where one did, is marked. Where XLA's stages cannot be had,
+    the page says why.
     """
     if per_device:
         call = prepare_checked(target, args, kwargs, function)
@@ -129,9 +142,10 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
     statistics = {device: OpStatistics(device) for device in devices}
     wanted = model_explorer is not None
     data, trace, reports = collect(call, target, backend=backend, tolerance=tolerance,
-                                   listeners=list(statistics.values()) if wanted else (), every_op=wanted)
+                                   listeners=list(statistics.values()) if wanted else (), every_op=wanted,
+                                   xla_stages=xla_stages)
     exploration = Exploration(data, None, trace, reports["nonfinite"], reports["comparison"],
-                              traffic=reports["traffic"])
+                              traffic=reports["traffic"], passes=reports["passes"])
     if wanted and partitioned is not None:
         nonfinite = reports["nonfinite"].devices if reports["nonfinite"] is not None else {}
         by_device = {device: Findings(statistics[device], nonfinite.get(device)) for device in devices}

@@ -40,6 +40,7 @@ from ...judge.summary import summarize, type_text
 from ..trace import TraceRecorder
 from ...sharding.traffic import CollectiveTraffic
 from .groups import GroupBuilder, outer_frames, scope_of
+from .xla_stages import stage_data
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
 FULL_TEXT_BUDGET = 4_000_000  # characters of whole values per page; later values keep their summary only
@@ -48,10 +49,12 @@ _JAXPR_SOURCE = re.compile(r"^(?P<code>.*?)\s+# (?P<file>\S.*?):(?P<line>\d+)(?:
 
 
 def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
-            every_op: bool = False) -> tuple[dict, object, dict]:
+            every_op: bool = False, xla_stages: bool = False) -> tuple[dict, object, dict]:
     """The page data for one prepared call; also the trace and the overlays' reports
-    (``{"nonfinite": NonFiniteOrigins | None, "comparison": Comparison | None}``).
-    ``listeners`` also watch the run; ``every_op`` asks compare for each op's finding."""
+    (``{"nonfinite": NonFiniteOrigins | None, "comparison": Comparison | None, "traffic": ...,
+    "passes": PassesReport | None}``). ``listeners`` also watch the run; ``every_op`` asks
+    compare for each op's finding; ``xla_stages`` adds XLA CPU's optimized program and its
+    passes (``data["xla"]``: :mod:`.xla_stages`)."""
     recorder, nonfinite = _FirstValuesRecorder(), None
     partitioned = call.partitioned
     traffic = CollectiveTraffic() if partitioned is not None else None
@@ -89,7 +92,9 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
         data["steps"][sid]["hlo"] = line
     if partitioned is not None:
         data["devices"] = _devices(partitioned, arguments, trace, traffic, graph, records, full_values)
-    reports = {"nonfinite": nonfinite, "comparison": None, "traffic": traffic}
+    reports = {"nonfinite": nonfinite, "comparison": None, "traffic": traffic, "passes": None}
+    if xla_stages:
+        data["xla"], reports["passes"] = stage_data(call, files)
     if nonfinite is not None:
         number = _nonfinite_record(trace, nonfinite)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}

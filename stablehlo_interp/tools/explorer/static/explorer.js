@@ -157,6 +157,7 @@
       }
       hlo.appendChild(row);
     });
+    if (data.xla) renderXla();
     for (const kind of ["nonfinite", "divergence"]) {
       const sid = overlayStep[kind];
       if (sid === undefined) continue;
@@ -166,6 +167,69 @@
       if (step.file !== null)
         for (const row of document.querySelectorAll(`#python [data-key="${lineKey(step.file, step.line)}"]`))
           row.classList.add(marker);
+    }
+  }
+
+  // XLA's optimized program (data.xla, with xla_stages=True), after the StableHLO panel:
+  // each line linked, as a jaxpr line is, to the Python lines it computes (``keys``; a
+  // fusion's: those of the instructions it fused), and selecting the first of them.
+  function renderXla() {
+    const section = el("section");
+    section.id = "xla-panel";
+    section.appendChild(el("h2", null, data.xla.error ? "XLA CPU" : `XLA CPU: the optimized program (${data.xla.stage})`));
+    const code = el("div", "code");
+    code.id = "xla";
+    if (data.xla.error) code.appendChild(el("div", "gap", data.xla.error));
+    else data.xla.lines.forEach((entry, index) => {
+      const row = el("div", "line");
+      row.append(el("span", "no", String(index + 1)), el("span", "text", entry.text));
+      if (entry.keys.length) {
+        row.dataset.keys = entry.keys.map(([file, line]) => lineKey(file, line)).join(" ");
+        row.title = entry.keys.map(([file, line]) => sourceOf({file, line})).join(", ");
+        const [file, line] = entry.keys[0];
+        row.addEventListener("click", () => select({kind: "line", file, line}));
+      }
+      code.appendChild(row);
+    });
+    section.appendChild(code);
+    document.getElementById("stablehlo-panel").after(section);
+  }
+
+  // The passes that changed the program, in order: what each removed and added, its
+  // verdict where si.passes ran its stage, the one that changed the values marked.
+  function showXlaPasses() {
+    const details = document.getElementById("details");
+    details.textContent = "";
+    if (data.xla.error) { details.appendChild(el("div", "report", data.xla.error)); return; }
+    details.appendChild(el("h3", null, "XLA CPU's passes that changed the program"));
+    details.appendChild(el("p", "hint", `of ${data.xla.stages} stages dumped, in order: the HLO instructions each ` +
+                                        "removed and added (click one for them), its verdict where it was run"));
+    const list = el("ol", "xla-passes");
+    data.xla.passes.forEach((entry, index) => {
+      const item = el("li", "link" + (entry.values ? " changes-values" : ""),
+                      `${entry.name}: −${entry.removed} +${entry.added}` + (entry.verdict ? ` (${entry.verdict})` : ""));
+      if (entry.values) item.appendChild(el("span", "marker", " ⚠ changed the values"));
+      item.addEventListener("click", () => showXlaPass(index));
+      list.appendChild(item);
+    });
+    details.appendChild(list);
+    if (data.xla.report) details.appendChild(el("div", "report", data.xla.report));
+  }
+
+  function showXlaPass(index) {
+    const entry = data.xla.passes[index], details = document.getElementById("details");
+    details.textContent = "";
+    const back = el("p", "link", "◀ all passes");
+    back.addEventListener("click", showXlaPasses);
+    details.append(back, el("h3", null, entry.name));
+    if (entry.values) details.appendChild(el("p", "marker", "⚠ the first pass after which the program computes something else"));
+    if (entry.verdict) details.appendChild(el("p", null, entry.verdict + (entry.reason ? `: ${entry.reason}` : "")));
+    const shown = entry.changes.length < entry.removed + entry.added ? " (the first of each shown)" : "";
+    details.appendChild(el("p", null, `removed ${entry.removed}, added ${entry.added} instruction(s)${shown}:`));
+    for (const [side, instruction, source] of entry.changes) {
+      const change = el("div", "xla-change " + (side === "-" ? "removed" : "added"), `${side} ${instruction}`);
+      if (source) change.appendChild(el("div", "hint", source));
+      details.appendChild(change);
     }
   }
 
@@ -197,6 +261,12 @@
           () => sid ? showRecord(divergence.record, divergence.text) : showReport(divergence.text));
     }
     if (devices) renderDevices(add);
+    if (data.xla) {
+      const changed = data.xla.error ? null : data.xla.passes.find(entry => entry.values);
+      add(changed ? "xla changes-values" : "xla", data.xla.error ? "XLA's stages: not had" :
+          `XLA: ${data.xla.passes.length} passes changed the program` + (changed ? `; ${changed.name} changed the values` : ""),
+          data.xla.report || data.xla.error || "", showXlaPasses);
+    }
     if (!data.ran) add("agree", "structure only: not run (no arguments given)", "", null);
     if (data.error) add("error", "the run failed", data.error, () => showReport(data.error));
     if (data.records.total > records.length)
@@ -654,7 +724,7 @@
     const mark = (element, className) => {
       if (!element || element.classList.contains("selected")) return;
       element.classList.add(className);
-      const panel = element.closest("#python, #jaxpr, #stablehlo, #graphs");
+      const panel = element.closest("#python, #jaxpr, #stablehlo, #xla, #graphs");
       if (!firstOf.has(panel)) firstOf.set(panel, element);
     };
     const rowOf = line => hloRows[line];
@@ -678,6 +748,7 @@
       for (const row of document.querySelectorAll(`#python [data-key="${key}"]`))
         mark(row, selection.kind === "line" ? "selected" : "hl");
       for (const row of document.querySelectorAll(`#jaxpr [data-key="${key}"]`)) mark(row, "hl");
+      for (const row of document.querySelectorAll(`#xla [data-keys~="${key}"]`)) mark(row, "hl");
       for (const gid of groupsOfLine.get(key) || []) mark(shownNodeOf(gid), "hl");
       for (const sid of stepsOfLine.get(key) || []) {
         mark(shownNodeOf(sid), "hl");

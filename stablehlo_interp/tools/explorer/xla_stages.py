@@ -1,0 +1,115 @@
+"""XLA's stages on the explorer page (``si.explore(..., xla_stages=True)``): the program
+XLA CPU's pipeline made of the module (its last stage: fusions and all), linked to the
+user's lines, and the passes that changed it, the one that changed the values marked.
+
+The capture is :func:`~..passes.passes`'s (XLA's own dumps of every pass, in a child
+process: backends/xla_passes.py), run on the page's own module and arguments: its
+report judges each stage it ran on the interpreter. A module drawn without arguments
+gets the stages without verdicts.
+
+Each line of the optimized program is linked as a jaxpr line is, by the Python lines it
+computes: an instruction's own (its metadata's stack frame) and, for a fusion (or a
+call), those of every instruction of the computation it calls, so a line's click lights
+up the fusion that computes it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...backends.errors import BackendError
+from ...backends.xla_passes import compile_pipeline
+from ...errors import InterpreterError
+from ..compare import module_text
+from ..passes import (FRAME_TABLES, PassesReport, distinct_stages, instruction_changes, instruction_frame,
+                      passes, stack_frames, SHOWN_CHANGES)
+
+_METADATA = re.compile(r",\s*metadata=\{[^{}]*\}")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
+_CALLS = re.compile(r"\bcalls=%(?P<name>[\w.\-]+)")
+
+
+def stage_data(call, files) -> tuple[dict, PassesReport | None]:
+    """The page's ``xla`` entry for a prepared call (``files``: the page's Python files, a
+    ``page_data._Files``), and the passes report (None without arguments, or where XLA's
+    stages could not be had: then the entry's ``error`` says why)."""
+    try:
+        if call.arguments is None:
+            report = None
+            stages = compile_pipeline(module_text(call.program), call.program.num_partitions)
+        else:
+            report = passes(call.program, *call.arguments, function=call.function, search_flags=False)
+            stages = report.stages
+    except (InterpreterError, BackendError) as why:
+        return {"error": f"{type(why).__name__}: {why}"}, None
+    distinct = distinct_stages(stages)
+    last = distinct[-1]
+    data = {"stage": last.name, "stages": len(stages), "lines": _linked_lines(last.text, files),
+            "passes": _passes(distinct, report), "report": None if report is None else str(report)}
+    return data, report
+
+
+def _passes(distinct: list, report: PassesReport | None) -> list[dict]:
+    """Each distinct stage after the first (a pass, or a pipeline's start, that changed the
+    module): its name, how many instructions it removed and added, the first of them with
+    their source, the verdict where the report ran it, and ``values`` where it is the first
+    that changed the values."""
+    verdicts = {run.stage.order: run for run in report.runs} if report is not None else {}
+    first = report.first_change.stage.order if report is not None and report.first_change else None
+    entries = []
+    for before, stage in zip(distinct, distinct[1:]):
+        removed, added = instruction_changes(before.text, stage.text)
+        run = verdicts.get(stage.order)
+        entries.append({
+            "name": stage.name, "removed": len(removed), "added": len(added),
+            "changes": [[c.side, c.instruction, c.source] for c in removed[:SHOWN_CHANGES] + added[:SHOWN_CHANGES]],
+            "verdict": None if run is None else run.verdict, "reason": None if run is None else run.reason or None,
+            "values": stage.order == first,
+        })
+    return entries
+
+
+def _linked_lines(text: str, files) -> list[dict]:
+    """The stage's text as the page shows it (its frame tables and metadata left out), each
+    line with the Python lines it computes (``keys``: ``[file, line]``, its own first)."""
+    frames = stack_frames(text)
+    shown, callees = [], []
+    inside: dict[str, list] = {}      # computation -> its instructions' lines
+    calls: dict[str, list] = {}       # computation -> the computations its instructions call
+    computation, in_table = None, False
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        in_table = stripped in FRAME_TABLES or (in_table and bool(stripped))
+        if in_table or (not stripped and (not shown or not shown[-1]["text"])):   # (one blank line between parts)
+            continue
+        header = _COMPUTATION.match(stripped)
+        if header:
+            computation = header["name"]
+        frame = instruction_frame(raw, frames)
+        keys = [[files.index(frame.file, frame.line), frame.line]] if frame is not None else []
+        callee = _CALLS.search(raw)
+        if computation is not None:
+            inside.setdefault(computation, []).extend(keys)
+            if callee:
+                calls.setdefault(computation, []).append(callee["name"])
+        shown.append({"text": _METADATA.sub("", raw).rstrip(), "keys": keys})
+        callees.append(callee["name"] if callee else None)
+        if stripped == "}":
+            computation = None
+    for entry, callee in zip(shown, callees):
+        for key in _called_keys(callee, inside, calls):
+            if key not in entry["keys"]:
+                entry["keys"].append(key)
+    return shown
+
+
+def _called_keys(callee: str | None, inside: dict, calls: dict) -> list:
+    """The Python lines of the instructions of computation ``callee`` and of those it calls."""
+    keys, pending, seen = [], [callee] if callee else [], set()
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            keys += inside.get(name, [])
+            pending += calls.get(name, [])
+    return keys
