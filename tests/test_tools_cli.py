@@ -156,3 +156,28 @@ def test_compare(capsys, tmp_path):
     assert status == 0 and out == "the interpreter and cpu agree on all 2 results\n"
     status, _, err = cli(capsys, "compare", path, "-i", "[1, 2, 3]", "-i", "4", "--rtol", "0")
     assert status == 2 and "give both --rtol and --atol" in err
+
+
+LOG_OF_EXP_TIMES_X = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.exponential %x : tensor<3xf32>
+  %1 = stablehlo.log %0 : tensor<3xf32>
+  %2 = stablehlo.multiply %1, %x : tensor<3xf32>
+  return %2 : tensor<3xf32>
+}"""
+
+
+def test_explore_xla_stages_of_a_module_drawn_without_running_it(capsys, tmp_path):
+    path = write(tmp_path, "log_of_exp.mlir", LOG_OF_EXP_TIMES_X)
+    status, out, _ = cli(capsys, "explore", path, "--xla-stages")
+    assert status == 0 and out == f"wrote {tmp_path / 'log_of_exp.html'}: 0 ops run\n"
+    xla = explorer_data((tmp_path / "log_of_exp.html").read_text())["xla"]
+    # algsimp rewrites log(exp(x)) * x as x * x: the three instructions out, one in; nothing ran, so no verdict
+    algsimp = xla["passes"][0]
+    assert algsimp["name"] == "pass algsimp (pipeline simplification)"
+    assert (algsimp["removed"], algsimp["added"]) == (3, 1)
+    assert [change[1].split(" = ")[1] for change in algsimp["changes"]] == [
+        "f32[3]{0} exponential(%Arg_0.1)", "f32[3]{0} log(%exponential.1)",
+        "f32[3]{0} multiply(%log.1, %Arg_0.1)", "f32[3]{0} multiply(%Arg_0.1, %Arg_0.1)"]
+    assert all(entry["verdict"] is None and not entry["values"] for entry in xla["passes"]) and xla["report"] is None
+    # the optimized program: the multiply, fused
+    assert any(" = f32[3]{0} fusion(%Arg_0.1), kind=kLoop" in line["text"] for line in xla["lines"])

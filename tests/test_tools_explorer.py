@@ -292,3 +292,60 @@ def test_a_flax_optax_step_is_named_as_written():
     silu = data["regions"][next(rid for rid in data["sections"] if data["regions"][rid]["title"] == "@silu")]
     assert [node["name"] for node in silu["inputs"]] == ["%arg0"] and silu["input_summary"] is None
     assert "names" not in silu["ret"]
+
+
+def log_exp_and_product(x, w):
+    y = jnp.log(jnp.exp(x))
+    return y + x @ w
+
+
+LOG_LINE = log_exp_and_product.__code__.co_firstlineno + 1
+XW = (np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32))
+_METADATA = re.compile(r",\s*metadata=\{[^{}]*\}")
+
+
+def fusions(lines) -> list[str]:
+    """The fusion instructions of HLO text lines, their metadata aside."""
+    return [_METADATA.sub("", line).strip() for line in lines if re.search(r" = \S+ fusion\(", line)]
+
+
+def test_xla_stages_show_the_optimized_program_linked_to_the_lines_and_the_pass_that_changed_the_values():
+    assert "xla" not in si.explore(log_exp_and_product, *XW).data     # opt-in: the default page has none
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    xla, files = exploration.data["xla"], exploration.data["files"]
+    # the optimized program is XLA CPU's: the fusions JAX's own compile of the function makes
+    compiled = jax.jit(log_exp_and_product).lower(*XW).compile().as_text()
+    shown = [line["text"] for line in xla["lines"]]
+    assert fusions(shown) == fusions(compiled.splitlines()) and len(fusions(shown)) >= 1
+    assert "StackFrames" not in shown and not any("metadata=" in text for text in shown)
+    # each line names the Python lines it computes; the fusion computing `y + x @ w` (the add at the root) names
+    # the return line; log(exp(x)) is gone (algsimp made it x), so no line names its line
+    here = next(index for index, file in enumerate(files) if file["path"] == __file__)
+    linked = {line["text"].strip(): line["keys"] for line in xla["lines"] if line["keys"]}
+    root = next(text for text in linked if text.startswith("ROOT") and " fusion(" in text)
+    assert linked[root][0] == [here, LOG_LINE + 1]
+    assert not any([here, LOG_LINE] in keys for keys in linked.values())
+    # the passes that changed the program: the first that changed the values is si.passes' (algsimp)
+    report = exploration.passes
+    assert report.first_change.stage.after == "algsimp"
+    marked = [entry for entry in xla["passes"] if entry["values"]]
+    assert [entry["name"] for entry in marked] == ["pass algsimp (pipeline simplification)"]
+    assert marked[0]["verdict"] == "changes the values" and xla["stages"] == len(report.stages)
+    removed = {change[1].split(" = ")[1].split("(")[0].split()[-1]: change[2]
+               for change in marked[0]["changes"] if change[0] == "-"}
+    assert removed["exponential"].startswith(f"test_tools_explorer.py:{LOG_LINE} ")
+    assert removed["log"].startswith(f"test_tools_explorer.py:{LOG_LINE} ")
+    assert marked[0]["removed"] == sum(change[0] == "-" for change in marked[0]["changes"])
+    # XLA's own compiled program gives what the changed stage computes: x where exp(x) overflows
+    np.testing.assert_array_equal(report.first_change.results[0], np.asarray(jax.jit(log_exp_and_product)(*XW)))
+
+
+def test_xla_stages_of_a_program_passes_cannot_compile_say_why():
+    def with_callback(x):
+        jax.debug.print("x is {}", x)
+        return x * 2
+
+    exploration = si.explore(with_callback, np.float32(3), xla_stages=True)
+    assert exploration.data["xla"] == {"error": exploration.data["xla"]["error"]} and exploration.passes is None
+    assert "host callbacks" in exploration.data["xla"]["error"]
+    assert exploration.trace.records[-1].values[0] == 6     # the page itself is whole
