@@ -501,3 +501,35 @@ def test_a_per_device_comparison_banner_names_the_device_that_differs(open_page)
     assert page.input_value("#device") == "2"
     assert "device 2: differs" in page.inner_text("#details .report")
     assert "device 1: agrees" in page.inner_text("#details .report")
+
+
+def log_exp_and_product(x, w):
+    y = jnp.log(jnp.exp(x))
+    return y + x @ w
+
+
+def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_marked(open_page):
+    x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
+    page = open_page(log_exp_and_product, x, w, xla_stages=True)
+    assert page.inner_text("#xla-panel h2").startswith("XLA CPU: the optimized program (")
+    page.locator("#python .line", has_text="return y + x @ w").click()
+    lit = [text.strip() for text in texts(page, "#xla .line.hl .text")]
+    # the fusion at the program's root computes the line, and so do the instructions it fused (the add among them)
+    assert any(text.startswith("ROOT %") and " fusion(" in text for text in lit)
+    assert any(" add(" in text for text in lit) and not any(" parameter(" in text for text in lit)
+    assert hlo_lines(page, ".line.hl")                    # the StableHLO panel lights up as before
+    # log(exp(x)): its StableHLO ops light up, and nothing of XLA's program (algsimp made it x)
+    page.locator("#python .line", has_text="jnp.log(jnp.exp(x))").click()
+    assert hlo_lines(page, ".line.hl") and texts(page, "#xla .line.hl") == []
+    # an XLA line selects the Python line it computes
+    page.locator("#xla .line", has_text="ROOT %").filter(has_text=" fusion(").click()
+    assert [t.strip() for t in texts(page, "#python .line.selected .text")] == ["return y + x @ w"]
+    # the banner opens the passes that changed the program; algsimp is marked as the one that changed the values
+    banner = page.locator("#banners .xla")
+    assert "pass algsimp (pipeline simplification) changed the values" in banner.inner_text()
+    banner.click()
+    assert texts(page, "#details li.changes-values")[0].startswith("pass algsimp (pipeline simplification): −")
+    page.click("#details li.changes-values")
+    removed = texts(page, "#details .xla-change.removed")
+    assert any(" exponential(%x.1)" in text and f"test_explorer_browser.py:{log_exp_and_product.__code__.co_firstlineno + 1}"
+               in text for text in removed)
