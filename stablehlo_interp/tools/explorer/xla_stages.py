@@ -51,7 +51,7 @@ def stage_data(call, files) -> tuple[dict, PassesReport | None]:
 
 def _passes(distinct: list, report: PassesReport | None) -> list[dict]:
     """Each distinct stage after the first (a pass, or a pipeline's start, that changed the
-    module): its name, how many instructions it removed and added, the first of them with
+    module): its name (and the pass's alone), how many instructions it removed and added, the first of them with
     their source, the verdict where the report ran it, and ``values`` where it is the first
     that changed the values."""
     verdicts = {run.stage.order: run for run in report.runs} if report is not None else {}
@@ -61,7 +61,8 @@ def _passes(distinct: list, report: PassesReport | None) -> list[dict]:
         removed, added = instruction_changes(before.text, stage.text)
         run = verdicts.get(stage.order)
         entries.append({
-            "name": stage.name, "removed": len(removed), "added": len(added),
+            "name": stage.name, "pass": stage.after if stage.after != "pipeline-start" else stage.name,
+            "removed": len(removed), "added": len(added),
             "changes": [[c.side, c.instruction, c.source] for c in removed[:SHOWN_CHANGES] + added[:SHOWN_CHANGES]],
             "verdict": None if run is None else run.verdict, "reason": None if run is None else run.reason or None,
             "values": stage.order == first,

@@ -176,7 +176,9 @@
   function renderXla() {
     const section = el("section");
     section.id = "xla-panel";
-    section.appendChild(el("h2", null, data.xla.error ? "XLA CPU" : `XLA CPU: the optimized program (${data.xla.stage})`));
+    const heading = el("h2", null, data.xla.error ? "XLA CPU" : "XLA CPU: the optimized program");
+    heading.title = data.xla.error ? "" : `the program as XLA's last stage left it (${data.xla.stage})`;
+    section.appendChild(heading);
     const code = el("div", "code");
     code.id = "xla";
     if (data.xla.error) code.appendChild(el("div", "gap", data.xla.error));
@@ -207,13 +209,20 @@
     const list = el("ol", "xla-passes");
     data.xla.passes.forEach((entry, index) => {
       const item = el("li", "link" + (entry.values ? " changes-values" : ""),
-                      `${entry.name}: −${entry.removed} +${entry.added}` + (entry.verdict ? ` (${entry.verdict})` : ""));
+                      `${entry.name}: −${entry.removed} +${entry.added}` + (entry.verdict ? ` (${verdictText(entry)})` : ""));
       if (entry.values) item.appendChild(el("span", "marker", " ⚠ changed the values"));
       item.addEventListener("click", () => showXlaPass(index));
       list.appendChild(item);
     });
     details.appendChild(list);
     if (data.xla.report) details.appendChild(el("div", "report", data.xla.report));
+  }
+
+  // si.passes' verdict on a stage it ran: its values against the original program's (every
+  // stage after the first that changed them differs too).
+  function verdictText(entry) {
+    return {"keeps the values": "the original's values", "changes the values": "values other than the original's",
+            "not run": "not run on the interpreter"}[entry.verdict] || entry.verdict;
   }
 
   function showXlaPass(index) {
@@ -223,7 +232,7 @@
     back.addEventListener("click", showXlaPasses);
     details.append(back, el("h3", null, entry.name));
     if (entry.values) details.appendChild(el("p", "marker", "⚠ the first pass after which the program computes something else"));
-    if (entry.verdict) details.appendChild(el("p", null, entry.verdict + (entry.reason ? `: ${entry.reason}` : "")));
+    if (entry.verdict) details.appendChild(el("p", null, verdictText(entry) + (entry.reason ? `: ${entry.reason}` : "")));
     const shown = entry.changes.length < entry.removed + entry.added ? " (the first of each shown)" : "";
     details.appendChild(el("p", null, `removed ${entry.removed}, added ${entry.added} instruction(s)${shown}:`));
     for (const [side, instruction, source] of entry.changes) {
@@ -264,7 +273,7 @@
     if (data.xla) {
       const changed = data.xla.error ? null : data.xla.passes.find(entry => entry.values);
       add(changed ? "xla changes-values" : "xla", data.xla.error ? "XLA's stages: not had" :
-          `XLA: ${data.xla.passes.length} passes changed the program` + (changed ? `; ${changed.name} changed the values` : ""),
+          `XLA: ${data.xla.passes.length} passes` + (changed ? ` · values changed by ${changed.pass}` : ""),
           data.xla.report || data.xla.error || "", showXlaPasses);
     }
     if (!data.ran) add("agree", "structure only: not run (no arguments given)", "", null);
