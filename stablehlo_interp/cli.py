@@ -318,11 +318,16 @@ def command_explore(args) -> int:
         print(exploration.nonfinite)
     if exploration.comparison is not None:
         print(exploration.comparison)
+    if "xla" in exploration.data:     # --xla-stages: si.passes' report, or why XLA's stages are not shown
+        print(exploration.passes if exploration.passes is not None else
+              exploration.data["xla"].get("error", f"XLA CPU: {len(exploration.data['xla']['passes'])} passes "
+                                                   "changed the program (not run: no inputs)"))
     if exploration.trace.error is not None:
         print(exploration.trace.error)
     if exploration.trace.error is not None:
         return exit_status(exploration.trace.error)
-    return FINDING if exploration.comparison is not None and not exploration.comparison.ok else OK
+    differs = exploration.comparison is not None and not exploration.comparison.ok
+    return FINDING if differs or (exploration.passes is not None and not exploration.passes.ok) else OK
 
 
 def command_compare(args) -> int:
