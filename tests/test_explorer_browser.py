@@ -518,9 +518,12 @@ def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_mark
     assert any(text.startswith("ROOT %") and " fusion(" in text for text in lit)
     assert any(" add(" in text for text in lit) and not any(" parameter(" in text for text in lit)
     assert hlo_lines(page, ".line.hl")                    # the StableHLO panel lights up as before
+    computing = texts(page, "#details ul.xla-instructions li")
+    assert len(computing) == len(lit) and any("_fusion" in name for name in computing)
     # log(exp(x)): its StableHLO ops light up, and nothing of XLA's program (algsimp made it x)
     page.locator("#python .line", has_text="jnp.log(jnp.exp(x))").click()
     assert hlo_lines(page, ".line.hl") and texts(page, "#xla .line.hl") == []
+    assert "nothing in XLA's optimized program computes it" in page.inner_text("#details")
     # an XLA line selects the Python line it computes
     page.locator("#xla .line", has_text="ROOT %").filter(has_text=" fusion(").click()
     assert [t.strip() for t in texts(page, "#python .line.selected .text")] == ["return y + x @ w"]

@@ -169,7 +169,8 @@ LOG_OF_EXP_TIMES_X = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
 def test_explore_xla_stages_of_a_module_drawn_without_running_it(capsys, tmp_path):
     path = write(tmp_path, "log_of_exp.mlir", LOG_OF_EXP_TIMES_X)
     status, out, _ = cli(capsys, "explore", path, "--xla-stages")
-    assert status == 0 and out == f"wrote {tmp_path / 'log_of_exp.html'}: 0 ops run\n"
+    assert status == 0 and out == (f"wrote {tmp_path / 'log_of_exp.html'}: 0 ops run\n"
+                                   "XLA CPU: 2 passes changed the program (not run: no inputs)\n")
     xla = explorer_data((tmp_path / "log_of_exp.html").read_text())["xla"]
     # algsimp rewrites log(exp(x)) * x as x * x: the three instructions out, one in; nothing ran, so no verdict
     algsimp = xla["passes"][0]
@@ -181,3 +182,7 @@ def test_explore_xla_stages_of_a_module_drawn_without_running_it(capsys, tmp_pat
     assert all(entry["verdict"] is None and not entry["values"] for entry in xla["passes"]) and xla["report"] is None
     # the optimized program: the multiply, fused
     assert any(" = f32[3]{0} fusion(%Arg_0.1), kind=kLoop" in line["text"] for line in xla["lines"])
+    # with inputs, si.passes judges the stages: algsimp changes exp(100)'s inf into 100 * 100, a finding
+    status, out, _ = cli(capsys, "explore", path, "--xla-stages", "-i", "[1, 50, 100]")
+    assert status == 1 and "first pass that changes the values: pass algsimp (pipeline simplification)" in out
+    assert "after the pass: f32[3] [1 2500 10000]" in out

@@ -197,6 +197,17 @@
     document.getElementById("stablehlo-panel").after(section);
   }
 
+  // The instructions of XLA's optimized program that compute a Python line (its own, or
+  // a fusion of it): named in a line's details.
+  function showXlaOfLine(key, details) {
+    const computing = data.xla.lines.filter(entry => entry.keys.some(([file, line]) => lineKey(file, line) === key));
+    details.appendChild(el("p", null, computing.length ? `in XLA's optimized program, ${computing.length} instruction(s):` :
+                                      "nothing in XLA's optimized program computes it"));
+    const list = el("ul", "xla-instructions");
+    for (const entry of computing) list.appendChild(el("li", null, entry.text.trim().split(" = ")[0]));
+    details.appendChild(list);
+  }
+
   // The passes that changed the program, in order: what each removed and added, its
   // verdict where si.passes ran its stage, the one that changed the values marked.
   function showXlaPasses() {
@@ -784,6 +795,7 @@
           list.appendChild(item);
         }
         details.appendChild(list);
+        if (data.xla && !data.xla.error) showXlaOfLine(lineKey(selection.file, selection.line), details);
         const calls = groupsOfLine.get(lineKey(selection.file, selection.line)) || [];
         if (calls.length) {
           details.appendChild(el("p", null, `made ${calls.length} call(s) (groups of ops):`));
