@@ -16,10 +16,12 @@ up the fusion that computes it.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ...backends.errors import BackendError
 from ...backends.xla_passes import compile_pipeline
 from ...errors import InterpreterError
+from ...program.calls import Call
 from ..compare import module_text
 from ..passes import (FRAME_TABLES, PassesReport, distinct_stages, instruction_changes, instruction_frame,
                       passes, stack_frames, SHOWN_CHANGES)
@@ -29,7 +31,7 @@ _COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _CALLS = re.compile(r"\bcalls=%(?P<name>[\w.\-]+)")
 
 
-def stage_data(call, files) -> tuple[dict, PassesReport | None]:
+def stage_data(call: Call, files: Any) -> tuple[dict, PassesReport | None]:
     """The page's ``xla`` entry for a prepared call (``files``: the page's Python files, a
     ``page_data._Files``), and the passes report (None without arguments, or where XLA's
     stages could not be had: then the entry's ``error`` says why)."""
@@ -74,7 +76,8 @@ def _linked_lines(text: str, files) -> list[dict]:
     """The stage's text as the page shows it (its frame tables and metadata left out), each
     line with the Python lines it computes (``keys``: ``[file, line]``, its own first)."""
     frames = stack_frames(text)
-    shown, callees = [], []
+    shown: list[dict] = []
+    callees: list[str | None] = []    # the computation each line calls
     inside: dict[str, list] = {}      # computation -> its instructions' lines
     calls: dict[str, list] = {}       # computation -> the computations its instructions call
     computation, in_table = None, False
@@ -88,13 +91,14 @@ def _linked_lines(text: str, files) -> list[dict]:
             computation = header["name"]
         frame = instruction_frame(raw, frames)
         keys = [[files.index(frame.file, frame.line), frame.line]] if frame is not None else []
-        callee = _CALLS.search(raw)
+        called = _CALLS.search(raw)
+        callee = called["name"] if called else None
         if computation is not None:
             inside.setdefault(computation, []).extend(keys)
             if callee:
-                calls.setdefault(computation, []).append(callee["name"])
+                calls.setdefault(computation, []).append(callee)
         shown.append({"text": _METADATA.sub("", raw).rstrip(), "keys": keys})
-        callees.append(callee["name"] if callee else None)
+        callees.append(callee)
         if stripped == "}":
             computation = None
     for entry, callee in zip(shown, callees):
