@@ -305,8 +305,10 @@ _METADATA = re.compile(r",\s*metadata=\{[^{}]*\}")
 
 
 def fusions(lines) -> list[str]:
-    """The fusion instructions of HLO text lines, their metadata aside."""
-    return [_METADATA.sub("", line).strip() for line in lines if re.search(r" = \S+ fusion\(", line)]
+    """The fusion instructions of HLO text lines, their metadata and backend config (JSON, its
+    keys in either order) aside."""
+    return [re.sub(r", backend_config=.*$", "", _METADATA.sub("", line)).strip()
+            for line in lines if re.search(r" = \S+ fusion\(", line)]
 
 
 def test_xla_stages_show_the_optimized_program_linked_to_the_lines_and_the_pass_that_changed_the_values():
@@ -349,3 +351,23 @@ def test_xla_stages_of_a_program_passes_cannot_compile_say_why():
     assert exploration.data["xla"] == {"error": exploration.data["xla"]["error"]} and exploration.passes is None
     assert "host callbacks" in exploration.data["xla"]["error"]
     assert exploration.trace.records[-1].values[0] == 6     # the page itself is whole
+
+
+def test_xla_stages_of_a_sharded_program_show_xlas_per_device_program():
+    """A matmul whose contracting dimension is sharded over XLA CPU's 8 devices: the optimized
+    program is each device's (as JAX's own compile makes it), its partial product's fusion and
+    the all-reduce the partitioner inserted; no pass changes the values."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    a = jax.device_put((np.arange(64, dtype=np.float32).reshape(4, 16) - 30) / 8, NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put((np.arange(128, dtype=np.float32).reshape(16, 8) % 7 - 3) / 4, NamedSharding(mesh, P("x", None)))
+    product = jax.jit(lambda a, b: a @ b)
+    exploration = si.explore(product, a, b, xla_stages=True)
+    shown = [line["text"] for line in exploration.data["xla"]["lines"]]
+    compiled = product.lower(a, b).compile().as_text().splitlines()
+    assert fusions(shown) == fusions(compiled) and len(fusions(shown)) == 1
+    reduces = [_METADATA.sub("", line).strip() for line in compiled if " all-reduce(" in line]
+    assert len(reduces) == 1 and reduces[0] in [line.strip() for line in shown]
+    assert exploration.passes.devices == 8 and exploration.passes.ok
+    assert not any(entry["values"] for entry in exploration.data["xla"]["passes"])
