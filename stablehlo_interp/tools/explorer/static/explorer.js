@@ -173,6 +173,7 @@
   // XLA's optimized program (data.xla, with xla_stages=True), after the StableHLO panel:
   // each line linked, as a jaxpr line is, to the Python lines it computes (``keys``; a
   // fusion's: those of the instructions it fused), and selecting the first of them.
+  const xlaRows = [];   // line index -> its row in the XLA panel
   function renderXla() {
     const section = el("section");
     section.id = "xla-panel";
@@ -184,6 +185,7 @@
     if (data.xla.error) code.appendChild(el("div", "gap", data.xla.error));
     else data.xla.lines.forEach((entry, index) => {
       const row = el("div", "line");
+      xlaRows[index] = row;
       row.append(el("span", "no", String(index + 1)), el("span", "text", entry.text));
       if (entry.keys.length) {
         row.dataset.keys = entry.keys.map(([file, line]) => lineKey(file, line)).join(" ");
@@ -200,11 +202,16 @@
   // The instructions of XLA's optimized program that compute a Python line (its own, or
   // a fusion of it): named in a line's details.
   function showXlaOfLine(key, details) {
-    const computing = data.xla.lines.filter(entry => entry.keys.some(([file, line]) => lineKey(file, line) === key));
+    const computing = [...data.xla.lines.keys()].filter(
+      index => data.xla.lines[index].keys.some(([file, line]) => lineKey(file, line) === key));
     details.appendChild(el("p", null, computing.length ? `in XLA's optimized program, ${computing.length} instruction(s):` :
                                       "nothing in XLA's optimized program computes it"));
     const list = el("ul", "xla-instructions");
-    for (const entry of computing) list.appendChild(el("li", null, entry.text.trim().split(" = ")[0]));
+    for (const index of computing) {
+      const item = el("li", "link", data.xla.lines[index].text.trim().split(" = ")[0]);
+      item.addEventListener("click", () => xlaRows[index].scrollIntoView({block: "center", inline: "nearest"}));
+      list.appendChild(item);
+    }
     details.appendChild(list);
   }
 
