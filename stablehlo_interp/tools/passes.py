@@ -456,7 +456,7 @@ def _instructions(text: str) -> dict:
         if not line.startswith(("%", "ROOT %")) or " = " not in line:
             continue
         metadata = _METADATA.search(line)
-        shown = _METADATA.sub("", line)
+        shown = without_metadata(line)
         found[shown.removeprefix("ROOT ")] = (shown, metadata.group(1) if metadata else "")
     return found
 
@@ -472,6 +472,11 @@ def _sources(text: str, instructions: dict) -> dict:
         where = describe_frame(found) if found else ""
         sources[line] = " ".join(part for part in (where, name.group(1) if name else "") if part)
     return sources
+
+
+def without_metadata(line: str) -> str:
+    """A line of XLA's text without its instruction's ``metadata={...}``."""
+    return _METADATA.sub("", line)
 
 
 def instruction_frame(line: str, frames: dict) -> Frame | None:

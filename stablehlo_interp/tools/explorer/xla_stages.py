@@ -23,10 +23,9 @@ from ...backends.xla_passes import compile_pipeline
 from ...errors import InterpreterError
 from ...program.calls import Call
 from ..compare import module_text
-from ..passes import (FRAME_TABLES, PassesReport, distinct_stages, instruction_changes, instruction_frame,
-                      passes, stack_frames, SHOWN_CHANGES)
+from ..passes import (FRAME_TABLES, PassesReport, SHOWN_CHANGES, distinct_stages, instruction_changes,
+                      instruction_frame, passes, stack_frames, without_metadata)
 
-_METADATA = re.compile(r",\s*metadata=\{[^{}]*\}")
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _CALLS = re.compile(r"\bcalls=%(?P<name>[\w.\-]+)")
 
@@ -53,9 +52,9 @@ def stage_data(call: Call, files: Any) -> tuple[dict, PassesReport | None]:
 
 def _passes(distinct: list, report: PassesReport | None) -> list[dict]:
     """Each distinct stage after the first (a pass, or a pipeline's start, that changed the
-    module): its name (and the pass's alone), how many instructions it removed and added, the first of them with
-    their source, the verdict where the report ran it, and ``values`` where it is the first
-    that changed the values."""
+    module): its name (and the pass's alone), how many instructions it removed and added,
+    the first of them with their source, the verdict where the report ran it (and why it
+    could not run it), and ``values`` where it is the first that changed the values."""
     verdicts = {run.stage.order: run for run in report.runs} if report is not None else {}
     first = report.first_change.stage.order if report is not None and report.first_change else None
     entries = []
@@ -97,7 +96,7 @@ def _linked_lines(text: str, files) -> list[dict]:
             inside.setdefault(computation, []).extend(keys)
             if callee:
                 calls.setdefault(computation, []).append(callee)
-        shown.append({"text": _METADATA.sub("", raw).rstrip(), "keys": keys})
+        shown.append({"text": without_metadata(raw).rstrip(), "keys": keys})
         callees.append(callee)
         if stripped == "}":
             computation = None
