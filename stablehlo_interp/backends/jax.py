@@ -14,6 +14,7 @@ from ..ir.decode import load_quant_dialect
 from ..ir.sources import host_callbacks_of
 from ..ir.types import Token
 from ..judge.precision import declared_precision
+from ..program.calls import lower_for
 from .errors import BackendCompileError, BackendCrash, BackendError
 
 
@@ -76,10 +77,10 @@ class JaxBackend:
 
     def lower(self, traced) -> tuple[str, tuple]:
         """A ``jax.stages.Traced`` lowered for this platform: the module's text (with
-        locations) and the host callbacks it calls."""
+        locations) and the host callbacks it calls (program/calls.py's ``lower_for``)."""
         from jax._src import xla_bridge
 
-        lowered = traced.lower(lowering_platforms=(xla_bridge.canonicalize_platform(self.platform),))
+        lowered = lower_for(traced, xla_bridge.canonicalize_platform(self.platform))
         return lowered.as_text(debug_info=True), host_callbacks_of(lowered)
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..engine.run import Listener
 
 import functools
+import os
 import pathlib
 import warnings
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def _prepare(target, args, kwargs: dict, function: str | None, platform: str | N
     if is_jax_function(target):
         _no_function_name(target, function)
         traced, static_argnums = _trace(target, args, kwargs)
-        program = load(traced.lower(lowering_platforms=(platform,) if platform else None))
+        program = load(lower_for(traced, platform))
         return Call(program, program.bind(args, kwargs, static_argnums), "main", program.signature, traced)
     program = target if isinstance(target, Program) else load(target)
     if program.signature is not None and program is not target:
@@ -157,6 +158,54 @@ class DeviceRun:
     outputs: object
     per_device: list
     program: PerDeviceProgram
+
+
+def lower_for(traced: Any, platform: str | None) -> Any:
+    """``traced`` (a ``jax.stages.Traced``) lowered for ``platform`` (None: JAX's default
+    device's), as JAX lowers a call on that platform's first device.
+
+    JAX lowers a call for the platform of its devices: the arguments' where they are
+    committed to some, else the default device's. ``lowering_platforms`` changes the
+    platform of the module's ops, not that device, and JAX's lowering of a host callback
+    for the CPU (``emit_python_callback``) asks the module's backend for that platform's
+    client and refuses any other ("the platform for the specified backend interp is
+    different from the lowering platform cpu", with ``JAX_PLATFORMS=interp,cpu``). So
+    the default device is the platform's own for the lowering, where JAX has one.
+    Without one (``JAX_PLATFORMS`` leaves the platform out), a host callback cannot be
+    lowered for it: an :class:`ArgumentError` says so."""
+    import contextlib
+
+    import jax
+
+    if platform is None:
+        return traced.lower()
+    devices = _devices_of(platform)
+    with jax.default_device(devices[0]) if devices else contextlib.nullcontext():
+        try:
+            return traced.lower(lowering_platforms=(platform,))
+        except ValueError as error:
+            if devices or _CALLBACK_BACKEND_REFUSED not in str(error):
+                raise
+            listed = os.environ.get("JAX_PLATFORMS")
+            missing = (f"JAX_PLATFORMS={listed} leaves {platform} out: list it too" if listed else
+                       f"JAX has no {platform} device in this process")
+            raise ArgumentError(f"JAX cannot lower this function for {platform}: {error}. JAX lowers a host "
+                                f"callback for a platform on one of its devices, and {missing} "
+                                "(docs/device.md, \"Platform orders\")") from error
+
+
+# How JAX's emit_python_callback refuses a module whose backend is another platform's.
+_CALLBACK_BACKEND_REFUSED = "is different from the lowering platform"
+
+
+def _devices_of(platform: str) -> list:
+    """JAX's devices of ``platform`` in this process ([] where ``JAX_PLATFORMS`` leaves it out)."""
+    import jax
+
+    try:
+        return jax.devices(platform)
+    except RuntimeError:   # "Unknown backend ..."
+        return []
 
 
 def _no_function_name(target, function: str | None) -> None:
