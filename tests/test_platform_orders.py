@@ -118,6 +118,17 @@ observe("passes", lambda: {"report": str(si.passes(f, FINITE))})
 observe("portability", portable)
 if "interp" in os.environ.get("JAX_PLATFORMS", "interp"):
     observe("on_device", on_interp_device)
+if os.environ.get("JAX_PLATFORMS") == "interp":   # XLA's CPU is there in child processes only
+    def g(x):
+        return jnp.log(jnp.exp(x) + 1.0)
+    observe("compare_in_a_child", lambda: {"text": str(si.compare(g, FINITE, backend=si.tools.JaxChildBackend("cpu")))})
+    observe("compare_without_callbacks", lambda: {"text": str(si.compare(g, FINITE, backend="cpu"))})
+    observe("codegen_without_callbacks", lambda: {"text": str(si.codegen_options(g, FINITE))})
+    def passes_without_callbacks():
+        report = si.passes(g, FINITE)
+        return {"stages": len(report.stages), "first_change": report.first_change is not None,
+                "compiled_differs": report.compiled_differs}
+    observe("passes_without_callbacks", passes_without_callbacks)
 print("FOUND " + json.dumps(found))
 '''
 
@@ -204,5 +215,13 @@ def _check_without_cpu(found: dict) -> None:
         assert found[tool]["error"] == "ArgumentError", found[tool]
         assert "JAX_PLATFORMS=interp leaves cpu out: list it too" in found[tool]["message"]
     assert found["codegen_options"]["error"] == "InterpreterError" and EQUINOX in found["codegen_options"]["message"]
+    # without callbacks, XLA's CPU runs in the tools' child processes, which start the CPU whatever the order
+    assert found["compare_in_a_child"]["text"] == "the interpreter and cpu agree on the result"
+    assert found["compare_without_callbacks"]["error"] == "BackendCompileError"
+    assert "JAX_PLATFORMS=interp leaves cpu out" in found["compare_without_callbacks"]["message"]
+    assert found["codegen_without_callbacks"]["text"].startswith("XLA CPU's compiled result equals the interpreter's")
+    passes = found["passes_without_callbacks"]
+    assert passes.get("error") is None, passes
+    assert passes["stages"] > 1 and not passes["first_change"] and not passes["compiled_differs"]
     for tool, observed in found.items():
         assert not isinstance(observed, dict) or observed.get("callbacks", 0) == 0, tool

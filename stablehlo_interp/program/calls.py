@@ -179,26 +179,23 @@ def lower_for(traced: Any, platform: str | None) -> Any:
 
     if platform is None:
         return traced.lower()
-    devices = _devices_of(platform)
+    devices = platform_devices(platform)
     with jax.default_device(devices[0]) if devices else contextlib.nullcontext():
         try:
             return traced.lower(lowering_platforms=(platform,))
         except ValueError as error:
             if devices or _CALLBACK_BACKEND_REFUSED not in str(error):
                 raise
-            listed = os.environ.get("JAX_PLATFORMS")
-            missing = (f"JAX_PLATFORMS={listed} leaves {platform} out: list it too" if listed else
-                       f"JAX has no {platform} device in this process")
             raise ArgumentError(f"JAX cannot lower this function for {platform}: {error}. JAX lowers a host "
-                                f"callback for a platform on one of its devices, and {missing} "
-                                "(docs/device.md, \"Platform orders\")") from error
+                                f"callback for a platform on one of its devices, and {missing_platform(platform)}") \
+                from error
 
 
 # How JAX's emit_python_callback refuses a module whose backend is another platform's.
 _CALLBACK_BACKEND_REFUSED = "is different from the lowering platform"
 
 
-def _devices_of(platform: str) -> list:
+def platform_devices(platform: str) -> list:
     """JAX's devices of ``platform`` in this process ([] where ``JAX_PLATFORMS`` leaves it out)."""
     import jax
 
@@ -206,6 +203,14 @@ def _devices_of(platform: str) -> list:
         return jax.devices(platform)
     except RuntimeError:   # "Unknown backend ..."
         return []
+
+
+def missing_platform(platform: str) -> str:
+    """Why JAX has no device of ``platform`` here, and the way to one."""
+    listed = os.environ.get("JAX_PLATFORMS")
+    why = (f"JAX_PLATFORMS={listed} leaves {platform} out: list it too" if listed else
+           f"JAX has no {platform} device in this process")
+    return f'{why} (docs/device.md, "Platform orders")'
 
 
 def _no_function_name(target, function: str | None) -> None:
