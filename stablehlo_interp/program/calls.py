@@ -170,9 +170,14 @@ def lower_for(traced: Any, platform: str | None) -> Any:
     for the CPU (``emit_python_callback``) asks the module's backend for that platform's
     client and refuses any other ("the platform for the specified backend interp is
     different from the lowering platform cpu", with ``JAX_PLATFORMS=interp,cpu``). So
-    the default device is the platform's own for the lowering, where JAX has one.
-    Without one (``JAX_PLATFORMS`` leaves the platform out), a host callback cannot be
-    lowered for it: an :class:`ArgumentError` says so."""
+    the default device is the platform's own for the lowering, where JAX has one, and
+    an argument committed to one device of another platform is lowered as uncommitted
+    (the module is the same; only the device JAX lowers on changes).
+
+    Where JAX still lowers on another platform's devices (arguments sharded over several
+    of them, shardings that name them) or has no device of the platform
+    (``JAX_PLATFORMS`` leaves it out), a host callback cannot be lowered: an
+    :class:`ArgumentError` says why and what to do."""
     import contextlib
 
     import jax
@@ -180,19 +185,41 @@ def lower_for(traced: Any, platform: str | None) -> Any:
     if platform is None:
         return traced.lower()
     devices = platform_devices(platform)
+    if devices:
+        traced = _released_from_other_platforms(traced, platform)
     with jax.default_device(devices[0]) if devices else contextlib.nullcontext():
         try:
             return traced.lower(lowering_platforms=(platform,))
         except ValueError as error:
-            if devices or _CALLBACK_BACKEND_REFUSED not in str(error):
+            if _CALLBACK_BACKEND_REFUSED not in str(error):
                 raise
+            why = (f"the call's devices are another platform's (arguments sharded over several of its devices, "
+                   f"or shardings that name them): put the arguments on {platform} devices (jax.device_put)"
+                   if devices else missing_platform(platform))
             raise ArgumentError(f"JAX cannot lower this function for {platform}: {error}. JAX lowers a host "
-                                f"callback for a platform on one of its devices, and {missing_platform(platform)}") \
-                from error
+                                f"callback for a platform on one of its devices, and {why}") from error
 
 
 # How JAX's emit_python_callback refuses a module whose backend is another platform's.
 _CALLBACK_BACKEND_REFUSED = "is different from the lowering platform"
+
+
+def _released_from_other_platforms(traced: Any, platform: str) -> Any:
+    """``traced`` with its arguments committed to a single device of another platform
+    taken as uncommitted, so that they leave the lowering to the default device. (JAX's
+    ``Traced`` keeps each argument's sharding and commitment in ``_meta_tys_flat``; an
+    argument sharded over several devices keeps them.)"""
+    from jax._src import stages
+
+    def elsewhere(meta) -> bool:
+        devices = getattr(meta.sharding, "_device_assignment", ()) if meta.committed else ()
+        return len(devices) == 1 and devices[0].platform != platform
+
+    metas = list(traced._meta_tys_flat)
+    if not any(elsewhere(meta) for meta in metas):
+        return traced
+    released = [meta.replace(committed=False) if elsewhere(meta) else meta for meta in metas]
+    return stages.Traced(released, traced._params, traced._in_tree, traced.out_tree, traced._consts)
 
 
 def platform_devices(platform: str) -> list:
