@@ -120,6 +120,9 @@ if "interp" in os.environ.get("JAX_PLATFORMS", "interp"):
     observe("on_device", on_interp_device)
     on_interp = jax.device_put(FINITE, jax.devices("interp")[0])   # committed there
     observe("compare_committed", lambda: {"ok": si.compare(f, on_interp, backend="cpu").ok})
+    mesh = jax.sharding.Mesh(np.array(jax.devices("interp")[:3]), ("i",))
+    sharded = jax.device_put(FINITE, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("i")))
+    observe("compare_sharded", lambda: {"ok": si.compare(f, sharded, backend="cpu").ok})
 if os.environ.get("JAX_PLATFORMS") == "interp":   # XLA's CPU is there in child processes only
     def g(x):
         return jnp.log(jnp.exp(x) + 1.0)
@@ -201,6 +204,8 @@ def _check_with_cpu(found: dict, log_line: int, order: str | None) -> None:
         np.testing.assert_allclose(found["on_device"]["result"], EXPECTED, rtol=1e-6)
         assert found["on_device"]["ops"].count("stablehlo.custom_call") == 2
         assert found["compare_committed"] == {"ok": True, "callbacks": 2}   # lowered for the CPU on the CPU
+        sharded = found["compare_sharded"]   # over three interp devices: JAX lowers on them, and says so
+        assert sharded["error"] == "ArgumentError" and "put the arguments on cpu devices" in sharded["message"]
     else:
         assert "on_device" not in found
 
@@ -214,7 +219,7 @@ def _check_without_cpu(found: dict) -> None:
     for tool in ("find_nonfinite", "probe", "break_at", "profile", "portability", "on_device"):
         assert no_cpu in found[tool]["message"] and "stablehlo.custom_call at " in found[tool]["message"], tool
     assert found["explain"]["jaxpr_callback"]
-    for tool in ("compare", "explore", "passes", "compare_committed"):
+    for tool in ("compare", "explore", "passes", "compare_committed", "compare_sharded"):
         assert found[tool]["error"] == "ArgumentError", found[tool]
         assert "JAX_PLATFORMS=interp leaves cpu out: list it too" in found[tool]["message"]
     assert found["codegen_options"]["error"] == "InterpreterError" and EQUINOX in found["codegen_options"]["message"]
