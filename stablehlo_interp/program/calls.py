@@ -212,7 +212,7 @@ def _released_from_other_platforms(traced: Any, platform: str) -> Any:
     from jax._src import stages
 
     def elsewhere(meta) -> bool:
-        devices = getattr(meta.sharding, "_device_assignment", ()) if meta.committed else ()
+        devices: tuple = tuple(getattr(meta.sharding, "_device_assignment", ())) if meta.committed else ()
         return len(devices) == 1 and devices[0].platform != platform
 
     metas = list(traced._meta_tys_flat)
