@@ -103,6 +103,13 @@ def on_interp_device():
         result = jax.jit(f, device=jax.devices("interp")[0])(FINITE)
     return {"result": values(result), "ops": [r.op for r in recorder.traces[-1]]}
 
+def per_device():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("i",))
+    four = jax.device_put(jnp.array([1.0, 2.0, 3.0, 4.0], jnp.float32),
+                          jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("i")))
+    run = si.run_per_device(f, four)
+    return {"outputs": values(run.outputs), "devices": len(run.per_device)}
+
 import pathlib
 observe("jit", lambda: {"result": values(jax.jit(f)(FINITE))})
 observe("trace", traced)
@@ -116,6 +123,7 @@ observe("compare", compared)
 observe("codegen_options", lambda: {"report": str(si.codegen_options(f, FINITE))})
 observe("passes", lambda: {"report": str(si.passes(f, FINITE))})
 observe("portability", portable)
+observe("run_per_device", per_device)
 if "interp" in os.environ.get("JAX_PLATFORMS", "interp"):
     observe("on_device", on_interp_device)
     on_interp = jax.device_put(FINITE, jax.devices("interp")[0])   # committed there
@@ -200,6 +208,8 @@ def _check_with_cpu(found: dict, log_line: int, order: str | None) -> None:
         assert found[refusing]["error"] == "InterpreterError" and EQUINOX in found[refusing]["message"]
     np.testing.assert_allclose(found["portability"]["outputs"], EXPECTED, rtol=1e-6)
     assert found["portability"]["findings"] == 0
+    np.testing.assert_allclose(found["run_per_device"]["outputs"], np.log(2 * np.arange(1.0, 5.0) - 1), rtol=1e-6)
+    assert found["run_per_device"]["devices"] == 2
     if order != "cpu":   # the interp device is there: its listeners see the callbacks it runs
         np.testing.assert_allclose(found["on_device"]["result"], EXPECTED, rtol=1e-6)
         assert found["on_device"]["ops"].count("stablehlo.custom_call") == 2
@@ -216,7 +226,7 @@ def _check_without_cpu(found: dict) -> None:
     no_cpu = 'Make sure "cpu" is listed in --jax_platforms or the JAX_PLATFORMS environment variable'
     assert no_cpu in found["jit"]["message"]
     assert no_cpu in found["trace"]["error"] and found["trace"]["ops"] == ["stablehlo.custom_call"]
-    for tool in ("find_nonfinite", "probe", "break_at", "profile", "portability", "on_device"):
+    for tool in ("find_nonfinite", "probe", "break_at", "profile", "portability", "on_device", "run_per_device"):
         assert no_cpu in found[tool]["message"] and "stablehlo.custom_call at " in found[tool]["message"], tool
     assert found["explain"]["jaxpr_callback"]
     for tool in ("compare", "explore", "passes", "compare_committed", "compare_sharded"):
