@@ -14,6 +14,7 @@ from ..ir.decode import load_quant_dialect
 from ..ir.sources import host_callbacks_of
 from ..ir.types import Token
 from ..judge.precision import declared_precision
+from ..program.calls import lower_for, missing_platform, platform_devices
 from .errors import BackendCompileError, BackendCrash, BackendError
 
 
@@ -45,6 +46,7 @@ class JaxBackend:
     def __call__(self, module_text: str, args, host_callbacks: tuple = ()) -> list:
         import jax
 
+        self._check_platform()
         try:
             executable = _compile(self.platform, module_text, tuple(host_callbacks))
         except Exception as error:  # XLA's compiler rejected the program: its message
@@ -61,6 +63,7 @@ class JaxBackend:
         (``per_device_args[d]``, its shards). None where the platform has fewer devices."""
         import jax
 
+        self._check_platform()
         count = len(per_device_args)
         devices = jax.devices(self.platform)[:count]
         if len(devices) < count:
@@ -74,12 +77,18 @@ class JaxBackend:
         except Exception as error:
             raise BackendError(self.name, str(error)) from error
 
+    def _check_platform(self) -> None:
+        if not platform_devices(self.platform):
+            raise BackendCompileError(self.name, f"{missing_platform(self.platform)}; or run it with "
+                                      f"JaxChildBackend({self.platform!r}), XLA in a child process of its own, "
+                                      "where a program without host callbacks runs")
+
     def lower(self, traced) -> tuple[str, tuple]:
         """A ``jax.stages.Traced`` lowered for this platform: the module's text (with
-        locations) and the host callbacks it calls."""
+        locations) and the host callbacks it calls (program/calls.py's ``lower_for``)."""
         from jax._src import xla_bridge
 
-        lowered = traced.lower(lowering_platforms=(xla_bridge.canonicalize_platform(self.platform),))
+        lowered = lower_for(traced, xla_bridge.canonicalize_platform(self.platform))
         return lowered.as_text(debug_info=True), host_callbacks_of(lowered)
 
 
@@ -95,7 +104,8 @@ class JaxChildBackend:
     def __init__(self, platform: str = "cpu", xla_flags: str = "", timeout: float = 600.0):
         self.platform_name, self.xla_flags, self.timeout = platform, " ".join(xla_flags.split()), timeout
         self.name = f"{platform} (XLA_FLAGS={self.xla_flags})" if self.xla_flags else platform
-        self._child = ChildProcess(f"{__package__}.jax_child", {"XLA_FLAGS": self.xla_flags})
+        # JAX_PLATFORMS: the child starts the platform it runs, whatever order its parent's lists
+        self._child = ChildProcess(f"{__package__}.jax_child", {"XLA_FLAGS": self.xla_flags, "JAX_PLATFORMS": platform})
 
     @property
     def settings(self) -> tuple:

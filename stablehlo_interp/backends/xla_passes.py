@@ -20,7 +20,7 @@ from ..ir.child_process import ERROR, ChildDied, ChildProcess
 from ..ir.types import Token
 from .errors import BackendCompileError, BackendCrash, BackendError
 
-_CHILD = ChildProcess(f"{__package__}.xla_passes_child")
+_CHILD = ChildProcess(f"{__package__}.xla_passes_child", {"JAX_PLATFORMS": "cpu"})   # whatever its parent's lists
 NAME = "XLA CPU"
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..engine.run import Listener
 
 import functools
+import os
 import pathlib
 import warnings
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def _prepare(target, args, kwargs: dict, function: str | None, platform: str | N
     if is_jax_function(target):
         _no_function_name(target, function)
         traced, static_argnums = _trace(target, args, kwargs)
-        program = load(traced.lower(lowering_platforms=(platform,) if platform else None))
+        program = load(lower_for(traced, platform))
         return Call(program, program.bind(args, kwargs, static_argnums), "main", program.signature, traced)
     program = target if isinstance(target, Program) else load(target)
     if program.signature is not None and program is not target:
@@ -157,6 +158,86 @@ class DeviceRun:
     outputs: object
     per_device: list
     program: PerDeviceProgram
+
+
+def lower_for(traced: Any, platform: str | None) -> Any:
+    """``traced`` (a ``jax.stages.Traced``) lowered for ``platform`` (None: JAX's default
+    device's), as JAX lowers a call on that platform's first device.
+
+    JAX lowers a call for the platform of its devices: the arguments' where they are
+    committed to some, else the default device's. ``lowering_platforms`` changes the
+    platform of the module's ops, not that device, and JAX's lowering of a host callback
+    for the CPU (``emit_python_callback``) asks the module's backend for that platform's
+    client and refuses any other ("the platform for the specified backend interp is
+    different from the lowering platform cpu", with ``JAX_PLATFORMS=interp,cpu``). So
+    the default device is the platform's own for the lowering, where JAX has one, and
+    an argument committed to one device of another platform is lowered as uncommitted
+    (the module is the same; only the device JAX lowers on changes).
+
+    Where JAX still lowers on another platform's devices (arguments sharded over several
+    of them, shardings that name them) or has no device of the platform
+    (``JAX_PLATFORMS`` leaves it out), a host callback cannot be lowered: an
+    :class:`ArgumentError` says why and what to do."""
+    import contextlib
+
+    import jax
+
+    if platform is None:
+        return traced.lower()
+    devices = platform_devices(platform)
+    if devices:
+        traced = _released_from_other_platforms(traced, platform)
+    with jax.default_device(devices[0]) if devices else contextlib.nullcontext():
+        try:
+            return traced.lower(lowering_platforms=(platform,))
+        except ValueError as error:
+            if _CALLBACK_BACKEND_REFUSED not in str(error):
+                raise
+            why = (f"the call's devices are another platform's (arguments sharded over several of its devices, "
+                   f"or shardings that name them): put the arguments on {platform} devices (jax.device_put)"
+                   if devices else missing_platform(platform))
+            raise ArgumentError(f"JAX cannot lower this function for {platform}: {error}. JAX lowers a host "
+                                f"callback for a platform on one of its devices, and {why}") from error
+
+
+# How JAX's emit_python_callback refuses a module whose backend is another platform's.
+_CALLBACK_BACKEND_REFUSED = "is different from the lowering platform"
+
+
+def _released_from_other_platforms(traced: Any, platform: str) -> Any:
+    """``traced`` with its arguments committed to a single device of another platform
+    taken as uncommitted, so that they leave the lowering to the default device. (JAX's
+    ``Traced`` keeps each argument's sharding and commitment in ``_meta_tys_flat``; an
+    argument sharded over several devices keeps them.)"""
+    from jax._src import stages
+
+    def elsewhere(meta) -> bool:
+        devices: tuple = tuple(getattr(meta.sharding, "_device_assignment", ())) if meta.committed else ()
+        return len(devices) == 1 and devices[0].platform != platform
+
+    metas = list(traced._meta_tys_flat)
+    if not any(elsewhere(meta) for meta in metas):
+        return traced
+    released = [meta.replace(committed=False) if elsewhere(meta) else meta for meta in metas]
+    return stages.Traced(released, traced._params, traced._in_tree, traced.out_tree, traced._consts)
+
+
+def platform_devices(platform: str) -> list:
+    """JAX's devices of ``platform`` in this process ([] where ``JAX_PLATFORMS`` leaves it out)."""
+    import jax
+
+    try:
+        return jax.devices(platform)
+    except RuntimeError:   # "Unknown backend ..."
+        return []
+
+
+def missing_platform(platform: str) -> str:
+    """Why JAX has no device of ``platform`` here, and the way to one."""
+    listed = os.environ.get("JAX_PLATFORMS")
+    why = (f"JAX_PLATFORMS={listed} leaves {platform} out: list it too" if listed else
+           f"JAX has no {platform} device in this process")
+    return f'{why} (docs/device.md, "Platform orders")'
 
 
 def _no_function_name(target, function: str | None) -> None:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..program.calls import interpreter_platform
+from ..program.calls import Call, interpreter_platform
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..errors import InterpreterError
 from ..ir.edit import entry_op_names, inline_calls, prefix_module
@@ -304,6 +304,15 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     """
     platform = interpreter_platform() if is_jax_function(target) else None
     call = (prepare_checked if per_device else prepare)(target, args, kwargs, function, platform=platform)
+    return compare_call(call, backend, tolerance, window_bytes, every_op)
+
+
+def compare_call(call: Call, backend: Any = "cpu", tolerance: Any = None, window_bytes: int = WINDOW_BYTES,
+                 every_op: bool = False) -> Comparison | PerDeviceComparison:
+    """:func:`compare` of a call another tool prepared (program/calls.py; the explorer's):
+    a call in the function's form keeps its ``traced``, so that a backend whose platform
+    is not the one the call was lowered for gets the function lowered for its own
+    (host callbacks are lowered for one platform each)."""
     if call.function != "main":
         raise InterpreterError(f"compare runs @main (backends compile a module's @main), not @{call.function}")
     table = tolerances(tolerance)
@@ -374,24 +383,24 @@ def _backend_side(call, text: str, run_backend):
     """``(run, text)``: how the backend runs a module, and the module it runs. The
     interpreter's own unless that one calls host callbacks and the backend is a
     JAX platform other than ``interp``: then the function lowered for it. A
-    ``Lowered`` the caller made for the CPU runs with its callbacks' functions on
-    the CPU backend."""
+    ``Lowered`` the caller made for the CPU (or a call lowered for the CPU as JAX's
+    default platform) runs with its callbacks' functions on the CPU backend."""
     platform = getattr(run_backend, "platform", None)
-    if call.program.host_callbacks:
-        if platform != "cpu":
-            raise InterpreterError(f"this Lowered calls host callbacks lowered for the CPU, which {run_backend.name} "
-                                   "cannot call: compare it with backend='cpu', or give compare the function (or "
-                                   f"jitted function) itself, and it lowers it for {run_backend.name} too")
-        their_text, host_callbacks = text, call.program.host_callbacks
-    elif HOST_CALLBACK not in text or platform in (None, "interp"):
+    if not call.program.host_callbacks and (HOST_CALLBACK not in text or platform in (None, "interp")):
         return run_backend, text
-    elif call.traced is None:
+    if call.program.host_callbacks and platform == "cpu":
+        their_text, host_callbacks = text, call.program.host_callbacks
+    elif call.traced is not None and hasattr(run_backend, "lower"):
+        lowered_text, host_callbacks = run_backend.lower(call.traced)
+        their_text = inline_calls(lowered_text, "main")
+    elif call.program.host_callbacks:
+        raise InterpreterError(f"this Lowered calls host callbacks lowered for the CPU, which {run_backend.name} "
+                               "cannot call: compare it with backend='cpu', or give compare the function (or "
+                               f"jitted function) itself, and it lowers it for {run_backend.name} too")
+    else:
         raise InterpreterError(f"this module calls host callbacks lowered for the interp platform, which "
                                f"{run_backend.name} cannot call: give compare the function (or jitted function) "
                                f"itself, and it lowers it for {run_backend.name} too")
-    else:
-        lowered_text, host_callbacks = run_backend.lower(call.traced)
-        their_text = inline_calls(lowered_text, "main")
 
     def run(module_text, arguments):
         return run_backend(module_text, arguments, host_callbacks=host_callbacks)

@@ -33,7 +33,7 @@ from ...engine.grid import COLLECTIVES
 from ...errors import OpError
 from ...ir.types import Token
 from ...program import load
-from ..compare import PerDeviceComparison, compare
+from ..compare import PerDeviceComparison, compare_call
 from ..nonfinite import run_traced, run_traced_per_device
 from ..region_calls import op_label, region_name
 from ...judge.summary import summarize, type_text
@@ -99,8 +99,7 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
         number = _nonfinite_record(trace, nonfinite)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
     if backend is not None and call.arguments is not None:
-        comparison = compare(call.program, *call.arguments, backend=backend, tolerance=tolerance,
-                             function=call.function, every_op=every_op, per_device=partitioned is not None)
+        comparison = compare_call(call, backend, tolerance, every_op=every_op)
         reports["comparison"] = comparison
         overlay = {"record": None, "text": str(comparison), "ok": comparison.ok}
         if isinstance(comparison, PerDeviceComparison):   # the devices whose results differ
