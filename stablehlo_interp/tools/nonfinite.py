@@ -143,7 +143,7 @@ class ChainLink:
 class WhyStep:
     """One step of why a non-finite value is what it is (:attr:`NonFiniteOrigin.why`),
     from the result towards the cause. ``kind``: ``"chosen"``, a decision op (``select``,
-    ``maximum``, ``if``, ``case``, a ``while``'s exit) picked the value, ``detail`` says
+    ``if``, ``case``, a ``while``'s exit) picked the value, ``detail`` says
     on what; ``"made"``, the op made the non-finite value (``detail``: ``NaN``, ``inf``)
     that a decision was computed from (``"argument"``: it came in as an argument);
     ``"failed"``, a LAPACK call whose failure the value or the decision comes from,
@@ -516,9 +516,9 @@ class NonFiniteTracer(Listener):
 
     def why(self, node, parents, arguments, seen: set | None = None) -> list[WhyStep]:
         """Why the values of an origin ``node`` reached the result its walk (``parents``)
-        started from: the first decision on the way whose predicate (index, condition,
-        the operand a ``maximum`` did not pick) was computed from a non-finite value or
-        a failed LAPACK call, then that cause, followed the same way to its own origin;
+        started from: the first decision on the way (``select``, ``if``, ``case`` for a
+        constant, a ``while``'s exit for any value) whose predicate, index or condition
+        was computed from a non-finite value or a failed LAPACK call, then that cause, followed the same way to its own origin;
         with no such decision, how the op failed itself (a triangular solve by a zero
         pivot) and the failed call its operands come from."""
         seen = set() if seen is None else seen
@@ -526,9 +526,10 @@ class NonFiniteTracer(Listener):
             return []
         made = node[0]
         seen.add(made.step)
+        constant = made.step.info.name == "stablehlo.constant"
         link = parents[node]
         while link is not None:
-            decision = self._decision(link, arguments)
+            decision = self._decision(link, constant, arguments)
             if decision is not None:
                 chosen, cause = decision
                 return [chosen, *self._cause_steps(cause, arguments, seen)]
@@ -543,29 +544,27 @@ class NonFiniteTracer(Listener):
                 return steps + self._cause_steps(cause, arguments, seen)
         return steps
 
-    def _decision(self, node, arguments) -> tuple | None:
+    def _decision(self, node, constant: bool, arguments) -> tuple | None:
         """``(WhyStep chosen, cause)`` when the op of a walk's ``node`` chose the value by
-        a predicate computed from a non-finite or failed value (see :meth:`why`)."""
+        a predicate computed from a non-finite or failed value (see :meth:`why`). A
+        ``select``, ``if`` or ``case`` is asked only about a ``constant`` (a fill such
+        as ``where(isfinite(x), x, -inf)``'s): an op that made a NaN from finite operands
+        is its own explanation, and a predicate computed from some NaN elsewhere in an
+        array would only mislead there."""
         made, index = node
         step = made.step
         name = step.info.name
-        if name == "stablehlo.select":
+        if name == "stablehlo.select" and constant:
             picked = {(1,): "true", (2,): "false"}.get(made.follow[index], "true at some elements, false at others")
             return self._decided(made, f"its predicate was {picked}", made.key, step.operands[0], arguments)
-        if name in _PICKS:
-            for operand, slot in enumerate(step.operands):
-                nodes = [] if operand in made.follow[index] else self.resolve(made.key, slot, arguments)
-                if nodes:
-                    chosen = f"operand #{operand}, which it did not pick, was not finite"
-                    return WhyStep("chosen", _label(step), _place(step, made.key), chosen), ("nonfinite", nodes, None)
+        if name == _WHILE:    # the condition's call after the last iteration (call 0: the body never ran)
+            call = made.inner[-1][2] + 1 if made.inner is not None else 0
+            return self._decided(made, f"the loop stopped after {call} iteration{'s' if call != 1 else ''}: "
+                                 "its condition was false", made.key + ((step, 0, call),), step.regions[0].outputs[0],
+                                 arguments)
+        if made.inner is None or name not in (_IF, _CASE) or not constant:
             return None
-        if made.inner is None or name not in (_WHILE, _IF, _CASE):
-            return None
-        _, region_index, call = made.inner[-1]
-        if name == _WHILE:
-            condition = made.key + ((step, 0, call + 1),)
-            return self._decided(made, f"the loop stopped after iteration {call}: its condition was false",
-                                 condition, step.regions[0].outputs[0], arguments)
+        region_index = made.inner[-1][1]
         decided = f"its predicate was {'true' if region_index == 0 else 'false'}" if name == _IF else \
             f"its index chose branch {region_index}"
         return self._decided(made, decided, made.key, step.operands[0], arguments)
