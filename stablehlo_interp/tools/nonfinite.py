@@ -487,7 +487,8 @@ class NonFiniteTracer(Listener):
         it, its region call)`` (None: the value itself); None when none is found within
         _CAUSE_SEARCH values. The search follows the program, not elements: a cause
         found is one the value was computed from, not necessarily at the element picked."""
-        queue, seen = [(key, slot, None)], set()
+        queue: list[tuple] = [(key, slot, None)]
+        seen: set[tuple] = set()
         for key, slot, reader in queue:     # the queue grows as it is read
             key, slot = self._home(key, slot)
             if (key, slot) in seen:
