@@ -197,3 +197,15 @@ def test_the_cli_and_the_explorer_print_the_same_chain(capsys, tmp_path):
     exploration = si.explore(module, kernel, y, path=tmp_path / "gp.html")
     banner = explorer_data(exploration.html)["overlays"]["nonfinite"]["text"]
     assert banner == str(exploration.nonfinite) == str(report)
+
+
+def test_a_batch_of_factorizations_names_the_first_that_failed():
+    kernel, failing = not_positive_definite_kernel()
+    positive = kernel.copy()
+    positive[5, 5] = 1.1
+    batch = np.stack([positive, kernel, kernel])
+    report = si.find_nonfinite(lambda k: jnp.linalg.cholesky(k), batch)
+    failed = report.origins[0].why[-1]
+    assert failed.op == "stablehlo.custom_call @lapack_spotrf_ffi"
+    assert failed.detail == (f"the matrix is not positive definite: its leading minor of order {failing} is not "
+                             f"(first failing column {failing}), in batch element [1] (2 of 3 failed)")

@@ -15,6 +15,15 @@ once (:class:`NonFiniteTracer`); values are followed into and out of
 ``func.call``, ``while``, ``case`` and ``if`` (see :class:`NonFiniteTracer` for
 the rule at each op).
 
+Each origin also says *why* (``origin.why``, :class:`WhyStep`): a constant that a
+``select``, ``if`` or ``case`` chose, or any value a ``while`` returned when it stopped,
+because the predicate, index or condition was computed from a non-finite value or from
+a LAPACK call that failed, is followed to that cause and its own origin: ``-inf`` chosen
+by ``where(isfinite(loglike), loglike, -inf)``, ``loglike`` NaN because the Cholesky
+factorization failed at column 7. LAPACK calls say how they failed (ops/lapack.py
+``failure``): the tracer keeps that for each custom call whose ``info`` is not 0; the
+rest is found when the report is made, from the program's dataflow (:meth:`NonFiniteTracer.why`).
+
 ``mode="first"`` gives the older answer (:class:`NonFiniteFinder`): the first op
 anywhere whose results hold a NaN or inf that its operands did not, whether or
 not it reaches a result. Infinities written into the program as constants are
