@@ -4,6 +4,8 @@ from a non-finite value or from a LAPACK call that failed is followed to that ca
 the LAPACK calls say how they failed (the failing column of a Cholesky factorization, the
 zero pivot of an LU). Expected columns and pivots are computed here with numpy or by hand."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,11 +115,12 @@ def test_a_cond_branch_chosen_by_a_nan_predicate():
                                     "(branch_on_the_loss) from a non-finite value")
 
 
-def newton_log_root(c):
-    """Newton's method for log(x) = c from x = 1, while the step is above a tolerance."""
+def newton_log_root(c, until=False):
+    """Newton's method for log(x) = c from x = 1, while the step is above a tolerance
+    (``until``: until it is below it) and for at most 50 iterations."""
     def keep_going(state):
         x, step, i = state
-        return (step > 1e-6) & (i < 50)
+        return ~(step < 1e-6) & (i < 50) if until else (step > 1e-6) & (i < 50)
 
     def newton_step(state):
         x, step, i = state
@@ -133,12 +136,19 @@ def test_a_loop_that_left_because_its_condition_was_computed_from_a_nan():
     assert [index for index, _ in report.nonfinite_results] == [0, 1]
     origin = report.origins[0]
     line = newton_log_root.__code__.co_firstlineno
-    assert origin.op == "stablehlo.log" and origin.location.frame.line == line + 8
+    assert origin.op == "stablehlo.log" and origin.location.frame.line == line + 9
     assert [(step.kind, step.op, step.location.frame.line) for step in origin.why] == [
-        ("chosen", "stablehlo.while", line + 10), ("made", "stablehlo.log", line + 8)]
+        ("chosen", "stablehlo.while", line + 11), ("made", "stablehlo.log", line + 9)]
     assert origin.why[0].detail == (
         f"the loop stopped after 2 iterations: its condition was false, computed by stablehlo.compare GT at "
-        f"{FILE}:{line + 4} (newton_log_root.<locals>.keep_going) from a non-finite value")
+        f"{FILE}:{line + 5} (newton_log_root.<locals>.keep_going) from a non-finite value")
+    # iterating while not (step < tol): NaN < tol is false, so the loop runs out its 50 iterations
+    report = si.find_nonfinite(functools.partial(newton_log_root, until=True), np.float32(-3.0))
+    assert [(step.kind, step.op) for step in report.origins[0].why] == [
+        ("chosen", "stablehlo.while"), ("made", "stablehlo.log")]
+    assert report.origins[0].why[0].detail == (
+        f"the loop stopped after 50 iterations: its condition was false, computed by stablehlo.compare LT at "
+        f"{FILE}:{line + 5} (newton_log_root.<locals>.keep_going) from a non-finite value")
     # a loop that ran out of iterations on finite values says nothing more
     assert si.find_nonfinite(lambda n: jax.lax.fori_loop(0, n, lambda i, v: v * 1e10, jnp.float32(1.0)),
                              np.int32(5)).origins[0].why == ()
