@@ -208,7 +208,8 @@ class NonFiniteOrigin(NonFiniteReport):
     def lines(self) -> list[str]:
         lines = super().lines()
         heading = 2 if len(lines) > 1 and lines[1].startswith("  source: ") else 1
-        lines[heading:heading] = [f"  {'why:' if number == 0 else '   ←'} {step}" for number, step in enumerate(self.why)]
+        lines[heading:heading] = [f"  {'why:' if number == 0 else '   ←'} {step}"
+                                  for number, step in enumerate(self.why)]
         if self.executions > 1:
             lines.insert(1, f"  in {self.executions} executions of the op; the first is shown")
         labels = self.labels or tuple(f"result #{index}" for index in self.reaches)
@@ -528,9 +529,10 @@ class NonFiniteTracer(Listener):
         """Why the values of an origin ``node`` reached the result its walk (``parents``)
         started from: the first decision on the way (``select``, ``if``, ``case`` for a
         constant, a ``while``'s exit for any value) whose predicate, index or condition
-        was computed from a non-finite value or a failed LAPACK call, then that cause, followed the same way to its own origin;
-        with no such decision, how the op failed itself (a triangular solve by a zero
-        pivot) and the failed call its operands come from."""
+        was computed from a non-finite value or a failed LAPACK call, then that cause,
+        followed the same way to its own origin; with no such decision, how the op
+        failed itself (a triangular solve by a zero pivot) and the failed call its
+        operands come from. ``seen``: the origins already explained (a cycle ends there)."""
         seen = set() if seen is None else seen
         if node[0] == "argument" or len(seen) >= _WHY_DEPTH:
             return []
