@@ -129,7 +129,8 @@ TOOLS = (
          Argument("--tail", type=int, default=1, help="region calls shown after the folded ones"),
          Argument("--json", metavar="OUT.json", help="also save the trace as JSON records"),
          Argument("--nonfinite", action="store_true",
-                  help="instead, report where the NaNs and infs of the results came from"),
+                  help="instead, report where the NaNs and infs of the results came from, and why "
+                       "(the decisions and failed LAPACK calls behind them)"),
          Argument("--first-nonfinite", action="store_true",
                   help="instead, report the first op that makes a NaN or inf, whether or not it reaches a result"),
          Argument("--probe", metavar="OUT.npz",

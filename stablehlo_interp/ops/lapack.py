@@ -606,3 +606,61 @@ def _solve_perturbed(dl, d, du, b):
         pivot, row = _perturb_pivot(np.copysign(perturb, np.real(u[k, 0])), u[k, 0], row)
         x[k] = row * (1 / pivot)
     return x
+
+
+# -------------------------------------------------------------------- failures
+
+
+# What ``info > 0`` means, per LAPACK routine (LAPACK's documentation of each; ``{i}`` is info).
+_FAILURES = {
+    "potrf": "the matrix is not positive definite: its leading minor of order {i} is not "
+             "(first failing column {i})",
+    "getrf": "the matrix is singular: U({i},{i}) is exactly zero (zero pivot in column {i})",
+    "gtsv": "the matrix is singular: U({i},{i}) is exactly zero (zero pivot in column {i})",
+    "syevd": "the eigensolver did not converge (info {i})",
+    "heevd": "the eigensolver did not converge (info {i})",
+    "gesdd": "the SVD did not converge (info {i})",
+    "gesvd": "the SVD did not converge: {i} superdiagonals did not converge to zero",
+    "geev": "the QR algorithm did not compute all eigenvalues (info {i})",
+    "gees": "the QR algorithm did not compute all eigenvalues (info {i})",
+}
+
+
+def failure(info, operands: list, results: list) -> str | None:
+    """How a LAPACK custom call of JAX's CPU lowering failed, in words (None when it did
+    not, or the op is not one): ``info > 0`` as LAPACK documents it per routine
+    (``potrf``: the leading minor of order info is not positive definite; ``getrf``:
+    U(info, info) is exactly zero), ``info < 0``: an argument LAPACK rejected; a
+    triangular solve (``trsm``, no info) with a non-unit diagonal fails where that
+    diagonal holds an exact zero and its result is not finite. Batched calls name the
+    first failing batch element. 1-based indices, as LAPACK's."""
+    target = info.attributes.get("call_target_name")
+    if target not in _TARGETS or not results:
+        return None
+    routine, letter, name = _TARGETS[target]
+    if name == "trsm":
+        return _trsm_failure(_Call(info, target, routine, letter, name), operands, results)
+    signature = routine.complex_results if letter in "cz" and routine.complex_results else routine.results
+    if name not in _FAILURES or signature.split()[-1] != "i0":
+        return None
+    codes = np.asarray(results[-1])
+    failing = np.argwhere(codes != 0)
+    if not len(failing):
+        return None
+    where = tuple(int(i) for i in failing[0])
+    code = int(codes[where])
+    text = _FAILURES[name].format(i=code) if code > 0 else f"LAPACK rejected its argument {-code} (info {code})"
+    return text + (f", in batch element {list(where)} ({len(failing)} of {codes.size} failed)" if codes.ndim else "")
+
+
+def _trsm_failure(call: _Call, operands: list, results: list) -> str | None:
+    """A triangular solve with an exact zero on a non-unit diagonal whose result is not finite."""
+    if call.char("diag", "NU") == "U" or np.isfinite(results[0]).all():
+        return None
+    diagonals = np.diagonal(np.asarray(operands[0]), axis1=-2, axis2=-1)
+    zeros = np.argwhere(diagonals == 0)
+    if not len(zeros):
+        return None
+    *batch, row = (int(i) for i in zeros[0])
+    text = f"the triangular matrix is singular: its diagonal element ({row + 1},{row + 1}) is exactly zero"
+    return text + (f", in batch element {batch}" if batch else "")

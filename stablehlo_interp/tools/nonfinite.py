@@ -15,6 +15,15 @@ once (:class:`NonFiniteTracer`); values are followed into and out of
 ``func.call``, ``while``, ``case`` and ``if`` (see :class:`NonFiniteTracer` for
 the rule at each op).
 
+Each origin also says *why* (``origin.why``, :class:`WhyStep`): a constant that a
+``select``, ``if`` or ``case`` chose, or any value a ``while`` returned when it stopped,
+because the predicate, index or condition was computed from a non-finite value or from
+a LAPACK call that failed, is followed to that cause and its own origin: ``-inf`` chosen
+by ``where(isfinite(loglike), loglike, -inf)``, ``loglike`` NaN because the Cholesky
+factorization failed at column 7. LAPACK calls say how they failed (ops/lapack.py
+``failure``): the tracer keeps that for each custom call whose ``info`` is not 0; the
+rest is found when the report is made, from the program's dataflow (:meth:`NonFiniteTracer.why`).
+
 ``mode="first"`` gives the older answer (:class:`NonFiniteFinder`): the first op
 anywhere whose results hold a NaN or inf that its operands did not, whether or
 not it reaches a result. Infinities written into the program as constants are
@@ -42,8 +51,9 @@ from ..engine.grid import COLLECTIVES
 from ..engine.registry import ELEMENTWISE_OPS
 from ..engine.run import Listener, numpy_warnings_off
 from ..errors import StopExecution
-from ..ir.locations import SourceLocation
+from ..ir.locations import SourceLocation, describe_location
 from ..engine.process_groups import contributors
+from ..ops.lapack import failure
 from ..program import prepare
 from .per_device import prepare_checked
 from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, region_name
@@ -138,6 +148,33 @@ class ChainLink:
         return text if self.process is None else f"{text} on {self.process_name} {self.process}"
 
 
+@dataclass(frozen=True)
+class WhyStep:
+    """One step of why a non-finite value is what it is (:attr:`NonFiniteOrigin.why`),
+    from the result towards the cause. ``kind``: ``"chosen"``, a decision op (``select``,
+    ``if``, ``case``, a ``while``'s exit) picked the value, ``detail`` says
+    on what; ``"made"``, the op made the non-finite value (``detail``: ``NaN``, ``inf``)
+    that a decision was computed from (``"argument"``: it came in as an argument);
+    ``"failed"``, a LAPACK call whose failure the value or the decision comes from,
+    ``detail`` says how it failed (ops/lapack.py ``failure``)."""
+
+    kind: str
+    op: str
+    location: SourceLocation | None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = describe_location(self.location)
+        at = f" at {where}" if where else ""
+        if self.kind == "chosen":
+            return f"chosen by {self.op}{at}: {self.detail}"
+        if self.kind == "made":
+            return f"{self.detail} made by {self.op}{at}"
+        if self.kind == "argument":
+            return f"{self.detail} in {self.op}"
+        return f"{self.op}{at} failed: {self.detail}"
+
+
 @dataclass
 class NonFiniteOrigin(NonFiniteReport):
     """An op that computed non-finite values from finite operands, and those values
@@ -146,7 +183,10 @@ class NonFiniteOrigin(NonFiniteReport):
     ``new`` counts only the values this op made (an element-wise op may also pass
     on non-finite operands). ``reaches`` are the indices of the results they
     reach; ``chain`` the ops from this one to the first of them (the origin
-    itself not included); ``executions`` how many executions of this op are
+    itself not included); ``why`` the decisions and failures behind the value
+    (:class:`WhyStep`, from the result to the cause: the ``select`` that chose a ``-inf``
+    constant because ``isfinite(loglike)`` was false, the op that made ``loglike`` NaN,
+    the Cholesky factorization that failed); ``executions`` how many executions of this op are
     origins of values that reach results (in a loop: how many iterations);
     ``stack``, ``operands`` and ``results`` are those of the first of them;
     ``step`` the op's step in the plan. An origin that is an argument of the entry
@@ -159,6 +199,7 @@ class NonFiniteOrigin(NonFiniteReport):
     step: object = field(default=None, repr=False, compare=False)
     labels: tuple = ()            # the results it reaches by name (result['loss'], or result #0), as reaches
     argument: str | None = None   # an argument origin by name (argument x['w'], or argument #0)
+    why: tuple[WhyStep, ...] = ()
 
     def title(self) -> str:
         kinds = " and ".join(dict.fromkeys(_kind_name(kind) for _, kind, _, _ in self.new)) or "non-finite value"
@@ -166,6 +207,9 @@ class NonFiniteOrigin(NonFiniteReport):
 
     def lines(self) -> list[str]:
         lines = super().lines()
+        heading = 2 if len(lines) > 1 and lines[1].startswith("  source: ") else 1
+        lines[heading:heading] = [f"  {'why:' if number == 0 else '   ←'} {step}"
+                                  for number, step in enumerate(self.why)]
         if self.executions > 1:
             lines.insert(1, f"  in {self.executions} executions of the op; the first is shown")
         labels = self.labels or tuple(f"result #{index}" for index in self.reaches)
@@ -259,6 +303,9 @@ _MOVES = frozenset(f"stablehlo.{name}" for name in (
     "reverse", "slice", "transpose"))
 _PICKS = ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp")   # element-wise, result = an operand
 _REDUCTIONS = ("stablehlo.reduce", "stablehlo.reduce_window")   # operands: inputs, then initial values
+_CUSTOM_CALL = "stablehlo.custom_call"
+_CAUSE_SEARCH = 4096       # the values a search for a decision's cause looks at, at most
+_WHY_DEPTH = 8             # the origins a why follows, at most
 _SMALL = 256               # arrays up to this size are checked for NaN and inf by subtraction (faster)
 _KEEP_ELEMENTS = 1 << 20    # an origin's values are kept whole up to this many elements (else summaries)
 
@@ -330,11 +377,15 @@ class NonFiniteTracer(Listener):
         self._order = 0
         self._entry_process = None
         self._process_name = "process"   # what the grid's processes are (engine/grid.py Grid.member)
+        self._failures: dict = {}      # (invocation key, first result slot) -> how a LAPACK call failed
+        self._producers: dict = {}     # region -> {slot: the step that makes it}, made when a search asks
 
     def after_op(self, step, operands, results, stack):
         current = self._current
         if current[0] is not stack:
             current = self._enter(stack)
+        if step.info.name == _CUSTOM_CALL and current[1] is not None:
+            self._note_failure(step, operands, results, current[1])
         last_body_call = self._last_body_call.pop((current[1], step), None) if step.regions else None
         for value in results:
             if _nonfinite(value):
@@ -362,6 +413,14 @@ class NonFiniteTracer(Listener):
         self._current = (stack, key)
         return self._current
 
+    def _note_failure(self, step, operands, results, key) -> None:
+        """Keep how a LAPACK call failed (its info, ops/lapack.py ``failure``): what a
+        decision or an origin was computed from, for :meth:`why`."""
+        with numpy_warnings_off():
+            reason = failure(step.info, operands, results)
+        if reason is not None:
+            self._failures.setdefault((key, step.results[0]), reason)
+
     def _record(self, step, operands, results, key, stack, last_body_call) -> None:
         follow, inner, new = _sources(step, operands, results, key, last_body_call)
         details = None
@@ -387,20 +446,15 @@ class NonFiniteTracer(Listener):
         owner, region_index, _ = key[-1]
         return owner.regions[region_index]
 
-    def resolve(self, key, slot, arguments) -> list:
-        """What the value in ``slot`` of the region call ``key`` holds of non-finite
-        values: ``[(_Made, result index)]`` for a value an op made, ``[("argument",
-        i, process)]`` for a non-finite argument of the entry function, ``[]`` for a
-        finite value. ``arguments``: the entry function's arguments, by process."""
-        while True:
-            found = self._values.get((key, slot))
-            if found is not None:
-                return [(found, found.step.results.index(slot))]
+    def _home(self, key, slot) -> tuple:
+        """Where the value in ``slot`` of the region call ``key`` was made: the region call
+        and slot of a non-finite value an op made, of a value an op of that region made,
+        or of an argument of the entry function. Captures lead to the enclosing call, a
+        region's arguments to the op's operands or to the previous iteration's results."""
+        while (key, slot) not in self._values:
             region = self._region_of(key)
-            if slot >= region.n_captures + region.n_args:
-                return []       # a finite value of the region
-            if len(key) == 1:
-                return [("argument", slot, key[0])] if _nonfinite(arguments[key[0]][slot]) else []
+            if slot >= region.n_captures + region.n_args or len(key) == 1:
+                break
             owner, region_index, call = key[-1]
             parent = key[:-1]
             if slot < region.n_captures:
@@ -411,6 +465,153 @@ class NonFiniteTracer(Listener):
                 key, slot = parent + ((owner, 1, call - 1),), owner.regions[1].outputs[argument]
             else:                                        # a while's first call, a function's call
                 key, slot = parent, owner.operands[argument]
+        return key, slot
+
+    def resolve(self, key, slot, arguments) -> list:
+        """What the value in ``slot`` of the region call ``key`` holds of non-finite
+        values: ``[(_Made, result index)]`` for a value an op made, ``[("argument",
+        i, process)]`` for a non-finite argument of the entry function, ``[]`` for a
+        finite value. ``arguments``: the entry function's arguments, by process."""
+        key, slot = self._home(key, slot)
+        found = self._values.get((key, slot))
+        if found is not None:
+            return [(found, found.step.results.index(slot))]
+        if len(key) == 1 and slot < self.region.n_captures + self.region.n_args:
+            return [("argument", slot, key[0])] if _nonfinite(arguments[key[0]][slot]) else []
+        return []       # a finite value of the region
+
+    # ---------------------------------------------------------- why: decisions and failures
+
+    def _producer(self, region, slot):
+        """The step of ``region`` whose result is ``slot`` (None: a value folded at load)."""
+        producers = self._producers.get(region)
+        if producers is None:
+            producers = self._producers[region] = {result: step for step in region.steps for result in step.results}
+        return producers.get(slot)
+
+    def _cause(self, key, slot, arguments, failures_only: bool = False) -> tuple | None:
+        """The first value, breadth first through the ops that computed the value in
+        ``slot`` of the region call ``key``, that was non-finite (``("nonfinite", nodes,
+        reader)``) or that a LAPACK call which failed made (``("failed", the call, how it
+        failed, reader, the call's region call)``), ``reader`` being ``(the op that read
+        it, its region call)`` (None: the value itself); None when none is found within
+        _CAUSE_SEARCH values. The search follows the program, not elements: a cause
+        found is one the value was computed from, not necessarily at the element picked."""
+        queue: list[tuple] = [(key, slot, None)]
+        seen: set[tuple] = set()
+        for key, slot, reader in queue:     # the queue grows as it is read
+            key, slot = self._home(key, slot)
+            if (key, slot) in seen:
+                continue
+            if len(seen) == _CAUSE_SEARCH:
+                break
+            seen.add((key, slot))
+            nodes = self.resolve(key, slot, arguments)
+            if nodes:
+                if failures_only:
+                    continue
+                return ("nonfinite", nodes, reader)
+            region = self._region_of(key)
+            step = self._producer(region, slot) if slot >= region.n_captures + region.n_args else None
+            if step is None:
+                continue        # an argument of the entry function, a folded constant
+            reason = self._failures.get((key, step.results[0]))
+            if reason is not None:
+                return ("failed", step, reason, reader, key)
+            if step.info.name in _CALLS:
+                inner = key + ((step, len(step.regions) - 1, 0),)
+                queue.append((inner, step.regions[-1].outputs[step.results.index(slot)], reader))
+            else:
+                queue.extend((key, operand, (step, key)) for operand in step.operands)
+        return None
+
+    def why(self, node, parents, arguments, seen: set | None = None) -> list[WhyStep]:
+        """Why the values of an origin ``node`` reached the result its walk (``parents``)
+        started from: the first decision on the way (``select``, ``if``, ``case`` for a
+        constant, a ``while``'s exit for any value) whose predicate, index or condition
+        was computed from a non-finite value or a failed LAPACK call, then that cause,
+        followed the same way to its own origin; with no such decision, how the op
+        failed itself (a triangular solve by a zero pivot) and the failed call its
+        operands come from. ``seen``: the origins already explained (a cycle ends there)."""
+        seen = set() if seen is None else seen
+        if node[0] == "argument" or len(seen) >= _WHY_DEPTH:
+            return []
+        made = node[0]
+        seen.add(made.step)
+        constant = made.step.info.name == "stablehlo.constant"
+        link = parents[node]
+        while link is not None:
+            decision = self._decision(link, constant, arguments)
+            if decision is not None:
+                chosen, cause = decision
+                return [chosen, *self._cause_steps(cause, arguments, seen)]
+            link = parents[link]
+        steps = []
+        reason = self._failures.get((made.key, made.step.results[0]))
+        if reason is not None:
+            steps.append(WhyStep("failed", _label(made.step), _place(made.step, made.key), reason))
+        for operand in made.step.operands:
+            cause = self._cause(made.key, operand, arguments, failures_only=True)
+            if cause is not None:
+                return steps + self._cause_steps(cause, arguments, seen)
+        return steps
+
+    def _decision(self, node, constant: bool, arguments) -> tuple | None:
+        """``(WhyStep chosen, cause)`` when the op of a walk's ``node`` chose the value by
+        a predicate computed from a non-finite or failed value (see :meth:`why`). A
+        ``select``, ``if`` or ``case`` is asked only about a ``constant`` (a fill such
+        as ``where(isfinite(x), x, -inf)``'s): an op that made a NaN from finite operands
+        is its own explanation, and a predicate computed from some NaN elsewhere in an
+        array would only mislead there."""
+        made, index = node
+        step = made.step
+        name = step.info.name
+        if name == "stablehlo.select" and constant:
+            picked = {(1,): "true", (2,): "false"}.get(made.follow[index], "true at some elements, false at others")
+            return self._decided(made, f"its predicate was {picked}", made.key, step.operands[0], arguments)
+        if name == _WHILE:    # the condition's call after the last iteration (call 0: the body never ran)
+            call = made.inner[-1][2] + 1 if made.inner is not None else 0
+            return self._decided(made, f"the loop stopped after {call} iteration{'s' if call != 1 else ''}: "
+                                 "its condition was false", made.key + ((step, 0, call),), step.regions[0].outputs[0],
+                                 arguments)
+        if made.inner is None or name not in (_IF, _CASE) or not constant:
+            return None
+        region_index = made.inner[-1][1]
+        decided = f"its predicate was {'true' if region_index == 0 else 'false'}" if name == _IF else \
+            f"its index chose branch {region_index}"
+        return self._decided(made, decided, made.key, step.operands[0], arguments)
+
+    def _decided(self, made, decided: str, key, slot, arguments) -> tuple | None:
+        """The decision ``made`` took as ``decided`` on the value in ``slot`` of ``key``,
+        when that value was computed from a non-finite or failed one."""
+        cause = self._cause(key, slot, arguments)
+        if cause is None:
+            return None
+        reader = cause[2] if cause[0] == "nonfinite" else cause[3]
+        if reader is not None:
+            where = describe_location(_place(*reader))
+            source = "a non-finite value" if cause[0] == "nonfinite" else "the result of a call that failed"
+            decided += f", computed by {_label(reader[0])}{f' at {where}' if where else ''} from {source}"
+        return WhyStep("chosen", _label(made.step), _place(made.step, made.key), decided), cause
+
+    def _cause_steps(self, cause, arguments, seen) -> list[WhyStep]:
+        """A cause as steps: the failed call; or the origin of the non-finite value (the
+        first one made) and why it is what it is."""
+        if cause[0] == "failed":
+            _, step, reason, _, key = cause
+            return [WhyStep("failed", _label(step), _place(step, key), reason)]
+        origins, parents = self._walk(cause[1], arguments)
+        if not origins:
+            return []
+        first = min(origins, key=_order)
+        if first[0] == "argument":
+            _, slot, process = first
+            kinds = " and ".join(_kind_name(kind) for kind in KINDS if _first(arguments[process][slot], kind)[0])
+            return [WhyStep("argument", self.region.kind.argument_name(slot), None, kinds)]
+        made = first[0]
+        kinds = " and ".join(dict.fromkeys(_kind_name(kind) for kind, _, _ in made.new[first[1]]))
+        steps = [WhyStep("made", _label(made.step), _place(made.step, made.key), kinds)]
+        return steps if made.step in seen else steps + self.why(first, parents, arguments, seen)
 
     def _sources_of(self, node, arguments) -> list:
         """The nodes the non-finite values of a node's result come from."""
@@ -454,8 +655,8 @@ class NonFiniteTracer(Listener):
         name = self._process_name if process is not None else None
         kind = self.region.kind
         origins = [self._origin(node, _chain(node, parents, self._process_name), executions, reaches, arguments, name,
-                                kind) for node, parents, executions, reaches in sorted(found.values(),
-                                                                                       key=lambda o: _order(o[0]))]
+                                kind, tuple(self.why(node, parents, arguments)))
+                   for node, parents, executions, reaches in sorted(found.values(), key=lambda o: _order(o[0]))]
         return NonFiniteOrigins([(index, summarize(outputs[index])) for index in nonfinite], origins,
                                 {index: kind.result_name(index) for index in nonfinite})
 
@@ -480,7 +681,7 @@ class NonFiniteTracer(Listener):
 
     @staticmethod
     def _origin(node, chain, executions, reaches, arguments, process_name: str | None,
-                region_kind) -> NonFiniteOrigin:
+                region_kind, why: tuple = ()) -> NonFiniteOrigin:
         """The origin at ``node``, naming its process as ``process_name`` (None: unnamed),
         and the results it reaches by their names in the entry region's ``kind``."""
         labels = tuple(region_kind.result_name(index) for index in reaches)
@@ -495,7 +696,7 @@ class NonFiniteTracer(Listener):
         stack, operands, results = made.details
         new = [(result, *made) for result, found in enumerate(made.new) for made in found]
         return NonFiniteOrigin(op_label(made.step), made.step.info.location, stack, operands, results, new,
-                               tuple(reaches), chain, len(executions), made.step, labels,
+                               tuple(reaches), chain, len(executions), made.step, labels, why=why,
                                process=made.key[0] if process_name else None, process_name=process_name or "process")
 
 
@@ -511,6 +712,26 @@ def _chain(node, parents, process_name: str) -> tuple[ChainLink, ...]:
                                made.key[0] if made.key[0] != origin else None, process_name))
         node = parents[node]
     return tuple(chain)
+
+
+def _place(step, key) -> SourceLocation | None:
+    """An op's location, or where it has no Python frame (an op of a function JAX wrote,
+    such as ``jnp.where``'s ``@_where``), that of the innermost call around it that has one."""
+    for location in (step.info.location, *(frame[0].info.location for frame in reversed(key[1:]))):
+        if location is not None and location.frame is not None:
+            return location
+    return step.info.location
+
+
+def _label(step) -> str:
+    """An op as a why names it: ``func.call @f``, ``stablehlo.custom_call @lapack_spotrf_ffi``,
+    ``stablehlo.compare GT``."""
+    attributes = step.info.attributes
+    if step.info.name == _CUSTOM_CALL:
+        return f"{_CUSTOM_CALL} @{attributes.get('call_target_name')}"
+    if step.info.name == "stablehlo.compare":
+        return f"stablehlo.compare {attributes.get('comparison_direction')}"
+    return op_label(step)
 
 
 def _order(node) -> int:
