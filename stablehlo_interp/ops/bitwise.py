@@ -13,12 +13,13 @@ import numpy as np
 
 from ..engine.registry import op
 from ..engine.dtypes import integer_compute_dtype, same_ufunc, unsigned_view_dtype
+from . import scalars
 
 
-op("stablehlo.and", elementwise=True)(same_ufunc(np.bitwise_and))
-op("stablehlo.or", elementwise=True)(same_ufunc(np.bitwise_or))
-op("stablehlo.xor", elementwise=True)(same_ufunc(np.bitwise_xor))
-op("stablehlo.not", elementwise=True)(same_ufunc(np.invert))
+op("stablehlo.and", elementwise=True, scalar=scalars.AND)(same_ufunc(np.bitwise_and))
+op("stablehlo.or", elementwise=True, scalar=scalars.OR)(same_ufunc(np.bitwise_or))
+op("stablehlo.xor", elementwise=True, scalar=scalars.XOR)(same_ufunc(np.bitwise_xor))
+op("stablehlo.not", elementwise=True, scalar=scalars.NOT)(same_ufunc(np.invert))
 
 
 class _Bits:
