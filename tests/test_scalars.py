@@ -11,6 +11,7 @@ scalar runner must give the same bits, the same dtype, and no warning. Loops of
 from __future__ import annotations
 
 import itertools
+import json
 import warnings
 
 import numpy as np
@@ -157,7 +158,8 @@ def test_select_on_0d_values(element):
     check_scalar_runner(op, [np.array([False, True]), values, values[::-1]])
 
 
-CONVERSIONS = [(s, t) for s in ["i1", *FLOATS, *INTEGERS] for t in ["i1", *FLOATS, *INTEGERS]]
+CONVERSIONS = [(s, t) for s in ["i1", *FLOATS, *INTEGERS] for t in ["i1", *FLOATS, *INTEGERS]] + [
+    ("complex<f32>", "complex<f32>"), ("bf16", "bf16")]
 
 
 @pytest.mark.parametrize("source, target", CONVERSIONS)
@@ -172,7 +174,13 @@ def test_convert_on_0d_values(source, target):
         assert t.kind != "b" and (s.kind == "f" and (t.kind != "f" or t.itemsize <= s.itemsize)
                                   or s.kind in "iu" and t == np.float16)
         return
-    check_scalar_runner(op, [special_values(source)])
+    if source == "bf16":
+        import ml_dtypes
+
+        values = np.array([0.0, -0.0, np.nan, -np.inf, 1.5], ml_dtypes.bfloat16)
+    else:
+        values = special_values(source)
+    check_scalar_runner(op, [values])
 
 
 def test_user_registered_builder_gets_no_scalar_runner():
@@ -290,3 +298,58 @@ def test_folded_0d_constant_comes_back_as_a_fresh_array():
     scalar, pair = si.load(text).run()
     assert type(scalar) is np.ndarray and scalar.shape == () and scalar.flags.writeable
     assert same_bits(scalar, np.array(-0.0, np.float32)) and same_bits(pair, np.array([-0.0, -0.0], np.float32))
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1, 1)])
+def test_reshape_to_0d_gives_the_element(shape):
+    """reshape to a 0-d result gives its one element as a NumPy scalar, bits kept (a NaN's payload)."""
+    dims = "x".join(map(str, shape))
+    operand = f"tensor<{dims}xf32>" if shape else "tensor<f32>"
+    op = built_op(op_text("stablehlo.reshape", [operand[7:-1]], "f32"))
+    nan = np.array(np.nan, np.float32).view(np.uint32) | np.uint32(0x80000003)
+    values = np.array([-0.0, nan.view(np.float32), 1.5], np.float32)
+    for value in values:
+        result = op.scalar(value.reshape(shape))
+        assert type(result) is np.float32 and same_bits(result, op.run(value.reshape(shape)))
+
+
+@pytest.mark.parametrize("operand, result, dims", [
+    ("f32", "3xf32", "[]"), ("ui32", "2x2xui32", "[]"), ("2xf64", "3x2xf64", "[1]"), ("2xi8", "2x3xi8", "[0]"),
+    ("2x3xf32", "3x4x2xf32", "[2, 0]"), ("1xf32", "5xf32", "[0]"), ("3xf16", "1x3xf16", "[1]"),
+    ("2x3xi32", "3x1x2xi32", "[2, 0]"), ("f32", "80x80xf32", "[]")])
+def test_broadcast_in_dim_fills_small_results(operand, result, dims):
+    """broadcast_in_dim makes a small stretched result whole, reshapes where nothing
+    stretches, and keeps np.broadcast_to's view for a large result: the same values."""
+    text = (f"func.func @main(%x: tensor<{operand}>) -> tensor<{result}> {{\n"
+            f"  %0 = stablehlo.broadcast_in_dim %x, dims = {dims} : (tensor<{operand}>) -> tensor<{result}>\n"
+            f"  return %0 : tensor<{result}>\n}}")
+    program = si.load(text)
+    dtype = program.module_info.functions["main"].region.arg_types[0].dtype
+    shape = program.module_info.functions["main"].region.arg_types[0].shape
+    x = (np.arange(int(np.prod(shape)), dtype=np.float64) - 2.5).astype(dtype).reshape(shape)
+    (actual,) = program.run(x)
+    dimensions = json.loads(dims)
+    order = sorted(range(len(shape)), key=lambda i: dimensions[i])
+    expected_shape = program.module_info.functions["main"].region.output_types[0].shape
+    expanded = [1] * len(expected_shape)
+    for i, size in zip(sorted(dimensions), np.transpose(x, order).shape):
+        expanded[i] = size
+    expected = np.broadcast_to(np.transpose(x, order).reshape(expanded), expected_shape)
+    assert same_bits(actual, expected)
+    assert actual.flags.writeable and not np.shares_memory(actual, x)
+
+
+@pytest.mark.parametrize("element", INTEGERS)
+@pytest.mark.parametrize("name", ["shift_left", "shift_right_logical", "shift_right_arithmetic"])
+def test_shifts_on_0d_values(name, element):
+    """Amounts of 0 to past the width, negative ones (as unsigned: past the width) included."""
+    op = built_op(op_text(f"stablehlo.{name}", [element, element], element))
+    logical_of_signed = name == "shift_right_logical" and element in SIGNED
+    arithmetic_of_unsigned = name == "shift_right_arithmetic" and element in UNSIGNED
+    if logical_of_signed or arithmetic_of_unsigned:
+        assert op.scalar is None   # (computed on a view of the other signedness)
+        return
+    dtype = np.dtype(DTYPES[element])
+    amounts = np.array([0, 1, 3, 7, 8, 15, 16, 31, 32, 63, 64, 200] + ([-1, -64] if dtype.kind == "i" else []))
+    amounts = amounts[amounts <= np.iinfo(dtype).max].astype(dtype)
+    check_scalar_runner(op, [special_values(element), amounts])

@@ -72,7 +72,7 @@ def _watch_shift_amounts(info, bits):
     info.watch("shift-out-of-range", out_of_range)
 
 
-@op("stablehlo.shift_left", elementwise=True)
+@op("stablehlo.shift_left", elementwise=True, scalar=scalars.SHIFT_LEFT)
 def shift_left(info):
     bits = _Bits(info)
     _watch_shift_amounts(info, bits)
@@ -86,7 +86,8 @@ def shift_left(info):
     return run
 
 
-@op("stablehlo.shift_right_logical", elementwise=True)
+@op("stablehlo.shift_right_logical", elementwise=True,
+    scalar=lambda info: scalars.SHIFT_RIGHT(info) if info.operand_types[0].kind == "unsigned" else None)
 def shift_right_logical(info):
     bits = _Bits(info)
     _watch_shift_amounts(info, bits)
@@ -106,7 +107,8 @@ def shift_right_logical(info):
     return run
 
 
-@op("stablehlo.shift_right_arithmetic", elementwise=True)
+@op("stablehlo.shift_right_arithmetic", elementwise=True,
+    scalar=lambda info: scalars.SHIFT_RIGHT(info) if info.operand_types[0].kind == "signed" else None)
 def shift_right_arithmetic(info):
     """Shifts in copies of the top bit, for unsigned types too (the spec's
     arithmetic shift is on bits; XLA and the reference interpreter agree)."""

@@ -117,6 +117,11 @@ AND = scalar_operator(operator.and_, _BOOL | _INTEGERS)
 OR = scalar_operator(operator.or_, _BOOL | _INTEGERS)
 XOR = scalar_operator(operator.xor, _BOOL | _INTEGERS)
 NOT = scalar_operator(operator.invert, _BOOL | _INTEGERS)
+# NumPy's scalar shifts are its shift ufuncs' loops (npy_lshift, npy_rshift): an amount
+# of at least the width, a negative one included, gives 0 (or the sign bits). Right
+# shifts are logical for unsigned types and arithmetic for signed ones, as the ufunc.
+SHIFT_LEFT = scalar_operator(operator.lshift, _INTEGERS)
+SHIFT_RIGHT = scalar_operator(operator.rshift, _INTEGERS)
 
 _COMPARISONS = {"EQ": operator.eq, "NE": operator.ne, "GE": operator.ge, "GT": operator.gt,
                 "LE": operator.le, "LT": operator.lt}
@@ -176,9 +181,11 @@ def convert(info: OpInfo, runner: Callable) -> Callable | None:
     constructor converts exactly as ``astype`` and cannot overflow (a constructor
     warns of an overflow whatever the error setting says): integers to integers
     (wrapping), to f32 and f64; booleans to anything; floats to wider floats;
-    anything real to i1 (``x != 0``). Values that are not NumPy scalars of the
-    operand's type go to ``runner``."""
+    anything real to i1 (``x != 0``); to its own type, the operand itself. Values that
+    are not NumPy scalars of the operand's type go to ``runner``."""
     source, target = info.operand_types[0].dtype, info.result_type.dtype
+    if source == target:
+        return _same   # (JAX converts f64 to f64 and the like)
     if source not in _BOOL | _REAL or target not in _BOOL | _REAL:
         return None
     source_type = source.type
@@ -198,3 +205,8 @@ def convert(info: OpInfo, runner: Callable) -> Callable | None:
         return target_type(x) if type(x) is source_type else runner(x)
 
     return constructed
+
+
+def _same(x):
+    """A conversion to the operand's own type: the operand (runners never change one)."""
+    return x

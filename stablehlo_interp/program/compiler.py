@@ -367,11 +367,11 @@ class _SharedRunner(BuiltOp):
 
 def _scalar_runner(info: OpInfo, implementation: registry.Implementation):
     """The op's runner on 0-d values (registry.Implementation.scalar), or None: for an op
-    whose operands and result are all 0-d tensors of plain (not quantized) types."""
+    whose result is a 0-d tensor (an element-wise op's operands are 0-d too), of plain
+    (not quantized) types."""
     if implementation.scalar is None or implementation.variadic or implementation.execution or info.regions:
         return None
-    types = (*info.operand_types, *info.result_types)
-    if not all(type(t) is TensorType and t.shape == () and t.quantization is None for t in types):
+    if info.has_quantized_types or not all(type(t) is TensorType and t.shape == () for t in info.result_types):
         return None
     return implementation.scalar(info)
 
