@@ -353,3 +353,37 @@ def test_shifts_on_0d_values(name, element):
     amounts = np.array([0, 1, 3, 7, 8, 15, 16, 31, 32, 63, 64, 200] + ([-1, -64] if dtype.kind == "i" else []))
     amounts = amounts[amounts <= np.iinfo(dtype).max].astype(dtype)
     check_scalar_runner(op, [special_values(element), amounts])
+
+
+def test_no_warning_leaves_a_run_of_0d_ops():
+    """Integer overflow, float overflow, division by zero, NaN from inf - inf: values the
+    spec defines, which NumPy scalars' operators would warn of outside a run's error setting."""
+    text = """func.func @main(%i: tensor<i32>, %u: tensor<ui8>, %x: tensor<f16>, %z: tensor<f32>)
+    -> (tensor<i32>, tensor<ui8>, tensor<f16>, tensor<f32>, tensor<f32>) {
+  %big = stablehlo.constant dense<2147483647> : tensor<i32>
+  %a = stablehlo.add %i, %big : tensor<i32>
+  %b = stablehlo.multiply %a, %a : tensor<i32>
+  %m = stablehlo.constant dense<255> : tensor<ui8>
+  %n = stablehlo.negate %u : tensor<ui8>
+  %s = stablehlo.subtract %n, %m : tensor<ui8>
+  %h = stablehlo.constant dense<6.0e4> : tensor<f16>
+  %y = stablehlo.multiply %x, %h : tensor<f16>
+  %q = stablehlo.divide %z, %z : tensor<f32>
+  %one = stablehlo.constant dense<1.0> : tensor<f32>
+  %r = stablehlo.divide %one, %z : tensor<f32>
+  %d = stablehlo.subtract %r, %r : tensor<f32>
+  return %b, %s, %y, %q, %d : tensor<i32>, tensor<ui8>, tensor<f16>, tensor<f32>, tensor<f32>
+}"""
+    program = si.load(text)
+    args = [np.int32(5), np.uint8(3), np.float16(2.0), np.float32(0.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = program.run(*args)
+    expected = program.run(*args, listeners=[_Recorder()])
+    assert all(same_bits(a, e) for a, e in zip(results, expected))
+    def wrapped(value):   # two's complement at 32 bits, by hand
+        return (value + 2**31) % 2**32 - 2**31
+
+    total = wrapped(5 + 2147483647)
+    assert results[0] == wrapped(total * total) and results[1] == (-3 - 255) % 256
+    assert np.isinf(results[2]) and np.isnan(results[3]) and np.isnan(results[4])
