@@ -387,3 +387,23 @@ def test_no_warning_leaves_a_run_of_0d_ops():
     total = wrapped(5 + 2147483647)
     assert results[0] == wrapped(total * total) and results[1] == (-3 - 255) % 256
     assert np.isinf(results[2]) and np.isnan(results[3]) and np.isnan(results[4])
+
+
+@pytest.mark.parametrize("element", FLOATS)
+@pytest.mark.parametrize("name", ["exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "sine",
+                                  "cosine", "tan", "tanh", "rsqrt", "cbrt"])
+def test_math_of_a_numpy_scalar_in_wider_precision(name, element):
+    """A transcendental function of a NumPy scalar widens it by its constructor
+    (engine/dtypes.py); the same bits as the array path's cast, on random bit patterns
+    (NaNs with payloads among them) and the special values."""
+    op = built_op(op_text(f"stablehlo.{name}", [element], element))
+    dtype = np.dtype(DTYPES[element])
+    bits = np.dtype(f"u{dtype.itemsize}")
+    patterns = np.random.default_rng(3).integers(0, np.iinfo(bits).max, 300, dtype=bits, endpoint=True)
+    values = np.concatenate([patterns.view(dtype), special_values(element)])
+    with warnings.catch_warnings(), numpy_warnings_off():
+        warnings.simplefilter("error")
+        expected = op.run(values)
+        for value, want in zip(values, expected):
+            got = op.run(value)
+            assert np.ndim(got) == 0 and same_bits(got, want), (name, value, got, want)
