@@ -407,3 +407,25 @@ def test_math_of_a_numpy_scalar_in_wider_precision(name, element):
         for value, want in zip(values, expected):
             got = op.run(value)
             assert np.ndim(got) == 0 and same_bits(got, want), (name, value, got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("depth", [1, 2, 3, 17])
+def test_dot_of_two_vectors_folds_as_a_batch_does(dtype, depth):
+    """ordered_matmul's path for one row by one column gives the bits of its general
+    path (a batch of two, the same vectors first): the left fold from +0.0, signed
+    zeros, infinities and NaNs among the products."""
+    from stablehlo_interp.ops.linalg import ordered_matmul
+
+    rng = np.random.default_rng(depth)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-3, -2.5, 3.0], np.float64)
+    for trial in range(20):
+        lhs = rng.choice(specials, depth).astype(dtype).reshape(1, 1, depth)
+        rhs = rng.choice(specials, depth).astype(dtype).reshape(1, depth, 1)
+        if trial % 2:
+            lhs, rhs = -lhs, rhs[:, ::-1]
+        fold = ordered_matmul(np.dtype(dtype))
+        with numpy_warnings_off():
+            alone = fold(lhs, rhs)
+            batch = fold(np.concatenate([lhs, lhs[:, :, ::-1]]), np.concatenate([rhs, rhs]))
+        assert alone.shape == (1, 1, 1) and same_bits(alone[0], batch[0])
