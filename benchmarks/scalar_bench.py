@@ -56,7 +56,7 @@ def measure(checkout: pathlib.Path, programs: list[str], repeat: int, iterations
     from zoo import PROGRAMS as ZOO
 
     assert pathlib.Path(si.__file__).resolve().is_relative_to(checkout.resolve()), si.__file__
-    jax.config.update("jax_enable_x64", True)   # (Diffrax's solvers refuse float32 inputs under x64)
+    # (64-bit types stay off, as the zoo's users run its programs: tests/test_zoo.py)
     loop = si.load(while_loop(iterations))
     times = {LOOP: best_cpu_time(lambda: loop.run(np.float32(1)), repeat) / (4 * iterations)}
     for name in programs:
