@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .plan import OpInfo
 
 Builder = Callable[["OpInfo"], Callable]
+ScalarBuilder = Callable[["OpInfo"], "Callable | None"]   # Implementation.scalar
 CUSTOM_CALL = "stablehlo.custom_call"   # dispatched on call_target_name to the custom-call table
 
 
@@ -59,7 +60,7 @@ class Implementation:
     # types have none. The unobserved run loop calls it instead of the runner
     # (engine/passes/flatten.py); it must give what the runner gives, bit for bit, on
     # NumPy scalars and 0-d arrays alike (ops/scalars.py).
-    scalar: Builder | None = None
+    scalar: ScalarBuilder | None = None
 
 class _Table:
     """The implementations of one kind of name (ops, or custom-call targets): the
@@ -100,7 +101,7 @@ ELEMENTWISE_OPS: set[str] = set()
 
 
 def op(*names: str, elementwise: bool = False, variadic: bool = False, execution: bool = False,
-       scalar: Builder | None = None):
+       scalar: ScalarBuilder | None = None):
     """Decorator: register a builder for one or more op names (module docstring);
     ``scalar``: the builder of its runners on 0-d values (Implementation.scalar)."""
 
