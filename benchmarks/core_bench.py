@@ -64,7 +64,10 @@ the same before the last changes, measured in the same session):
   (2.6 before, when each call went through ``BoundRegion.__call__``,
   ``Execution.run_region``, the loop and a comprehension for the outputs).
   Below 1x needs cheaper element-wise runners on 0-d values more than cheaper
-  region calls.
+  region calls. Issue 42 gave them those: ops with a 0-d result run NumPy
+  scalars' operators in the unobserved loop (ops/scalars.py), and the loop costs
+  0.27 us per executed op against 0.60 before, in one run of scalar_bench.py on a
+  loaded machine (2.2x; benchmarks/RESULTS.md).
 * (d) a recurrent layer over 256 rows of 64 (issue 29): 1.29x its floor (7.0 ms
   against 5.5; 9.2x hand-written NumPy). Most of the floor is the 256x64 carry that
   ``dynamic_update_slice`` copies at every iteration (an op's result is a fresh

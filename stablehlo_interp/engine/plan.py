@@ -155,13 +155,16 @@ class Step:
 
 class BuiltOp:
     """An op's OpInfo and the runner its builder returned (equal element-wise ops
-    share one: program/compiler.py)."""
+    share one: program/compiler.py). ``scalar``: the runner for its 0-d values that
+    the unobserved run loop calls instead (registry.Implementation.scalar), or None;
+    listeners see the op run by ``run``, as tools that run a step alone do."""
 
-    __slots__ = ("info", "run")
+    __slots__ = ("info", "run", "scalar")
 
-    def __init__(self, info: OpInfo, run):
+    def __init__(self, info: OpInfo, run, scalar=None):
         self.info = info
         self.run = run
+        self.scalar = scalar
 
 
 _MAKING_STEPS = threading.Lock()

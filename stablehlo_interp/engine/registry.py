@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .plan import OpInfo
 
 Builder = Callable[["OpInfo"], Callable]
+ScalarBuilder = Callable[["OpInfo"], "Callable | None"]   # Implementation.scalar
 CUSTOM_CALL = "stablehlo.custom_call"   # dispatched on call_target_name to the custom-call table
 
 
@@ -54,6 +55,12 @@ class Implementation:
     # (not its location, module or regions), so that equal ops may share one runner
     # (the built-in element-wise ops; a chain of 10 000 adds on f32[4] builds one).
     shareable: bool = False
+    # The builder of a runner for the op with a 0-d result (an element-wise op's operands
+    # are 0-d too), or None: ``scalar(info)`` returns a runner, or None where the op's
+    # types have none. The unobserved run loop calls it instead of the runner
+    # (engine/passes/flatten.py); it must give what the runner gives, bit for bit, on
+    # NumPy scalars and 0-d arrays alike (ops/scalars.py).
+    scalar: ScalarBuilder | None = None
 
 class _Table:
     """The implementations of one kind of name (ops, or custom-call targets): the
@@ -93,12 +100,14 @@ _OPS, _CUSTOM_CALLS = _Table(), _Table()
 ELEMENTWISE_OPS: set[str] = set()
 
 
-def op(*names: str, elementwise: bool = False, variadic: bool = False, execution: bool = False):
-    """Decorator: register a builder for one or more op names (module docstring)."""
+def op(*names: str, elementwise: bool = False, variadic: bool = False, execution: bool = False,
+       scalar: ScalarBuilder | None = None):
+    """Decorator: register a builder for one or more op names (module docstring);
+    ``scalar``: the builder of its runners on 0-d values (Implementation.scalar)."""
 
     def decorate(builder: Builder) -> Builder:
         for name in names:
-            _OPS.builtin[name] = Implementation(builder, variadic, execution, shareable=elementwise)
+            _OPS.builtin[name] = Implementation(builder, variadic, execution, shareable=elementwise, scalar=scalar)
             if elementwise:
                 ELEMENTWISE_OPS.add(name)
         return builder
@@ -146,8 +155,8 @@ def replaced(ops: dict | None = None, custom_calls: dict | None = None):
         for table, builders in replacements:
             for name, builder in builders.items():
                 previous = table.implementation(name)
-                table.user[name] = (dataclasses.replace(previous, builder=builder, shareable=False) if previous
-                                    else Implementation(builder))
+                table.user[name] = (dataclasses.replace(previous, builder=builder, shareable=False, scalar=None)
+                                    if previous else Implementation(builder))
         yield
     finally:
         for table, name, entry in saved:

@@ -326,8 +326,11 @@ class Execution:
         """``step``'s results on ``operands``, outside any run loop (a tool asking what
         the op makes of other values). ``env`` maps the enclosing region's slots to
         values, for what the op's regions capture (none needed when they capture
-        nothing). No listener sees it."""
-        return list(_results_of(step, step.run(*_leading_arguments(step, self, env or {}), *operands)))
+        nothing). No listener sees it. NumPy's floating-point warnings are off, as in a run
+        (the regions it calls run their unobserved loop, whose runners on 0-d values report
+        integer overflow through NumPy's error setting: ops/scalars.py)."""
+        with numpy_warnings_off():
+            return list(_results_of(step, step.run(*_leading_arguments(step, self, env or {}), *operands)))
 
     def bind(self, step: Step, env: list) -> tuple:
         """The step's regions bound to the values they capture from ``env`` (None for

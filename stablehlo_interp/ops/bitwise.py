@@ -13,12 +13,13 @@ import numpy as np
 
 from ..engine.registry import op
 from ..engine.dtypes import integer_compute_dtype, same_ufunc, unsigned_view_dtype
+from . import scalars
 
 
-op("stablehlo.and", elementwise=True)(same_ufunc(np.bitwise_and))
-op("stablehlo.or", elementwise=True)(same_ufunc(np.bitwise_or))
-op("stablehlo.xor", elementwise=True)(same_ufunc(np.bitwise_xor))
-op("stablehlo.not", elementwise=True)(same_ufunc(np.invert))
+op("stablehlo.and", elementwise=True, scalar=scalars.AND)(same_ufunc(np.bitwise_and))
+op("stablehlo.or", elementwise=True, scalar=scalars.OR)(same_ufunc(np.bitwise_or))
+op("stablehlo.xor", elementwise=True, scalar=scalars.XOR)(same_ufunc(np.bitwise_xor))
+op("stablehlo.not", elementwise=True, scalar=scalars.NOT)(same_ufunc(np.invert))
 
 
 class _Bits:
@@ -71,7 +72,7 @@ def _watch_shift_amounts(info, bits):
     info.watch("shift-out-of-range", out_of_range)
 
 
-@op("stablehlo.shift_left", elementwise=True)
+@op("stablehlo.shift_left", elementwise=True, scalar=scalars.SHIFT_LEFT)
 def shift_left(info):
     bits = _Bits(info)
     _watch_shift_amounts(info, bits)
@@ -85,7 +86,8 @@ def shift_left(info):
     return run
 
 
-@op("stablehlo.shift_right_logical", elementwise=True)
+@op("stablehlo.shift_right_logical", elementwise=True,
+    scalar=lambda info: scalars.SHIFT_RIGHT(info) if info.operand_types[0].kind == "unsigned" else None)
 def shift_right_logical(info):
     bits = _Bits(info)
     _watch_shift_amounts(info, bits)
@@ -105,7 +107,8 @@ def shift_right_logical(info):
     return run
 
 
-@op("stablehlo.shift_right_arithmetic", elementwise=True)
+@op("stablehlo.shift_right_arithmetic", elementwise=True,
+    scalar=lambda info: scalars.SHIFT_RIGHT(info) if info.operand_types[0].kind == "signed" else None)
 def shift_right_arithmetic(info):
     """Shifts in copies of the top bit, for unsigned types too (the spec's
     arithmetic shift is on bits; XLA and the reference interpreter agree)."""

@@ -15,6 +15,7 @@ import numpy as np
 from ..engine.registry import op
 from ..ir.types import bit_width
 from ..engine.dtypes import contiguous
+from . import scalars
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 _FNUZ = frozenset(map(np.dtype, (ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,
@@ -48,7 +49,7 @@ def total_order_key(x) -> np.ndarray:
     return key
 
 
-@op("stablehlo.compare", elementwise=True)
+@op("stablehlo.compare", elementwise=True, scalar=scalars.compare)
 def compare(info):
     direction = info.attr("comparison_direction")
     compare_type = info.attributes.get("compare_type")

@@ -8,9 +8,10 @@ import numpy as np
 from ..engine.registry import op
 from ..ir.types import bit_width
 from ..engine.dtypes import NATIVE_FLOATS, contiguous, integer_compute_dtype
+from . import scalars
 
 
-@op("stablehlo.convert", elementwise=True)
+@op("stablehlo.convert", elementwise=True, scalar=lambda info: scalars.convert(info, convert(info)))
 def convert(info):
     """Element type conversion.
 

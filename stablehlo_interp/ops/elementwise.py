@@ -14,6 +14,7 @@ cases. Runners for the common element types are bare NumPy ufuncs.
 from __future__ import annotations
 
 import decimal
+import operator
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ..engine.registry import op
 from ..engine.dtypes import (NATIVE_FLOATS, count_nonzero, in_float32_if_needed, in_integer_precision,
     in_wider_precision, integer_compute_dtype, same_ufunc)
 from ..engine.numerics import ExtremumOfZeros
+from . import scalars
 
 
 def _by_kind(info, *, integer=None, floating=None, complex_=None, boolean=None, ttype=None):
@@ -37,11 +39,11 @@ def _by_kind(info, *, integer=None, floating=None, complex_=None, boolean=None, 
 
 
 # add/multiply of i1 are OR/AND, which is what NumPy's bool add/multiply are.
-op("stablehlo.add", elementwise=True)(same_ufunc(np.add))
-op("stablehlo.subtract", elementwise=True)(same_ufunc(np.subtract))
-op("stablehlo.multiply", elementwise=True)(same_ufunc(np.multiply))
+op("stablehlo.add", elementwise=True, scalar=scalars.ADD)(same_ufunc(np.add))
+op("stablehlo.subtract", elementwise=True, scalar=scalars.SUBTRACT)(same_ufunc(np.subtract))
+op("stablehlo.multiply", elementwise=True, scalar=scalars.MULTIPLY)(same_ufunc(np.multiply))
 # Unsigned negate wraps (spec: bitcast to signed, negate, bitcast back).
-op("stablehlo.negate", elementwise=True)(same_ufunc(np.negative))
+op("stablehlo.negate", elementwise=True, scalar=scalars.NEGATE)(same_ufunc(np.negative))
 
 
 @op("stablehlo.abs", elementwise=True)
@@ -58,7 +60,7 @@ def abs_(info):
 # ----------------------------------------------------------- division, power
 
 
-@op("stablehlo.divide", elementwise=True)
+@op("stablehlo.divide", elementwise=True, scalar=scalars.DIVIDE)
 def divide(info):
     ttype = info.operand_types[0]
     dtype = ttype.dtype
@@ -175,7 +177,8 @@ def _integer_power(ttype):
 # ---------------------------------------------------------------- min, max, ...
 
 
-@op("stablehlo.maximum", elementwise=True)
+@op("stablehlo.maximum", elementwise=True,
+    scalar=scalars.extremum(lambda info: maximum(info), operator.gt))
 def maximum(info, ttype=None):
     """Floats: IEEE-754 maximum (NaN propagates, -0.0 < +0.0). Complex:
     lexicographic on (real, imag), as compare; i1: OR."""
@@ -185,7 +188,8 @@ def maximum(info, ttype=None):
                     complex_=_complex_extremum(np.greater), ttype=ttype)
 
 
-@op("stablehlo.minimum", elementwise=True)
+@op("stablehlo.minimum", elementwise=True,
+    scalar=scalars.extremum(lambda info: minimum(info), operator.lt))
 def minimum(info, ttype=None):
     """Floats: IEEE-754 minimum (NaN propagates, -0.0 < +0.0). Complex:
     lexicographic on (real, imag); i1: AND."""
@@ -228,7 +232,7 @@ def clamp(info):
     return lambda lo, operand, hi: high(low(operand, lo), hi)
 
 
-@op("stablehlo.select", elementwise=True)
+@op("stablehlo.select", elementwise=True, scalar=scalars.select)
 def select(info):
     """pred may be a 0-d tensor that selects whole operands."""
     return np.where

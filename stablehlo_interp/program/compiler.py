@@ -28,7 +28,7 @@ from ..errors import ModuleError, OpError, UnsupportedOpError
 from ..ir.declarations import function_operations
 from ..ir.decode import decode_location, decode_op_attributes, decode_type
 from ..ir.locations import SourceLocation
-from ..ir.types import TupleType
+from ..ir.types import TensorType, TupleType
 from ..ir.sources import TextLocations
 
 TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return", "mhlo.return"})
@@ -332,10 +332,11 @@ class Compiler:
         info = OpInfo(name, attributes, operand_types, result_types, regions, location, self.module)
         implementation = _implementation(info)
         run = build(info, implementation)
+        scalar = _scalar_runner(info, implementation)
         if shared_key is not None and implementation.shareable and not info.has_quantized_types:
-            shared = self._shared_runners[shared_key] = _SharedRunner(info, run, implementation)
+            shared = self._shared_runners[shared_key] = _SharedRunner(info, run, implementation, scalar)
             return shared, implementation
-        return BuiltOp(info, run), implementation
+        return BuiltOp(info, run, scalar), implementation
 
     def _callees(self, name: str, attributes: dict) -> tuple:
         """The functions an op calls by symbol (their bodies become its last regions)."""
@@ -357,11 +358,22 @@ class _SharedRunner(BuiltOp):
 
     __slots__ = ("implementation", "result_type", "result_type_id")
 
-    def __init__(self, info: OpInfo, run, implementation: registry.Implementation):
-        super().__init__(info, run)
+    def __init__(self, info: OpInfo, run, implementation: registry.Implementation, scalar=None):
+        super().__init__(info, run, scalar)
         self.implementation = implementation
         self.result_type = info.result_types[0]
         self.result_type_id = id(self.result_type)
+
+
+def _scalar_runner(info: OpInfo, implementation: registry.Implementation):
+    """The op's runner on 0-d values (registry.Implementation.scalar), or None: for an op
+    whose result is a 0-d tensor (an element-wise op's operands are 0-d too), of plain
+    (not quantized) types."""
+    if implementation.scalar is None or implementation.variadic or implementation.execution or info.regions:
+        return None
+    if info.has_quantized_types or not all(type(t) is TensorType and t.shape == () for t in info.result_types):
+        return None
+    return implementation.scalar(info)
 
 
 def _implementation(info: OpInfo) -> registry.Implementation:

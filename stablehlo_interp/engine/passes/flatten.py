@@ -28,7 +28,7 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
     skips building argument lists; a call of a region (a variadic
     :class:`~stablehlo_interp.engine.plan.RegionCallRunner`) gets the region's index
     (CALL) or the function choosing it from the operand (BRANCH) in place of the runner; ``step`` is the op's Step, or its index for an op whose Step
-    is made on demand.
+    is made on demand. An op of 0-d values gets its runner for them (BuiltOp.scalar) where it has one.
     """
     live = set(outputs)
     see = live.add
@@ -66,17 +66,17 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
             if op.regions or op.variadic or op.execution:
                 append((op.run, operands, result, release, GENERAL, op))
                 continue
-            reference, result = op, result[0]
+            reference, result, run = op, result[0], op.run
         else:
-            reference = index
+            reference, run = index, op.scalar or op.run
         if op.info.name in FOLDABLE:
             foldable.append((op, operands, result, len(entries)))
         if len(operands) == 1:
-            append((op.run, operands[0], result, release, UNARY, reference))
+            append((run, operands[0], result, release, UNARY, reference))
         elif len(operands) == 2:
-            append((op.run, operands, result, release, BINARY, reference))
+            append((run, operands, result, release, BINARY, reference))
         else:
-            append((op.run, operands, result, release, SINGLE, reference))
+            append((run, operands, result, release, SINGLE, reference))
     entries.reverse()
     releases.reverse()
     columns.releases = releases

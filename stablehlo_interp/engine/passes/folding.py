@@ -44,5 +44,7 @@ def _folded(info: OpInfo, run, operands: tuple, constants: dict):
     except Exception:   # noqa: BLE001 - it fails again at run time, where the error belongs
         return None
     if isinstance(value, np.ndarray):   # (a NumPy scalar, a ufunc's answer on 0-d arrays, is immutable)
+        if value.ndim == 0:   # as a NumPy scalar: the runners on 0-d values compute on scalars
+            return value[()]  # (ops/scalars.py; an operator on a 0-d array costs its ufunc)
         value.flags.writeable = False   # every run returns this array: read-only, as constants are
     return value
