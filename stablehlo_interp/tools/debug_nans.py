@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import contextlib
+import functools
 import os
 import threading
 import weakref
@@ -239,9 +240,22 @@ def _platforms(leaves) -> str:
     return " and ".join(found) or "the backend"
 
 
-def _name(function) -> str:
-    wrapped = getattr(function, "_fun", function)
-    return getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", None) or repr(function)
+def _name(wrapped) -> str:
+    """The jitted Python function's name, and where it is defined: ``step (train.py:12)``."""
+    name = getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", None) or repr(wrapped)
+    code = getattr(wrapped, "__code__", None)
+    return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else name
+
+
+@functools.cache
+def _jit_key():
+    """A setting of ours in the key of JAX's C++ jit cache, on while a guard is: a
+    function's first call under a guard misses that cache (its compiled program is
+    JAX's cached one) and takes the Python path, where donated arguments are copied
+    before the call."""
+    from jax._src import config
+
+    return config.config_ext.Config("stablehlo_interp_debug_nans", False, include_in_jit_key=True)
 
 
 def _hook_state():
@@ -260,11 +274,13 @@ def debug_nans() -> Iterator[DebugNans]:
     state = _hook_state()
     guard = DebugNans(state.value)
     previous = state.swap_local(guard)   # (JAX's "unset" marker when no block set one)
+    previous_key = _jit_key().swap_local(True)
     _patch(+1)
     try:
         yield guard
     finally:
         _patch(-1)
+        _jit_key().swap_local(previous_key)
         state.swap_local(previous)
 
 
@@ -279,6 +295,7 @@ def install_from_environment(environ: Any = os.environ) -> DebugNans | None:
         return current
     guard = DebugNans(current)
     state.set_global(guard)
+    _jit_key().set_global(True)
     _patch(+1)   # for the rest of the process
     return guard
 
