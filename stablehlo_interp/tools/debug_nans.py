@@ -47,7 +47,7 @@ from ..program.calls import _hide_our_frames
 from .nonfinite import _nonfinite, find_nonfinite
 
 VARIABLE = "STABLEHLO_INTERP_DEBUG_NANS"
-_replaying = threading.local()   # a replay's own jitted calls are not checked
+_own = threading.local()   # the guard's own jitted calls (its check, a replay) are not checked
 
 
 class NonFiniteCall(FloatingPointError):
@@ -81,7 +81,7 @@ class DebugNans:
         """JAX's post-call hook: a call on the C++ fast path has returned ``output``."""
         if self.previous is not None:
             self.previous(function, args, kwargs, output)
-        if getattr(function, "_jit_info", None) is None:   # a pmap: not checked
+        if _busy() or getattr(function, "_jit_info", None) is None:   # (a pmap: not checked)
             return
         wrapped = function._fun
         if not _checked(wrapped):
@@ -102,19 +102,16 @@ class DebugNans:
             if not any(_nonfinite(copy) for copy in copies if copy is not None):
                 self._kept[wrapped] = [(weakref.ref(leaf), copy) for leaf, copy in zip(leaves, copies)]
                 return
-        elif not any(map(_holds_nonfinite, leaves)):
+        elif _all_finite(leaves):
             return
         raise self._error(_name(wrapped), number, _platforms(leaves), replay)
 
     def _error(self, name: str, number: int, platforms: str, replay) -> NonFiniteCall:
         """The error of call ``number`` of ``name``, with the interpreter's replay."""
         heading = f"call {number} of {name} returned a NaN or inf on {platforms}"
-        _replaying.active = True
-        try:
+        with _guard_at_work():
             inputs = replay()
             report = None if inputs is None else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
-        finally:
-            _replaying.active = False
         if inputs is None:
             message = (f"{heading}; it cannot be replayed: a donated argument was deleted by the call and no "
                        "earlier call inside si.debug_nans() made it (the guard keeps the results of calls with "
@@ -166,7 +163,7 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
     take (a function's first call, one with effects or host callbacks), which calls no
     post-call hook. Donated arguments are copied to the host before the call."""
     guard = _guard()
-    if guard is None or getattr(_replaying, "active", False) or not _checked(fun):
+    if guard is None or _busy() or not _checked(fun):
         return _original_run_python_pjit(p, args_flat, fun, args, kwargs)
     donated = p.params["donated_invars"]
     before = [_host_copy(value) if flag else value for value, flag in zip(args_flat, donated)]
@@ -209,23 +206,62 @@ def _donates(jit_info) -> bool:
     return bool(jit_info.donate_argnums or jit_info.donate_argnames)
 
 
-def _is_float(leaf) -> bool:
+@functools.cache
+def _inexact(dtype) -> bool:
     import jax.numpy as jnp
 
-    return jnp.issubdtype(leaf.dtype, jnp.inexact)
+    return jnp.issubdtype(dtype, jnp.inexact)
 
 
-def _holds_nonfinite(leaf) -> bool:
-    """Whether a JAX array holds a NaN or inf: each shard checked where it lives (no copy
-    on the CPU; one transfer of each shard elsewhere), as ``jax_debug_nans`` does."""
-    if not _is_float(leaf):
-        return False
-    return any(_nonfinite(np.asarray(shard.data)) for shard in leaf.addressable_shards if shard.replica_id == 0)
+def _all_finite(leaves) -> bool:
+    """Whether every float JAX array of ``leaves`` is finite: one jitted program reduces
+    them all where they live (one dispatch, one boolean back), or, for arrays on
+    different devices, each shard on the host, as ``jax_debug_nans`` checks them."""
+    floats = [leaf for leaf in leaves if _inexact(leaf.dtype)]
+    if not floats:
+        return True
+    with _guard_at_work():
+        try:
+            return bool(_finite_check()(floats))
+        except ValueError:   # arrays on different devices: no one program takes them all
+            return not any(_nonfinite(np.asarray(shard.data)) for leaf in floats
+                           for shard in leaf.addressable_shards if shard.replica_id == 0)
+
+
+@functools.cache
+def _finite_check():
+    import jax
+    import jax.numpy as jnp
+
+    def zeros_or_nans(leaf):
+        """0 where an element is finite, NaN where it is not (no finite value overflows)."""
+        zeroed = leaf * 0
+        return (jnp.abs(zeroed) if jnp.iscomplexobj(zeroed) else zeroed).astype(jnp.float32)
+
+    # each array summed where its shards live (a sharded one: a partial sum per device)
+    return jax.jit(lambda leaves: jnp.isfinite(sum(jnp.sum(zeros_or_nans(leaf)) for leaf in leaves)))
+
+
+@contextlib.contextmanager
+def _guard_at_work() -> Iterator[None]:
+    """The guard's own jitted calls (its check, a replay's) are not checked."""
+    outer = _busy()
+    _own.active = True
+    try:
+        yield
+    finally:
+        _own.active = outer
+
+
+def _busy() -> bool:
+    return getattr(_own, "active", False)
 
 
 def _host_copy(leaf) -> np.ndarray | None:
     """A NumPy copy of a JAX array put together from its shards (None where this process
     does not hold all of them)."""
+    if len(leaf.sharding.device_set) == 1:
+        return np.array(leaf.addressable_data(0))
     if not leaf.is_fully_addressable:
         return None
     copy = np.empty(leaf.shape, leaf.dtype)
