@@ -250,3 +250,18 @@ def test_the_environment_turns_it_on_for_a_script():
     done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.strip() == "NonFiniteCall 2", done.stderr
+
+
+def test_a_value_the_backend_made_and_the_program_did_not():
+    # XLA CPU flushes the subnormal x to zero: log(0) is -inf there; the program (the
+    # interpreter, IEEE arithmetic) computes log(1e-39 * 1e10), about -66.8
+    step = jax.jit(lambda x: jnp.log(x * 1e10))
+    tiny = np.float32(1e-39)
+    assert np.isneginf(step(tiny)) and np.isfinite(si.run(step, tiny))
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        step(tiny)
+    error = caught.value
+    assert error.report is None and error.call == 1
+    assert "replay of the same program on the same inputs is finite: the backend made the value" in str(error)
+    assert "si.passes(error.lowered, *error.arguments, **error.keyword_arguments)" in str(error)
+    assert error.arguments == (tiny,) and error.lowered.as_text() == step.lower(tiny).as_text()
