@@ -34,6 +34,8 @@ def _run(script: str, *options: str) -> str:
      ["\ncpu ", "\ninterp "]),
     ("per_device_bench.py", ["--programs", "sharded_shard_map_mlp", "--repeat", "1"], ["\nsharded_shard_map_mlp "]),
     ("passes_bench.py", ["--programs", "flax_linen_mlp"], ["\nflax_linen_mlp "]),
+    ("debug_nans_bench.py", ["--programs", "flax_linen_mlp", "--calls", "3", "--repeat", "1"],
+     ["\nflax_linen_mlp ", "donated loop"]),
 ])
 def test_benchmark_runs(script, options, rows):
     printed = _run(script, *options)
