@@ -18,16 +18,27 @@ something else).
 For a script one cannot edit, ``STABLEHLO_INTERP_DEBUG_NANS=1`` turns the guard on for
 the whole process, when JAX loads its plugins (this package's device is one).
 
-The hook is JAX's own per-call hook, the one ``jax_debug_nans`` uses: the C++ jit calls
-it after each call with the function, its arguments and its results (jax/_src/api.py,
-``_post_hook_state``), on its fast path too, so calls keep their speed. Being called
-after the call, it cannot copy inputs before it: a donated argument is deleted by then.
-For a function with donated arguments, the guard keeps a host copy of each call's
-results, and a donated argument that one of them is (a training loop's state, made by
-the previous step) is replayed from its copy; one that no call inside the block made
-(the first step's state) cannot be, and the error says so. Functions JAX itself jits
-(``jnp`` functions, single primitives applied outside ``jit``) are not checked: an
-``-inf`` that eager code writes on purpose is no alarm.
+Two hooks, both JAX's own paths of a jitted call:
+
+* the C++ fast path (every call of a compiled function) calls JAX's post-call hook,
+  the one ``jax_debug_nans`` uses (``_post_hook_state``, jax/_src/api.py), with the
+  function, its arguments and its results: the guard is that hook, so calls keep
+  the fast path. Called after the call, it cannot copy inputs before it: a donated
+  argument is deleted by then. For a function with donated arguments the guard
+  keeps a host copy of each call's results, and a donated argument that one of them
+  is (a training loop's state, made by the previous step) is replayed from its copy;
+  one that no call inside the block made cannot be, and the error says so.
+* the Python path (a function's first call, a call with effects) calls no hook: the
+  guard wraps ``pjit._run_python_pjit`` while a guard is on, and copies donated
+  arguments before the call. A setting of ours in the key of the C++ cache (on
+  inside the block) makes a function's first call under a guard take this path
+  (its program compiled once, JAX's caches unchanged), so the first step's donated
+  state is copied too.
+
+The check of a finite call: one jitted program reduces every float result to a
+boolean where it lives (a sharded result: per device), one dispatch and a wait.
+Functions JAX itself jits (``jnp`` functions, single primitives applied outside
+``jit``) are not checked: an ``-inf`` that eager code writes on purpose is no alarm.
 """
 
 from __future__ import annotations
