@@ -249,8 +249,11 @@ def _finite_check():
         zeroed = leaf * 0
         return (jnp.abs(zeroed) if jnp.iscomplexobj(zeroed) else zeroed).astype(jnp.float32)
 
-    # each array summed where its shards live (a sharded one: a partial sum per device)
-    return jax.jit(lambda leaves: jnp.isfinite(sum(jnp.sum(zeros_or_nans(leaf)) for leaf in leaves)))
+    def all_finite(leaves):
+        # each array summed where its shards live (a sharded one: a partial sum per device)
+        return jnp.isfinite(sum(jnp.sum(zeros_or_nans(leaf)) for leaf in leaves))
+
+    return jax.jit(all_finite)
 
 
 @contextlib.contextmanager
