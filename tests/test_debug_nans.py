@@ -265,3 +265,30 @@ def test_a_value_the_backend_made_and_the_program_did_not():
     assert "replay of the same program on the same inputs is finite: the backend made the value" in str(error)
     assert "si.passes(error.lowered, *error.arguments, **error.keyword_arguments)" in str(error)
     assert error.arguments == (tiny,) and error.lowered.as_text() == step.lower(tiny).as_text()
+
+
+def test_a_block_inside_a_block_checks_once_and_counts_its_own_calls():
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    with si.debug_nans() as outer:
+        step(initial_params(), xs[0], ys[0])
+        with pytest.raises(FloatingPointError) as caught, si.debug_nans() as inner:
+            step(initial_params(), xs[1], ys[1])
+            step(initial_params(), -xs[2], ys[2])
+    assert caught.value.call == 2 and inner.calls[step._fun] == 2 and outer.calls[step._fun] == 1
+
+
+def test_a_replay_that_fails_still_reports_the_backends_nan(monkeypatch):
+    from stablehlo_interp.tools import debug_nans
+
+    def unable(*args, **kwargs):
+        raise si.InterpreterError("no replay today")
+
+    monkeypatch.setattr(debug_nans, "find_nonfinite", unable)
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        step(initial_params(), -xs[0], ys[0])
+    assert str(caught.value).endswith("returned a NaN or inf on cpu; the interpreter could not replay it: "
+                                      "InterpreterError: no replay today")
+    assert isinstance(caught.value.__cause__, si.InterpreterError)

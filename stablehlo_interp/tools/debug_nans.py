@@ -120,9 +120,15 @@ class DebugNans:
     def _error(self, name: str, number: int, platforms: str, replay) -> NonFiniteCall:
         """The error of call ``number`` of ``name``, with the interpreter's replay."""
         heading = f"call {number} of {name} returned a NaN or inf on {platforms}"
-        with _guard_at_work():
-            inputs = replay()
-            report = None if inputs is None else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
+        try:
+            with _guard_at_work():
+                inputs = replay()
+                report = None if inputs is None else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
+        except Exception as failure:  # noqa: BLE001 - the backend's NaN is still the news, with why no replay
+            error = NonFiniteCall(f"{heading}; the interpreter could not replay it: {type(failure).__name__}: "
+                                  f"{failure}", name, number, None, None)
+            error.__cause__ = failure
+            return error
         if inputs is None:
             message = (f"{heading}; it cannot be replayed: a donated argument was deleted by the call and no "
                        "earlier call inside si.debug_nans() made it (the guard keeps the results of calls with "
@@ -322,7 +328,8 @@ def debug_nans() -> Iterator[DebugNans]:
     interpreter's replay of it (module docstring). Yields the guard (its ``calls`` count
     each function's calls)."""
     state = _hook_state()
-    guard = DebugNans(state.value)
+    outer = state.value
+    guard = DebugNans(outer.previous if isinstance(outer, DebugNans) else outer)   # (a block in a block: one check)
     previous = state.swap_local(guard)   # (JAX's "unset" marker when no block set one)
     previous_key = _jit_key().swap_local(True)
     _patch(+1)
