@@ -110,7 +110,8 @@ class DebugNans:
         leaves = [leaf for leaf in jax.tree.leaves(output) if isinstance(leaf, jax.Array)]
         if donates:
             copies = [_host_copy(leaf) for leaf in leaves]
-            if not any(_nonfinite(copy) for copy in copies if copy is not None):
+            elsewhere = [leaf for leaf, copy in zip(leaves, copies) if copy is None]   # (other processes' shards)
+            if not any(_nonfinite(copy) for copy in copies if copy is not None) and _all_finite(elsewhere):
                 self._kept[wrapped] = [(weakref.ref(leaf), copy) for leaf, copy in zip(leaves, copies)]
                 return
         elif _all_finite(leaves):
