@@ -292,3 +292,28 @@ def test_a_replay_that_fails_still_reports_the_backends_nan(monkeypatch):
     assert str(caught.value).endswith("returned a NaN or inf on cpu; the interpreter could not replay it: "
                                       "InterpreterError: no replay today")
     assert isinstance(caught.value.__cause__, si.InterpreterError)
+
+
+def test_every_nth_call_compared_with_the_interpreter():
+    step = jax.jit(sgd(squared_loss))
+    xs, ys = data()
+    with si.debug_nans(compare_every=250) as guard:
+        params = initial_params()
+        for index in range(STEPS):
+            params, _ = step(params, xs[index], ys[index])
+    assert [number for _, number in guard.compared] == [250, 500, 750, 1000]
+
+
+def test_the_first_compared_call_that_differs_beyond_noise():
+    # XLA CPU flushes the subnormal x to zero: log(1e-30) there, log(1.1e-29) in the program
+    from stablehlo_interp.tools.debug_nans import DivergentCall
+
+    step = jax.jit(lambda x: jnp.log(x * 1e10 + 1e-30))
+    values = [np.float32(1.0), np.float32(2.0), np.float32(1e-39), np.float32(1e-39)]
+    with pytest.raises(DivergentCall) as caught, si.debug_nans(compare_every=2):
+        for value in values:
+            step(value)
+    assert caught.value.call == 4 and not caught.value.comparison.explained
+    text = str(caught.value)
+    assert text.startswith("call 4 of test_the_first_compared_call_that_differs_beyond_noise.<locals>.<lambda>")
+    assert "first divergent op: stablehlo.multiply" in text

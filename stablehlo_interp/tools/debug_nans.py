@@ -55,6 +55,8 @@ import weakref
 import numpy as np
 
 from ..program.calls import _hide_our_frames
+from ..errors import InterpreterError
+from .compare import compare
 from .nonfinite import _nonfinite, find_nonfinite
 
 VARIABLE = "STABLEHLO_INTERP_DEBUG_NANS"
@@ -77,13 +79,25 @@ class NonFiniteCall(FloatingPointError):
         self.lowered, self.arguments, self.keyword_arguments = replayed or (None, None, None)
 
 
+class DivergentCall(InterpreterError):
+    """A call that ``debug_nans(compare_every=N)`` compared with the interpreter computed
+    something else beyond rounding noise: ``name``, ``call`` as in :class:`NonFiniteCall`,
+    ``comparison`` :func:`compare`'s answer (its first divergent op)."""
+
+    def __init__(self, message: str, name: str, call: int, comparison: Any) -> None:
+        super().__init__(message)
+        self.name, self.call, self.comparison = name, call, comparison
+
+
 class DebugNans:
     """The guard (see the module's docstring). ``calls`` counts the calls of each jitted
     function it saw, by the Python function jitted; ``previous`` is the hook it chains to
     (JAX's own ``jax_debug_nans`` check, where that is on)."""
 
-    def __init__(self, previous: Any = None) -> None:
+    def __init__(self, previous: Any = None, compare_every: int | None = None) -> None:
         self.previous = previous
+        self.compare_every = compare_every
+        self.compared: list = []   # (function's name, call number) of each call compared
         self.calls: dict = {}
         # per function with donated arguments: its last call's results, and their host copies
         self._kept: dict = {}
@@ -111,12 +125,30 @@ class DebugNans:
         if donates:
             copies = [_host_copy(leaf) for leaf in leaves]
             elsewhere = [leaf for leaf, copy in zip(leaves, copies) if copy is None]   # (other processes' shards)
-            if not any(_nonfinite(copy) for copy in copies if copy is not None) and _all_finite(elsewhere):
-                self._kept[wrapped] = [(weakref.ref(leaf), copy) for leaf, copy in zip(leaves, copies)]
+            finite = not any(_nonfinite(copy) for copy in copies if copy is not None) and _all_finite(elsewhere)
+        else:
+            finite = _all_finite(leaves)
+        if not finite:
+            raise self._error(_name(wrapped), number, _platforms(leaves), replay)
+        if self.compare_every and number % self.compare_every == 0:
+            self._compare(_name(wrapped), number, leaves, replay)
+        if donates:
+            self._kept[wrapped] = [(weakref.ref(leaf), copy) for leaf, copy in zip(leaves, copies)]
+
+    def _compare(self, name: str, number: int, leaves: list, replay) -> None:
+        """Compare call ``number`` with the interpreter (:func:`compare` on the call's
+        program and inputs, on the platform its results are on); raise a
+        :class:`DivergentCall` where a result differs beyond rounding noise."""
+        with _guard_at_work():
+            inputs = replay()
+            if inputs is None:   # a donated input no copy holds: this call is not compared
                 return
-        elif _all_finite(leaves):
-            return
-        raise self._error(_name(wrapped), number, _platforms(leaves), replay)
+            platform = next(iter(leaves[0].sharding.device_set)).platform if leaves else "cpu"
+            comparison = compare(inputs[0], *inputs[1], backend=platform, **inputs[2])
+        self.compared.append((name, number))
+        if not comparison.explained:
+            raise DivergentCall(f"call {number} of {name} differs from the interpreter's run of the same program on "
+                                f"the same inputs beyond rounding noise:\n{comparison}", name, number, comparison)
 
     def _error(self, name: str, number: int, platforms: str, replay) -> NonFiniteCall:
         """The error of call ``number`` of ``name``, with the interpreter's replay."""
@@ -323,14 +355,17 @@ def _hook_state():
 
 
 @contextlib.contextmanager
-def debug_nans() -> Iterator[DebugNans]:
+def debug_nans(compare_every: int | None = None) -> Iterator[DebugNans]:
     """Inside the block (this thread), every call of a jitted function that returns a NaN
     or inf raises a :class:`NonFiniteCall` (a ``FloatingPointError``) with the
-    interpreter's replay of it (module docstring). Yields the guard (its ``calls`` count
-    each function's calls)."""
+    interpreter's replay of it (module docstring). ``compare_every=N``: also every N-th
+    call of each function is compared with the interpreter (:func:`compare`), and the
+    first that differs beyond rounding noise raises a :class:`DivergentCall`. Yields the
+    guard (its ``calls`` count each function's calls; ``compared`` lists those compared)."""
     state = _hook_state()
     outer = state.value
-    guard = DebugNans(outer.previous if isinstance(outer, DebugNans) else outer)   # (a block in a block: one check)
+    guard = DebugNans(outer.previous if isinstance(outer, DebugNans) else outer,   # (a block in a block: one check)
+                      compare_every)
     previous = state.swap_local(guard)   # (JAX's "unset" marker when no block set one)
     previous_key = _jit_key().swap_local(True)
     _patch(+1)
