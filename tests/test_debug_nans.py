@@ -317,3 +317,18 @@ def test_the_first_compared_call_that_differs_beyond_noise():
     text = str(caught.value)
     assert text.startswith("call 4 of test_the_first_compared_call_that_differs_beyond_noise.<locals>.<lambda>")
     assert "first divergent op: stablehlo.multiply" in text
+
+
+def test_static_arguments_on_the_fast_path():
+    def scaled_log(x, power, *, offset):
+        return jnp.log(x ** power + offset)  # static arguments
+
+    step = jax.jit(scaled_log, static_argnums=1, static_argnames="offset")
+    large, small = np.full(3, 4.0, np.float32), np.full(3, 2.0, np.float32)
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans() as guard:
+        step(large, 2, offset=-10.0)     # 6: finite (the Python path: the first call in the block)
+        step(large, 2, offset=-10.0)     # the fast path
+        step(small, 2, offset=-10.0)     # -6: the fast path's NaN, replayed with the static arguments
+    assert caught.value.call == 3 and guard.calls[scaled_log] == 3
+    assert f"NaN made by stablehlo.log at {line_of('static arguments')}" in str(caught.value)
+    np.testing.assert_array_equal(caught.value.arguments[0], small)
