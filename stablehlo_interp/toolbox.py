@@ -141,6 +141,7 @@ TOOLS = (
                   help="with --probe: save values of every loop iteration, not only the last"),
          PER_DEVICE))),
     Tool("find_nonfinite", "tools.nonfinite", ("find_nonfinite",)),
+    Tool("debug_nans", "tools.debug_nans", ("debug_nans",)),
     Tool("probe", "tools.probes", ("probe", "load_probes")),
     Tool("break_at", "tools.breakpoints", ("break_at", "debug")),
     Tool("profile", "tools.profile", ("profile",), Command(

@@ -36,6 +36,8 @@ def _run(script: str, *options: str) -> str:
     ("passes_bench.py", ["--programs", "flax_linen_mlp"], ["\nflax_linen_mlp "]),
     ("scalar_bench.py", ["--rounds", "1", "--repeat", "1", "--iterations", "100", "--programs", "optimistix_bfgs_logistic"],
      ["(c) while loop, per executed op", "\noptimistix_bfgs_logistic "]),
+    ("debug_nans_bench.py", ["--programs", "flax_linen_mlp", "--calls", "3", "--repeat", "1"],
+     ["\nflax_linen_mlp ", "donated loop"]),
 ])
 def test_benchmark_runs(script, options, rows):
     printed = _run(script, *options)

@@ -88,6 +88,10 @@ def initialize() -> None:
         from .session import install_from_environment   # (the tools it brings load only when asked for)
 
         install_from_environment()
+    if os.environ.get("STABLEHLO_INTERP_DEBUG_NANS", "") not in ("", "0"):
+        from ..tools import debug_nans   # the NaN guard of jitted calls on every platform
+
+        debug_nans.install_from_environment()
 
 
 # The calls that only give something back (memory, a handle, a reference): at exit,

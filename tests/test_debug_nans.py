@@ -1,0 +1,334 @@
+"""si.debug_nans: training loops run on XLA CPU at full speed; the call that returns a NaN
+or inf is replayed on the interpreter, and its FloatingPointError names the call, the op
+and the line (tools/debug_nans.py)."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_interp as si
+from stablehlo_interp.tools.debug_nans import NonFiniteCall
+
+STEPS, LATE = 1000, 900          # the loop's length, and the step (0-based) the NaN is brought in at
+FEATURES, BATCH = 4, 8
+RATE = 0.05
+
+
+def line_of(marker: str) -> str:
+    """``test_debug_nans.py:N``, N the line of this file that ends with ``# marker``."""
+    lines = pathlib.Path(__file__).read_text().splitlines()
+    [number] = [index + 1 for index, text in enumerate(lines) if text.rstrip().endswith(f"# {marker}")]
+    return f"test_debug_nans.py:{number}"
+
+
+def data(seed: int = 0):
+    """The loop's batches: positive features (a Poisson rate stays positive), targets."""
+    rng = np.random.default_rng(seed)
+    xs = rng.uniform(0.5, 1.5, (STEPS, BATCH, FEATURES)).astype(np.float32)
+    ys = rng.uniform(0.5, 1.5, (STEPS, BATCH)).astype(np.float32)
+    return xs, ys
+
+
+def initial_params():
+    return {"w": jnp.full((FEATURES,), 0.25, jnp.float32), "b": jnp.zeros((), jnp.float32)}
+
+
+def sgd(loss_fn):
+    """A jitted SGD step on ``loss_fn(params, x, y)``: (new params, loss)."""
+
+    def step(params, x, y):  # the step
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree.map(lambda p, g: p - RATE * g, params, grads), loss
+
+    return step
+
+
+def train(step, batch_at, params=None, steps: int = STEPS):
+    """Run the loop under the guard: the final params and the guard (or the error)."""
+    params = initial_params() if params is None else params
+    with si.debug_nans() as guard:
+        for index in range(steps):
+            params, _ = step(params, *batch_at(index))
+    return params, guard
+
+
+def batches_with(bad):
+    """Batch ``index`` of the data, ``bad(x, y)`` of it at step LATE."""
+    xs, ys = data()
+    return lambda index: bad(xs[index], ys[index]) if index == LATE else (xs[index], ys[index])
+
+
+def raised(step, bad) -> NonFiniteCall:
+    with pytest.raises(FloatingPointError) as caught:
+        train(step, batches_with(bad))
+    error = caught.value
+    assert isinstance(error, NonFiniteCall)
+    assert error.call == LATE + 1 and str(error).startswith(f"call {LATE + 1} of {step._fun.__qualname__} (")
+    return error
+
+
+# ------------------------------------------------------------------ the classes of NaN
+
+
+def poisson_loss(params, x, y):
+    rate = x @ params["w"] + params["b"]
+    return jnp.mean(rate - y * jnp.log(rate))  # log of a negative
+
+
+def test_log_of_a_negative():
+    error = raised(jax.jit(sgd(poisson_loss)), lambda x, y: (-x, y))
+    assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in str(error)
+    assert error.report.op == "stablehlo.log"
+
+
+def normalized_loss(params, x, y):
+    x = x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))  # 0/0
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def test_zero_over_zero_in_a_hand_written_norm():
+    def zero_row(x, y):
+        x = x.copy()
+        x[5] = 0.0
+        return x, y
+
+    error = raised(jax.jit(sgd(normalized_loss)), zero_row)
+    assert f"NaN made by stablehlo.divide at {line_of('0/0')}" in str(error)
+
+
+def gp_loss(params, x, noise):
+    kernel = x @ x.T + noise[0] * jnp.eye(BATCH)
+    factor = jnp.linalg.cholesky(kernel)  # cholesky
+    loglike = -jnp.sum(jnp.log(jnp.diagonal(factor))) + params["b"]
+    return jnp.where(jnp.isfinite(loglike), loglike, -jnp.inf)  # where isfinite
+
+
+def test_failed_cholesky_behind_where_isfinite():
+    def gp_batches(index):
+        xs, _ = data()
+        return xs[index], np.full((BATCH,), -100.0 if index == LATE else 1.0, np.float32)
+
+    with pytest.raises(FloatingPointError) as caught:
+        train(jax.jit(lambda p, x, noise: (p, gp_loss(p, x, noise))), gp_batches)
+    error = caught.value
+    assert error.call == LATE + 1
+    text = str(error)
+    # the -inf the where picked (why it picked it, the failed factorization, is issue 40's item 2)
+    assert "inf made by stablehlo.constant" in text
+    assert f"func.call @_where ({line_of('where isfinite')})" in text
+
+
+def naive_softmax_loss(params, x, y):
+    score = x @ params["w"] + params["b"]
+    logits = jnp.stack([score, -score, 2 * score], axis=-1)   # one of them is large and positive
+    e = jnp.exp(logits)  # exp overflow
+    p = e / jnp.sum(e, axis=-1, keepdims=True)
+    return -jnp.mean(jnp.log(p[:, 0]))
+
+
+def test_exp_overflow_in_a_softmax_without_max_subtraction():
+    error = raised(jax.jit(sgd(naive_softmax_loss)), lambda x, y: (x * 1e4, y))
+    assert f"inf made by stablehlo.exponential at {line_of('exp overflow')}" in str(error)
+
+
+def squared_loss(params, x, y):
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)  # squared error
+
+
+def test_a_nan_brought_in_by_the_data():
+    def with_nan(x, y):
+        x = x.copy()
+        x[3, 2] = np.nan
+        return x, y
+
+    error = raised(jax.jit(sgd(squared_loss)), with_nan)
+    text = str(error)
+    assert "NaN in argument" in text and line_of("squared error") in text
+    assert np.isnan(error.arguments[1][3, 2])
+
+
+# ------------------------------------------------------------------ loops people write
+
+
+def test_a_finite_loop_raises_nothing_and_computes_what_the_backend_computes():
+    step = jax.jit(sgd(squared_loss))
+    xs, ys = data()
+    params, guard = train(step, lambda index: (xs[index], ys[index]))
+    expected = initial_params()
+    for index in range(STEPS):
+        expected, _ = step(expected, xs[index], ys[index])
+    assert guard.calls[step._fun] == STEPS
+    for name in expected:
+        np.testing.assert_array_equal(params[name], expected[name])
+
+
+def test_a_donated_step_is_replayed_on_the_inputs_from_before_the_call():
+    donating = jax.jit(sgd(poisson_loss), donate_argnums=0)
+    batch_at = batches_with(lambda x, y: (-x, y))
+    with pytest.raises(FloatingPointError) as caught:
+        train(donating, batch_at)
+    error = caught.value
+    assert error.call == LATE + 1
+    assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in str(error)
+    # the params the step was given: the loop's, recomputed without donation
+    expected = initial_params()
+    plain = jax.jit(sgd(poisson_loss))
+    for index in range(LATE):
+        expected, _ = plain(expected, *batch_at(index))
+    for name in expected:
+        np.testing.assert_array_equal(error.arguments[0][name], expected[name])
+
+
+def test_a_donated_argument_made_outside_the_block_on_the_first_call():
+    donating = jax.jit(sgd(poisson_loss), donate_argnums=0)
+    xs, ys = data()
+    donating(initial_params(), xs[0], ys[0])          # compiled before: the block's first call is its own
+    params = initial_params()
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        donating(params, -xs[0], ys[0])
+    assert params["w"].is_deleted()                   # the argument was donated
+    assert caught.value.call == 1 and "stablehlo.log" in str(caught.value)
+    np.testing.assert_array_equal(caught.value.arguments[0]["w"], initial_params()["w"])
+
+
+def test_a_scan_inside_jit():
+    def epoch(params, xs, ys):
+        def body(p, batch):
+            return sgd(poisson_loss)(p, *batch)
+
+        return jax.lax.scan(body, params, (xs, ys))
+
+    xs, ys = data()
+    step = jax.jit(epoch)
+    bad = xs[:20].copy()
+    bad[13] = -bad[13]
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        for index in range(40):
+            step(initial_params(), bad if index == 30 else xs[:20], ys[:20])
+    text = str(caught.value)
+    assert caught.value.call == 31
+    assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in text
+
+
+def test_sharded_arrays_on_eight_devices():
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,), devices=jax.devices("cpu")[:8])
+    rows = NamedSharding(mesh, P("data"))
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    params = initial_params()
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        for index in range(60):
+            x = -xs[index] if index == 50 else xs[index]
+            params, _ = step(params, jax.device_put(x, rows), jax.device_put(ys[index], rows))
+    assert caught.value.call == 51
+    assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in str(caught.value)
+
+
+def test_the_guard_leaves_when_the_block_ends():
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    with si.debug_nans():
+        step(initial_params(), xs[0], ys[0])
+    params, loss = step(initial_params(), -xs[0], ys[0])     # no guard: JAX's NaN comes back
+    assert np.isnan(loss)
+
+
+def test_the_environment_turns_it_on_for_a_script():
+    script = ("import jax, jax.numpy as jnp\n"
+              "f = jax.jit(lambda x: jnp.sqrt(x))\n"
+              "f(jnp.ones(2))\n"
+              "try:\n    f(-jnp.ones(2))\nexcept FloatingPointError as e:\n    print(type(e).__name__, e.call)\n")
+    environment = {**os.environ, "STABLEHLO_INTERP_DEBUG_NANS": "1", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "NonFiniteCall 2", done.stderr
+
+
+def test_a_value_the_backend_made_and_the_program_did_not():
+    # XLA CPU flushes the subnormal x to zero: log(0) is -inf there; the program (the
+    # interpreter, IEEE arithmetic) computes log(1e-39 * 1e10), about -66.8
+    step = jax.jit(lambda x: jnp.log(x * 1e10))
+    tiny = np.float32(1e-39)
+    assert np.isneginf(step(tiny)) and np.isfinite(si.run(step, tiny))
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        step(tiny)
+    error = caught.value
+    assert error.report is None and error.call == 1
+    assert "replay of the same program on the same inputs is finite: the backend made the value" in str(error)
+    assert "si.passes(error.lowered, *error.arguments, **error.keyword_arguments)" in str(error)
+    assert error.arguments == (tiny,) and error.lowered.as_text() == step.lower(tiny).as_text()
+
+
+def test_a_block_inside_a_block_checks_once_and_counts_its_own_calls():
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    with si.debug_nans() as outer:
+        step(initial_params(), xs[0], ys[0])
+        with pytest.raises(FloatingPointError) as caught, si.debug_nans() as inner:
+            step(initial_params(), xs[1], ys[1])
+            step(initial_params(), -xs[2], ys[2])
+    assert caught.value.call == 2 and inner.calls[step._fun] == 2 and outer.calls[step._fun] == 1
+
+
+def test_a_replay_that_fails_still_reports_the_backends_nan(monkeypatch):
+    from stablehlo_interp.tools import debug_nans
+
+    def unable(*args, **kwargs):
+        raise si.InterpreterError("no replay today")
+
+    monkeypatch.setattr(debug_nans, "find_nonfinite", unable)
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        step(initial_params(), -xs[0], ys[0])
+    assert str(caught.value).endswith("returned a NaN or inf on cpu; the interpreter could not replay it: "
+                                      "InterpreterError: no replay today")
+    assert isinstance(caught.value.__cause__, si.InterpreterError)
+
+
+def test_every_nth_call_compared_with_the_interpreter():
+    step = jax.jit(sgd(squared_loss))
+    xs, ys = data()
+    with si.debug_nans(compare_every=250) as guard:
+        params = initial_params()
+        for index in range(STEPS):
+            params, _ = step(params, xs[index], ys[index])
+    assert [number for _, number in guard.compared] == [250, 500, 750, 1000]
+
+
+def test_the_first_compared_call_that_differs_beyond_noise():
+    # XLA CPU flushes the subnormal x to zero: log(1e-30) there, log(1.1e-29) in the program
+    from stablehlo_interp.tools.debug_nans import DivergentCall
+
+    step = jax.jit(lambda x: jnp.log(x * 1e10 + 1e-30))
+    values = [np.float32(1.0), np.float32(2.0), np.float32(1e-39), np.float32(1e-39)]
+    with pytest.raises(DivergentCall) as caught, si.debug_nans(compare_every=2):
+        for value in values:
+            step(value)
+    assert caught.value.call == 4 and not caught.value.comparison.explained
+    text = str(caught.value)
+    assert text.startswith("call 4 of test_the_first_compared_call_that_differs_beyond_noise.<locals>.<lambda>")
+    assert "first divergent op: stablehlo.multiply" in text
+
+
+def test_static_arguments_on_the_fast_path():
+    def scaled_log(x, power, *, offset):
+        return jnp.log(x ** power + offset)  # static arguments
+
+    step = jax.jit(scaled_log, static_argnums=1, static_argnames="offset")
+    large, small = np.full(3, 4.0, np.float32), np.full(3, 2.0, np.float32)
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans() as guard:
+        step(large, 2, offset=-10.0)     # 6: finite (the Python path: the first call in the block)
+        step(large, 2, offset=-10.0)     # the fast path
+        step(small, 2, offset=-10.0)     # -6: the fast path's NaN, replayed with the static arguments
+    assert caught.value.call == 3 and guard.calls[scaled_log] == 3
+    assert f"NaN made by stablehlo.log at {line_of('static arguments')}" in str(caught.value)
+    np.testing.assert_array_equal(caught.value.arguments[0], small)
