@@ -4,6 +4,7 @@ and the line (tools/debug_nans.py)."""
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -119,9 +120,15 @@ def test_failed_cholesky_behind_where_isfinite():
     error = caught.value
     assert error.call == LATE + 1
     text = str(error)
-    # the -inf the where picked (why it picked it, the failed factorization, is issue 40's item 2)
+    # the -inf the where picked, and why: isfinite(loglike) was false, loglike NaN because
+    # the factorization failed; noise -100 on the diagonal: the first leading minor is negative
     assert "inf made by stablehlo.constant" in text
     assert f"func.call @_where ({line_of('where isfinite')})" in text
+    assert (f"why: chosen by stablehlo.select at {line_of('where isfinite')} (gp_loss): its predicate was false, "
+            f"computed by stablehlo.is_finite at {line_of('where isfinite')} (gp_loss)") in text
+    assert re.search(rf"← stablehlo.custom_call @lapack_[sd]potrf_ffi at {line_of('cholesky')} \(gp_loss\) failed: "
+                     r"the matrix is not positive definite: its leading minor of order 1 is not \(first failing column 1\)",
+                     text)
 
 
 def naive_softmax_loss(params, x, y):
