@@ -28,21 +28,12 @@ import subprocess
 import sys
 import time
 
+from timing import best_time
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 PROGRAMS = ["numpyro_nuts_regression", "equinox_diffrax_saved_steps", "optimistix_bfgs_logistic"]
 LOOP = "(c) while loop, per executed op"
-
-
-def best_cpu_time(function, repeat: int) -> float:
-    """The least process CPU time of ``repeat`` calls (after one warm-up call)."""
-    function()
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.process_time()
-        function()
-        best = min(best, time.process_time() - start)
-    return best
 
 
 def measure(checkout: pathlib.Path, programs: list[str], repeat: int, iterations: int) -> dict:
@@ -58,12 +49,12 @@ def measure(checkout: pathlib.Path, programs: list[str], repeat: int, iterations
     assert pathlib.Path(si.__file__).resolve().is_relative_to(checkout.resolve()), si.__file__
     # (64-bit types stay off, as the zoo's users run its programs: tests/test_zoo.py)
     loop = si.load(while_loop(iterations))
-    times = {LOOP: best_cpu_time(lambda: loop.run(np.float32(1)), repeat) / (4 * iterations)}
+    times = {LOOP: best_time(lambda: loop.run(np.float32(1)), repeat, time.process_time) / (4 * iterations)}
     for name in programs:
         program = ZOO[name]()
         loaded = si.load(program.lowered())
         args = [np.asarray(leaf) for leaf in jax.tree.leaves(program.args)]
-        times[name] = best_cpu_time(lambda: loaded.run(*args), repeat)
+        times[name] = best_time(lambda: loaded.run(*args), repeat, time.process_time)
     return times
 
 

@@ -33,9 +33,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from stablehlo_interp.ir.child_process import read, write   # the package's length-prefixed framing
+from timing import best_time
 
 DEFAULT_TESTS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "stablehlo-tests"
 
@@ -113,20 +113,10 @@ def _child() -> None:
         except EOFError:
             return
         try:
-            fresh = _best_time(lambda: evaluate(text, make_context()), repeat)
-            _send(stdout, (fresh, _best_time(lambda: evaluate(text, reused), repeat)))
+            fresh = best_time(lambda: evaluate(text, make_context()), repeat)
+            _send(stdout, (fresh, best_time(lambda: evaluate(text, reused), repeat)))
         except Exception:  # noqa: BLE001 - a program it cannot run
             _send(stdout, None)
-
-
-def _best_time(run, repeat: int) -> float:
-    run()   # a warm-up
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def reference_times(texts: list[str], repeat: int) -> list[tuple | None]:
@@ -160,7 +150,7 @@ def our_times(texts: list[str], repeat: int) -> list[float | None]:
     times: list[float | None] = []
     for text in texts:
         try:
-            times.append(_best_time(lambda: si.load(text).run(), repeat))
+            times.append(best_time(lambda: si.load(text).run(), repeat))
         except Exception:  # noqa: BLE001 - a program we cannot run
             times.append(None)
     return times
