@@ -371,3 +371,68 @@ def test_xla_stages_of_a_sharded_program_show_xlas_per_device_program():
     assert len(reduces) == 1 and reduces[0] in [line.strip() for line in shown]
     assert exploration.passes.devices == 8 and exploration.passes.ok
     assert not any(entry["values"] for entry in exploration.data["xla"]["passes"])
+
+
+def every_collective(x):
+    """On 4 devices, each holding a f32[2, 4] (32 bytes): each collective once, and a psum
+    three times in a loop."""
+    total = jax.lax.psum(x, "x")                                                # f32[2,4] -> f32[2,4]
+    gathered = jax.lax.all_gather(x, "x", tiled=True)                           # -> f32[8,4]
+    scattered = jax.lax.psum_scatter(x, "x", scatter_dimension=1, tiled=True)   # -> f32[2,1]
+    shifted = jax.lax.ppermute(x, "x", perm=[(0, 1), (1, 2), (2, 3)])          # device 3 is no source
+    swapped = jax.lax.all_to_all(x, "x", split_axis=1, concat_axis=0, tiled=True)   # -> f32[8,1]
+    looped = jax.lax.fori_loop(0, 3, lambda i, v: x + jax.lax.psum(v, "x"), x)
+    return total, gathered, scattered, shifted, swapped, looped
+
+
+def test_per_device_collectives_bytes_by_hand():
+    """Each device sends the bytes of the operands it hands to a collective and receives
+    those of its results (sharding/traffic.py), by hand for a f32[2, 4] shard (32 bytes) on
+    4 devices: all_reduce 32/32, all_gather 32/128 (f32[8,4]), reduce_scatter 32/8
+    (f32[2,1]), all_to_all 32/32 (f32[8,1]), collective_permute 32/32 but 0 sent by
+    device 3 (no pair's source) and 0 received by device 0 (no pair's target); the loop's
+    psum runs 3 times: 96/96."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
+    step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    data = si.explore(step, x, per_device=True).data
+    collectives = {(c["op"], sum(c["runs"])): c for c in data["devices"]["collectives"]}
+    expected = {("stablehlo.all_reduce", 4): ([1] * 4, [32] * 4, [32] * 4),
+                ("stablehlo.all_gather", 4): ([1] * 4, [32] * 4, [128] * 4),
+                ("stablehlo.reduce_scatter", 4): ([1] * 4, [32] * 4, [8] * 4),
+                ("stablehlo.all_to_all", 4): ([1] * 4, [32] * 4, [32] * 4),
+                ("stablehlo.collective_permute", 4): ([1] * 4, [32, 32, 32, 0], [0, 32, 32, 32]),
+                ("stablehlo.all_reduce", 12): ([3] * 4, [96] * 4, [96] * 4)}
+    assert {key: (c["runs"], c["sent"], c["received"]) for key, c in collectives.items()} == expected
+    # each collective's record carries its device's bytes of that run
+    permute = collectives["stablehlo.collective_permute", 4]
+    assert [r["tx"] for r in sorted(records_of(data, permute["s"]), key=lambda r: r["d"])] == [[32, 0], [32, 32], [32, 32], [0, 32]]
+
+
+def test_per_device_compare_findings_name_the_op_and_device():
+    """A backend whose global ``x * 2`` is off at row 0, column 5 (columns over 8 devices:
+    device 2 holds columns 4-5): the finding is device 2's, on the op that made the result
+    (the multiply's result, resharded), with its record on device 2."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh, P("x", None)))
+    columns = NamedSharding(mesh, P(None, "x"))
+
+    def off_by_one(module_text, arguments):
+        wrong = np.asarray(arguments[0]) * 2
+        wrong[0, 5] += 1
+        return [wrong]
+
+    data = si.explore(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
+                      backend=off_by_one).data
+    overlay = data["overlays"]["divergence"]
+    [finding] = overlay["findings"]
+    entry = data["regions"][data["sections"][0]]
+    assert finding["d"] == 2 and finding["s"] == entry["ret"]["sources"][0][0]
+    record = next(r for r in data["records"]["ops"] if r["n"] == finding["record"])
+    assert (record["s"], record["d"]) == (finding["s"], 2) and overlay["record"] == finding["record"]
+    # device 2's local f32[8, 2] holds global column 5 as its column 1: 0 * 16 + 5 = 5, doubled 10
+    assert finding["text"].startswith("1 of 16 elements differ; largest at [0, 1]: 10 (interpreter) vs 11 (off_by_one)")

@@ -40,6 +40,18 @@
     if (overlay && overlay.record !== null && recordByNumber.has(overlay.record))
       overlayStep[kind] = recordByNumber.get(overlay.record).s;
   }
+  // A per-device comparison's findings: each op that made a result that differs, with
+  // the devices where it differs (and how), marked as the first divergence is.
+  const divergentSteps = new Map();
+  const divergenceFindings = (data.overlays.divergence && data.overlays.divergence.findings) || [];
+  for (const finding of divergenceFindings) {
+    if (finding.s === null) continue;
+    if (!divergentSteps.has(finding.s)) divergentSteps.set(finding.s, []);
+    divergentSteps.get(finding.s).push(finding);
+  }
+  const findingDevices = findings => [...new Set(findings.map(f => f.d))].join(", ");
+  const collectiveOfStep = new Map(devices ? devices.collectives.map(c => [c.s, c]) : []);
+  const sum = list => list.reduce((a, b) => a + b, 0);
   const stepsOfLine = new Map();
   for (const sid in steps) {
     if (steps[sid].file === null) continue;
@@ -158,8 +170,9 @@
       hlo.appendChild(row);
     });
     if (data.xla) renderXla();
-    for (const kind of ["nonfinite", "divergence"]) {
-      const sid = overlayStep[kind];
+    const marked = [["nonfinite", overlayStep.nonfinite], ["divergence", overlayStep.divergence],
+                    ...[...divergentSteps.keys()].map(sid => ["divergence", sid])];
+    for (const [kind, sid] of marked) {
       if (sid === undefined) continue;
       const marker = kind === "nonfinite" ? "nonfinite" : "divergent";
       const step = steps[sid];
@@ -279,8 +292,8 @@
     if (divergence && divergence.ok) add("agree", "agrees with the backend", divergence.text, null);
     else if (divergence && divergence.devices) {
       add("divergence", "differs on device " + divergence.devices.join(", "), divergence.text, () => {
-        showDevice(divergence.devices[0]);
-        showReport(divergence.text);
+        if (overlayStep.divergence) showRecord(divergence.record, divergence.text);
+        else { showDevice(divergence.devices[0]); showReport(divergence.text); }
       });
     } else if (divergence) {
       const sid = overlayStep.divergence;
@@ -312,7 +325,8 @@
     }
     chooser.addEventListener("change", () => showDevice(Number(chooser.value)));
     document.getElementById("banners").appendChild(chooser);
-    add("collectives", `collectives: ${devices.collectives.length}`,
+    const bytes = sum(devices.collectives.map(c => sum(c.sent)));
+    add("collectives", `collectives: ${devices.collectives.length} · ${bytes} bytes sent`,
         "the bytes each device sent and received at each collective", showCollectives);
   }
 
@@ -330,6 +344,10 @@
     details.textContent = "";
     details.appendChild(el("h3", null, "Bytes each device sent and received"));
     if (!devices.collectives.length) { details.appendChild(el("p", null, "no collective ran")); return; }
+    details.appendChild(el("p", "hint", "a device sends the operands it hands to a collective and receives " +
+      "its results (a collective_permute's or collective_broadcast's: only as a source, only as a target); " +
+      "the bytes the program moves, not a network's hops"));
+    details.appendChild(collectivesSummary());
     for (const collective of devices.collectives) {
       const title = el("p", "link", collective.label);
       if (collective.s) title.addEventListener("click", () => select({kind: "step", sid: collective.s}));
@@ -351,6 +369,28 @@
       table.appendChild(total);
       details.append(title, table);
     }
+  }
+
+  // One row per collective op: how many times it ran (on all devices) and the bytes all
+  // devices sent and received there; then the sums.
+  function collectivesSummary() {
+    const table = el("table", "traffic summary");
+    const row = (className, cells) => {
+      const tr = el("tr", className);
+      tr.append(...cells.map(cell => el(className === "head" ? "th" : "td", null, String(cell))));
+      table.appendChild(tr);
+      return tr;
+    };
+    row("head", ["collective", "runs", "sent", "received"]);
+    for (const c of devices.collectives) {
+      const tr = row(null, [c.op, sum(c.runs), sum(c.sent), sum(c.received)]);
+      tr.title = c.label;
+      if (c.s) tr.addEventListener("click", () => select({kind: "step", sid: c.s}));
+    }
+    const all = devices.collectives;
+    row("total", ["in all", sum(all.map(c => sum(c.runs))), sum(all.map(c => sum(c.sent))),
+                  sum(all.map(c => sum(c.received)))]);
+    return table;
   }
 
   // ------------------------------------------------------------------ graphs
@@ -704,10 +744,14 @@
     node.appendChild(name);
     for (const [kind, marker, symbol] of [["nonfinite", "nonfinite", "NaN/inf appears here"],
                                           ["divergence", "divergent", "first divergence"]]) {
-      if (overlayStep[kind] === sid) {
+      if (overlayStep[kind] === sid && !(kind === "divergence" && divergentSteps.size)) {
         node.classList.add(marker);
         node.appendChild(el("div", "marker", "⚠ " + symbol));
       }
+    }
+    if (divergentSteps.has(sid)) {
+      node.classList.add("divergent");
+      node.appendChild(el("div", "marker", "⚠ differs on device " + findingDevices(divergentSteps.get(sid))));
     }
     const where = [];
     if (step.line !== null) where.push("line " + step.line);
@@ -830,6 +874,11 @@
     add("ran", `${runs} time${runs === 1 ? "" : "s"}` + (devices ? ` on device ${state.device}` : ""));
     const record = currentRecord(selection.sid);
     if (record && record.tx) add("bytes", `device ${state.device} sent ${record.tx[0]}, received ${record.tx[1]}`);
+    const collective = collectiveOfStep.get(selection.sid);
+    if (collective) add("all devices", `sent ${sum(collective.sent)}, received ${sum(collective.received)} ` +
+                                       `in ${sum(collective.runs)} runs`);
+    for (const finding of divergentSteps.get(selection.sid) || [])
+      add(`differs on device ${finding.d}`, `${finding.result}: ${finding.text}`);
     details.appendChild(list);
     if (!record) { details.appendChild(el("p", "hint", "not run in the call shown")); return; }
     if (record.c !== null) {
