@@ -459,8 +459,13 @@ def test_a_per_device_run_shows_each_devices_values_and_bytes(open_page):
         page.locator(".node.op > .opname", has_text="stablehlo.all_reduce").click()
         assert f"device {device} sent 128, received 128" in page.inner_text("#details")
         assert page.locator(".node.selected > .value").inner_text() == str(summarize(a_value @ b_value))
+    assert "all devices\nsent 1024, received 1024 in 8 runs" in page.inner_text("#details")
+    assert page.inner_text("#banners .collectives") == "collectives: 1 · 1024 bytes sent"
     page.click("#banners .collectives")
-    rows = page.eval_on_selector_all("#details table.traffic tr", "rows => rows.map(r => r.innerText)")
+    summary = page.eval_on_selector_all("#details table.summary tr", "rows => rows.map(r => r.innerText)")
+    assert summary == ["collective\truns\tsent\treceived", "stablehlo.all_reduce\t8\t1024\t1024",
+                       "in all\t8\t1024\t1024"]
+    rows = page.eval_on_selector_all("#details table.traffic:not(.summary) tr", "rows => rows.map(r => r.innerText)")
     assert rows[1:] == [f"{d}\t128\t128" for d in range(8)] + ["in all\t1024\t1024"]
     page.locator("#details table.traffic tr[data-device='3']").click()
     assert page.input_value("#device") == "3"
@@ -497,10 +502,17 @@ def test_a_per_device_comparison_banner_names_the_device_that_differs(open_page)
     page = open_page(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
                      backend=off_by_one)
     assert page.inner_text("#banners .divergence") == "differs on device 2"
+    # the op that made the result is marked with the device where it differs, in every device's graph
+    marked = page.locator(".node.op.divergent")
+    assert marked.count() == 1 and marked.locator(".marker").inner_text() == "⚠ differs on device 2"
     page.click("#banners .divergence")
     assert page.input_value("#device") == "2"
+    assert page.locator(".node.selected").get_attribute("data-step") == marked.get_attribute("data-step")
+    assert "differs on device 2\nresult #0: 1 of 16 elements differ; largest at [0, 1]: 10 (interpreter) vs 11" \
+        in page.inner_text("#details")
     assert "device 2: differs" in page.inner_text("#details .report")
     assert "device 1: agrees" in page.inner_text("#details .report")
+    assert hlo_lines(page, ".line.divergent")        # and its StableHLO line
 
 
 def log_exp_and_product(x, w):
