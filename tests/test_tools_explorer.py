@@ -436,3 +436,36 @@ def test_per_device_compare_findings_name_the_op_and_device():
     assert (record["s"], record["d"]) == (finding["s"], 2) and overlay["record"] == finding["record"]
     # device 2's local f32[8, 2] holds global column 5 as its column 1: 0 * 16 + 5 = 5, doubled 10
     assert finding["text"].startswith("1 of 16 elements differ; largest at [0, 1]: 10 (interpreter) vs 11 (off_by_one)")
+
+
+def test_xla_stages_list_the_per_device_programs_collectives_with_the_same_bytes_by_hand():
+    """XLA's per-device program of ``every_collective`` on 4 devices: each collective
+    instruction with the bytes of ``test_per_device_collectives_bytes_by_hand`` (the same
+    definition; the loop's psum is one instruction, listed once; XLA's all-to-all takes
+    the four f32[2,1] pieces as operands: 32 bytes)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
+    step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    xla = si.explore(step, x, xla_stages=True).data["xla"]
+    found = sorted((c["op"], c["sent"], c["received"]) for c in xla["collectives"])
+    assert found == sorted([("all-reduce", [32] * 4, [32] * 4)] * 2 + [
+        ("all-gather", [32] * 4, [128] * 4), ("reduce-scatter", [32] * 4, [8] * 4), ("all-to-all", [32] * 4, [32] * 4),
+        ("collective-permute", [32, 32, 32, 0], [0, 32, 32, 32])])
+    for c in xla["collectives"]:
+        assert f" {c['op']}(" in xla["lines"][c["line"]]["text"] and not c["async"]
+
+
+def test_xla_collectives_read_groups_in_xlas_iota_form_and_leave_async_starts_uncounted():
+    """``[2,4]<=[4,2]T(1,0)``: iota(8) as 4x2, transposed, as 2x4: groups {0,2,4,6} and
+    {1,3,5,7}, whose first devices (0 and 1) send a broadcast's bf16[3] (6 bytes) and the
+    others receive it; an async start is listed without bytes."""
+    from stablehlo_interp.tools.explorer.xla_collectives import collectives
+
+    lines = ["%p = bf16[3]{0} parameter(0)",
+             "%b = bf16[3]{0} collective-broadcast(%p), channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0)",
+             "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add"]
+    broadcast, start = collectives(lines, 8)
+    assert broadcast["sent"] == [6, 6, 0, 0, 0, 0, 0, 0] and broadcast["received"] == [0, 0, 6, 6, 6, 6, 6, 6]
+    assert (start["op"], start["async"], start["sent"], start["received"]) == ("all-reduce", True, [0] * 8, [0] * 8)
