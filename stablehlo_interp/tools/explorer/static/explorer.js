@@ -187,6 +187,7 @@
   // each line linked, as a jaxpr line is, to the Python lines it computes (``keys``; a
   // fusion's: those of the instructions it fused), and selecting the first of them.
   const xlaRows = [];   // line index -> its row in the XLA panel
+  const collectiveLines = new Set(((data.xla && data.xla.collectives) || []).map(c => c.line));
   function renderXla() {
     const section = el("section");
     section.id = "xla-panel";
@@ -199,6 +200,7 @@
     else data.xla.lines.forEach((entry, index) => {
       const row = el("div", "line");
       xlaRows[index] = row;
+      if (collectiveLines.has(index)) row.classList.add("collective");
       row.append(el("span", "no", String(index + 1)), el("span", "text", entry.text));
       if (entry.keys.length) {
         row.dataset.keys = entry.keys.map(([file, line]) => lineKey(file, line)).join(" ");
@@ -226,6 +228,35 @@
       list.appendChild(item);
     }
     details.appendChild(list);
+  }
+
+  // The collectives of XLA's per-device program (data.xla.collectives): each instruction
+  // once (a loop's, however many times it runs), with the bytes all devices send and
+  // receive there, then device by device; a row scrolls the XLA panel to its line.
+  function showXlaCollectives() {
+    const details = document.getElementById("details");
+    details.textContent = "";
+    details.appendChild(el("h3", null, "Collectives of XLA's per-device program"));
+    details.appendChild(el("p", "hint", "each instruction once, with the bytes of one run: a device sends its " +
+                                        "operands and receives the result (a permute's: only as a source, only as a target)"));
+    const scrollTo = c => {
+      for (const row of document.querySelectorAll("#xla .line.selected")) row.classList.remove("selected");
+      xlaRows[c.line].classList.add("selected");
+      xlaRows[c.line].scrollIntoView({block: "center", inline: "nearest"});
+    };
+    if (!data.xla.collectives.length) { details.appendChild(el("p", null, "no collective")); return; }
+    details.appendChild(collectivesSummary(data.xla.collectives, c => data.xla.lines[c.line].text.trim(), scrollTo));
+    const table = el("table", "traffic by-device");
+    const head = el("tr");
+    head.append(el("th", null, "device"), ...data.xla.collectives.map(c => el("th", null, c.name)));
+    table.appendChild(head);
+    data.xla.collectives[0].sent.forEach((_, device) => {
+      const row = el("tr");
+      row.append(el("td", null, String(device)), ...data.xla.collectives.map(
+        c => el("td", null, c.async ? "async" : `${c.sent[device]}/${c.received[device]}`)));
+      table.appendChild(row);
+    });
+    details.append(el("p", null, "sent/received, device by device:"), table);
   }
 
   // The passes that changed the program, in order: what each removed and added, its
@@ -301,6 +332,12 @@
           () => sid ? showRecord(divergence.record, divergence.text) : showReport(divergence.text));
     }
     if (devices) renderDevices(add);
+    if (data.xla && data.xla.collectives) {
+      const bytes = sum(data.xla.collectives.map(c => sum(c.sent)));
+      add("xla-collectives", `XLA collectives: ${data.xla.collectives.length} · ${bytes} bytes sent`,
+          "the collectives of XLA's per-device program, each once, and the bytes each device sends there",
+          showXlaCollectives);
+    }
     if (data.xla) {
       const changed = data.xla.error ? null : data.xla.passes.find(entry => entry.values);
       add(changed ? "xla changes-values" : "xla", data.xla.error ? "XLA's stages: not had" :
@@ -347,7 +384,8 @@
     details.appendChild(el("p", "hint", "a device sends the operands it hands to a collective and receives " +
       "its results (a collective_permute's or collective_broadcast's: only as a source, only as a target); " +
       "the bytes the program moves, not a network's hops"));
-    details.appendChild(collectivesSummary());
+    details.appendChild(collectivesSummary(devices.collectives, c => c.label,
+                                           c => { if (c.s) select({kind: "step", sid: c.s}); }));
     for (const collective of devices.collectives) {
       const title = el("p", "link", collective.label);
       if (collective.s) title.addEventListener("click", () => select({kind: "step", sid: collective.s}));
@@ -371,9 +409,11 @@
     }
   }
 
-  // One row per collective op: how many times it ran (on all devices) and the bytes all
-  // devices sent and received there; then the sums.
-  function collectivesSummary() {
+  // One row per collective op (``title`` its row's tooltip, ``open`` its click): how many
+  // times it ran on all devices (where counted: ``runs``) and the bytes all devices sent
+  // and received there; then the sums.
+  function collectivesSummary(entries, title, open) {
+    const counted = entries.length && entries[0].runs !== undefined;
     const table = el("table", "traffic summary");
     const row = (className, cells) => {
       const tr = el("tr", className);
@@ -381,15 +421,16 @@
       table.appendChild(tr);
       return tr;
     };
-    row("head", ["collective", "runs", "sent", "received"]);
-    for (const c of devices.collectives) {
-      const tr = row(null, [c.op, sum(c.runs), sum(c.sent), sum(c.received)]);
-      tr.title = c.label;
-      if (c.s) tr.addEventListener("click", () => select({kind: "step", sid: c.s}));
+    const runs = counted ? [c => sum(c.runs)] : [];
+    row("head", ["collective", ...(counted ? ["runs"] : []), "sent", "received"]);
+    for (const c of entries) {
+      const tr = row(null, [c.op, ...runs.map(f => f(c)), c.async ? "async" : sum(c.sent),
+                            c.async ? "async" : sum(c.received)]);
+      tr.title = title(c);
+      tr.addEventListener("click", () => open(c));
     }
-    const all = devices.collectives;
-    row("total", ["in all", sum(all.map(c => sum(c.runs))), sum(all.map(c => sum(c.sent))),
-                  sum(all.map(c => sum(c.received)))]);
+    row("total", ["in all", ...runs.map(f => sum(entries.map(f))), sum(entries.map(c => sum(c.sent))),
+                  sum(entries.map(c => sum(c.received)))]);
     return table;
   }
 
