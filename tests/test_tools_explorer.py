@@ -454,18 +454,25 @@ def test_xla_stages_list_the_per_device_programs_collectives_with_the_same_bytes
         ("all-gather", [32] * 4, [128] * 4), ("reduce-scatter", [32] * 4, [8] * 4), ("all-to-all", [32] * 4, [32] * 4),
         ("collective-permute", [32, 32, 32, 0], [0, 32, 32, 32])])
     for c in xla["collectives"]:
-        assert f" {c['op']}(" in xla["lines"][c["line"]]["text"] and not c["async"]
+        assert f" {c['op']}(" in xla["lines"][c["line"]]["text"] and c["uncounted"] is None
 
 
 def test_xla_collectives_read_groups_in_xlas_iota_form_and_leave_async_starts_uncounted():
     """``[2,4]<=[4,2]T(1,0)``: iota(8) as 4x2, transposed, as 2x4: groups {0,2,4,6} and
     {1,3,5,7}, whose first devices (0 and 1) send a broadcast's bf16[3] (6 bytes) and the
-    others receive it; an async start is listed without bytes."""
+    others receive it; an async start, and a collective of an element type of unknown width,
+    are listed without bytes, saying why."""
     from stablehlo_interp.tools.explorer.xla_collectives import collectives
 
     lines = ["%p = bf16[3]{0} parameter(0)",
              "%b = bf16[3]{0} collective-broadcast(%p), channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0)",
-             "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add"]
-    broadcast, start = collectives(lines, 8)
+             "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add",
+             "%g = xyz[4]{0} all-gather(xyz[1]{0} %r), replica_groups={}, dimensions={0}",
+             "%d = f32[<=8]{0} all-gather(f32[<=1]{0} %r), replica_groups={}, dimensions={0}"]
+    broadcast, start, odd, dynamic = collectives(lines, 8)
     assert broadcast["sent"] == [6, 6, 0, 0, 0, 0, 0, 0] and broadcast["received"] == [0, 0, 6, 6, 6, 6, 6, 6]
-    assert (start["op"], start["async"], start["sent"], start["received"]) == ("all-reduce", True, [0] * 8, [0] * 8)
+    assert broadcast["uncounted"] is None
+    assert (start["op"], start["uncounted"], start["sent"]) == (
+        "all-reduce", "an asynchronous start: its buffers are not all moved", [0] * 8)
+    assert (odd["op"], odd["uncounted"]) == ("all-gather", "element type xyz: its width is not known")
+    assert dynamic["uncounted"] == "f32[<=1]: a dynamic shape"

@@ -11,8 +11,9 @@ bytes the program moves, not what a network carries (a ring all-reduce moves
 2(n-1)/n of its buffer per device, in pieces, over several hops).
 
 An asynchronous pair (``all-reduce-start`` ... ``-done``, as XLA's GPU and TPU pipelines
-make them) is listed with no bytes (``async``): its start's tuple holds buffers that are
-not all moved.
+make them) is listed with no bytes, and says why (``uncounted``): its start's tuple holds
+buffers that are not all moved; so is a collective of an element type whose width is not
+known here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<result>.*?) (
                          + "|".join(_OPCODES) + r")(?P<start>-start)?\((?P<operands>[^)]*)\)(?P<attributes>.*)$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<shape>.*?) [\w\-]+\(")
 _OPERAND = re.compile(r"%(?P<name>[\w.\-]+)")
-_SHAPE = re.compile(r"\b(?P<type>pred|[a-z]+\d+[a-z0-9]*)\[(?P<dims>[\d,]*)\]")
+_SHAPE = re.compile(r"\b(?P<type>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
 _BITS = re.compile(r"^(?:s|u|f|bf|c)(?P<bits>\d+)")
 _PAIRS = re.compile(r"source_target_pairs=\{(?P<pairs>[\d,{}]*)\}")
 _EXPLICIT_GROUPS = re.compile(r"replica_groups=\{(?P<groups>[\d,{}]*)\}")
@@ -36,12 +37,18 @@ _IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d
 
 def shape_bytes(text: str) -> int:
     """The bytes of the arrays an HLO shape text names (``f32[4,8]{1,0}``, a tuple of them):
-    elements times the element type's width (``pred`` and the f8 types a byte; s4 half)."""
+    elements times the element type's width (``pred`` and the f8 types a byte; s4 half).
+    A ValueError for an element type of unknown width or a dynamic dimension (``<=4``)."""
     total = 0
     for shape in _SHAPE.finditer(text):
-        element = shape["type"]
-        bits = 8 if element == "pred" or element.startswith("f8") else int(_BITS.match(element)["bits"])
-        elements = math.prod(int(d) for d in shape["dims"].split(",") if d)
+        element, width = shape["type"], _BITS.match(shape["type"])
+        if element != "pred" and not element.startswith("f8") and width is None:
+            raise ValueError(f"element type {element}: its width is not known")
+        bits = 8 if width is None else int(width["bits"])
+        dims = [d for d in shape["dims"].split(",") if d]
+        if not all(d.isdigit() for d in dims):
+            raise ValueError(f"{shape[0]}: a dynamic shape")
+        elements = math.prod(int(d) for d in dims)
         total += math.ceil(elements * bits / 8)
     return total
 
@@ -49,24 +56,29 @@ def shape_bytes(text: str) -> int:
 def collectives(lines: list[str], devices: int) -> list[dict]:
     """Each collective instruction of a per-device HLO program's ``lines`` (one entry however
     many times a loop runs it): its line (``line``, 0-based), name, opcode, and per device
-    the bytes sent and received (``async``: an asynchronous start, whose bytes are not
-    counted). An operand's shape is its own where the text prints it, else its producer's."""
+    the bytes sent and received (``uncounted``: why they are not counted, else None). An operand's shape is its own where the text prints it, else its producer's."""
     shapes = {match["name"]: match["shape"] for match in map(_INSTRUCTION.match, lines) if match}
     found = []
     for index, line in enumerate(lines):
         match = _COLLECTIVE.match(line)
         if match is None:
             continue
-        entry = {"line": index, "name": match["name"], "op": match["opcode"], "async": bool(match["start"]),
+        entry = {"line": index, "name": match["name"], "op": match["opcode"], "uncounted": None,
                  "sent": [0] * devices, "received": [0] * devices}
-        if not entry["async"]:
-            senders, receivers = _roles(match["opcode"], match["attributes"], devices)
-            operands = match["operands"] if _SHAPE.search(match["operands"]) else \
-                " ".join(shapes.get(operand["name"], "") for operand in _OPERAND.finditer(match["operands"]))
-            sent, received = shape_bytes(operands), shape_bytes(match["result"])
-            entry["sent"] = [sent if device in senders else 0 for device in range(devices)]
-            entry["received"] = [received if device in receivers else 0 for device in range(devices)]
         found.append(entry)
+        if match["start"]:
+            entry["uncounted"] = "an asynchronous start: its buffers are not all moved"
+            continue
+        operands = match["operands"] if _SHAPE.search(match["operands"]) else \
+            " ".join(shapes.get(operand["name"], "") for operand in _OPERAND.finditer(match["operands"]))
+        try:
+            sent, received = shape_bytes(operands), shape_bytes(match["result"])
+        except ValueError as why:
+            entry["uncounted"] = str(why)
+            continue
+        senders, receivers = _roles(match["opcode"], match["attributes"], devices)
+        entry["sent"] = [sent if device in senders else 0 for device in range(devices)]
+        entry["received"] = [received if device in receivers else 0 for device in range(devices)]
     return found
 
 
@@ -74,8 +86,9 @@ def _roles(opcode: str, attributes: str, devices: int) -> tuple[set, set]:
     """The devices that send and those that receive at a collective (every device, but for
     a permute's pairs and a broadcast's groups)."""
     everyone = set(range(devices))
-    if opcode == "collective-permute":
-        pairs = _numbers_in_braces(_PAIRS.search(attributes)["pairs"])
+    pairs_text = _PAIRS.search(attributes)
+    if opcode == "collective-permute" and pairs_text is not None:
+        pairs = _numbers_in_braces(pairs_text["pairs"])
         return {source for source, _ in pairs}, {target for _, target in pairs}
     if opcode == "collective-broadcast":
         groups = [group for group in _groups(attributes, devices) if len(group) > 1]

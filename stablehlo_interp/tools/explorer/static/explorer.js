@@ -253,7 +253,7 @@
     data.xla.collectives[0].sent.forEach((_, device) => {
       const row = el("tr");
       row.append(el("td", null, String(device)), ...data.xla.collectives.map(
-        c => el("td", null, c.async ? "async" : `${c.sent[device]}/${c.received[device]}`)));
+        c => el("td", null, c.uncounted ? "?" : `${c.sent[device]}/${c.received[device]}`)));
       table.appendChild(row);
     });
     details.append(el("p", null, "sent/received, device by device:"), table);
@@ -424,9 +424,9 @@
     const runs = counted ? [c => sum(c.runs)] : [];
     row("head", ["collective", ...(counted ? ["runs"] : []), "sent", "received"]);
     for (const c of entries) {
-      const tr = row(null, [c.op, ...runs.map(f => f(c)), c.async ? "async" : sum(c.sent),
-                            c.async ? "async" : sum(c.received)]);
-      tr.title = title(c);
+      const tr = row(null, [c.op, ...runs.map(f => f(c)), c.uncounted ? "?" : sum(c.sent),
+                            c.uncounted ? "?" : sum(c.received)]);
+      tr.title = title(c) + (c.uncounted ? `\nnot counted: ${c.uncounted}` : "");
       tr.addEventListener("click", () => open(c));
     }
     row("total", ["in all", ...runs.map(f => sum(entries.map(f))), sum(entries.map(c => sum(c.sent))),
