@@ -468,11 +468,13 @@ def test_xla_collectives_read_groups_in_xlas_iota_form_and_leave_async_starts_un
              "%b = bf16[3]{0} collective-broadcast(%p), channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0)",
              "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add",
              "%g = xyz[4]{0} all-gather(xyz[1]{0} %r), replica_groups={}, dimensions={0}",
-             "%d = f32[<=8]{0} all-gather(f32[<=1]{0} %r), replica_groups={}, dimensions={0}"]
-    broadcast, start, odd, dynamic = collectives(lines, 8)
+             "%d = f32[<=8]{0} all-gather(f32[<=1]{0} %r), replica_groups={}, dimensions={0}",
+             "%m = f32[2]{0} collective-broadcast(%p), replica_groups=mesh['x'=8] {'x'}, channel_id=2"]
+    broadcast, start, odd, dynamic, on_mesh = collectives(lines, 8)
     assert broadcast["sent"] == [6, 6, 0, 0, 0, 0, 0, 0] and broadcast["received"] == [0, 0, 6, 6, 6, 6, 6, 6]
     assert broadcast["uncounted"] is None
     assert (start["op"], start["uncounted"], start["sent"]) == (
         "all-reduce", "an asynchronous start: its buffers are not all moved", [0] * 8)
     assert (odd["op"], odd["uncounted"]) == ("all-gather", "element type xyz: its width is not known")
     assert dynamic["uncounted"] == "f32[<=1]: a dynamic shape"
+    assert on_mesh["uncounted"] == "replica groups mesh['x'=8] {'x'}: a form not read here"

@@ -73,10 +73,10 @@ def collectives(lines: list[str], devices: int) -> list[dict]:
             " ".join(shapes.get(operand["name"], "") for operand in _OPERAND.finditer(match["operands"]))
         try:
             sent, received = shape_bytes(operands), shape_bytes(match["result"])
+            senders, receivers = _roles(match["opcode"], match["attributes"], devices)
         except ValueError as why:
             entry["uncounted"] = str(why)
             continue
-        senders, receivers = _roles(match["opcode"], match["attributes"], devices)
         entry["sent"] = [sent if device in senders else 0 for device in range(devices)]
         entry["received"] = [received if device in receivers else 0 for device in range(devices)]
     return found
@@ -98,11 +98,15 @@ def _roles(opcode: str, attributes: str, devices: int) -> tuple[set, set]:
 
 def _groups(attributes: str, devices: int) -> list[list[int]]:
     """The replica groups of a collective: listed (``{{0,1},{2,3}}``), in XLA's iota form
-    (``[2,4]<=[4,2]T(1,0)``: iota over ``dims``, transposed, reshaped), or none (all devices)."""
+    (``[2,4]<=[4,2]T(1,0)``: iota over ``dims``, transposed, reshaped), or none (all devices);
+    a ValueError for another form (a mesh's axes)."""
     explicit = _EXPLICIT_GROUPS.search(attributes)
     if explicit is not None and explicit["groups"]:
         return _numbers_in_braces(explicit["groups"])
     iota = _IOTA_GROUPS.search(attributes)
+    if iota is None and "replica_groups=" in attributes and explicit is None:
+        written = attributes.split("replica_groups=", 1)[1].split(", ")[0]
+        raise ValueError(f"replica groups {written}: a form not read here")
     if iota is None:
         return [list(range(devices))]
     dims = [int(d) for d in iota["dims"].split(",")]
