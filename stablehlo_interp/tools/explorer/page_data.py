@@ -13,7 +13,9 @@ A call prepared per device (sharding/per_device.py) shows the per-device program
 its graphs and text are that program's, every record names its device (``"d"``),
 ``devices`` holds each device's arguments and, from a
 :class:`~..traffic.CollectiveTraffic`, the bytes each device sent and received at
-each collective (per op, and on each collective's record, ``"tx"``).
+each collective (per op, with how many times each device ran it, and on each
+collective's record, ``"tx"``); a per-device comparison's findings (the op that made
+each result that differs, per device) are the divergence overlay's ``findings``.
 
 Which line of the module text an op is on: the text is parsed again (without
 locations, so MLIR gives each op the position of its own line) and compiled
