@@ -414,7 +414,8 @@ def test_per_device_collectives_bytes_by_hand():
 def test_per_device_compare_findings_name_the_op_and_device():
     """A backend whose global ``x * 2`` is off at row 0, column 5 (columns over 8 devices:
     device 2 holds columns 4-5): the finding is device 2's, on the op that made the result
-    (the multiply's result, resharded), with its record on device 2."""
+    (the per-device program's multiply: the input is resharded to columns before it), with
+    its record on device 2."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
@@ -432,6 +433,7 @@ def test_per_device_compare_findings_name_the_op_and_device():
     [finding] = overlay["findings"]
     entry = data["regions"][data["sections"][0]]
     assert finding["d"] == 2 and finding["s"] == entry["ret"]["sources"][0][0]
+    assert data["steps"][finding["s"]]["op"] == "stablehlo.multiply"
     record = next(r for r in data["records"]["ops"] if r["n"] == finding["record"])
     assert (record["s"], record["d"]) == (finding["s"], 2) and overlay["record"] == finding["record"]
     # device 2's local f32[8, 2] holds global column 5 as its column 1: 0 * 16 + 5 = 5, doubled 10
