@@ -459,8 +459,13 @@ def test_a_per_device_run_shows_each_devices_values_and_bytes(open_page):
         page.locator(".node.op > .opname", has_text="stablehlo.all_reduce").click()
         assert f"device {device} sent 128, received 128" in page.inner_text("#details")
         assert page.locator(".node.selected > .value").inner_text() == str(summarize(a_value @ b_value))
+    assert "all devices\nsent 1024, received 1024 in 8 runs" in page.inner_text("#details")
+    assert page.inner_text("#banners .collectives") == "collectives: 1 · 1024 bytes sent"
     page.click("#banners .collectives")
-    rows = page.eval_on_selector_all("#details table.traffic tr", "rows => rows.map(r => r.innerText)")
+    summary = page.eval_on_selector_all("#details table.summary tr", "rows => rows.map(r => r.innerText)")
+    assert summary == ["collective\truns\tsent\treceived", "stablehlo.all_reduce\t8\t1024\t1024",
+                       "in all\t8\t1024\t1024"]
+    rows = page.eval_on_selector_all("#details table.traffic:not(.summary) tr", "rows => rows.map(r => r.innerText)")
     assert rows[1:] == [f"{d}\t128\t128" for d in range(8)] + ["in all\t1024\t1024"]
     page.locator("#details table.traffic tr[data-device='3']").click()
     assert page.input_value("#device") == "3"
@@ -497,10 +502,17 @@ def test_a_per_device_comparison_banner_names_the_device_that_differs(open_page)
     page = open_page(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
                      backend=off_by_one)
     assert page.inner_text("#banners .divergence") == "differs on device 2"
+    # the op that made the result is marked with the device where it differs, in every device's graph
+    marked = page.locator(".node.op.divergent")
+    assert marked.count() == 1 and marked.locator(".marker").inner_text() == "⚠ differs on device 2"
     page.click("#banners .divergence")
     assert page.input_value("#device") == "2"
+    assert page.locator(".node.selected").get_attribute("data-step") == marked.get_attribute("data-step")
+    assert "differs on device 2\nresult #0: 1 of 16 elements differ; largest at [0, 1]: 10 (interpreter) vs 11" \
+        in page.inner_text("#details")
     assert "device 2: differs" in page.inner_text("#details .report")
     assert "device 1: agrees" in page.inner_text("#details .report")
+    assert hlo_lines(page, ".line.divergent")        # and its StableHLO line
 
 
 def log_exp_and_product(x, w):
@@ -538,3 +550,29 @@ def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_mark
     removed = texts(page, "#details .xla-change.removed")
     assert any(" exponential(%x.1)" in text and f"test_explorer_browser.py:{log_exp_and_product.__code__.co_firstlineno + 1}"
                in text for text in removed)
+
+
+def test_xla_stages_of_a_sharded_program_list_its_collectives_and_their_bytes(open_page):
+    """XLA's per-device program of test_tools_explorer's ``every_collective`` on 4 devices:
+    the banner counts its 6 collective instructions and the bytes all devices send (by hand:
+    the two all-reduces 2 x 4 x 32, the all-gather, reduce-scatter and all-to-all 4 x 32 each,
+    the permute 3 x 32: 736; received: 256 + 4 x 128 + 4 x 8 + 128 + 96 = 1024); the summary's row of the permute scrolls to its line, and the table by
+    device says device 3 sends nothing there and device 0 receives nothing."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from test_tools_explorer import every_collective
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
+    step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    page = open_page(step, x, xla_stages=True)
+    assert page.inner_text("#banners .xla-collectives") == "XLA collectives: 6 · 736 bytes sent"
+    assert len(texts(page, "#xla .line.collective")) == 6
+    page.click("#banners .xla-collectives")
+    rows = page.eval_on_selector_all("#details table.summary tr", "rows => rows.map(r => r.innerText)")
+    assert rows[0] == "collective\tsent\treceived" and rows[-1] == "in all\t736\t1024"
+    assert "collective-permute\t96\t96" in rows
+    page.locator("#details table.summary tr", has_text="collective-permute").click()
+    assert " collective-permute(" in page.inner_text("#xla .line.selected")
+    by_device = page.eval_on_selector_all("#details table.by-device tr", "rows => rows.map(r => r.innerText)")
+    permute = by_device[0].split("\t").index(next(n for n in by_device[0].split("\t") if "ppermute" in n))
+    assert [row.split("\t")[permute] for row in by_device[1:]] == ["32/0", "32/32", "32/32", "0/32"]

@@ -371,3 +371,112 @@ def test_xla_stages_of_a_sharded_program_show_xlas_per_device_program():
     assert len(reduces) == 1 and reduces[0] in [line.strip() for line in shown]
     assert exploration.passes.devices == 8 and exploration.passes.ok
     assert not any(entry["values"] for entry in exploration.data["xla"]["passes"])
+
+
+def every_collective(x):
+    """On 4 devices, each holding a f32[2, 4] (32 bytes): each collective once, and a psum
+    three times in a loop."""
+    total = jax.lax.psum(x, "x")                                                # f32[2,4] -> f32[2,4]
+    gathered = jax.lax.all_gather(x, "x", tiled=True)                           # -> f32[8,4]
+    scattered = jax.lax.psum_scatter(x, "x", scatter_dimension=1, tiled=True)   # -> f32[2,1]
+    shifted = jax.lax.ppermute(x, "x", perm=[(0, 1), (1, 2), (2, 3)])          # device 3 is no source
+    swapped = jax.lax.all_to_all(x, "x", split_axis=1, concat_axis=0, tiled=True)   # -> f32[8,1]
+    looped = jax.lax.fori_loop(0, 3, lambda i, v: x + jax.lax.psum(v, "x"), x)
+    return total, gathered, scattered, shifted, swapped, looped
+
+
+def test_per_device_collectives_bytes_by_hand():
+    """Each device sends the bytes of the operands it hands to a collective and receives
+    those of its results (sharding/traffic.py), by hand for a f32[2, 4] shard (32 bytes) on
+    4 devices: all_reduce 32/32, all_gather 32/128 (f32[8,4]), reduce_scatter 32/8
+    (f32[2,1]), all_to_all 32/32 (f32[8,1]), collective_permute 32/32 but 0 sent by
+    device 3 (no pair's source) and 0 received by device 0 (no pair's target); the loop's
+    psum runs 3 times: 96/96."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
+    step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    data = si.explore(step, x, per_device=True).data
+    collectives = {(c["op"], sum(c["runs"])): c for c in data["devices"]["collectives"]}
+    expected = {("stablehlo.all_reduce", 4): ([1] * 4, [32] * 4, [32] * 4),
+                ("stablehlo.all_gather", 4): ([1] * 4, [32] * 4, [128] * 4),
+                ("stablehlo.reduce_scatter", 4): ([1] * 4, [32] * 4, [8] * 4),
+                ("stablehlo.all_to_all", 4): ([1] * 4, [32] * 4, [32] * 4),
+                ("stablehlo.collective_permute", 4): ([1] * 4, [32, 32, 32, 0], [0, 32, 32, 32]),
+                ("stablehlo.all_reduce", 12): ([3] * 4, [96] * 4, [96] * 4)}
+    assert {key: (c["runs"], c["sent"], c["received"]) for key, c in collectives.items()} == expected
+    # each collective's record carries its device's bytes of that run
+    permute = collectives["stablehlo.collective_permute", 4]
+    assert [r["tx"] for r in sorted(records_of(data, permute["s"]), key=lambda r: r["d"])] == [[32, 0], [32, 32], [32, 32], [0, 32]]
+
+
+def test_per_device_compare_findings_name_the_op_and_device():
+    """A backend whose global ``x * 2`` is off at row 0, column 5 (columns over 8 devices:
+    device 2 holds columns 4-5): the finding is device 2's, on the op that made the result
+    (the per-device program's multiply: the input is resharded to columns before it), with
+    its record on device 2."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh, P("x", None)))
+    columns = NamedSharding(mesh, P(None, "x"))
+
+    def off_by_one(module_text, arguments):
+        wrong = np.asarray(arguments[0]) * 2
+        wrong[0, 5] += 1
+        return [wrong]
+
+    data = si.explore(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
+                      backend=off_by_one).data
+    overlay = data["overlays"]["divergence"]
+    [finding] = overlay["findings"]
+    entry = data["regions"][data["sections"][0]]
+    assert finding["d"] == 2 and finding["s"] == entry["ret"]["sources"][0][0]
+    assert data["steps"][finding["s"]]["op"] == "stablehlo.multiply"
+    record = next(r for r in data["records"]["ops"] if r["n"] == finding["record"])
+    assert (record["s"], record["d"]) == (finding["s"], 2) and overlay["record"] == finding["record"]
+    # device 2's local f32[8, 2] holds global column 5 as its column 1: 0 * 16 + 5 = 5, doubled 10
+    assert finding["text"].startswith("1 of 16 elements differ; largest at [0, 1]: 10 (interpreter) vs 11 (off_by_one)")
+
+
+def test_xla_stages_list_the_per_device_programs_collectives_with_the_same_bytes_by_hand():
+    """XLA's per-device program of ``every_collective`` on 4 devices: each collective
+    instruction with the bytes of ``test_per_device_collectives_bytes_by_hand`` (the same
+    definition; the loop's psum is one instruction, listed once; XLA's all-to-all takes
+    the four f32[2,1] pieces as operands: 32 bytes)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
+    step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    xla = si.explore(step, x, xla_stages=True).data["xla"]
+    found = sorted((c["op"], c["sent"], c["received"]) for c in xla["collectives"])
+    assert found == sorted([("all-reduce", [32] * 4, [32] * 4)] * 2 + [
+        ("all-gather", [32] * 4, [128] * 4), ("reduce-scatter", [32] * 4, [8] * 4), ("all-to-all", [32] * 4, [32] * 4),
+        ("collective-permute", [32, 32, 32, 0], [0, 32, 32, 32])])
+    for c in xla["collectives"]:
+        assert f" {c['op']}(" in xla["lines"][c["line"]]["text"] and c["uncounted"] is None
+
+
+def test_xla_collectives_read_groups_in_xlas_iota_form_and_leave_async_starts_uncounted():
+    """``[2,4]<=[4,2]T(1,0)``: iota(8) as 4x2, transposed, as 2x4: groups {0,2,4,6} and
+    {1,3,5,7}, whose first devices (0 and 1) send a broadcast's bf16[3] (6 bytes) and the
+    others receive it; an async start, and a collective of an element type of unknown width,
+    are listed without bytes, saying why."""
+    from stablehlo_interp.tools.explorer.xla_collectives import collectives
+
+    lines = ["%p = bf16[3]{0} parameter(0)",
+             "%b = bf16[3]{0} collective-broadcast(%p), channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0)",
+             "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add",
+             "%g = xyz[4]{0} all-gather(xyz[1]{0} %r), replica_groups={}, dimensions={0}",
+             "%d = f32[<=8]{0} all-gather(f32[<=1]{0} %r), replica_groups={}, dimensions={0}",
+             "%m = f32[2]{0} collective-broadcast(%p), replica_groups=mesh['x'=8] {'x'}, channel_id=2"]
+    broadcast, start, odd, dynamic, on_mesh = collectives(lines, 8)
+    assert broadcast["sent"] == [6, 6, 0, 0, 0, 0, 0, 0] and broadcast["received"] == [0, 0, 6, 6, 6, 6, 6, 6]
+    assert broadcast["uncounted"] is None
+    assert (start["op"], start["uncounted"], start["sent"]) == (
+        "all-reduce", "an asynchronous start: its buffers are not all moved", [0] * 8)
+    assert (odd["op"], odd["uncounted"]) == ("all-gather", "element type xyz: its width is not known")
+    assert dynamic["uncounted"] == "f32[<=1]: a dynamic shape"
+    assert on_mesh["uncounted"] == "replica groups mesh['x'=8] {'x'}: a form not read here"

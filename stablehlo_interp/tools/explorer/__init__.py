@@ -17,12 +17,16 @@ the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 ``xla_stages=True`` also shows what XLA CPU's pipeline made of the program: its optimized
 HLO (fusions and all) as a text panel linked to the source lines, and the passes that
 changed it, with the one that changed the values marked (:mod:`.xla_stages`, on
-:func:`~..passes.passes`'s capture).
+:func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
+its collectives listed with the bytes each device sends and receives
+(:mod:`.xla_collectives`).
 
 ``per_device=True`` shows a sharded program as XLA runs it: the per-device program
 (sharding/per_device.py), run by each device on its shards. A device chooser picks
-whose values the page shows, and the collectives panel gives the bytes each device
-sent and received at each collective.
+whose values the page shows, and the collectives panel gives how many times each
+collective ran and the bytes each device sent and received there (in all, then device
+by device). With ``backend=``, each op that made a result that differs on some device
+is marked with those devices.
 
 The graphs are laid out in the browser by dagre (the npm package
 ``@dagrejs/dagre``, vendored in ``static/`` with its license; see

@@ -13,7 +13,9 @@ A call prepared per device (sharding/per_device.py) shows the per-device program
 its graphs and text are that program's, every record names its device (``"d"``),
 ``devices`` holds each device's arguments and, from a
 :class:`~..traffic.CollectiveTraffic`, the bytes each device sent and received at
-each collective (per op, and on each collective's record, ``"tx"``).
+each collective (per op, with how many times each device ran it, and on each
+collective's record, ``"tx"``); a per-device comparison's findings (the op that made
+each result that differs, per device) are the divergence overlay's ``findings``.
 
 Which line of the module text an op is on: the text is parsed again (without
 locations, so MLIR gives each op the position of its own line) and compiled
@@ -105,6 +107,8 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
         if isinstance(comparison, PerDeviceComparison):   # the devices whose results differ
             overlay["devices"] = [device for device, differences in enumerate(comparison.outputs)
                                   if any(d is not None for d in differences)]
+            overlay["findings"] = _device_findings(comparison, graph, records)
+            overlay["record"] = next((f["record"] for f in overlay["findings"] if f["record"] is not None), None)
         elif comparison.divergence is not None:
             overlay["record"] = _divergent_record(trace, comparison.divergence)
         data["overlays"]["divergence"] = overlay
@@ -371,8 +375,10 @@ def _records(trace, graph: _Graph, arguments) -> tuple[dict, list[str]]:
 
 def _devices(partitioned, arguments, trace, traffic, graph, records, full_values) -> dict:
     """A per-device run's page data: each device's arguments (its shards), and per
-    collective op the bytes each device sent and received (summed over its
-    executions); each collective's record gets its own as ``"tx"``. The traffic's
+    collective op how many times each device ran it and the bytes it sent and received
+    (summed over those runs: :mod:`~...sharding.traffic`'s definition, a device sends
+    the operands it hands over and receives the results); each collective's record
+    gets its own as ``"tx"``. The traffic's
     transfers are in the order each process ran its collectives, as the records are."""
     count = partitioned.num_devices
     shards = partitioned.shards(arguments) if arguments else [[] for _ in range(count)]
@@ -383,8 +389,9 @@ def _devices(partitioned, arguments, trace, traffic, graph, records, full_values
         transfers = [transfer for transfer in traffic.transfers if transfer.process == device]
         for record, transfer in zip(runs, transfers):
             sid = graph.step_ids.get(id(record.step))
-            entry = collectives.setdefault(sid, {"s": sid, "label": transfer.label, "sent": [0] * count,
-                                                 "received": [0] * count})
+            entry = collectives.setdefault(sid, {"s": sid, "label": transfer.label, "op": transfer.op,
+                                                 "runs": [0] * count, "sent": [0] * count, "received": [0] * count})
+            entry["runs"][device] += 1
             entry["sent"][device] += transfer.sent
             entry["received"][device] += transfer.received
             if record.number in kept:
@@ -433,6 +440,26 @@ def _nonfinite_record(trace, report) -> int | None:
                 and record.results is not None and any(r.nonfinite for r in record.results)):
             return record.number
     return None
+
+
+def _device_findings(comparison, graph: _Graph, records: dict) -> list[dict]:
+    """A per-device comparison's findings on the graph: for each device and each of its
+    results that differs, the op of the entry function that made the result (``s``; None
+    for a result that is an argument), that op's record on the device (``record``; None
+    where the page kept none), the result's name and how it differs."""
+    sources = graph.regions[graph.sections[0]]["ret"]["sources"]
+    top_level = {(entry["s"], entry["d"]): entry["n"] for entry in records["ops"] if entry["p"] is None}
+    findings = []
+    for device, differences in enumerate(comparison.outputs):
+        for index, difference in enumerate(differences):
+            if difference is None:
+                continue
+            source = sources[index] if index < len(sources) else None
+            sid = source[0] if source is not None and source[0] in graph.steps else None
+            name = comparison.result_names[index] if index < len(comparison.result_names) else f"result #{index}"
+            findings.append({"d": device, "s": sid, "record": top_level.get((sid, device)), "result": name,
+                             "text": difference.describe(comparison.backend)})
+    return findings
 
 
 def _divergent_record(trace, divergence) -> int | None:

@@ -7,6 +7,9 @@ process: backends/xla_passes.py), run on the page's own module and arguments: it
 report judges each stage it ran on the interpreter. A module drawn without arguments
 gets the stages without verdicts.
 
+A sharded program's optimized program is each device's: its collectives, with the bytes
+each device sends and receives there, are listed (``collectives``: :mod:`.xla_collectives`).
+
 Each line of the optimized program is linked as a jaxpr line is, by the Python lines it
 computes: an instruction's own (its metadata's stack frame) and, for a fusion (or a
 call), those of every instruction of the computation it calls, so a line's click lights
@@ -23,6 +26,7 @@ from ...backends.xla_passes import compile_pipeline
 from ...errors import InterpreterError
 from ...program.calls import Call
 from ..compare import module_text
+from .xla_collectives import collectives
 from ..passes import (FRAME_TABLES, PassesReport, SHOWN_CHANGES, distinct_stages, instruction_changes,
                       instruction_frame, passes, stack_frames, without_metadata)
 
@@ -47,6 +51,9 @@ def stage_data(call: Call, files: Any) -> tuple[dict, PassesReport | None]:
     last = distinct[-1]
     data = {"stage": last.name, "stages": len(stages), "lines": _linked_lines(last.text, files),
             "passes": _passes(distinct, report), "report": None if report is None else str(report)}
+    devices = call.program.num_partitions
+    if devices > 1:        # XLA's per-device program: its collectives and their bytes
+        data["collectives"] = collectives([line["text"] for line in data["lines"]], devices)
     return data, report
 
 

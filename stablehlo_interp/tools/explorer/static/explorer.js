@@ -40,6 +40,18 @@
     if (overlay && overlay.record !== null && recordByNumber.has(overlay.record))
       overlayStep[kind] = recordByNumber.get(overlay.record).s;
   }
+  // A per-device comparison's findings: each op that made a result that differs, with
+  // the devices where it differs (and how), marked as the first divergence is.
+  const divergentSteps = new Map();
+  const divergenceFindings = (data.overlays.divergence && data.overlays.divergence.findings) || [];
+  for (const finding of divergenceFindings) {
+    if (finding.s === null) continue;
+    if (!divergentSteps.has(finding.s)) divergentSteps.set(finding.s, []);
+    divergentSteps.get(finding.s).push(finding);
+  }
+  const findingDevices = findings => [...new Set(findings.map(f => f.d))].join(", ");
+  const collectiveOfStep = new Map(devices ? devices.collectives.map(c => [c.s, c]) : []);
+  const sum = list => list.reduce((a, b) => a + b, 0);
   const stepsOfLine = new Map();
   for (const sid in steps) {
     if (steps[sid].file === null) continue;
@@ -158,8 +170,9 @@
       hlo.appendChild(row);
     });
     if (data.xla) renderXla();
-    for (const kind of ["nonfinite", "divergence"]) {
-      const sid = overlayStep[kind];
+    const marked = [["nonfinite", overlayStep.nonfinite], ["divergence", overlayStep.divergence],
+                    ...[...divergentSteps.keys()].map(sid => ["divergence", sid])];
+    for (const [kind, sid] of marked) {
       if (sid === undefined) continue;
       const marker = kind === "nonfinite" ? "nonfinite" : "divergent";
       const step = steps[sid];
@@ -174,6 +187,7 @@
   // each line linked, as a jaxpr line is, to the Python lines it computes (``keys``; a
   // fusion's: those of the instructions it fused), and selecting the first of them.
   const xlaRows = [];   // line index -> its row in the XLA panel
+  const collectiveLines = new Set(((data.xla && data.xla.collectives) || []).map(c => c.line));
   function renderXla() {
     const section = el("section");
     section.id = "xla-panel";
@@ -186,6 +200,7 @@
     else data.xla.lines.forEach((entry, index) => {
       const row = el("div", "line");
       xlaRows[index] = row;
+      if (collectiveLines.has(index)) row.classList.add("collective");
       row.append(el("span", "no", String(index + 1)), el("span", "text", entry.text));
       if (entry.keys.length) {
         row.dataset.keys = entry.keys.map(([file, line]) => lineKey(file, line)).join(" ");
@@ -213,6 +228,35 @@
       list.appendChild(item);
     }
     details.appendChild(list);
+  }
+
+  // The collectives of XLA's per-device program (data.xla.collectives): each instruction
+  // once (a loop's, however many times it runs), with the bytes all devices send and
+  // receive there, then device by device; a row scrolls the XLA panel to its line.
+  function showXlaCollectives() {
+    const details = document.getElementById("details");
+    details.textContent = "";
+    details.appendChild(el("h3", null, "Collectives of XLA's per-device program"));
+    details.appendChild(el("p", "hint", "each instruction once, with the bytes of one run: a device sends its " +
+                                        "operands and receives the result (a permute's: only as a source, only as a target)"));
+    const scrollTo = c => {
+      for (const row of document.querySelectorAll("#xla .line.selected")) row.classList.remove("selected");
+      xlaRows[c.line].classList.add("selected");
+      xlaRows[c.line].scrollIntoView({block: "center", inline: "nearest"});
+    };
+    if (!data.xla.collectives.length) { details.appendChild(el("p", null, "no collective")); return; }
+    details.appendChild(collectivesSummary(data.xla.collectives, c => data.xla.lines[c.line].text.trim(), scrollTo));
+    const table = el("table", "traffic by-device");
+    const head = el("tr");
+    head.append(el("th", null, "device"), ...data.xla.collectives.map(c => el("th", null, c.name)));
+    table.appendChild(head);
+    data.xla.collectives[0].sent.forEach((_, device) => {
+      const row = el("tr");
+      row.append(el("td", null, String(device)), ...data.xla.collectives.map(
+        c => el("td", null, c.uncounted ? "?" : `${c.sent[device]}/${c.received[device]}`)));
+      table.appendChild(row);
+    });
+    details.append(el("p", null, "sent/received, device by device:"), table);
   }
 
   // The passes that changed the program, in order: what each removed and added, its
@@ -279,8 +323,8 @@
     if (divergence && divergence.ok) add("agree", "agrees with the backend", divergence.text, null);
     else if (divergence && divergence.devices) {
       add("divergence", "differs on device " + divergence.devices.join(", "), divergence.text, () => {
-        showDevice(divergence.devices[0]);
-        showReport(divergence.text);
+        if (overlayStep.divergence) showRecord(divergence.record, divergence.text);
+        else { showDevice(divergence.devices[0]); showReport(divergence.text); }
       });
     } else if (divergence) {
       const sid = overlayStep.divergence;
@@ -288,6 +332,12 @@
           () => sid ? showRecord(divergence.record, divergence.text) : showReport(divergence.text));
     }
     if (devices) renderDevices(add);
+    if (data.xla && data.xla.collectives) {
+      const bytes = sum(data.xla.collectives.map(c => sum(c.sent)));
+      add("xla-collectives", `XLA collectives: ${data.xla.collectives.length} · ${bytes} bytes sent`,
+          "the collectives of XLA's per-device program, each once, and the bytes each device sends there",
+          showXlaCollectives);
+    }
     if (data.xla) {
       const changed = data.xla.error ? null : data.xla.passes.find(entry => entry.values);
       add(changed ? "xla changes-values" : "xla", data.xla.error ? "XLA's stages: not had" :
@@ -312,7 +362,8 @@
     }
     chooser.addEventListener("change", () => showDevice(Number(chooser.value)));
     document.getElementById("banners").appendChild(chooser);
-    add("collectives", `collectives: ${devices.collectives.length}`,
+    const bytes = sum(devices.collectives.map(c => sum(c.sent)));
+    add("collectives", `collectives: ${devices.collectives.length} · ${bytes} bytes sent`,
         "the bytes each device sent and received at each collective", showCollectives);
   }
 
@@ -330,6 +381,11 @@
     details.textContent = "";
     details.appendChild(el("h3", null, "Bytes each device sent and received"));
     if (!devices.collectives.length) { details.appendChild(el("p", null, "no collective ran")); return; }
+    details.appendChild(el("p", "hint", "a device sends the operands it hands to a collective and receives " +
+      "its results (a collective_permute's or collective_broadcast's: only as a source, only as a target); " +
+      "the bytes the program moves, not a network's hops"));
+    details.appendChild(collectivesSummary(devices.collectives, c => c.label,
+                                           c => { if (c.s) select({kind: "step", sid: c.s}); }));
     for (const collective of devices.collectives) {
       const title = el("p", "link", collective.label);
       if (collective.s) title.addEventListener("click", () => select({kind: "step", sid: collective.s}));
@@ -351,6 +407,31 @@
       table.appendChild(total);
       details.append(title, table);
     }
+  }
+
+  // One row per collective op (``title`` its row's tooltip, ``open`` its click): how many
+  // times it ran on all devices (where counted: ``runs``) and the bytes all devices sent
+  // and received there; then the sums.
+  function collectivesSummary(entries, title, open) {
+    const counted = entries.length && entries[0].runs !== undefined;
+    const table = el("table", "traffic summary");
+    const row = (className, cells) => {
+      const tr = el("tr", className);
+      tr.append(...cells.map(cell => el(className === "head" ? "th" : "td", null, String(cell))));
+      table.appendChild(tr);
+      return tr;
+    };
+    const runs = counted ? [c => sum(c.runs)] : [];
+    row("head", ["collective", ...(counted ? ["runs"] : []), "sent", "received"]);
+    for (const c of entries) {
+      const tr = row(null, [c.op, ...runs.map(f => f(c)), c.uncounted ? "?" : sum(c.sent),
+                            c.uncounted ? "?" : sum(c.received)]);
+      tr.title = title(c) + (c.uncounted ? `\nnot counted: ${c.uncounted}` : "");
+      tr.addEventListener("click", () => open(c));
+    }
+    row("total", ["in all", ...runs.map(f => sum(entries.map(f))), sum(entries.map(c => sum(c.sent))),
+                  sum(entries.map(c => sum(c.received)))]);
+    return table;
   }
 
   // ------------------------------------------------------------------ graphs
@@ -704,10 +785,14 @@
     node.appendChild(name);
     for (const [kind, marker, symbol] of [["nonfinite", "nonfinite", "NaN/inf appears here"],
                                           ["divergence", "divergent", "first divergence"]]) {
-      if (overlayStep[kind] === sid) {
+      if (overlayStep[kind] === sid && !(kind === "divergence" && divergentSteps.size)) {
         node.classList.add(marker);
         node.appendChild(el("div", "marker", "⚠ " + symbol));
       }
+    }
+    if (divergentSteps.has(sid)) {
+      node.classList.add("divergent");
+      node.appendChild(el("div", "marker", "⚠ differs on device " + findingDevices(divergentSteps.get(sid))));
     }
     const where = [];
     if (step.line !== null) where.push("line " + step.line);
@@ -830,6 +915,11 @@
     add("ran", `${runs} time${runs === 1 ? "" : "s"}` + (devices ? ` on device ${state.device}` : ""));
     const record = currentRecord(selection.sid);
     if (record && record.tx) add("bytes", `device ${state.device} sent ${record.tx[0]}, received ${record.tx[1]}`);
+    const collective = collectiveOfStep.get(selection.sid);
+    if (collective) add("all devices", `sent ${sum(collective.sent)}, received ${sum(collective.received)} ` +
+                                       `in ${sum(collective.runs)} runs`);
+    for (const finding of divergentSteps.get(selection.sid) || [])
+      add(`differs on device ${finding.d}`, `${finding.result}: ${finding.text}`);
     details.appendChild(list);
     if (!record) { details.appendChild(el("p", "hint", "not run in the call shown")); return; }
     if (record.c !== null) {

@@ -1,0 +1,122 @@
+"""The collectives of XLA's per-device program (``xla_stages=True`` on a sharded program),
+with the bytes each device sends and receives there, read from the HLO text: the shapes
+and element types of each collective's operands and result, and its pairs or groups.
+
+The definition is :mod:`~...sharding.traffic`'s, so that XLA's program and the
+interpreter's per-device program can be set side by side: a device *sends* the bytes of
+the operands it hands to a collective and *receives* those of its result; a
+``collective-permute`` moves data only from a pair's source to its target, a
+``collective-broadcast`` only from a group's first device to the others. These are the
+bytes the program moves, not what a network carries (a ring all-reduce moves
+2(n-1)/n of its buffer per device, in pieces, over several hops).
+
+An asynchronous pair (``all-reduce-start`` ... ``-done``, as XLA's GPU and TPU pipelines
+make them) is listed with no bytes, and says why (``uncounted``): its start's tuple holds
+buffers that are not all moved; so is a collective of an element type whose width is not
+known here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+_OPCODES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast")
+_COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<result>.*?) (?P<opcode>"
+                         + "|".join(_OPCODES) + r")(?P<start>-start)?\((?P<operands>[^)]*)\)(?P<attributes>.*)$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<shape>.*?) [\w\-]+\(")
+_OPERAND = re.compile(r"%(?P<name>[\w.\-]+)")
+_SHAPE = re.compile(r"\b(?P<type>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
+_BITS = re.compile(r"^(?:s|u|f|bf|c)(?P<bits>\d+)")
+_PAIRS = re.compile(r"source_target_pairs=\{(?P<pairs>[\d,{}]*)\}")
+_EXPLICIT_GROUPS = re.compile(r"replica_groups=\{(?P<groups>[\d,{}]*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?")
+
+
+def shape_bytes(text: str) -> int:
+    """The bytes of the arrays an HLO shape text names (``f32[4,8]{1,0}``, a tuple of them):
+    elements times the element type's width (``pred`` and the f8 types a byte; s4 half).
+    A ValueError for an element type of unknown width or a dynamic dimension (``<=4``)."""
+    total = 0
+    for shape in _SHAPE.finditer(text):
+        element, width = shape["type"], _BITS.match(shape["type"])
+        if element != "pred" and not element.startswith("f8") and width is None:
+            raise ValueError(f"element type {element}: its width is not known")
+        bits = 8 if width is None else int(width["bits"])
+        dims = [d for d in shape["dims"].split(",") if d]
+        if not all(d.isdigit() for d in dims):
+            raise ValueError(f"{shape[0]}: a dynamic shape")
+        elements = math.prod(int(d) for d in dims)
+        total += math.ceil(elements * bits / 8)
+    return total
+
+
+def collectives(lines: list[str], devices: int) -> list[dict]:
+    """Each collective instruction of a per-device HLO program's ``lines`` (one entry however
+    many times a loop runs it): its line (``line``, 0-based), name, opcode, and per device
+    the bytes sent and received (``uncounted``: why they are not counted, else None). An operand's shape is its own where the text prints it, else its producer's."""
+    shapes = {match["name"]: match["shape"] for match in map(_INSTRUCTION.match, lines) if match}
+    found = []
+    for index, line in enumerate(lines):
+        match = _COLLECTIVE.match(line)
+        if match is None:
+            continue
+        entry = {"line": index, "name": match["name"], "op": match["opcode"], "uncounted": None,
+                 "sent": [0] * devices, "received": [0] * devices}
+        found.append(entry)
+        if match["start"]:
+            entry["uncounted"] = "an asynchronous start: its buffers are not all moved"
+            continue
+        operands = match["operands"] if _SHAPE.search(match["operands"]) else \
+            " ".join(shapes.get(operand["name"], "") for operand in _OPERAND.finditer(match["operands"]))
+        try:
+            sent, received = shape_bytes(operands), shape_bytes(match["result"])
+            senders, receivers = _roles(match["opcode"], match["attributes"], devices)
+        except ValueError as why:
+            entry["uncounted"] = str(why)
+            continue
+        entry["sent"] = [sent if device in senders else 0 for device in range(devices)]
+        entry["received"] = [received if device in receivers else 0 for device in range(devices)]
+    return found
+
+
+def _roles(opcode: str, attributes: str, devices: int) -> tuple[set, set]:
+    """The devices that send and those that receive at a collective (every device, but for
+    a permute's pairs and a broadcast's groups)."""
+    everyone = set(range(devices))
+    pairs_text = _PAIRS.search(attributes)
+    if opcode == "collective-permute" and pairs_text is not None:
+        pairs = _numbers_in_braces(pairs_text["pairs"])
+        return {source for source, _ in pairs}, {target for _, target in pairs}
+    if opcode == "collective-broadcast":
+        groups = [group for group in _groups(attributes, devices) if len(group) > 1]
+        return {group[0] for group in groups}, {member for group in groups for member in group[1:]}
+    return everyone, everyone
+
+
+def _groups(attributes: str, devices: int) -> list[list[int]]:
+    """The replica groups of a collective: listed (``{{0,1},{2,3}}``), in XLA's iota form
+    (``[2,4]<=[4,2]T(1,0)``: iota over ``dims``, transposed, reshaped), or none (all devices);
+    a ValueError for another form (a mesh's axes)."""
+    explicit = _EXPLICIT_GROUPS.search(attributes)
+    if explicit is not None and explicit["groups"]:
+        return _numbers_in_braces(explicit["groups"])
+    iota = _IOTA_GROUPS.search(attributes)
+    if iota is None and "replica_groups=" in attributes and explicit is None:
+        written = attributes.split("replica_groups=", 1)[1].split(", ")[0]
+        raise ValueError(f"replica groups {written}: a form not read here")
+    if iota is None:
+        return [list(range(devices))]
+    dims = [int(d) for d in iota["dims"].split(",")]
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    if iota["perm"]:
+        ids = ids.transpose([int(p) for p in iota["perm"].split(",")])
+    shape = [int(d) for d in iota["shape"].split(",")]
+    return ids.reshape(shape).tolist()
+
+
+def _numbers_in_braces(text: str) -> list[list[int]]:
+    """``{0,1},{2,3}`` -> ``[[0, 1], [2, 3]]``."""
+    return [[int(n) for n in group.split(",") if n] for group in re.findall(r"\{([\d,]*)\}", text)]
