@@ -16,6 +16,7 @@ import stablehlo_interp as si
 from browser import CHROMIUM, chromium
 from stablehlo_interp.tools import JaxBackend
 from oracles import run_xla
+from divergent_on_a_device import doubled_and_off_on_device_2
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no Chromium at /usr/bin/chromium")
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -488,19 +489,8 @@ def test_a_per_device_nonfinite_banner_switches_to_the_device_that_made_it(open_
 def test_a_per_device_comparison_banner_names_the_device_that_differs(open_page):
     """With a backend whose global x * 2 is off at row 0, column 5 (columns over 8
     devices: device 2 holds columns 4-5), the banner names device 2 and shows it."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
-    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh, P("x", None)))
-    columns = NamedSharding(mesh, P(None, "x"))
-
-    def off_by_one(module_text, arguments):
-        wrong = np.asarray(arguments[0]) * 2
-        wrong[0, 5] += 1
-        return [wrong]
-
-    page = open_page(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
-                     backend=off_by_one)
+    function, x, off_by_one = doubled_and_off_on_device_2()
+    page = open_page(function, x, per_device=True, backend=off_by_one)
     assert page.inner_text("#banners .divergence") == "differs on device 2"
     # the op that made the result is marked with the device where it differs, in every device's graph
     marked = page.locator(".node.op.divergent")

@@ -14,6 +14,7 @@ from stablehlo_interp.tools.explorer import page_data
 from browser import iframe_pages
 from oracles import run_xla
 from test_tools_cli import explorer_data
+from divergent_on_a_device import doubled_and_off_on_device_2
 
 X = (np.arange(12, dtype=np.float32).reshape(3, 4) - 6) / 10
 Y = (np.arange(20, dtype=np.float32).reshape(4, 5) - 10) / 10
@@ -416,19 +417,8 @@ def test_per_device_compare_findings_name_the_op_and_device():
     device 2 holds columns 4-5): the finding is device 2's, on the op that made the result
     (the per-device program's multiply: the input is resharded to columns before it), with
     its record on device 2."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
-    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh, P("x", None)))
-    columns = NamedSharding(mesh, P(None, "x"))
-
-    def off_by_one(module_text, arguments):
-        wrong = np.asarray(arguments[0]) * 2
-        wrong[0, 5] += 1
-        return [wrong]
-
-    data = si.explore(jax.jit(lambda v: jax.lax.with_sharding_constraint(v * 2, columns)), x, per_device=True,
-                      backend=off_by_one).data
+    function, x, off_by_one = doubled_and_off_on_device_2()
+    data = si.explore(function, x, per_device=True, backend=off_by_one).data
     overlay = data["overlays"]["divergence"]
     [finding] = overlay["findings"]
     entry = data["regions"][data["sections"][0]]
