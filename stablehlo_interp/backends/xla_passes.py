@@ -118,11 +118,7 @@ def reordered_groups(text: str) -> dict:
         if None in names or any(name not in names for name in over):
             raise TranslationError(f"a collective's groups over mesh axes XLA's text does not name plainly: "
                                    f"{match.group(0)}")
-        dims = [int(d) for d in match["dims"].split(",")]
-        devices = np.arange(int(np.prod(dims))).reshape(dims)
-        if match["perm"]:
-            devices = devices.transpose([int(p) for p in match["perm"].split(",")])
-        devices = devices.reshape([int(axis.group(2)) for axis in axes if axis])
+        devices = iota_devices(match["dims"], match["perm"]).reshape([int(axis.group(2)) for axis in axes if axis])
         chosen = [names.index(name) for name in over]
         others = [axis for axis in range(len(names)) if axis not in chosen]
         ordered = devices.transpose(others + chosen)
@@ -132,6 +128,14 @@ def reordered_groups(text: str) -> dict:
         raise TranslationError("a collective's groups are a mesh over reordered devices that XLA's text does not "
                                "give plainly (jaxlib's translator drops that order)")
     return groups
+
+
+def iota_devices(dims: str, perm: str | None) -> np.ndarray:
+    """XLA's iota list of devices ``[dims]T(perm)`` (``[4,2]T(1,0)``: ``arange(8)`` shaped
+    ``[4,2]``, transposed by ``perm`` where given), as the array it names."""
+    shape = [int(d) for d in dims.split(",")]
+    devices = np.arange(int(np.prod(shape))).reshape(shape)
+    return devices.transpose([int(p) for p in perm.split(",")]) if perm else devices
 
 
 def _stage(order: int, name: str, hlo: bytes, text: str, ran: str) -> Stage:

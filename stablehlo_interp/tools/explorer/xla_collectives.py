@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 
-import numpy as np
+from ...backends.xla_passes import iota_devices
 
 _OPCODES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast")
 _COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<result>.*?) (?P<opcode>"
@@ -109,12 +109,8 @@ def _groups(attributes: str, devices: int) -> list[list[int]]:
         raise ValueError(f"replica groups {written}: a form not read here")
     if iota is None:
         return [list(range(devices))]
-    dims = [int(d) for d in iota["dims"].split(",")]
-    ids = np.arange(math.prod(dims)).reshape(dims)
-    if iota["perm"]:
-        ids = ids.transpose([int(p) for p in iota["perm"].split(",")])
     shape = [int(d) for d in iota["shape"].split(",")]
-    return ids.reshape(shape).tolist()
+    return iota_devices(iota["dims"], iota["perm"]).reshape(shape).tolist()
 
 
 def _numbers_in_braces(text: str) -> list[list[int]]:
