@@ -339,3 +339,10 @@ def test_static_arguments_on_the_fast_path():
     assert caught.value.call == 3 and guard.calls[scaled_log] == 3
     assert f"NaN made by stablehlo.log at {line_of('static arguments')}" in str(caught.value)
     np.testing.assert_array_equal(caught.value.arguments[0], small)
+
+
+@pytest.mark.parametrize("every", [0, -2, 1.5, True, "3"])
+def test_compare_every_that_is_not_a_positive_int_is_a_clear_error(every):
+    with pytest.raises(ValueError, match=rf"compare_every .* a positive int .*not {re.escape(repr(every))}"):
+        with si.debug_nans(compare_every=every):
+            pass

@@ -362,6 +362,10 @@ def debug_nans(compare_every: int | None = None) -> Iterator[DebugNans]:
     call of each function is compared with the interpreter (:func:`compare`), and the
     first that differs beyond rounding noise raises a :class:`DivergentCall`. Yields the
     guard (its ``calls`` count each function's calls; ``compared`` lists those compared)."""
+    if compare_every is not None and (isinstance(compare_every, bool) or not isinstance(compare_every, int)
+                                      or compare_every < 1):
+        raise ValueError(f"compare_every is the number of calls between two compared calls, a positive int "
+                         f"(or None: none compared), not {compare_every!r}")
     state = _hook_state()
     outer = state.value
     guard = DebugNans(outer.previous if isinstance(outer, DebugNans) else outer,   # (a block in a block: one check)
