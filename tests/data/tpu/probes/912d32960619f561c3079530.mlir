@@ -1,0 +1,4 @@
+func.func @main(%a: tensor<4096xf32>) -> tensor<4096xf32> {
+  %0 = "chlo.atan"(%a) : (tensor<4096xf32>) -> tensor<4096xf32>
+  return %0 : tensor<4096xf32>
+}
