@@ -219,3 +219,71 @@ def test_a_batch_of_factorizations_names_the_first_that_failed():
     assert failed.op == "stablehlo.custom_call @lapack_spotrf_ffi"
     assert failed.detail == (f"the matrix is not positive definite: its leading minor of order {failing} is not "
                              f"(first failing column {failing}), in batch element [1] (2 of 3 failed)")
+
+
+def lowered_for_tpu(function, *args):
+    """The program JAX hands a TPU (its lowering uses the spec's cholesky and
+    triangular_solve where the CPU's calls LAPACK); lowered here, no TPU needed."""
+    return jax.jit(function).trace(*args).lower(lowering_platforms=("tpu",))
+
+
+def test_the_specs_cholesky_as_a_tpu_program_has_it_says_how_it_failed():
+    """The GP likelihood as JAX lowers it for a TPU: the same chain, ending at the spec's
+    cholesky, whose failing column is numpy's (leading minors' eigenvalues)."""
+    kernel, failing = not_positive_definite_kernel()
+    y = np.ones(8, np.float32)
+    lowered = lowered_for_tpu(gp_log_likelihood, kernel, y)
+    assert "stablehlo.cholesky" in lowered.as_text() and "lapack" not in lowered.as_text()
+    (origin,) = si.find_nonfinite(lowered, kernel, y).origins
+    assert origin.why[0].op == "stablehlo.select" and origin.why[0].location.frame.line == GP_LINE + 4
+    assert (origin.why[-1].kind, origin.why[-1].op, origin.why[-1].location.frame.line) == (
+        "failed", "stablehlo.cholesky", GP_LINE + 1)
+    assert origin.why[-1].detail == (f"the matrix is not positive definite: its leading minor of order {failing} "
+                                     f"is not (first failing column {failing})")
+    kernel[5, 5] = 1.1
+    assert si.find_nonfinite(lowered, kernel, y) is None
+
+
+def test_the_specs_cholesky_of_a_batch_names_the_first_matrix_that_failed():
+    kernel, failing = not_positive_definite_kernel()
+    positive = kernel.copy()
+    positive[5, 5] = 1.1
+    batch = np.stack([positive, kernel, kernel])
+    lowered = lowered_for_tpu(jnp.linalg.cholesky, batch)
+    (origin,) = si.find_nonfinite(lowered, batch).origins
+    assert origin.why[-1].detail == (f"the matrix is not positive definite: its leading minor of order {failing} is "
+                                     f"not (first failing column {failing}), in batch element [1] (2 of 3 failed)")
+
+
+def cholesky_program(element: str, lower: bool) -> str:
+    return f"""func.func @main(%a: tensor<3x3x{element}>) -> tensor<3x3x{element}> {{
+  %0 = stablehlo.cholesky %a, lower = {str(lower).lower()} : tensor<3x3x{element}>
+  return %0 : tensor<3x3x{element}>
+}}"""
+
+
+def test_the_specs_cholesky_reads_the_triangle_it_is_told_to():
+    """A matrix whose lower triangle makes a positive definite matrix and whose upper one
+    does not (by hand: [[4, 2, ·], [2, 1, ·]]: the minor of order 2 is 4·1 - 2² = 0); and a
+    complex Hermitian one failing at order 3 (numpy's eigenvalues)."""
+    a = np.array([[4.0, 2.0, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]], np.float32)
+    assert si.find_nonfinite(cholesky_program("f32", lower=True), a) is None
+    (origin,) = si.find_nonfinite(cholesky_program("f32", lower=False), a).origins
+    assert origin.why[-1].detail.startswith("the matrix is not positive definite: its leading minor of order 2 is not")
+    hermitian = np.array([[2, 1j, 0], [-1j, 2, 1 + 1j], [0, 1 - 1j, 0.5]], np.complex64)
+    minors = [np.linalg.eigvalsh(hermitian[:k, :k]).min() for k in (1, 2, 3)]
+    assert minors[0] > 0 and minors[1] > 0 and minors[2] < 0
+    (origin,) = si.find_nonfinite(cholesky_program("complex<f32>", lower=True), hermitian).origins
+    assert origin.why[-1].detail.startswith("the matrix is not positive definite: its leading minor of order 3 is not")
+
+
+def test_the_specs_triangular_solve_names_its_zero_diagonal():
+    """A TPU program's triangular solve of a matrix whose diagonal element (3,3) is zero."""
+    a = np.tril(np.ones((4, 4), np.float32)) + np.eye(4, dtype=np.float32)
+    a[2, 2] = 0.0
+    b = np.ones((4, 1), np.float32)
+    lowered = lowered_for_tpu(lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True), a, b)
+    assert "stablehlo.triangular_solve" in lowered.as_text()
+    (origin,) = si.find_nonfinite(lowered, a, b).origins
+    assert (origin.op, origin.why[-1].kind) == ("stablehlo.triangular_solve", "failed")
+    assert origin.why[-1].detail == "the triangular matrix is singular: its diagonal element (3,3) is exactly zero"

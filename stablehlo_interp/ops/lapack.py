@@ -627,19 +627,27 @@ _FAILURES = {
 
 
 def failure(info, operands: list, results: list) -> str | None:
-    """How a LAPACK custom call of JAX's CPU lowering failed, in words (None when it did
-    not, or the op is not one): ``info > 0`` as LAPACK documents it per routine
-    (``potrf``: the leading minor of order info is not positive definite; ``getrf``:
-    U(info, info) is exactly zero), ``info < 0``: an argument LAPACK rejected; a
-    triangular solve (``trsm``, no info) with a non-unit diagonal fails where that
-    diagonal holds an exact zero and its result is not finite. Batched calls name the
-    first failing batch element. 1-based indices, as LAPACK's."""
+    """How a factorization or a solve failed, in words (None when it did not, or the op is
+    none of these). JAX's CPU lowering calls LAPACK (custom calls): ``info > 0`` as LAPACK
+    documents it per routine (``potrf``: the leading minor of order info is not positive
+    definite; ``getrf``: U(info, info) is exactly zero), ``info < 0``: an argument LAPACK
+    rejected; a triangular solve (``trsm``, no info) with a non-unit diagonal fails where
+    that diagonal holds an exact zero and its result is not finite. Other platforms' lowerings
+    use the spec's ``cholesky`` and ``triangular_solve``, whose results on such a matrix the
+    spec leaves implementation-defined (spec: cholesky, triangular_solve): they are named
+    as LAPACK names them. Batched calls name the first failing batch element. 1-based
+    indices, as LAPACK's."""
+    if info.name == "stablehlo.cholesky":
+        return _cholesky_failure(np.asarray(operands[0]), np.asarray(results[0]), lower=bool(info.attr("lower", False)))
+    if info.name == "stablehlo.triangular_solve":
+        return _singular_triangle(np.asarray(operands[0]), results[0], unit_diagonal=bool(info.attr("unit_diagonal")))
     target = info.attributes.get("call_target_name")
     if target not in _TARGETS or not results:
         return None
     routine, letter, name = _TARGETS[target]
     if name == "trsm":
-        return _trsm_failure(_Call(info, target, routine, letter, name), operands, results)
+        return _singular_triangle(np.asarray(operands[0]), results[0],
+                                  unit_diagonal=_Call(info, target, routine, letter, name).char("diag", "NU") == "U")
     signature = routine.complex_results if letter in "cz" and routine.complex_results else routine.results
     if name not in _FAILURES or signature.split()[-1] != "i0":
         return None
@@ -653,14 +661,51 @@ def failure(info, operands: list, results: list) -> str | None:
     return text + (f", in batch element {list(where)} ({len(failing)} of {codes.size} failed)" if codes.ndim else "")
 
 
-def _trsm_failure(call: _Call, operands: list, results: list) -> str | None:
+def _singular_triangle(a: np.ndarray, result, unit_diagonal: bool) -> str | None:
     """A triangular solve with an exact zero on a non-unit diagonal whose result is not finite."""
-    if call.char("diag", "NU") == "U" or np.isfinite(results[0]).all():
+    if unit_diagonal or np.isfinite(result).all():
         return None
-    diagonals = np.diagonal(np.asarray(operands[0]), axis1=-2, axis2=-1)
+    diagonals = np.diagonal(a, axis1=-2, axis2=-1)
     zeros = np.argwhere(diagonals == 0)
     if not len(zeros):
         return None
     *batch, row = (int(i) for i in zeros[0])
     text = f"the triangular matrix is singular: its diagonal element ({row + 1},{row + 1}) is exactly zero"
     return text + (f", in batch element {batch}" if batch else "")
+
+
+def _cholesky_failure(a: np.ndarray, factor: np.ndarray, lower: bool) -> str | None:
+    """The first batch matrix whose factor is not finite while the matrix is, and the order of
+    its first leading minor that is not positive definite (``potrf``'s info): the
+    factorization of the Hermitian matrix the op reads (its lower or upper triangle)
+    carried out column by column until a pivot is not positive."""
+    if a.size == 0 or np.isfinite(factor).all():
+        return None
+    matrices, factors = a.reshape(-1, *a.shape[-2:]), factor.reshape(-1, *factor.shape[-2:])
+    failed = [(index, order) for index in range(len(matrices))
+              if not np.isfinite(factors[index]).all() and np.isfinite(matrices[index]).all()
+              for order in [_first_failing_minor(matrices[index], lower)] if order]
+    if not failed:
+        return None
+    index, order = failed[0]
+    text = _FAILURES["potrf"].format(i=order)
+    if a.ndim == 2:
+        return text
+    batch = [int(i) for i in np.unravel_index(index, a.shape[:-2])]
+    return text + f", in batch element {batch} ({len(failed)} of {len(matrices)} failed)"
+
+
+def _first_failing_minor(matrix: np.ndarray, lower: bool) -> int | None:
+    """1-based order of the first leading minor of the Hermitian matrix read from ``matrix``'s
+    lower (upper) triangle that is not positive definite; None if all are."""
+    triangle = np.tril(matrix) if lower else np.triu(matrix).conj().T
+    hermitian = triangle + np.tril(triangle, -1).conj().T
+    n = hermitian.shape[0]
+    factor = np.zeros_like(hermitian, dtype=np.result_type(hermitian.dtype, np.float64))
+    for j in range(n):
+        pivot = np.real(hermitian[j, j] - np.vdot(factor[j, :j], factor[j, :j]))
+        if not pivot > 0:
+            return j + 1
+        factor[j, j] = np.sqrt(pivot)
+        factor[j + 1:, j] = (hermitian[j + 1:, j] - factor[j + 1:, :j] @ factor[j, :j].conj()) / factor[j, j]
+    return None

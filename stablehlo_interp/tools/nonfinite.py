@@ -20,8 +20,10 @@ Each origin also says *why* (``origin.why``, :class:`WhyStep`): a constant that 
 because the predicate, index or condition was computed from a non-finite value or from
 a LAPACK call that failed, is followed to that cause and its own origin: ``-inf`` chosen
 by ``where(isfinite(loglike), loglike, -inf)``, ``loglike`` NaN because the Cholesky
-factorization failed at column 7. LAPACK calls say how they failed (ops/lapack.py
-``failure``): the tracer keeps that for each custom call whose ``info`` is not 0; the
+factorization failed at column 7. Factorizations and solves say how they failed
+(ops/lapack.py ``failure``): the tracer keeps that for each LAPACK custom call whose
+``info`` is not 0 and each spec ``cholesky`` or ``triangular_solve`` (other platforms'
+lowerings) whose result is not finite on a finite matrix; the
 rest is found when the report is made, from the program's dataflow (:meth:`NonFiniteTracer.why`).
 
 ``mode="first"`` gives the older answer (:class:`NonFiniteFinder`): the first op
@@ -155,7 +157,7 @@ class WhyStep:
     ``if``, ``case``, a ``while``'s exit) picked the value, ``detail`` says
     on what; ``"made"``, the op made the non-finite value (``detail``: ``NaN``, ``inf``)
     that a decision was computed from (``"argument"``: it came in as an argument);
-    ``"failed"``, a LAPACK call whose failure the value or the decision comes from,
+    ``"failed"``, a factorization or solve whose failure the value or the decision comes from,
     ``detail`` says how it failed (ops/lapack.py ``failure``)."""
 
     kind: str
@@ -304,6 +306,7 @@ _MOVES = frozenset(f"stablehlo.{name}" for name in (
 _PICKS = ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp")   # element-wise, result = an operand
 _REDUCTIONS = ("stablehlo.reduce", "stablehlo.reduce_window")   # operands: inputs, then initial values
 _CUSTOM_CALL = "stablehlo.custom_call"
+_MAY_FAIL = frozenset((_CUSTOM_CALL, "stablehlo.cholesky", "stablehlo.triangular_solve"))   # ops/lapack.py failure
 _CAUSE_SEARCH = 4096       # the values a search for a decision's cause looks at, at most
 _WHY_DEPTH = 8             # the origins a why follows, at most
 _SMALL = 256               # arrays up to this size are checked for NaN and inf by subtraction (faster)
@@ -384,7 +387,7 @@ class NonFiniteTracer(Listener):
         current = self._current
         if current[0] is not stack:
             current = self._enter(stack)
-        if step.info.name == _CUSTOM_CALL and current[1] is not None:
+        if step.info.name in _MAY_FAIL and current[1] is not None:
             self._note_failure(step, operands, results, current[1])
         last_body_call = self._last_body_call.pop((current[1], step), None) if step.regions else None
         for value in results:
