@@ -348,3 +348,28 @@ def test_compare_every_that_is_not_a_positive_int_is_a_clear_error(every):
     with pytest.raises(ValueError, match=rf"compare_every .* a positive int .*not {re.escape(repr(every))}"):
         with si.debug_nans(compare_every=every):
             pass
+
+
+@pytest.mark.parametrize("dtype, bad", [("float16", np.inf), ("bfloat16", np.nan), ("float64", -np.inf),
+                                        ("complex64", complex(0, np.inf)), ("float32", np.nan)])
+def test_one_bad_element_among_results_of_every_float_dtype_is_found(dtype, bad):
+    """The check joins the results of one dtype into one vector: one element of one result
+    is found whatever its dtype, and finite extremes of each dtype (f64's 1e300, f16's 65504,
+    f32's and bf16's 3e38) are no alarm."""
+    extremes = {"float16": 65504.0, "bfloat16": 3e38, "float64": 1e300, "complex64": complex(3e38, -3e38),
+                "float32": 3e38}
+
+    @jax.jit
+    def results(late):
+        made = {name: jnp.full((3, 5), value, name) for name, value in extremes.items()}
+        zeros = jnp.zeros(7, dtype)
+        return made | {"count": jnp.arange(4), "bad": jnp.where(late, zeros.at[6].set(bad), zeros)}
+
+    with si.debug_nans() as guard:
+        for _ in range(20):
+            results(False)
+    assert guard.calls == {results._fun: 20}
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(20):
+            results(index == 14)
+    assert caught.value.call == 15 and "result['bad']" in str(caught.value)

@@ -36,7 +36,8 @@ Two hooks, both JAX's own paths of a jitted call:
   state is copied too.
 
 The check of a finite call: one jitted program reduces every float result to a
-boolean where it lives (a sharded result: per device), one dispatch and a wait.
+boolean where it lives (results on one device joined into one vector, a sharded result
+reduced per device), one dispatch and a wait.
 Functions JAX itself jits (``jnp`` functions, single primitives applied outside
 ``jit``) are not checked: an ``-inf`` that eager code writes on purpose is no alarm.
 """
@@ -267,30 +268,43 @@ def _all_finite(leaves) -> bool:
     """Whether every float JAX array of ``leaves`` is finite: one jitted program reduces
     them all where they live (one dispatch, one boolean back), or, for arrays on
     different devices, each shard on the host, as ``jax_debug_nans`` checks them."""
-    floats = [leaf for leaf in leaves if _inexact(leaf.dtype)]
-    if not floats:
+    whole, sharded = [], []
+    for leaf in leaves:
+        if _inexact(leaf.dtype):
+            (whole if len(leaf.sharding.device_set) == 1 else sharded).append(leaf)
+    if not whole and not sharded:
         return True
     with _guard_at_work():
         try:
-            return bool(_finite_check()(floats))
+            return bool(_finite_check()(whole, sharded))
         except ValueError:   # arrays on different devices: no one program takes them all
-            return not any(_nonfinite(np.asarray(shard.data)) for leaf in floats
+            return not any(_nonfinite(np.asarray(shard.data)) for leaf in (*whole, *sharded)
                            for shard in leaf.addressable_shards if shard.replica_id == 0)
 
 
 @functools.cache
 def _finite_check():
+    """The check's program. Arrays on one device are joined into one vector per dtype and
+    each vector reduced once (XLA fuses the join into the reduction: one loop; a reduction
+    per array is a kernel per array, about 3.5x the cost for a step's 40 to 150 small
+    results, and so is an op on each array before the join); a sharded array is reduced
+    where its shards live (a partial sum per device), as joining it to the others would
+    gather it."""
     import jax
     import jax.numpy as jnp
 
-    def zeros_or_nans(leaf):
+    def zeros_or_nans(values):
         """0 where an element is finite, NaN where it is not (no finite value overflows)."""
-        zeroed = leaf * 0
+        zeroed = values * 0
         return (jnp.abs(zeroed) if jnp.iscomplexobj(zeroed) else zeroed).astype(jnp.float32)
 
-    def all_finite(leaves):
-        # each array summed where its shards live (a sharded one: a partial sum per device)
-        return jnp.isfinite(sum(jnp.sum(zeros_or_nans(leaf)) for leaf in leaves))
+    def all_finite(whole, sharded):
+        by_dtype: dict = {}
+        for leaf in whole:
+            by_dtype.setdefault(leaf.dtype, []).append(jnp.ravel(leaf))
+        sums = [jnp.sum(zeros_or_nans(jnp.concatenate(group))) for group in by_dtype.values()]
+        sums += [jnp.sum(zeros_or_nans(leaf)) for leaf in sharded]
+        return jnp.isfinite(sum(sums))
 
     return jax.jit(all_finite)
 
