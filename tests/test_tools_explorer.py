@@ -433,40 +433,68 @@ def test_per_device_compare_findings_name_the_op_and_device():
 def test_xla_stages_list_the_per_device_programs_collectives_with_the_same_bytes_by_hand():
     """XLA's per-device program of ``every_collective`` on 4 devices: each collective
     instruction with the bytes of ``test_per_device_collectives_bytes_by_hand`` (the same
-    definition; the loop's psum is one instruction, listed once; XLA's all-to-all takes
-    the four f32[2,1] pieces as operands: 32 bytes)."""
+    definition; the loop's psum is one instruction, listed once, that runs 3 times: 96/96,
+    XLA's loop's known trip count; XLA's all-to-all takes the four f32[2,1] pieces as
+    operands: 32 bytes)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
     x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
     step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     xla = si.explore(step, x, xla_stages=True).data["xla"]
-    found = sorted((c["op"], c["sent"], c["received"]) for c in xla["collectives"])
-    assert found == sorted([("all-reduce", [32] * 4, [32] * 4)] * 2 + [
-        ("all-gather", [32] * 4, [128] * 4), ("reduce-scatter", [32] * 4, [8] * 4), ("all-to-all", [32] * 4, [32] * 4),
-        ("collective-permute", [32, 32, 32, 0], [0, 32, 32, 32])])
+    found = sorted((c["op"], c["times"], c["sent"], c["received"]) for c in xla["collectives"])
+    assert found == sorted([("all-reduce", 1, [32] * 4, [32] * 4), ("all-reduce", 3, [96] * 4, [96] * 4),
+                            ("all-gather", 1, [32] * 4, [128] * 4), ("reduce-scatter", 1, [32] * 4, [8] * 4),
+                            ("all-to-all", 1, [32] * 4, [32] * 4), ("collective-permute", 1, [32, 32, 32, 0], [0, 32, 32, 32])])
     for c in xla["collectives"]:
         assert f" {c['op']}(" in xla["lines"][c["line"]]["text"] and c["uncounted"] is None
 
 
-def test_xla_collectives_read_groups_in_xlas_iota_form_and_leave_async_starts_uncounted():
+def test_xla_collectives_read_groups_in_xlas_iota_form_and_say_what_they_cannot_count():
     """``[2,4]<=[4,2]T(1,0)``: iota(8) as 4x2, transposed, as 2x4: groups {0,2,4,6} and
     {1,3,5,7}, whose first devices (0 and 1) send a broadcast's bf16[3] (6 bytes) and the
-    others receive it; an async start, and a collective of an element type of unknown width,
-    are listed without bytes, saying why."""
+    others receive it; a collective of an element type of unknown width, of a dynamic
+    shape, or of groups in a form not read, is listed without bytes, saying why."""
     from stablehlo_interp.tools.explorer.xla_collectives import collectives
 
     lines = ["%p = bf16[3]{0} parameter(0)",
              "%b = bf16[3]{0} collective-broadcast(%p), channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0)",
-             "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add",
              "%g = xyz[4]{0} all-gather(xyz[1]{0} %r), replica_groups={}, dimensions={0}",
              "%d = f32[<=8]{0} all-gather(f32[<=1]{0} %r), replica_groups={}, dimensions={0}",
              "%m = f32[2]{0} collective-broadcast(%p), replica_groups=mesh['x'=8] {'x'}, channel_id=2"]
-    broadcast, start, odd, dynamic, on_mesh = collectives(lines, 8)
+    broadcast, odd, dynamic, on_mesh = collectives(lines, 8)
     assert broadcast["sent"] == [6, 6, 0, 0, 0, 0, 0, 0] and broadcast["received"] == [0, 0, 6, 6, 6, 6, 6, 6]
-    assert broadcast["uncounted"] is None
-    assert (start["op"], start["uncounted"], start["sent"]) == (
-        "all-reduce", "an asynchronous start: its buffers are not all moved", [0] * 8)
+    assert broadcast["uncounted"] is None and broadcast["times"] == 1
     assert (odd["op"], odd["uncounted"]) == ("all-gather", "element type xyz: its width is not known")
     assert dynamic["uncounted"] == "f32[<=1]: a dynamic shape"
     assert on_mesh["uncounted"] == "replica groups mesh['x'=8] {'x'}: a form not read here"
+
+
+def test_xla_collectives_count_an_asynchronous_pair_once_at_its_start():
+    """XLA's GPU and TPU pipelines split a collective into ``-start`` and ``-done`` (as
+    XLA's own tests write them): one entry, at the start, that sends the start's operands
+    and receives the done's result, not the start's tuple (the operand again, and a
+    permute's two u32 contexts). By hand on 4 devices: the all-reduce's f32[8] 32/32; the
+    all-gather's bf16[2] (4 bytes) gathered to bf16[8] (16 bytes); the permute's s32[3]
+    (12 bytes) from devices 0 and 1 to 1 and 2. A start whose done is not in the program
+    is listed uncounted."""
+    from stablehlo_interp.tools.explorer.xla_collectives import collectives
+
+    lines = ["%p = f32[8]{0} parameter(0)",
+             "%q = bf16[2]{0} parameter(1)",
+             "%ars = f32[8]{0} all-reduce-start(%p), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=%add",
+             "%ags = (bf16[2]{0}, bf16[8]{0}) all-gather-start(bf16[2]{0} %q), replica_groups={{0,1,2,3}}, dimensions={0}",
+             "%r = s32[3]{0} parameter(2)",
+             "%cps = (s32[3]{0}, s32[3]{0}, u32[], u32[]) collective-permute-start(%r), source_target_pairs={{0,1},{1,2}}",
+             "%ard = f32[8]{0} all-reduce-done(%ars)",
+             "%agd = bf16[8]{0} all-gather-done((bf16[2]{0}, bf16[8]{0}) %ags)",
+             "%cpd = s32[3]{0} collective-permute-done(%cps)",
+             "%lone = f32[8]{0} all-reduce-start(%p), replica_groups={}, to_apply=%add"]
+    reduce, gather, permute, lone = collectives(lines, 4)
+    assert [(c["op"], c["line"], c["uncounted"]) for c in (reduce, gather, permute)] == [
+        ("all-reduce", 2, None), ("all-gather", 3, None), ("collective-permute", 5, None)]
+    assert (reduce["sent"], reduce["received"]) == ([32] * 4, [32] * 4)
+    assert (gather["sent"], gather["received"]) == ([4] * 4, [16] * 4)
+    assert (permute["sent"], permute["received"]) == ([12, 12, 0, 0], [0, 12, 12, 0])
+    assert lone["uncounted"] == "an asynchronous start whose all-reduce-done is not in the program"
+    assert lone["sent"] == [0] * 4
