@@ -452,12 +452,14 @@ def test_xla_stages_list_the_per_device_programs_collectives_with_the_same_bytes
 
 def loops_on_a_2x4_mesh(x):
     """On a 2x4 mesh ("a", "b"): an all-gather over "b", a psum over "a" in a loop of 4 in
-    a loop of 3, and a psum over "b" in a loop whose trip count depends on the values."""
+    a loop of 3, a psum over "b" in a loop whose trip count depends on the values, and one
+    in a branch of a ``cond`` on the psum of every device's sum."""
     gathered = jax.lax.all_gather(x, "b", tiled=True)
     inner = lambda i, v: jax.lax.fori_loop(0, 4, lambda j, w: w + jax.lax.psum(w, "a"), v)   # noqa: E731
     looped = jax.lax.fori_loop(0, 3, inner, x)
     until = jax.lax.while_loop(lambda v: v.sum() < 1000.0, lambda v: v + jax.lax.psum(v, "b"), x + 1.0)
-    return gathered[:x.shape[0]] + looped + until
+    chosen = jax.lax.cond(jax.lax.psum(x.sum(), ("a", "b")) > 0, lambda v: v + jax.lax.psum(v, "b"), lambda v: v * 2, x)
+    return gathered[:x.shape[0]] + looped + until + chosen
 
 
 def test_xla_collectives_in_loops_count_each_loops_trip_count_on_a_2x4_mesh():
@@ -465,24 +467,27 @@ def test_xla_collectives_in_loops_count_each_loops_trip_count_on_a_2x4_mesh():
     f32[4, 2] shard of a f32[8, 8] (4 x 2 x 4 bytes = 32): the all-gather over "b" (groups of
     4) sends 32 and receives 4 x 32; the psum over "a" (groups of 2, in XLA's text) runs
     3 x 4 times (the two loops' known trip counts): 12 x 32 sent and received; the psum of
-    the loop whose trip count XLA does not know is listed without bytes, saying so."""
+    every device's f32[] sum, once: 4 bytes each way; the psum of the loop whose trip count
+    XLA does not know, and the one in the cond's branch, are listed without bytes, saying why."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("a", "b"))
     x = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(mesh, P("a", "b")))
     step = jax.jit(jax.shard_map(loops_on_a_2x4_mesh, mesh=mesh, in_specs=P("a", "b"), out_specs=P("a", "b")))
     xla = si.explore(step, x, xla_stages=True).data["xla"]
-    shard = 4 * 2 * np.dtype(np.float32).itemsize
+    shard, scalar = 4 * 2 * np.dtype(np.float32).itemsize, np.dtype(np.float32).itemsize
     group_b = mesh.shape["b"]
-    gather, looped, unknown = (next(c for c in xla["collectives"] if test(c)) for test in (
-        lambda c: c["op"] == "all-gather", lambda c: c["times"] is not None and c["op"] == "all-reduce",
-        lambda c: c["times"] is None))
-    assert len(xla["collectives"]) == 3
-    assert (gather["times"], gather["sent"], gather["received"]) == (1, [shard] * 8, [group_b * shard] * 8)
-    assert (looped["times"], looped["sent"], looped["received"]) == (3 * 4, [12 * shard] * 8, [12 * shard] * 8)
+    counted = sorted((c["op"], c["times"], c["sent"], c["received"]) for c in xla["collectives"] if not c["uncounted"])
+    assert counted == [("all-gather", 1, [shard] * 8, [group_b * shard] * 8),
+                       ("all-reduce", 1, [scalar] * 8, [scalar] * 8),
+                       ("all-reduce", 3 * 4, [12 * shard] * 8, [12 * shard] * 8)]
+    looped = next(c for c in xla["collectives"] if c["times"] == 12)
     assert f"replica_groups={{{{0,{group_b}}}," in xla["lines"][looped["line"]]["text"]
+    branch, unknown = sorted((c for c in xla["collectives"] if c["uncounted"]), key=lambda c: c["uncounted"])
+    assert branch["uncounted"] == "inside a conditional's branch, which runs only where the branch is taken"
     assert re.fullmatch(r"inside a loop of unknown trip count \(%while[.\d]*\)", unknown["uncounted"])
-    assert unknown["op"] == "all-reduce" and unknown["sent"] == [0] * 8
+    for c in (unknown, branch):
+        assert (c["op"], c["times"], c["sent"], c["received"]) == ("all-reduce", None, [0] * 8, [0] * 8)
 
 
 def test_xla_collectives_read_groups_in_xlas_iota_form_and_say_what_they_cannot_count():
