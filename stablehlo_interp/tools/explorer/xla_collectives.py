@@ -41,8 +41,8 @@ _DONE = re.compile(r"^\s*(?:ROOT )?%[\w.\-]+ = (?P<result>.*?) (?:" + "|".join(_
 #: The first line of a computation: ``%name (params) -> shape {`` (``ENTRY`` before the entry's).
 COMPUTATION_HEADER = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
-_BODY = re.compile(r"\bbody=%(?P<name>[\w.\-]+)")
-_CONDITION = re.compile(r"\bcondition=%(?P<name>[\w.\-]+)")
+_WHILE = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = .* while\(.*\bcondition=%(?P<condition>[\w.\-]+), "
+                    r"body=%(?P<body>[\w.\-]+)")
 _CALLS = re.compile(r"\b(?:calls|to_apply)=%([\w.\-]+)")
 _BRANCHES = re.compile(r"\b(?:branch_computations=\{[^}]*\}|true_computation=%[\w.\-]+|false_computation=%[\w.\-]+)")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?")
@@ -86,9 +86,9 @@ def collectives(lines: list[str], devices: int) -> list[dict]:
                  "sent": [0] * devices, "received": [0] * devices}
         found.append(entry)
         result = results_of_starts.get(match["name"]) if match["start"] else match["result"]
-        if result is None:
-            entry["uncounted"] = f"an asynchronous start whose {match['opcode']}-done is not in the program"
-        if entry["uncounted"] is not None:
+        if count is None or result is None:
+            entry["uncounted"] = why_unknown if count is None else \
+                f"an asynchronous start whose {match['opcode']}-done is not in the program"
             continue
         operands = match["operands"] if _SHAPE.search(match["operands"]) else \
             " ".join(shapes.get(operand["name"], "") for operand in _OPERAND.finditer(match["operands"]))
@@ -151,12 +151,12 @@ def _call_graph(lines: list[str]) -> tuple[list[str | None], dict[str, list[tupl
 def _callees(line: str) -> list[tuple[str, int, str | None]]:
     """The computations an instruction runs, each with how many times one run of it runs
     them and why that is not known (else None)."""
-    if " while(" in line:
-        name = _INSTRUCTION.match(line)
+    loop = _WHILE.match(line)
+    if loop is not None:
         trips = _TRIP_COUNT.search(line)
-        unknown = None if trips else f"inside a loop of unknown trip count (%{name['name'] if name else 'while'})"
+        unknown = None if trips else f"inside a loop of unknown trip count (%{loop['name']})"
         n = int(trips["n"]) if trips else 0
-        return [(_BODY.search(line)["name"], n, unknown), (_CONDITION.search(line)["name"], n + 1, unknown)]
+        return [(loop["body"], n, unknown), (loop["condition"], n + 1, unknown)]
     branches = [name for names in _BRANCHES.findall(line) for name in _OPERAND.findall(names)]
     why = "inside a conditional's branch, which runs only where the branch is taken"
     return [(callee, 1, None) for callee in _CALLS.findall(line)] + [(branch, 1, why) for branch in branches]
