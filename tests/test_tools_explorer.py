@@ -1,6 +1,7 @@
 """si.explore: the data of the explorer page (the browser tests are in test_explorer_browser.py)."""
 
 import json
+import pathlib
 import re
 from importlib import resources
 
@@ -538,3 +539,27 @@ def test_xla_collectives_count_an_asynchronous_pair_once_at_its_start():
     assert (permute["sent"], permute["received"]) == ([12, 12, 0, 0], [0, 12, 12, 0])
     assert lone["uncounted"] == "an asynchronous start whose all-reduce-done is not in the program"
     assert lone["sent"] == [0] * 4
+
+
+def test_xla_collectives_of_xlas_tpu_program_count_its_async_permute_once():
+    """XLA's TPU program for one device of a f32[256, 256] over a 2x4 mesh (tests/data/tpu/
+    README.md): each device's f32[128, 64] block is 128 x 64 x 4 = 32768 bytes. The ring
+    permute over "b" (every device a source and a target), an asynchronous pair, is one
+    collective at its start: 32768 each way (not the start's tuple of two blocks and two
+    u32 contexts); the psum over "b" 32768 each way; the all-gather over "a" (groups of 2)
+    receives 2 x 32768. TPU's pipeline writes no trip count on the loop: its psum is
+    listed without bytes, saying so."""
+    from stablehlo_interp.tools.explorer.xla_collectives import collectives
+
+    lines = (pathlib.Path(__file__).parent / "data" / "tpu" / "async_collectives_2x4.hlo").read_text().splitlines()
+    block = 128 * 64 * np.dtype(np.float32).itemsize
+    found = {c["name"]: c for c in collectives(lines, 8)}
+    assert sorted(found) == ["all-gather.4", "collective-permute-start", "psum_invariant.15", "psum_invariant.17"]
+    permute = found["collective-permute-start"]
+    assert (permute["op"], permute["times"], permute["sent"], permute["received"]) == (
+        "collective-permute", 1, [block] * 8, [block] * 8)
+    assert (found["psum_invariant.15"]["sent"], found["psum_invariant.15"]["received"]) == ([block] * 8, [block] * 8)
+    assert (found["all-gather.4"]["sent"], found["all-gather.4"]["received"]) == ([block] * 8, [2 * block] * 8)
+    looped = found["psum_invariant.17"]
+    assert (looped["times"], looped["uncounted"], looped["sent"]) == (
+        None, "inside a loop of unknown trip count (%while.10)", [0] * 8)
