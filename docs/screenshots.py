@@ -33,7 +33,11 @@ VIEWPORT = {"width": 1500, "height": 860}
 # document -> (page its examples write, screenshot, what the reader does first)
 PAGES = {
     "README.md": [("tour.html", "readme_tour.png", ("line", "jnp.tanh(x @ y)"))],
-    "docs/tutorial.md": [("tutorial_lowering.html", "tutorial_lowering.png", ("line", "jnp.sin(x) * y"))],
+    "docs/tutorial.md": [("tutorial_lowering.html", "tutorial_lowering.png", ("line", "jnp.sin(x) * y")),
+                         ("tutorial_xla.html", "tutorial_xla.png", ("line", "return y + jnp.sin(x) * 2.0")),
+                         ("tutorial_xla.html", "tutorial_xla_passes.png", ("banner", "xla")),
+                         ("tutorial_devices.html", "tutorial_devices.png", ("device", 4)),
+                         ("tutorial_devices.html", "tutorial_xla_collectives.png", ("banner", "xla-collectives"))],
     "docs/tools.md": [("running_log_sum.html", "tools_nonfinite.png", ("banner", "nonfinite")),
                       ("scaled_sum.html", "tools_explore.png", ("line", "z = x * 2.0 + y"))],
     "docs/sharding.md": [("sharded_matmul.html", "sharding_per_device.png", ("device", 2))],

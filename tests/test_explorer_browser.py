@@ -545,8 +545,9 @@ def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_mark
 def test_xla_stages_of_a_sharded_program_list_its_collectives_and_their_bytes(open_page):
     """XLA's per-device program of test_tools_explorer's ``every_collective`` on 4 devices:
     the banner counts its 6 collective instructions and the bytes all devices send (by hand:
-    the two all-reduces 2 x 4 x 32, the all-gather, reduce-scatter and all-to-all 4 x 32 each,
-    the permute 3 x 32: 736; received: 256 + 4 x 128 + 4 x 8 + 128 + 96 = 1024); the summary's row of the permute scrolls to its line, and the table by
+    the all-reduce 4 x 32 and the loop's 3 times 4 x 32, the all-gather, reduce-scatter and
+    all-to-all 4 x 32 each, the permute 3 x 32: 992; received: 128 + 384 + 4 x 128 + 4 x 8
+    + 128 + 96 = 1280); the summary's row of the permute scrolls to its line, and the table by
     device says device 3 sends nothing there and device 0 receives nothing."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from test_tools_explorer import every_collective
@@ -555,11 +556,11 @@ def test_xla_stages_of_a_sharded_program_list_its_collectives_and_their_bytes(op
     x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
     step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     page = open_page(step, x, xla_stages=True)
-    assert page.inner_text("#banners .xla-collectives") == "XLA collectives: 6 · 736 bytes sent"
+    assert page.inner_text("#banners .xla-collectives") == "XLA collectives: 6 · 992 bytes sent"
     assert len(texts(page, "#xla .line.collective")) == 6
     page.click("#banners .xla-collectives")
     rows = page.eval_on_selector_all("#details table.summary tr", "rows => rows.map(r => r.innerText)")
-    assert rows[0] == "collective\tsent\treceived" and rows[-1] == "in all\t736\t1024"
+    assert rows[0] == "collective\tsent\treceived" and rows[-1] == "in all\t992\t1280"
     assert "collective-permute\t96\t96" in rows
     page.locator("#details table.summary tr", has_text="collective-permute").click()
     assert " collective-permute(" in page.inner_text("#xla .line.selected")

@@ -1,6 +1,7 @@
 """si.explore: the data of the explorer page (the browser tests are in test_explorer_browser.py)."""
 
 import json
+import pathlib
 import re
 from importlib import resources
 
@@ -433,40 +434,132 @@ def test_per_device_compare_findings_name_the_op_and_device():
 def test_xla_stages_list_the_per_device_programs_collectives_with_the_same_bytes_by_hand():
     """XLA's per-device program of ``every_collective`` on 4 devices: each collective
     instruction with the bytes of ``test_per_device_collectives_bytes_by_hand`` (the same
-    definition; the loop's psum is one instruction, listed once; XLA's all-to-all takes
-    the four f32[2,1] pieces as operands: 32 bytes)."""
+    definition; the loop's psum is one instruction, listed once, that runs 3 times: 96/96,
+    XLA's loop's known trip count; XLA's all-to-all takes the four f32[2,1] pieces as
+    operands: 32 bytes)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
     x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x")))
     step = jax.jit(jax.shard_map(every_collective, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     xla = si.explore(step, x, xla_stages=True).data["xla"]
-    found = sorted((c["op"], c["sent"], c["received"]) for c in xla["collectives"])
-    assert found == sorted([("all-reduce", [32] * 4, [32] * 4)] * 2 + [
-        ("all-gather", [32] * 4, [128] * 4), ("reduce-scatter", [32] * 4, [8] * 4), ("all-to-all", [32] * 4, [32] * 4),
-        ("collective-permute", [32, 32, 32, 0], [0, 32, 32, 32])])
+    found = sorted((c["op"], c["times"], c["sent"], c["received"]) for c in xla["collectives"])
+    assert found == sorted([("all-reduce", 1, [32] * 4, [32] * 4), ("all-reduce", 3, [96] * 4, [96] * 4),
+                            ("all-gather", 1, [32] * 4, [128] * 4), ("reduce-scatter", 1, [32] * 4, [8] * 4),
+                            ("all-to-all", 1, [32] * 4, [32] * 4), ("collective-permute", 1, [32, 32, 32, 0], [0, 32, 32, 32])])
     for c in xla["collectives"]:
         assert f" {c['op']}(" in xla["lines"][c["line"]]["text"] and c["uncounted"] is None
 
 
-def test_xla_collectives_read_groups_in_xlas_iota_form_and_leave_async_starts_uncounted():
+def loops_on_a_2x4_mesh(x):
+    """On a 2x4 mesh ("a", "b"): an all-gather over "b", a psum over "a" in a loop of 4 in
+    a loop of 3, a psum over "b" in a loop whose trip count depends on the values, and one
+    in a branch of a ``cond`` on the psum of every device's sum."""
+    gathered = jax.lax.all_gather(x, "b", tiled=True)
+    inner = lambda i, v: jax.lax.fori_loop(0, 4, lambda j, w: w + jax.lax.psum(w, "a"), v)   # noqa: E731
+    looped = jax.lax.fori_loop(0, 3, inner, x)
+    until = jax.lax.while_loop(lambda v: v.sum() < 1000.0, lambda v: v + jax.lax.psum(v, "b"), x + 1.0)
+    chosen = jax.lax.cond(jax.lax.psum(x.sum(), ("a", "b")) > 0, lambda v: v + jax.lax.psum(v, "b"), lambda v: v * 2, x)
+    return gathered[:x.shape[0]] + looped + until + chosen
+
+
+def test_xla_collectives_in_loops_count_each_loops_trip_count_on_a_2x4_mesh():
+    """XLA CPU's per-device program of ``loops_on_a_2x4_mesh`` on 8 devices, each holding a
+    f32[4, 2] shard of a f32[8, 8] (4 x 2 x 4 bytes = 32): the all-gather over "b" (groups of
+    4) sends 32 and receives 4 x 32; the psum over "a" (groups of 2, in XLA's text) runs
+    3 x 4 times (the two loops' known trip counts): 12 x 32 sent and received; the psum of
+    every device's f32[] sum, once: 4 bytes each way; the psum of the loop whose trip count
+    XLA does not know, and the one in the cond's branch, are listed without bytes, saying why."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("a", "b"))
+    x = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(mesh, P("a", "b")))
+    step = jax.jit(jax.shard_map(loops_on_a_2x4_mesh, mesh=mesh, in_specs=P("a", "b"), out_specs=P("a", "b")))
+    xla = si.explore(step, x, xla_stages=True).data["xla"]
+    shard, scalar = 4 * 2 * np.dtype(np.float32).itemsize, np.dtype(np.float32).itemsize
+    group_b = mesh.shape["b"]
+    counted = sorted((c["op"], c["times"], c["sent"], c["received"]) for c in xla["collectives"] if not c["uncounted"])
+    assert counted == [("all-gather", 1, [shard] * 8, [group_b * shard] * 8),
+                       ("all-reduce", 1, [scalar] * 8, [scalar] * 8),
+                       ("all-reduce", 3 * 4, [12 * shard] * 8, [12 * shard] * 8)]
+    looped = next(c for c in xla["collectives"] if c["times"] == 12)
+    assert f"replica_groups={{{{0,{group_b}}}," in xla["lines"][looped["line"]]["text"]
+    branch, unknown = sorted((c for c in xla["collectives"] if c["uncounted"]), key=lambda c: c["uncounted"])
+    assert branch["uncounted"] == "inside a conditional's branch, which runs only where the branch is taken"
+    assert re.fullmatch(r"inside a loop of unknown trip count \(%while[.\d]*\)", unknown["uncounted"])
+    for c in (unknown, branch):
+        assert (c["op"], c["times"], c["sent"], c["received"]) == ("all-reduce", None, [0] * 8, [0] * 8)
+
+
+def test_xla_collectives_read_groups_in_xlas_iota_form_and_say_what_they_cannot_count():
     """``[2,4]<=[4,2]T(1,0)``: iota(8) as 4x2, transposed, as 2x4: groups {0,2,4,6} and
     {1,3,5,7}, whose first devices (0 and 1) send a broadcast's bf16[3] (6 bytes) and the
-    others receive it; an async start, and a collective of an element type of unknown width,
-    are listed without bytes, saying why."""
+    others receive it; a collective of an element type of unknown width, of a dynamic
+    shape, or of groups in a form not read, is listed without bytes, saying why."""
     from stablehlo_interp.tools.explorer.xla_collectives import collectives
 
     lines = ["%p = bf16[3]{0} parameter(0)",
              "%b = bf16[3]{0} collective-broadcast(%p), channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0)",
-             "%s = f32[4]{0} all-reduce-start(f32[4]{0} %q), replica_groups={}, to_apply=%add",
              "%g = xyz[4]{0} all-gather(xyz[1]{0} %r), replica_groups={}, dimensions={0}",
              "%d = f32[<=8]{0} all-gather(f32[<=1]{0} %r), replica_groups={}, dimensions={0}",
              "%m = f32[2]{0} collective-broadcast(%p), replica_groups=mesh['x'=8] {'x'}, channel_id=2"]
-    broadcast, start, odd, dynamic, on_mesh = collectives(lines, 8)
+    broadcast, odd, dynamic, on_mesh = collectives(lines, 8)
     assert broadcast["sent"] == [6, 6, 0, 0, 0, 0, 0, 0] and broadcast["received"] == [0, 0, 6, 6, 6, 6, 6, 6]
-    assert broadcast["uncounted"] is None
-    assert (start["op"], start["uncounted"], start["sent"]) == (
-        "all-reduce", "an asynchronous start: its buffers are not all moved", [0] * 8)
+    assert broadcast["uncounted"] is None and broadcast["times"] == 1
     assert (odd["op"], odd["uncounted"]) == ("all-gather", "element type xyz: its width is not known")
     assert dynamic["uncounted"] == "f32[<=1]: a dynamic shape"
     assert on_mesh["uncounted"] == "replica groups mesh['x'=8] {'x'}: a form not read here"
+
+
+def test_xla_collectives_count_an_asynchronous_pair_once_at_its_start():
+    """XLA's GPU and TPU pipelines split a collective into ``-start`` and ``-done`` (as
+    XLA's own tests write them): one entry, at the start, that sends the start's operands
+    and receives the done's result, not the start's tuple (the operand again, and a
+    permute's two u32 contexts). By hand on 4 devices: the all-reduce's f32[8] 32/32; the
+    all-gather's bf16[2] (4 bytes) gathered to bf16[8] (16 bytes); the permute's s32[3]
+    (12 bytes) from devices 0 and 1 to 1 and 2. A start whose done is not in the program
+    is listed uncounted."""
+    from stablehlo_interp.tools.explorer.xla_collectives import collectives
+
+    lines = ["%p = f32[8]{0} parameter(0)",
+             "%q = bf16[2]{0} parameter(1)",
+             "%ars = f32[8]{0} all-reduce-start(%p), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=%add",
+             "%ags = (bf16[2]{0}, bf16[8]{0}) all-gather-start(bf16[2]{0} %q), replica_groups={{0,1,2,3}}, dimensions={0}",
+             "%r = s32[3]{0} parameter(2)",
+             "%cps = (s32[3]{0}, s32[3]{0}, u32[], u32[]) collective-permute-start(%r), source_target_pairs={{0,1},{1,2}}",
+             "%ard = f32[8]{0} all-reduce-done(%ars)",
+             "%agd = bf16[8]{0} all-gather-done((bf16[2]{0}, bf16[8]{0}) %ags)",
+             "%cpd = s32[3]{0} collective-permute-done(%cps)",
+             "%lone = f32[8]{0} all-reduce-start(%p), replica_groups={}, to_apply=%add"]
+    reduce, gather, permute, lone = collectives(lines, 4)
+    assert [(c["op"], c["line"], c["uncounted"]) for c in (reduce, gather, permute)] == [
+        ("all-reduce", 2, None), ("all-gather", 3, None), ("collective-permute", 5, None)]
+    assert (reduce["sent"], reduce["received"]) == ([32] * 4, [32] * 4)
+    assert (gather["sent"], gather["received"]) == ([4] * 4, [16] * 4)
+    assert (permute["sent"], permute["received"]) == ([12, 12, 0, 0], [0, 12, 12, 0])
+    assert lone["uncounted"] == "an asynchronous start whose all-reduce-done is not in the program"
+    assert lone["sent"] == [0] * 4
+
+
+def test_xla_collectives_of_xlas_tpu_program_count_its_async_permute_once():
+    """XLA's TPU program for one device of a f32[256, 256] over a 2x4 mesh (tests/data/tpu/
+    README.md): each device's f32[128, 64] block is 128 x 64 x 4 = 32768 bytes. The ring
+    permute over "b" (every device a source and a target), an asynchronous pair, is one
+    collective at its start: 32768 each way (not the start's tuple of two blocks and two
+    u32 contexts); the psum over "b" 32768 each way; the all-gather over "a" (groups of 2)
+    receives 2 x 32768. TPU's pipeline writes no trip count on the loop: its psum is
+    listed without bytes, saying so."""
+    from stablehlo_interp.tools.explorer.xla_collectives import collectives
+
+    lines = (pathlib.Path(__file__).parent / "data" / "tpu" / "async_collectives_2x4.hlo").read_text().splitlines()
+    block = 128 * 64 * np.dtype(np.float32).itemsize
+    found = {c["name"]: c for c in collectives(lines, 8)}
+    assert sorted(found) == ["all-gather.4", "collective-permute-start", "psum_invariant.15", "psum_invariant.17"]
+    permute = found["collective-permute-start"]
+    assert (permute["op"], permute["times"], permute["sent"], permute["received"]) == (
+        "collective-permute", 1, [block] * 8, [block] * 8)
+    assert (found["psum_invariant.15"]["sent"], found["psum_invariant.15"]["received"]) == ([block] * 8, [block] * 8)
+    assert (found["all-gather.4"]["sent"], found["all-gather.4"]["received"]) == ([block] * 8, [2 * block] * 8)
+    looped = found["psum_invariant.17"]
+    assert (looped["times"], looped["uncounted"], looped["sent"]) == (
+        None, "inside a loop of unknown trip count (%while.10)", [0] * 8)
