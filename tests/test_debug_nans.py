@@ -298,8 +298,8 @@ def test_a_replay_that_fails_still_reports_the_backends_nan(monkeypatch):
     xs, ys = data()
     with pytest.raises(FloatingPointError) as caught, si.debug_nans():
         step(initial_params(), -xs[0], ys[0])
-    assert str(caught.value).endswith("returned a NaN or inf on cpu; the interpreter could not replay it: "
-                                      "InterpreterError: no replay today")
+    assert str(caught.value).endswith(f"returned a NaN or inf on {jax.default_backend()}; the interpreter could "
+                                      "not replay it: InterpreterError: no replay today")
     assert isinstance(caught.value.__cause__, si.InterpreterError)
 
 
@@ -313,6 +313,8 @@ def test_every_nth_call_compared_with_the_interpreter():
     assert [number for _, number in guard.compared] == [250, 500, 750, 1000]
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="a TPU declares that it flushes subnormals (its "
+                    "precision, judge/precision.py): the same call is within it there")
 def test_the_first_compared_call_that_differs_beyond_noise():
     # XLA CPU flushes the subnormal x to zero: log(1e-30) there, log(1.1e-29) in the program
     from stablehlo_interp.tools.debug_nans import DivergentCall
@@ -355,8 +357,9 @@ def test_compare_every_that_is_not_a_positive_int_is_a_clear_error(every):
 def test_one_bad_element_among_results_of_every_float_dtype_is_found(dtype, bad):
     """The check joins the results of one dtype into one vector: one element of one result
     is found whatever its dtype, and finite extremes of each dtype (f64's 1e300, f16's 65504,
-    f32's and bf16's 3e38) are no alarm."""
-    extremes = {"float16": 65504.0, "bfloat16": 3e38, "float64": 1e300, "complex64": complex(3e38, -3e38),
+    f32's and bf16's 3e38) are no alarm. (A TPU's f64 has f32's range: docs/findings.md#tpu-f64.)"""
+    largest_f64 = 1e300 if jax.default_backend() == "cpu" else 1e38
+    extremes = {"float16": 65504.0, "bfloat16": 3e38, "float64": largest_f64, "complex64": complex(3e38, -3e38),
                 "float32": 3e38}
 
     @jax.jit
@@ -373,3 +376,25 @@ def test_one_bad_element_among_results_of_every_float_dtype_is_found(dtype, bad)
         for index in range(20):
             results(index == 14)
     assert caught.value.call == 15 and "result['bad']" in str(caught.value)
+
+
+def test_the_check_is_read_one_call_behind_and_at_the_blocks_end():
+    """A call's check is dispatched with it and read at the next call (its error raised
+    there, naming the call that made the NaN), or at the block's end; an error of the
+    block's own that follows the NaN call is the context of the guard's."""
+    step = jax.jit(lambda x: jnp.log(x))
+    done = []
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for value in (1.0, -1.0, 2.0):
+            step(np.float32(value))
+            done.append(value)
+    assert done == [1.0, -1.0] and caught.value.call == 2
+    assert "NaN made by stablehlo.log" in str(caught.value)
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        step(np.float32(-1.0))
+    assert caught.value.call == 1
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        loss = step(np.float32(-1.0))
+        if np.isnan(loss):
+            raise KeyError("the loop's own check")
+    assert caught.value.call == 1 and isinstance(caught.value.__context__, KeyError)

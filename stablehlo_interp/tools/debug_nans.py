@@ -37,7 +37,12 @@ Two hooks, both JAX's own paths of a jitted call:
 
 The check of a finite call: one jitted program reduces every float result to a
 boolean where it lives (results on one device joined into one vector, a sharded result
-reduced per device), one dispatch and a wait.
+reduced per device), dispatched with the call and read one call behind: at the next
+checked call or at the block's end, when it is done, so the backend's queue stays full
+and no call waits for a round trip to the host. The error of a call is raised at the
+next call (naming the call that made the value) or at the block's end. A call with
+donated arguments is checked at once, on the host copies kept of its results; so is
+every call under the environment form, which has no block's end.
 Functions JAX itself jits (``jnp`` functions, single primitives applied outside
 ``jit``) are not checked: an ``-inf`` that eager code writes on purpose is no alarm.
 """
@@ -95,13 +100,15 @@ class DebugNans:
     function it saw, by the Python function jitted; ``previous`` is the hook it chains to
     (JAX's own ``jax_debug_nans`` check, where that is on)."""
 
-    def __init__(self, previous: Any = None, compare_every: int | None = None) -> None:
+    def __init__(self, previous: Any = None, compare_every: int | None = None, behind: bool = True) -> None:
         self.previous = previous
         self.compare_every = compare_every
+        self.behind = behind
         self.compared: list = []   # (function's name, call number) of each call compared
         self.calls: dict = {}
         # per function with donated arguments: its last call's results, and their host copies
         self._kept: dict = {}
+        self._pending: tuple | None = None   # the last call's check, not yet read: (verdict, name, number, ...)
 
     def __call__(self, function: Any, args: tuple, kwargs: dict, output: Any) -> None:
         """JAX's post-call hook: a call on the C++ fast path has returned ``output``."""
@@ -118,7 +125,9 @@ class DebugNans:
         """Count the call of ``wrapped``, check its ``output``; on a NaN or inf, raise the
         error with ``replay()``'s answer: ``(lowered, args, kwargs)`` of the interpreter's
         replay, or None where a donated input is lost. Where the call ``donates``
-        arguments, keep host copies of the results (a later call may be given them)."""
+        arguments, keep host copies of the results (a later call may be given them), and
+        check them there. Otherwise the check is read one call behind (``behind``): it is
+        dispatched now and read at the next call or the block's end (:meth:`settle`)."""
         import jax
 
         number = self.calls[wrapped] = self.calls.get(wrapped, 0) + 1
@@ -126,15 +135,26 @@ class DebugNans:
         if donates:
             copies = [_host_copy(leaf) for leaf in leaves]
             elsewhere = [leaf for leaf, copy in zip(leaves, copies) if copy is None]   # (other processes' shards)
-            finite = not any(_nonfinite(copy) for copy in copies if copy is not None) and _all_finite(elsewhere)
+            verdict = not any(_nonfinite(copy) for copy in copies if copy is not None) and _all_finite(elsewhere)
         else:
-            finite = _all_finite(leaves)
-        if not finite:
-            raise self._error(_name(wrapped), number, _platforms(leaves), replay)
+            verdict = _all_finite(leaves, wait=not self.behind)
+        self.settle()
+        self._pending = (verdict, wrapped, number, _platforms(leaves[:1]), replay)   # (a call's results: one platform)
+        if donates or not self.behind or (self.compare_every and number % self.compare_every == 0):
+            self.settle()
         if self.compare_every and number % self.compare_every == 0:
             self._compare(_name(wrapped), number, leaves, replay)
         if donates:
             self._kept[wrapped] = [(weakref.ref(leaf), copy) for leaf, copy in zip(leaves, copies)]
+
+    def settle(self) -> None:
+        """Read the check of the last call not yet read, and raise its error if it returned
+        a NaN or inf (at the next call, at the block's end)."""
+        if self._pending is None:
+            return
+        (verdict, wrapped, number, platforms, replay), self._pending = self._pending, None
+        if not bool(verdict):
+            raise self._error(_name(wrapped), number, platforms, replay)
 
     def _compare(self, name: str, number: int, leaves: list, replay) -> None:
         """Compare call ``number`` with the interpreter (:func:`compare` on the call's
@@ -264,10 +284,12 @@ def _inexact(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.inexact)
 
 
-def _all_finite(leaves) -> bool:
+def _all_finite(leaves, wait: bool = True) -> Any:
     """Whether every float JAX array of ``leaves`` is finite: one jitted program reduces
     them all where they live (one dispatch, one boolean back), or, for arrays on
-    different devices, each shard on the host, as ``jax_debug_nans`` checks them."""
+    different devices, each shard on the host, as ``jax_debug_nans`` checks them.
+    ``wait=False``: the program's boolean, a JAX array on its way to the host, not yet
+    waited for (``bool()`` of it waits)."""
     whole, sharded = [], []
     for leaf in leaves:
         if _inexact(leaf.dtype):
@@ -276,10 +298,14 @@ def _all_finite(leaves) -> bool:
         return True
     with _guard_at_work():
         try:
-            return bool(_finite_check()(whole, sharded))
+            verdict = _finite_check()(whole, sharded)
         except ValueError:   # arrays on different devices: no one program takes them all
             return not any(_nonfinite(np.asarray(shard.data)) for leaf in (*whole, *sharded)
                            for shard in leaf.addressable_shards if shard.replica_id == 0)
+    if wait:
+        return bool(verdict)
+    verdict.copy_to_host_async()
+    return verdict
 
 
 @functools.cache
@@ -370,9 +396,9 @@ def _hook_state():
 
 @contextlib.contextmanager
 def debug_nans(compare_every: int | None = None) -> Iterator[DebugNans]:
-    """Inside the block (this thread), every call of a jitted function that returns a NaN
-    or inf raises a :class:`NonFiniteCall` (a ``FloatingPointError``) with the
-    interpreter's replay of it (module docstring). ``compare_every=N``: also every N-th
+    """Inside the block (this thread), a call of a jitted function that returns a NaN or
+    inf raises a :class:`NonFiniteCall` (a ``FloatingPointError``) with the interpreter's
+    replay of it, at the next call or at the block's end (module docstring). ``compare_every=N``: also every N-th
     call of each function is compared with the interpreter (:func:`compare`), and the
     first that differs beyond rounding noise raises a :class:`DivergentCall`. Yields the
     guard (its ``calls`` count each function's calls; ``compared`` lists those compared)."""
@@ -388,7 +414,12 @@ def debug_nans(compare_every: int | None = None) -> Iterator[DebugNans]:
     previous_key = _jit_key().swap_local(True)
     _patch(+1)
     try:
-        yield guard
+        try:
+            yield guard
+        except Exception:
+            guard.settle()   # the last call's NaN, if it made one, is the news (the block's error its context)
+            raise
+        guard.settle()
     finally:
         _patch(-1)
         _jit_key().swap_local(previous_key)
@@ -404,7 +435,7 @@ def install_from_environment(environ: Any = os.environ) -> DebugNans | None:
     current = state.get_global()
     if isinstance(current, DebugNans):
         return current
-    guard = DebugNans(current)
+    guard = DebugNans(current, behind=False)   # (no block's end to read the last call's check at)
     state.set_global(guard)
     _jit_key().set_global(True)
     _patch(+1)   # for the rest of the process
