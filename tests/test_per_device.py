@@ -718,3 +718,21 @@ def test_megatron_layouts_partition_and_match_xla(case):
     theirs = held(xla)
     for device in range(8):
         np.testing.assert_array_equal(run.per_device[device][0], theirs[device], strict=True)
+
+
+def test_a_collective_in_a_loop_is_printed_once_per_device_with_its_runs():
+    """A psum of an f32[2] over 8 devices inside a fori_loop of 3: each device sends and
+    receives 8 bytes a run, 24 in its 3 runs; the report's line names each device once."""
+    mesh = mesh_of("cpu")
+
+    def body(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: v - jax.lax.psum(v, "x") / 8, x)
+
+    function = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    x = jax.device_put(np.arange(16, dtype=np.float32), NamedSharding(mesh, P("x")))
+    traffic = si.tools.CollectiveTraffic()
+    run = si.run_per_device(function, x, listeners=[traffic])
+    np.testing.assert_allclose(run.outputs, np.asarray(function(x)))
+    assert len(traffic.transfers) == 24 and (traffic.sent, traffic.received) == (192, 192)
+    (line,) = str(traffic).splitlines()
+    assert line.endswith("sent/received " + ", ".join(f"{device}: 24/24 in 3 runs" for device in range(8)) + ")")

@@ -84,8 +84,13 @@ class CollectiveTraffic(Listener):
     def __str__(self) -> str:
         lines = []
         for label, (sent, received) in self.by_op().items():
-            processes = [t for t in self.transfers if t.label == label]
-            each = ", ".join(f"{t.process}: {t.sent}/{t.received}" for t in sorted(processes, key=lambda t: t.process))
+            per_process: dict = defaultdict(lambda: [0, 0, 0])   # process -> [sent, received, runs]
+            for transfer in self.transfers:
+                if transfer.label == label:
+                    totals = per_process[transfer.process]
+                    totals[0], totals[1], totals[2] = totals[0] + transfer.sent, totals[1] + transfer.received, totals[2] + 1
+            each = ", ".join(f"{process}: {p_sent}/{p_received}" + (f" in {runs} runs" if runs > 1 else "")
+                             for process, (p_sent, p_received, runs) in sorted(per_process.items()))
             lines.append(f"{label}: {sent} bytes sent, {received} received ({self.process_name}: sent/received {each})")
         return "\n".join(lines) or "no collective ran"
 
