@@ -398,3 +398,45 @@ def test_the_check_is_read_one_call_behind_and_at_the_blocks_end():
         if np.isnan(loss):
             raise KeyError("the loop's own check")
     assert caught.value.call == 1 and isinstance(caught.value.__context__, KeyError)
+
+
+def test_equinox_filter_jit_and_a_flax_nnx_training_loop():
+    """Libraries' own jits: an Equinox ``filter_jit`` step (named as the user's function,
+    not by Equinox's wrapper's file) and a Flax NNX + Optax loop whose data brings a NaN."""
+    import equinox as eqx
+    import optax
+    from flax import nnx
+
+    class Weights(eqx.Module):
+        w: jax.Array
+
+    @eqx.filter_jit
+    def eqx_step(weights, x):
+        grad = jax.grad(lambda m: jnp.sum(jnp.sqrt(x @ m.w)))(weights)  # eqx sqrt
+        return jax.tree.map(lambda a, b: a + 0.01 * b, weights, grad)
+
+    xs, _ = data()
+    weights = Weights(jnp.full((FEATURES,), 0.25, jnp.float32))
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(STEPS):
+            weights = eqx_step(weights, -xs[index] if index == LATE else xs[index])
+    assert caught.value.call == LATE + 1
+    assert str(caught.value).startswith(f"call {LATE + 1} of test_equinox_filter_jit_and_a_flax_nnx_training_loop"
+                                        ".<locals>.eqx_step returned a NaN or inf")   # (not Equinox's _jit.py)
+    assert f"NaN made by stablehlo.sqrt at {line_of('eqx sqrt')}" in str(caught.value)
+
+    model = nnx.Linear(FEATURES, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def nnx_step(model, optimizer, x, y):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x)[:, 0] - y) ** 2))(model)
+        optimizer.update(model, grads)
+        return loss
+
+    xs, ys = data()
+    xs[LATE, 2, 1] = np.nan
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(STEPS):
+            nnx_step(model, optimizer, xs[index], ys[index])
+    assert caught.value.call == LATE + 1 and "NaN in argument x" in str(caught.value)

@@ -370,10 +370,14 @@ def _platforms(leaves) -> str:
 
 
 def _name(wrapped) -> str:
-    """The jitted Python function's name, and where it is defined: ``step (train.py:12)``."""
+    """The jitted Python function's name, and where it is defined: ``step (train.py:12)``;
+    the name alone for a library's wrapper that took the user's function's name (Equinox's
+    ``filter_jit`` jits a function of its own named as the user's: its code is not theirs)."""
     name = getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", None) or repr(wrapped)
     code = getattr(wrapped, "__code__", None)
-    return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else name
+    if code is None or code.co_name != getattr(wrapped, "__name__", code.co_name):
+        return name
+    return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
 
 
 @functools.cache
