@@ -479,6 +479,13 @@ def without_metadata(line: str) -> str:
     return _METADATA.sub("", line)
 
 
+def op_name(line: str) -> str | None:
+    """The JAX name of one line of XLA's text (its instruction's metadata's ``op_name``), or None."""
+    metadata = _METADATA.search(line)
+    name = _OP_NAME.search(metadata.group(1)) if metadata else None
+    return name.group(1) if name else None
+
+
 def instruction_frame(line: str, frames: dict) -> Frame | None:
     """The user's source frame of one line of XLA's text (its instruction's metadata's
     innermost stack frame, among ``frames``: :func:`stack_frames`), or None."""

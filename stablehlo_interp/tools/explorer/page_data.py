@@ -28,6 +28,7 @@ import inspect
 import linecache
 import re
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -96,7 +97,8 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
         data["devices"] = _devices(partitioned, arguments, trace, traffic, graph, records, full_values)
     reports = {"nonfinite": nonfinite, "comparison": None, "traffic": traffic, "passes": None}
     if xla_stages:
-        data["xla"], reports["passes"] = stage_data(call, files)
+        runs = Counter(graph.step_ids.get(id(record.step)) for record in trace.records)
+        data["xla"], reports["passes"] = stage_data(call, files, data["steps"], runs)
     if nonfinite is not None:
         number = _nonfinite_record(trace, nonfinite)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
