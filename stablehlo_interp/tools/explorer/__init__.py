@@ -183,15 +183,20 @@ def page(data: dict, values_file: str | None = None) -> str:
     """The page for collected data: the template with the styles, the layout library,
     the page's script and the data inlined. The whole arrays are inlined too (read by
     the page only when asked for), or with ``values_file``, left to that file beside
-    the page."""
+    the page. XLA's stages (``xla_stages=True``) are inlined apart too, read when the
+    passes list asks for one."""
     static = resources.files(__package__) / "static"
     text = {name: (static / name).read_text(encoding="utf-8")
             for name in ("page.html", "explorer.css", "dagre.min.js", "explorer.js")}
     shown = {key: value for key, value in data.items() if key != "full_values"}
+    back = None       # XLA's stages, read by the page only when asked for one
+    if "back" in data.get("xla", {}):
+        shown["xla"] = {key: value for key, value in data["xla"].items() if key != "back"}
+        back = data["xla"]["back"]
     values = (_json(data["full_values"]) if values_file is None else _json({"file": values_file}))
     replacements = {"title": html.escape(data["title"]), "style": text["explorer.css"],
                     "dagre": text["dagre.min.js"], "script": text["explorer.js"], "data": _json(shown),
-                    "values": values}
+                    "values": values, "stages": _json(back)}
     return re.sub(r"\{\{(\w+)\}\}", lambda match: replacements[match[1]], text["page.html"])
 
 

@@ -18,8 +18,10 @@ up the fusion that computes it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from ...backends.errors import BackendError
@@ -57,7 +59,8 @@ def stage_data(call: Call, files: Any, page_steps: dict, runs: Counter) -> tuple
     devices = call.program.num_partitions
     data = {"stage": last.name, "stages": len(stages), "lines": lines,
             "passes": _passes(distinct, report), "report": None if report is None else str(report),
-            "graph": xla_graph(lines, frames, names, page_steps, runs, files, values=devices == 1)}
+            "graph": xla_graph(lines, frames, names, page_steps, runs, files, values=devices == 1),
+            "back": stages_back(distinct)}
     if devices > 1:        # XLA's per-device program: its collectives and their bytes
         data["collectives"] = collectives([line["text"] for line in data["lines"]], devices)
     return data, report
@@ -96,12 +99,9 @@ def _linked_lines(text: str, files) -> tuple[list[dict], list, list]:
     callees: list[str | None] = []    # the computation each line calls
     inside: dict[str, list] = {}      # computation -> its instructions' lines
     calls: dict[str, list] = {}       # computation -> the computations its instructions call
-    computation, in_table = None, False
-    for raw in text.splitlines():
+    computation = None
+    for raw in _panel_lines(text):
         stripped = raw.strip()
-        in_table = stripped in FRAME_TABLES or (in_table and bool(stripped))
-        if in_table or (not stripped and (not shown or not shown[-1]["text"])):   # (one blank line between parts)
-            continue
         header = _COMPUTATION.match(stripped)
         if header:
             computation = header["name"]
@@ -124,6 +124,33 @@ def _linked_lines(text: str, files) -> tuple[list[dict], list, list]:
             if key not in entry["keys"]:
                 entry["keys"].append(key)
     return shown, own, names
+
+
+def _panel_lines(text: str) -> Iterator[str]:
+    """The lines of XLA's text the panel shows: its frame tables left out, one blank line
+    between its parts."""
+    in_table, blank = False, True
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        in_table = stripped in FRAME_TABLES or (in_table and bool(stripped))
+        if in_table or (not stripped and blank):
+            continue
+        blank = not stripped
+        yield raw
+
+
+def stages_back(distinct: list) -> list[list]:
+    """How to step back through the passes from the last stage the panel shows: per pass
+    (each distinct stage after the first), the hunks that turn the text after it into the
+    text before it, as the panel shows both (metadata left out): ``[start, count, lines]``,
+    the ``count`` lines from line ``start`` of the text after the pass (those it added or
+    changed) that were ``lines`` before it; in order (undone from the last)."""
+    texts = [[without_metadata(raw).rstrip() for raw in _panel_lines(stage.text)] for stage in distinct]
+    steps = []
+    for before, after in zip(texts, texts[1:]):
+        matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+        steps.append([[b0, b1 - b0, before[a0:a1]] for tag, a0, a1, b0, b1 in matcher.get_opcodes() if tag != "equal"])
+    return steps
 
 
 def _called_keys(callee: str | None, inside: dict, calls: dict) -> list:

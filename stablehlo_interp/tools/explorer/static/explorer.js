@@ -226,9 +226,10 @@
   function renderXla() {
     const section = el("section");
     section.id = "xla-panel";
-    const heading = el("h2", null, data.xla.error ? "XLA CPU" : "XLA CPU: the optimized program");
+    const heading = el("h2", null, data.xla.error ? "XLA CPU" : "XLA CPU: ");
     heading.title = data.xla.error ? "" : `the program as XLA's last stage left it (${data.xla.stage})`;
     section.appendChild(heading);
+    if (!data.xla.error) heading.appendChild(stageNavigation());
     const code = el("div", "code");
     code.id = "xla";
     if (data.xla.error) code.appendChild(el("div", "gap", data.xla.error));
@@ -245,8 +246,73 @@
       }
       code.appendChild(row);
     });
-    section.appendChild(code);
+    const stage = el("div", "code");
+    stage.id = "xla-stage";
+    stage.hidden = true;
+    section.append(code, stage);
     document.getElementById("stablehlo-panel").after(section);
+  }
+
+  // Stepping through XLA's pipeline in the XLA panel: stage ``k`` is the program after
+  // the k-th pass of the passes list (0: before any; the last: the optimized program,
+  // whose lines are linked). A stage's text is the last one's with the passes after it
+  // undone (data kept apart in the page, read on first use: xla_stages.stages_back),
+  // the lines its own pass added or changed marked.
+  const xlaStage = {shown: null, texts: new Map()};
+  function stageNavigation() {
+    const span = el("span", "calls");
+    const previous = el("button", "prev", "◀"), next = el("button", "next", "▶");
+    previous.title = "the program before this pass"; next.title = "the program after the next pass";
+    previous.addEventListener("click", () => stepToStage(xlaStage.shown - 1));
+    next.addEventListener("click", () => stepToStage(xlaStage.shown + 1));
+    span.append(el("span", "stage-text", ""), " ", previous, next);
+    xlaStage.navigation = span;
+    xlaStage.shown = data.xla.passes.length;
+    updateStageNavigation();
+    return span;
+  }
+  function updateStageNavigation() {
+    const last = data.xla.passes.length, shown = xlaStage.shown;
+    xlaStage.navigation.querySelector(".stage-text").textContent = shown === last ? "the optimized program" :
+      (shown === 0 ? "the program before any pass" : `after ${data.xla.passes[shown - 1].name}`) +
+      ` (stage ${shown} of ${last})`;
+    xlaStage.navigation.querySelector(".prev").disabled = shown === 0;
+    xlaStage.navigation.querySelector(".next").disabled = shown === last;
+  }
+  function stepToStage(k) {
+    if (k >= 1) showXlaPass(k - 1); else { showXlaPasses(); showXlaStage(0); }
+  }
+  function stageText(k) {
+    if (!xlaStage.back) xlaStage.back = JSON.parse(document.getElementById("explorer-stages").textContent);
+    const back = xlaStage.back;
+    let start = back.length, text = data.xla.lines.map(line => line.text);
+    for (let pass = k; pass < back.length; pass++)
+      if (xlaStage.texts.has(pass)) { start = pass; text = xlaStage.texts.get(pass); break; }
+    for (let pass = start - 1; pass >= k; pass--) {
+      text = text.slice();
+      for (let h = back[pass].length - 1; h >= 0; h--) text.splice(back[pass][h][0], back[pass][h][1], ...back[pass][h][2]);
+      xlaStage.texts.set(pass, text);
+    }
+    return {text, added: k >= 1 ? back[k - 1] : []};
+  }
+  function showXlaStage(k) {
+    const code = document.getElementById("xla"), stage = document.getElementById("xla-stage");
+    const last = k === data.xla.passes.length;
+    xlaStage.shown = k;
+    updateStageNavigation();
+    code.hidden = !last;
+    stage.hidden = last;
+    if (last) return;
+    const {text, added} = stageText(k), marked = new Set();
+    for (const [start, count] of added) for (let line = start; line < start + count; line++) marked.add(line);
+    stage.textContent = "";
+    text.forEach((line, index) => {
+      const row = el("div", "line" + (marked.has(index) ? " added" : ""));
+      row.append(el("span", "no", String(index + 1)), el("span", "text", line));
+      stage.appendChild(row);
+    });
+    const first = stage.querySelector(".added");
+    if (first) first.scrollIntoView({block: "center", inline: "nearest"});
   }
 
   // The instructions of XLA's optimized program that compute a Python line (its own, or
@@ -338,6 +404,7 @@
   function showXlaPass(index) {
     const entry = data.xla.passes[index], details = document.getElementById("details");
     details.textContent = "";
+    showXlaStage(index + 1);
     const back = el("p", "link", "◀ all passes");
     back.addEventListener("click", showXlaPasses);
     details.append(back, el("h3", null, entry.name));
