@@ -354,6 +354,109 @@ def test_xla_stages_of_a_program_passes_cannot_compile_say_why():
     assert exploration.trace.records[-1].values[0] == 6     # the page itself is whole
 
 
+def hlo_computations(text: str) -> dict[str, list[tuple[str, str]]]:
+    """XLA's text as ``{computation: [(instruction name, its line without metadata)]}``."""
+    found, current = {}, None
+    for line in text.splitlines():
+        header = re.match(r"^(?:ENTRY )?%([\w.\-]+) .*\{$", line)
+        if header:
+            current = found.setdefault(header[1], [])
+        elif line.strip() == "}":
+            current = None
+        elif current is not None and " = " in line:
+            current.append((re.match(r"^\s*(?:ROOT )?%([\w.\-]+) = ", line)[1], _METADATA.sub("", line).strip()))
+    return found
+
+
+def sine_of_product(x, w):
+    return jnp.sin(x @ w) + 1.0
+
+
+def test_xla_graph_draws_the_entry_computation_with_each_fusion_a_group_of_its_fused_instructions():
+    """The graph of XLA's optimized program against JAX's own compile of the function: the
+    entry computation's instructions (parameters as inputs), each fusion a group whose
+    steps are its fused computation's instructions, in order; edges follow the operands
+    (a fused parameter stands for the fusion's operand)."""
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    xla = exploration.data["xla"]
+    graph = xla["graph"]
+    compiled = hlo_computations(jax.jit(log_exp_and_product).lower(*XW).compile().as_text())
+    entry = next(name for name in compiled if name.startswith("main"))
+    (section,) = graph["sections"]
+    region = graph["regions"][section]
+    parameters = [name for name, text in compiled[entry] if " parameter(" in text]
+    assert [node["name"] for node in region["inputs"]] == [f"%{name}" for name in parameters]
+    groups = graph["groups"]
+    top = []
+    for item in region["items"]:
+        top.append(groups[item]["title"] if item in groups else f"%{graph['steps'][item]['name']}")
+    assert top == [f"%{name}" for name, text in compiled[entry] if " parameter(" not in text]
+    for group in groups.values():
+        fusion = next(text for name, text in compiled[entry] if f"%{name}" == group["title"])
+        called = re.search(r"calls=%([\w.\-]+)", fusion)[1]
+        assert [graph["steps"][sid]["name"] for sid in group["items"]] == [
+            name for name, text in compiled[called] if " parameter(" not in text]
+        assert xla["lines"][group["xla"]]["text"].strip() == re.sub(r", backend_config=.*$", "", fusion)
+    # the sum's fusion: its add takes the entry's x (its fused parameter 0) and the dot's value (through bitcasts)
+    add = next(step for step in graph["steps"].values() if step["op"] == "add")
+    dot = next(sid for sid, step in graph["steps"].items() if step["op"] == "dot")
+    assert add["o"][0] == region["inputs"][0]["id"]
+    bitcasts = [sid for sid in groups[add["group"]]["items"] if graph["steps"][sid]["op"] == "bitcast"]
+    assert graph["steps"][bitcasts[0]]["o"] == [dot] and add["o"][1] == bitcasts[-1]
+    assert region["ret"]["sources"] == [[next(sid for sid, s in graph["steps"].items() if s is add), 0]]
+
+
+def test_xla_graph_shows_the_interpreters_value_of_the_one_stablehlo_op_an_instruction_computes():
+    """``sin(x @ w) + 1``: the root fusion's root (a bitcast of its add) is the module's add
+    (the same JAX name, line and type as the add and the broadcast of 1, and the add's
+    operation; run once), whose value is the result (JAX's); the dot has no metadata in
+    XLA's program, and the sine has the sine's name and line but another shape (XLA left
+    out the unit dimension): neither shows a value, and each says why."""
+    x, w = XW[0] / 50, XW[1] / 3
+    exploration = si.explore(sine_of_product, x, w, xla_stages=True)
+    data, graph = exploration.data, exploration.data["xla"]["graph"]
+    root = graph["regions"]["xr0"]["ret"]["sources"][0][0]
+    fusion = graph["groups"][graph["steps"][root]["group"]]
+    assert graph["steps"][root]["op"] == "bitcast" and fusion["v"] == graph["steps"][root]["v"]
+    op = data["steps"][fusion["v"]]
+    assert op["name"] == "stablehlo.add" and op["line"] == sine_of_product.__code__.co_firstlineno + 1
+    (record,) = [r for r in exploration.trace.records if r.op == "stablehlo.add"]
+    np.testing.assert_allclose(record.values[0], jax.jit(sine_of_product)(x, w), rtol=1e-6)
+    reasons = {step["op"]: step.get("w") for step in graph["steps"].values() if "v" not in step}
+    assert reasons["dot"] == "its metadata names no JAX op: no StableHLO op to take a value from"
+    assert reasons["sine"] == "no StableHLO op of the page is jit(sine_of_product)/sin at its line with a result f32[3]"
+    # a sharded program's XLA program is each device's: no value is taken from the global program's ops
+    assert all("v" not in step for step in _sharded_xla_graph()["steps"].values())
+
+
+def _sharded_xla_graph() -> dict:
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    a = jax.device_put(np.ones((4, 16), np.float32), NamedSharding(mesh, P(None, "x")))
+    return si.explore(jax.jit(lambda a: jnp.sin(a) @ a.T), a, xla_stages=True).data["xla"]["graph"]
+
+
+def test_xla_stages_step_back_from_the_optimized_program_to_each_stage():
+    """Undoing the passes' hunks from the last stage the panel shows gives each distinct
+    stage's text as the panel shows it (metadata and frame tables left out)."""
+    from stablehlo_interp.tools.passes import distinct_stages
+
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    xla = exploration.data["xla"]
+    distinct = distinct_stages(exploration.passes.stages)
+    assert len(xla["back"]) == len(xla["passes"]) == len(distinct) - 1
+    text = [line["text"] for line in xla["lines"]]
+    for position in range(len(distinct) - 2, -1, -1):
+        for start, count, lines in reversed(xla["back"][position]):
+            text[start:start + count] = lines
+        tables = r"\n(?:FileNames|FunctionNames|FileLocations|StackFrames)\n(?:.+\n)*"
+        shown = [_METADATA.sub("", line).rstrip() for line in re.sub(tables, "\n", distinct[position].text).splitlines()]
+        assert [line for line in text if line] == [line for line in shown if line]
+    assert '"back"' not in json.dumps({k: v for k, v in exploration.data["xla"].items() if k != "back"})
+    assert 'id="explorer-stages">[[' in exploration.html
+
+
 def test_xla_stages_of_a_sharded_program_show_xlas_per_device_program():
     """A matmul whose contracting dimension is sharded over XLA CPU's 8 devices: the optimized
     program is each device's (as JAX's own compile makes it), its partial product's fusion and

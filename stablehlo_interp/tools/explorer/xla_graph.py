@@ -106,7 +106,7 @@ def xla_graph(lines: list[dict], frames: list, names: list, page_steps: dict, ru
     section = builder.region(entry, f"XLA CPU · ENTRY %{entry}", None)
     matches = _ValueMatcher(page_steps, runs, values)
     for step in builder.steps.values():
-        step.update(matches.of(names[step["l"]], frames[step["l"]], step["t"]))
+        step.update(matches.of(names[step["l"]], frames[step["l"]], step["t"], _computing(step, builder.steps)))
     _one_instruction_an_op(builder.steps, page_steps)
     for group in builder.groups.groups.values():
         root = builder.steps.get(group.pop("root", None))
@@ -143,8 +143,9 @@ class _ValueMatcher:
             if step["jax"]:
                 self.named.setdefault(step["jax"], []).append(sid)
 
-    def of(self, name: str | None, frame: list | None, shape: str) -> dict:
-        """``{"v": step id}``, or ``{"w": why there is none}``."""
+    def of(self, name: str | None, frame: list | None, shape: str, computing: str) -> dict:
+        """``{"v": step id}``, or ``{"w": why there is none}``; among several ops of the
+        name, line and type, the one of operation ``computing`` (StableHLO's name of it)."""
         if not self.values:
             return {"w": "XLA's program here is each device's: the page's values are the global program's"}
         if not name:
@@ -153,6 +154,8 @@ class _ValueMatcher:
         found = [sid for sid in self.named.get(name, ())
                  if self.page_steps[sid]["types"] == [wanted]
                  and (frame is None or [self.page_steps[sid]["file"], self.page_steps[sid]["line"]] == frame)]
+        if len(found) > 1:
+            found = [sid for sid in found if self.page_steps[sid]["op"] == computing] or found
         where = " at its line" if frame is not None else ""
         if not found:
             return {"w": f"no StableHLO op of the page is {name}{where} with a result {wanted}"}
@@ -163,6 +166,18 @@ class _ValueMatcher:
         if runs != 1:
             return {"w": f"its StableHLO op ({self.page_steps[found[0]]['name']}) ran {runs} times: no single value"}
         return {"v": found[0]}
+
+
+_KEEPS_ELEMENTS = ("bitcast", "copy", "reshape")      # instructions whose value is their operand's, reshaped
+_STABLEHLO_NAMES = {"dot": "dot_general", "broadcast": "broadcast_in_dim"}
+
+
+def _computing(step: dict, steps: dict) -> str:
+    """The StableHLO operation that computes a step's elements: its own (``stablehlo.add``
+    for ``add``), or for a bitcast, copy or reshape, its operand's."""
+    while step["op"] in _KEEPS_ELEMENTS and step["o"] and step["o"][0] in steps:
+        step = steps[step["o"][0]]
+    return "stablehlo." + _STABLEHLO_NAMES.get(step["op"], step["op"].replace("-", "_"))
 
 
 def mlir_type_text(shape: str) -> str:
