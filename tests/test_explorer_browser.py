@@ -542,6 +542,64 @@ def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_mark
                in text for text in removed)
 
 
+def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_values(open_page):
+    """XLA's optimized program as a graph: each fusion of the entry computation a closed node
+    (as JAX's own compile makes them); the return line lights up the fusion computing it;
+    opened, the fusion shows its fused computation's instructions; selected, its XLA line and
+    Python line. Its value is the interpreter's of stablehlo.add (by hand: log(exp(x)) is
+    [1, 50, inf] in f32, x @ ones is 151 each: [152, 201, inf]), marked as such."""
+    from test_tools_explorer import hlo_computations
+
+    x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
+    page = open_page(log_exp_and_product, x, w, xla_stages=True)
+    compiled = hlo_computations(jax.jit(log_exp_and_product).lower(x, w).compile().as_text())
+    entry = next(name for name in compiled if name.startswith("main"))
+    fusions = {f"%{name}": re.search(r"calls=%([\w.\-]+)", text)[1] for name, text in compiled[entry] if " fusion(" in text}
+    assert sorted(texts(page, "#xla-graph .node.fusion > .opname")) == sorted(f"▸ {name}" for name in fusions)
+    page.locator("#python .line", has_text="return y + x @ w").click()
+    root = next(name for name, text in compiled[entry] if text.startswith("ROOT"))
+    assert texts(page, "#xla-graph .node.fusion.hl > .opname") == [f"▸ %{root}"]
+    fusion = page.locator("#xla-graph .node.fusion", has_text=f"%{root}")
+    assert fusion.locator("> .value").inner_text() == "≙ f32[1,3] [[152 201 inf]]"
+    fusion.click()
+    opened = page.locator("#xla-graph .node.fusion.open")
+    inside = [where.split(" · ")[0] for where in opened.locator(".node.op > .where").all_inner_texts()]
+    assert inside == [f"%{name}" for name, text in compiled[fusions[f"%{root}"]] if " parameter(" not in text]
+    assert page.inner_text("#xla .line.selected .text").strip().startswith(f"ROOT %{root} = ")
+    assert [t.strip() for t in texts(page, "#python .line.hl .text")] == ["return y + x @ w"]
+    details = page.inner_text("#details")
+    assert "the interpreter's value of StableHLO op stablehlo.add (StableHLO line 6)" in details
+    assert "f32[1,3] [[152 201 inf]]" in details and "⚠ pass algsimp (pipeline simplification) changed" in details
+    # the dot (no metadata in XLA's program): no value, and why
+    page.locator("#xla-graph .node.op", has_text="%dot.").click()
+    assert "no value shown: its metadata names no JAX op" in page.inner_text("#details")
+    assert " dot(" in page.inner_text("#xla .line.selected")
+
+
+def test_xla_stages_step_through_the_passes_with_the_lines_each_added_marked(open_page):
+    """The passes list's algsimp shows the program after it, log(exp(x)) gone and the add
+    of x marked as added; one stage back, the program before any pass, with the
+    exponential and the log; forward to the end, the optimized program, linked again."""
+    x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
+    page = open_page(log_exp_and_product, x, w, xla_stages=True)
+    count = page.evaluate("explorer.data.xla.passes.length")
+    page.click("#banners .xla")
+    page.click("#details li.changes-values")
+    assert page.inner_text("#xla-panel h2 .stage-text") == f"after pass algsimp (pipeline simplification) (stage 1 of {count})"
+    after = texts(page, "#xla-stage .line .text")
+    added = texts(page, "#xla-stage .line.added .text")
+    assert any(" add(%x" in line for line in added) and set(added) <= set(after)
+    assert not any(" exponential(" in line or " log(" in line for line in after)
+    page.click("#xla-panel h2 .prev")
+    assert page.inner_text("#xla-panel h2 .stage-text") == f"the program before any pass (stage 0 of {count})"
+    before = texts(page, "#xla-stage .line .text")
+    assert any(" exponential(" in line for line in before) and any(" log(" in line for line in before)
+    for _ in range(count):
+        page.click("#xla-panel h2 .next")
+    assert page.inner_text("#xla-panel h2 .stage-text") == "the optimized program"
+    assert page.is_visible("#xla") and not page.is_visible("#xla-stage")
+
+
 def test_xla_stages_of_a_sharded_program_list_its_collectives_and_their_bytes(open_page):
     """XLA's per-device program of test_tools_explorer's ``every_collective`` on 4 devices:
     the banner counts its 6 collective instructions and the bytes all devices send (by hand:
