@@ -513,7 +513,7 @@ def log_exp_and_product(x, w):
 def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_marked(open_page):
     x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
     page = open_page(log_exp_and_product, x, w, xla_stages=True)
-    assert page.inner_text("#xla-panel h2") == "XLA CPU: the optimized program"
+    assert page.inner_text("#xla-panel h2") == "XLA CPU: the optimized program ◀▶"   # (◀▶: the stages)
     page.locator("#python .line", has_text="return y + x @ w").click()
     lit = [text.strip() for text in texts(page, "#xla .line.hl .text")]
     # the fusion at the program's root computes the line, and so do the instructions it fused (the add among them)

@@ -422,9 +422,10 @@ def test_xla_graph_shows_the_interpreters_value_of_the_one_stablehlo_op_an_instr
     assert op["name"] == "stablehlo.add" and op["line"] == sine_of_product.__code__.co_firstlineno + 1
     (record,) = [r for r in exploration.trace.records if r.op == "stablehlo.add"]
     np.testing.assert_allclose(record.values[0], jax.jit(sine_of_product)(x, w), rtol=1e-6)
-    reasons = {step["op"]: step.get("w") for step in graph["steps"].values() if "v" not in step}
+    reasons = {step["op"]: graph["reasons"][step["w"]] for step in graph["steps"].values() if "v" not in step}
     assert reasons["dot"] == "its metadata names no JAX op: no StableHLO op to take a value from"
-    assert reasons["sine"] == "no StableHLO op of the page is jit(sine_of_product)/sin at its line with a result f32[3]"
+    assert reasons["sine"] == ("no StableHLO op of the page has the JAX name jit(sine_of_product)/sin at its line and "
+                                 "a result f32[3]")
     # a sharded program's XLA program is each device's: no value is taken from the global program's ops
     assert all("v" not in step for step in _sharded_xla_graph()["steps"].values())
 

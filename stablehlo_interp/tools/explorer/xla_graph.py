@@ -113,11 +113,34 @@ def xla_graph(lines: list[dict], frames: list, names: list, page_steps: dict, ru
         if "xla" in group:        # a fusion's value is its fused root's
             group.update({key: root[key] for key in ("v", "w") if key in root} if root else
                          {"w": "its fused root is not an instruction of its own"})
-    groups = builder.groups.page_groups()
-    for group in groups.values():
+    return _compact({"sections": [section], "regions": builder.regions, "steps": builder.steps,
+                     "groups": builder.groups.page_groups()})
+
+
+def _compact(graph: dict) -> dict:
+    """The graph as the page keeps it (a large program's has ten thousand steps): a step
+    without its id and region (the page reads them from its key and its region's steps),
+    nor the fields it does not have (``group``, ``f``, ``r``); a fusion without a path
+    (the page writes it from its title, ``kind`` and size) nor the empty fields of the
+    page's groups; each reason there is no value (``w``) an index in ``reasons``."""
+    reasons: dict[str, int] = {}
+    for item in [*graph["steps"].values(), *graph["groups"].values()]:
+        if "w" in item:
+            item["w"] = reasons.setdefault(item["w"], len(reasons))
+    for step in graph["steps"].values():
+        for key in ("id", "region"):
+            del step[key]
+        for key in ("group", "f", "r"):
+            if not step[key]:
+                del step[key]
+    for group in graph["groups"].values():
+        for key in ("where", "file", "pass"):
+            if group[key] is None:
+                del group[key]
         if "xla" in group:
-            group["path"] = f"{group['title']}: {group.pop('kind') or 'a'} fusion of {group['ops']} instruction(s)"
-    return {"sections": [section], "regions": builder.regions, "steps": builder.steps, "groups": groups}
+            del group["path"]
+    graph["reasons"] = list(reasons)
+    return graph
 
 
 def _one_instruction_an_op(steps: dict, page_steps: dict) -> None:
@@ -158,10 +181,10 @@ class _ValueMatcher:
             found = [sid for sid in found if self.page_steps[sid]["op"] == computing] or found
         where = " at its line" if frame is not None else ""
         if not found:
-            return {"w": f"no StableHLO op of the page is {name}{where} with a result {wanted}"}
+            return {"w": f"no StableHLO op of the page has the JAX name {name}{where} and a result {wanted}"}
         if len(found) > 1:
-            return {"w": f"{len(found)} StableHLO ops of the page are {name}{where} with a result {wanted}: "
-                         "no single one to take a value from"}
+            return {"w": f"{len(found)} StableHLO ops of the page have the JAX name {name}{where} and a result "
+                         f"{wanted}: no single one to take a value from"}
         runs = self.runs.get(found[0], 0)
         if runs != 1:
             return {"w": f"its StableHLO op ({self.page_steps[found[0]]['name']}) ran {runs} times: no single value"}

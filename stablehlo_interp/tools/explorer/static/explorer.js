@@ -96,13 +96,18 @@
   // XLA's graph in the page's shape: each step as the page's are (``xla``: its line in the
   // XLA panel; ``value``: the StableHLO step whose value it shows, else ``why`` not), each
   // region's edges from its steps' operands and its return (as page_data.py makes StableHLO's).
+  // (xla_graph.py keeps them compact: a step's id and region, a fusion's path, and the
+  // fields they do not have are filled in here.)
   function addXlaGraph(graph) {
-    for (const sid in graph.steps) {
-      const s = graph.steps[sid];
-      steps[sid] = {id: sid, region: s.region, group: s.group, name: s.op, op: s.op, file: s.f ? s.f[0] : null,
-                    line: s.f ? s.f[1] : null, function: null, jax: null, types: [s.t], regions: s.r, calls: null,
-                    hlo: null, operands: s.o.map(id => [id, 0]), xla: s.l, instruction: s.name,
-                    value: s.v || null, why: s.w || null};
+    const why = index => index === undefined ? null : graph.reasons[index];
+    for (const rid in graph.regions) {
+      for (const sid of graph.regions[rid].steps) {
+        const s = graph.steps[sid];
+        steps[sid] = {id: sid, region: rid, group: s.group || null, name: s.op, op: s.op, file: s.f ? s.f[0] : null,
+                      line: s.f ? s.f[1] : null, function: null, jax: null, types: [s.t], regions: s.r || [],
+                      calls: null, hlo: null, operands: s.o.map(id => [id, 0]), xla: s.l, instruction: s.name,
+                      value: s.v || null, why: why(s.w)};
+      }
     }
     Object.assign(regions, graph.regions);
     for (const rid in graph.regions) {
@@ -115,8 +120,13 @@
           region.edges.push([producer, sid, typeOf(producer)]);
       for (const [producer] of region.ret.sources) region.edges.push([producer, region.ret.id, typeOf(producer)]);
     }
-    for (const gid in graph.groups) groups[gid] = Object.assign({}, graph.groups[gid], {value: graph.groups[gid].v || null,
-                                                                                          why: graph.groups[gid].w || null});
+    for (const gid in graph.groups) {
+      const group = Object.assign({where: null, file: null, pass: null}, graph.groups[gid]);
+      if (group.xla !== undefined)
+        Object.assign(group, {path: `${group.title}: ${group.kind || "a"} fusion of ${group.ops} instruction(s)`,
+                              value: group.v || null, why: why(group.w)});
+      groups[gid] = group;
+    }
   }
   // ``model.py:8``: a step's (or a call site's) file, as the Python panel names it, and line.
   function sourceOf(at) { return `${data.files[at.file].name}:${at.line}`; }
