@@ -572,7 +572,7 @@ def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_v
     assert "f32[1,3] [[152 201 inf]]" in details and "⚠ pass algsimp (pipeline simplification) changed" in details
     # the dot (no metadata in XLA's program): no value, and why
     page.locator("#xla-graph .node.op", has_text="%dot.").click()
-    assert "no value shown: its metadata names no JAX op" in page.inner_text("#details")
+    assert "no value shown: its metadata names no JAX op and no source line" in page.inner_text("#details")
     assert " dot(" in page.inner_text("#xla .line.selected")
 
 

@@ -423,11 +423,39 @@ def test_xla_graph_shows_the_interpreters_value_of_the_one_stablehlo_op_an_instr
     (record,) = [r for r in exploration.trace.records if r.op == "stablehlo.add"]
     np.testing.assert_allclose(record.values[0], jax.jit(sine_of_product)(x, w), rtol=1e-6)
     reasons = {step["op"]: graph["reasons"][step["w"]] for step in graph["steps"].values() if "v" not in step}
-    assert reasons["dot"] == "its metadata names no JAX op: no StableHLO op to take a value from"
+    assert reasons["dot"] == "its metadata names no JAX op and no source line: no StableHLO op to take a value from"
     assert reasons["sine"] == ("no StableHLO op of the page has the JAX name jit(sine_of_product)/sin at its line and "
                                  "a result f32[3]")
     # a sharded program's XLA program is each device's: no value is taken from the global program's ops
     assert all("v" not in step for step in _sharded_xla_graph()["steps"].values())
+
+
+PLAIN_MODULE = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.exponential %x : tensor<3xf32>
+  %1 = stablehlo.log %0 : tensor<3xf32>
+  %2 = stablehlo.multiply %1, %x : tensor<3xf32>
+  return %2 : tensor<3xf32>
+}
+"""
+
+
+def test_xla_stages_of_a_module_file_link_xlas_instructions_to_its_lines(tmp_path):
+    """A .mlir file without JAX's locations: each op's location is its line in the file,
+    which XLA keeps as the instructions' ``source_file``/``source_line``: the optimized
+    program's multiply (algsimp made log(exp(x)) into x) is linked to line 4 and shows the
+    interpreter's value of the module's multiply (the only op of that line), and algsimp's
+    removed exponential names line 2."""
+    path = tmp_path / "plain.mlir"
+    path.write_text(PLAIN_MODULE)
+    exploration = si.explore(str(path), np.array([1, 2, 3], np.float32), xla_stages=True)
+    data, xla = exploration.data, exploration.data["xla"]
+    here = [file["path"] for file in data["files"]].index(str(path))
+    multiply = next(line for line in xla["lines"] if " multiply(" in line["text"])
+    assert multiply["keys"] == [[here, 4]]
+    (step,) = [step for step in xla["graph"]["steps"].values() if step["op"] == "multiply"]
+    assert data["steps"][step["v"]]["name"] == "stablehlo.multiply" and data["steps"][step["v"]]["line"] == 4
+    removed = [change for entry in xla["passes"] for change in entry["changes"] if " exponential(" in change[1]]
+    assert removed and all(change[0] == "-" and change[2] == "plain.mlir:2" for change in removed)
 
 
 def _sharded_xla_graph() -> dict:

@@ -421,6 +421,7 @@ class _NoiseJudge:
 _METADATA = re.compile(r",\s*metadata=\{([^{}]*)\}")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_SOURCE_LINE = re.compile(r'source_file="(?P<file>[^"]*)" source_line=(?P<line>\d+)')
 FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")   # XLA's text's
 
 
@@ -466,10 +467,8 @@ def _sources(text: str, instructions: dict) -> dict:
     frames = stack_frames(text)
     sources = {}
     for line, (_, metadata) in instructions.items():
-        frame = _STACK_FRAME.search(metadata)
         name = _OP_NAME.search(metadata)
-        found = frames.get(int(frame.group(1))) if frame else None
-        where = describe_frame(found) if found else ""
+        where = describe_frame(metadata_frame(metadata, frames))
         sources[line] = " ".join(part for part in (where, name.group(1) if name else "") if part)
     return sources
 
@@ -487,11 +486,22 @@ def op_name(line: str) -> str | None:
 
 
 def instruction_frame(line: str, frames: dict) -> Frame | None:
-    """The user's source frame of one line of XLA's text (its instruction's metadata's
-    innermost stack frame, among ``frames``: :func:`stack_frames`), or None."""
+    """The user's source frame of one line of XLA's text (:func:`metadata_frame` of its
+    instruction's metadata), or None."""
     metadata = _METADATA.search(line)
-    frame = _STACK_FRAME.search(metadata.group(1)) if metadata else None
-    return frames.get(int(frame.group(1))) if frame else None
+    return metadata_frame(metadata.group(1), frames) if metadata else None
+
+
+def metadata_frame(metadata: str, frames: dict) -> Frame | None:
+    """The source frame an instruction's metadata names, or None: its innermost stack
+    frame (among ``frames``: :func:`stack_frames`), as JAX's locations become; or its
+    ``source_file`` and ``source_line``, as a module's file:line:column location becomes
+    (a module written by hand, or loaded from a .mlir file without JAX's locations)."""
+    frame = _STACK_FRAME.search(metadata)
+    if frame is not None:
+        return frames.get(int(frame.group(1)))
+    source = _SOURCE_LINE.search(metadata)
+    return Frame(None, source["file"], int(source["line"]), 0) if source else None
 
 
 def stack_frames(text: str) -> dict[int, Frame]:

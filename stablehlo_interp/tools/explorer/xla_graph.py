@@ -161,29 +161,28 @@ class _ValueMatcher:
 
     def __init__(self, page_steps: dict, runs: Counter, values: bool):
         self.page_steps, self.runs, self.values = page_steps, runs, values
-        self.named: dict[str, list[str]] = {}
+        self.named: dict[str | None, list[str]] = {}       # JAX name (None: none, a module's own) -> steps
         for sid, step in page_steps.items():
-            if step["jax"]:
-                self.named.setdefault(step["jax"], []).append(sid)
+            self.named.setdefault(step["jax"] or None, []).append(sid)
 
     def of(self, name: str | None, frame: list | None, shape: str, computing: str) -> dict:
         """``{"v": step id}``, or ``{"w": why there is none}``; among several ops of the
         name, line and type, the one of operation ``computing`` (StableHLO's name of it)."""
         if not self.values:
             return {"w": "XLA's program here is each device's: the page's values are the global program's"}
-        if not name:
-            return {"w": "its metadata names no JAX op: no StableHLO op to take a value from"}
+        if not name and frame is None:
+            return {"w": "its metadata names no JAX op and no source line: no StableHLO op to take a value from"}
         wanted = mlir_type_text(shape)
-        found = [sid for sid in self.named.get(name, ())
+        found = [sid for sid in self.named.get(name or None, ())
                  if self.page_steps[sid]["types"] == [wanted]
                  and (frame is None or [self.page_steps[sid]["file"], self.page_steps[sid]["line"]] == frame)]
         if len(found) > 1:
             found = [sid for sid in found if self.page_steps[sid]["op"] == computing] or found
-        where = " at its line" if frame is not None else ""
+        named = (f"the JAX name {name}" if name else "no JAX name") + (" at its line" if frame is not None else "")
         if not found:
-            return {"w": f"no StableHLO op of the page has the JAX name {name}{where} and a result {wanted}"}
+            return {"w": f"no StableHLO op of the page has {named} and a result {wanted}"}
         if len(found) > 1:
-            return {"w": f"{len(found)} StableHLO ops of the page have the JAX name {name}{where} and a result "
+            return {"w": f"{len(found)} StableHLO ops of the page have {named} and a result "
                          f"{wanted}: no single one to take a value from"}
         runs = self.runs.get(found[0], 0)
         if runs != 1:
