@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 from .groups import GroupBuilder
 
@@ -231,14 +232,13 @@ class _Builder:
         instructions = self.found[computation]
         parameters = sorted((i for i in instructions if i.number is not None), key=lambda i: i.number)
         inputs = [{"id": f"{rid}i{k}", "name": f"%{i.name}", "type": i.shape} for k, i in enumerate(parameters)]
-        entry = {"id": rid, "title": title, "owner": owner, "inputs": inputs, "steps": [],
-                 "ret": {"id": f"{rid}o", "types": []}}
+        root = next((i for i in instructions if i.root), instructions[-1] if instructions else None)
+        ret: dict[str, Any] = {"id": f"{rid}o", "types": [root.shape] if root else [], "sources": []}
+        entry: dict[str, Any] = {"id": rid, "title": title, "owner": owner, "inputs": inputs, "steps": [], "ret": ret}
         self.regions[rid] = entry
         nodes = {i.name: node["id"] for i, node in zip(parameters, inputs)}
         items = self._items(instructions, nodes, rid, None)
-        root = next((i for i in instructions if i.root), instructions[-1] if instructions else None)
-        entry["ret"]["types"] = [root.shape] if root else []
-        entry["ret"]["sources"] = [[nodes[root.name], 0]] if root and root.name in nodes else []
+        ret["sources"] = [[nodes[root.name], 0]] if root and root.name in nodes else []
         entry["items"] = self.groups.split(items, rid, self.steps)
         return rid
 
@@ -250,7 +250,7 @@ class _Builder:
             if instruction.number is not None:
                 continue                   # a parameter: an input, or a fusion's operand
             fused = instruction.called[0] if instruction.opcode == "fusion" and instruction.called else None
-            if fused in self.found and fused not in self.drawn:
+            if fused is not None and fused in self.found and fused not in self.drawn:
                 items.append(self._fusion(instruction, fused, nodes, rid, group))
                 continue
             sid = f"x{instruction.line}"
