@@ -15,9 +15,12 @@ diverges on that backend (:mod:`..compare`). ``model_explorer=DIR`` also writes
 the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
 ``xla_stages=True`` also shows what XLA CPU's pipeline made of the program: its optimized
-HLO (fusions and all) as a text panel linked to the source lines, and the passes that
-changed it, with the one that changed the values marked (:mod:`.xla_stages`, on
-:func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
+HLO (fusions and all) as a text panel linked to the source lines and as a graph drawn
+by the same code as StableHLO's, each fusion a group that opens to its instructions,
+with the interpreter's value of the StableHLO op an instruction computes where exactly
+one matches (:mod:`.xla_graph`); and the passes that changed it, stepped through one by
+one in the text panel, with the one that changed the values marked (:mod:`.xla_stages`,
+on :func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
 its collectives listed with the bytes each device sends and receives
 (:mod:`.xla_collectives`).
 
