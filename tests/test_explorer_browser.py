@@ -570,8 +570,10 @@ def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_v
     details = page.inner_text("#details")
     assert "the interpreter's value of StableHLO op stablehlo.add (StableHLO line 6)" in details
     assert "f32[1,3] [[152 201 inf]]" in details and "⚠ pass algsimp (pipeline simplification) changed" in details
-    # the dot (no metadata in XLA's program): no value, and why
-    page.locator("#xla-graph .node.op", has_text="%dot.").click()
+    # the dot (no metadata in XLA's program), found by its name: no value, and why
+    page.fill("#search", "%dot.")
+    assert page.inner_text("#search-count") == "1 match"
+    page.press("#search", "Enter")
     assert "no value shown: its metadata names no JAX op and no source line" in page.inner_text("#details")
     assert " dot(" in page.inner_text("#xla .line.selected")
 

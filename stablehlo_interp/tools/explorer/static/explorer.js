@@ -1264,7 +1264,8 @@
 
   // What a query is matched against, lowercased (made at the first search): an op's name,
   // its Python function and file, its JAX name (the name stack: transformations,
-  // jax.named_scope, Flax and Haiku modules); a group's titles and its function's file.
+  // jax.named_scope, Flax and Haiku modules), an XLA instruction's name; a group's titles
+  // (an XLA fusion's name) and its function's file.
   let searchTexts = null;
   function searchTextsOf() {
     if (searchTexts !== null) return searchTexts;
@@ -1272,7 +1273,8 @@
     searchTexts = new Map();
     for (const sid in steps) {
       const step = steps[sid];
-      searchTexts.set(sid, [step.name, step.function || "", path(step.file), step.jax || ""].join("\n").toLowerCase());
+      searchTexts.set(sid, [step.name, step.function || "", path(step.file), step.jax || "",
+                            step.instruction ? "%" + step.instruction : ""].join("\n").toLowerCase());
     }
     for (const gid in groups) searchTexts.set(gid, [groups[gid].path, path(groups[gid].file)].join("\n").toLowerCase());
     return searchTexts;
