@@ -430,6 +430,35 @@ def test_xla_graph_shows_the_interpreters_value_of_the_one_stablehlo_op_an_instr
     assert all("v" not in step for step in _sharded_xla_graph()["steps"].values())
 
 
+def test_xla_graph_cuts_a_long_entry_computation_into_parts_in_program_order():
+    """45 matrix products in a chain: XLA CPU keeps each dot (45 instructions at the entry's
+    top), so the graph's top holds parts of at most 40 items (groups.py's MAX_ITEMS), which
+    hold the instructions in the order XLA's text lists them."""
+    from stablehlo_interp.tools.explorer.groups import MAX_ITEMS
+
+    def chain(x, w):
+        for _ in range(45):
+            x = x @ w
+        return x
+
+    x, w = np.eye(2, dtype=np.float32), np.full((2, 2), 0.5, np.float32)
+    graph = si.explore(chain, x, w, xla_stages=True).data["xla"]["graph"]
+    compiled = hlo_computations(jax.jit(chain).lower(x, w).compile().as_text())
+    entry = next(name for name in compiled if name.startswith("main"))
+    top = graph["regions"]["xr0"]["items"]
+    assert len(top) <= MAX_ITEMS and all(item in graph["groups"] for item in top)
+
+    def flattened(items):
+        return [name for item in items for name in (flattened(graph["groups"][item]["items"])
+                                                     if item in graph["groups"] and "xla" not in graph["groups"][item]
+                                                     else [item])]
+
+    names = [graph["groups"][item]["title"] if item in graph["groups"] else f"%{graph['steps'][item]['name']}"
+             for item in flattened(top)]
+    listed = [f"%{name}" for name, text in compiled[entry] if " parameter(" not in text]
+    assert names == listed and sum(" dot(" in text for _, text in compiled[entry]) == 45
+
+
 PLAIN_MODULE = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
   %0 = stablehlo.exponential %x : tensor<3xf32>
   %1 = stablehlo.log %0 : tensor<3xf32>
