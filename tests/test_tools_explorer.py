@@ -459,6 +459,34 @@ def test_xla_graph_cuts_a_long_entry_computation_into_parts_in_program_order():
     assert names == listed and sum(" dot(" in text for _, text in compiled[entry]) == 45
 
 
+def test_xla_graph_draws_a_loops_computations_inside_its_instruction():
+    """A fori_loop: XLA CPU calls a computation (``call``, its ``to_apply``) that runs the
+    ``while``: the called computation is a region inside the call's step, the loop's
+    condition and body regions inside the while's, each holding its computation's
+    instructions (parameters as inputs, fusions as groups)."""
+    def loop(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * 2 + i, x)
+
+    x = np.arange(4, dtype=np.float32)
+    graph = si.explore(loop, x, xla_stages=True).data["xla"]["graph"]
+    compiled = hlo_computations(jax.jit(loop).lower(x).compile().as_text())
+    every = {f"%{name}": text for instructions in compiled.values() for name, text in instructions}
+    owned = {region["title"]: graph["steps"][region["owner"]]["name"]
+             for region in graph["regions"].values() if region["owner"] is not None}
+    (call,) = [name for name, text in every.items() if " call(" in text]
+    (loop_instruction,) = [name for name, text in every.items() if " while(" in text]
+    called = {f"%{re.search(names, every[caller])[1]}": caller[1:] for caller, names in [
+        (call, r"to_apply=%([\w.\-]+)"), (loop_instruction, r"condition=%([\w.\-]+)"),
+        (loop_instruction, r"body=%([\w.\-]+)")]}
+    assert owned == called
+    for region in graph["regions"].values():
+        if region["owner"] is None:
+            continue
+        items = [graph["groups"][item]["title"] if item in graph["groups"] else f"%{graph['steps'][item]['name']}"
+                 for item in region["items"]]
+        assert items == [f"%{name}" for name, text in compiled[region["title"][1:]] if " parameter(" not in text]
+
+
 PLAIN_MODULE = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
   %0 = stablehlo.exponential %x : tensor<3xf32>
   %1 = stablehlo.log %0 : tensor<3xf32>

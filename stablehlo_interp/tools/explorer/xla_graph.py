@@ -16,10 +16,12 @@ same code.
 
 Each step is given, where the interpreter can say it honestly, the StableHLO op whose
 value it shows (``"v"``: a step id of the page): the one op of the page with the
-instruction's JAX name (its metadata's ``op_name``), its source line and its result's
-type, run once. Elsewhere ``"w"`` says why there is none. The value is the interpreter's
-of that StableHLO op: a pass that changed the values (the passes list marks it) makes
-XLA's own differ.
+instruction's JAX name (its metadata's ``op_name``; a module's own ops have none), its
+source line and its result's type (among several, the one of the instruction's own
+operation, a bitcast, copy or reshape counting as its operand's), run once, and taken by
+no other instruction. Elsewhere ``"w"`` says why there is none (an index in the graph's
+``reasons``). The value is the interpreter's of that StableHLO op: a pass that changed
+the values (the passes list marks it) makes XLA's own differ.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _OPERAND = re.compile(r"%(?P<name>[\w.\-]+)")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _CONTROL = re.compile(r"\b(?:body|condition|calls|true_computation|false_computation|branch_computations)="
                       r"(?P<names>\{[^}]*\}|%[\w.\-]+)")
+_CALL = re.compile(r"\bto_apply=(?P<names>%[\w.\-]+)")
 _KIND = re.compile(r"\bkind=(?P<kind>\w+)")
 _INTEGER = re.compile(r"^(?P<sign>[su])(?P<bits>\d+)$")
 _SHAPE = re.compile(r"^(?P<type>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]$")
@@ -52,7 +55,8 @@ class _Instruction:
         self.opcode = match["opcode"]
         operands, attributes = _split_operands(match["rest"])
         self.operands = _OPERAND.findall(operands)
-        self.called = [name for found in _CONTROL.finditer(attributes) for name in _OPERAND.findall(found["names"])]
+        control = _CALL if self.opcode == "call" else _CONTROL      # (a call's computation is its to_apply)
+        self.called = [name for found in control.finditer(attributes) for name in _OPERAND.findall(found["names"])]
         self.number = int(operands) if self.opcode == "parameter" and operands.strip().isdigit() else None
         kind = _KIND.search(attributes)
         self.kind = kind["kind"] if kind else None
@@ -93,7 +97,7 @@ def computations(lines: list[str]) -> tuple[dict[str, list[_Instruction]], str |
 
 
 def xla_graph(lines: list[dict], frames: list, names: list, page_steps: dict, runs: Counter,
-              files, values: bool) -> dict | None:
+              files: Any, values: bool) -> dict | None:
     """The graph data of XLA's program (module docstring) from the panel's ``lines``
     (``text``, ``keys``), each line's own source frame (``frames``: ``[file, line]`` or
     None) and JAX name (``names``); ``page_steps`` the page's StableHLO steps and ``runs``
