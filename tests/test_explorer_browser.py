@@ -546,8 +546,10 @@ def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_v
     """XLA's optimized program as a graph: each fusion of the entry computation a closed node
     (as JAX's own compile makes them); the return line lights up the fusion computing it;
     opened, the fusion shows its fused computation's instructions; selected, its XLA line and
-    Python line. Its value is the interpreter's of stablehlo.add (by hand: log(exp(x)) is
-    [1, 50, inf] in f32, x @ ones is 151 each: [152, 201, inf]), marked as such."""
+    Python line. Its value is XLA's program's as the interpreter runs it (JAX's result: algsimp
+    made log(exp(x)) into x), and beside it that of the StableHLO op it computes,
+    stablehlo.add, in the original program (by hand: log(exp(x)) is [1, 50, inf] in f32,
+    x @ ones is 151 each: [152, 201, inf])."""
     from test_tools_explorer import hlo_computations
 
     x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
@@ -560,7 +562,9 @@ def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_v
     root = next(name for name, text in compiled[entry] if text.startswith("ROOT"))
     assert texts(page, "#xla-graph .node.fusion.hl > .opname") == [f"▸ %{root}"]
     fusion = page.locator("#xla-graph .node.fusion", has_text=f"%{root}")
-    assert fusion.locator("> .value").inner_text() == "≙ f32[1,3] [[152 201 inf]]"
+    expected = np.asarray(jax.jit(log_exp_and_product)(x, w))
+    assert expected.tolist() == [[152, 201, 251]]
+    assert fusion.locator("> .value").inner_text() == "f32[1,3] [[152 201 251]]"
     fusion.click()
     opened = page.locator("#xla-graph .node.fusion.open")
     inside = [where.split(" · ")[0] for where in opened.locator(".node.op > .where").all_inner_texts()]
@@ -568,13 +572,16 @@ def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_v
     assert page.inner_text("#xla .line.selected .text").strip().startswith(f"ROOT %{root} = ")
     assert [t.strip() for t in texts(page, "#python .line.hl .text")] == ["return y + x @ w"]
     details = page.inner_text("#details")
-    assert "the interpreter's value of StableHLO op stablehlo.add (StableHLO line 6)" in details
-    assert "f32[1,3] [[152 201 inf]]" in details and "⚠ pass algsimp (pipeline simplification) changed" in details
+    assert "XLA's program, run on the interpreter:\n\nf32[1,3]\nf32[1,3] [[152 201 251]]" in details
+    assert ("the StableHLO op it computes, stablehlo.add (StableHLO line 6), in the original program:\n\n"
+            "f32[1,3]\nf32[1,3] [[152 201 inf]]") in details
+    assert "⚠ pass algsimp (pipeline simplification) changed" in details
     # the dot (no metadata in XLA's program), found by its name: no value, and why
     page.fill("#search", "%dot.")
     assert page.inner_text("#search-count") == "1 match"
     page.press("#search", "Enter")
-    assert "no value shown: its metadata names no JAX op and no source line" in page.inner_text("#details")
+    assert "f32[1,3] [[151 151 151]]" in page.inner_text("#details")      # x @ ones, by hand
+    assert "no StableHLO op's value: its metadata names no JAX op and no source line" in page.inner_text("#details")
     assert " dot(" in page.inner_text("#xla .line.selected")
 
 

@@ -515,6 +515,42 @@ def test_xla_stages_of_a_module_file_link_xlas_instructions_to_its_lines(tmp_pat
     assert removed and all(change[0] == "-" and change[2] == "plain.mlir:2" for change in removed)
 
 
+def test_xla_graph_shows_the_values_of_xlas_program_run_on_the_interpreter():
+    """Every instruction of XLA's optimized program of ``log_exp_and_product`` shows the
+    value it computes when the interpreter runs the program (translated back): the root
+    fusion's is JAX's compiled result (251 where the original program's add gives inf:
+    algsimp made log(exp(x)) into x), the dot's is x @ w; in a loop's body, an instruction
+    ran three times shows none, and says so."""
+    import sys
+
+    def text(array):
+        return np.array2string(np.asarray(array), threshold=sys.maxsize, max_line_width=100, separator=" ")
+
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    data, graph = exploration.data, exploration.data["xla"]["graph"]
+    assert all("run" in item for item in [*graph["steps"].values(), *graph["groups"].values()])
+    root = graph["steps"][graph["regions"]["xr0"]["ret"]["sources"][0][0]]
+    fusion = graph["groups"][root["group"]]
+    assert data["full_values"][fusion["run"]["full"]] == text(jax.jit(log_exp_and_product)(*XW))
+    (dot,) = [step for step in graph["steps"].values() if step["op"] == "dot"]
+    assert data["full_values"][dot["run"]["full"]] == text(XW[0] @ XW[1])
+    original = next(r for r in exploration.trace.records if r.op == "stablehlo.add")
+    assert np.isinf(np.asarray(original.values[0])).any() and fusion["v"] == root["v"]
+
+    def loop(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * 2 + i, x)
+
+    graph = si.explore(loop, np.arange(4, dtype=np.float32), xla_stages=True).data["xla"]["graph"]
+    bodies = [rid for rid, region in graph["regions"].items() if region["owner"] is not None]
+    inside = [step for step in graph["steps"].values() if any(step["l"] in _lines_of(graph, rid) for rid in bodies)]
+    ran_thrice = {graph["reasons"][step["rw"]] for step in inside if "rw" in step}
+    assert "it ran 3 times in the interpreter's run of XLA's program: no single value" in ran_thrice
+
+
+def _lines_of(graph: dict, rid: str) -> set[int]:
+    return {graph["steps"][sid]["l"] for sid in graph["regions"][rid]["steps"]}
+
+
 def _sharded_xla_graph() -> dict:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

@@ -77,6 +77,7 @@ class StageRun:
     results: list = field(default_factory=list)
     reason: str = ""
     rerun: Callable | None = field(default=None, repr=False, compare=False)   # the stage run again (listener)
+    program: Any = field(default=None, repr=False, compare=False)             # the stage translated and loaded
     layout: _Layout | None = field(default=None, repr=False, compare=False)   # a per-device stage's
 
 
@@ -312,7 +313,7 @@ def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge, devices: _Devi
                                                f"{len(judge.expected)}")
     outputs = judge.outputs(results, rerun)
     return StageRun(stage, KEEPS if all(d is None for d in outputs) else CHANGES, outputs, list(results),
-                    rerun=rerun, layout=layout)
+                    rerun=rerun, layout=layout, program=program)
 
 
 @dataclass

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from .groups import GroupBuilder
+from .xla_values import StageValues, stage_values
+from .type_texts import xla_type_text
 
 _COMPUTATION = re.compile(r"^(?P<entry>ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT )?%(?P<name>[\w.\-]+) = (?P<shape>.*?) (?P<opcode>[\w\-]+)\((?P<rest>.*)$")
@@ -40,8 +43,6 @@ _CONTROL = re.compile(r"\b(?:body|condition|calls|true_computation|false_computa
                       r"(?P<names>\{[^}]*\}|%[\w.\-]+)")
 _CALL = re.compile(r"\bto_apply=(?P<names>%[\w.\-]+)")
 _KIND = re.compile(r"\bkind=(?P<kind>\w+)")
-_INTEGER = re.compile(r"^(?P<sign>[su])(?P<bits>\d+)$")
-_SHAPE = re.compile(r"^(?P<type>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]$")
 
 
 class _Instruction:
@@ -97,13 +98,15 @@ def computations(lines: list[str]) -> tuple[dict[str, list[_Instruction]], str |
 
 
 def xla_graph(lines: list[dict], frames: list, names: list, page_steps: dict, runs: Counter,
-              files: Any, values: bool) -> dict | None:
+              files: Any, values: bool, run: Any = None, keep: Callable[[Any], dict] | None = None) -> dict | None:
     """The graph data of XLA's program (module docstring) from the panel's ``lines``
     (``text``, ``keys``), each line's own source frame (``frames``: ``[file, line]`` or
     None) and JAX name (``names``); ``page_steps`` the page's StableHLO steps and ``runs``
     how many times each ran, for the values; ``values``: False where the page's values
     are not those of XLA's program's ops (a sharded program: XLA's is each device's).
-    None where the text has no entry computation."""
+    ``run``: the passes report's run of this stage, whose values each instruction shows
+    (``"run"``, kept by ``keep``; else ``"rw"``, why not: :mod:`.xla_values`). None where
+    the text has no entry computation."""
     found, entry = computations([line["text"] for line in lines])
     if entry is None:
         return None
@@ -113,11 +116,15 @@ def xla_graph(lines: list[dict], frames: list, names: list, page_steps: dict, ru
     for step in builder.steps.values():
         step.update(matches.of(names[step["l"]], frames[step["l"]], step["t"], _computing(step, builder.steps)))
     _one_instruction_an_op(builder.steps, page_steps)
+    stage = stage_values(run, found, entry, keep) if keep is not None else StageValues(missing="not asked for")
+    for step in builder.steps.values():
+        step.update(stage.of(step["l"]))
     for group in builder.groups.groups.values():
         root = builder.steps.get(group.pop("root", None))
         if "xla" in group:        # a fusion's value is its fused root's
             group.update({key: root[key] for key in ("v", "w") if key in root} if root else
                          {"w": "its fused root is not an instruction of its own"})
+            group.update(stage.of(group["xla"]))
     return _compact({"sections": [section], "regions": builder.regions, "steps": builder.steps,
                      "groups": builder.groups.page_groups()})
 
@@ -127,11 +134,12 @@ def _compact(graph: dict) -> dict:
     without its id and region (the page reads them from its key and its region's steps),
     nor the fields it does not have (``group``, ``f``, ``r``); a fusion without a path
     (the page writes it from its title, ``kind`` and size) nor the empty fields of the
-    page's groups; each reason there is no value (``w``) an index in ``reasons``."""
+    page's groups; each reason there is no value (``w``, ``rw``) an index in ``reasons``."""
     reasons: dict[str, int] = {}
     for item in [*graph["steps"].values(), *graph["groups"].values()]:
-        if "w" in item:
-            item["w"] = reasons.setdefault(item["w"], len(reasons))
+        for key in ("w", "rw"):
+            if key in item:
+                item[key] = reasons.setdefault(item[key], len(reasons))
     for step in graph["steps"].values():
         for key in ("id", "region"):
             del step[key]
@@ -177,7 +185,7 @@ class _ValueMatcher:
             return {"w": "XLA's program here is each device's: the page's values are the global program's"}
         if not name and frame is None:
             return {"w": "its metadata names no JAX op and no source line: no StableHLO op to take a value from"}
-        wanted = mlir_type_text(shape)
+        wanted = xla_type_text(shape)
         found = [sid for sid in self.named.get(name or None, ())
                  if self.page_steps[sid]["types"] == [wanted]
                  and (frame is None or [self.page_steps[sid]["file"], self.page_steps[sid]["line"]] == frame)]
@@ -205,20 +213,6 @@ def _computing(step: dict, steps: dict) -> str:
     while step["op"] in _KEEPS_ELEMENTS and step["o"] and step["o"][0] in steps:
         step = steps[step["o"][0]]
     return "stablehlo." + _STABLEHLO_NAMES.get(step["op"], step["op"].replace("-", "_"))
-
-
-def mlir_type_text(shape: str) -> str:
-    """XLA's shape text (layout left out) as the page writes StableHLO's types: ``s32[4]``
-    as ``i32[4]``, ``u8[]`` as ``ui8[]``, ``pred[2]`` as ``i1[2]`` (a tuple as it is)."""
-    match = _SHAPE.match(shape)
-    if match is None:
-        return shape
-    element, integer = match["type"], _INTEGER.match(match["type"])
-    if element == "pred":
-        element = "i1"
-    elif integer:
-        element = ("ui" if integer["sign"] == "u" else "i") + integer["bits"]
-    return f"{element}[{match['dims']}]"
 
 
 class _Builder:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...backends.errors import BackendError
@@ -38,12 +38,13 @@ _COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _CALLS = re.compile(r"\bcalls=%(?P<name>[\w.\-]+)")
 
 
-def stage_data(call: Call, files: Any, page_steps: dict, runs: Counter) -> tuple[dict, PassesReport | None]:
+def stage_data(call: Call, files: Any, page_steps: dict, runs: Counter,
+               keep: Callable[[Any], dict]) -> tuple[dict, PassesReport | None]:
     """The page's ``xla`` entry for a prepared call (``files``: the page's Python files, a
     ``page_data._Files``; ``page_steps``: its StableHLO steps, ``runs`` how many times each
-    ran, for the values the graph shows: :mod:`.xla_graph`), and the passes report (None
-    without arguments, or where XLA's stages could not be had: then the entry's ``error``
-    says why)."""
+    ran, and ``keep`` how the page keeps a value, for the values the graph shows:
+    :mod:`.xla_graph`), and the passes report (None without arguments, or where XLA's
+    stages could not be had: then the entry's ``error`` says why)."""
     try:
         if call.arguments is None:
             report = None
@@ -59,11 +60,17 @@ def stage_data(call: Call, files: Any, page_steps: dict, runs: Counter) -> tuple
     devices = call.program.num_partitions
     data = {"stage": last.name, "stages": len(stages), "lines": lines,
             "passes": _passes(distinct, report), "report": None if report is None else str(report),
-            "graph": xla_graph(lines, frames, names, page_steps, runs, files, values=devices == 1),
+            "graph": xla_graph(lines, frames, names, page_steps, runs, files, values=devices == 1,
+                               run=_last_run(report, last), keep=keep),
             "back": stages_back(distinct)}
     if devices > 1:        # XLA's per-device program: its collectives and their bytes
         data["collectives"] = collectives([line["text"] for line in data["lines"]], devices)
     return data, report
+
+
+def _last_run(report: PassesReport | None, last: Any) -> Any:
+    """The report's run of the last stage (None: not run)."""
+    return next((run for run in report.runs if run.stage.order == last.order), None) if report else None
 
 
 def _passes(distinct: list, report: PassesReport | None) -> list[dict]:

@@ -106,7 +106,7 @@
         steps[sid] = {id: sid, region: rid, group: s.group || null, name: s.op, op: s.op, file: s.f ? s.f[0] : null,
                       line: s.f ? s.f[1] : null, function: null, jax: null, types: [s.t], regions: s.r || [],
                       calls: null, hlo: null, operands: s.o.map(id => [id, 0]), xla: s.l, instruction: s.name,
-                      value: s.v || null, why: why(s.w)};
+                      value: s.v || null, why: why(s.w), run: s.run || null, runWhy: why(s.rw)};
       }
     }
     Object.assign(regions, graph.regions);
@@ -124,7 +124,7 @@
       const group = Object.assign({where: null, file: null, pass: null}, graph.groups[gid]);
       if (group.xla !== undefined)
         Object.assign(group, {path: `${group.title}: ${group.kind || "a"} fusion of ${group.ops} instruction(s)`,
-                              value: group.v || null, why: why(group.w)});
+                              value: group.v || null, why: why(group.w), run: group.run || null, runWhy: why(group.rw)});
       groups[gid] = group;
     }
   }
@@ -822,12 +822,15 @@
     return node;
   }
 
-  // The value an XLA step or fusion shows: the interpreter's value of the StableHLO op it
+  // The value an XLA step or fusion shows: the one it computed when the interpreter ran
+  // XLA's program (xla_values.py), else (``≙``) the interpreter's value of the StableHLO op it
   // computes (xla_graph.py says when there is one), else its type.
   function xlaValueLine(item) {
-    const value = xlaValueOf(item);
-    const line = el("div", value ? "value" : "value missing", value ? "≙ " + value.s : item.types ? item.types[0] : item.t);
-    line.title = value ? `the interpreter's value of StableHLO op ${steps[item.value].name}` : item.why || "";
+    const value = item.run || xlaValueOf(item);
+    const line = el("div", value ? "value" : "value missing",
+                    item.run ? item.run.s : value ? "≙ " + value.s : item.types ? item.types[0] : item.t);
+    line.title = item.run ? "computed by XLA's optimized program, run on the interpreter" :
+                 value ? `the interpreter's value of StableHLO op ${steps[item.value].name}` : item.why || "";
     return line;
   }
   function xlaValueOf(item) {
@@ -1112,9 +1115,10 @@
   }
 
   // An XLA instruction's details (a step, or a fusion: a group): its text, the Python
-  // lines it computes, and the interpreter's value of the StableHLO op it computes where
-  // xla_graph.py found one (else why not): the interpreter's value of that op, not XLA's
-  // (a pass that changed the values makes XLA's differ).
+  // lines it computes, its value in XLA's program run on the interpreter (else why not),
+  // and the interpreter's value of the StableHLO op it computes where xla_graph.py found
+  // one (else why not): that op's in the original program (a pass that changed the values
+  // makes the two differ).
   function showXlaItem(item) {
     const details = document.getElementById("details"), line = data.xla.lines[item.xla];
     details.appendChild(el("h3", null, line.text.trim()));
@@ -1131,19 +1135,21 @@
       list.append(el("dt", null, "Python"), lines);
     }
     details.appendChild(list);
+    details.appendChild(el("p", null, "XLA's program, run on the interpreter:"));
+    details.appendChild(item.run ? resultBlock(item.run.t, item.run) : el("p", "hint", "no value: " + item.runWhy));
     const value = xlaValueOf(item);
     if (!value) {
-      details.appendChild(el("p", "hint", "no value shown: " + (item.why || "the StableHLO op's value was not kept")));
+      details.appendChild(el("p", "hint", "no StableHLO op's value: " + (item.why || "the op's value was not kept")));
       return;
     }
     const op = steps[item.value];
-    const source = el("p", "link", `the interpreter's value of StableHLO op ${op.name}` +
-                                   (op.hlo !== null ? ` (StableHLO line ${op.hlo})` : ""));
+    const source = el("p", "link", `the StableHLO op it computes, ${op.name}` +
+                                   (op.hlo !== null ? ` (StableHLO line ${op.hlo})` : "") + ", in the original program:");
     source.addEventListener("click", () => select({kind: "step", sid: op.id}));
     details.append(source, resultBlock(`${value.t}`, value));
     const changed = data.xla.passes.find(entry => entry.values);
     if (changed) details.appendChild(el("p", "marker", `⚠ ${changed.name} changed the program's values: ` +
-                                                       "XLA's own value here may differ"));
+                                                       "XLA's here may differ from it"));
   }
 
   // A group's details: what it is (its whole title, the pass it is part of, where it was
