@@ -66,7 +66,7 @@ def stage_values(run: Any, found: dict, entry: str, keep: Callable[[Any], dict])
     for record in recorder.trace.records:
         records[id(record.step)].append(record)
     function = run.program.functions.get("main")
-    lined = {}
+    lined: dict[int, Any] = {}       # XLA line -> the translated step
     if function is not None and function.region is not None:
         _line_up(entry, function.region, found, lined)
     values = StageValues()
