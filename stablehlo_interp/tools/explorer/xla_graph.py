@@ -43,12 +43,14 @@ _CONTROL = re.compile(r"\b(?:body|condition|calls|true_computation|false_computa
                       r"(?P<names>\{[^}]*\}|%[\w.\-]+)")
 _CALL = re.compile(r"\bto_apply=(?P<names>%[\w.\-]+)")
 _KIND = re.compile(r"\bkind=(?P<kind>\w+)")
+_INDEX = re.compile(r"\bindex=(?P<index>\d+)")
 
 
 class _Instruction:
     """One instruction of XLA's text: its line in the panel, name, shape (layouts left
-    out), opcode, operands' names, the computations it runs (a fusion's, a loop's...), and
-    its parameter number (a ``parameter``'s)."""
+    out), opcode, operands' names, the computations it runs (a fusion's, a loop's...), its
+    parameter number (a ``parameter``'s), a ``get-tuple-element``'s index and a
+    ``constant``'s literal."""
 
     def __init__(self, line: int, match: re.Match):
         self.line, self.name, self.root = line, match["name"], bool(match["root"])
@@ -59,8 +61,10 @@ class _Instruction:
         control = _CALL if self.opcode == "call" else _CONTROL      # (a call's computation is its to_apply)
         self.called = [name for found in control.finditer(attributes) for name in _OPERAND.findall(found["names"])]
         self.number = int(operands) if self.opcode == "parameter" and operands.strip().isdigit() else None
-        kind = _KIND.search(attributes)
+        kind, index = _KIND.search(attributes), _INDEX.search(attributes)
         self.kind = kind["kind"] if kind else None
+        self.index = int(index["index"]) if index else None          # a get-tuple-element's
+        self.literal = operands.strip() if self.opcode == "constant" else None
 
 
 def _split_operands(rest: str) -> tuple[str, str]:

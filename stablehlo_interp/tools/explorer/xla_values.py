@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..trace import TraceRecorder
 from .type_texts import type_text_of, xla_type_text
 
@@ -68,7 +70,7 @@ def stage_values(run: Any, found: dict, entry: str, keep: Callable[[Any], dict])
     function = run.program.functions.get("main")
     lined: dict[int, Any] = {}       # XLA line -> the translated step
     if function is not None and function.region is not None:
-        _line_up(entry, function.region, found, lined)
+        _LineUp(found, records, lined).computation(entry, function.region, 0)
     values = StageValues()
     for instructions in found.values():
         for instruction in instructions:
@@ -88,27 +90,120 @@ def stage_values(run: Any, found: dict, entry: str, keep: Callable[[Any], dict])
     return values
 
 
-def _line_up(computation: str, region: Any, found: dict, lined: dict) -> None:
-    """Pairs the instructions of ``computation`` (its parameters aside) with the steps of
-    the translation's ``region``, and those of the computations they run with theirs, where
-    they line up (module docstring)."""
-    instructions = [i for i in found.get(computation, ()) if i.number is None and i.opcode not in _TUPLES]
-    steps = list(region.steps)
-    ours, theirs = [_instruction_key(i) for i in instructions], [_step_key(s) for s in steps]
-    if Counter(ours) != Counter(theirs):
-        return
-    if ours == theirs:
-        pairs = list(zip(instructions, steps))
-    else:
-        alone = {key for key, count in Counter(ours).items() if count == 1}
-        step_of = {key: step for key, step in zip(theirs, steps) if key in alone}
-        pairs = [(i, step_of[key]) for i, key in zip(instructions, ours) if key in alone]
-    for instruction, step in pairs:
-        lined[instruction.line] = step
-        inner = [r for r in step.regions if not r.kind.is_function_body] or list(step.regions)
-        if len(inner) == len(instruction.called):
-            for called, inner_region in zip(instruction.called, inner):
-                _line_up(called, inner_region, found, lined)
+class _LineUp:
+    """Pairs XLA's instructions with the translation's steps (module docstring), in
+    ``lined``; ``records``: the run's records of each step (a constant's value)."""
+
+    def __init__(self, found: dict, records: dict, lined: dict):
+        self.found, self.records, self.lined = found, records, lined
+
+    def computation(self, computation: str, region: Any, captured: int) -> None:
+        """Pairs the instructions of ``computation`` with the steps of ``region`` (whose first
+        ``captured`` inputs are values of the region around), and those of the computations
+        they run with theirs."""
+        every = self.found.get(computation, [])
+        instructions = [i for i in every if i.number is None and i.opcode not in _TUPLES]
+        steps = list(region.steps)
+        ours, theirs = [_instruction_key(i) for i in instructions], [_step_key(s) for s in steps]
+        if Counter(ours) != Counter(theirs):
+            return
+        pairs = list(zip(instructions, steps)) if ours == theirs else self._by_dataflow(every, steps, captured)
+        for instruction, step in pairs:
+            self.lined[instruction.line] = step
+            inner = [(index, r) for index, r in enumerate(step.regions) if not r.kind.is_function_body]
+            called = inner or [(index, r) for index, r in enumerate(step.regions)]
+            if len(called) == len(instruction.called):
+                for name, (index, inner_region) in zip(instruction.called, called):
+                    self.computation(name, inner_region, len(step.captures[index]) if inner else 0)
+
+    def _by_dataflow(self, every: list, steps: list, captured: int) -> list:
+        """The pairs whose operands are known pairs (or the same parameters), each the one
+        step of its operation and types taking them; where several do, a constant by its
+        value, a fusion (or a loop...) by the operations its computations hold. Repeated
+        until no more are found."""
+        known: dict[str, list] = {}        # an instruction's name -> what its value (each tuple element) is
+        arguments = 0                      # (a tuple parameter's elements are the block's arguments, flat)
+        for parameter in sorted((i for i in every if i.number is not None), key=lambda i: i.number):
+            count = len(_elements(parameter.shape))
+            known[parameter.name] = [("arg", arguments + k) for k in range(count)]
+            arguments += count
+        producers: dict[int, tuple] = {}   # a slot of the region -> (its step's id, which result)
+        for step in steps:
+            for index, slot in enumerate(step.results):
+                producers[slot] = (id(step), index)
+        free = defaultdict(list)
+        for step in steps:
+            free[_step_key(step)].append(step)
+        pending = [i for i in every if i.number is None]
+        pairs, found = [], True
+        while found:
+            found = False
+            for instruction in list(pending):
+                value = self._value_of(instruction, known, free, producers, captured)
+                if value is None:
+                    continue
+                pending.remove(instruction)
+                found = True
+                known[instruction.name] = value[0]
+                if value[1] is not None:
+                    pairs.append((instruction, value[1]))
+        return pairs
+
+    def _value_of(self, instruction: Any, known: dict, free: dict, producers: dict,
+                  captured: int) -> tuple[list, Any] | None:
+        """What ``instruction``'s value is (each element), and the step it pairs with (None
+        for a tuple's), once its operands are known; None while they are not, or where no
+        single step takes them."""
+        if not all(name in known for name in instruction.operands):
+            return None
+        operands = [value for name in instruction.operands for value in known[name]]
+        if instruction.opcode == "tuple":
+            return operands, None
+        if instruction.opcode == "get-tuple-element":
+            element = known[instruction.operands[0]][instruction.index or 0] if instruction.operands else None
+            return ([element], None) if element is not None else None
+        options = [step for step in free[_instruction_key(instruction)]
+                   if [_slot_value(slot, producers, captured) for slot in step.operands] == operands]
+        if instruction.opcode == "constant" and len(options) > 1:
+            options = [step for step in options if _same_literal(instruction.literal, self.records.get(id(step)))]
+        if instruction.called and len(options) > 1:      # fusions of the same operands: by what they fuse
+            options = [step for step in options if self._same_bodies(instruction, step)]
+        if len(options) != 1:
+            return None
+        (step,) = options
+        free[_instruction_key(instruction)].remove(step)
+        return [(id(step), index) for index in range(len(step.results))], step
+
+
+    def _same_bodies(self, instruction: Any, step: Any) -> bool:
+        """Whether the computations an instruction runs hold the operations and types the
+        step's regions hold."""
+        regions = [r for r in step.regions if not r.kind.is_function_body] or list(step.regions)
+        return len(regions) == len(instruction.called) and all(
+            Counter(_instruction_key(i) for i in self.found.get(name, ()) if i.number is None and i.opcode not in _TUPLES)
+            == Counter(_step_key(inner) for inner in region.steps) for name, region in zip(instruction.called, regions))
+
+
+def _slot_value(slot: int, producers: dict, captured: int) -> tuple:
+    """What a slot of a translated region holds: a step's result, an input of the region
+    (``("arg", k)``, the block's own, after the ``captured`` values of the region around)."""
+    return producers.get(slot, ("arg", slot - captured) if slot >= captured else ("captured", slot))
+
+
+def _same_literal(literal: str | None, records: list | None) -> bool:
+    """Whether a constant's value (its only run's) is XLA's literal (a scalar's: ``2``,
+    ``-inf``, ``true``)."""
+    if literal is None or not records or records[0].values is None:
+        return False
+    value = np.asarray(records[0].values[0])
+    if value.size != 1:
+        return False
+    written = {"true": 1.0, "false": 0.0}.get(literal)
+    try:
+        number = written if written is not None else float(literal)
+    except ValueError:
+        return False
+    return bool(number == value.item() or (np.isnan(number) and np.isnan(value.item())))
 
 
 def _instruction_key(instruction: Any) -> tuple:
