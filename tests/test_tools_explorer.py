@@ -519,8 +519,10 @@ def test_xla_graph_shows_the_values_of_xlas_program_run_on_the_interpreter():
     """Every instruction of XLA's optimized program of ``log_exp_and_product`` shows the
     value it computes when the interpreter runs the program (translated back): the root
     fusion's is JAX's compiled result (251 where the original program's add gives inf:
-    algsimp made log(exp(x)) into x), the dot's is x @ w; in a loop's body, an instruction
-    ran three times shows none, and says so."""
+    algsimp made log(exp(x)) into x), the dot's is x @ w. A fori_loop's program, whose
+    translation orders the entry's and the body's ops otherwise than XLA's text (lined up
+    by their operands): the entry's copy of x shows x; each instruction of the body (its
+    tuples aside) ran three times, and says so instead of showing a value."""
     import sys
 
     def text(array):
@@ -540,11 +542,17 @@ def test_xla_graph_shows_the_values_of_xlas_program_run_on_the_interpreter():
     def loop(x):
         return jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * 2 + i, x)
 
-    graph = si.explore(loop, np.arange(4, dtype=np.float32), xla_stages=True).data["xla"]["graph"]
-    bodies = [rid for rid, region in graph["regions"].items() if region["owner"] is not None]
-    inside = [step for step in graph["steps"].values() if any(step["l"] in _lines_of(graph, rid) for rid in bodies)]
-    ran_thrice = {graph["reasons"][step["rw"]] for step in inside if "rw" in step}
-    assert "it ran 3 times in the interpreter's run of XLA's program: no single value" in ran_thrice
+    x = np.arange(4, dtype=np.float32)
+    exploration = si.explore(loop, x, xla_stages=True)
+    data, graph = exploration.data, exploration.data["xla"]["graph"]
+    (copy,) = [step for step in graph["steps"].values() if step["op"] == "copy" and step["t"] == "f32[4]"
+               and step["l"] in _lines_of(graph, "xr0")]
+    assert data["full_values"][copy["run"]["full"]] == text(x)
+    (body,) = [region for region in graph["regions"].values() if region["title"] == "%" + re.search(
+        r"body=%([\w.\-]+)", next(line["text"] for line in data["xla"]["lines"] if " while(" in line["text"]))[1]]
+    reasons = {graph["reasons"][graph["steps"][sid]["rw"]] for sid in body["steps"]
+               if graph["steps"][sid]["op"] not in ("tuple", "get-tuple-element")}
+    assert reasons == {"it ran 3 times in the interpreter's run of XLA's program: no single value"}
 
 
 def _lines_of(graph: dict, rid: str) -> set[int]:
