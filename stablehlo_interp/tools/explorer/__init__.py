@@ -16,11 +16,12 @@ the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
 ``xla_stages=True`` also shows what XLA CPU's pipeline made of the program: its optimized
 HLO (fusions and all) as a text panel linked to the source lines and as a graph drawn
-by the same code as StableHLO's, each fusion a group that opens to its instructions,
-with the interpreter's value of the StableHLO op an instruction computes where exactly
-one matches (:mod:`.xla_graph`); and the passes that changed it, stepped through one by
-one in the text panel, with the one that changed the values marked (:mod:`.xla_stages`,
-on :func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
+by the same code as StableHLO's, each fusion a group that opens to its instructions
+(:mod:`.xla_graph`), each with the value it computes when the interpreter runs XLA's
+program (:mod:`.xla_values`) and that of the StableHLO op it computes in the original
+program where exactly one matches; and the passes that changed it, stepped through one
+by one in the text panel, with the one that changed the values marked
+(:mod:`.xla_stages`, on :func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
 its collectives listed with the bytes each device sends and receives
 (:mod:`.xla_collectives`).
 

@@ -9,10 +9,13 @@ called computation with the called function's body), its tuples aside (the trans
 has none: a ``tuple`` and a ``get-tuple-element`` are no op of it). Each op is its
 instruction's operation (``dot`` a ``dot_general``...) with its result's types, and the
 two computations hold the same of each: in order where the orders agree, else (the
-translator orders ops its own way) only the instructions whose operation and types no
-other has. A computation that does not line up so gives no values (its instructions say
-why), nor does an instruction run more than once (in a loop's body), one whose value is
-a tuple, or a program XLA partitioned (each device's).
+translator orders ops its own way) by their dataflow, from the parameters on: an op is
+an instruction's where it is the only op of the instruction's operation and types that
+takes what the instruction's operands were lined up with (where several do, a constant
+is told apart by its value, a fusion by the operations it fuses; else none is paired,
+nor what depends on it). An instruction not paired gives no value (it says why), nor
+does one run more than once (in a loop's body), one whose value is a tuple, or a
+program XLA partitioned (each device's).
 """
 
 from __future__ import annotations
