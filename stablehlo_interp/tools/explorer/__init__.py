@@ -136,9 +136,10 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
 
     ``xla_stages``: also compile the program with XLA CPU's pipeline, pass by pass (in a
     child process, as :func:`~..passes.passes` does, whose report it keeps), and show the
-    optimized program linked to the source lines and the passes that changed it; the pass
-    that changed the values, where one did, is marked. Where XLA's stages cannot be had,
-    the page says why.
+    optimized program linked to the source lines, as text and as a graph with the values
+    its instructions compute on the interpreter, and the passes that changed it, each
+    stage shown on demand; the pass that changed the values, where one did, is marked.
+    Where XLA's stages cannot be had, the page says why.
     """
     if per_device:
         call = prepare_checked(target, args, kwargs, function)
