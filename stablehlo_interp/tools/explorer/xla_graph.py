@@ -186,7 +186,7 @@ class _ValueMatcher:
         """``{"v": step id}``, or ``{"w": why there is none}``; among several ops of the
         name, line and type, the one of operation ``computing`` (StableHLO's name of it)."""
         if not self.values:
-            return {"w": "XLA's program here is each device's: the page's values are the global program's"}
+            return {"w": "XLA's program here is each device's, as XLA's partitioner made it: no op of the page computes its values"}
         if not name and frame is None:
             return {"w": "its metadata names no JAX op and no source line: no StableHLO op to take a value from"}
         wanted = xla_type_text(shape)

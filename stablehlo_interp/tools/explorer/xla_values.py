@@ -64,7 +64,7 @@ def stage_values(run: Any, found: dict, entry: str, keep: Callable[[Any], dict])
         return StageValues(missing=f"the interpreter did not run XLA's optimized program"
                                    f"{': ' + run.reason if run is not None and run.reason else ''}")
     if run.layout is not None:
-        return StageValues(missing="XLA's program here is each device's: its values are not shown")
+        return StageValues(missing="XLA's program here is each device's: its devices' values are not shown")
     recorder = TraceRecorder(values=True)
     run.rerun(recorder)
     records = defaultdict(list)
