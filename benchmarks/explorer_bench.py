@@ -11,7 +11,8 @@ the worst case for grouping). The target (issue 22): the first node within 2 s.
 
 Issue 41's views, each on the line under its program's default page, with the page's
 extra weight (its bytes beyond the default page's): the 12-layer LM with
-``xla_stages=True`` (XLA CPU's optimized program and its passes), and the zoo's Flax NNX
+``xla_stages=True`` (XLA CPU's optimized program, its graph and its passes, stepped
+through: what each weighs on a line of its own), and the zoo's Flax NNX
 LM Adam step on a 2x4 data x model mesh (8 host CPU devices) with ``per_device=True``
 (the per-device program, each device's values and the collectives' bytes).
 
@@ -139,10 +140,20 @@ def main() -> None:
                 first, ready, wall = (min(t[k] for t in opened) for k in range(3))
                 print(f"{name:<16} {view:<16} {ops:>7} {format_time(written):>10} {size / 1e6:>7.2f}MB {extra:>9} "
                       f"{format_time(first):>11} {format_time(ready):>10} {format_time(wall):>10}", flush=True)
+                if "graph" in exploration.data.get("xla", {}):
+                    print(" " * 34 + _xla_weights(exploration.data["xla"]), flush=True)
         browser.close()
     print(f"(pages in {folder}; page: the page and its values file; extra: beyond the default page's; "
           f"explore: run and write; first node, ready: the page's clock from the start "
           f"of navigation; wall: Playwright's wait for ready; best of {options.repeat} openings from disk)")
+
+
+def _xla_weights(xla: dict) -> str:
+    """What XLA's stages weigh in the page: the optimized program's text (its lines, linked),
+    its graph, and the passes' steps back (kept apart, read on first use)."""
+    parts = {"text": xla["lines"], "graph": xla["graph"], "stages": xla["back"]}
+    weights = {part: len(json.dumps(value, separators=(",", ":"))) for part, value in parts.items()}
+    return "of which XLA's " + ", ".join(f"{part} {weight / 1e6:.2f}MB" for part, weight in weights.items())
 
 
 def _view_name(view_options: dict) -> str:

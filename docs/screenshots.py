@@ -39,7 +39,8 @@ PAGES = {
                          ("tutorial_devices.html", "tutorial_devices.png", ("device", 4)),
                          ("tutorial_devices.html", "tutorial_xla_collectives.png", ("banner", "xla-collectives"))],
     "docs/tools.md": [("running_log_sum.html", "tools_nonfinite.png", ("banner", "nonfinite")),
-                      ("scaled_sum.html", "tools_explore.png", ("line", "z = x * 2.0 + y"))],
+                      ("scaled_sum.html", "tools_explore.png", ("line", "z = x * 2.0 + y")),
+                      ("log_exp_and_product.html", "tools_xla_graph.png", ("fusion", "%bitcast_add_fusion"))],
     "docs/sharding.md": [("sharded_matmul.html", "sharding_per_device.png", ("device", 2))],
 }
 # document -> (directory its example writes with model_explorer=, screenshot, the overlay shown)
@@ -50,10 +51,13 @@ MODEL_EXPLORER_PAGES = {
 
 def act(page, action) -> None:
     """Do what the screenshot shows: click the source line holding a text, or a banner;
-    or choose a device of a per-device page and open its collectives panel."""
+    or choose a device of a per-device page and open its collectives panel; or open an
+    XLA fusion of the graph of XLA's optimized program."""
     kind, what = action
     if kind == "line":
         page.locator("#python .line", has_text=what).first.click()
+    elif kind == "fusion":
+        page.locator("#xla-graph .node.fusion", has_text=what).first.click()
     elif kind == "device":
         page.select_option("#device", str(what))
         page.click("#banners .collectives")

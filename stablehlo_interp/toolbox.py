@@ -169,9 +169,9 @@ TOOLS = (
                        "(needs the model-explorer extra); with --per-device, the per-device program and each "
                        "device's node data"),
          Argument("--xla-stages", action="store_true",
-                  help="also show XLA CPU's optimized program, linked to the source lines, and the passes that "
-                       "changed it, the one that changed the values marked (compiled pass by pass in a child, as "
-                       "'passes' does)"),
+                  help="also show XLA CPU's optimized program, as text and as a graph (fusions that open), linked "
+                       "to the source lines, and the passes that changed it, stepped through one by one, the one "
+                       "that changed the values marked (compiled pass by pass in a child, as 'passes' does)"),
          PER_DEVICE))),
     Tool("compare", "tools.compare", ("compare",), Command(
         "compare with another backend; find the first divergent op",

@@ -513,7 +513,7 @@ def log_exp_and_product(x, w):
 def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_marked(open_page):
     x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
     page = open_page(log_exp_and_product, x, w, xla_stages=True)
-    assert page.inner_text("#xla-panel h2") == "XLA CPU: the optimized program"
+    assert page.inner_text("#xla-panel h2") == "XLA CPU: the optimized program ◀▶"   # (◀▶: the stages)
     page.locator("#python .line", has_text="return y + x @ w").click()
     lit = [text.strip() for text in texts(page, "#xla .line.hl .text")]
     # the fusion at the program's root computes the line, and so do the instructions it fused (the add among them)
@@ -540,6 +540,73 @@ def test_xla_stages_a_line_lights_up_the_fusion_computing_it_and_algsimp_is_mark
     removed = texts(page, "#details .xla-change.removed")
     assert any(" exponential(%x.1)" in text and f"test_explorer_browser.py:{log_exp_and_product.__code__.co_firstlineno + 1}"
                in text for text in removed)
+
+
+def test_xla_graph_fusions_open_to_their_instructions_linked_to_lines_text_and_values(open_page):
+    """XLA's optimized program as a graph: each fusion of the entry computation a closed node
+    (as JAX's own compile makes them); the return line lights up the fusion computing it;
+    opened, the fusion shows its fused computation's instructions; selected, its XLA line and
+    Python line. Its value is XLA's program's as the interpreter runs it (JAX's result: algsimp
+    made log(exp(x)) into x), and beside it that of the StableHLO op it computes,
+    stablehlo.add, in the original program (by hand: log(exp(x)) is [1, 50, inf] in f32,
+    x @ ones is 151 each: [152, 201, inf])."""
+    from test_tools_explorer import hlo_computations
+
+    x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
+    page = open_page(log_exp_and_product, x, w, xla_stages=True)
+    compiled = hlo_computations(jax.jit(log_exp_and_product).lower(x, w).compile().as_text())
+    entry = next(name for name in compiled if name.startswith("main"))
+    fusions = {f"%{name}": re.search(r"calls=%([\w.\-]+)", text)[1] for name, text in compiled[entry] if " fusion(" in text}
+    assert sorted(texts(page, "#xla-graph .node.fusion > .opname")) == sorted(f"▸ {name}" for name in fusions)
+    page.locator("#python .line", has_text="return y + x @ w").click()
+    root = next(name for name, text in compiled[entry] if text.startswith("ROOT"))
+    assert texts(page, "#xla-graph .node.fusion.hl > .opname") == [f"▸ %{root}"]
+    fusion = page.locator("#xla-graph .node.fusion", has_text=f"%{root}")
+    expected = np.asarray(jax.jit(log_exp_and_product)(x, w))
+    assert expected.tolist() == [[152, 201, 251]]
+    assert fusion.locator("> .value").inner_text() == "f32[1,3] [[152 201 251]]"
+    fusion.click()
+    opened = page.locator("#xla-graph .node.fusion.open")
+    inside = [where.split(" · ")[0] for where in opened.locator(".node.op > .where").all_inner_texts()]
+    assert inside == [f"%{name}" for name, text in compiled[fusions[f"%{root}"]] if " parameter(" not in text]
+    assert page.inner_text("#xla .line.selected .text").strip().startswith(f"ROOT %{root} = ")
+    assert [t.strip() for t in texts(page, "#python .line.hl .text")] == ["return y + x @ w"]
+    details = page.inner_text("#details")
+    assert "XLA's program, run on the interpreter:\n\nf32[1,3]\nf32[1,3] [[152 201 251]]" in details
+    assert ("the StableHLO op it computes, stablehlo.add (StableHLO line 6), in the original program:\n\n"
+            "f32[1,3]\nf32[1,3] [[152 201 inf]]") in details
+    assert "⚠ pass algsimp (pipeline simplification) changed" in details
+    # the dot (no metadata in XLA's program), found by its name: no value, and why
+    page.fill("#search", "%dot.")
+    assert page.inner_text("#search-count") == "1 match"
+    page.press("#search", "Enter")
+    assert "f32[1,3] [[151 151 151]]" in page.inner_text("#details")      # x @ ones, by hand
+    assert "no StableHLO op's value: its metadata names no JAX op and no source line" in page.inner_text("#details")
+    assert " dot(" in page.inner_text("#xla .line.selected")
+
+
+def test_xla_stages_step_through_the_passes_with_the_lines_each_added_marked(open_page):
+    """The passes list's algsimp shows the program after it, log(exp(x)) gone and the add
+    of x marked as added; one stage back, the program before any pass, with the
+    exponential and the log; forward to the end, the optimized program, linked again."""
+    x, w = np.array([[1.0, 50.0, 100.0]], np.float32), np.ones((3, 3), np.float32)
+    page = open_page(log_exp_and_product, x, w, xla_stages=True)
+    count = page.evaluate("explorer.data.xla.passes.length")
+    page.click("#banners .xla")
+    page.click("#details li.changes-values")
+    assert page.inner_text("#xla-panel h2 .stage-text") == f"after pass algsimp (pipeline simplification) (stage 1 of {count})"
+    after = texts(page, "#xla-stage .line .text")
+    added = texts(page, "#xla-stage .line.added .text")
+    assert any(" add(%x" in line for line in added) and set(added) <= set(after)
+    assert not any(" exponential(" in line or " log(" in line for line in after)
+    page.click("#xla-panel h2 .prev")
+    assert page.inner_text("#xla-panel h2 .stage-text") == f"the program before any pass (stage 0 of {count})"
+    before = texts(page, "#xla-stage .line .text")
+    assert any(" exponential(" in line for line in before) and any(" log(" in line for line in before)
+    for _ in range(count):
+        page.click("#xla-panel h2 .next")
+    assert page.inner_text("#xla-panel h2 .stage-text") == "the optimized program"
+    assert page.is_visible("#xla") and not page.is_visible("#xla-stage")
 
 
 def test_xla_stages_of_a_sharded_program_list_its_collectives_and_their_bytes(open_page):

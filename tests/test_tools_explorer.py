@@ -355,6 +355,239 @@ def test_xla_stages_of_a_program_passes_cannot_compile_say_why():
     assert exploration.trace.records[-1].values[0] == 6     # the page itself is whole
 
 
+def hlo_computations(text: str) -> dict[str, list[tuple[str, str]]]:
+    """XLA's text as ``{computation: [(instruction name, its line without metadata)]}``."""
+    found, current = {}, None
+    for line in text.splitlines():
+        header = re.match(r"^(?:ENTRY )?%([\w.\-]+) .*\{$", line)
+        if header:
+            current = found.setdefault(header[1], [])
+        elif line.strip() == "}":
+            current = None
+        elif current is not None and " = " in line:
+            current.append((re.match(r"^\s*(?:ROOT )?%([\w.\-]+) = ", line)[1], _METADATA.sub("", line).strip()))
+    return found
+
+
+def sine_of_product(x, w):
+    return jnp.sin(x @ w) + 1.0
+
+
+def test_xla_graph_draws_the_entry_computation_with_each_fusion_a_group_of_its_fused_instructions():
+    """The graph of XLA's optimized program against JAX's own compile of the function: the
+    entry computation's instructions (parameters as inputs), each fusion a group whose
+    steps are its fused computation's instructions, in order; edges follow the operands
+    (a fused parameter stands for the fusion's operand)."""
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    xla = exploration.data["xla"]
+    graph = xla["graph"]
+    compiled = hlo_computations(jax.jit(log_exp_and_product).lower(*XW).compile().as_text())
+    entry = next(name for name in compiled if name.startswith("main"))
+    (section,) = graph["sections"]
+    region = graph["regions"][section]
+    parameters = [name for name, text in compiled[entry] if " parameter(" in text]
+    assert [node["name"] for node in region["inputs"]] == [f"%{name}" for name in parameters]
+    groups = graph["groups"]
+    top = []
+    for item in region["items"]:
+        top.append(groups[item]["title"] if item in groups else f"%{graph['steps'][item]['name']}")
+    assert top == [f"%{name}" for name, text in compiled[entry] if " parameter(" not in text]
+    for group in groups.values():
+        fusion = next(text for name, text in compiled[entry] if f"%{name}" == group["title"])
+        called = re.search(r"calls=%([\w.\-]+)", fusion)[1]
+        assert [graph["steps"][sid]["name"] for sid in group["items"]] == [
+            name for name, text in compiled[called] if " parameter(" not in text]
+        assert xla["lines"][group["xla"]]["text"].strip() == re.sub(r", backend_config=.*$", "", fusion)
+    # the sum's fusion: its add takes the entry's x (its fused parameter 0) and the dot's value (through bitcasts)
+    add = next(step for step in graph["steps"].values() if step["op"] == "add")
+    dot = next(sid for sid, step in graph["steps"].items() if step["op"] == "dot")
+    assert add["o"][0] == region["inputs"][0]["id"]
+    bitcasts = [sid for sid in groups[add["group"]]["items"] if graph["steps"][sid]["op"] == "bitcast"]
+    assert graph["steps"][bitcasts[0]]["o"] == [dot] and add["o"][1] == bitcasts[-1]
+    assert region["ret"]["sources"] == [[next(sid for sid, s in graph["steps"].items() if s is add), 0]]
+
+
+def test_xla_graph_shows_the_interpreters_value_of_the_one_stablehlo_op_an_instruction_computes():
+    """``sin(x @ w) + 1``: the root fusion's root (a bitcast of its add) is the module's add
+    (the same JAX name, line and type as the add and the broadcast of 1, and the add's
+    operation; run once), whose value is the result (JAX's); the dot has no metadata in
+    XLA's program, and the sine has the sine's name and line but another shape (XLA left
+    out the unit dimension): neither shows a value, and each says why."""
+    x, w = XW[0] / 50, XW[1] / 3
+    exploration = si.explore(sine_of_product, x, w, xla_stages=True)
+    data, graph = exploration.data, exploration.data["xla"]["graph"]
+    root = graph["regions"]["xr0"]["ret"]["sources"][0][0]
+    fusion = graph["groups"][graph["steps"][root]["group"]]
+    assert graph["steps"][root]["op"] == "bitcast" and fusion["v"] == graph["steps"][root]["v"]
+    op = data["steps"][fusion["v"]]
+    assert op["name"] == "stablehlo.add" and op["line"] == sine_of_product.__code__.co_firstlineno + 1
+    (record,) = [r for r in exploration.trace.records if r.op == "stablehlo.add"]
+    np.testing.assert_allclose(record.values[0], jax.jit(sine_of_product)(x, w), rtol=1e-6)
+    reasons = {step["op"]: graph["reasons"][step["w"]] for step in graph["steps"].values() if "v" not in step}
+    assert reasons["dot"] == "its metadata names no JAX op and no source line: no StableHLO op to take a value from"
+    assert reasons["sine"] == ("no StableHLO op of the page has the JAX name jit(sine_of_product)/sin at its line and "
+                                 "a result f32[3]")
+    # a sharded program's XLA program is each device's: no value is taken from the global program's ops
+    assert all("v" not in step for step in _sharded_xla_graph()["steps"].values())
+
+
+def test_xla_graph_cuts_a_long_entry_computation_into_parts_in_program_order():
+    """45 matrix products in a chain: XLA CPU keeps each dot (45 instructions at the entry's
+    top), so the graph's top holds parts of at most 40 items (groups.py's MAX_ITEMS), which
+    hold the instructions in the order XLA's text lists them."""
+    from stablehlo_interp.tools.explorer.groups import MAX_ITEMS
+
+    def chain(x, w):
+        for _ in range(45):
+            x = x @ w
+        return x
+
+    x, w = np.eye(2, dtype=np.float32), np.full((2, 2), 0.5, np.float32)
+    graph = si.explore(chain, x, w, xla_stages=True).data["xla"]["graph"]
+    compiled = hlo_computations(jax.jit(chain).lower(x, w).compile().as_text())
+    entry = next(name for name in compiled if name.startswith("main"))
+    top = graph["regions"]["xr0"]["items"]
+    assert len(top) <= MAX_ITEMS and all(item in graph["groups"] for item in top)
+
+    def flattened(items):
+        return [name for item in items for name in (flattened(graph["groups"][item]["items"])
+                                                     if item in graph["groups"] and "xla" not in graph["groups"][item]
+                                                     else [item])]
+
+    names = [graph["groups"][item]["title"] if item in graph["groups"] else f"%{graph['steps'][item]['name']}"
+             for item in flattened(top)]
+    listed = [f"%{name}" for name, text in compiled[entry] if " parameter(" not in text]
+    assert names == listed and sum(" dot(" in text for _, text in compiled[entry]) == 45
+
+
+def test_xla_graph_draws_a_loops_computations_inside_its_instruction():
+    """A fori_loop: XLA CPU calls a computation (``call``, its ``to_apply``) that runs the
+    ``while``: the called computation is a region inside the call's step, the loop's
+    condition and body regions inside the while's, each holding its computation's
+    instructions (parameters as inputs, fusions as groups)."""
+    def loop(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * 2 + i, x)
+
+    x = np.arange(4, dtype=np.float32)
+    graph = si.explore(loop, x, xla_stages=True).data["xla"]["graph"]
+    compiled = hlo_computations(jax.jit(loop).lower(x).compile().as_text())
+    every = {f"%{name}": text for instructions in compiled.values() for name, text in instructions}
+    owned = {region["title"]: graph["steps"][region["owner"]]["name"]
+             for region in graph["regions"].values() if region["owner"] is not None}
+    (call,) = [name for name, text in every.items() if " call(" in text]
+    (loop_instruction,) = [name for name, text in every.items() if " while(" in text]
+    called = {f"%{re.search(names, every[caller])[1]}": caller[1:] for caller, names in [
+        (call, r"to_apply=%([\w.\-]+)"), (loop_instruction, r"condition=%([\w.\-]+)"),
+        (loop_instruction, r"body=%([\w.\-]+)")]}
+    assert owned == called
+    for region in graph["regions"].values():
+        if region["owner"] is None:
+            continue
+        items = [graph["groups"][item]["title"] if item in graph["groups"] else f"%{graph['steps'][item]['name']}"
+                 for item in region["items"]]
+        assert items == [f"%{name}" for name, text in compiled[region["title"][1:]] if " parameter(" not in text]
+
+
+PLAIN_MODULE = """func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.exponential %x : tensor<3xf32>
+  %1 = stablehlo.log %0 : tensor<3xf32>
+  %2 = stablehlo.multiply %1, %x : tensor<3xf32>
+  return %2 : tensor<3xf32>
+}
+"""
+
+
+def test_xla_stages_of_a_module_file_link_xlas_instructions_to_its_lines(tmp_path):
+    """A .mlir file without JAX's locations: each op's location is its line in the file,
+    which XLA keeps as the instructions' ``source_file``/``source_line``: the optimized
+    program's multiply (algsimp made log(exp(x)) into x) is linked to line 4 and shows the
+    interpreter's value of the module's multiply (the only op of that line), and algsimp's
+    removed exponential names line 2."""
+    path = tmp_path / "plain.mlir"
+    path.write_text(PLAIN_MODULE)
+    exploration = si.explore(str(path), np.array([1, 2, 3], np.float32), xla_stages=True)
+    data, xla = exploration.data, exploration.data["xla"]
+    here = [file["path"] for file in data["files"]].index(str(path))
+    multiply = next(line for line in xla["lines"] if " multiply(" in line["text"])
+    assert multiply["keys"] == [[here, 4]]
+    (step,) = [step for step in xla["graph"]["steps"].values() if step["op"] == "multiply"]
+    assert data["steps"][step["v"]]["name"] == "stablehlo.multiply" and data["steps"][step["v"]]["line"] == 4
+    removed = [change for entry in xla["passes"] for change in entry["changes"] if " exponential(" in change[1]]
+    assert removed and all(change[0] == "-" and change[2] == "plain.mlir:2" for change in removed)
+
+
+def test_xla_graph_shows_the_values_of_xlas_program_run_on_the_interpreter():
+    """Every instruction of XLA's optimized program of ``log_exp_and_product`` shows the
+    value it computes when the interpreter runs the program (translated back): the root
+    fusion's is JAX's compiled result (251 where the original program's add gives inf:
+    algsimp made log(exp(x)) into x), the dot's is x @ w. A fori_loop's program, whose
+    translation orders the entry's and the body's ops otherwise than XLA's text (lined up
+    by their operands): the entry's copy of x shows x; each instruction of the body (its
+    tuples aside) ran three times, and says so instead of showing a value."""
+    import sys
+
+    def text(array):
+        return np.array2string(np.asarray(array), threshold=sys.maxsize, max_line_width=100, separator=" ")
+
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    data, graph = exploration.data, exploration.data["xla"]["graph"]
+    assert all("run" in item for item in [*graph["steps"].values(), *graph["groups"].values()])
+    root = graph["steps"][graph["regions"]["xr0"]["ret"]["sources"][0][0]]
+    fusion = graph["groups"][root["group"]]
+    assert data["full_values"][fusion["run"]["full"]] == text(jax.jit(log_exp_and_product)(*XW))
+    (dot,) = [step for step in graph["steps"].values() if step["op"] == "dot"]
+    assert data["full_values"][dot["run"]["full"]] == text(XW[0] @ XW[1])
+    original = next(r for r in exploration.trace.records if r.op == "stablehlo.add")
+    assert np.isinf(np.asarray(original.values[0])).any() and fusion["v"] == root["v"]
+
+    def loop(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * 2 + i, x)
+
+    x = np.arange(4, dtype=np.float32)
+    exploration = si.explore(loop, x, xla_stages=True)
+    data, graph = exploration.data, exploration.data["xla"]["graph"]
+    (copy,) = [step for step in graph["steps"].values() if step["op"] == "copy" and step["t"] == "f32[4]"
+               and step["l"] in _lines_of(graph, "xr0")]
+    assert data["full_values"][copy["run"]["full"]] == text(x)
+    (body,) = [region for region in graph["regions"].values() if region["title"] == "%" + re.search(
+        r"body=%([\w.\-]+)", next(line["text"] for line in data["xla"]["lines"] if " while(" in line["text"]))[1]]
+    reasons = {graph["reasons"][graph["steps"][sid]["rw"]] for sid in body["steps"]
+               if graph["steps"][sid]["op"] not in ("tuple", "get-tuple-element")}
+    assert reasons == {"it ran 3 times in the interpreter's run of XLA's program: no single value"}
+
+
+def _lines_of(graph: dict, rid: str) -> set[int]:
+    return {graph["steps"][sid]["l"] for sid in graph["regions"][rid]["steps"]}
+
+
+def _sharded_xla_graph() -> dict:
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+    a = jax.device_put(np.ones((4, 16), np.float32), NamedSharding(mesh, P(None, "x")))
+    return si.explore(jax.jit(lambda a: jnp.sin(a) @ a.T), a, xla_stages=True).data["xla"]["graph"]
+
+
+def test_xla_stages_step_back_from_the_optimized_program_to_each_stage():
+    """Undoing the passes' hunks from the last stage the panel shows gives each distinct
+    stage's text as the panel shows it (metadata and frame tables left out)."""
+    from stablehlo_interp.tools.passes import distinct_stages
+
+    exploration = si.explore(log_exp_and_product, *XW, xla_stages=True)
+    xla = exploration.data["xla"]
+    distinct = distinct_stages(exploration.passes.stages)
+    assert len(xla["back"]) == len(xla["passes"]) == len(distinct) - 1
+    text = [line["text"] for line in xla["lines"]]
+    for position in range(len(distinct) - 2, -1, -1):
+        for start, count, lines in reversed(xla["back"][position]):
+            text[start:start + count] = lines
+        tables = r"\n(?:FileNames|FunctionNames|FileLocations|StackFrames)\n(?:.+\n)*"
+        shown = [_METADATA.sub("", line).rstrip() for line in re.sub(tables, "\n", distinct[position].text).splitlines()]
+        assert [line for line in text if line] == [line for line in shown if line]
+    assert '"back"' not in json.dumps({k: v for k, v in exploration.data["xla"].items() if k != "back"})
+    assert 'id="explorer-stages">[[' in exploration.html
+
+
 def test_xla_stages_of_a_sharded_program_show_xlas_per_device_program():
     """A matmul whose contracting dimension is sharded over XLA CPU's 8 devices: the optimized
     program is each device's (as JAX's own compile makes it), its partial product's fusion and

@@ -77,6 +77,7 @@ class StageRun:
     results: list = field(default_factory=list)
     reason: str = ""
     rerun: Callable | None = field(default=None, repr=False, compare=False)   # the stage run again (listener)
+    program: Any = field(default=None, repr=False, compare=False)             # the stage translated and loaded
     layout: _Layout | None = field(default=None, repr=False, compare=False)   # a per-device stage's
 
 
@@ -312,7 +313,7 @@ def _run_stage(stage: Stage, arguments: list, judge: _NoiseJudge, devices: _Devi
                                                f"{len(judge.expected)}")
     outputs = judge.outputs(results, rerun)
     return StageRun(stage, KEEPS if all(d is None for d in outputs) else CHANGES, outputs, list(results),
-                    rerun=rerun, layout=layout)
+                    rerun=rerun, layout=layout, program=program)
 
 
 @dataclass
@@ -421,6 +422,7 @@ class _NoiseJudge:
 _METADATA = re.compile(r",\s*metadata=\{([^{}]*)\}")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_SOURCE_LINE = re.compile(r'source_file="(?P<file>[^"]*)" source_line=(?P<line>\d+)')
 FRAME_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")   # XLA's text's
 
 
@@ -466,10 +468,8 @@ def _sources(text: str, instructions: dict) -> dict:
     frames = stack_frames(text)
     sources = {}
     for line, (_, metadata) in instructions.items():
-        frame = _STACK_FRAME.search(metadata)
         name = _OP_NAME.search(metadata)
-        found = frames.get(int(frame.group(1))) if frame else None
-        where = describe_frame(found) if found else ""
+        where = describe_frame(metadata_frame(metadata, frames))
         sources[line] = " ".join(part for part in (where, name.group(1) if name else "") if part)
     return sources
 
@@ -479,12 +479,30 @@ def without_metadata(line: str) -> str:
     return _METADATA.sub("", line)
 
 
-def instruction_frame(line: str, frames: dict) -> Frame | None:
-    """The user's source frame of one line of XLA's text (its instruction's metadata's
-    innermost stack frame, among ``frames``: :func:`stack_frames`), or None."""
+def op_name(line: str) -> str | None:
+    """The JAX name of one line of XLA's text (its instruction's metadata's ``op_name``), or None."""
     metadata = _METADATA.search(line)
-    frame = _STACK_FRAME.search(metadata.group(1)) if metadata else None
-    return frames.get(int(frame.group(1))) if frame else None
+    name = _OP_NAME.search(metadata.group(1)) if metadata else None
+    return name.group(1) if name else None
+
+
+def instruction_frame(line: str, frames: dict) -> Frame | None:
+    """The user's source frame of one line of XLA's text (:func:`metadata_frame` of its
+    instruction's metadata), or None."""
+    metadata = _METADATA.search(line)
+    return metadata_frame(metadata.group(1), frames) if metadata else None
+
+
+def metadata_frame(metadata: str, frames: dict) -> Frame | None:
+    """The source frame an instruction's metadata names, or None: its innermost stack
+    frame (among ``frames``: :func:`stack_frames`), as JAX's locations become; or its
+    ``source_file`` and ``source_line``, as a module's file:line:column location becomes
+    (a module written by hand, or loaded from a .mlir file without JAX's locations)."""
+    frame = _STACK_FRAME.search(metadata)
+    if frame is not None:
+        return frames.get(int(frame.group(1)))
+    source = _SOURCE_LINE.search(metadata)
+    return Frame(None, source["file"], int(source["line"]), 0) if source else None
 
 
 def stack_frames(text: str) -> dict[int, Frame]:

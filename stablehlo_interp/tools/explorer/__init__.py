@@ -15,9 +15,13 @@ diverges on that backend (:mod:`..compare`). ``model_explorer=DIR`` also writes
 the run's findings for Google's Model Explorer (:mod:`..model_explorer`).
 
 ``xla_stages=True`` also shows what XLA CPU's pipeline made of the program: its optimized
-HLO (fusions and all) as a text panel linked to the source lines, and the passes that
-changed it, with the one that changed the values marked (:mod:`.xla_stages`, on
-:func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
+HLO (fusions and all) as a text panel linked to the source lines and as a graph drawn
+by the same code as StableHLO's, each fusion a group that opens to its instructions
+(:mod:`.xla_graph`), each with the value it computes when the interpreter runs XLA's
+program (:mod:`.xla_values`) and that of the StableHLO op it computes in the original
+program where exactly one matches; and the passes that changed it, stepped through one
+by one in the text panel, with the one that changed the values marked
+(:mod:`.xla_stages`, on :func:`~..passes.passes`'s capture). A sharded program's is XLA's per-device program,
 its collectives listed with the bytes each device sends and receives
 (:mod:`.xla_collectives`).
 
@@ -132,9 +136,10 @@ def explore(target: Any, *args: Any, path: str | os.PathLike | None = None, func
 
     ``xla_stages``: also compile the program with XLA CPU's pipeline, pass by pass (in a
     child process, as :func:`~..passes.passes` does, whose report it keeps), and show the
-    optimized program linked to the source lines and the passes that changed it; the pass
-    that changed the values, where one did, is marked. Where XLA's stages cannot be had,
-    the page says why.
+    optimized program linked to the source lines, as text and as a graph with the values
+    its instructions compute on the interpreter, and the passes that changed it, each
+    stage shown on demand; the pass that changed the values, where one did, is marked.
+    Where XLA's stages cannot be had, the page says why.
     """
     if per_device:
         call = prepare_checked(target, args, kwargs, function)
@@ -183,15 +188,20 @@ def page(data: dict, values_file: str | None = None) -> str:
     """The page for collected data: the template with the styles, the layout library,
     the page's script and the data inlined. The whole arrays are inlined too (read by
     the page only when asked for), or with ``values_file``, left to that file beside
-    the page."""
+    the page. XLA's stages (``xla_stages=True``) are inlined apart too, read when the
+    passes list asks for one."""
     static = resources.files(__package__) / "static"
     text = {name: (static / name).read_text(encoding="utf-8")
             for name in ("page.html", "explorer.css", "dagre.min.js", "explorer.js")}
     shown = {key: value for key, value in data.items() if key != "full_values"}
+    back = None       # XLA's stages, read by the page only when asked for one
+    if "back" in data.get("xla", {}):
+        shown["xla"] = {key: value for key, value in data["xla"].items() if key != "back"}
+        back = data["xla"]["back"]
     values = (_json(data["full_values"]) if values_file is None else _json({"file": values_file}))
     replacements = {"title": html.escape(data["title"]), "style": text["explorer.css"],
                     "dagre": text["dagre.min.js"], "script": text["explorer.js"], "data": _json(shown),
-                    "values": values}
+                    "values": values, "stages": _json(back)}
     return re.sub(r"\{\{(\w+)\}\}", lambda match: replacements[match[1]], text["page.html"])
 
 

@@ -154,10 +154,12 @@ def _pass(transform: str | None) -> str | None:
 
 class GroupBuilder:
     """Builds the groups of each region (``group(region entry, ...)``), numbering them
-    ``"g<k>"`` across the page."""
+    ``"g<k>"`` across the page (``prefix``: another letter than ``g``, for another graph's);
+    ``add``, ``fill`` and ``split`` make groups given their items (XLA's fusions:
+    xla_graph.py)."""
 
-    def __init__(self, files):
-        self.files = files
+    def __init__(self, files, prefix: str = "g"):
+        self.files, self.prefix = files, prefix
         self.groups: dict[str, dict] = {}
         self.count = 0
         self.titled_passes: set[str] = set()    # the groups whose title names their pass (``forward (jvp) › f``)
@@ -187,6 +189,21 @@ class GroupBuilder:
             for item in items:
                 self._reparent(item, None, steps)
         region["items"] = self._split(items, None, region["id"], steps)
+
+    def add(self, rid: str, parent: str | None, title: str) -> str:
+        """A new, empty group of region ``rid`` inside ``parent`` (None: the region's top)."""
+        return self._new(rid, parent, title)
+
+    def fill(self, gid: str, items: list[str], steps: dict) -> None:
+        """Group ``gid`` holds ``items`` (steps and groups), as it is (however few)."""
+        for item in items:
+            self._reparent(item, gid, steps)
+        self.groups[gid]["items"] = items
+        self.groups[gid]["ops"] = sum(self.groups[item]["ops"] if item in self.groups else 1 for item in items)
+
+    def split(self, items: list[str], rid: str, steps: dict) -> list[str]:
+        """A region's top items, those beyond ``MAX_ITEMS`` (and each group's) cut into parts."""
+        return self._split(items, None, rid, steps)
 
     def page_groups(self) -> dict[str, dict]:
         """The groups, each call site (``where``) as the Python panel's file index and line,
@@ -236,7 +253,7 @@ class GroupBuilder:
         """A group: ``pass_`` the transformation its ops were traced under, in words
         (:func:`_pass`; None); ``call_site`` and ``function_line``
         the (file, line) of its call and of a line in the called function."""
-        gid = f"g{self.count}"
+        gid = f"{self.prefix}{self.count}"
         self.count += 1
         self.groups[gid] = {"id": gid, "region": rid, "parent": parent, "title": title, "pass": pass_,
                             "where": call_site, "file": function_line, "items": [], "ops": 0}

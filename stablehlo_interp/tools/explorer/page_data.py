@@ -28,6 +28,7 @@ import inspect
 import linecache
 import re
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from ...judge.summary import summarize, type_text
 from ..trace import TraceRecorder
 from ...sharding.traffic import CollectiveTraffic
 from .groups import GroupBuilder, outer_frames, scope_of
+from .type_texts import type_text_of
 from .xla_stages import stage_data
 
 FULL_ELEMENTS = 1024          # values with at most this many elements are kept whole (shown on demand)
@@ -96,7 +98,9 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
         data["devices"] = _devices(partitioned, arguments, trace, traffic, graph, records, full_values)
     reports = {"nonfinite": nonfinite, "comparison": None, "traffic": traffic, "passes": None}
     if xla_stages:
-        data["xla"], reports["passes"] = stage_data(call, files)
+        runs = Counter(graph.step_ids.get(id(record.step)) for record in trace.records)
+        data["xla"], reports["passes"] = stage_data(call, files, data["steps"], runs,
+                                                    keep=lambda value: _value(value, full_values))
     if nonfinite is not None:
         number = _nonfinite_record(trace, nonfinite)
         data["overlays"]["nonfinite"] = {"record": number, "text": str(nonfinite), "label": nonfinite.op}
@@ -289,14 +293,6 @@ def names_summary(names) -> str | None:
         return None
     more = f" and {len(prefixes) - SUMMARY_NAMES} more" if len(prefixes) > SUMMARY_NAMES else ""
     return ", ".join(prefixes[:SUMMARY_NAMES]) + more
-
-
-def type_text_of(declared) -> str:
-    """``tensor<4x3xf32>`` as ``f32[4,3]`` (as the trace writes values)."""
-    shape = getattr(declared, "shape", None)
-    if shape is None:
-        return str(declared)
-    return f"{declared.element_type}[{','.join('?' if d is None else str(d) for d in shape)}]"
 
 
 def _module_text(program, graph: _Graph) -> tuple[str, dict]:

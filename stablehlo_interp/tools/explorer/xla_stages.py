@@ -18,7 +18,10 @@ up the fusion that computes it.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...backends.errors import BackendError
@@ -27,16 +30,20 @@ from ...errors import InterpreterError
 from ...program.calls import Call
 from ..compare import module_text
 from .xla_collectives import collectives
+from .xla_graph import xla_graph
 from ..passes import (FRAME_TABLES, PassesReport, SHOWN_CHANGES, distinct_stages, instruction_changes,
-                      instruction_frame, passes, stack_frames, without_metadata)
+                      instruction_frame, op_name, passes, stack_frames, without_metadata)
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _CALLS = re.compile(r"\bcalls=%(?P<name>[\w.\-]+)")
 
 
-def stage_data(call: Call, files: Any) -> tuple[dict, PassesReport | None]:
+def stage_data(call: Call, files: Any, page_steps: dict, runs: Counter,
+               keep: Callable[[Any], dict]) -> tuple[dict, PassesReport | None]:
     """The page's ``xla`` entry for a prepared call (``files``: the page's Python files, a
-    ``page_data._Files``), and the passes report (None without arguments, or where XLA's
+    ``page_data._Files``; ``page_steps``: its StableHLO steps, ``runs`` how many times each
+    ran, and ``keep`` how the page keeps a value, for the values the graph shows:
+    :mod:`.xla_graph`), and the passes report (None without arguments, or where XLA's
     stages could not be had: then the entry's ``error`` says why)."""
     try:
         if call.arguments is None:
@@ -49,12 +56,21 @@ def stage_data(call: Call, files: Any) -> tuple[dict, PassesReport | None]:
         return {"error": f"{type(why).__name__}: {why}"}, None
     distinct = distinct_stages(stages)
     last = distinct[-1]
-    data = {"stage": last.name, "stages": len(stages), "lines": _linked_lines(last.text, files),
-            "passes": _passes(distinct, report), "report": None if report is None else str(report)}
+    lines, frames, names = _linked_lines(last.text, files)
     devices = call.program.num_partitions
+    data = {"stage": last.name, "stages": len(stages), "lines": lines,
+            "passes": _passes(distinct, report), "report": None if report is None else str(report),
+            "graph": xla_graph(lines, frames, names, page_steps, runs, files, values=devices == 1,
+                               run=_last_run(report, last), keep=keep),
+            "back": stages_back(distinct)}
     if devices > 1:        # XLA's per-device program: its collectives and their bytes
         data["collectives"] = collectives([line["text"] for line in data["lines"]], devices)
     return data, report
+
+
+def _last_run(report: PassesReport | None, last: Any) -> Any:
+    """The report's run of the last stage (None: not run)."""
+    return next((run for run in report.runs if run.stage.order == last.order), None) if report else None
 
 
 def _passes(distinct: list, report: PassesReport | None) -> list[dict]:
@@ -78,20 +94,21 @@ def _passes(distinct: list, report: PassesReport | None) -> list[dict]:
     return entries
 
 
-def _linked_lines(text: str, files) -> list[dict]:
+def _linked_lines(text: str, files) -> tuple[list[dict], list, list]:
     """The stage's text as the page shows it (its frame tables and metadata left out), each
-    line with the Python lines it computes (``keys``: ``[file, line]``, its own first)."""
+    line with the Python lines it computes (``keys``: ``[file, line]``, its own first); and
+    per line, its instruction's own ``[file, line]`` (or None) and JAX name (its metadata's
+    ``op_name``, or None)."""
     frames = stack_frames(text)
     shown: list[dict] = []
+    own: list = []
+    names: list = []
     callees: list[str | None] = []    # the computation each line calls
     inside: dict[str, list] = {}      # computation -> its instructions' lines
     calls: dict[str, list] = {}       # computation -> the computations its instructions call
-    computation, in_table = None, False
-    for raw in text.splitlines():
+    computation = None
+    for raw in _panel_lines(text):
         stripped = raw.strip()
-        in_table = stripped in FRAME_TABLES or (in_table and bool(stripped))
-        if in_table or (not stripped and (not shown or not shown[-1]["text"])):   # (one blank line between parts)
-            continue
         header = _COMPUTATION.match(stripped)
         if header:
             computation = header["name"]
@@ -104,6 +121,8 @@ def _linked_lines(text: str, files) -> list[dict]:
             if callee:
                 calls.setdefault(computation, []).append(callee)
         shown.append({"text": without_metadata(raw).rstrip(), "keys": keys})
+        own.append(keys[0] if keys else None)
+        names.append(op_name(raw))
         callees.append(callee)
         if stripped == "}":
             computation = None
@@ -111,7 +130,34 @@ def _linked_lines(text: str, files) -> list[dict]:
         for key in _called_keys(callee, inside, calls):
             if key not in entry["keys"]:
                 entry["keys"].append(key)
-    return shown
+    return shown, own, names
+
+
+def _panel_lines(text: str) -> Iterator[str]:
+    """The lines of XLA's text the panel shows: its frame tables left out, one blank line
+    between its parts."""
+    in_table, blank = False, True
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        in_table = stripped in FRAME_TABLES or (in_table and bool(stripped))
+        if in_table or (not stripped and blank):
+            continue
+        blank = not stripped
+        yield raw
+
+
+def stages_back(distinct: list) -> list[list]:
+    """How to step back through the passes from the last stage the panel shows: per pass
+    (each distinct stage after the first), the hunks that turn the text after it into the
+    text before it, as the panel shows both (metadata left out): ``[start, count, lines]``,
+    the ``count`` lines from line ``start`` of the text after the pass (those it added or
+    changed) that were ``lines`` before it; in order (undone from the last)."""
+    texts = [[without_metadata(raw).rstrip() for raw in _panel_lines(stage.text)] for stage in distinct]
+    steps = []
+    for before, after in zip(texts, texts[1:]):
+        matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+        steps.append([[b0, b1 - b0, before[a0:a1]] for tag, a0, a1, b0, b1 in matcher.get_opcodes() if tag != "equal"])
+    return steps
 
 
 def _called_keys(callee: str | None, inside: dict, calls: dict) -> list:

@@ -4,7 +4,14 @@
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("explorer-data").textContent);
-  const steps = data.steps, regions = data.regions, groups = data.groups;
+  // XLA's optimized program as a graph (data.xla.graph, with xla_stages=True: xla_graph.py)
+  // is drawn by the same code as StableHLO's: its regions, steps and groups (its fusions)
+  // join the page's, with ids of their own ("xr", "x", "xg").
+  const xlaGraph = data.xla && !data.xla.error && data.xla.graph ? data.xla.graph : null;
+  const steps = Object.assign({}, data.steps), regions = Object.assign({}, data.regions);
+  const groups = Object.assign({}, data.groups);
+  if (xlaGraph) addXlaGraph(xlaGraph);
+  const sections = data.sections.concat(xlaGraph ? xlaGraph.sections : []);
   const records = data.records.ops;
   const recordByNumber = new Map(records.map(r => [r.n, r]));
   // A per-device run (data.devices): every record names its device, and the page shows
@@ -67,13 +74,15 @@
     if (!groupsOfLine.has(key)) groupsOfLine.set(key, []);
     groupsOfLine.get(key).push(gid);
   }
-  const totalSteps = Object.keys(steps).length;
+  const totalSteps = Object.keys(data.steps).length;
   const COLLAPSED_ABOVE = 200;   // ops: a larger program opens with its op regions and groups collapsed
   const MAX_PORTS = 8;           // an opened group draws each outside producer apart up to this many
   const small = totalSteps <= COLLAPSED_ABOVE;
+  const xlaSmall = !xlaGraph || Object.keys(xlaGraph.steps).length <= COLLAPSED_ABOVE;
   const state = {
-    collapsed: new Set(small ? [] : Object.values(regions).filter(r => r.owner !== null).map(r => r.id)),
-    open: new Set(small ? Object.keys(groups) : []),   // the groups shown opened
+    // (XLA's fusions start closed, each one kernel: open one to see its instructions)
+    collapsed: new Set(Object.values(regions).filter(r => r.owner !== null && !(r.xla ? xlaSmall : small)).map(r => r.id)),
+    open: new Set(small ? Object.keys(data.groups) : []),   // the groups shown opened
     call: {},           // region id -> index of the shown call among its calls
     device: 0,          // in a per-device run: the device whose values are shown
     selection: null,    // {kind: "step", sid} or {kind: "line", file, line}
@@ -83,6 +92,42 @@
   measure.font = "10px monospace";
 
   function lineKey(file, line) { return file + ":" + line; }
+
+  // XLA's graph in the page's shape: each step as the page's are (``xla``: its line in the
+  // XLA panel; ``value``: the StableHLO step whose value it shows, else ``why`` not), each
+  // region's edges from its steps' operands and its return (as page_data.py makes StableHLO's).
+  // (xla_graph.py keeps them compact: a step's id and region, a fusion's path, and the
+  // fields they do not have are filled in here.)
+  function addXlaGraph(graph) {
+    const why = index => index === undefined ? null : graph.reasons[index];
+    for (const rid in graph.regions) {
+      for (const sid of graph.regions[rid].steps) {
+        const s = graph.steps[sid];
+        steps[sid] = {id: sid, region: rid, group: s.group || null, name: s.op, op: s.op, file: s.f ? s.f[0] : null,
+                      line: s.f ? s.f[1] : null, function: null, jax: null, types: [s.t], regions: s.r || [],
+                      calls: null, hlo: null, operands: s.o.map(id => [id, 0]), xla: s.l, instruction: s.name,
+                      value: s.v || null, why: why(s.w), run: s.run || null, runWhy: why(s.rw)};
+      }
+    }
+    Object.assign(regions, graph.regions);
+    for (const rid in graph.regions) {
+      const region = regions[rid], inputs = new Map(region.inputs.map(input => [input.id, input.type]));
+      const typeOf = id => steps[id] ? steps[id].types[0] : inputs.get(id);
+      region.xla = true;
+      region.edges = [];
+      for (const sid of region.steps)
+        for (const producer of new Set(steps[sid].operands.map(operand => operand[0])))
+          region.edges.push([producer, sid, typeOf(producer)]);
+      for (const [producer] of region.ret.sources) region.edges.push([producer, region.ret.id, typeOf(producer)]);
+    }
+    for (const gid in graph.groups) {
+      const group = Object.assign({where: null, file: null, pass: null}, graph.groups[gid]);
+      if (group.xla !== undefined)
+        Object.assign(group, {path: `${group.title}: ${group.kind || "a"} fusion of ${group.ops} instruction(s)`,
+                              value: group.v || null, why: why(group.w), run: group.run || null, runWhy: why(group.rw)});
+      groups[gid] = group;
+    }
+  }
   // ``model.py:8``: a step's (or a call site's) file, as the Python panel names it, and line.
   function sourceOf(at) { return `${data.files[at.file].name}:${at.line}`; }
   // A group's title, with the pass of a gradient it is part of (``loss_fn, backward pass``).
@@ -191,9 +236,10 @@
   function renderXla() {
     const section = el("section");
     section.id = "xla-panel";
-    const heading = el("h2", null, data.xla.error ? "XLA CPU" : "XLA CPU: the optimized program");
+    const heading = el("h2", null, data.xla.error ? "XLA CPU" : "XLA CPU: ");
     heading.title = data.xla.error ? "" : `the program as XLA's last stage left it (${data.xla.stage})`;
     section.appendChild(heading);
+    if (!data.xla.error) heading.appendChild(stageNavigation());
     const code = el("div", "code");
     code.id = "xla";
     if (data.xla.error) code.appendChild(el("div", "gap", data.xla.error));
@@ -210,8 +256,73 @@
       }
       code.appendChild(row);
     });
-    section.appendChild(code);
+    const stage = el("div", "code");
+    stage.id = "xla-stage";
+    stage.hidden = true;
+    section.append(code, stage);
     document.getElementById("stablehlo-panel").after(section);
+  }
+
+  // Stepping through XLA's pipeline in the XLA panel: stage ``k`` is the program after
+  // the k-th pass of the passes list (0: before any; the last: the optimized program,
+  // whose lines are linked). A stage's text is the last one's with the passes after it
+  // undone (data kept apart in the page, read on first use: xla_stages.stages_back),
+  // the lines its own pass added or changed marked.
+  const xlaStage = {shown: null, texts: new Map()};
+  function stageNavigation() {
+    const span = el("span", "calls");
+    const previous = el("button", "prev", "◀"), next = el("button", "next", "▶");
+    previous.title = "the program before this pass"; next.title = "the program after the next pass";
+    previous.addEventListener("click", () => stepToStage(xlaStage.shown - 1));
+    next.addEventListener("click", () => stepToStage(xlaStage.shown + 1));
+    span.append(el("span", "stage-text", ""), " ", previous, next);
+    xlaStage.navigation = span;
+    xlaStage.shown = data.xla.passes.length;
+    updateStageNavigation();
+    return span;
+  }
+  function updateStageNavigation() {
+    const last = data.xla.passes.length, shown = xlaStage.shown;
+    xlaStage.navigation.querySelector(".stage-text").textContent = shown === last ? "the optimized program" :
+      (shown === 0 ? "the program before any pass" : `after ${data.xla.passes[shown - 1].name}`) +
+      ` (stage ${shown} of ${last})`;
+    xlaStage.navigation.querySelector(".prev").disabled = shown === 0;
+    xlaStage.navigation.querySelector(".next").disabled = shown === last;
+  }
+  function stepToStage(k) {
+    if (k >= 1) showXlaPass(k - 1); else { showXlaPasses(); showXlaStage(0); }
+  }
+  function stageText(k) {
+    if (!xlaStage.back) xlaStage.back = JSON.parse(document.getElementById("explorer-stages").textContent);
+    const back = xlaStage.back;
+    let start = back.length, text = data.xla.lines.map(line => line.text);
+    for (let pass = k; pass < back.length; pass++)
+      if (xlaStage.texts.has(pass)) { start = pass; text = xlaStage.texts.get(pass); break; }
+    for (let pass = start - 1; pass >= k; pass--) {
+      text = text.slice();
+      for (let h = back[pass].length - 1; h >= 0; h--) text.splice(back[pass][h][0], back[pass][h][1], ...back[pass][h][2]);
+      xlaStage.texts.set(pass, text);
+    }
+    return {text, added: k >= 1 ? back[k - 1] : []};
+  }
+  function showXlaStage(k) {
+    const code = document.getElementById("xla"), stage = document.getElementById("xla-stage");
+    const last = k === data.xla.passes.length;
+    xlaStage.shown = k;
+    updateStageNavigation();
+    code.hidden = !last;
+    stage.hidden = last;
+    if (last) return;
+    const {text, added} = stageText(k), marked = new Set();
+    for (const [start, count] of added) for (let line = start; line < start + count; line++) marked.add(line);
+    stage.textContent = "";
+    text.forEach((line, index) => {
+      const row = el("div", "line" + (marked.has(index) ? " added" : ""));
+      row.append(el("span", "no", String(index + 1)), el("span", "text", line));
+      stage.appendChild(row);
+    });
+    const first = stage.querySelector(".added");
+    if (first) first.scrollIntoView({block: "center", inline: "nearest"});
   }
 
   // The instructions of XLA's optimized program that compute a Python line (its own, or
@@ -224,11 +335,24 @@
     const list = el("ul", "xla-instructions");
     for (const index of computing) {
       const item = el("li", "link", data.xla.lines[index].text.trim().split(" = ")[0]);
-      item.addEventListener("click", () => xlaRows[index].scrollIntoView({block: "center", inline: "nearest"}));
+      item.addEventListener("click", () => selectXlaLine(index));
       list.appendChild(item);
     }
     details.appendChild(list);
   }
+
+  // Selects the step or fusion of XLA line ``index`` in the graph (the fusions around it
+  // opened), else scrolls the XLA panel to the line.
+  function selectXlaLine(index) {
+    const id = xlaItemOfLine.get(index);
+    if (id === undefined) { xlaRows[index].scrollIntoView({block: "center", inline: "nearest"}); return; }
+    if (reveal(id)) renderGraphs();
+    select(steps[id] ? {kind: "step", sid: id} : {kind: "group", gid: id});
+    const node = shownNodes.get(id);
+    if (node) node.scrollIntoView({block: "center", inline: "center"});
+  }
+  const xlaItemOfLine = new Map([...Object.values(steps), ...Object.values(groups)]
+    .filter(item => item.xla !== undefined).map(item => [item.xla, item.id]));
 
   // The collectives of XLA's per-device program (data.xla.collectives): each instruction
   // once (a loop's, however many times it runs), with the bytes all devices send and
@@ -290,6 +414,7 @@
   function showXlaPass(index) {
     const entry = data.xla.passes[index], details = document.getElementById("details");
     details.textContent = "";
+    showXlaStage(index + 1);
     const back = el("p", "link", "◀ all passes");
     back.addEventListener("click", showXlaPasses);
     details.append(back, el("h3", null, entry.name));
@@ -480,10 +605,10 @@
     shownNodes.clear();
     const scroll = [graphs.scrollLeft, graphs.scrollTop];
     graphs.textContent = "";
-    for (const rid of data.sections) {
+    for (const rid of sections) {
       const section = el("section");
       section.dataset.region = rid;
-      section.id = "section-" + regions[rid].title.slice(1);
+      section.id = regions[rid].xla ? "xla-graph" : "section-" + regions[rid].title.slice(1);
       const heading = el("h2", null, regions[rid].title + " ");
       heading.appendChild(callNavigation(rid));
       section.appendChild(heading);
@@ -497,6 +622,10 @@
 
   function callNavigation(rid) {
     const span = el("span", "calls");
+    if (regions[rid].xla) {      // XLA's program is not run here: its values are the StableHLO ops' it names
+      if (regions[rid].owner === null) span.textContent = "(its optimized program: open a fusion to see its instructions)";
+      return span;
+    }
     const calls = callsOf(rid);
     if (calls.length <= 1) {
       if (!calls.length) span.textContent = regions[rid].owner === null && rid !== data.sections[0] ?
@@ -598,7 +727,8 @@
     return graph;
   }
   function nameOf(rid, id) {
-    return steps[id] ? steps[id].name : regions[rid].inputs.find(input => input.id === id).name;
+    if (steps[id]) return steps[id].xla !== undefined ? "%" + steps[id].instruction : steps[id].name;
+    return regions[rid].inputs.find(input => input.id === id).name;
   }
 
   // Draws the graph of group ``gid`` of region ``rid`` (null: the region's top) inside
@@ -692,22 +822,42 @@
     return node;
   }
 
+  // The value an XLA step or fusion shows: the one it computed when the interpreter ran
+  // XLA's program (xla_values.py), else (``≙``) the interpreter's value of the StableHLO op it
+  // computes (xla_graph.py says when there is one), else its type.
+  function xlaValueLine(item) {
+    const value = item.run || xlaValueOf(item);
+    const line = el("div", value ? "value" : "value missing",
+                    item.run ? item.run.s : value ? "≙ " + value.s : item.types ? item.types[0] : item.t);
+    line.title = item.run ? "computed by XLA's optimized program, run on the interpreter" :
+                 value ? `the interpreter's value of StableHLO op ${steps[item.value].name}` : item.why || "";
+    return line;
+  }
+  function xlaValueOf(item) {
+    const record = item.value ? (recordsOfStep.get(item.value) || [])[0] : null;
+    return record && record.res ? record.res[0] : null;
+  }
+
   // A group: collapsed, its title, size and flows (click: open); opened, the same
   // head (click: close) over its graph (drawn by the caller once the node is placed).
+  // An XLA fusion's click also selects it (its line in the XLA panel, its Python lines).
   function groupNode(rid, gid) {
-    const group = groups[gid], open = state.open.has(gid);
-    const node = el("div", "node group" + (open ? " open" : ""));
+    const group = groups[gid], open = state.open.has(gid), fusion = group.xla !== undefined;
+    const node = el("div", "node group" + (open ? " open" : "") + (fusion ? " fusion" : ""));
     node.dataset.node = gid;
     node.title = group.path + (group.pass ? `\n${group.pass}` : "") +
       (group.where ? `\ncalled at ${sourceOf(group.where)}` : "") +
       (group.file !== null ? `\nfunction in ${data.files[group.file].path}` : "");
     const head = el("div", "opname", (open ? "▾ " : "▸ ") + group.title);
     const flows = flowsOf(rid)[gid] || {in: new Set(), out: new Set()};
-    node.append(head, el("div", "where", `${group.ops} ops · ${flows.in.size} in → ${flows.out.size} out`));
+    node.append(head, el("div", "where", `${group.ops} ops · ${flows.in.size} in → ${flows.out.size} out` +
+                                          (fusion ? ` · xla ${group.xla + 1}` : "")));
+    if (fusion) node.appendChild(xlaValueLine(group));
     const toggle = event => {
       event.stopPropagation();
       if (state.open.has(gid)) state.open.delete(gid); else state.open.add(gid);
       renderGraphs();
+      if (fusion) select({kind: "group", gid});
     };
     if (open) {
       head.addEventListener("click", toggle);
@@ -794,12 +944,14 @@
       node.classList.add("divergent");
       node.appendChild(el("div", "marker", "⚠ differs on device " + findingDevices(divergentSteps.get(sid))));
     }
-    const where = [];
+    const where = step.xla !== undefined ? ["%" + step.instruction, "xla " + (step.xla + 1)] : [];
     if (step.line !== null) where.push("line " + step.line);
     if (step.hlo !== null) where.push("hlo " + step.hlo);
     if (where.length) node.appendChild(el("div", "where", where.join(" · ")));
     const record = currentRecord(sid);
-    if (record && record.res) {
+    if (step.xla !== undefined) {
+      node.appendChild(xlaValueLine(step));
+    } else if (record && record.res) {
       for (const value of record.res) node.appendChild(el("div", "value", value.s));
     } else {
       node.appendChild(el("div", "value missing", record ? "did not finish" : step.types.join(", ") + " (not run)"));
@@ -846,6 +998,13 @@
     } else if (selection.kind === "group") {
       const where = groups[selection.gid].where;
       mark(shownNodes.get(selection.gid), "selected");
+      mark(shownNodeOf(selection.gid), "hl");
+      const line = groups[selection.gid].xla;
+      if (line !== undefined) {      // an XLA fusion: its line, and the Python lines it computes
+        mark(xlaRows[line], "selected");
+        for (const [file, number] of data.xla.lines[line].keys)
+          for (const row of document.querySelectorAll(`#python [data-key="${lineKey(file, number)}"]`)) mark(row, "hl");
+      }
       if (where !== null)
         for (const row of document.querySelectorAll(`#python [data-key="${lineKey(where.file, where.line)}"]`))
           mark(row, "hl");
@@ -854,6 +1013,7 @@
       mark(shownNodes.get(selection.sid), "selected");
       mark(shownNodeOf(selection.sid), "hl");
       if (step.hlo !== null) mark(rowOf(step.hlo), "selected");
+      if (step.xla !== undefined) mark(xlaRows[step.xla], "selected");
       if (step.file !== null) key = lineKey(step.file, step.line);
     }
     if (key !== null) {
@@ -877,7 +1037,8 @@
     if (!selection || selection.kind !== "step") {
       if (selection && selection.kind === "line") {
         details.textContent = "";
-        const ops = (stepsOfLine.get(lineKey(selection.file, selection.line)) || []).map(sid => steps[sid]);
+        const ops = (stepsOfLine.get(lineKey(selection.file, selection.line)) || []).map(sid => steps[sid])
+          .filter(step => step.xla === undefined);
         details.appendChild(el("h3", null, `${data.files[selection.file].name}:${selection.line}`));
         details.appendChild(el("p", null, ops.length ? `became ${ops.length} op(s):` : "no op came from this line"));
         const list = el("ul");
@@ -904,6 +1065,7 @@
     }
     const step = steps[selection.sid];
     details.textContent = "";
+    if (step.xla !== undefined) { showXlaItem(step); return; }
     details.appendChild(el("h3", null, step.name));
     const list = el("dl");
     const add = (term, text) => { list.append(el("dt", null, term), el("dd", null, text)); };
@@ -935,19 +1097,59 @@
       details.appendChild(block);
     });
     if (!record.res) { details.appendChild(el("p", "hint", "the op did not finish")); return; }
-    record.res.forEach((value, index) => {
-      const block = el("div", "result");
-      block.appendChild(el("dt", null, `result #${index}: ${value.t}`));
-      block.appendChild(el("dd", null, value.s));
-      if (value.full !== null) {
-        const button = el("button", "show-full", "show all values");
-        button.addEventListener("click", () => withFullValue(value.full, text => button.replaceWith(text)));
-        block.appendChild(button);
-      } else {
-        block.appendChild(el("p", "hint", "too large to keep whole: summary only"));
-      }
-      details.appendChild(block);
-    });
+    record.res.forEach((value, index) => details.appendChild(resultBlock(`result #${index}: ${value.t}`, value)));
+  }
+
+  // A value's block in the details: its summary, and its whole text on demand.
+  function resultBlock(term, value) {
+    const block = el("div", "result");
+    block.append(el("dt", null, term), el("dd", null, value.s));
+    if (value.full !== null) {
+      const button = el("button", "show-full", "show all values");
+      button.addEventListener("click", () => withFullValue(value.full, text => button.replaceWith(text)));
+      block.appendChild(button);
+    } else {
+      block.appendChild(el("p", "hint", "too large to keep whole: summary only"));
+    }
+    return block;
+  }
+
+  // An XLA instruction's details (a step, or a fusion: a group): its text, the Python
+  // lines it computes, its value in XLA's program run on the interpreter (else why not),
+  // and the interpreter's value of the StableHLO op it computes where xla_graph.py found
+  // one (else why not): that op's in the original program (a pass that changed the values
+  // makes the two differ).
+  function showXlaItem(item) {
+    const details = document.getElementById("details"), line = data.xla.lines[item.xla];
+    details.appendChild(el("h3", null, line.text.trim()));
+    const list = el("dl");
+    list.append(el("dt", null, "XLA line"), el("dd", null, String(item.xla + 1)));
+    if (item.ops !== undefined) list.append(el("dt", null, "fusion"), el("dd", null, item.path));
+    if (line.keys.length) {
+      const lines = el("dd");
+      line.keys.forEach(([file, number], index) => {
+        const link = el("span", "link", sourceOf({file, line: number}));
+        link.addEventListener("click", () => select({kind: "line", file, line: number}));
+        lines.append(...(index ? [", ", link] : [link]));
+      });
+      list.append(el("dt", null, "Python"), lines);
+    }
+    details.appendChild(list);
+    details.appendChild(el("p", null, "XLA's program, run on the interpreter:"));
+    details.appendChild(item.run ? resultBlock(item.run.t, item.run) : el("p", "hint", "no value: " + item.runWhy));
+    const value = xlaValueOf(item);
+    if (!value) {
+      details.appendChild(el("p", "hint", "no StableHLO op's value: " + (item.why || "the op's value was not kept")));
+      return;
+    }
+    const op = steps[item.value];
+    const source = el("p", "link", `the StableHLO op it computes, ${op.name}` +
+                                   (op.hlo !== null ? ` (StableHLO line ${op.hlo})` : "") + ", in the original program:");
+    source.addEventListener("click", () => select({kind: "step", sid: op.id}));
+    details.append(source, resultBlock(`${value.t}`, value));
+    const changed = data.xla.passes.find(entry => entry.values);
+    if (changed) details.appendChild(el("p", "marker", `⚠ ${changed.name} changed the program's values: ` +
+                                                       "XLA's here may differ from it"));
   }
 
   // A group's details: what it is (its whole title, the pass it is part of, where it was
@@ -955,6 +1157,7 @@
   function showGroup(gid) {
     const group = groups[gid], details = document.getElementById("details");
     details.textContent = "";
+    if (group.xla !== undefined) { showXlaItem(group); return; }
     details.appendChild(el("h3", null, group.path));
     const list = el("dl");
     const add = (term, text) => { list.append(el("dt", null, term), el("dd", null, text)); return list.lastChild; };
@@ -1067,7 +1270,8 @@
 
   // What a query is matched against, lowercased (made at the first search): an op's name,
   // its Python function and file, its JAX name (the name stack: transformations,
-  // jax.named_scope, Flax and Haiku modules); a group's titles and its function's file.
+  // jax.named_scope, Flax and Haiku modules), an XLA instruction's name; a group's titles
+  // (an XLA fusion's name) and its function's file.
   let searchTexts = null;
   function searchTextsOf() {
     if (searchTexts !== null) return searchTexts;
@@ -1075,7 +1279,8 @@
     searchTexts = new Map();
     for (const sid in steps) {
       const step = steps[sid];
-      searchTexts.set(sid, [step.name, step.function || "", path(step.file), step.jax || ""].join("\n").toLowerCase());
+      searchTexts.set(sid, [step.name, step.function || "", path(step.file), step.jax || "",
+                            step.instruction ? "%" + step.instruction : ""].join("\n").toLowerCase());
     }
     for (const gid in groups) searchTexts.set(gid, [groups[gid].path, path(groups[gid].file)].join("\n").toLowerCase());
     return searchTexts;
@@ -1092,7 +1297,7 @@
       if (groups[id]) groups[id].items.forEach(visit);
       else for (const rid of steps[id].regions) regions[rid].items.forEach(visit);
     };
-    for (const rid of data.sections) regions[rid].items.forEach(visit);
+    for (const rid of sections) regions[rid].items.forEach(visit);
     return pageOrder;
   }
 
