@@ -26,20 +26,17 @@ import math
 import re
 
 from ...backends.xla_passes import iota_devices
+from .hlo_text import COMPUTATION_HEADER, INSTRUCTION, OPERAND
 
 _OPCODES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast")
 _COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<result>.*?) (?P<opcode>"
                          + "|".join(_OPCODES) + r")(?P<start>-start)?\((?P<operands>[^)]*)\)(?P<attributes>.*)$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<shape>.*?) [\w\-]+\(")
-_OPERAND = re.compile(r"%(?P<name>[\w.\-]+)")
 _SHAPE = re.compile(r"\b(?P<type>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
 _BITS = re.compile(r"^(?:s|u|f|bf|c)(?P<bits>\d+)")
 _PAIRS = re.compile(r"source_target_pairs=\{(?P<pairs>[\d,{}]*)\}")
 _EXPLICIT_GROUPS = re.compile(r"replica_groups=\{(?P<groups>[\d,{}]*)\}")
 _DONE = re.compile(r"^\s*(?:ROOT )?%[\w.\-]+ = (?P<result>.*?) (?:" + "|".join(_OPCODES)
                    + r")-done\(.*%(?P<start>[\w.\-]+)\)")
-#: The first line of a computation: ``%name (params) -> shape {`` (``ENTRY`` before the entry's).
-COMPUTATION_HEADER = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
 _WHILE = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = .* while\(.*\bcondition=%(?P<condition>[\w.\-]+), "
                     r"body=%(?P<body>[\w.\-]+)")
@@ -73,7 +70,7 @@ def collectives(lines: list[str], devices: int) -> list[dict]:
     per device the bytes sent and received in all those runs (``uncounted``: why they are
     not counted, else None). An operand's shape is its own where the text prints it, else
     its producer's."""
-    shapes = {match["name"]: match["shape"] for match in map(_INSTRUCTION.match, lines) if match}
+    shapes = {match["name"]: match["shape"] for match in map(INSTRUCTION.match, lines) if match}
     results_of_starts = {match["start"]: match["result"] for match in map(_DONE.match, lines) if match}
     times = _times_run(lines)
     found = []
@@ -91,7 +88,7 @@ def collectives(lines: list[str], devices: int) -> list[dict]:
                 f"an asynchronous start whose {match['opcode']}-done is not in the program"
             continue
         operands = match["operands"] if _SHAPE.search(match["operands"]) else \
-            " ".join(shapes.get(operand["name"], "") for operand in _OPERAND.finditer(match["operands"]))
+            " ".join(shapes.get(operand["name"], "") for operand in OPERAND.finditer(match["operands"]))
         try:
             sent, received = shape_bytes(operands), shape_bytes(result)
             senders, receivers = _roles(match["opcode"], match["attributes"], devices)
@@ -157,7 +154,7 @@ def _callees(line: str) -> list[tuple[str, int, str | None]]:
         unknown = None if trips else f"inside a loop of unknown trip count (%{loop['name']})"
         n = int(trips["n"]) if trips else 0
         return [(loop["body"], n, unknown), (loop["condition"], n + 1, unknown)]
-    branches = [name for names in _BRANCHES.findall(line) for name in _OPERAND.findall(names)]
+    branches = [name for names in _BRANCHES.findall(line) for name in OPERAND.findall(names)]
     why = "inside a conditional's branch, which runs only where the branch is taken"
     return [(callee, 1, None) for callee in _CALLS.findall(line)] + [(branch, 1, why) for branch in branches]
 

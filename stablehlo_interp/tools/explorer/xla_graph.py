@@ -32,12 +32,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .groups import GroupBuilder
+from .hlo_text import COMPUTATION_HEADER, INSTRUCTION, OPERAND
 from .xla_values import StageValues, stage_values
 from .type_texts import xla_type_text
 
-_COMPUTATION = re.compile(r"^(?P<entry>ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
-_INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT )?%(?P<name>[\w.\-]+) = (?P<shape>.*?) (?P<opcode>[\w\-]+)\((?P<rest>.*)$")
-_OPERAND = re.compile(r"%(?P<name>[\w.\-]+)")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _CONTROL = re.compile(r"\b(?:body|condition|calls|true_computation|false_computation|branch_computations)="
                       r"(?P<names>\{[^}]*\}|%[\w.\-]+)")
@@ -57,9 +55,9 @@ class _Instruction:
         self.shape = _LAYOUT.sub("", match["shape"])
         self.opcode = match["opcode"]
         operands, attributes = _split_operands(match["rest"])
-        self.operands = _OPERAND.findall(operands)
+        self.operands = OPERAND.findall(operands)
         control = _CALL if self.opcode == "call" else _CONTROL      # (a call's computation is its to_apply)
-        self.called = [name for found in control.finditer(attributes) for name in _OPERAND.findall(found["names"])]
+        self.called = [name for found in control.finditer(attributes) for name in OPERAND.findall(found["names"])]
         self.number = int(operands) if self.opcode == "parameter" and operands.strip().isdigit() else None
         kind, index = _KIND.search(attributes), _INDEX.search(attributes)
         self.kind = kind["kind"] if kind else None
@@ -87,7 +85,7 @@ def computations(lines: list[str]) -> tuple[dict[str, list[_Instruction]], str |
     found: dict[str, list[_Instruction]] = {}
     current, entry = None, None
     for index, text in enumerate(lines):
-        header = _COMPUTATION.match(text.strip())
+        header = COMPUTATION_HEADER.match(text.strip())
         if header:
             current = found.setdefault(header["name"], [])
             entry = header["name"] if header["entry"] else entry
@@ -95,7 +93,7 @@ def computations(lines: list[str]) -> tuple[dict[str, list[_Instruction]], str |
         if text.strip() == "}":
             current = None
             continue
-        match = _INSTRUCTION.match(text)
+        match = INSTRUCTION.match(text)
         if match and current is not None:
             current.append(_Instruction(index, match))
     return found, entry

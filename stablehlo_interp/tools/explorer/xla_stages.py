@@ -29,12 +29,12 @@ from ...backends.xla_passes import compile_pipeline
 from ...errors import InterpreterError
 from ...program.calls import Call
 from ..compare import module_text
+from .hlo_text import COMPUTATION_HEADER
 from .xla_collectives import collectives
 from .xla_graph import xla_graph
 from ..passes import (FRAME_TABLES, PassesReport, SHOWN_CHANGES, distinct_stages, instruction_changes,
                       instruction_frame, op_name, passes, stack_frames, without_metadata)
 
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
 _CALLS = re.compile(r"\bcalls=%(?P<name>[\w.\-]+)")
 
 
@@ -109,7 +109,7 @@ def _linked_lines(text: str, files) -> tuple[list[dict], list, list]:
     computation = None
     for raw in _panel_lines(text):
         stripped = raw.strip()
-        header = _COMPUTATION.match(stripped)
+        header = COMPUTATION_HEADER.match(stripped)
         if header:
             computation = header["name"]
         frame = instruction_frame(raw, frames)

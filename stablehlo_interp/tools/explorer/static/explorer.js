@@ -355,14 +355,15 @@
     .filter(item => item.xla !== undefined).map(item => [item.xla, item.id]));
 
   // The collectives of XLA's per-device program (data.xla.collectives): each instruction
-  // once (a loop's, however many times it runs), with the bytes all devices send and
-  // receive there, then device by device; a row scrolls the XLA panel to its line.
+  // once, with the bytes all devices send and receive in all its runs (a loop's: its trip
+  // count times), then device by device; a row scrolls the XLA panel to its line.
   function showXlaCollectives() {
     const details = document.getElementById("details");
     details.textContent = "";
     details.appendChild(el("h3", null, "Collectives of XLA's per-device program"));
-    details.appendChild(el("p", "hint", "each instruction once, with the bytes of one run: a device sends its " +
-                                        "operands and receives the result (a permute's: only as a source, only as a target)"));
+    details.appendChild(el("p", "hint", "each instruction once, with the bytes of all its runs in one run of the " +
+                                        "program (×N: a loop runs it N times): a device sends its operands and " +
+                                        "receives the result (a permute's: only as a source, only as a target)"));
     const scrollTo = c => {
       for (const row of document.querySelectorAll("#xla .line.selected")) row.classList.remove("selected");
       xlaRows[c.line].classList.add("selected");
@@ -372,7 +373,8 @@
     details.appendChild(collectivesSummary(data.xla.collectives, c => data.xla.lines[c.line].text.trim(), scrollTo));
     const table = el("table", "traffic by-device");
     const head = el("tr");
-    head.append(el("th", null, "device"), ...data.xla.collectives.map(c => el("th", null, c.name)));
+    head.append(el("th", null, "device"),
+                ...data.xla.collectives.map(c => el("th", null, c.name + (c.times > 1 ? ` ×${c.times}` : ""))));
     table.appendChild(head);
     data.xla.collectives[0].sent.forEach((_, device) => {
       const row = el("tr");
