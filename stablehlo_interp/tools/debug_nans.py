@@ -290,7 +290,8 @@ def _all_finite(leaves, wait: bool = True) -> Any:
     different devices, each shard on the host, as ``jax_debug_nans`` checks them.
     ``wait=False``: the program's boolean, a JAX array on its way to the host, not yet
     waited for (``bool()`` of it waits)."""
-    whole, sharded = [], []
+    whole: list = []
+    sharded: list = []
     for leaf in leaves:
         if _inexact(leaf.dtype):
             (whole if len(leaf.sharding.device_set) == 1 else sharded).append(leaf)
