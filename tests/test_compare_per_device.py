@@ -1,0 +1,152 @@
+"""``si.compare(..., per_device=True)``: on each device whose results differ, the first
+divergent op of its per-device program (tools/compare.py ``_search_devices``). The
+backend runs Shardy's per-device program itself, every device at once, inside a manual
+computation over the devices (ir/edit.py ``manual_over_devices``).
+
+The oracle is made by hand: a backend that computes one op otherwise (XLA compiling
+``tanh`` where the program says ``sine``; the interpreter with ``sine`` off by 0.5 on
+large values) differs where the data make that op differ, and only there: on the devices
+that hold those elements, which the shardings give.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import stablehlo_interp as si
+from stablehlo_interp.backends import JaxBackend
+from stablehlo_interp.ir.edit import manual_over_devices
+
+
+class SineAsTanh(JaxBackend):
+    """XLA's CPU compiling ``stablehlo.tanh`` for every ``stablehlo.sine``: equal at 0
+    (within a ULP near it), apart elsewhere."""
+
+    def __init__(self):
+        super().__init__("cpu")
+        self.name = "sine as tanh"
+
+    def __call__(self, module_text, args, host_callbacks=()):
+        return super().__call__(module_text.replace("stablehlo.sine", "stablehlo.tanh"), args, host_callbacks)
+
+    def run_per_device(self, module_text, per_device_args, host_callbacks=()):
+        return super().run_per_device(module_text.replace("stablehlo.sine", "stablehlo.tanh"), per_device_args,
+                                      host_callbacks)
+
+
+def mesh_of(count: int) -> Mesh:
+    return Mesh(np.array(jax.devices("cpu")[:count]), ("x",))
+
+
+def line_of(function, text: str) -> int:
+    """The line of ``function``'s source holding ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def resharded_sine(v):
+    w = jax.lax.with_sharding_constraint(v * 2, NamedSharding(mesh_of(8), P(None, "x")))
+    return jnp.sin(w) + 1
+
+
+def test_the_first_divergent_op_on_the_devices_whose_results_differ_on_xla():
+    """x (f32[8, 16], rows over 8 devices) is zero but at column 5 and column 10; resharded
+    to columns, device 2 holds columns 4-5 and device 5 columns 10-11. XLA runs the
+    per-device program (its all_to_all inside the manual computation) with tanh for sine:
+    only devices 2 and 5 differ, and on each the first divergent op is the sine, at its
+    line, beyond its bound on operands that agree; the other devices agree."""
+    x = np.zeros((8, 16), np.float32)
+    x[:, 5], x[:, 10] = np.arange(1, 9), -np.arange(1, 9)
+    sharded = jax.device_put(x, NamedSharding(mesh_of(8), P("x", None)))
+    comparison = si.compare(jax.jit(resharded_sine), sharded, per_device=True, backend=SineAsTanh())
+    differing = [device for device, outputs in enumerate(comparison.outputs) if outputs[0] is not None]
+    assert differing == [2, 5] and sorted(comparison.divergence_per_device) == [2, 5]
+    assert comparison.search_note is None and comparison.compiled_prefixes == 1
+    for device, column in [(2, 5), (5, 10)]:
+        found = comparison.divergence_per_device[device]
+        assert found.op == "stablehlo.sine" and found.kind == "beyond its bound" and found.operands_agree
+        assert found.location.frames[0].line == line_of(resharded_sine, "jnp.sin(w)")
+        own_column = column % 2
+        np.testing.assert_array_equal(found.operands[0][:, own_column], 2 * x[:, column])
+        np.testing.assert_allclose(found.theirs[:, own_column], np.tanh(2 * x[:, column]), rtol=1e-6)
+        np.testing.assert_allclose(found.ours[:, own_column], np.sin(2 * x[:, column]), rtol=1e-6)
+        assert found.difference.mismatched == 8   # the column's 8 nonzero elements; the other column is 0
+    text = str(comparison)
+    device_2 = text[text.index("device 2: differs"):text.index("device 3:")]
+    assert "first divergent op: stablehlo.sine" in device_2
+    assert f"test_compare_per_device.py:{line_of(resharded_sine, 'jnp.sin(w)')}" in device_2
+    assert "source: return jnp.sin(w) + 1" in device_2
+    assert text.count("first divergent op:") == 2
+
+
+def test_the_interpreter_with_an_op_replaced_as_a_global_backend():
+    """A backend without per-device runs (the interpreter with its sine 0.5 off from 250 on)
+    runs the per-device program stacked over the devices. 2 * x of arange(128) by columns:
+    the elements >= 250 are at row 7, columns 13-15, on device 6 (column 13) and device 7
+    (14-15): the sine differs there, on 1 and 2 elements."""
+    def wrong_sine(info):
+        return lambda a: np.where(a >= 250, np.sin(a) + np.float32(0.5), np.sin(a)).astype(a.dtype)
+
+    wrong = si.tools.InterpreterBackend(ops={"stablehlo.sine": wrong_sine}, name="wrong sine")
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh_of(8), P("x", None)))
+    comparison = si.compare(jax.jit(resharded_sine), x, per_device=True, backend=wrong)
+    assert comparison.against == "shards" and sorted(comparison.divergence_per_device) == [6, 7]
+    for device, count, where in [(6, 1, (7, 1)), (7, 2, (7, 0))]:
+        found = comparison.divergence_per_device[device]
+        assert found.op == "stablehlo.sine" and found.difference.mismatched == count
+        assert found.difference.index == where and found.difference.max_abs == pytest.approx(0.5)
+
+
+def test_devices_that_agree_report_no_op():
+    """XLA's CPU on the same program: every device agrees, and no op is searched for."""
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh_of(8), P("x", None)))
+    comparison = si.compare(jax.jit(resharded_sine), x, per_device=True)
+    assert comparison.ok and comparison.divergence_per_device == {} and comparison.compiled_prefixes == 0
+    assert "first divergent op" not in str(comparison)
+
+
+def test_a_backend_that_cannot_run_the_per_device_program_says_why():
+    """A callable that ignores the module it is given (it computes resharded_sine's global
+    result, one element off: device 2's) fails on the per-device program stacked over the
+    devices: no op is named, the report says why in one line."""
+    def off_by_one(module_text, arguments):
+        wrong = (np.sin(np.asarray(arguments[0]) * 2) + 1).astype(np.float32)
+        wrong[0, 5] += 1
+        return [wrong]
+
+    x = jax.device_put(np.arange(128, dtype=np.float32).reshape(8, 16), NamedSharding(mesh_of(8), P("x", None)))
+    comparison = si.compare(jax.jit(resharded_sine), x, per_device=True, backend=off_by_one)
+    assert [device for device, outputs in enumerate(comparison.outputs) if outputs[0] is not None] == [2]
+    assert comparison.divergence_per_device == {}
+    assert comparison.search_note.startswith("no search for the first divergent op on each device: off_by_one "
+                                             "cannot run the per-device program (IndexError")
+    assert comparison.search_note in str(comparison).splitlines()
+
+
+def test_the_program_stacked_over_the_devices_runs_each_device_on_xla():
+    """manual_over_devices: XLA runs a per-device program with an all_reduce over 4
+    devices, each on its own part; every device's partial product and their sum are
+    what NumPy computes (integers: exact)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-4, 5, (2, 8)).astype(np.float32), rng.integers(-4, 5, (8, 3)).astype(np.float32)
+    mesh = mesh_of(4)
+    function = jax.jit(lambda a, b: a @ b)
+    lowered = function.lower(jax.device_put(a, NamedSharding(mesh, P(None, "x"))),
+                             jax.device_put(b, NamedSharding(mesh, P("x", None))))
+    from stablehlo_interp.ir.edit import inline_calls, prefix_module
+    from stablehlo_interp.sharding.per_device import PerDeviceProgram
+    partitioned = PerDeviceProgram(si.load(lowered.as_text()))
+    text = inline_calls(partitioned.text, "main")
+    stacked = manual_over_devices(prefix_module(text, "main", 1, [(0, 0), (1, 0)]), "main", 4)
+    per_device = JaxBackend("cpu").run_per_device(
+        stacked, [[a[None, :, 2 * d:2 * d + 2], b[None, 2 * d:2 * d + 2]] for d in range(4)])
+    for device, (partial, total) in enumerate(per_device):
+        np.testing.assert_array_equal(partial[0], a[:, 2 * device:2 * device + 2] @ b[2 * device:2 * device + 2])
+        np.testing.assert_array_equal(total[0], a @ b)
