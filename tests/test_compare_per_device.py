@@ -150,3 +150,74 @@ def test_the_program_stacked_over_the_devices_runs_each_device_on_xla():
     for device, (partial, total) in enumerate(per_device):
         np.testing.assert_array_equal(partial[0], a[:, 2 * device:2 * device + 2] @ b[2 * device:2 * device + 2])
         np.testing.assert_array_equal(total[0], a @ b)
+
+
+def sine_then_contract(a, b):
+    return jnp.sin(a) @ b
+
+
+def test_a_difference_that_reaches_other_devices_through_a_collective():
+    """sin(a) @ b with the contracting dimension over 4 devices: each device multiplies its
+    two columns of sin(a) by its rows of b, and an all_reduce adds the partial products. a
+    is zero but in device 2's columns (4-5), so XLA's tanh for sine differs there only;
+    the sum carries it to every device. Device 2's first divergent op is the sine; on the
+    others every op agrees on the backend's operands (the all_reduce too, given device 2's
+    partial product as XLA computed it), and the report says where the difference came
+    from."""
+    a = np.zeros((3, 8), np.float32)
+    a[:, 4:6] = [[0.5, 1.0], [-1.0, 2.0], [1.5, -0.25]]
+    b = np.arange(24, dtype=np.float32).reshape(8, 3) / 8
+    mesh = mesh_of(4)
+    args = (jax.device_put(a, NamedSharding(mesh, P(None, "x"))), jax.device_put(b, NamedSharding(mesh, P("x", None))))
+    comparison = si.compare(jax.jit(sine_then_contract), *args, per_device=True, backend=SineAsTanh())
+    assert all(outputs[0] is not None for outputs in comparison.outputs)
+    expected = np.tanh(a[:, 4:6]).astype(np.float64) @ b[4:6]
+    for device in range(4):
+        np.testing.assert_allclose(comparison.theirs[device][0], expected, rtol=1e-6)
+    found = comparison.divergence_per_device[2]
+    assert found.op == "stablehlo.sine" and found.location.frames[0].line == line_of(sine_then_contract, "jnp.sin")
+    np.testing.assert_array_equal(found.operands[0], a[:, 4:6])
+    assert [comparison.divergence_per_device[device] for device in (0, 1, 3)] == [None] * 3
+    for device in (0, 1, 3):
+        assert comparison.device_notes[device] == (f"every op of device {device} agrees on the backend's operands: "
+                                                   "the difference came from other devices, through the collectives "
+                                                   "(the first divergent op is on device 2)")
+        assert comparison.device_notes[device] in str(comparison)
+
+
+def collective_steps():
+    """The all_reduce and all_to_all of small per-device programs over 4 devices, as steps."""
+    mesh = mesh_of(4)
+    terms = jax.device_put(np.zeros(4, np.float32), NamedSharding(mesh, P("x")))
+    summed = jax.jit(lambda v: v.sum()).lower(terms).as_text()
+    x = jax.device_put(np.zeros((4, 4), np.float32), NamedSharding(mesh, P("x", None)))
+    moved = jax.jit(lambda v: jax.lax.with_sharding_constraint(v, NamedSharding(mesh, P(None, "x")))).lower(x).as_text()
+    from stablehlo_interp.engine.grid import steps_within
+    from stablehlo_interp.sharding.per_device import PerDeviceProgram
+
+    def step_named(text, name):
+        local = PerDeviceProgram(si.load(text)).local
+        return next(step for step in steps_within(local.function("main").region) if step.name == name)
+
+    return step_named(summed, "stablehlo.all_reduce"), step_named(moved, "stablehlo.all_to_all")
+
+
+def test_collectives_are_judged_across_devices():
+    """classify_across_devices: an all_reduce adding 1, 1e8, -1e8 and 1e-3 (one term per
+    device) in another order is within a sum's bound, (2·4+2)·2^-24·(2e8 + 1.001) ≈ 119;
+    1000 off is beyond it; an all_to_all moves values exactly, so any difference is
+    beyond; the same values agree."""
+    from stablehlo_interp.judge.bounds import classify_across_devices
+
+    all_reduce, all_to_all = collective_steps()
+    group = [[np.float32(term)] for term in (1.0, 1e8, -1e8, 1e-3)]
+    ours, reordered = np.float32(1.001), np.float32(0.0)   # (1 + 1e8) - 1e8 + 1e-3 rounds the 1 away
+    verdict = classify_across_devices(all_reduce, [ours], [reordered], group)
+    assert verdict.kind == "rounding noise" and verdict.rule == "a sum across n devices: (2n+2)·u·Σ|terms|"
+    verdict = classify_across_devices(all_reduce, [ours], [np.float32(1001.0)], group)
+    assert verdict.kind == "beyond its bound"
+    assert verdict.difference.bound == pytest.approx(10 * 2.0 ** -24 * (2e8 + 1.001), rel=1e-6)
+    assert classify_across_devices(all_reduce, [ours], [ours], group).kind == "agree"
+    block = np.arange(4, dtype=np.float32).reshape(4, 1)
+    verdict = classify_across_devices(all_to_all, [block], [block + np.float32(2.0 ** -20)], None)
+    assert verdict.kind == "beyond its bound" and verdict.rule.endswith("exact")

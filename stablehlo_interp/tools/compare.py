@@ -475,6 +475,17 @@ def _search_devices(comparison: PerDeviceComparison, call, run_backend, differin
     for device in differing:
         comparison.divergence_per_device[device], comparison.device_notes[device] = _device_divergence(
             comparison, local, recorder.ops[device], shards[device], shown[device], ours[device], device, replay)
+    sources = [device for device, found in comparison.divergence_per_device.items() if found is not None]
+    named = f"device{'s' if len(sources) > 1 else ''} {', '.join(map(str, sources))}"
+    for device, found in comparison.divergence_per_device.items():
+        if found is not None or not sources:
+            continue
+        note = comparison.device_notes[device]
+        comparison.device_notes[device] = (
+            f"{note}\nthe first divergent op is on {named}, whose values reach device {device} through the "
+            "collectives" if note else
+            f"every op of device {device} agrees on the backend's operands: the difference came from other "
+            f"devices, through the collectives (the first divergent op is on {named})")
 
 
 def _device_divergence(comparison: PerDeviceComparison, local, ops: list, arguments: list, shown: dict,
@@ -494,11 +505,13 @@ def _device_divergence(comparison: PerDeviceComparison, local, ops: list, argume
     device_comparison = Comparison(comparison.backend, [difference(o, t, comparison.tolerances)
                                                         for o, t in zip(ours, final)], tolerances=comparison.tolerances)
     _classify(device_comparison, local, ops, arguments, shown, ours, final, judge)
-    note = device_comparison.note or ""
     if device_comparison.ok:
-        note = (f"{comparison.backend} running this per-device program agrees with the interpreter on device "
-                f"{device}: its own partition of the program computes otherwise")
-    return device_comparison.divergence, note
+        return None, (f"{comparison.backend} running this per-device program agrees with the interpreter on device "
+                      f"{device}: its own partition of the program computes otherwise")
+    counts = device_comparison.ops
+    if device_comparison.divergence is None and counts[NOISE] + counts[PRECISION] == 0:
+        return None, ""   # every op agrees: the difference came from other devices (_search_devices says)
+    return device_comparison.divergence, device_comparison.note or ""
 
 
 def _run_on_devices(run_backend, shards: list, count: int):
