@@ -221,3 +221,15 @@ def test_collectives_are_judged_across_devices():
     block = np.arange(4, dtype=np.float32).reshape(4, 1)
     verdict = classify_across_devices(all_to_all, [block], [block + np.float32(2.0 ** -20)], None)
     assert verdict.kind == "beyond its bound" and verdict.rule.endswith("exact")
+
+
+def test_a_token_cannot_be_stacked_over_the_devices():
+    """manual_over_devices refuses a per-device program with a token argument (a
+    ModuleError, which compare reports as its reason for not searching)."""
+    from stablehlo_interp.errors import ModuleError
+
+    text = ("module attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {\n"
+            "  func.func public @main(%t: !stablehlo.token, %x: tensor<2xf32>) -> tensor<2xf32> {\n"
+            "    return %x : tensor<2xf32>\n  }\n}\n")
+    with pytest.raises(ModuleError, match="a value of type !stablehlo.token cannot be stacked over the devices"):
+        manual_over_devices(text, "main", 2)

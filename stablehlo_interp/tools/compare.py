@@ -32,9 +32,15 @@ program partitioned over them, as ``jax.jit`` does: the addressable shards of it
 outputs), or, for a backend that gives no per-device results, with the device's
 shards of the backend's global results (:class:`PerDeviceComparison`). The
 report gives each device's values and the bytes each device sent and received at
-each collective; it makes no search for a first divergent op (that search runs
-prefixes of the global program). Where Shardy cannot partition the program, a
-``PerDeviceWarning`` says why and the global program is compared.
+each collective, and on each device whose results differ, the first divergent op of
+its per-device program: the backend runs that program itself, every device at once
+(its body in an ``sdy.manual_computation`` over a mesh of the devices, each value
+stacked over them: ir/edit.py ``manual_over_devices``), returning windows of its
+ops' values as the global search's prefixes do; each device's ops are judged as
+above, an op across devices (a collective) on every device's backend operands
+(judge/bounds.py ``classify_across_devices``). Where the backend cannot run that
+program, one line says why and only the results are compared. Where Shardy cannot
+partition the program, a ``PerDeviceWarning`` says why and the global program is compared.
 
 Host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``,
 Equinox's checks): the interpreter runs the function lowered for the ``interp``
@@ -221,7 +227,11 @@ class PerDeviceComparison:
     global results: a backend that gives no per-device results). ``outputs[d][i]``:
     None where device ``d``'s result ``i`` is within tolerance, else a
     :class:`~.difference.Difference`; ``ours[d]`` and ``theirs[d]``: each device's
-    results; ``traffic``: the bytes each device sent and received at each collective."""
+    results; ``traffic``: the bytes each device sent and received at each collective.
+    ``divergence_per_device[d]``, for each device ``d`` whose results differ: the first
+    divergent op of its per-device program (a :class:`Divergence`: ``position`` counts
+    the ops of that program's entry function, calls inlined), or None, with
+    ``device_notes[d]`` saying why; ``search_note``: why no op was searched for."""
 
     backend: str
     against: str
@@ -400,7 +410,7 @@ def _compare_per_device(call, run_backend, table: dict, window_bytes: int = WIND
 
 class _DeviceValues(Listener):
     """Keeps operands and results of every op of the entry function on each device (by
-    process id), and with ``replace`` (``[device][(op, result)] -> value``), replaces
+    process id); or with ``replace`` (``[device][(op, result)] -> value``), replaces
     each op's results by those values where they are of the same type: each op then
     runs on the backend's operands, and ``recomputed[device][op]`` holds what it made
     of them (on every device at once: a collective's too)."""
@@ -409,14 +419,14 @@ class _DeviceValues(Listener):
         self.ops: list = [[] for _ in range(count)]
         self.replace = replace
         self.recomputed: list = [{} for _ in range(count)]
-        self.group_operands: dict = {}   # (device, op) -> the operands of each device of its group
+        self.group_operands: dict = {}   # (device, op) -> (its process, its operands) at an all_reduce
 
     def after_op(self, step, operands, results, stack):
         if stack:
             return None
         device = stack.process.id
-        self.ops[device].append((step, list(operands), list(results)))
         if self.replace is None:
+            self.ops[device].append((step, list(operands), list(results)))
             return None
         self.recomputed[device][step.index] = list(results)
         if step.name == "stablehlo.all_reduce":
@@ -474,11 +484,20 @@ def _search_devices(comparison: PerDeviceComparison, call, run_backend, differin
     local.run_grid(shards, function="main", listeners=[replay])
     for device in differing:
         comparison.divergence_per_device[device], comparison.device_notes[device] = _device_divergence(
-            comparison, local, recorder.ops[device], shards[device], shown[device], ours[device], device, replay)
+            comparison, local, recorder.ops[device], shards[device], shown[device], ours[device], device, replay,
+            getattr(run_backend, "precision", None))
+    _name_sources(comparison)
+
+
+def _name_sources(comparison: PerDeviceComparison) -> None:
+    """On each device without a divergent op of its own, say which devices have one:
+    their values reach it through the collectives."""
     sources = [device for device, found in comparison.divergence_per_device.items() if found is not None]
+    if not sources:
+        return
     named = f"device{'s' if len(sources) > 1 else ''} {', '.join(map(str, sources))}"
     for device, found in comparison.divergence_per_device.items():
-        if found is not None or not sources:
+        if found is not None:
             continue
         note = comparison.device_notes[device]
         comparison.device_notes[device] = (
@@ -489,11 +508,12 @@ def _search_devices(comparison: PerDeviceComparison, call, run_backend, differin
 
 
 def _device_divergence(comparison: PerDeviceComparison, local, ops: list, arguments: list, shown: dict,
-                       ours: list, device: int, replay: _DeviceValues) -> tuple:
+                       ours: list, device: int, replay: _DeviceValues, precision) -> tuple:
     """``(the first divergent op on device, a note)``: the device's ops judged as the
-    global compare judges them (:func:`_classify`), on the values the backend showed."""
+    global compare judges them (:func:`_classify`), on the values the backend showed;
+    ``precision``: the backend's declared precision, if it declares one."""
     execution = Execution(RunContext(semantics=local.semantics))
-    alone = _judge_alone(execution, None)
+    alone = _judge_alone(execution, precision)
 
     def judge(step, operands, env, own_results, theirs):
         if step.name in PROCESS_OPS or any(process_ops(region) for region in step.regions):
@@ -503,11 +523,13 @@ def _device_divergence(comparison: PerDeviceComparison, local, ops: list, argume
 
     final = _shown_results(local, ops, arguments, shown)
     device_comparison = Comparison(comparison.backend, [difference(o, t, comparison.tolerances)
-                                                        for o, t in zip(ours, final)], tolerances=comparison.tolerances)
+                                                        for o, t in zip(ours, final)], tolerances=comparison.tolerances,
+                                   precision=precision)
     _classify(device_comparison, local, ops, arguments, shown, ours, final, judge)
     if device_comparison.ok:
         return None, (f"{comparison.backend} running this per-device program agrees with the interpreter on device "
-                      f"{device}: its own partition of the program computes otherwise")
+                      f"{device}: the results above come from {comparison.backend}'s own run of the program, which "
+                      "computes otherwise")
     counts = device_comparison.ops
     if device_comparison.divergence is None and counts[NOISE] + counts[PRECISION] == 0:
         return None, ""   # every op agrees: the difference came from other devices (_search_devices says)
