@@ -233,3 +233,31 @@ def test_a_token_cannot_be_stacked_over_the_devices():
             "    return %x : tensor<2xf32>\n  }\n}\n")
     with pytest.raises(ModuleError, match="a value of type !stablehlo.token cannot be stacked over the devices"):
         manual_over_devices(text, "main", 2)
+
+
+def sine_row_sums(x):
+    return jnp.sin(x).sum(axis=1)
+
+
+def test_a_2x4_mesh_names_the_device_and_its_group():
+    """sin(x).sum(axis=1) of an f32[4, 8] over a 2x4 mesh ("a" rows, "b" columns): device
+    (i, j), id 4i + j, holds rows 2i-2i+1 and columns 2j-2j+1, and an all_reduce adds the
+    partial sums over "b", in groups {0..3} and {4..7}. x is zero but on device (1, 2),
+    id 6: with XLA's tanh for sine, device 6's first divergent op is the sine; its
+    group's devices 4, 5 and 7 differ through the all_reduce only; devices 0-3 agree."""
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("a", "b"))
+    x = np.zeros((4, 8), np.float32)
+    x[2:4, 4:6] = [[0.5, 1.0], [1.5, -2.0]]
+    sharded = jax.device_put(x, NamedSharding(mesh, P("a", "b")))
+    comparison = si.compare(jax.jit(sine_row_sums), sharded, per_device=True, backend=SineAsTanh())
+    assert [device for device, outputs in enumerate(comparison.outputs) if outputs[0] is not None] == [4, 5, 6, 7]
+    assert sorted(comparison.divergence_per_device) == [4, 5, 6, 7]
+    found = comparison.divergence_per_device[6]
+    assert found.op == "stablehlo.sine" and found.location.frames[0].line == line_of(sine_row_sums, "jnp.sin")
+    np.testing.assert_array_equal(found.operands[0], x[2:4, 4:6])
+    for device in (4, 5, 7):
+        assert comparison.divergence_per_device[device] is None
+        assert comparison.device_notes[device].endswith("(the first divergent op is on device 6)")
+    for device in range(8):
+        expected = np.tanh(x[2:4]).sum(axis=1) if device >= 4 else np.zeros(2, np.float32)
+        np.testing.assert_allclose(comparison.theirs[device][0], expected, rtol=1e-6)
