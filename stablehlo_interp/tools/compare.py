@@ -110,10 +110,11 @@ class Divergence:
     operands_agree: bool = True   # the backend's operands are the interpreter's own
     regions: tuple = ()           # names of its regions, where the difference arose
     stepping: LoopStepping | None = None   # an unbounded loop or conditional stepped on the backend (tools/loops.py)
+    program: str = "the entry function"   # whose ops ``position`` counts (a device's: "the per-device program")
 
     def describe(self, backend: str) -> str:
         where = describe_location(self.location)
-        lines = [f"first divergent op: {self.op} (op #{self.position} of the entry function)"
+        lines = [f"first divergent op: {self.op} (op #{self.position} of {self.program})"
                  + (f" at {where}" if where else "")]
         if self.location and self.location.name:
             lines.append(f"  jax: {self.location.name}")
@@ -532,7 +533,9 @@ def _device_divergence(comparison: PerDeviceComparison, local, ops: list, argume
                       "computes otherwise")
     counts = device_comparison.ops
     if device_comparison.divergence is None and counts[NOISE] + counts[PRECISION] == 0:
-        return None, ""   # every op agrees: the difference came from other devices (_search_devices says)
+        return None, ""   # every op agrees: the difference came from other devices (_name_sources says)
+    if device_comparison.divergence is not None:
+        device_comparison.divergence.program = "the per-device program"
     return device_comparison.divergence, device_comparison.note or ""
 
 
