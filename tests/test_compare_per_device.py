@@ -261,3 +261,20 @@ def test_a_2x4_mesh_names_the_device_and_its_group():
     for device in range(8):
         expected = np.tanh(x[2:4]).sum(axis=1) if device >= 4 else np.zeros(2, np.float32)
         np.testing.assert_allclose(comparison.theirs[device][0], expected, rtol=1e-6)
+
+
+def test_windows_of_one_op_find_the_same_op():
+    """With a window budget of one byte, the backend shows one op's values per run of the
+    per-device program: one run per op of it, and the same first divergent op."""
+    from stablehlo_interp.ir.edit import entry_op_names, inline_calls
+    from stablehlo_interp.tools.per_device import prepare_checked
+
+    x = np.zeros((8, 16), np.float32)
+    x[:, 5] = np.arange(1, 9)
+    sharded = jax.device_put(x, NamedSharding(mesh_of(8), P("x", None)))
+    comparison = si.compare(jax.jit(resharded_sine), sharded, per_device=True, backend=SineAsTanh(), window_bytes=1)
+    assert sorted(comparison.divergence_per_device) == [2]
+    assert comparison.divergence_per_device[2].op == "stablehlo.sine"
+    text = prepare_checked(jax.jit(resharded_sine), (sharded,)).per_device_program().text
+    ops = [name for name in entry_op_names(inline_calls(text, "main"), "main") if name != "func.return"]
+    assert comparison.compiled_prefixes == len(ops)
