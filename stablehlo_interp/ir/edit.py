@@ -363,15 +363,15 @@ def _manual_wrapper(inputs: list, results: list, count: int) -> str:
     def listed(items) -> str:
         return ", ".join(items)
 
+    def sharded(value_type) -> str:   # @main's too: XLA leaves an argument the program does not use whole otherwise
+        return f"{stacked(value_type, count)} {{sdy.sharding = #sdy.sharding{sharding(value_type)}}}"
+
     outer_in, outer_out = [stacked(t, count) for t in inputs], [stacked(t, count) for t in results]
     one_in, one_out = [stacked(t, 1) for t in inputs], [stacked(t, 1) for t in results]
     local_in, local_out = [str(t) for t in inputs], [str(t) for t in results]
-    def attributes(value_type) -> str:   # a value the program leaves unused is sharded all the same
-        return f" {{sdy.sharding = #sdy.sharding{sharding(value_type)}}}"
-
     lines = [f'sdy.mesh @__devices = <["{DEVICE_AXIS}"={count}]>',
-             f"func.func public @main({listed(f'%arg{i}: {t}{attributes(v)}' for i, (t, v) in enumerate(zip(outer_in, inputs)))}) "
-             f"-> ({listed(f'{t}{attributes(v)}' for t, v in zip(outer_out, results))}) {{",
+             f"func.func public @main({listed(f'%arg{i}: {sharded(t)}' for i, t in enumerate(inputs))}) "
+             f"-> ({listed(map(sharded, results))}) {{",
              f"  %out:{len(results)} = sdy.manual_computation({listed(f'%arg{i}' for i in range(len(inputs)))}) "
              f"in_shardings=[{listed(map(sharding, inputs))}] out_shardings=[{listed(map(sharding, results))}] "
              f'manual_axes={{"{DEVICE_AXIS}"}} ({listed(f"%one{i}: {t}" for i, t in enumerate(one_in))}) {{']
