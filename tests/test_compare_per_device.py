@@ -278,3 +278,40 @@ def test_windows_of_one_op_find_the_same_op():
     text = prepare_checked(jax.jit(resharded_sine), (sharded,)).per_device_program().text
     ops = [name for name in entry_op_names(inline_calls(text, "main"), "main") if name != "func.return"]
     assert comparison.compiled_prefixes == len(ops)
+
+
+class TanhAsSine(JaxBackend):
+    """XLA's CPU compiling ``stablehlo.sine`` for every ``stablehlo.tanh``."""
+
+    def __init__(self):
+        super().__init__("cpu")
+        self.name = "tanh as sine"
+
+    def __call__(self, module_text, args, host_callbacks=()):
+        return super().__call__(module_text.replace("stablehlo.tanh ", "stablehlo.sine "), args, host_callbacks)
+
+    def run_per_device(self, module_text, per_device_args, host_callbacks=()):
+        return super().run_per_device(module_text.replace("stablehlo.tanh ", "stablehlo.sine "), per_device_args,
+                                      host_callbacks)
+
+
+@pytest.mark.slow
+def test_the_sharded_lm_step_names_its_gelu_on_every_device():
+    """The zoo's sharded Flax NNX LM training step (8 devices, a 2x4 mesh) on XLA with sine
+    for tanh: its first tanh is the approximate GELU of the first block's MLP, which every
+    device computes on its part of the hidden units: each device's first divergent op is
+    that tanh, at the line of ``nnx.gelu`` in tests/zoo/sharded.py (about 20 s)."""
+    import warnings
+
+    from test_zoo_per_device import program
+    from zoo import sharded
+
+    step, args = program("sharded_flax_nnx_lm").sharded("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the per-device run's reordered sums, within noise
+        comparison = si.compare(step, *args, per_device=True, backend=TanhAsSine())
+    line = line_of(sharded.MegatronBlock.__call__, "nnx.gelu")
+    assert sorted(comparison.divergence_per_device) == list(range(8)) and comparison.search_note is None
+    for found in comparison.divergence_per_device.values():
+        assert found.op == "stablehlo.tanh" and found.kind == "beyond its bound"
+        assert (found.location.frames[0].file.endswith("zoo/sharded.py"), found.location.frames[0].line) == (True, line)
