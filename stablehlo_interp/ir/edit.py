@@ -24,6 +24,10 @@
   and :func:`as_hlo_convertible`).
 * :func:`chlo_sharding_rule` is an ``sdy.sharding_rule`` for the CHLO ops Shardy has
   no rule for (sharding/shardy_child.py, sharding/partition/).
+* :func:`manual_over_devices` runs a per-device program as one global program: each
+  argument and result stacked over the devices, the program inside an
+  ``sdy.manual_computation``, so that a backend runs every device's program (with its
+  collectives) and returns each device's values (tools/compare.py, per device).
 * :func:`as_hlo_convertible` writes Shardy's ``sdy.sharding_constraint``
   and ``sdy.reshard`` as the ``Sharding`` custom calls of HLO, and the async
   pairs as their collectives, which XLA's StableHLO-to-HLO converter reads
@@ -314,6 +318,75 @@ def _reachable(function: str, functions: dict) -> set:
 def _rename(module, func, old: str, new: str) -> None:
     ir.SymbolTable.replace_all_symbol_uses(old, new, module.operation)
     func.attributes["sym_name"] = ir.StringAttr.get(new)
+
+
+DEVICE_AXIS = "devices"
+
+
+def manual_over_devices(text: str, function: str, count: int) -> str:
+    """``@function`` of a per-device program for ``count`` devices as ``@main`` of a
+    global program over a 1-D mesh of ``count`` devices: each argument and result
+    ``tensor<S>`` becomes ``tensor<count x S>``, device ``d``'s value at ``[d]``
+    (sharded on its first dimension), and the program runs on each device's
+    ``[1 x S]`` part reshaped to ``S`` inside an ``sdy.manual_computation`` manual over
+    the mesh's axis, as JAX's ``shard_map`` lowers (device ``d`` of the mesh is
+    partition ``d``, the id the program's collectives name). Raises ``ModuleError``
+    for a value that is not a ranked tensor (a token, a tuple)."""
+    with make_context():
+        module = ir.Module.parse(text)
+        func = function_operations(module)[function]
+        signature = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        for value_type in [*signature.inputs, *signature.results]:
+            if not isinstance(value_type, ir.RankedTensorType):
+                raise ModuleError(f"a per-device program with a value of type {value_type} cannot be stacked "
+                                  "over the devices")
+        _rename(module, func, function, "__device_program")
+        func.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        for name in ("arg_attrs", "res_attrs"):
+            if name in func.attributes:
+                del func.attributes[name]
+        wrapper = ir.Module.parse(_manual_wrapper(list(signature.inputs), list(signature.results), count))
+        for op in list(wrapper.body.operations)[:-1]:   # the last: the program's declaration, for the parser
+            op.operation.clone(ip=ir.InsertionPoint(module.body))
+        return _text(module)
+
+
+def _manual_wrapper(inputs: list, results: list, count: int) -> str:
+    """The ``sdy.mesh`` and ``@main`` of :func:`manual_over_devices` as MLIR text."""
+    def stacked(value_type, leading) -> str:
+        ranked = ir.RankedTensorType(value_type)
+        return str(ir.RankedTensorType.get([leading, *ranked.shape], ranked.element_type, loc=ir.Location.unknown()))
+
+    def sharding(value_type) -> str:
+        return '<@__devices, [{"%s"}%s]>' % (DEVICE_AXIS, ", {}" * ir.RankedTensorType(value_type).rank)
+
+    def listed(items) -> str:
+        return ", ".join(items)
+
+    def sharded(value_type) -> str:   # @main's too: XLA leaves an argument the program does not use whole otherwise
+        return f"{stacked(value_type, count)} {{sdy.sharding = #sdy.sharding{sharding(value_type)}}}"
+
+    outer_in, outer_out = [stacked(t, count) for t in inputs], [stacked(t, count) for t in results]
+    one_in, one_out = [stacked(t, 1) for t in inputs], [stacked(t, 1) for t in results]
+    local_in, local_out = [str(t) for t in inputs], [str(t) for t in results]
+    lines = [f'sdy.mesh @__devices = <["{DEVICE_AXIS}"={count}]>',
+             f"func.func public @main({listed(f'%arg{i}: {sharded(t)}' for i, t in enumerate(inputs))}) "
+             f"-> ({listed(map(sharded, results))}) {{",
+             f"  %out:{len(results)} = sdy.manual_computation({listed(f'%arg{i}' for i in range(len(inputs)))}) "
+             f"in_shardings=[{listed(map(sharding, inputs))}] out_shardings=[{listed(map(sharding, results))}] "
+             f'manual_axes={{"{DEVICE_AXIS}"}} ({listed(f"%one{i}: {t}" for i, t in enumerate(one_in))}) {{']
+    lines += [f"    %local{i} = stablehlo.reshape %one{i} : ({one}) -> {local}"
+              for i, (one, local) in enumerate(zip(one_in, local_in))]
+    lines.append(f"    %res:{len(results)} = func.call @__device_program("
+                 f"{listed(f'%local{i}' for i in range(len(inputs)))}) : ({listed(local_in)}) -> ({listed(local_out)})")
+    lines += [f"    %back{i} = stablehlo.reshape %res#{i} : ({local}) -> {one}"
+              for i, (local, one) in enumerate(zip(local_out, one_out))]
+    lines += [f"    sdy.return {listed(f'%back{i}' for i in range(len(results)))} : {listed(one_out)}",
+              f"  }} : ({listed(outer_in)}) -> ({listed(outer_out)})",
+              f"  return {listed(f'%out#{i}' for i in range(len(results)))} : {listed(outer_out)}",
+              "}",
+              f"func.func private @__device_program({listed(local_in)}) -> ({listed(local_out)})"]
+    return "\n".join(lines)
 
 
 def as_hlo_convertible(text: str, hlo_sharding, notes: dict[str, str] | None = None) -> str:

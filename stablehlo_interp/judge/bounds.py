@@ -73,6 +73,9 @@ SUMS_WITH_AN_ADD_BODY = frozenset({"stablehlo.reduce", "stablehlo.reduce_window"
 # Ops whose regions are applied element by element or as a comparator: re-run like any other op.
 DATA_PARALLEL_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter",
                                    "stablehlo.select_and_scatter", "stablehlo.sort", "stablehlo.map"})
+# Ops across devices whose values are moved or named, never computed (spec: all_gather ... partition_id).
+EXACT_ACROSS_DEVICES = frozenset({"stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
+                                  "stablehlo.collective_broadcast", "stablehlo.replica_id", "stablehlo.partition_id"})
 
 
 @dataclass
@@ -105,6 +108,18 @@ def classify(execution, step, operands, recomputed, theirs, env, precision: Decl
 
 
 def _classify(execution, step, operands, recomputed, theirs, env, precision) -> Verdict:
+    def allowance():
+        if step.regions and step.name not in DATA_PARALLEL_REGIONS:
+            return _estimated_allowance(execution, step, operands, recomputed, env, precision)
+        return _allowance(execution, step, operands, recomputed, env, precision)
+
+    return _judged(recomputed, theirs, allowance)
+
+
+def _judged(recomputed, theirs, allowance_of, unbounded: bool = False) -> Verdict:
+    """The verdict on ``theirs`` against ``recomputed`` under the allowance
+    ``allowance_of()`` gives (``(rule, allowance)``, asked for only where they differ):
+    beyond it, UNBOUNDED where the rule is estimated (or ``unbounded``), else BEYOND."""
     pairs = [(index, np.asarray(ours), np.asarray(other)) for index, (ours, other) in enumerate(zip(recomputed, theirs))
              if not isinstance(ours, (tuple, Token)) and other is not None]
     for index, ours, other in pairs:
@@ -114,16 +129,40 @@ def _classify(execution, step, operands, recomputed, theirs, env, precision) -> 
     differing_results = [(index, ours, other) for index, ours, other in pairs if not _identical(ours, other)]
     if not differing_results:
         return Verdict(AGREE)
-    if step.regions and step.name not in DATA_PARALLEL_REGIONS:
-        rule, allowance = _estimated_allowance(execution, step, operands, recomputed, env, precision)
-    else:
-        rule, allowance = _allowance(execution, step, operands, recomputed, env, precision)
+    rule, allowance = allowance_of()
     for index, ours, other in differing_results:
         bound, alternatives = allowance(index)
         beyond = differing(ours, other, within(ours, other, bound, alternatives), bound)
         if beyond is not None:
-            return Verdict(UNBOUNDED if rule.startswith(ESTIMATED) else BEYOND, rule, index, beyond)
+            return Verdict(UNBOUNDED if unbounded or rule.startswith(ESTIMATED) else BEYOND, rule, index, beyond)
     return Verdict(NOISE, rule, differing_results[0][0])
+
+
+def classify_across_devices(step, recomputed, theirs, group_operands: list | None) -> Verdict:
+    """The verdict on ``theirs``, one device's backend results of ``step``, an op that
+    involves other devices (a collective, a process id, or an op whose regions hold
+    one), against ``recomputed``, the interpreter's results of it with every device
+    given its backend operands (tools/compare.py, per device). ``group_operands``: for
+    an ``all_reduce`` whose body is one ``add``, the operands of the devices of this
+    device's group, in group order (else None). Such a sum of n terms is bounded as a
+    sum is, ``(2n+2)·u·Σ|terms|``; the other collectives and the process ids move or
+    name values exactly; an op that holds collectives in its regions, or combines
+    otherwise, is not bounded op by op here (UNBOUNDED)."""
+    if group_operands is not None and step.name == "stablehlo.all_reduce" \
+            and monoid_of(step.regions[0]) == "stablehlo.add":
+        def sum_bound(index):
+            result = np.asarray(recomputed[index])
+            if not _is_float(result):
+                return None, ()
+            terms = [np.abs(np.asarray(operands[index]).astype(np.complex128)) for operands in group_operands]
+            return (2 * len(terms) + 2) * unit_roundoff(result.dtype) * sum(terms), ()
+
+        return _judged(recomputed, theirs, lambda: ("a sum across n devices: (2n+2)·u·Σ|terms|", sum_bound))
+    if step.name in EXACT_ACROSS_DEVICES:
+        return _judged(recomputed, theirs, lambda: ("values moved between devices, or a process id: exact",
+                                                    lambda index: (None, ())))
+    return _judged(recomputed, theirs, lambda: ("across devices, not bounded op by op", lambda index: (None, ())),
+                   unbounded=True)
 
 
 def within(ours: np.ndarray, other: np.ndarray, bound, alternatives) -> np.ndarray:

@@ -32,9 +32,15 @@ program partitioned over them, as ``jax.jit`` does: the addressable shards of it
 outputs), or, for a backend that gives no per-device results, with the device's
 shards of the backend's global results (:class:`PerDeviceComparison`). The
 report gives each device's values and the bytes each device sent and received at
-each collective; it makes no search for a first divergent op (that search runs
-prefixes of the global program). Where Shardy cannot partition the program, a
-``PerDeviceWarning`` says why and the global program is compared.
+each collective, and on each device whose results differ, the first divergent op of
+its per-device program: the backend runs that program itself, every device at once
+(its body in an ``sdy.manual_computation`` over a mesh of the devices, each value
+stacked over them: ir/edit.py ``manual_over_devices``), returning windows of its
+ops' values as the global search's prefixes do; each device's ops are judged as
+above, an op across devices (a collective) on every device's backend operands
+(judge/bounds.py ``classify_across_devices``). Where the backend cannot run that
+program, one line says why and only the results are compared. Where Shardy cannot
+partition the program, a ``PerDeviceWarning`` says why and the global program is compared.
 
 Host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``,
 Equinox's checks): the interpreter runs the function lowered for the ``interp``
@@ -56,16 +62,19 @@ import numpy as np
 from ..program.calls import Call, interpreter_platform
 from ..engine.run import Execution, Listener, RunContext, numpy_warnings_off
 from ..errors import InterpreterError
-from ..ir.edit import entry_op_names, inline_calls, prefix_module
+from ..ir.edit import entry_op_names, inline_calls, manual_over_devices, prefix_module
 from ..ir.locations import SourceLocation
 from ..ir.types import Token
 from ..ops.host_callback import TARGET as HOST_CALLBACK
 from ..program import load, prepare
 from ..program.signature import is_jax_function
 from ..backends import resolve
+from ..backends.errors import BackendError
+from ..engine.grid import PROCESS_OPS, process_ops
+from ..engine.process_groups import ProcessGroups, reducing_strategy
 from ..judge.precision import DeclaredPrecision
-from ..judge.bounds import (AGREE, BEYOND, NOISE, PRECISION, UNBOUNDED, Verdict, classify, noise_runs,
-                            spread_allowance, within)
+from ..judge.bounds import (AGREE, BEYOND, NOISE, PRECISION, UNBOUNDED, Verdict, classify, classify_across_devices,
+                            noise_runs, spread_allowance, within)
 from ..judge.difference import Difference, difference, max_ulp_distance, tolerances
 from .loops import LoopStepping, step_control_flow
 from .per_device import prepare_checked
@@ -101,10 +110,11 @@ class Divergence:
     operands_agree: bool = True   # the backend's operands are the interpreter's own
     regions: tuple = ()           # names of its regions, where the difference arose
     stepping: LoopStepping | None = None   # an unbounded loop or conditional stepped on the backend (tools/loops.py)
+    program: str = "the entry function"   # whose ops ``position`` counts (a device's: "the per-device program")
 
     def describe(self, backend: str) -> str:
         where = describe_location(self.location)
-        lines = [f"first divergent op: {self.op} (op #{self.position} of the entry function)"
+        lines = [f"first divergent op: {self.op} (op #{self.position} of {self.program})"
                  + (f" at {where}" if where else "")]
         if self.location and self.location.name:
             lines.append(f"  jax: {self.location.name}")
@@ -218,7 +228,11 @@ class PerDeviceComparison:
     global results: a backend that gives no per-device results). ``outputs[d][i]``:
     None where device ``d``'s result ``i`` is within tolerance, else a
     :class:`~.difference.Difference`; ``ours[d]`` and ``theirs[d]``: each device's
-    results; ``traffic``: the bytes each device sent and received at each collective."""
+    results; ``traffic``: the bytes each device sent and received at each collective.
+    ``divergence_per_device[d]``, for each device ``d`` whose results differ: the first
+    divergent op of its per-device program (a :class:`Divergence`: ``position`` counts
+    the ops of that program's entry function, calls inlined), or None, with
+    ``device_notes[d]`` saying why; ``search_note``: why no op was searched for."""
 
     backend: str
     against: str
@@ -229,6 +243,10 @@ class PerDeviceComparison:
     tolerances: dict = field(default_factory=dict)
     settings: tuple = ()
     result_names: tuple = ()      # each result by its name (result['loss']), or by number where it has none
+    divergence_per_device: dict = field(default_factory=dict)   # device -> its first divergent op, or None
+    device_notes: dict = field(default_factory=dict)            # device -> what the search found besides
+    search_note: str | None = None   # why no op was searched for on the devices whose results differ
+    compiled_prefixes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -249,6 +267,12 @@ class PerDeviceComparison:
                     lines.append(f"  {name} differs: {d.describe(self.backend)}")
                     lines.append(f"    interpreter: {summarize(mine)}")
                     lines.append(f"    {self.backend}: {summarize(other)}")
+            if device in self.divergence_per_device:
+                found = self.divergence_per_device[device]
+                lines += ["  " + line for line in ([] if found is None else found.describe(self.backend).splitlines())
+                          + self.device_notes.get(device, "").splitlines()]
+        if self.search_note:
+            lines.append(self.search_note)
         lines.append("collectives (bytes sent/received by each device):")
         lines += ["  " + line for line in str(self.traffic).splitlines()]
         return "\n".join(lines + [f"{self.backend} setting: {sentence}" for sentence in self.settings])
@@ -318,7 +342,7 @@ def compare_call(call: Call, backend: Any = "cpu", tolerance: Any = None, window
     table = tolerances(tolerance)
     run_backend = resolve(backend)
     if call.partitioned is not None:
-        return _compare_per_device(call, run_backend, table)
+        return _compare_per_device(call, run_backend, table, window_bytes)
     values = call.arguments
     text = inline_calls(module_text(call.program), "main")
     run_theirs, their_text = _backend_side(call, text, run_backend)
@@ -358,9 +382,10 @@ def compare_call(call: Call, backend: Any = "cpu", tolerance: Any = None, window
     return comparison
 
 
-def _compare_per_device(call, run_backend, table: dict) -> PerDeviceComparison:
+def _compare_per_device(call, run_backend, table: dict, window_bytes: int = WINDOW_BYTES) -> PerDeviceComparison:
     """Each device's partitioned run against the backend's results on that device, or
-    its shards of the backend's global results (module docstring)."""
+    its shards of the backend's global results, and on each device whose results
+    differ, the first divergent op of its program (module docstring)."""
     partitioned = call.per_device_program()
     shards = partitioned.shards(call.arguments)
     traffic = CollectiveTraffic()
@@ -373,10 +398,196 @@ def _compare_per_device(call, run_backend, table: dict) -> PerDeviceComparison:
         theirs, against = partitioned.result_shards(run_backend(inline_calls(text, "main"), call.arguments)), "shards"
     outputs = [[difference(mine, other, table) for mine, other in zip(device_ours, device_theirs)]
                for device_ours, device_theirs in zip(ours, theirs)]
-    return PerDeviceComparison(run_backend.name, against, outputs, ours, theirs, traffic, table,
-                               tuple(getattr(run_backend, "settings", ())),
-                               _result_names(call.program, len(call.program.function(call.function).result_types),
-                                             call.function))
+    comparison = PerDeviceComparison(run_backend.name, against, outputs, ours, theirs, traffic, table,
+                                     tuple(getattr(run_backend, "settings", ())),
+                                     _result_names(call.program, len(call.program.function(call.function).result_types),
+                                                   call.function))
+    differing = [device for device, differences in enumerate(outputs) if any(d is not None for d in differences)]
+    if differing:
+        with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
+            _search_devices(comparison, call, run_backend, differing, window_bytes)
+    return comparison
+
+
+class _DeviceValues(Listener):
+    """Keeps operands and results of every op of the entry function on each device (by
+    process id); or with ``replace`` (``[device][(op, result)] -> value``), replaces
+    each op's results by those values where they are of the same type: each op then
+    runs on the backend's operands, and ``recomputed[device][op]`` holds what it made
+    of them (on every device at once: a collective's too)."""
+
+    def __init__(self, count: int, replace: list | None = None):
+        self.ops: list = [[] for _ in range(count)]
+        self.replace = replace
+        self.recomputed: list = [{} for _ in range(count)]
+        self.group_operands: dict = {}   # (device, op) -> (its process, its operands) at an all_reduce
+
+    def after_op(self, step, operands, results, stack):
+        if stack:
+            return None
+        device = stack.process.id
+        if self.replace is None:
+            self.ops[device].append((step, list(operands), list(results)))
+            return None
+        self.recomputed[device][step.index] = list(results)
+        if step.name == "stablehlo.all_reduce":
+            self.group_operands[(device, step.index)] = (stack.process, list(operands))
+        shown = [self.replace[device].get((step.index, r)) for r in range(len(results))]
+        return [other if _same_type(own, other) else own for own, other in zip(results, shown)]
+
+    def operands_of_group(self, device: int, step) -> list | None:
+        """The operands of each device of ``device``'s group at the all_reduce ``step``
+        (engine/process_groups.py), in group order; None for other ops."""
+        found = self.group_operands.get((device, step.index))
+        if found is None:
+            return None
+        process, _ = found
+        group = ProcessGroups(step.info, reducing_strategy(step.info)).of(process)
+        return [self.group_operands[(member, step.index)][1] for member in group]
+
+
+def _search_devices(comparison: PerDeviceComparison, call, run_backend, differing: list, window_bytes: int) -> None:
+    """On each device in ``differing``, the first divergent op of its per-device program:
+    the backend runs that program itself, on every device at once (its body in a manual
+    computation over the devices: ir/edit.py ``manual_over_devices``), a window of its
+    ops' values at a time; each op is then judged on each device as the global compare
+    judges it (:func:`_classify`), an op across devices on every device's backend
+    operands (judge/bounds.py ``classify_across_devices``). Where the backend cannot
+    run it, ``search_note`` says why."""
+    partitioned = call.per_device_program()
+    count = partitioned.num_devices
+    if call.program.host_callbacks or HOST_CALLBACK in partitioned.text:
+        comparison.search_note = ("no search for the first divergent op on each device: the per-device program "
+                                  "calls host callbacks")
+        return
+    text = inline_calls(partitioned.text, partitioned.function.name)
+    local = call.program.sibling(text)
+    shards = partitioned.shards(call.arguments)
+    recorder = _DeviceValues(count)
+    ours = local.run_grid(shards, function="main", listeners=[recorder])
+    shown: list = [{} for _ in range(count)]
+    run_devices = _run_on_devices(run_backend, shards, count)
+    try:
+        for window in _windows(recorder.ops[0], max(1, window_bytes // count)):
+            stacked: dict = {}
+            comparison.compiled_prefixes += _backend_window(window, text, shards[0], run_devices, stacked)
+            _check_shown(window, stacked, count)
+            for key, value in stacked.items():
+                for device in range(count):
+                    shown[device][key] = value[device]
+    except (BackendError, InterpreterError) as error:
+        said = (error.message if isinstance(error, BackendError) else str(error)).strip()
+        reason = said.splitlines()[0] if said else type(error).__name__
+        comparison.search_note = (f"no search for the first divergent op on each device: {run_backend.name} "
+                                  f"cannot run the per-device program ({reason})")
+        return
+    replay = _DeviceValues(count, replace=shown)
+    local.run_grid(shards, function="main", listeners=[replay])
+    for device in differing:
+        comparison.divergence_per_device[device], comparison.device_notes[device] = _device_divergence(
+            comparison, local, recorder.ops[device], shards[device], shown[device], ours[device], device, replay,
+            getattr(run_backend, "precision", None))
+    _name_sources(comparison)
+
+
+def _name_sources(comparison: PerDeviceComparison) -> None:
+    """On each device without a divergent op of its own, say which devices have one:
+    their values reach it through the collectives."""
+    sources = [device for device, found in comparison.divergence_per_device.items() if found is not None]
+    if not sources:
+        return
+    named = f"device{'s' if len(sources) > 1 else ''} {', '.join(map(str, sources))}"
+    for device, found in comparison.divergence_per_device.items():
+        if found is not None:
+            continue
+        note = comparison.device_notes[device]
+        comparison.device_notes[device] = (
+            f"{note}\nthe first divergent op is on {named}, whose values reach device {device} through the "
+            "collectives" if note else
+            f"every op of device {device} agrees on the backend's operands: the difference came from other "
+            f"devices, through the collectives (the first divergent op is on {named})")
+
+
+def _device_divergence(comparison: PerDeviceComparison, local, ops: list, arguments: list, shown: dict,
+                       ours: list, device: int, replay: _DeviceValues, precision) -> tuple:
+    """``(the first divergent op on device, a note)``: the device's ops judged as the
+    global compare judges them (:func:`_classify`), on the values the backend showed;
+    ``precision``: the backend's declared precision, if it declares one."""
+    execution = Execution(RunContext(semantics=local.semantics))
+    alone = _judge_alone(execution, precision)
+
+    def judge(step, operands, env, own_results, theirs):
+        if step.name in PROCESS_OPS or any(process_ops(region) for region in step.regions):
+            recomputed = replay.recomputed[device][step.index]
+            return recomputed, classify_across_devices(step, recomputed, theirs, replay.operands_of_group(device, step))
+        return alone(step, operands, env, own_results, theirs)
+
+    final = _shown_results(local, ops, arguments, shown)
+    device_comparison = Comparison(comparison.backend, [difference(o, t, comparison.tolerances)
+                                                        for o, t in zip(ours, final)], tolerances=comparison.tolerances,
+                                   precision=precision)
+    _classify(device_comparison, local, ops, arguments, shown, ours, final, judge)
+    if device_comparison.ok:
+        return None, (f"{comparison.backend} running this per-device program agrees with the interpreter on device "
+                      f"{device}: the results above come from {comparison.backend}'s own run of the program, which "
+                      "computes otherwise")
+    counts = device_comparison.ops
+    if device_comparison.divergence is None and counts[NOISE] + counts[PRECISION] == 0:
+        return None, ""   # every op agrees: the difference came from other devices (_name_sources says)
+    if device_comparison.divergence is not None:
+        device_comparison.divergence.program = "the per-device program"
+    return device_comparison.divergence, device_comparison.note or ""
+
+
+def _run_on_devices(run_backend, shards: list, count: int):
+    """``run(module_text, arguments)`` for :func:`_backend_window`: the backend runs the
+    per-device program ``module_text`` on every device's ``shards`` (``arguments`` are
+    device 0's); each value stacked over the devices (``[count, *local shape]``). A
+    backend that runs per device gets each device's part; another, the stacked values."""
+    run_per_device = getattr(run_backend, "run_per_device", None)
+
+    def run(module_text: str, arguments: list) -> list:
+        program = manual_over_devices(module_text, "main", count)
+        try:
+            if run_per_device is None:
+                return run_backend(program, [np.stack([np.asarray(device[i]) for device in shards])
+                                             for i in range(len(arguments))])
+            per_device = run_per_device(program, [[np.asarray(value)[None] for value in device] for device in shards])
+        except (BackendError, InterpreterError):
+            raise
+        except Exception as error:   # a caller's backend on a program it was not written for
+            raise BackendError(run_backend.name, f"{type(error).__name__}: {error}") from error
+        if per_device is None:
+            raise InterpreterError(f"it has fewer than {count} devices")
+        return [np.concatenate([np.asarray(device[i]) for device in per_device]) for i in range(len(per_device[0]))]
+
+    return run
+
+
+def _check_shown(window, stacked: dict, count: int) -> None:
+    """Raise where the backend did not return, for each op result of ``window``, a value
+    of its type stacked over ``count`` devices."""
+    for step, _, results in window:
+        for r in _tensor_results(results):
+            value, own = stacked.get((step.index, r)), np.asarray(results[r])
+            if value is None or value.shape != (count, *own.shape) or value.dtype != own.dtype:
+                raise InterpreterError(f"it returned {'no value' if value is None else f'{value.dtype}{list(value.shape)}'}"
+                                       f" for {step.name}'s result #{r} on the devices, not "
+                                       f"{own.dtype}{[count, *own.shape]}")
+
+
+def _shown_results(program, ops: list, arguments: list, shown: dict) -> list:
+    """The entry function's results as the backend showed them (``shown``, by ``(op,
+    result)``; an argument returned as it is, itself; a value not shown, the interpreter's)."""
+    origin = {slot: (step.index, r, results[r]) for step, _, results in ops for r, slot in enumerate(step.results)}
+    found = []
+    for slot in program.function("main").region.outputs:
+        if slot in origin:
+            index, r, own = origin[slot]
+            found.append(shown.get((index, r), own))
+        else:
+            found.append(arguments[slot])
+    return found
 
 
 def _backend_side(call, text: str, run_backend):
@@ -408,21 +619,10 @@ def _backend_side(call, text: str, run_backend):
     return run, their_text
 
 
-def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, ours: list,
-              final: list) -> None:
-    """Judge each op of the entry function by its rounding bound on the backend's
-    operands (judge/bounds.py); set the comparison's divergence, kinds and counts.
-    ``ours`` and ``final``: both sides' results of the whole program. A result that is
-    an argument returned as it is, and differs, is beyond any bound."""
-    entry = program.function("main")
-    execution = Execution(RunContext(semantics=program.semantics))
-    env = dict(enumerate(arguments))          # slot -> the backend's value (its arguments are ours)
-    taint = {}                                # slot -> the worst kind of the ops it depends on
-    counts = dict.fromkeys((AGREE, NOISE, PRECISION, BEYOND, UNBOUNDED), 0)
-    first = {}
-    for step, own_operands, own_results in ops:
-        operands = [env[slot] for slot in step.operands]
-        theirs = [backend_values.get((step.index, r)) for r in range(len(own_results))]
+def _judge_alone(execution: Execution, precision):
+    """``judge(step, operands, env, own_results, theirs) -> (recomputed, verdict)``: the op
+    run here alone on the backend's operands and judged by its rounding bound."""
+    def judge(step, operands, env, own_results, theirs):
         if _has_side_effect(step):
             recomputed = own_results   # not run again: compared with the interpreter's own run
         elif step.name in IMPLEMENTATION_DEFINED_VALUES and all(
@@ -430,7 +630,29 @@ def _classify(comparison: Comparison, program, ops, arguments, backend_values: d
             recomputed = theirs
         else:
             recomputed = execution.run_alone(step, operands, env)
-        verdict = classify(execution, step, operands, recomputed, theirs, env, comparison.precision)
+        return recomputed, classify(execution, step, operands, recomputed, theirs, env, precision)
+
+    return judge
+
+
+def _classify(comparison: Comparison, program, ops, arguments, backend_values: dict, ours: list,
+              final: list, judge=None) -> None:
+    """Judge each op of the entry function by its rounding bound on the backend's
+    operands (judge/bounds.py); set the comparison's divergence, kinds and counts.
+    ``ours`` and ``final``: both sides' results of the whole program. A result that is
+    an argument returned as it is, and differs, is beyond any bound. ``judge``: how an
+    op is judged (:func:`_judge_alone`'s form; that one where None)."""
+    entry = program.function("main")
+    execution = Execution(RunContext(semantics=program.semantics))
+    judge = judge or _judge_alone(execution, comparison.precision)
+    env = dict(enumerate(arguments))          # slot -> the backend's value (its arguments are ours)
+    taint = {}                                # slot -> the worst kind of the ops it depends on
+    counts = dict.fromkeys((AGREE, NOISE, PRECISION, BEYOND, UNBOUNDED), 0)
+    first = {}
+    for step, own_operands, own_results in ops:
+        operands = [env[slot] for slot in step.operands]
+        theirs = [backend_values.get((step.index, r)) for r in range(len(own_results))]
+        recomputed, verdict = judge(step, operands, env, own_results, theirs)
         counts[verdict.kind] += 1
         comparison.findings.append(OpFinding(step, verdict.kind, _max_ulp(own_results, theirs)))
         if verdict.kind in (BEYOND, UNBOUNDED) and verdict.kind not in first:
