@@ -796,3 +796,27 @@ def test_xla_collectives_of_xlas_tpu_program_count_its_async_permute_once():
     looped = found["psum_invariant.17"]
     assert (looped["times"], looped["uncounted"], looped["sent"]) == (
         None, "inside a loop of unknown trip count (%while.10)", [0] * 8)
+
+
+def test_per_device_compare_marks_each_devices_first_divergent_op():
+    """XLA running the per-device program with tanh for sine (tests/test_compare_per_device.py):
+    devices 2 and 5 differ; the page marks the sine, each device's first divergent op, with its
+    record on that device, before the op that made the differing result, and opens on it."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from test_compare_per_device import SineAsTanh, mesh_of, resharded_sine
+
+    x = np.zeros((8, 16), np.float32)
+    x[:, 5], x[:, 10] = np.arange(1, 9), -np.arange(1, 9)
+    sharded = jax.device_put(x, NamedSharding(mesh_of(8), P("x", None)))
+    data = si.explore(jax.jit(resharded_sine), sharded, per_device=True, backend=SineAsTanh()).data
+    overlay = data["overlays"]["divergence"]
+    firsts = [f for f in overlay["findings"] if f["result"] == "its first divergent op"]
+    assert [f["d"] for f in firsts] == [2, 5] and overlay["devices"] == [2, 5]
+    for finding in firsts:
+        assert data["steps"][finding["s"]]["op"] == "stablehlo.sine"
+        record = next(r for r in data["records"]["ops"] if r["n"] == finding["record"])
+        assert (record["s"], record["d"]) == (finding["s"], finding["d"])
+        assert finding["text"].startswith("beyond its bound: 8 of 16 elements are beyond the bound")
+    assert overlay["record"] == firsts[0]["record"]
+    results = [f for f in overlay["findings"] if f["result"] != "its first divergent op"]
+    assert [f["d"] for f in results] == [2, 5] and all(data["steps"][f["s"]]["op"] == "stablehlo.add" for f in results)

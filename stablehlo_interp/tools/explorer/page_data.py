@@ -111,7 +111,7 @@ def collect(call, target=None, *, backend=None, tolerance=None, listeners=(),
         if isinstance(comparison, PerDeviceComparison):   # the devices whose results differ
             overlay["devices"] = [device for device, differences in enumerate(comparison.outputs)
                                   if any(d is not None for d in differences)]
-            overlay["findings"] = _device_findings(comparison, graph, records)
+            overlay["findings"] = _device_findings(comparison, graph, records, trace)
             overlay["record"] = next((f["record"] for f in overlay["findings"] if f["record"] is not None), None)
         elif comparison.divergence is not None:
             overlay["record"] = _divergent_record(trace, comparison.divergence)
@@ -438,14 +438,23 @@ def _nonfinite_record(trace, report) -> int | None:
     return None
 
 
-def _device_findings(comparison, graph: _Graph, records: dict) -> list[dict]:
-    """A per-device comparison's findings on the graph: for each device and each of its
-    results that differs, the op of the entry function that made the result (``s``; None
-    for a result that is an argument), that op's record on the device (``record``; None
-    where the page kept none), the result's name and how it differs."""
+def _device_findings(comparison, graph: _Graph, records: dict, trace) -> list[dict]:
+    """A per-device comparison's findings on the graph: for each device whose results
+    differ, the first divergent op of its program where the search found one (first), then
+    for each of its results that differs, the op of the entry function that made the result
+    (``s``; None for a result that is an argument); each with that op's record on the
+    device (``record``; None where the page kept none), what it is (``result``) and how it
+    differs."""
     sources = graph.regions[graph.sections[0]]["ret"]["sources"]
     top_level = {(entry["s"], entry["d"]): entry["n"] for entry in records["ops"] if entry["p"] is None}
+    step_of_record = {entry["n"]: entry["s"] for entry in records["ops"]}
     findings = []
+    for device, found in sorted(comparison.divergence_per_device.items()):
+        if found is not None:
+            number = _divergent_record(trace, found, process=device)
+            findings.append({"d": device, "s": step_of_record.get(number), "record": number,
+                             "result": "its first divergent op",
+                             "text": f"{found.kind}: {found.difference.describe(comparison.backend)}"})
     for device, differences in enumerate(comparison.outputs):
         for index, difference in enumerate(differences):
             if difference is None:
@@ -458,11 +467,14 @@ def _device_findings(comparison, graph: _Graph, records: dict) -> list[dict]:
     return findings
 
 
-def _divergent_record(trace, divergence) -> int | None:
-    """The record of the divergent op. ``compare`` counts the ops of the entry function
-    with its calls inlined: here, the ops outside regions other than called functions'."""
+def _divergent_record(trace, divergence, process: int | None = None) -> int | None:
+    """The record of the divergent op (of device ``process``'s run, for a per-device one).
+    ``compare`` counts the ops of the entry function with its calls inlined: here, the ops
+    outside regions other than called functions'."""
     position = 0
     for record in trace.records[:MAX_RECORDS]:
+        if process is not None and record.process != process:
+            continue
         if any(call.op != "func.call" for call in record.stack) or record.op == "func.call":
             continue
         if position == divergence.position:
