@@ -211,7 +211,39 @@ def reduce(info):
     def run(execution, regions, *operands):
         return run_reduction(regions[0], operands[:n], operands[n:], axes, execution.semantics)
 
-    return _vector_fold(info, axes, run) or run
+    return _vector_fold(info, axes, run) or _one_element_folds(info, axes, run) or run
+
+
+def _one_element_folds(info, axes: tuple, general):
+    """The runner of a reduce whose result elements each fold one input element (the
+    reduced dimensions' sizes multiply to 1, or none is reduced: ``jnp.sum`` of a 0-d
+    value) with a body of one monoid op, add or multiply on floats and complex numbers
+    or any on booleans and integers; None for any other reduce. Under the semantics
+    "spec" each result element is then ``init ∘ x``, the one fold there is (the
+    general way's ``fold_reduce`` and integer reduce compute it with several
+    microseconds of steps: 7.6 us -> 1.5 for a 0-d sum); "xla" goes to ``general``.
+    Values as the general way's: integers in their compute type (wrapping), the
+    result converted to the body's type, then the result's."""
+    body = info.regions[0]
+    operand_type, monoid = info.operand_types[0], monoid_of(body)
+    body_type = body.arg_types[1] if body.n_args == 2 else None
+    if (len(info.result_types) != 1 or not operand_type.is_static or body_type is None or monoid is None
+            or math.prod(operand_type.shape[d] for d in axes) != 1
+            or (body_type.kind in ("float", "complex") and monoid not in ("stablehlo.add", "stablehlo.multiply"))):
+        return None
+    ufunc = monoid_ufunc(monoid, body_type.kind)
+    body_dtype, result_dtype = body_type.dtype, info.result_types[0].dtype
+    compute = integer_compute_dtype(body_dtype) if body_type.kind in ("signed", "unsigned") else body_dtype
+    shape = info.result_types[0].shape
+
+    def run(execution, regions, values, init):
+        if execution.semantics != SPEC:
+            return general(execution, regions, values, init)
+        values = np.asarray(values, body_dtype).astype(compute, copy=False).reshape(shape)
+        init = np.asarray(init, body_dtype).astype(compute, copy=False)
+        return [np.asarray(ufunc(init, values)).astype(body_dtype, copy=False).astype(result_dtype, copy=False)]
+
+    return run   # (the body is not called: reduction() said so for its monoid)
 
 
 def _vector_fold(info, axes: tuple, general):
