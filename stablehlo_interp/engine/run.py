@@ -11,6 +11,7 @@ results or stop the run.
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any
@@ -220,6 +221,16 @@ class BoundRegion:
         return functools.partial(_run_steps, region.flat_steps, tuple(self.captures), region.result_slots,
                                  region.output_values, self.execution, self)
 
+    def unobserved(self, predicate: bool = False):
+        """The run loop of this region with all but the arguments bound, for
+        :func:`run_while`: a function of the sequence of its arguments returning the
+        sequence of its outputs, or with ``predicate`` its one output itself. Its
+        calls are not numbered: the caller numbers them for errors."""
+        region = self.region
+        outputs = operator.itemgetter(region.outputs[0]) if predicate else region.output_values
+        return functools.partial(_run_steps, region.flat_steps, tuple(self.captures), region.result_slots,
+                                 outputs, self.execution, None)
+
     def add_enclosing(self, error: OpError, call: int) -> None:
         """Say in ``error`` that it happened inside call ``call`` of this region."""
         _add_enclosing(error, self.step, self.region, call)
@@ -341,6 +352,30 @@ class Execution:
         for index, region in enumerate(step.regions):
             bound.append(BoundRegion(region, [env[s] for s in step.captures[index]], self, step, index))
         return tuple(bound)
+
+
+def run_while(cond: BoundRegion, body: BoundRegion, values: Sequence) -> Sequence:
+    """``while cond(values): values = body(values)`` unobserved (no listener, no loop
+    counted: RunContext.loops), each region's run loop bound once
+    (:meth:`BoundRegion.unobserved`): iteration ``k`` is call ``k`` of both regions,
+    which an error leaving either says (as :meth:`BoundRegion.__call__` would), so
+    neither call counts itself, and the condition's one output is not put in a list
+    (a region call of a loop of four 0-d ops is a quarter of an iteration's time)."""
+    test, step = cond.unobserved(predicate=True), body.unobserved()
+    call = 0
+    while True:
+        try:
+            if not test(values):
+                return values
+        except OpError as error:
+            cond.add_enclosing(error, call)
+            raise
+        try:
+            values = step(values)
+        except OpError as error:
+            body.add_enclosing(error, call)
+            raise
+        call += 1
 
 
 def _add_enclosing(error: OpError, step: Step, region: Region, call: int) -> None:
