@@ -260,8 +260,8 @@ def _contraction(info, numbers):
         return matrix_product
 
     if algorithm is None and fixed and result.kind == "float" and 0 < products <= FOLD_BUFFER_ELEMENTS:
-        return _small_real_dot(lhs_contract + lhs_batch + lhs_free, rhs_contract + rhs_batch + rhs_free, fixed,
-                               accumulation_dtype(result), result.dtype)
+        return _small_real_dot((lhs_type, rhs_type), lhs_contract + lhs_batch + lhs_free,
+                               rhs_contract + rhs_batch + rhs_free, fixed, accumulation_dtype(result), result.dtype)
 
     def run(lhs, rhs):
         lhs, rhs = lhs.transpose(lhs_order) if lhs_moves else lhs, rhs.transpose(rhs_order) if rhs_moves else rhs
@@ -271,7 +271,8 @@ def _contraction(info, numbers):
     return run
 
 
-def _small_real_dot(lhs_order: list, rhs_order: list, shapes: tuple, compute: np.dtype, result_dtype: np.dtype):
+def _small_real_dot(operand_types: tuple, lhs_order: list, rhs_order: list, shapes: tuple, compute: np.dtype,
+                    result_dtype: np.dtype):
     """The runner of a real float dot_general whose products fit one buffer of
     ``FOLD_BUFFER_ELEMENTS``, given each operand's dimensions in the order (K, B, M)
     and (K, B, N) and :func:`_contraction`'s matmul shapes: what ``batched_matmul``'s
@@ -279,40 +280,55 @@ def _small_real_dot(lhs_order: list, rhs_order: list, shapes: tuple, compute: np
     without the general case's transposes, reshapes and staging at every run (a
     (24, 3) matrix by a 3-vector: 23 us -> 3). Several result elements: NumPy's
     reduce of the (K, B*M*N) products over their outer axis, from +0.0, row after
-    row (fold_rows; ``(-0.0 + 0) + p0`` there is ``0 + p0`` here); one result element:
-    :func:`_dot_of_vectors`' running ``accumulate`` from 0."""
+    row (fold_rows; ``(-0.0 + 0) + p0`` there is ``0 + p0`` here), or for one product
+    each (an outer product) ``p0 + 0``; one result element: :func:`_dot_of_vectors`'
+    running ``accumulate`` from 0."""
     (batch, rows, depth), (_, _, columns), result_shape = shapes
     width = batch * rows * columns
     lhs_shape, rhs_shape = ((depth,), (depth,)) if width == 1 else ((depth, batch, rows, 1), (depth, batch, 1, columns))
-    move_lhs = _mover(lhs_order, lhs_shape, compute)
-    move_rhs = _mover(rhs_order, rhs_shape, compute)
+    move_lhs = _mover(operand_types[0].dtype, lhs_order, lhs_shape, compute)
+    move_rhs = _mover(operand_types[1].dtype, rhs_order, rhs_shape, compute)
+    narrow = result_dtype != compute   # (f16 and bf16 are summed in f32)
+
+    def finish(folded):
+        folded = folded.reshape(result_shape)
+        return folded.astype(result_dtype) if narrow else folded
 
     if width == 1:
         def vectors(lhs, rhs):
             terms = np.empty(depth + 1, compute)
             terms[0] = 0
             np.multiply(move_lhs(lhs), move_rhs(rhs), out=terms[1:])
-            return np.add.accumulate(terms)[-1:].reshape(result_shape).astype(result_dtype, copy=False)
+            return finish(np.add.accumulate(terms, out=terms)[depth:])
 
         return vectors
+    if depth == 1:
+        def outer(lhs, rhs):
+            products = np.multiply(move_lhs(lhs), move_rhs(rhs))
+            return finish(np.add(products, 0.0, out=products))
 
+        return outer
     products_shape = (depth, batch, rows, columns)
 
     def run(lhs, rhs):
         products = np.empty(products_shape, compute)
         np.multiply(move_lhs(lhs), move_rhs(rhs), out=products)
-        folded = np.add.reduce(products.reshape(depth, width), axis=0, initial=0.0)
-        return folded.reshape(result_shape).astype(result_dtype, copy=False)
+        return finish(np.add.reduce(products.reshape(depth, width), axis=0, initial=0.0))
 
     return run
 
 
-def _mover(order: list, shape: tuple, compute: np.dtype):
-    """An operand's dimensions transposed to ``order`` (where that moves any) and
-    reshaped to ``shape``, in ``compute``."""
-    if order == sorted(order):
-        return lambda operand: operand.reshape(shape).astype(compute, copy=False)
-    return lambda operand: operand.transpose(order).reshape(shape).astype(compute, copy=False)
+def _mover(dtype: np.dtype, order: list, shape: tuple, compute: np.dtype):
+    """An operand of ``dtype``, its dimensions transposed to ``order`` (where that moves
+    any) and reshaped to ``shape``, in ``compute``."""
+    moves, converts = order != sorted(order), dtype != compute
+    if moves and converts:
+        return lambda operand: operand.transpose(order).reshape(shape).astype(compute)
+    if moves:
+        return lambda operand: operand.transpose(order).reshape(shape)
+    if converts:
+        return lambda operand: operand.reshape(shape).astype(compute)
+    return lambda operand: operand.reshape(shape)
 
 
 @op("stablehlo.einsum", "stablehlo.unary_einsum")
