@@ -184,7 +184,7 @@ def maximum(info, ttype=None):
     lexicographic on (real, imag), as compare; i1: OR."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.maximum, ttype.dtype), boolean=np.logical_or,
-                    floating=_float_extremum_of_two(np.maximum, ttype.dtype),
+                    floating=float_extremum_of_two(np.maximum, ttype.dtype),
                     complex_=_complex_extremum(np.greater), ttype=ttype)
 
 
@@ -195,11 +195,11 @@ def minimum(info, ttype=None):
     lexicographic on (real, imag); i1: AND."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.minimum, ttype.dtype), boolean=np.logical_and,
-                    floating=_float_extremum_of_two(np.minimum, ttype.dtype),
+                    floating=float_extremum_of_two(np.minimum, ttype.dtype),
                     complex_=_complex_extremum(np.less), ttype=ttype)
 
 
-def _float_extremum_of_two(ufunc, dtype):
+def float_extremum_of_two(ufunc, dtype):
     """NumPy's maximum/minimum propagate NaN but return either zero of (-0, +0):
     only a result that is zero needs a second look (ExtremumOfZeros)."""
     zeros = ExtremumOfZeros(ufunc is np.maximum)
