@@ -125,6 +125,15 @@ def test_arithmetic_on_0d_values(name, element):
     check_scalar_runner(op, [values] if unary else [values, values])
 
 
+@pytest.mark.parametrize("element", FLOATS)
+def test_next_after_on_0d_values(element):
+    """chlo.next_after steps the bit pattern of a NumPy scalar as its runner steps arrays:
+    toward and away from zero, across zero, from the largest value to inf, NaNs."""
+    op = built_op(op_text("chlo.next_after", [element, element], element))
+    values = special_values(element)
+    check_scalar_runner(op, [values, values])
+
+
 @pytest.mark.parametrize("element", ["i1", *FLOATS, *INTEGERS, *COMPLEX])
 @pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
 def test_compare_on_0d_values(direction, element):
