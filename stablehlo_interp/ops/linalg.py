@@ -204,20 +204,36 @@ def _algorithm_product(info, algorithm, operand_types):
 # ------------------------------------------------------------------ dot ops
 
 
-@op("stablehlo.dot_general")
+def _dot_general_numbers(info) -> DotDimensionNumbers:
+    return info.attr("dot_dimension_numbers")
+
+
+def _dot_numbers(info) -> DotDimensionNumbers:
+    return DotDimensionNumbers((), (), (info.operand_types[0].rank - 1,), (0,))
+
+
+def _to_0d(numbers_of):
+    """Builder of a dot's runner for a 0-d result (registry.Implementation.scalar): the
+    small dot's sum as a NumPy scalar (what runners on 0-d values compute on), or None."""
+    return lambda info: _contraction(info, numbers_of(info), to_0d=True)
+
+
+@op("stablehlo.dot_general", scalar=_to_0d(_dot_general_numbers))
 def dot_general(info):
     """Contract ``lhs_contracting`` with ``rhs_contracting`` per batch; the result
     dims are batch dims, then lhs free dims, then rhs free dims (spec: dot_general)."""
-    return _contraction(info, info.attr("dot_dimension_numbers"))
+    return _contraction(info, _dot_general_numbers(info))
 
 
-@op("stablehlo.dot")
+@op("stablehlo.dot", scalar=_to_0d(_dot_numbers))
 def dot(info):
     """dot_general contracting lhs's last dim with rhs's first (vector/matrix products)."""
-    return _contraction(info, DotDimensionNumbers((), (), (info.operand_types[0].rank - 1,), (0,)))
+    return _contraction(info, _dot_numbers(info))
 
 
-def _contraction(info, numbers):
+def _contraction(info, numbers, to_0d: bool = False):
+    """The dot's runner; with ``to_0d`` the runner of a small real float dot of a 0-d
+    result giving a NumPy scalar, or None for any other dot."""
     lhs_type, rhs_type = info.operand_types[:2]
     result = info.result_type
     lhs_batch, rhs_batch = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
@@ -249,6 +265,11 @@ def _contraction(info, numbers):
                 else batched_matmul(result, products))
     finish = result_converter(result)
     lhs_moves, rhs_moves = lhs_order != sorted(lhs_order), rhs_order != sorted(rhs_order)
+    small = algorithm is None and fixed and result.kind == "float" and 0 < products <= FOLD_BUFFER_ELEMENTS
+    if to_0d:
+        return _small_real_dot((lhs_type, rhs_type), lhs_contract + lhs_batch + lhs_free,
+                               rhs_contract + rhs_batch + rhs_free, fixed, accumulation_dtype(result), result.dtype,
+                               to_0d=True) if small else None
     if (algorithm is None and n_batch == 0 and n_contract == 1 and lhs_type.rank == rhs_type.rank == 2 and fixed
             and lhs_type.dtype == rhs_type.dtype == accumulation_dtype(result) == result.dtype
             and (result.kind not in ("float", "complex") or products > FOLD_PRODUCTS_LIMIT)):
@@ -259,7 +280,7 @@ def _contraction(info, numbers):
 
         return matrix_product
 
-    if algorithm is None and fixed and result.kind == "float" and 0 < products <= FOLD_BUFFER_ELEMENTS:
+    if small:
         return _small_real_dot((lhs_type, rhs_type), lhs_contract + lhs_batch + lhs_free,
                                rhs_contract + rhs_batch + rhs_free, fixed, accumulation_dtype(result), result.dtype)
 
@@ -272,7 +293,7 @@ def _contraction(info, numbers):
 
 
 def _small_real_dot(operand_types: tuple, lhs_order: list, rhs_order: list, shapes: tuple, compute: np.dtype,
-                    result_dtype: np.dtype):
+                    result_dtype: np.dtype, to_0d: bool = False):
     """The runner of a real float dot_general whose products fit one buffer of
     ``FOLD_BUFFER_ELEMENTS``, given each operand's dimensions in the order (K, B, M)
     and (K, B, N) and :func:`_contraction`'s matmul shapes: what ``batched_matmul``'s
@@ -282,7 +303,7 @@ def _small_real_dot(operand_types: tuple, lhs_order: list, rhs_order: list, shap
     reduce of the (K, B*M*N) products over their outer axis, from +0.0, row after
     row (fold_rows; ``(-0.0 + 0) + p0`` there is ``0 + p0`` here), or for one product
     each (an outer product) ``p0 + 0``; one result element: :func:`_dot_of_vectors`'
-    running ``accumulate`` from 0."""
+    running ``accumulate`` from 0, with ``to_0d`` its last term as a NumPy scalar."""
     (batch, rows, depth), (_, _, columns), result_shape = shapes
     width = batch * rows * columns
     lhs_shape, rhs_shape = ((depth,), (depth,)) if width == 1 else ((depth, batch, rows, 1), (depth, batch, 1, columns))
@@ -295,13 +316,20 @@ def _small_real_dot(operand_types: tuple, lhs_order: list, rhs_order: list, shap
         return folded.astype(result_dtype) if narrow else folded
 
     if width == 1:
-        def vectors(lhs, rhs):
+        def running_sum(lhs, rhs):
             terms = np.empty(depth + 1, compute)
             terms[0] = 0
             np.multiply(move_lhs(lhs), move_rhs(rhs), out=terms[1:])
-            return finish(np.add.accumulate(terms, out=terms)[depth:])
+            return np.add.accumulate(terms, out=terms)
 
-        return vectors
+        def vectors(lhs, rhs):
+            return finish(running_sum(lhs, rhs)[depth:])
+
+        def vectors_to_0d(lhs, rhs):
+            total = running_sum(lhs, rhs)[depth]
+            return total.astype(result_dtype) if narrow else total
+
+        return vectors_to_0d if to_0d else vectors
     if depth == 1:
         def outer(lhs, rhs):
             products = np.multiply(move_lhs(lhs), move_rhs(rhs))
