@@ -211,7 +211,7 @@ def float_extremum_of_two(ufunc, dtype):
         if count_nonzero(result) == result.size:  # no zeros (NaN counts); 15x cheaper than .all()
             return result
         both = (lhs == 0) & (rhs == 0)
-        if result.ndim and not both.any():   # (a 0-d result comes back a 0-d array, as np.where's)
+        if result.ndim and not count_nonzero(both):   # (a 0-d result comes back a 0-d array, as np.where's)
             return result
         return np.where(both, zeros.of_two(lhs, rhs), result)
 
