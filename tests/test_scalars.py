@@ -482,3 +482,36 @@ def test_dot_of_a_larger_result_keeps_its_runner():
     assert built_op(text).scalar is None
     integers = text.replace("f32", "i32")
     assert built_op(integers.replace("tensor<2xi32>", "tensor<i32>").replace("3x2xi32", "3xi32")).scalar is None
+
+
+@pytest.mark.parametrize("operand, element, body", [
+    ((16,), "f32", "add"), ((5,), "f16", "multiply"), ((3,), "complex<f32>", "add"), ((), "f32", "add"),
+    ((1, 1), "f64", "maximum"), ((), "i8", "add"), ((1,), "ui32", "multiply"), ((), "i1", "and"), ((1,), "i1", "or"),
+])
+def test_reduce_to_0d_gives_its_result_as_a_numpy_scalar(operand, element, body):
+    """A reduce of a vector or of one element to a 0-d result runs, unobserved, a runner
+    of its convention giving the result as a NumPy scalar (Step.scalar): the bits and
+    dtype of the op's own runner under both semantics (under "xla" it may answer a 0-d
+    array, the general way's), on special values."""
+    from stablehlo_interp.engine.run import Execution, RunContext
+
+    dims = list(range(len(operand)))
+    vt, st = f"tensor<{''.join(f'{n}x' for n in operand)}{element}>", f"tensor<{element}>"
+    text = (f"func.func @main(%x: {vt}, %init: {st}) -> {st} {{\n"
+            f"  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = {dims} : "
+            f"({vt}, {st}) -> {st}\n  return %0 : {st}\n}}")
+    (step,) = si.load(text).function("main").region.steps
+    assert step.scalar is not None
+    values = special_values(element)
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings(), numpy_warnings_off():
+        warnings.simplefilter("error")
+        for semantics in ("spec", "xla"):
+            execution = Execution(RunContext(semantics=semantics))
+            for _ in range(30):
+                x, init = rng.choice(values, operand), rng.choice(values)
+                x, init = np.asarray(x, values.dtype), np.asarray(init, values.dtype)
+                (got,), (want,) = step.scalar(execution, (None,), x, init), step.run(execution, (None,), x, init)
+                assert same_bits(got, want), (x, init, got, want)
+                if semantics == "spec":
+                    assert type(got) is values.dtype.type, type(got)

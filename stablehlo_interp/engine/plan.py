@@ -123,13 +123,15 @@ class OpInfo:
 
 class Step:
     """One op in a plan. ``run`` is the runner its builder returned; ``variadic`` and
-    ``execution`` are its calling convention (engine/registry.py)."""
+    ``execution`` are its calling convention (engine/registry.py). ``scalar``: the
+    runner of the same convention for its 0-d results that the unobserved run loop
+    calls instead (BuiltOp.scalar), or None."""
 
     __slots__ = ("info", "run", "operands", "results", "release", "regions", "captures", "index", "variadic",
-                 "execution")
+                 "execution", "scalar")
 
     def __init__(self, info, run, operands, results, release, regions, captures, index, variadic=False,
-                 execution=False):
+                 execution=False, scalar=None):
         self.info: OpInfo = info
         self.run = run
         self.operands: tuple[int, ...] = operands
@@ -140,6 +142,7 @@ class Step:
         self.index = index
         self.variadic: bool = variadic
         self.execution: bool = execution
+        self.scalar = scalar
 
     @property
     def name(self) -> str:

@@ -201,10 +201,21 @@ def reduction(info, n: int):
     return run, body_dtypes
 
 
-@op("stablehlo.reduce", variadic=True, execution=True)
+def _reduce_to_0d(info):
+    """reduce's runner for 0-d results (registry.Implementation.scalar): a fold of a
+    vector or of one element per result giving its result as a NumPy scalar (what the
+    runners on 0-d values after it compute on), or None for any other reduce."""
+    return _reduce(info, to_0d=True)
+
+
+@op("stablehlo.reduce", variadic=True, execution=True, scalar=_reduce_to_0d)
 def reduce(info):
     """Float sums and products in the order of the run's semantics (docs/semantics.md,
     "Accumulation")."""
+    return _reduce(info)
+
+
+def _reduce(info, to_0d: bool = False):
     n = len(info.result_types)
     axes = tuple(info.attr("dimensions"))
     run_reduction, _ = reduction(info, n)
@@ -212,10 +223,11 @@ def reduce(info):
     def run(execution, regions, *operands):
         return run_reduction(regions[0], operands[:n], operands[n:], axes, execution.semantics)
 
-    return _vector_fold(info, axes, run) or _one_element_folds(info, axes, run) or run
+    folds = _vector_fold(info, axes, run, to_0d) or _one_element_folds(info, axes, run, to_0d)
+    return folds if to_0d else folds or run
 
 
-def _one_element_folds(info, axes: tuple, general):
+def _one_element_folds(info, axes: tuple, general, to_0d: bool = False):
     """The runner of a reduce whose result elements each fold one input element (the
     reduced dimensions' sizes multiply to 1, or none is reduced: ``jnp.sum`` of a 0-d
     value) with a body of one monoid op: add or multiply on floats and complex numbers,
@@ -225,7 +237,8 @@ def _one_element_folds(info, axes: tuple, general):
     general way's ``fold_reduce`` and integer reduce compute it with several
     microseconds of steps: 7.6 us -> 1.5 for a 0-d sum); "xla" goes to ``general``.
     Values as the general way's: integers in their compute type (wrapping), the
-    result converted to the body's type, then the result's."""
+    result converted to the body's type, then the result's (with ``to_0d`` the element
+    of a 0-d result, a NumPy scalar)."""
     body = info.regions[0]
     operand_type, monoid = info.operand_types[0], monoid_of(body)
     body_type = body.arg_types[1] if body.n_args == 2 else None
@@ -248,12 +261,13 @@ def _one_element_folds(info, axes: tuple, general):
             return general(execution, regions, values, init)
         values = np.asarray(values, body_dtype).astype(compute, copy=False).reshape(shape)
         init = np.asarray(init, body_dtype).astype(compute, copy=False)
-        return [np.asarray(ufunc(init, values)).astype(body_dtype, copy=False).astype(result_dtype, copy=False)]
+        result = np.asarray(ufunc(init, values)).astype(body_dtype, copy=False).astype(result_dtype, copy=False)
+        return [result[()] if to_0d else result]
 
     return run   # (the body is not called: reduction() said so for its monoid)
 
 
-def _vector_fold(info, axes: tuple, general):
+def _vector_fold(info, axes: tuple, general, to_0d: bool = False):
     """The runner of a float or complex sum or product of a whole vector (``jnp.sum(v)``,
     the most common reduce), or None for any other reduce.
 
@@ -262,7 +276,8 @@ def _vector_fold(info, axes: tuple, general):
     schedule (``fold_reduce``; up to the length it stages at once), and XLA CPU's
     (``xla_cpu_fold``: no window, one row) up to 32 elements; a longer vector under
     "xla" goes to ``general``. The general way costs several microseconds of Python
-    steps that decide, at every run, what the vector's shape decides here once."""
+    steps that decide, at every run, what the vector's shape decides here once. With
+    ``to_0d`` the sum comes as a NumPy scalar."""
     body = info.regions[0]
     operand_type, monoid = info.operand_types[0], monoid_of(body)
     body_type = body.arg_types[1] if body.n_args == 2 else None
@@ -280,7 +295,8 @@ def _vector_fold(info, axes: tuple, general):
             return general(execution, regions, values, init)
         terms = np.empty(size + 1, body_dtype)
         terms[0], terms[1:] = init, values
-        return [np.asarray(ufunc.accumulate(terms)[-1], result_dtype)]
+        total = np.asarray(ufunc.accumulate(terms)[-1], result_dtype)
+        return [total[()] if to_0d else total]
 
     info.regions_called = False   # the runner gets None for the body
     return run
