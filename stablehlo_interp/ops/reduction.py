@@ -223,7 +223,8 @@ def _reduce(info, to_0d: bool = False):
     def run(execution, regions, *operands):
         return run_reduction(regions[0], operands[:n], operands[n:], axes, execution.semantics)
 
-    folds = _vector_fold(info, axes, run, to_0d) or _one_element_folds(info, axes, run, to_0d)
+    folds = (_vector_fold(info, axes, run, to_0d) or _one_element_folds(info, axes, run, to_0d)
+             or _order_free_fold(info, axes, to_0d))
     return folds if to_0d else folds or run
 
 
@@ -262,6 +263,31 @@ def _one_element_folds(info, axes: tuple, general, to_0d: bool = False):
         values = np.asarray(values, body_dtype).astype(compute, copy=False).reshape(shape)
         init = np.asarray(init, body_dtype).astype(compute, copy=False)
         result = np.asarray(ufunc(init, values)).astype(body_dtype, copy=False).astype(result_dtype, copy=False)
+        return [result[()] if to_0d else result]
+
+    return run   # (the body is not called: reduction() said so for its monoid)
+
+
+def _order_free_fold(info, axes: tuple, to_0d: bool = False):
+    """The runner of a reduce of booleans or integers with a body of one monoid op (any
+    order of which gives the same bits: integers wrap), or None for any other reduce:
+    the general way's NumPy reduce from init in the compute type, without its steps
+    (``jnp.all`` of 16 booleans: 2.2 us -> 1.4); ``to_0d``: a 0-d result as a NumPy scalar."""
+    body = info.regions[0]
+    monoid = monoid_of(body)
+    body_type = body.arg_types[1] if body.n_args == 2 else None
+    if (len(info.result_types) != 1 or monoid is None or body_type is None
+            or body_type.kind not in ("bool", "signed", "unsigned")):
+        return None
+    ufunc = monoid_ufunc(monoid, body_type.kind)
+    body_dtype, result_dtype = body_type.dtype, info.result_types[0].dtype
+    compute = integer_compute_dtype(body_dtype) if body_type.kind != "bool" else body_dtype
+
+    def run(execution, regions, values, init):
+        values = np.asarray(values, body_dtype).astype(compute, copy=False)
+        initial = np.asarray(init, body_dtype).astype(compute)[()]
+        result = np.asarray(ufunc.reduce(values, axis=axes, dtype=compute, initial=initial))
+        result = result.astype(body_dtype, copy=False).astype(result_dtype, copy=False)
         return [result[()] if to_0d else result]
 
     return run   # (the body is not called: reduction() said so for its monoid)
