@@ -440,9 +440,11 @@ class Function(FunctionSignature):
 
 
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
-# BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides;
-# CALL and BRANCH: a RegionCallRunner's op, whose region the loop runs itself.
-UNARY, BINARY, SINGLE, GENERAL, CALL, BRANCH = range(6)
+# BINARY, TERNARY (three operands: select, clamp) and SINGLE (any other count): plain
+# runners of one result; GENERAL: the step's convention decides; CALL and BRANCH: a
+# RegionCallRunner's op, whose region the loop runs itself (the last two: the loop
+# tests ``kind >= CALL``).
+UNARY, BINARY, TERNARY, SINGLE, GENERAL, CALL, BRANCH = range(7)
 
 
 class RegionCallRunner:

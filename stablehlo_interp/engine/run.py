@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution, counted
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
-from .plan import BINARY, CALL, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
+from .plan import BINARY, CALL, SINGLE, TERNARY, UNARY, OpInfo, Region, RunProgram, Step
 from .semantics import RULES, SEMANTICS, SPEC, Report, semantics_named
 
 
@@ -455,6 +455,8 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                     env[results] = run(env[operands])
                 elif kind == BINARY:
                     env[results] = run(env[operands[0]], env[operands[1]])
+                elif kind == TERNARY:   # (a comprehension would cost a Python frame)
+                    env[results] = run(env[operands[0]], env[operands[1]], env[operands[2]])
                 elif kind == SINGLE:
                     env[results] = run(*[env[i] for i in operands])
                 elif kind >= CALL:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from ..plan import BINARY, BRANCH, CALL, GENERAL, SINGLE, UNARY, RegionCallRunner, Step, StepColumns
+from ..plan import BINARY, BRANCH, CALL, GENERAL, SINGLE, TERNARY, UNARY, RegionCallRunner, Step, StepColumns
 from .folding import FOLDABLE
 
 
@@ -76,6 +76,8 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
             append((run, operands[0], result, release, UNARY, reference))
         elif len(operands) == 2:
             append((run, operands, result, release, BINARY, reference))
+        elif len(operands) == 3:
+            append((run, operands, result, release, TERNARY, reference))
         else:
             append((run, operands, result, release, SINGLE, reference))
     entries.reverse()
