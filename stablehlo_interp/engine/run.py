@@ -451,10 +451,10 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
             for run, operands, results, release, kind, step in program:
                 if _interrupt_requested:
                     raise _interrupt()
-                if kind == UNARY:
-                    env[results] = run(env[operands])
-                elif kind == BINARY:
+                if kind == BINARY:   # (the commonest first)
                     env[results] = run(env[operands[0]], env[operands[1]])
+                elif kind == UNARY:
+                    env[results] = run(env[operands])
                 elif kind == TERNARY:   # (a comprehension would cost a Python frame)
                     env[results] = run(env[operands[0]], env[operands[1]], env[operands[2]])
                 elif kind == SINGLE:
