@@ -509,10 +509,14 @@ def test_reduce_to_0d_gives_its_result_as_a_numpy_scalar(operand, element, body)
         warnings.simplefilter("error")
         for semantics in ("spec", "xla"):
             execution = Execution(RunContext(semantics=semantics))
-            for _ in range(30):
-                x, init = rng.choice(values, operand), rng.choice(values)
+            nans = [v for v in values if v != v]   # every pair of NaNs (signs, payloads): which one comes out
+            pairs = [(np.full(operand, a), b) for a in nans for b in nans]
+            for x, init in pairs + [(rng.choice(values, operand), rng.choice(values)) for _ in range(30)]:
                 x, init = np.asarray(x, values.dtype), np.asarray(init, values.dtype)
-                (got,), (want,) = step.scalar(execution, (None,), x, init), step.run(execution, (None,), x, init)
-                assert same_bits(got, want), (x, init, got, want)
-                if semantics == "spec":
-                    assert type(got) is values.dtype.type, type(got)
+                (want,) = step.run(execution, (None,), x, init)
+                # 0-d arrays, and NumPy scalars (what the runners on 0-d values give)
+                for operands in ((x, init), (x[()], init[()])) if not operand else ((x, init), (x, init[()])):
+                    (got,) = step.scalar(execution, (None,), *operands)
+                    assert same_bits(got, want), (operands, got, want)
+                    if semantics == "spec":
+                        assert type(got) is values.dtype.type, type(got)

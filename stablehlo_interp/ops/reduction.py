@@ -256,10 +256,15 @@ def _one_element_folds(info, axes: tuple, general, to_0d: bool = False):
         ufunc = monoid_ufunc(monoid, body_type.kind)
     compute = integer_compute_dtype(body_dtype) if body_type.kind in ("signed", "unsigned") else body_dtype
     shape = info.result_types[0].shape
+    # NumPy scalars of the body's type, to a 0-d result of that type: ``init ∘ x`` on them as they are
+    scalar_type = body_dtype.type if to_0d and not shape and compute == body_dtype == result_dtype else None
 
     def run(execution, regions, values, init):
         if execution.semantics != SPEC:
             return general(execution, regions, values, init)
+        if type(values) is scalar_type and type(init) is scalar_type:
+            result = ufunc(init, values)
+            return [result if type(result) is scalar_type else result[()]]
         values = np.asarray(values, body_dtype).astype(compute, copy=False).reshape(shape)
         init = np.asarray(init, body_dtype).astype(compute, copy=False)
         result = np.asarray(ufunc(init, values)).astype(body_dtype, copy=False).astype(result_dtype, copy=False)
@@ -315,14 +320,17 @@ def _vector_fold(info, axes: tuple, general, to_0d: bool = False):
     size = operand_type.shape[0]
     folds = {SPEC: size <= FOLD_BUFFER_ELEMENTS, XLA: size <= XLA_REDUCE_WINDOW}
     body_dtype, result_dtype = body_type.dtype, info.result_types[0].dtype
+    narrow = result_dtype != body_dtype
 
     def run(execution, regions, values, init):
         if not folds[execution.semantics]:
             return general(execution, regions, values, init)
         terms = np.empty(size + 1, body_dtype)
         terms[0], terms[1:] = init, values
-        total = np.asarray(ufunc.accumulate(terms)[-1], result_dtype)
-        return [total[()] if to_0d else total]
+        total = ufunc.accumulate(terms)[-1]   # (a NumPy scalar)
+        if to_0d:
+            return [total.astype(result_dtype) if narrow else total]
+        return [np.asarray(total, result_dtype)]
 
     info.regions_called = False   # the runner gets None for the body
     return run
