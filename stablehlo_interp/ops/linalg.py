@@ -231,7 +231,7 @@ def dot(info):
     return _contraction(info, _dot_numbers(info))
 
 
-def _contraction(info, numbers, to_0d: bool = False):
+def _contraction(info, numbers, to_0d=False):
     """The dot's runner; with ``to_0d`` the runner of a small real float dot of a 0-d
     result giving a NumPy scalar, or None for any other dot."""
     lhs_type, rhs_type = info.operand_types[:2]
