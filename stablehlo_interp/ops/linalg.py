@@ -15,6 +15,7 @@ round (ignored, as in the C++ reference interpreter).
 from __future__ import annotations
 
 import math
+import operator
 import numpy as np
 import scipy.linalg.blas
 
@@ -303,33 +304,38 @@ def _small_real_dot(operand_types: tuple, lhs_order: list, rhs_order: list, shap
     reduce of the (K, B*M*N) products over their outer axis, from +0.0, row after
     row (fold_rows; ``(-0.0 + 0) + p0`` there is ``0 + p0`` here), or for one product
     each (an outer product) ``p0 + 0``; one result element: :func:`_dot_of_vectors`'
-    running ``accumulate`` from 0, with ``to_0d`` its last term as a NumPy scalar."""
+    running ``accumulate`` from 0, with ``to_0d`` the same sum as a NumPy scalar."""
     (batch, rows, depth), (_, _, columns), result_shape = shapes
     width = batch * rows * columns
     lhs_shape, rhs_shape = ((depth,), (depth,)) if width == 1 else ((depth, batch, rows, 1), (depth, batch, 1, columns))
     move_lhs = _mover(operand_types[0].dtype, lhs_order, lhs_shape, compute)
     move_rhs = _mover(operand_types[1].dtype, rhs_order, rhs_shape, compute)
     narrow = result_dtype != compute   # (f16 and bf16 are summed in f32)
+    if narrow:
+        def finish(folded):
+            return folded.reshape(result_shape).astype(result_dtype)
+    else:
+        finish = operator.methodcaller("reshape", result_shape)   # (no Python frame)
 
-    def finish(folded):
-        folded = folded.reshape(result_shape)
-        return folded.astype(result_dtype) if narrow else folded
+    if width == 1 and to_0d:
+        zero = compute.type(0)
 
+        def vectors_to_0d(lhs, rhs):
+            """``((p0 + p1) + ...) + 0``: the fold from 0 but for its first step, which
+            makes a difference only where every product so far is -0.0 (0 + -0.0 is
+            +0.0), so the last step makes the same one (products' NaNs are quiet)."""
+            total = np.add.accumulate(np.multiply(move_lhs(lhs), move_rhs(rhs)))[-1] + zero
+            return total.astype(result_dtype) if narrow else total
+
+        return vectors_to_0d
     if width == 1:
-        def running_sum(lhs, rhs):
+        def vectors(lhs, rhs):
             terms = np.empty(depth + 1, compute)
             terms[0] = 0
             np.multiply(move_lhs(lhs), move_rhs(rhs), out=terms[1:])
-            return np.add.accumulate(terms, out=terms)
+            return finish(np.add.accumulate(terms, out=terms)[depth:])
 
-        def vectors(lhs, rhs):
-            return finish(running_sum(lhs, rhs)[depth:])
-
-        def vectors_to_0d(lhs, rhs):
-            total = running_sum(lhs, rhs)[depth]
-            return total.astype(result_dtype) if narrow else total
-
-        return vectors_to_0d if to_0d else vectors
+        return vectors
     if depth == 1:
         def outer(lhs, rhs):
             products = np.multiply(move_lhs(lhs), move_rhs(rhs))
@@ -356,7 +362,7 @@ def _mover(dtype: np.dtype, order: list, shape: tuple, compute: np.dtype):
         return lambda operand: operand.transpose(order).reshape(shape)
     if converts:
         return lambda operand: operand.reshape(shape).astype(compute)
-    return lambda operand: operand.reshape(shape)
+    return operator.methodcaller("reshape", shape)
 
 
 @op("stablehlo.einsum", "stablehlo.unary_einsum")
