@@ -161,6 +161,32 @@ def test_reduce_of_one_element_per_result_matches_the_general_way(monkeypatch, d
             assert ours.tobytes() == theirs.tobytes(), (arguments, ours, theirs)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=dtype_id)
+@pytest.mark.parametrize("body", ["maximum", "minimum"])
+def test_vector_extremum_matches_the_general_way(monkeypatch, dtype, body):
+    """The maximum or minimum of a whole vector runs its own runner (reduction._vector_extremum):
+    bit for bit the general way's on vectors of zeros of both signs, NaNs of two payloads,
+    infinities, and with an init of each."""
+    element = element_type_of(dtype)
+    text = (f"func.func @main(%x: tensor<6x{element}>, %init: tensor<{element}>) -> tensor<{element}> {{\n"
+            f"  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = [0] : "
+            f"(tensor<6x{element}>, tensor<{element}>) -> tensor<{element}>\n  return %0 : tensor<{element}>\n}}")
+    fast = si.load(text)
+    assert fast.function("main").region.steps[0].run.__qualname__.startswith("_vector_extremum")
+    monkeypatch.setattr(reduction, "_vector_extremum", lambda *args: None)
+    general = si.load(text)
+    bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    quiet = np.array(np.nan, dtype).view(bits)
+    nans = [(quiet | bits.type(1)).view(dtype), (quiet | bits.type(2) | bits.type(1 << (8 * bits.itemsize - 1))).view(dtype)]
+    pool = [-0.0, 0.0, -1.0, 2.0, np.inf, -np.inf, *nans]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x = np.array(rng.choice(np.array(pool, dtype), 6), dtype)
+        init = np.array(rng.choice(np.array(pool, dtype)), dtype)
+        ours, theirs = fast.run(x, init)[0], general.run(x, init)[0]
+        assert ours.tobytes() == theirs.tobytes() and ours.dtype == theirs.dtype, (x, init, ours, theirs)
+
+
 @pytest.mark.parametrize("init", [-0.0, 0.0, 2.5])
 def test_reduce_signed_zeros_and_empty_inputs(init):
     x = np.array([[-0.0, -0.0], [0.0, -0.0], [-0.0, 0.0]], np.float32)

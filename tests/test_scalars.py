@@ -488,6 +488,7 @@ def test_dot_of_a_larger_result_keeps_its_runner():
     ((16,), "f32", "add"), ((5,), "f16", "multiply"), ((3,), "complex<f32>", "add"), ((), "f32", "add"),
     ((1, 1), "f64", "maximum"), ((), "i8", "add"), ((1,), "ui32", "multiply"), ((), "i1", "and"), ((1,), "i1", "or"),
     ((16,), "i1", "and"), ((2, 8), "i8", "add"), ((16,), "ui32", "multiply"), ((3, 2), "i64", "maximum"),
+    ((16,), "f32", "maximum"), ((5,), "f16", "minimum"), ((3,), "f64", "maximum"),
 ])
 def test_reduce_to_0d_gives_its_result_as_a_numpy_scalar(operand, element, body):
     """A reduce of a vector or of one element to a 0-d result runs, unobserved, a runner

@@ -224,7 +224,7 @@ def _reduce(info, to_0d: bool = False):
         return run_reduction(regions[0], operands[:n], operands[n:], axes, execution.semantics)
 
     folds = (_vector_fold(info, axes, run, to_0d) or _one_element_folds(info, axes, run, to_0d)
-             or _order_free_fold(info, axes, to_0d))
+             or _order_free_fold(info, axes, to_0d) or _vector_extremum(info, axes, run, to_0d))
     return folds if to_0d else folds or run
 
 
@@ -294,6 +294,32 @@ def _order_free_fold(info, axes: tuple, to_0d: bool = False):
         result = np.asarray(ufunc.reduce(values, axis=axes, dtype=compute, initial=initial))
         result = result.astype(body_dtype, copy=False).astype(result_dtype, copy=False)
         return [result[()] if to_0d else result]
+
+    return run   # (the body is not called: reduction() said so for its monoid)
+
+
+def _vector_extremum(info, axes: tuple, general, to_0d: bool = False):
+    """The runner of the maximum or minimum of a whole f16, f32 or f64 vector, or None
+    for any other reduce: NumPy's extremum from init where it is no zero (a NaN
+    propagates as the general way's: the same reduce), the general way where it is
+    one (which zero: ExtremumOfZeros); ``jnp.max`` of 16 values 4 us -> 1.5."""
+    body = info.regions[0]
+    operand_type, monoid = info.operand_types[0], monoid_of(body)
+    body_type = body.arg_types[1] if body.n_args == 2 else None
+    if (len(info.result_types) != 1 or axes != (0,) or operand_type.rank != 1 or not operand_type.is_static
+            or body_type is None or body_type.dtype not in NATIVE_FLOATS
+            or monoid not in ("stablehlo.maximum", "stablehlo.minimum")):
+        return None
+    ufunc = np.maximum if monoid == "stablehlo.maximum" else np.minimum
+    body_dtype, result_dtype = body_type.dtype, info.result_types[0].dtype
+
+    def run(execution, regions, values, init):
+        extremum = ufunc.reduce(np.asarray(values, body_dtype), initial=np.asarray(init, body_dtype)[()])
+        if not extremum:   # a zero: which one is the general way's to say
+            (extremum,) = general(execution, regions, values, init)
+            return [extremum[()] if to_0d else extremum]
+        extremum = np.asarray(extremum, result_dtype)
+        return [extremum[()] if to_0d else extremum]
 
     return run   # (the body is not called: reduction() said so for its monoid)
 
