@@ -203,15 +203,20 @@ def float_extremum_of_two(ufunc, dtype):
     """NumPy's maximum/minimum propagate NaN but return either zero of (-0, +0):
     only a result that is zero needs a second look (ExtremumOfZeros), and only where
     both operands are zeros (``maximum(x, 0)`` has zeros wherever x < 0: where none is
-    a pair of zeros, NumPy's result stands, 1.5 us of 4 spared on 16 elements)."""
+    a pair of zeros, as where x has no zero, NumPy's result stands: 4 us -> 1.5 on 16
+    elements)."""
     zeros = ExtremumOfZeros(ufunc is np.maximum)
 
     def run(lhs, rhs):
         result = ufunc(lhs, rhs)
-        if count_nonzero(result) == result.size:  # no zeros (NaN counts); 15x cheaper than .all()
+        size = result.size
+        if count_nonzero(result) == size:  # no zeros (NaN counts); 15x cheaper than .all()
             return result
+        # (a 0-d result comes back a 0-d array, as np.where's)
+        if result.ndim and (count_nonzero(lhs) == size or count_nonzero(rhs) == size):
+            return result   # an operand without zeros: no pair of zeros
         both = (lhs == 0) & (rhs == 0)
-        if result.ndim and not count_nonzero(both):   # (a 0-d result comes back a 0-d array, as np.where's)
+        if result.ndim and not count_nonzero(both):
             return result
         return np.where(both, zeros.of_two(lhs, rhs), result)
 
