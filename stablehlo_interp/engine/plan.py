@@ -125,10 +125,12 @@ class Step:
     """One op in a plan. ``run`` is the runner its builder returned; ``variadic`` and
     ``execution`` are its calling convention (engine/registry.py). ``scalar``: the
     runner of the same convention for its 0-d results that the unobserved run loop
-    calls instead (BuiltOp.scalar), or None."""
+    calls instead (BuiltOp.scalar), or None. ``unbound``: for a runner taking the
+    Execution that never calls the op's regions (OpInfo.regions_called), the None it
+    gets for each, which the run loop passes as they are (engine/passes set it), else None."""
 
     __slots__ = ("info", "run", "operands", "results", "release", "regions", "captures", "index", "variadic",
-                 "execution", "scalar")
+                 "execution", "scalar", "unbound")
 
     def __init__(self, info, run, operands, results, release, regions, captures, index, variadic=False,
                  execution=False, scalar=None):
@@ -143,6 +145,7 @@ class Step:
         self.variadic: bool = variadic
         self.execution: bool = execution
         self.scalar = scalar
+        self.unbound: tuple | None = None
 
     @property
     def name(self) -> str:

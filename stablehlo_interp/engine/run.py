@@ -471,7 +471,11 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                     for slot, value in zip(results, out):
                         env[slot] = value
                 else:
-                    out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
+                    unbound = step.unbound
+                    if unbound is None:
+                        out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
+                    else:   # (Execution.bind's answer for regions never called, made once: a reduce)
+                        out = run(execution, unbound, *[env[i] for i in operands])
                     for slot, value in zip(results, _results_of(step, out)):
                         env[slot] = value
                 for slot in release:

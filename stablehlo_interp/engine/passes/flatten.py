@@ -65,6 +65,8 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
                        else (runner.choose, operands[0], result, release, BRANCH, op))
                 continue
             if op.regions or op.variadic or op.execution:
+                if op.execution and op.regions and not op.info.regions_called:
+                    op.unbound = (None,) * len(op.regions)
                 append((op.scalar or op.run, operands, result, release, GENERAL, op))
                 continue
             reference, result, run = op, result[0], op.run
