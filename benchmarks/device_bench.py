@@ -180,7 +180,7 @@ def profile_dozen_ops(calls: int, repeat: int) -> tuple[dict, list]:
         step = region.flat_steps.step(step)
         if kind == plan.UNARY:
             call = functools.partial(runner, env[operands])
-        elif kind in (plan.BINARY, plan.SINGLE):
+        elif kind in (plan.BINARY, plan.TERNARY, plan.SINGLE):
             call = functools.partial(runner, *[env[i] for i in operands])
         else:
             call = functools.partial(runner, *engine._leading_arguments(step, execution, env),

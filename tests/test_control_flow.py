@@ -658,3 +658,49 @@ func.func @main(%x: tensor<i32>) -> tensor<i32> {
     message = str(error.value)
     assert "three" in message and "inside stablehlo.while" in message and "call 3" in message
     assert message.count("inside stablehlo.while") == 1
+
+
+@pytest.mark.parametrize("listeners", [[], [si.Listener()]], ids=["unobserved", "observed"])
+def test_while_cond_and_body_errors_name_their_region_and_iteration(listeners):
+    """An error in the condition or in the body names the region and the call (the
+    iteration) it happened in, observed or not (unobserved, the loop numbers both
+    regions' calls itself: run.run_while)."""
+    text = """
+func.func @main(%x: tensor<i32>, %fail: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.while(%i = %x) : tensor<i32>
+  cond {
+    %checked = stablehlo.custom_call @fails_on(%i, %fail) : (tensor<i32>, tensor<i32>) -> tensor<i32>
+    %ten = stablehlo.constant dense<10> : tensor<i32>
+    %c = stablehlo.compare LT, %checked, %ten : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  } do {
+    %hundred = stablehlo.constant dense<100> : tensor<i32>
+    %shifted = stablehlo.add %i, %hundred : tensor<i32>
+    %checked = stablehlo.custom_call @fails_on(%shifted, %fail) : (tensor<i32>, tensor<i32>) -> tensor<i32>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %n = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %n : tensor<i32>
+  }
+  return %0 : tensor<i32>
+}"""
+
+    def builder(info):
+        def run(value, fail):
+            if value == fail:
+                raise ValueError(f"failed on {fail}")
+            return value
+        return run
+
+    from stablehlo_interp.engine import registry
+
+    with registry.replaced(custom_calls={"fails_on": builder}):
+        program = si.load(text)
+        assert program.run(np.int32(0), np.int32(50), listeners=listeners)[0] == 10
+        # iteration k: the condition sees i = k (call k of region 0), then the body i + 100 (call k of region 1)
+        for fail, where in ((3, "region 0, call 3"), (0, "region 0, call 0"), (104, "region 1, call 4"),
+                            (100, "region 1, call 0"), (10, "region 0, call 10")):
+            with pytest.raises(si.OpExecutionError) as error:
+                program.run(np.int32(0), np.int32(fail), listeners=listeners)
+            message = str(error.value)
+            assert f"failed on {fail}" in message and message.count("inside stablehlo.while") == 1, message
+            assert f"({where})" in message, message

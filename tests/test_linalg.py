@@ -18,6 +18,7 @@ import pytest
 from jax import lax
 
 import stablehlo_interp as si
+from stablehlo_interp.ops import linalg
 from oracles import (assert_same, dtype_id, op_module, run_interp, run_interp_text,
                      run_xla, run_xla_text, same_as_reference, tensor_type, training_step_matches_xla)
 
@@ -119,6 +120,60 @@ def test_dot_general_matches_xla(dtype):
     for (lhs, rhs), (lhs_shape, _, numbers), got, want in zip(operands, DOT_CASES, actual, expected):
         contraction = int(np.prod([lhs_shape[d] for d in numbers[0][0]]))
         assert_dot_close(got, want, _magnitude(lhs, rhs, numbers), contraction, f"{numbers}: ")
+
+
+SMALL_DOTS = [  # (lhs shape, rhs shape, dimension numbers, result shape)
+    ((24, 3), (3,), "contracting_dims = [1] x [0]", (24,)),
+    ((24,), (24, 3), "contracting_dims = [0] x [0]", (3,)),
+    ((9, 4), (3, 9), "contracting_dims = [0] x [1]", (4, 3)),
+    ((16,), (16,), "contracting_dims = [0] x [0]", ()),           # one result element: a running sum
+    ((3, 1), (3,), "contracting_dims = [0] x [0]", (1,)),
+    ((16,), (16,), "contracting_dims = [] x []", (16, 16)),        # one product each: an outer product
+    ((), (), "contracting_dims = [] x []", ()),
+    ((2, 3, 5, 4), (4, 2, 5, 3), "batching_dims = [0] x [1], contracting_dims = [2, 3] x [2, 0]", (2, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("operand, result", [(np.float32, np.float32), (np.float64, np.float64),
+                                             (np.float16, np.float16), (ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+                                             (ml_dtypes.bfloat16, np.float32), (np.int8, np.float32)],
+                         ids=lambda d: dtype_id(d))
+def test_small_float_dots_fold_as_the_general_way(monkeypatch, operand, result):
+    """A real float dot whose products fit one fold buffer runs its own runner
+    (linalg._small_real_dot): bit for bit the general way's left fold (which
+    test_accumulation checks against the C++ reference interpreter), on values whose
+    sums cancel, with NaNs of several payloads, infinities and signed zeros."""
+    rng = np.random.default_rng(7)
+
+    def values(shape, payload: int):
+        if np.dtype(operand).kind == "i":
+            return rng.integers(-128, 128, shape).astype(operand)
+        x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-12, 13, shape)).astype(operand)
+        flat = x.reshape(-1)   # (a view: x itself)
+        if flat.size >= 4:   # a NaN of this payload (with the sign bit for an odd one), -inf, -0.0
+            bits = np.dtype(f"u{np.dtype(operand).itemsize}")
+            nan = np.array(np.nan, operand).view(bits) | bits.type(payload)
+            if payload % 2:
+                nan |= bits.type(1 << (8 * bits.itemsize - 1))
+            flat[0], flat[1], flat[2] = nan.view(operand), -np.inf, -0.0
+        return x
+
+    element, result_element = dtype_id(operand), dtype_id(result)
+    for lhs_shape, rhs_shape, dims, result_shape in SMALL_DOTS:
+        lt, rt = tensor_type(lhs_shape, element), tensor_type(rhs_shape, element)
+        ot = tensor_type(result_shape, result_element)
+        text = (f"func.func @main(%a: {lt}, %b: {rt}) -> {ot} {{\n  %0 = stablehlo.dot_general %a, %b, {dims} : "
+                f"({lt}, {rt}) -> {ot}\n  return %0 : {ot}\n}}")
+        fast = si.load(text)
+        assert fast.function("main").region.steps[0].run.__qualname__.startswith("_small_real_dot")
+        with monkeypatch.context() as patched:
+            patched.setattr(linalg, "FOLD_BUFFER_ELEMENTS", 0)   # (the general way, staged a product at a time)
+            general = si.load(text)
+        for _ in range(3):
+            lhs, rhs = values(lhs_shape, 5), values(rhs_shape, 10)   # (NaN times NaN where both are 4 long)
+            ours, theirs = fast.run(lhs, rhs)[0], general.run(lhs, rhs)[0]
+            assert ours.dtype == theirs.dtype == np.dtype(result) and ours.shape == theirs.shape == result_shape
+            assert ours.tobytes() == theirs.tobytes(), (text, lhs, rhs, ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int32, np.int8], ids=dtype_id)

@@ -19,8 +19,9 @@ from jax import lax
 
 import stablehlo_interp as si
 import strategies
-from oracles import dtype_id, element_values, run_interp, run_xla, same_as_reference, same_as_xla
+from oracles import dtype_id, element_values, run_interp, run_xla, same_as_reference, same_as_xla, tensor_type
 from stablehlo_interp.ir.types import element_type_of
+from stablehlo_interp.ops import reduction
 
 INTEGER = [np.int8, np.uint8, np.int16, np.uint32, np.int64, np.uint64]
 FLOATS = [ml_dtypes.bfloat16, np.float16, np.float32, np.float64]
@@ -97,6 +98,93 @@ def test_reduce_float_monoids(dtype):
               small_integers(shape, dtype, seed=i, low=-2, high=3))
              for monoid in monoids for i, shape in enumerate(SHAPES)]
     reductions_over_shapes([m for m, _ in cases], dtype, [x for _, x in cases])
+
+
+# reduces whose result elements each fold one input element: (operand shape, dimensions)
+ONE_ELEMENT_FOLDS = [((), []), ((3, 1), [1]), ((1, 4), [0]), ((1, 1), [0, 1]), ((2, 3), [])]
+
+
+@pytest.mark.parametrize("dtype", INTEGER + [np.bool_, ml_dtypes.int4] + FLOATS + [np.complex64], ids=dtype_id)
+def test_reduce_of_one_element_per_result_matches_the_general_way(monkeypatch, dtype):
+    """A reduce of one input element per result element (``jnp.sum`` of a 0-d value, a
+    reduced dimension of size 1) with a monoid body runs its own runner, ``init ∘ x``:
+    bit for bit the general way's values on every edge value (NaN payloads, signed
+    zeros and the extremum of two, wrap-around), its operand a 0-d array or a NumPy
+    scalar (a reshape's)."""
+    element = element_type_of(dtype)
+    kind = np.dtype(dtype).kind
+    bodies = ["add", "multiply"] + ([] if kind == "c" else ["maximum", "minimum"])
+    if kind in "biu":
+        bodies += ["and", "or", "xor"]
+    lines, types, results = [], [], []
+    for b, body in enumerate(bodies):
+        for s, (shape, dims) in enumerate(ONE_ELEMENT_FOLDS):
+            operand, result = tensor_type(shape, element), tensor_type(
+                [n for d, n in enumerate(shape) if d not in dims], element)
+            name = f"%x{s}"
+            if not shape:   # (the operand a NumPy scalar in the unobserved run: a reshape's)
+                name = f"%r{b}"
+                lines.append(f"  {name} = stablehlo.reshape %v : ({tensor_type((1,), element)}) -> {operand}")
+            lines.append(f"  %o{b}_{s} = stablehlo.reduce({name} init: %init) applies stablehlo.{body} "
+                         f"across dimensions = {dims} : ({operand}, tensor<{element}>) -> {result}")
+            types.append(result)
+            results.append(f"%o{b}_{s}")
+    arguments = [f"%x{s}: {tensor_type(shape, element)}" for s, (shape, _) in enumerate(ONE_ELEMENT_FOLDS)]
+    text = (f"func.func @main({', '.join(arguments)}, %v: {tensor_type((1,), element)}, %init: tensor<{element}>)"
+            f" -> ({', '.join(types)}) {{\n" + "\n".join(lines) + f"\n  return {', '.join(results)} : "
+            f"{', '.join(types)}\n}}")
+    fast = si.load(text)
+    runners = {step.run.__qualname__.split(".")[0] for step in fast.function("main").region.steps
+               if step.name == "stablehlo.reduce"}
+    # (bf16's maximum and minimum keep the general way)
+    assert runners == {"_one_element_folds"} | ({"_reduce"} if dtype is ml_dtypes.bfloat16 else set())
+    monkeypatch.setattr(reduction, "_one_element_folds", lambda *args: None)
+    general = si.load(text)
+    pool = element_values(element, 24, seed=3)
+    cases = []
+    for seed in range(6):
+        cases.append([edges(shape, dtype, seed=seed * 7 + s) for s, (shape, _) in enumerate(ONE_ELEMENT_FOLDS)]
+                     + [edges((1,), dtype, seed=seed * 7 + 5), np.asarray(pool[seed * 4 % len(pool)], dtype)])
+    if kind == "f" or dtype is ml_dtypes.bfloat16:   # two NaNs of other signs and payloads: which one wins
+        bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+        quiet = np.array(np.nan, dtype).view(bits)
+        first, second = ((quiet | bits.type(1)).view(dtype),
+                         (quiet | bits.type(2) | bits.type(1 << (8 * bits.itemsize - 1))).view(dtype))
+        cases.append([np.full(shape, second, dtype) for shape, _ in ONE_ELEMENT_FOLDS]
+                     + [np.full((1,), second, dtype), first])
+        for zero, other in ((-0.0, 0.0), (0.0, -0.0)):   # the extremum of two zeros
+            cases.append([np.full(shape, other, dtype) for shape, _ in ONE_ELEMENT_FOLDS]
+                         + [np.full((1,), other, dtype), np.asarray(zero, dtype)])
+    for arguments in cases:
+        for ours, theirs in zip(fast.run(*arguments), general.run(*arguments)):
+            assert ours.dtype == theirs.dtype and type(ours) is type(theirs) and ours.shape == theirs.shape
+            assert ours.tobytes() == theirs.tobytes(), (arguments, ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=dtype_id)
+@pytest.mark.parametrize("body", ["maximum", "minimum"])
+def test_vector_extremum_matches_the_general_way(monkeypatch, dtype, body):
+    """The maximum or minimum of a whole vector runs its own runner (reduction._vector_extremum):
+    bit for bit the general way's on vectors of zeros of both signs, NaNs of two payloads,
+    infinities, and with an init of each."""
+    element = element_type_of(dtype)
+    text = (f"func.func @main(%x: tensor<6x{element}>, %init: tensor<{element}>) -> tensor<{element}> {{\n"
+            f"  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = [0] : "
+            f"(tensor<6x{element}>, tensor<{element}>) -> tensor<{element}>\n  return %0 : tensor<{element}>\n}}")
+    fast = si.load(text)
+    assert fast.function("main").region.steps[0].run.__qualname__.startswith("_vector_extremum")
+    monkeypatch.setattr(reduction, "_vector_extremum", lambda *args: None)
+    general = si.load(text)
+    bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    quiet = np.array(np.nan, dtype).view(bits)
+    nans = [(quiet | bits.type(1)).view(dtype), (quiet | bits.type(2) | bits.type(1 << (8 * bits.itemsize - 1))).view(dtype)]
+    pool = [-0.0, 0.0, -1.0, 2.0, np.inf, -np.inf, *nans]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x = np.array(rng.choice(np.array(pool, dtype), 6), dtype)
+        init = np.array(rng.choice(np.array(pool, dtype)), dtype)
+        ours, theirs = fast.run(x, init)[0], general.run(x, init)[0]
+        assert ours.tobytes() == theirs.tobytes() and ours.dtype == theirs.dtype, (x, init, ours, theirs)
 
 
 @pytest.mark.parametrize("init", [-0.0, 0.0, 2.5])

@@ -125,6 +125,15 @@ def test_arithmetic_on_0d_values(name, element):
     check_scalar_runner(op, [values] if unary else [values, values])
 
 
+@pytest.mark.parametrize("element", FLOATS)
+def test_next_after_on_0d_values(element):
+    """chlo.next_after steps the bit pattern of a NumPy scalar as its runner steps arrays:
+    toward and away from zero, across zero, from the largest value to inf, NaNs."""
+    op = built_op(op_text("chlo.next_after", [element, element], element))
+    values = special_values(element)
+    check_scalar_runner(op, [values, values])
+
+
 @pytest.mark.parametrize("element", ["i1", *FLOATS, *INTEGERS, *COMPLEX])
 @pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
 def test_compare_on_0d_values(direction, element):
@@ -429,3 +438,86 @@ def test_dot_of_two_vectors_folds_as_a_batch_does(dtype, depth):
             alone = fold(lhs, rhs)
             batch = fold(np.concatenate([lhs, lhs[:, :, ::-1]]), np.concatenate([rhs, rhs]))
         assert alone.shape == (1, 1, 1) and same_bits(alone[0], batch[0])
+
+
+@pytest.mark.parametrize("lhs, rhs, dims, result", [
+    ("16xf32", "16xf32", "contracting_dims = [0] x [0]", "f32"),
+    ("3xf64", "3xf64", "contracting_dims = [0] x [0]", "f64"),
+    ("5xf16", "5xf16", "contracting_dims = [0] x [0]", "f16"),
+    ("4xbf16", "4xbf16", "contracting_dims = [0] x [0]", "bf16"),
+    ("2x3xf32", "3x2xf32", "contracting_dims = [0, 1] x [1, 0]", "f32"),
+    ("f32", "f32", "contracting_dims = [] x []", "f32"),
+])
+def test_dot_to_0d_gives_its_sum_as_a_numpy_scalar(lhs, rhs, dims, result):
+    """A small float dot_general of a 0-d result runs, unobserved, a runner giving the
+    sum as a NumPy scalar (what the runners on 0-d values after it compute on): the
+    bits and dtype of the op's own runner, on vectors with signed zeros, infinities
+    and NaNs of two payloads; a dot of another result type or size keeps its runner."""
+    text = (f"func.func @main(%a: tensor<{lhs}>, %b: tensor<{rhs}>) -> tensor<{result}> {{\n"
+            f"  %0 = stablehlo.dot_general %a, %b, {dims} : (tensor<{lhs}>, tensor<{rhs}>) -> tensor<{result}>\n"
+            f"  return %0 : tensor<{result}>\n}}")
+    op = built_op(text)
+    assert op.scalar is not None
+    lhs_type, rhs_type = op.info.operand_types
+    rng = np.random.default_rng(3)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-3, -2.5, 3.0, 7e3], np.float64)
+    with warnings.catch_warnings(), numpy_warnings_off():
+        warnings.simplefilter("error")
+        for trial in range(40):
+            a = rng.choice(specials, lhs_type.shape).astype(lhs_type.dtype)
+            b = rng.choice(specials, rhs_type.shape).astype(rhs_type.dtype)
+            if trial % 3 == 0 and a.size > 1 and a.dtype.itemsize >= 4:   # NaN times NaN: which payload
+                bits = np.dtype(f"u{a.dtype.itemsize}")
+                a.reshape(-1)[0] = (np.array(np.nan, a.dtype).view(bits) | bits.type(3)).view(a.dtype)
+                sign = bits.type(1 << (8 * bits.itemsize - 1))
+                b.reshape(-1)[0] = (np.array(np.nan, b.dtype).view(bits) | bits.type(6) | sign).view(b.dtype)
+            got, want = op.scalar(a, b), op.run(a, b)
+            assert type(got) is op.info.result_type.dtype.type and same_bits(got, want), (a, b, got, want)
+
+
+def test_dot_of_a_larger_result_keeps_its_runner():
+    text = ("func.func @main(%a: tensor<3x2xf32>, %b: tensor<3xf32>) -> tensor<2xf32> {\n"
+            "  %0 = stablehlo.dot_general %a, %b, contracting_dims = [0] x [0] : "
+            "(tensor<3x2xf32>, tensor<3xf32>) -> tensor<2xf32>\n  return %0 : tensor<2xf32>\n}")
+    assert built_op(text).scalar is None
+    integers = text.replace("f32", "i32")
+    assert built_op(integers.replace("tensor<2xi32>", "tensor<i32>").replace("3x2xi32", "3xi32")).scalar is None
+
+
+@pytest.mark.parametrize("operand, element, body", [
+    ((16,), "f32", "add"), ((5,), "f16", "multiply"), ((3,), "complex<f32>", "add"), ((), "f32", "add"),
+    ((1, 1), "f64", "maximum"), ((), "i8", "add"), ((1,), "ui32", "multiply"), ((), "i1", "and"), ((1,), "i1", "or"),
+    ((16,), "i1", "and"), ((2, 8), "i8", "add"), ((16,), "ui32", "multiply"), ((3, 2), "i64", "maximum"),
+    ((16,), "f32", "maximum"), ((5,), "f16", "minimum"), ((3,), "f64", "maximum"),
+])
+def test_reduce_to_0d_gives_its_result_as_a_numpy_scalar(operand, element, body):
+    """A reduce of a vector or of one element to a 0-d result runs, unobserved, a runner
+    of its convention giving the result as a NumPy scalar (Step.scalar): the bits and
+    dtype of the op's own runner under both semantics (under "xla" it may answer a 0-d
+    array, the general way's), on special values."""
+    from stablehlo_interp.engine.run import Execution, RunContext
+
+    dims = list(range(len(operand)))
+    vt, st = f"tensor<{''.join(f'{n}x' for n in operand)}{element}>", f"tensor<{element}>"
+    text = (f"func.func @main(%x: {vt}, %init: {st}) -> {st} {{\n"
+            f"  %0 = stablehlo.reduce(%x init: %init) applies stablehlo.{body} across dimensions = {dims} : "
+            f"({vt}, {st}) -> {st}\n  return %0 : {st}\n}}")
+    (step,) = si.load(text).function("main").region.steps
+    assert step.scalar is not None
+    values = special_values(element)
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings(), numpy_warnings_off():
+        warnings.simplefilter("error")
+        for semantics in ("spec", "xla"):
+            execution = Execution(RunContext(semantics=semantics))
+            nans = [v for v in values if v != v]   # every pair of NaNs (signs, payloads): which one comes out
+            pairs = [(np.full(operand, a), b) for a in nans for b in nans]
+            for x, init in pairs + [(rng.choice(values, operand), rng.choice(values)) for _ in range(30)]:
+                x, init = np.asarray(x, values.dtype), np.asarray(init, values.dtype)
+                (want,) = step.run(execution, (None,), x, init)
+                # 0-d arrays, and NumPy scalars (what the runners on 0-d values give)
+                for operands in ((x, init), (x[()], init[()])) if not operand else ((x, init), (x, init[()])):
+                    (got,) = step.scalar(execution, (None,), *operands)
+                    assert same_bits(got, want), (operands, got, want)
+                    if semantics == "spec":
+                        assert type(got) is values.dtype.type, type(got)

@@ -56,6 +56,35 @@ def test_broadcast_in_dim(dtype):
     same_as_xla(lambda x: jax.lax.broadcast_in_dim(x, (2, 3, 4), (1, 2)), x)
 
 
+@dtypes
+def test_broadcast_in_dim_of_a_0d_value_copies_its_bits(dtype):
+    """A 0-d operand fills its small result (ndarray.fill): every element holds the
+    operand's bits (NaN payloads, signalling NaNs, signed zeros), whether the operand
+    is a 0-d array (an argument) or a NumPy scalar (what runners on 0-d values give:
+    here a reshape's)."""
+    element = element_type_of(dtype)
+    program = si.load(f"""
+func.func @main(%x: tensor<{element}>, %v: tensor<1x{element}>) -> (tensor<2x3x{element}>, tensor<2x3x{element}>) {{
+  %s = stablehlo.reshape %v : (tensor<1x{element}>) -> tensor<{element}>
+  %0 = stablehlo.broadcast_in_dim %x, dims = [] : (tensor<{element}>) -> tensor<2x3x{element}>
+  %1 = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<{element}>) -> tensor<2x3x{element}>
+  return %0, %1 : tensor<2x3x{element}>, tensor<2x3x{element}>
+}}""")
+    operands = list(values((16,), dtype, seed=3))
+    if np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize >= 2:   # NaNs of other payloads, a signalling one
+        bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+        quiet, infinity = np.array(np.nan, dtype).view(bits), np.array(np.inf, dtype).view(bits)
+        sign = bits.type(1 << (8 * bits.itemsize - 1))
+        operands += [np.array(pattern, bits).view(dtype)[()]
+                     for pattern in (quiet | bits.type(5), quiet | sign | bits.type(3), infinity | bits.type(1))]
+    for operand in operands:
+        x = np.array(operand, dtype)
+        expected = np.broadcast_to(x, (2, 3)).tobytes()
+        for result in program.run(x, x.reshape(1)):
+            assert result.dtype == np.dtype(dtype) and result.shape == (2, 3)
+            assert result.tobytes() == expected, (x, result)
+
+
 @pytest.mark.parametrize("operand, shape, dims", [
     ((), (2, 3), ()), ((1,), (4,), (0,)), ((0,), (2, 0), (1,)), ((2, 1, 3), (2, 5, 3, 7), (0, 1, 2)),
     ((3,), (3, 0), (0,)),

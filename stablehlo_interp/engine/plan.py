@@ -123,13 +123,17 @@ class OpInfo:
 
 class Step:
     """One op in a plan. ``run`` is the runner its builder returned; ``variadic`` and
-    ``execution`` are its calling convention (engine/registry.py)."""
+    ``execution`` are its calling convention (engine/registry.py). ``scalar``: the
+    runner of the same convention for its 0-d results that the unobserved run loop
+    calls instead (BuiltOp.scalar), or None. ``unbound``: for a runner taking the
+    Execution that never calls the op's regions (OpInfo.regions_called), the None it
+    gets for each, which the run loop passes as they are (engine/passes set it), else None."""
 
     __slots__ = ("info", "run", "operands", "results", "release", "regions", "captures", "index", "variadic",
-                 "execution")
+                 "execution", "scalar", "unbound")
 
     def __init__(self, info, run, operands, results, release, regions, captures, index, variadic=False,
-                 execution=False):
+                 execution=False, scalar=None):
         self.info: OpInfo = info
         self.run = run
         self.operands: tuple[int, ...] = operands
@@ -140,6 +144,8 @@ class Step:
         self.index = index
         self.variadic: bool = variadic
         self.execution: bool = execution
+        self.scalar = scalar
+        self.unbound: tuple | None = None
 
     @property
     def name(self) -> str:
@@ -437,9 +443,11 @@ class Function(FunctionSignature):
 
 
 # Step kinds of the run loop (run.py): how to fetch operands and store results. UNARY,
-# BINARY and SINGLE: plain runners of one result; GENERAL: the step's convention decides;
-# CALL and BRANCH: a RegionCallRunner's op, whose region the loop runs itself.
-UNARY, BINARY, SINGLE, GENERAL, CALL, BRANCH = range(6)
+# BINARY, TERNARY (three operands: select, clamp) and SINGLE (any other count): plain
+# runners of one result; GENERAL: the step's convention decides; CALL and BRANCH: a
+# RegionCallRunner's op, whose region the loop runs itself (the last two: the loop
+# tests ``kind >= CALL``).
+UNARY, BINARY, TERNARY, SINGLE, GENERAL, CALL, BRANCH = range(7)
 
 
 class RegionCallRunner:

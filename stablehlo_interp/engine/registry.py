@@ -55,11 +55,12 @@ class Implementation:
     # (not its location, module or regions), so that equal ops may share one runner
     # (the built-in element-wise ops; a chain of 10 000 adds on f32[4] builds one).
     shareable: bool = False
-    # The builder of a runner for the op with a 0-d result (an element-wise op's operands
-    # are 0-d too), or None: ``scalar(info)`` returns a runner, or None where the op's
-    # types have none. The unobserved run loop calls it instead of the runner
-    # (engine/passes/flatten.py); it must give what the runner gives, bit for bit, on
-    # NumPy scalars and 0-d arrays alike (ops/scalars.py).
+    # The builder of a runner for the op with 0-d results (an element-wise op's operands
+    # are 0-d too), or None: ``scalar(info)`` returns a runner of the op's calling
+    # convention, or None where the op's types have none. The unobserved run loop calls
+    # it instead of the runner (engine/passes/flatten.py); it must give what the runner
+    # gives, bit for bit, on NumPy scalars and 0-d arrays alike (ops/scalars.py), its
+    # 0-d results as NumPy scalars where it can.
     scalar: ScalarBuilder | None = None
 
 class _Table:

@@ -11,6 +11,7 @@ results or stop the run.
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 from ..errors import InterpreterError, OpError, OpExecutionError, StopExecution, counted
 from .grid import OUTSIDE_GRID, Process
 from .hostio import HostQueues, Instruments
-from .plan import BINARY, CALL, SINGLE, UNARY, OpInfo, Region, RunProgram, Step
+from .plan import BINARY, CALL, SINGLE, TERNARY, UNARY, OpInfo, Region, RunProgram, Step
 from .semantics import RULES, SEMANTICS, SPEC, Report, semantics_named
 
 
@@ -220,6 +221,16 @@ class BoundRegion:
         return functools.partial(_run_steps, region.flat_steps, tuple(self.captures), region.result_slots,
                                  region.output_values, self.execution, self)
 
+    def unobserved(self, predicate: bool = False):
+        """The run loop of this region with all but the arguments bound, for
+        :func:`run_while`: a function of the sequence of its arguments returning the
+        sequence of its outputs, or with ``predicate`` its one output itself. Its
+        calls are not numbered: the caller numbers them for errors."""
+        region = self.region
+        outputs = operator.itemgetter(region.outputs[0]) if predicate else region.output_values
+        return functools.partial(_run_steps, region.flat_steps, tuple(self.captures), region.result_slots,
+                                 outputs, self.execution, None)
+
     def add_enclosing(self, error: OpError, call: int) -> None:
         """Say in ``error`` that it happened inside call ``call`` of this region."""
         _add_enclosing(error, self.step, self.region, call)
@@ -343,6 +354,30 @@ class Execution:
         return tuple(bound)
 
 
+def run_while(cond: BoundRegion, body: BoundRegion, values: Sequence) -> Sequence:
+    """``while cond(values): values = body(values)`` unobserved (no listener, no loop
+    counted: RunContext.loops), each region's run loop bound once
+    (:meth:`BoundRegion.unobserved`): iteration ``k`` is call ``k`` of both regions,
+    which an error leaving either says (as :meth:`BoundRegion.__call__` would), so
+    neither call counts itself, and the condition's one output is not put in a list
+    (a region call of a loop of four 0-d ops is a quarter of an iteration's time)."""
+    test, step = cond.unobserved(predicate=True), body.unobserved()
+    call = 0
+    while True:
+        try:
+            if not test(values):
+                return values
+        except OpError as error:
+            cond.add_enclosing(error, call)
+            raise
+        try:
+            values = step(values)
+        except OpError as error:
+            body.add_enclosing(error, call)
+            raise
+        call += 1
+
+
 def _add_enclosing(error: OpError, step: Step, region: Region, call: int) -> None:
     """Say in ``error`` that it happened inside call ``call`` of ``step``'s ``region``."""
     error.add_enclosing(step.info.name, step.info.location, f"{region.kind.name}, call {call}")
@@ -416,10 +451,12 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
             for run, operands, results, release, kind, step in program:
                 if _interrupt_requested:
                     raise _interrupt()
-                if kind == UNARY:
-                    env[results] = run(env[operands])
-                elif kind == BINARY:
+                if kind == BINARY:   # (the commonest first)
                     env[results] = run(env[operands[0]], env[operands[1]])
+                elif kind == UNARY:
+                    env[results] = run(env[operands])
+                elif kind == TERNARY:   # (a comprehension would cost a Python frame)
+                    env[results] = run(env[operands[0]], env[operands[1]], env[operands[2]])
                 elif kind == SINGLE:
                     env[results] = run(*[env[i] for i in operands])
                 elif kind >= CALL:
@@ -434,7 +471,11 @@ def _run_steps(program: RunProgram, head: tuple, tail: tuple, outputs, execution
                     for slot, value in zip(results, out):
                         env[slot] = value
                 else:
-                    out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
+                    unbound = step.unbound
+                    if unbound is None:
+                        out = run(*_leading_arguments(step, execution, env), *[env[i] for i in operands])
+                    else:   # (Execution.bind's answer for regions never called, made once: a reduce)
+                        out = run(execution, unbound, *[env[i] for i in operands])
                     for slot, value in zip(results, _results_of(step, out)):
                         env[slot] = value
                 for slot in release:

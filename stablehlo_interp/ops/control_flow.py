@@ -11,7 +11,7 @@ import numpy as np
 
 from ..engine.plan import RegionCallRunner
 from ..engine.registry import op
-from ..engine.run import OpenLoop
+from ..engine.run import OpenLoop, run_while
 from ..engine.regions import is_elementwise
 
 
@@ -20,8 +20,11 @@ def while_(info):
     """Run ``body`` while ``cond`` returns true; the loop-carried values are the results."""
 
     def run(regions, *values):
+        execution = regions[0].execution
+        loops = execution.context.loops
+        if loops is None and not execution.listeners:
+            return run_while(*regions, values)
         cond, body = (region.repeated() for region in regions)
-        loops = regions[0].execution.context.loops
         if loops is not None:
             return _counted(cond, body, values, loops, OpenLoop(info))
         while cond(values)[0]:

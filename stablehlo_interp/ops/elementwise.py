@@ -184,7 +184,7 @@ def maximum(info, ttype=None):
     lexicographic on (real, imag), as compare; i1: OR."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.maximum, ttype.dtype), boolean=np.logical_or,
-                    floating=_float_extremum_of_two(np.maximum, ttype.dtype),
+                    floating=float_extremum_of_two(np.maximum, ttype.dtype),
                     complex_=_complex_extremum(np.greater), ttype=ttype)
 
 
@@ -195,20 +195,30 @@ def minimum(info, ttype=None):
     lexicographic on (real, imag); i1: AND."""
     ttype = ttype or info.operand_types[0]
     return _by_kind(info, integer=in_integer_precision(np.minimum, ttype.dtype), boolean=np.logical_and,
-                    floating=_float_extremum_of_two(np.minimum, ttype.dtype),
+                    floating=float_extremum_of_two(np.minimum, ttype.dtype),
                     complex_=_complex_extremum(np.less), ttype=ttype)
 
 
-def _float_extremum_of_two(ufunc, dtype):
+def float_extremum_of_two(ufunc, dtype):
     """NumPy's maximum/minimum propagate NaN but return either zero of (-0, +0):
-    only a result that is zero needs a second look (ExtremumOfZeros)."""
+    only a result that is zero needs a second look (ExtremumOfZeros), and only where
+    both operands are zeros (``maximum(x, 0)`` has zeros wherever x < 0: where none is
+    a pair of zeros, as where x has no zero, NumPy's result stands: 4 us -> 1.5 on 16
+    elements)."""
     zeros = ExtremumOfZeros(ufunc is np.maximum)
 
     def run(lhs, rhs):
         result = ufunc(lhs, rhs)
-        if count_nonzero(result) == result.size:  # no zeros (NaN counts); 15x cheaper than .all()
+        size = result.size
+        if count_nonzero(result) == size:  # no zeros (NaN counts); 15x cheaper than .all()
             return result
-        return np.where((lhs == 0) & (rhs == 0), zeros.of_two(lhs, rhs), result)
+        # (a 0-d result comes back a 0-d array, as np.where's)
+        if result.ndim and (count_nonzero(lhs) == size or count_nonzero(rhs) == size):
+            return result   # an operand without zeros: no pair of zeros
+        both = (lhs == 0) & (rhs == 0)
+        if result.ndim and not count_nonzero(both):
+            return result
+        return np.where(both, zeros.of_two(lhs, rhs), result)
 
     return in_float32_if_needed(run, dtype)
 

@@ -387,6 +387,57 @@ def scatter(info):
                      for u, d in zip(updates, body_dtypes)])
         return [r.reshape(input_shape) for r in results]
 
+    return _one_window(info, n, combine, body_dtypes, window_input_dims, start_position, run) or run
+
+
+def _one_window(info, n: int, combine, body_dtypes: list, window_input_dims: list, start_position: dict, general):
+    """The runner of a scatter of one update window (``x.at[i].set(v)``, ``.add``: one
+    index vector, no batching dimensions, static shapes), or None for any other:
+    where the window lies inside the operand its elements are distinct targets, so
+    the update is ``combine`` on those targets, known at load but for the start (a
+    replace: the window's elements assigned, which is what ``_replace`` makes of
+    distinct targets); a window partly outside goes to ``general``, which decides
+    and reports it. Spares the general way's index arithmetic on arrays at every
+    run (a row of a 4x5 matrix: 61 us -> 5)."""
+    dims = info.attr("scatter_dimension_numbers")
+    indices_type, update_type = info.operand_types[n], info.operand_types[n + 1]
+    if dims.input_batching_dims or not (indices_type.is_static and update_type.is_static):
+        return None
+    batch_shape = [size for d, size in enumerate(indices_type.shape) if d != dims.index_vector_dim]
+    if math.prod(batch_shape) != 1:
+        return None
+    input_shape = info.operand_types[0].shape
+    window_shape = [update_type.shape[d] for d in dims.update_window_dims]
+    extents = [1] * len(input_shape)
+    for d, size in zip(window_input_dims, window_shape):
+        extents[d] = size
+    strides = [int(k) for k in np.cumprod((1,) + input_shape[:0:-1])[::-1]]
+    offsets = np.zeros(window_shape, np.int64)   # each window element's flat offset, row-major
+    for j, d in enumerate(window_input_dims):
+        offsets = offsets + _along(np.arange(window_shape[j]) * strides[d], j, len(window_shape))
+    offsets = offsets.reshape(-1)
+    scattered = [start_position.get(d) for d in range(len(input_shape))]
+    bounds = list(zip(scattered, extents, input_shape, strides))
+    replace = combine is _replace
+
+    def run(execution, regions, *operands):
+        vector = operands[n].reshape(-1).tolist()   # (Python ints: a uint64 beyond int64 is outside)
+        flat = 0
+        for position, extent, size, stride in bounds:
+            start = 0 if position is None else vector[position]
+            if start < 0 or start + extent > size:
+                return general(execution, regions, *operands)
+            flat += start * stride
+        targets = offsets + flat
+        results = [np.array(x, dtype=d).reshape(-1) for x, d in zip(operands[:n], body_dtypes)]
+        updates = [np.asarray(u).reshape(-1).astype(d, copy=False) for u, d in zip(operands[n + 1:], body_dtypes)]
+        if replace:
+            for result, update in zip(results, updates):
+                result[targets] = update
+        else:
+            combine(regions[0], results, targets, updates)
+        return [r.reshape(input_shape) for r in results]
+
     return run
 
 

@@ -306,7 +306,7 @@ class Compiler:
         results = tuple(map(scope.define, op.results, info.result_types))
         if regions or implementation.variadic or implementation.execution:
             step = Step(info, built.run, operands, results, (), regions, captures, len(columns),
-                        implementation.variadic, implementation.execution)
+                        implementation.variadic, implementation.execution, built.scalar)
             columns.append_step(step)
             for offset, (function, region) in enumerate(zip(callees, called)):
                 if region is None:
@@ -367,9 +367,9 @@ class _SharedRunner(BuiltOp):
 
 def _scalar_runner(info: OpInfo, implementation: registry.Implementation):
     """The op's runner on 0-d values (registry.Implementation.scalar), or None: for an op
-    whose result is a 0-d tensor (an element-wise op's operands are 0-d too), of plain
-    (not quantized) types."""
-    if implementation.scalar is None or implementation.variadic or implementation.execution or info.regions:
+    whose results are 0-d tensors (an element-wise op's operands are 0-d too), of plain
+    (not quantized) types; of the op's calling convention (a reduce's: Step.scalar)."""
+    if implementation.scalar is None:
         return None
     if info.has_quantized_types or not all(type(t) is TensorType and t.shape == () for t in info.result_types):
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from ..plan import BINARY, BRANCH, CALL, GENERAL, SINGLE, UNARY, RegionCallRunner, Step, StepColumns
+from ..plan import BINARY, BRANCH, CALL, GENERAL, SINGLE, TERNARY, UNARY, RegionCallRunner, Step, StepColumns
 from .folding import FOLDABLE
 
 
@@ -28,7 +28,8 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
     skips building argument lists; a call of a region (a variadic
     :class:`~stablehlo_interp.engine.plan.RegionCallRunner`) gets the region's index
     (CALL) or the function choosing it from the operand (BRANCH) in place of the runner; ``step`` is the op's Step, or its index for an op whose Step
-    is made on demand. An op of 0-d values gets its runner for them (BuiltOp.scalar) where it has one.
+    is made on demand. An op of 0-d values gets its runner for them (BuiltOp.scalar, Step.scalar) where it
+    has one.
     """
     live = set(outputs)
     see = live.add
@@ -64,7 +65,9 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
                        else (runner.choose, operands[0], result, release, BRANCH, op))
                 continue
             if op.regions or op.variadic or op.execution:
-                append((op.run, operands, result, release, GENERAL, op))
+                if op.execution and op.regions and not op.info.regions_called:
+                    op.unbound = (None,) * len(op.regions)
+                append((op.scalar or op.run, operands, result, release, GENERAL, op))
                 continue
             reference, result, run = op, result[0], op.run
         else:
@@ -75,6 +78,8 @@ def flatten(columns: StepColumns, outputs: tuple) -> tuple[list, list]:
             append((run, operands[0], result, release, UNARY, reference))
         elif len(operands) == 2:
             append((run, operands, result, release, BINARY, reference))
+        elif len(operands) == 3:
+            append((run, operands, result, release, TERNARY, reference))
         else:
             append((run, operands, result, release, SINGLE, reference))
     entries.reverse()
