@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import ast
 import pathlib
+import shlex
 import sys
 import traceback
 
@@ -36,7 +37,9 @@ OK, FINDING, BAD_INPUT, CANNOT_DO = 0, 1, 2, 3
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments)
+    args.command_line = shlex.join(["stablehlo-interp", *arguments])   # as typed (also through python -m)
     try:
         return args.command(args)
     except Exception as error:  # noqa: BLE001 - every error is an exit status and a message
@@ -411,8 +414,7 @@ def _scoreboard(args, files) -> int:
     for entry in args.against:
         name, _, spec = entry.partition("=")
         against.append((name, spec or name))
-    command = " ".join(["stablehlo-interp", *sys.argv[1:]]) if sys.argv[0].endswith("stablehlo-interp") else ""
-    pathlib.Path(args.scoreboard).write_text(build(files, against, args.campaign, command, max(1, args.jobs)))
+    pathlib.Path(args.scoreboard).write_text(build(files, against, args.campaign, args.command_line, max(1, args.jobs)))
     print(f"wrote {args.scoreboard}: {len(files)} files, {len(against) + 1} backends")
     return OK
 

@@ -106,3 +106,16 @@ def test_every_finding_the_scoreboard_names_is_in_the_docs():
         headings = {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
                     for line in text.splitlines() if line.startswith("#")}
         assert f'<a id="{anchor}"></a>' in text or anchor in headings, link
+
+
+def test_the_page_says_the_command_that_made_it_however_the_cli_was_started(tmp_path, monkeypatch):
+    """The commands' block holds the command as typed, whether the CLI was started as
+    ``stablehlo-interp`` or as ``python -m stablehlo_interp`` (argv[0] then is __main__.py)."""
+    from stablehlo_interp.cli import main
+
+    page = tmp_path / "board.md"
+    arguments = ["conform", "--scoreboard", str(page), str(ROOT / "examples" / "conform" / "arithmetic.mlir")]
+    monkeypatch.setattr("sys.argv", [str(ROOT / "stablehlo_interp" / "__main__.py"), *arguments])
+    assert main() == 0
+    assert f"```bash\nstablehlo-interp conform --scoreboard {page} {ROOT}/examples/conform/arithmetic.mlir\n```" \
+        in page.read_text()
