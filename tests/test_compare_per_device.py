@@ -315,3 +315,40 @@ def test_the_sharded_lm_step_names_its_gelu_on_every_device():
     for found in comparison.divergence_per_device.values():
         assert found.op == "stablehlo.tanh" and found.kind == "beyond its bound"
         assert (found.location.frames[0].file.endswith("zoo/sharded.py"), found.location.frames[0].line) == (True, line)
+
+
+def flushed_log(v):
+    return jnp.log(v * 1e10 + 1e-30)  # flushed log
+
+
+def subnormal_at_column_5():
+    """f32[16] over 8 devices, ones but a subnormal 1e-39 at 5 (device 2's second element)."""
+    x = np.ones(16, np.float32)
+    x[5] = 1e-39
+    return jax.device_put(x, NamedSharding(mesh_of(8), P("x")))
+
+
+def test_xla_cpu_itself_is_searched_in_a_child_process():
+    """``backend="cpu"``: the programs the search writes run on XLA's CPU in a child process
+    of its own (with 8 host devices). XLA's CPU flushes the subnormal to zero in the
+    multiply (the product 1e-29 there is 0): device 2's first divergent op is that
+    multiply, on operands that agree; the other devices agree."""
+    comparison = si.compare(jax.jit(flushed_log), subnormal_at_column_5(), per_device=True, backend="cpu")
+    assert sorted(comparison.divergence_per_device) == [2] and comparison.search_note is None
+    found = comparison.divergence_per_device[2]
+    assert found.op == "stablehlo.multiply" and found.operands_agree
+    assert found.location.frames[0].line == line_of(flushed_log, "# flushed log")
+    np.testing.assert_array_equal(found.theirs, np.float32([1e10, 0]))
+
+
+def test_xla_aborting_on_the_searchs_program_ends_the_child_not_this_process(monkeypatch):
+    """The child reads this process's XLA flags: an unknown one aborts XLA there. The
+    search says the backend cannot run the per-device program, and the results' comparison
+    stands."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_no_such_flag_here=1")
+    comparison = si.compare(jax.jit(flushed_log), subnormal_at_column_5(), per_device=True, backend="cpu")
+    assert [d for d, outputs in enumerate(comparison.outputs) if outputs[0] is not None] == [2]
+    assert comparison.divergence_per_device == {}
+    assert comparison.search_note.startswith("no search for the first divergent op on each device: cpu cannot run "
+                                             "the per-device program (")
+    assert "xla_no_such_flag_here" in comparison.search_note

@@ -113,7 +113,18 @@ class JaxChildBackend:
                      if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS)
 
     def __call__(self, module_text: str, args) -> list:
-        request = pickle.dumps((self.platform_name, module_text, [_buffer(value) for value in args]))
+        return self._ask(module_text, [_buffer(value) for value in args], per_device=False)
+
+    def run_per_device(self, module_text: str, per_device_args: list, host_callbacks: tuple = ()) -> list | None:
+        """:meth:`JaxBackend.run_per_device` in the child (whose XLA_FLAGS give it its
+        devices: ``--xla_force_host_platform_device_count`` for the CPU's)."""
+        if host_callbacks:
+            raise BackendCompileError(self.name, "a child process of its own cannot call this process's host callbacks")
+        return self._ask(module_text, [[_buffer(value) for value in device] for device in per_device_args],
+                         per_device=True)
+
+    def _ask(self, module_text: str, arguments: list, per_device: bool):
+        request = pickle.dumps((self.platform_name, module_text, arguments, per_device))
         try:
             status, payload = self._child.ask(request, self.timeout)
         except ChildDied as died:
@@ -129,6 +140,12 @@ class JaxChildBackend:
 
 
 DEVICE_COUNT_FLAGS = {"--xla_force_host_platform_device_count"}
+
+
+def with_host_devices(xla_flags: str, count: int) -> str:
+    """``xla_flags`` with XLA's CPU made of ``count`` host devices (any count it gave replaced)."""
+    kept = [flag for flag in xla_flags.split() if flag.partition("=")[0] not in DEVICE_COUNT_FLAGS]
+    return " ".join([*kept, f"--xla_force_host_platform_device_count={count}"])
 
 
 def execute(executable, device, args) -> list:

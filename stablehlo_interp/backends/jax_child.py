@@ -3,8 +3,10 @@ is sent with one of JAX's platforms, under the ``XLA_FLAGS`` its parent set for 
 reads that variable once, when JAX first initializes its backends, and aborts the process
 on a flag it does not know ("Unknown flag in XLA_FLAGS"): only this process dies.
 
-A request is a pickled ``(platform, module_text, arguments)``; the reply is OK with the
-pickled list of results, or ERROR with ``"compile:"`` or ``"run:"`` and XLA's message.
+A request is a pickled ``(platform, module_text, arguments, per_device)``; the reply is
+OK with the pickled list of results (with ``per_device``, ``arguments`` are each
+device's and the results too: :meth:`~.jax.JaxBackend.run_per_device`), or ERROR with
+``"compile:"`` or ``"run:"`` and XLA's message.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ class Refused(Exception):
 
 
 def _answer(request: bytes) -> bytes:
-    platform, module_text, arguments = pickle.loads(request)
+    platform, module_text, arguments, per_device = pickle.loads(request)
+    backend = JaxBackend(platform)
     try:
-        return pickle.dumps(JaxBackend(platform)(module_text, arguments))
+        return pickle.dumps(backend.run_per_device(module_text, arguments) if per_device
+                            else backend(module_text, arguments))
     except BackendCompileError as error:
         raise Refused(f"compile:{error.message}") from None
     except BackendError as error:

@@ -53,6 +53,7 @@ backend's, each prefix the backend runs, and the runs that estimate noise
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, overload
 
 from dataclasses import dataclass, field
@@ -68,7 +69,8 @@ from ..ir.types import Token
 from ..ops.host_callback import TARGET as HOST_CALLBACK
 from ..program import load, prepare
 from ..program.signature import is_jax_function
-from ..backends import resolve
+from ..backends import JaxBackend, JaxChildBackend, resolve
+from ..backends.jax import with_host_devices
 from ..backends.errors import BackendError
 from ..engine.grid import PROCESS_OPS, process_ops
 from ..engine.process_groups import ProcessGroups, reducing_strategy
@@ -466,7 +468,8 @@ def _search_devices(comparison: PerDeviceComparison, call, run_backend, differin
     recorder = _DeviceValues(count)
     ours = local.run_grid(shards, function="main", listeners=[recorder])
     shown: list = [{} for _ in range(count)]
-    run_devices = _run_on_devices(run_backend, shards, count)
+    isolated = _isolated(run_backend, count)
+    run_devices = _run_on_devices(isolated or run_backend, shards, count)
     try:
         for window in _windows(recorder.ops[0], max(1, window_bytes // count)):
             stacked: dict = {}
@@ -481,6 +484,9 @@ def _search_devices(comparison: PerDeviceComparison, call, run_backend, differin
         comparison.search_note = (f"no search for the first divergent op on each device: {run_backend.name} "
                                   f"cannot run the per-device program ({reason})")
         return
+    finally:
+        if isolated is not None:
+            isolated.close()
     replay = _DeviceValues(count, replace=shown)
     local.run_grid(shards, function="main", listeners=[replay])
     for device in differing:
@@ -537,6 +543,16 @@ def _device_divergence(comparison: PerDeviceComparison, local, ops: list, argume
     if device_comparison.divergence is not None:
         device_comparison.divergence.program = "the per-device program"
     return device_comparison.divergence, device_comparison.note or ""
+
+
+def _isolated(run_backend, count: int) -> JaxChildBackend | None:
+    """XLA's CPU in a child process of its own for the programs the search writes (a
+    program JAX never handed XLA may abort it: the child dies, not this process), with
+    ``count`` host devices and this process's other XLA flags; None for another backend
+    (a subclass's runs are its own; an accelerator's chip is held by this process)."""
+    if type(run_backend) is not JaxBackend or run_backend.platform != "cpu":
+        return None
+    return JaxChildBackend("cpu", with_host_devices(os.environ.get("XLA_FLAGS", ""), count))
 
 
 def _run_on_devices(run_backend, shards: list, count: int):
