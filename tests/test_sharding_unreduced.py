@@ -238,3 +238,19 @@ def test_a_called_function_made_unreduced_keeps_each_devices_slice():
     cpu, interp = on_both((2,), ("x",), build)
     assert_same(cpu, interp)
     assert [np.asarray(s.data).tolist() for s in interp.addressable_shards] == [[1, 1, 0, 0], [0, 0, 1, 1]]
+
+
+@pytest.mark.parametrize("unreduced_argument", [False, True])
+def test_a_sum_to_a_scalar_of_or_into_partials(unreduced_argument):
+    """A 0-d sum (reduce's runner for 0-d results, ops/reduction.py) whose result is left
+    unreduced, or whose operand is: it runs once per partial, as every op on Partials."""
+    def build(platform):
+        if unreduced_argument:
+            x = reshard(jnp.arange(4.0, dtype=jnp.float32), P(unreduced={"x"}))
+            return jax.jit(lambda v: jax.lax.reduce_sum(v, axes=[0]))(x)
+        x = put(np.arange(8, dtype=np.float32), P("x"))
+        return jax.jit(lambda v: jax.lax.reduce_sum(v, axes=(0,), out_sharding=P(unreduced={"x"})))(x)
+
+    cpu, interp = on_both((2,), ("x",), build)
+    assert interp.sharding.spec.unreduced == {"x"}
+    assert_same(cpu, interp)

@@ -218,17 +218,24 @@ def carry_partials(function, meshes: dict, dimension_axes) -> None:
                 axes = annotation.unreduced_axes()
                 dims = dimension_axes((id(region), step.operands[0]))
                 sizes = annotation.mesh.axis_sizes
-                step.run = (lambda value, axes=axes, dims=dims, sizes=sizes: retarget(value, axes, dims, sizes))
+                _replace_run(step, lambda value, axes=axes, dims=dims, sizes=sizes: retarget(value, axes, dims, sizes))
                 producer = producers.get(step.operands[0])
                 if axes and producer is not None:
                     unreduced_results[producer] = (axes, annotation.mesh)
         for step in region.steps:
             if step in unreduced_results:
                 axes, mesh = unreduced_results[step]
-                step.run = _producer(step, axes, region, dimension_axes, mesh.axes)
+                _replace_run(step, _producer(step, axes, region, dimension_axes, mesh.axes))
             elif step.info.name not in _PASS_THROUGH and step.info.name not in _ANNOTATIONS:
-                step.run = _per_partial(step, step.run)
+                _replace_run(step, _per_partial(step, step.run))
         replan(region)
+
+
+def _replace_run(step, run) -> None:
+    """``step`` runs ``run``, for every result, 0-d ones too: its runner for 0-d results
+    (Step.scalar, which the unobserved loop would call instead) is dropped, as it does not
+    know Partials."""
+    step.run, step.scalar = run, None
 
 
 def _regions(root) -> list:
