@@ -251,9 +251,12 @@ def test_the_guard_leaves_when_the_block_ends():
 
 
 def test_the_environment_turns_it_on_for_a_script():
+    """... and stays on when the script sets JAX's own debug_infs option (which resets the
+    post-call hook of every thread)."""
     script = ("import jax, jax.numpy as jnp\n"
               "f = jax.jit(lambda x: jnp.sqrt(x))\n"
               "f(jnp.ones(2))\n"
+              "jax.config.update('jax_debug_infs', False)\n"
               "try:\n    f(-jnp.ones(2))\nexcept FloatingPointError as e:\n    print(type(e).__name__, e.call)\n")
     environment = {**os.environ, "STABLEHLO_INTERP_DEBUG_NANS": "1", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
@@ -440,3 +443,146 @@ def test_equinox_filter_jit_and_a_flax_nnx_training_loop():
         for index in range(STEPS):
             nnx_step(model, optimizer, xs[index], ys[index])
     assert caught.value.call == LATE + 1 and "NaN in argument x" in str(caught.value)
+
+
+# ------------------------------------------------------------------ the check in the call's own program
+
+
+def test_the_check_is_part_of_the_calls_program_which_keeps_jits_fast_path_and_its_values(monkeypatch):
+    """A step on one device runs, under the guard, its own program with the check as one
+    more result (no check program of its own runs after the call): one compile and one
+    pass through JAX's Python path for the whole loop (the C++ fast path runs every later
+    call), the results bit for bit those of the program without the guard, a NaN at call
+    90 found through the program's check."""
+    from jax._src import test_util as jtu
+    from stablehlo_interp.tools import debug_nans
+
+    def no_program_of_its_own():
+        raise AssertionError("a step on one device is checked by its own program")
+
+    monkeypatch.setattr(debug_nans, "_finite_check", no_program_of_its_own)
+
+    step = jax.jit(sgd(poisson_loss))
+    xs, ys = data()
+    plain = initial_params()
+    for index in range(100):
+        plain, plain_loss = step(plain, xs[index], ys[index])
+    with jtu.count_pjit_cpp_cache_miss() as python_path, jtu.count_jit_compilation_cache_miss() as compiles:
+        params, guard = train(step, lambda index: (xs[index], ys[index]), steps=100)
+    assert (python_path(), compiles(), guard.calls[step._fun]) == (1, 1, 100)
+    for name in plain:
+        np.testing.assert_array_equal(params[name], plain[name])
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(100):
+            step(initial_params(), -xs[index] if index == 89 else xs[index], ys[index])
+    assert caught.value.call == 90 and "NaN made by stablehlo.log" in str(caught.value)
+
+
+def test_results_of_every_kind_pass_through_the_check_unchanged():
+    """Results the check's program must give back as they are: an argument passed through
+    (a NaN in it is the data's), a constant, integers, complex, half floats, a keyword
+    argument and a static one; and a function with no float result at all."""
+    from functools import partial
+
+    @partial(jax.jit, static_argnums=1)
+    def kinds(x, power, *, count):
+        return {"x": x, "one": 1.0, "count": count + 1, "z": (x * 1j).astype(jnp.complex64),
+                "half": x.astype(jnp.float16) ** power, "brain": x.astype(jnp.bfloat16)}
+
+    counting = jax.jit(lambda n: n * 2)
+    x = jnp.arange(3.0)
+    expected = kinds(x, 2, count=jnp.int32(7))
+    with si.debug_nans() as guard:
+        for _ in range(30):
+            got = kinds(x, 2, count=jnp.int32(7))
+            doubled = counting(jnp.int32(4))
+    assert guard.calls == {kinds._fun: 30, counting._fun: 30} and int(doubled) == 8
+    assert jax.tree.structure(got) == jax.tree.structure(expected)
+    for name in expected:
+        assert got[name].dtype == expected[name].dtype and got[name].weak_type == expected[name].weak_type
+        np.testing.assert_array_equal(got[name], expected[name])
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(30):
+            kinds(x.at[1].set(np.nan) if index == 20 else x, 2, count=jnp.int32(7))
+    assert caught.value.call == 21 and "NaN in argument x" in str(caught.value)
+
+
+def test_a_call_with_a_host_callback_takes_the_python_path_checked_without_recompiling():
+    """A call with a host callback never takes the fast path: each call is checked by the
+    compiled program with the check, compiled once."""
+    from jax._src import test_util as jtu
+
+    seen = []
+
+    @jax.jit
+    def logged(x):
+        jax.debug.callback(lambda value: seen.append(float(value)), x[0])
+        return jnp.log(x)
+
+    good, bad = jnp.ones(3), jnp.full(3, -1.0)
+    with jtu.count_jit_compilation_cache_miss() as compiles, si.debug_nans() as guard:
+        for _ in range(40):
+            logged(good)
+    assert (compiles(), guard.calls[logged._fun], seen) == (1, 40, [1.0] * 40)
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(40):
+            logged(bad if index == 33 else good)
+    assert caught.value.call == 34
+    assert "NaN made by stablehlo.log" in str(caught.value)
+
+
+def test_the_guard_outlives_jax_resetting_its_hook_while_tracing():
+    """``jnp.var`` traces under ``config.debug_nans(False)``, which resets the thread's
+    post-call hook when it ends (as does any ``jax.debug_nans``/``jax.debug_infs`` block
+    of the user's): the guard is put back, and a NaN made after the step (or an eager
+    ``jnp.var``) was traced inside the block is still found."""
+
+    def normalized_loss(params, x, y):
+        centred = (x - jnp.mean(x, axis=0)) / jnp.sqrt(jnp.var(x, axis=0) + 1.0)
+        return poisson_loss(params, jnp.abs(centred) + 0.5 + x * 0, y)
+
+    step = jax.jit(sgd(normalized_loss))
+    xs, ys = data()
+    params = initial_params()
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(60):
+            with jax.debug_infs(False):
+                jnp.var(xs[index])
+            x = np.where(np.arange(FEATURES) == 1, np.inf, xs[index]) if index == 50 else xs[index]
+            params, _ = step(params, x, ys[index])
+    assert caught.value.call == 51
+
+
+def test_sharded_results_checked_where_their_blocks_live():
+    """Results sharded over a 2x4 mesh (rows over one axis, columns over the other, one
+    replicated) are checked block by block on their devices: one inf in one device's
+    block is found, finite extremes are no alarm."""
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 4), ("rows", "columns"), axis_types=(AxisType.Auto,) * 2,
+                         devices=jax.devices("cpu")[:8])
+    shardings = {"grid": NamedSharding(mesh, P("rows", "columns")), "columns": NamedSharding(mesh, P(None, "columns")),
+                 "copy": NamedSharding(mesh, P())}
+
+    @partial_out(shardings)
+    def blocks(scale, bad_at):
+        grid = jnp.full((4, 8), 3e38, jnp.float32) * scale
+        grid = jnp.where(jnp.arange(32).reshape(4, 8) == bad_at, jnp.inf, grid)
+        return {"grid": grid, "columns": jnp.ones((2, 8), jnp.bfloat16), "copy": jnp.full(5, 1e300, jnp.float64)
+                if jax.config.jax_enable_x64 else jnp.full(5, 65504.0, jnp.float16)}
+
+    with si.debug_nans() as guard:
+        for _ in range(10):
+            blocks(jnp.float32(1.0), jnp.int32(-1))
+    assert guard.calls == {blocks._fun: 10}
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(10):
+            blocks(jnp.float32(1.0), jnp.int32(3 * 8 + 6 if index == 7 else -1))   # row 3, column 6: device 7
+    assert caught.value.call == 8 and "result['grid']" in str(caught.value)
+
+
+def partial_out(shardings):
+    def jitted(function):
+        return jax.jit(function, out_shardings=shardings)
+
+    return jitted
