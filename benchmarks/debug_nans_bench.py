@@ -45,12 +45,13 @@ def repeated_calls(step, args, calls: int):
     return loop
 
 
-def training_loop(step, host_args, calls: int):
-    """``calls`` steps from ``host_args`` placed afresh (the step donates them), each given
-    the parameters and optimizer state the last returned."""
+def training_loop(step, host_args, calls: int, device=None):
+    """``calls`` steps from ``host_args`` placed afresh on ``device`` (XLA CPU's first by
+    default; the step donates them), each given the parameters and optimizer state the
+    last returned."""
 
     def loop():
-        params, opt_state, *rest = jax.device_put(host_args, jax.devices("cpu")[0])
+        params, opt_state, *rest = jax.device_put(host_args, device or jax.devices("cpu")[0])
         for _ in range(calls):
             out = step(params, opt_state, *rest)
             params, opt_state = out["params"], out["opt_state"]
@@ -59,9 +60,10 @@ def training_loop(step, host_args, calls: int):
     return loop
 
 
-def per_call(loop_of, calls: int, repeat: int) -> tuple[float, float]:
-    """(bare, guarded) seconds per call of the loop ``loop_of()`` makes: the best of
-    ``repeat`` runs of each, taken in turn (a busy machine slows both alike)."""
+def per_call(loop_of, calls: int, repeat: int, clock=time.process_time) -> tuple[float, float]:
+    """(bare, guarded) seconds per call of the loop ``loop_of()`` makes, timed by
+    ``clock``: the best of ``repeat`` runs of each, taken in turn (a busy machine slows
+    both alike)."""
     bare_loop, guarded_loop = loop_of(), loop_of()
 
     def guarded():
@@ -72,7 +74,7 @@ def per_call(loop_of, calls: int, repeat: int) -> tuple[float, float]:
     best = [float("inf"), float("inf")]
     for _ in range(repeat):
         for index, run in enumerate((bare_loop, guarded)):
-            best[index] = min(best[index], best_time(run, 1, time.process_time))
+            best[index] = min(best[index], best_time(run, 1, clock))
     return best[0] / calls, best[1] / calls
 
 
