@@ -287,3 +287,30 @@ def test_the_specs_triangular_solve_names_its_zero_diagonal():
     (origin,) = si.find_nonfinite(lowered, a, b).origins
     assert (origin.op, origin.why[-1].kind) == ("stablehlo.triangular_solve", "failed")
     assert origin.why[-1].detail == "the triangular matrix is singular: its diagonal element (3,3) is exactly zero"
+
+
+def test_a_failed_eigensolver_given_an_inf_is_followed_to_the_inf():
+    """``jnp.linalg.eigh`` symmetrizes its operand first, ``(x + x^H) / 2``: a finite f32
+    matrix whose off-diagonal pair sums past f32's largest value gives LAPACK's ``syevd``
+    an inf, and it does not converge. JAX's CPU lowering turns the failure into NaN
+    eigenvalues (XLA gives NaN, the oracle here); the chain names the failed call with
+    the info LAPACK (SciPy's ``ssyevd``) gives on the symmetrized matrix, then the inf's
+    own origin, the symmetrization's add."""
+    import scipy.linalg.lapack as lapack
+
+    def spectrum_sum(x):
+        eigenvalues, _ = jnp.linalg.eigh(x)  # eigh
+        return jnp.sum(eigenvalues)
+
+    matrix = np.eye(4, dtype=np.float32)
+    matrix[0, 0], matrix[3, 3] = 1e38, -1e38
+    matrix[0, 3] = matrix[3, 0] = 3e38
+    assert np.isnan(jax.jit(spectrum_sum)(matrix))
+    with np.errstate(over="ignore"):
+        symmetrized = ((matrix + matrix.T) / 2).astype(np.float32)
+    info = lapack.ssyevd(symmetrized, compute_v=1, lower=1)[-1]
+    assert info > 0
+    text = str(si.find_nonfinite(jax.jit(spectrum_sum).lower(matrix), matrix))
+    eigh_line = f"{FILE}:{spectrum_sum.__code__.co_firstlineno + 1} ({spectrum_sum.__qualname__})"
+    assert (f"← stablehlo.custom_call @lapack_ssyevd_ffi at {eigh_line} failed: the eigensolver did not converge "
+            f"(info {info})\n     ← inf made by stablehlo.add at {eigh_line}") in text

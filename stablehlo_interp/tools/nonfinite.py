@@ -598,11 +598,20 @@ class NonFiniteTracer(Listener):
         return WhyStep("chosen", _label(made.step), _place(made.step, made.key), decided), cause
 
     def _cause_steps(self, cause, arguments, seen) -> list[WhyStep]:
-        """A cause as steps: the failed call; or the origin of the non-finite value (the
-        first one made) and why it is what it is."""
+        """A cause as steps: the failed call, and where an operand it was given was not
+        finite (a factorization of a matrix holding an inf), that operand's origin; or the
+        origin of the non-finite value (the first one made) and why it is what it is."""
         if cause[0] == "failed":
             _, step, reason, _, key = cause
-            return [WhyStep("failed", _label(step), _place(step, key), reason)]
+            steps = [WhyStep("failed", _label(step), _place(step, key), reason)]
+            if step in seen:
+                return steps
+            seen.add(step)
+            for operand in step.operands:
+                nodes = self.resolve(*self._home(key, operand), arguments)
+                if nodes:
+                    return steps + self._cause_steps(("nonfinite", nodes, (step, key)), arguments, seen)
+            return steps
         origins, parents = self._walk(cause[1], arguments)
         if not origins:
             return []
