@@ -238,3 +238,18 @@ def test_random_calls_agree_with_xla(plan):
 @given(call_plans())
 def test_random_calls_agree_with_xla_thoroughly(plan):
     check_random_call(plan)
+
+
+@pytest.mark.parametrize("implementation", ["threefry2x32", "rbg"])
+def test_prng_keys_are_passed_as_the_key_data_jax_lowers_them_to(implementation):
+    """A typed PRNG key (one, or a batch) is an argument of the lowered program as its key
+    data: the bits drawn are XLA's."""
+    key = jax.random.key(3, impl=implementation)
+    keys = jax.random.split(key, 4)
+
+    def draws(key, keys):
+        return jax.random.bits(key, (3,)), jax.vmap(lambda each: jax.random.randint(each, (2,), 0, 1000))(keys)
+
+    lowered = jax.jit(draws).lower(key, keys)
+    for ours, xla in zip(si.run(lowered, key, keys), jax.jit(draws)(key, keys)):
+        np.testing.assert_array_equal(ours, xla)

@@ -586,3 +586,38 @@ def partial_out(shardings):
         return jax.jit(function, out_shardings=shardings)
 
     return jitted
+
+
+def test_a_donated_state_of_every_kind_is_replayed_from_the_copies_the_program_made():
+    """On XLA CPU a donating step's program also copies its results (each dtype's joined
+    into one vector, a PRNG key a copy of its own): the state a late call was given, f32
+    weights, an int32 counter, f16 and bf16 moments and a PRNG key, is replayed exactly as
+    the loop made it (recomputed here without donation)."""
+
+    def update(state, x):
+        key, noise_key = jax.random.split(state["key"])
+        noise = jax.random.normal(noise_key, state["w"].shape, jnp.float32)
+        w = state["w"] + 0.01 * noise + jnp.sqrt(x)  # sqrt of the data
+        return {"w": w, "count": state["count"] + 1, "half": (state["half"] + 1).astype(jnp.float16),
+                "brain": (state["brain"] * 2).astype(jnp.bfloat16), "key": key}
+
+    def initial():
+        return {"w": jnp.zeros((3, 4), jnp.float32), "count": jnp.int32(0), "half": jnp.zeros(5, jnp.float16),
+                "brain": jnp.ones((2, 2), jnp.bfloat16), "key": jax.random.key(7)}
+
+    donating = jax.jit(update, donate_argnums=0)
+    inputs = [np.full((3, 4), -1.0 if index == 30 else 1.0, np.float32) for index in range(40)]
+    state = initial()
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for x in inputs:
+            state = donating(state, x)
+    assert caught.value.call == 31 and "stablehlo.sqrt" in str(caught.value)
+    expected = initial()
+    plain = jax.jit(update)
+    for x in inputs[:30]:
+        expected = plain(expected, x)
+    replayed = caught.value.arguments[0]
+    for name in ("w", "count", "half", "brain"):
+        assert np.asarray(replayed[name]).dtype == expected[name].dtype
+        np.testing.assert_array_equal(replayed[name], expected[name])
+    np.testing.assert_array_equal(jax.random.key_data(replayed["key"]), jax.random.key_data(expected["key"]))

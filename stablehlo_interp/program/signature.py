@@ -192,12 +192,15 @@ class JaxSignature:
 
 def as_argument(leaf):
     """A pytree leaf as the value the module receives: JAX arrays to NumPy, with
-    JAX's canonical dtype (float64 becomes float32 unless x64 is on). Python
+    JAX's canonical dtype (float64 becomes float32 unless x64 is on), a PRNG key as
+    its key data (JAX lowers a key to it: ``uint32[..., 2]`` for threefry). Python
     scalars are left to Program.run, which converts them to the argument type."""
     import jax
 
     if isinstance(leaf, (bool, int, float, complex)):
         return leaf
+    if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.extended):
+        leaf = jax.random.key_data(leaf)
     array = np.asarray(leaf)
     try:
         return array.astype(jax.dtypes.canonicalize_dtype(array.dtype), copy=False)

@@ -62,6 +62,7 @@ from typing import Any
 
 import contextlib
 import functools
+import math
 import os
 import threading
 import weakref
@@ -115,7 +116,7 @@ class DebugNans:
         self.behind = behind
         self.compared: list = []   # (function's name, call number) of each call compared
         self.calls: dict = {}
-        # per function with donated arguments: its last call's results, and their host copies
+        # per function with donated arguments: its last call's results, and their copies
         self._kept: dict = {}
         self._pending: tuple | None = None   # the last call's check, not yet read: (verdict, name, number, ...)
 
@@ -132,10 +133,10 @@ class DebugNans:
         self.after_call(wrapped, output, _donates(function._jit_info), lambda: self._replay(function, args, kwargs),
                         *checked)
 
-    def after_call(self, wrapped, output, donates: bool, replay, flag: Any = None, kept: tuple = ()) -> None:
+    def after_call(self, wrapped, output, donates: bool, replay, flag: Any = None, kept: Any = None) -> None:
         """Count the call of ``wrapped``, check its ``output`` (``flag``: the boolean its
         program computed, where it did; ``kept``: the copies of its results it made, where
-        it did); on a NaN or inf, raise the error with ``replay()``'s answer: ``(lowered,
+        it did, a :class:`_JoinedCopies`); on a NaN or inf, raise the error with ``replay()``'s answer: ``(lowered,
         args, kwargs)`` of the interpreter's replay, or None where a donated input is lost.
         Where the call ``donates`` arguments, keep copies of the results (a later call may
         be given them: the program's, else host copies), and read the check at once.
@@ -148,7 +149,7 @@ class DebugNans:
         leaves = [] if flag is not None and not (donates or compared) else \
             [leaf for leaf in jax.tree.leaves(output) if isinstance(leaf, jax.Array)]
         if donates:
-            copies = list(kept) if kept else [_host_copy(leaf) for leaf in leaves]
+            copies = kept if kept is not None else [_host_copy(leaf) for leaf in leaves]
         if flag is not None:
             verdict = flag
             if self.behind and not donates:
@@ -166,7 +167,7 @@ class DebugNans:
         if compared:
             self._compare(_name(wrapped), number, where, replay)
         if donates:
-            self._kept[wrapped] = [(weakref.ref(leaf), copy) for leaf, copy in zip(leaves, copies)]
+            self._kept[wrapped] = ([weakref.ref(leaf) for leaf in leaves], copies)
 
     def settle(self) -> None:
         """Read the check of the last call not yet read, and raise its error if it returned
@@ -226,8 +227,8 @@ class DebugNans:
         (donated) array replaced by the host copy kept of it; None when one has none."""
         import jax
 
-        copies = {id(reference()): copy for kept in self._kept.values() for reference, copy in kept
-                  if reference() is not None}
+        copies = {id(reference()): (kept, index) for references, kept in self._kept.values()
+                  for index, reference in enumerate(references) if reference() is not None}
         missing = []
 
         def restored(leaf):
@@ -235,7 +236,9 @@ class DebugNans:
                 return leaf
             if id(leaf) not in copies:
                 missing.append(leaf)
-            return copies.get(id(leaf))
+                return None
+            kept, index = copies[id(leaf)]
+            return kept[index]
 
         replay_args, replay_kwargs = jax.tree.map(restored, (tuple(args), dict(kwargs)))
         if missing:
@@ -275,8 +278,10 @@ def _with_check(p, args_flat):
     None where the check is a program of its own: a sharded program, one without float
     results, one JAX runs by a path of its own. A program on XLA's CPU that donates
     arguments also copies its results (the copies a later call's replay may need, in
-    the memory a host copy would take, made by XLA's loops instead of one NumPy copy
-    per result); on an accelerator they are host copies (its memory is the scarce one)."""
+    the memory a host copy would take: the results of each dtype joined into one vector,
+    one loop of XLA's for all, where a NumPy copy per result cost 3 to 7 us each and a
+    copy per result in the program a kernel each); on an accelerator they are host
+    copies (its memory is the scarce one)."""
     from jax._src import config, core
 
     params = p.params
@@ -287,12 +292,14 @@ def _with_check(p, args_flat):
     platform = _platform_of_one_device(params, args_flat)
     if platform is None:
         return None
-    copied = platform == "cpu" and any(params["donated_invars"])
-    results = params["out_shardings"] if copied else ()
-    checked = dict(params, jaxpr=_checked_jaxpr(closed, copied),
-                   out_shardings=(*params["out_shardings"], *results, _unspecified()),
-                   out_layouts=(*params["out_layouts"], *(None for _ in results), None))
-    return p._replace(params=checked, out_tree=_checked_tree(p.out_tree, len(results), _default_registry()))
+    jaxpr, layout = _checked_jaxpr(closed, copied=platform == "cpu" and any(params["donated_invars"]))
+    added = len(jaxpr.out_avals) - len(closed.out_avals)   # (the copies' vectors, the boolean)
+    checked = dict(params, jaxpr=jaxpr, out_shardings=(*params["out_shardings"], *[_unspecified()] * added),
+                   out_layouts=(*params["out_layouts"], *[None] * added))
+    registry = _default_registry()
+    leaf = registry.flatten(0)[1]
+    tree = _checked_tree(registry, layout, p.out_tree, _tuple_tree(registry, [leaf] * (added - 1)), leaf)
+    return p._replace(params=checked, out_tree=tree)
 
 
 def _platform_of_one_device(params, args_flat) -> str | None:
@@ -319,11 +326,12 @@ def _platform_of_one_device(params, args_flat) -> str | None:
 _CHECKED_JAXPRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # JAX's jaxpr -> {copied: with the check}
 
 
-def _checked_jaxpr(closed, copied: bool):
-    """``closed`` (a call's ClosedJaxpr, JAX's cached one) with more results: where
-    ``copied``, a copy of each result, then the check of its float results
-    (:func:`_finite_flag`), its equations appended. One per jaxpr, so that JAX's caches
-    of lowerings and executables, keyed by the jaxpr, hold it."""
+def _checked_jaxpr(closed, copied: bool) -> tuple:
+    """``closed`` (a call's ClosedJaxpr, JAX's cached one) with more results, its equations
+    appended: where ``copied``, copies of its results (:func:`_joined_copies`), then the
+    check of its float results (:func:`_finite_flag`); and the copies' layout (None
+    without). One per jaxpr, so that JAX's caches of lowerings and executables, keyed by
+    the jaxpr, hold it."""
     import jax
     from jax._src import core
 
@@ -331,30 +339,86 @@ def _checked_jaxpr(closed, copied: bool):
     if copied in made:
         return made[copied]
     jaxpr = closed.jaxpr
-    floats = [(var, aval) for var, aval in zip(jaxpr.outvars, closed.out_avals) if _inexact(aval.dtype)]
+    layout = _copies_layout(closed.out_avals) if copied else None
+
+    def copies_and_check(*values):
+        copies = _joined_copies(values, layout) if copied else []
+        return (*copies, _finite_flag([value for value in values if _inexact(value.dtype)], []))
+
     with _guard_at_work():
-        check = jax.make_jaxpr(lambda *values: _finite_flag(values, []))(
-            *[jax.ShapeDtypeStruct(aval.shape, aval.dtype) for _, aval in floats])
-    given = dict(zip(check.jaxpr.invars, [var for var, _ in floats]))
-    equations = [equation.replace(invars=[given.get(var, var) if isinstance(var, core.Var) else var
-                                          for var in equation.invars]) for equation in check.jaxpr.eqns]
+        added = jax.make_jaxpr(copies_and_check)(*[jax.ShapeDtypeStruct(aval.shape, aval.dtype)
+                                                   for aval in closed.out_avals])
+    given = dict(zip(added.jaxpr.invars, jaxpr.outvars))
+
+    def outer(var):
+        return given.get(var, var) if isinstance(var, core.Var) else var
+
+    equations = [equation.replace(invars=[outer(var) for var in equation.invars]) for equation in added.jaxpr.eqns]
     paths = jaxpr.debug_info.safe_result_paths(len(jaxpr.outvars))
-    copies = jaxpr.outvars if copied else []
-    joined = jaxpr.replace(constvars=[*jaxpr.constvars, *check.jaxpr.constvars],
-                           outvars=[*jaxpr.outvars, *copies, *check.jaxpr.outvars], eqns=[*jaxpr.eqns, *equations],
-                           effects=jaxpr.effects | check.jaxpr.effects,
+    copies = len(added.jaxpr.outvars) - 1
+    joined = jaxpr.replace(constvars=[*jaxpr.constvars, *added.jaxpr.constvars],
+                           outvars=[*jaxpr.outvars, *map(outer, added.jaxpr.outvars)], eqns=[*jaxpr.eqns, *equations],
+                           effects=jaxpr.effects | added.jaxpr.effects,
                            debug_info=jaxpr.debug_info._replace(result_paths=(
-                               *paths, *(f"si.debug_nans's copy of {path}" for path in paths[:len(copies)]),
+                               *paths, *[f"si.debug_nans's copies {index}" for index in range(copies)],
                                "si.debug_nans's check")))
-    made[copied] = checked = core.ClosedJaxpr(joined, [*closed.consts, *check.consts])
+    made[copied] = checked = (core.ClosedJaxpr(joined, [*closed.consts, *added.consts]), layout)
     return checked
+
+
+def _copies_layout(avals) -> tuple:
+    """Where the copy of each result lies among the copies: ``(copy, start, shape)``, the
+    results of a dtype joined into one vector (``start`` in it), a result of an extended
+    dtype (a PRNG key) a copy of its own (``start`` None)."""
+    copies: dict = {}   # a dtype (or an extended result's index) -> (its copy's number, elements so far)
+    layout = []
+    for index, aval in enumerate(avals):
+        key = index if _extended(aval.dtype) else aval.dtype
+        copy, start = copies.setdefault(key, (len(copies), 0))
+        copies[key] = (copy, start + math.prod(aval.shape))
+        layout.append((copy, None if key == index else start, aval.shape))
+    return tuple(layout)
+
+
+def _joined_copies(values, layout) -> list:
+    """The copies of ``values`` as :func:`_copies_layout` lays them out."""
+    import jax.numpy as jnp
+
+    groups: dict = {}
+    own = set()   # the copies of one result each (an extended dtype's)
+    for value, (copy, start, _) in zip(values, layout):
+        if start is None:
+            own.add(copy)
+        groups.setdefault(copy, []).append(value if start is None else jnp.ravel(value))
+    return [group[0] if copy in own else jnp.concatenate(group) for copy, group in groups.items()]
+
+
+def _extended(dtype) -> bool:
+    import jax
+
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+
+
+class _JoinedCopies:
+    """The copies a call's program made of its results (:func:`_copies_layout`):
+    ``self[index]`` the copy of result ``index``."""
+
+    def __init__(self, vectors: tuple, layout: tuple) -> None:
+        self.vectors, self.layout = vectors, layout
+
+    def __getitem__(self, index: int):
+        copy, start, shape = self.layout[index]
+        vector = self.vectors[copy]
+        if start is None:
+            return vector
+        return np.asarray(vector)[start:start + math.prod(shape)].reshape(shape)
 
 
 class _Checked:
     """A node of a result tree: a call's results, the copies of them its program made (if
-    any), its check's boolean. Putting one together (JAX's C++ fast path does, from the
-    executable's results) puts the boolean and the copies aside for the post-call hook
-    (:func:`_take_checked`) and gives the results alone."""
+    any), its check's boolean; its data, the copies' layout. Putting one together (JAX's
+    C++ fast path does, from the executable's results) puts the boolean and the copies
+    aside for the post-call hook (:func:`_take_checked`) and gives the results alone."""
 
     __slots__ = ()
 
@@ -363,27 +427,32 @@ class _Checked:
         raise TypeError("si.debug_nans's result node is only ever put together, never taken apart")
 
     @staticmethod
-    def together(_, children):
+    def together(layout, children):
         results, kept, flag = children
-        _own.checked = (flag, kept)
+        _own.checked = (flag, _JoinedCopies(kept, layout) if layout else None)
         return results
 
 
 def _take_checked() -> tuple:
-    """``(flag, kept)`` the last call's results put aside (``()``: none did), taken."""
+    """``(flag, copies)`` the last call's results put aside (``()``: none did), taken."""
     checked = getattr(_own, "checked", ())
     _own.checked = ()
     return checked
 
 
-def _checked_tree(results, copies: int, registry):
-    """The tree of a call's results, ``copies`` copies, its check's boolean, in ``registry``."""
+def _checked_tree(registry, layout, results, kept, flag):
+    """The tree (in ``registry``) of a call's results, the copies laid out as ``layout``,
+    its check's boolean: a :class:`_Checked` node of the trees of each."""
     from jax._src.lib import pytree
 
     _register_checked()
-    leaf = registry.flatten(0)[1]
-    kept = pytree.treedef_tuple(registry, [leaf] * copies)
-    return pytree.PyTreeDef.from_node_data_and_children(registry, (_Checked, None), [results, kept, leaf])
+    return pytree.PyTreeDef.from_node_data_and_children(registry, (_Checked, layout), [results, kept, flag])
+
+
+def _tuple_tree(registry, trees):
+    from jax._src.lib import pytree
+
+    return pytree.treedef_tuple(registry, list(trees))
 
 
 @functools.cache
@@ -404,14 +473,21 @@ def _get_fastpath_data(executable, out_tree, args_flat, out_flat, *rest):
     node = out_tree.node_data()
     if node is None or node[0] is not _Checked:
         return original(executable, out_tree, args_flat, out_flat, *rest)
-    results, kept, _ = out_tree.children()
+    results = out_tree.children()[0]
     data = original(executable, results, args_flat, out_flat[:results.num_leaves], *rest)
     if data is None:
         return None
-    flag, copies = out_flat[-1], kept.num_leaves
-    return data._replace(out_pytree_def=_checked_tree(data.out_pytree_def, copies, tree_util.dispatch_registry),
-                         out_avals=[*data.out_avals, *data.out_avals[:copies], flag.aval],
-                         out_committed=[*data.out_committed, *data.out_committed[:copies], flag._committed])
+    # the copies and the boolean as JAX hands results to its fast path: a PRNG key as its data
+    registry = tree_util.dispatch_registry
+    copies, flag = out_flat[results.num_leaves:-1], out_flat[-1]
+    copies_leaves, copies_tree = registry.flatten(tuple(copies), None)
+    flag_leaves, flag_tree = registry.flatten(flag, None)
+    added = [*copies_leaves, *flag_leaves]
+    if not all(isinstance(value, type(flag)) for value in added):
+        return None
+    tree = _checked_tree(registry, node[1], data.out_pytree_def, copies_tree, flag_tree)
+    return data._replace(out_pytree_def=tree, out_avals=[*data.out_avals, *(value.aval for value in added)],
+                         out_committed=[*data.out_committed, *(value._committed for value in added)])
 
 
 def _default_registry():
@@ -568,9 +644,11 @@ def _busy() -> bool:
     return getattr(_own, "active", False)
 
 
-def _host_copy(leaf) -> np.ndarray | None:
+def _host_copy(leaf) -> Any:
     """A NumPy copy of a JAX array put together from its shards (None where this process
-    does not hold all of them)."""
+    does not hold all of them); of a PRNG key (no NumPy dtype), a copy where it lives."""
+    if _extended(leaf.dtype):
+        return leaf.copy()
     if len(leaf.sharding.device_set) == 1:
         return np.array(leaf.addressable_data(0))
     if not leaf.is_fully_addressable:
