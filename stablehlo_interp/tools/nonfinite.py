@@ -608,7 +608,7 @@ class NonFiniteTracer(Listener):
                 return steps
             seen.add(step)
             for operand in step.operands:
-                nodes = self.resolve(*self._home(key, operand), arguments)
+                nodes = self.resolve(key, operand, arguments)
                 if nodes:
                     return steps + self._cause_steps(("nonfinite", nodes, (step, key)), arguments, seen)
             return steps
