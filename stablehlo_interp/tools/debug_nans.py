@@ -25,9 +25,12 @@ Two hooks, both JAX's own paths of a jitted call:
   function, its arguments and its results: the guard is that hook, so calls keep
   the fast path. Called after the call, it cannot copy inputs before it: a donated
   argument is deleted by then. For a function with donated arguments the guard
-  keeps a host copy of each call's results, and a donated argument that one of them
-  is (a training loop's state, made by the previous step) is replayed from its copy;
-  one that no call inside the block made cannot be, and the error says so.
+  keeps a copy of each call's results (below), and a donated argument that one of
+  them is (a training loop's state, made by the previous step) is replayed from its
+  copy; one that no call inside the block made cannot be, and the error says so.
+  JAX resets this hook where a ``jax_debug_nans`` or ``jax_debug_infs`` setting
+  changes (``jnp.var`` traces under ``config.debug_nans(False)``): the guard wraps
+  those settings' hooks and puts itself back.
 * the Python path (a function's first call, a call with effects) calls no hook: the
   guard wraps ``pjit._run_python_pjit`` while a guard is on, and copies donated
   arguments before the call. A setting of ours in the key of the C++ cache (on
@@ -47,10 +50,10 @@ at the next checked call or at the block's end, so the backend's queue stays ful
 no call waits for a round trip to the host; the error of a call is raised at the next
 call (naming the call that made the value) or at the block's end. A sharded program
 (several devices: joining its results would move them between devices) is checked by
-a program of its own after the call, each result reduced where its shards live. A call
-with donated arguments is checked at once (its results are copied to the host: a later
-call may donate them); so is every call under the environment form, which has no
-block's end.
+a program of its own after the call, each result reduced where its blocks live. A call
+with donated arguments is checked at once, and its results copied (a later call may
+donate them): by its program on XLA CPU, to the host on an accelerator; so is every
+call under the environment form checked at once, which has no block's end.
 Functions JAX itself jits (``jnp`` functions, single primitives applied outside
 ``jit``) are not checked: an ``-inf`` that eager code writes on purpose is no alarm.
 """
