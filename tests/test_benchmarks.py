@@ -38,8 +38,9 @@ def _run(script: str, *options: str) -> str:
      ["(c) while loop, per executed op", "\noptimistix_bfgs_logistic "]),
     ("debug_nans_bench.py", ["--programs", "flax_linen_mlp", "--calls", "3", "--repeat", "1"],
      ["\nflax_linen_mlp ", "donated loop"]),
-    ("debug_nans_tpu_bench.py", ["--programs", "flax_linen_mlp", "--calls", "2", "--repeat", "1"],
-     ["flax_linen_mlp               test on cpu: bare"]),
+    ("debug_nans_tpu_bench.py", ["--programs", "flax_linen_mlp", "flax_linen_mlp:donated", "--calls", "2",
+                                 "--repeat", "1"],
+     ["flax_linen_mlp               test    on cpu: bare", "flax_linen_mlp               donated on cpu: bare"]),
 ])
 def test_benchmark_runs(script, options, rows):
     printed = _run(script, *options)

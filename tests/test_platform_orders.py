@@ -110,6 +110,13 @@ def per_device():
     run = si.run_per_device(f, four)
     return {"outputs": values(run.outputs), "devices": len(run.per_device)}
 
+def guarded():
+    jitted = jax.jit(f)
+    with si.debug_nans():
+        for index in range(5):
+            jitted(WITH_NAN if index == 2 else FINITE)
+    return {"raised": None}
+
 import pathlib
 observe("jit", lambda: {"result": values(jax.jit(f)(FINITE))})
 observe("trace", traced)
@@ -124,6 +131,7 @@ observe("codegen_options", lambda: {"report": str(si.codegen_options(f, FINITE))
 observe("passes", lambda: {"report": str(si.passes(f, FINITE))})
 observe("portability", portable)
 observe("run_per_device", per_device)
+observe("debug_nans", guarded)
 if "interp" in os.environ.get("JAX_PLATFORMS", "interp"):
     observe("on_device", on_interp_device)
     on_interp = jax.device_put(FINITE, jax.devices("interp")[0])   # committed there
@@ -210,6 +218,12 @@ def _check_with_cpu(found: dict, log_line: int, order: str | None) -> None:
     assert found["portability"]["findings"] == 0
     np.testing.assert_allclose(found["run_per_device"]["outputs"], np.log(2 * np.arange(1.0, 5.0) - 1), rtol=1e-6)
     assert found["run_per_device"]["devices"] == 2
+    guarded = found["debug_nans"]   # the third call made the NaN, on JAX's default platform; replayed here
+    assert guarded.get("error") == "NonFiniteCall", guarded
+    assert guarded["message"].startswith(f"call 3 of f (orders_child.py:{log_line - 3}) returned a NaN or inf on "
+                                         f"{found['default']}; the interpreter replayed it"), guarded["message"]
+    assert f"NaN made by stablehlo.log at orders_child.py:{log_line} (f)" in guarded["message"]
+    assert guarded["callbacks"] >= 3
     if order != "cpu":   # the interp device is there: its listeners see the callbacks it runs
         np.testing.assert_allclose(found["on_device"]["result"], EXPECTED, rtol=1e-6)
         assert found["on_device"]["ops"].count("stablehlo.custom_call") == 2
@@ -226,6 +240,7 @@ def _check_without_cpu(found: dict) -> None:
     no_cpu = 'Make sure "cpu" is listed in --jax_platforms or the JAX_PLATFORMS environment variable'
     assert no_cpu in found["jit"]["message"]
     assert no_cpu in found["trace"]["error"] and found["trace"]["ops"] == ["stablehlo.custom_call"]
+    assert no_cpu in found["debug_nans"]["message"]   # the calls themselves cannot run
     for tool in ("find_nonfinite", "probe", "break_at", "profile", "portability", "on_device", "run_per_device"):
         assert no_cpu in found[tool]["message"] and "stablehlo.custom_call at " in found[tool]["message"], tool
     assert found["explain"]["jaxpr_callback"]
