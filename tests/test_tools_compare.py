@@ -1,5 +1,7 @@
 """si.compare: agreement with another backend, and the first divergent op when they differ."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -425,3 +427,22 @@ def test_two_different_numbers_never_print_alike(ours, theirs):
     first, second = format_pair(ours, theirs)
     assert first != second
     assert format_pair(ours, ours)[0] == format_pair(ours, ours)[1]
+
+
+def test_xla_aborting_on_a_prefix_the_search_writes_ends_the_child_not_this_process(monkeypatch):
+    """XLA's CPU runs the search's prefixes in a child process that reads this process's
+    XLA flags: an unknown one aborts XLA there. The comparison of the results stands (XLA
+    CPU flushes the subnormal product to zero: a difference), the note says why no op was
+    searched for; without the flag, the search names the multiply."""
+    def product(x):
+        return jnp.log(x * np.float32(1e-30))
+
+    x = np.float32([1e-10, 2.0])
+    found = si.compare(jax.jit(product), x, backend="cpu")
+    assert found.divergence is not None and found.divergence.op == "stablehlo.multiply", str(found)
+    assert found.compiled_prefixes >= 1
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_no_such_flag_here=1")
+    comparison = si.compare(jax.jit(product), x, backend="cpu")
+    assert not comparison.ok and comparison.divergence is None
+    assert comparison.note.startswith("no search for the first divergent op: cpu cannot run a prefix of the program (")
+    assert "xla_no_such_flag_here" in comparison.note

@@ -22,7 +22,10 @@ iteration by iteration, to the iteration, op and decision where it goes another 
 tools/loops.py); a result that depends on no such op is rounding noise. A result
 whose value from the whole program is not the one the prefixes showed (XLA
 fuses a program with more results otherwise) is judged by the noise estimated
-for the whole program.
+for the whole program. XLA's CPU runs the prefixes in a child process of its own
+(a program JAX never handed XLA may abort it: the child dies, not this process);
+where the backend cannot run a prefix, one line says why and only the results are
+compared.
 
 ``per_device=True`` compares what each device computes instead: a sharded program
 runs as XLA runs it, each device its partitioned program on its shards
@@ -321,7 +324,8 @@ def compare(target: Any, *args: Any, backend: Any = "cpu", tolerance: Any = None
     name, ``"iree"``, a :class:`~stablehlo_interp.backends.Backend` such as an
     :class:`~stablehlo_interp.backends.InterpreterBackend`, or a callable
     ``(module_text, args) -> arrays``); a backend that cannot compile or run the program
-    raises a :class:`~stablehlo_interp.backends.BackendError`. ``tolerance``: ``(rtol, atol)``
+    raises a :class:`~stablehlo_interp.backends.BackendError` (one that cannot run a prefix
+    the search writes: the comparison's ``note`` says why). ``tolerance``: ``(rtol, atol)``
     for every float type, or a dict by element type (``{"f32": (1e-4, 1e-5)}``)
     over :data:`~stablehlo_interp.judge.difference.DEFAULT_TOLERANCES`: results
     within it agree, and no search is made unless ``every_op`` asks for each op's
@@ -366,8 +370,19 @@ def compare_call(call: Call, backend: Any = "cpu", tolerance: Any = None, window
                            "(beyond its host callbacks): no search for the first divergent op")
         return comparison
     backend_values = {}
-    for window in _windows(recorder.ops, window_bytes):
-        comparison.compiled_prefixes += _backend_window(window, their_text, values, run_theirs, backend_values)
+    isolated = _isolated(run_backend, 1) if run_theirs is run_backend else None   # (a child: no host callbacks)
+    try:
+        for window in _windows(recorder.ops, window_bytes):
+            comparison.compiled_prefixes += _backend_window(window, their_text, values, isolated or run_theirs,
+                                                            backend_values)
+    except BackendError as error:
+        said = error.message.strip()
+        comparison.note = (f"no search for the first divergent op: {run_backend.name} cannot run a prefix of the "
+                           f"program ({said.splitlines()[0] if said else type(error).__name__})")
+        return comparison
+    finally:
+        if isolated is not None:
+            isolated.close()
     with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
         _classify(comparison, program, recorder.ops, values, backend_values, ours, theirs)
     divergence = comparison.divergence
@@ -546,10 +561,11 @@ def _device_divergence(comparison: PerDeviceComparison, local, ops: list, argume
 
 
 def _isolated(run_backend, count: int) -> JaxChildBackend | None:
-    """XLA's CPU in a child process of its own for the programs the search writes (a
-    program JAX never handed XLA may abort it: the child dies, not this process), with
-    ``count`` host devices and this process's other XLA flags; None for another backend
-    (a subclass's runs are its own; an accelerator's chip is held by this process)."""
+    """XLA's CPU in a child process of its own for the programs the search writes (the
+    prefixes of the global search, the per-device programs: a program JAX never handed
+    XLA may abort it: the child dies, not this process), with ``count`` host devices and
+    this process's other XLA flags; None for another backend (a subclass's runs are its
+    own; an accelerator's chip is held by this process)."""
     if type(run_backend) is not JaxBackend or run_backend.platform != "cpu":
         return None
     return JaxChildBackend("cpu", with_host_devices(os.environ.get("XLA_FLAGS", ""), count))
