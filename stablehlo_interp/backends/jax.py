@@ -99,11 +99,12 @@ class JaxChildBackend:
     :class:`BackendCrash` whose message gives XLA's last words ("Unknown flag in
     XLA_FLAGS: ..."); so does any other abort of XLA's, and a program that has not run
     within ``timeout`` seconds (its child killed). The child lives until :meth:`close`
-    (or the end of this process). It cannot call host callbacks."""
+    (or the end of this process). It cannot call host callbacks. ``name``: how reports
+    name it (by default the platform and its flags)."""
 
-    def __init__(self, platform: str = "cpu", xla_flags: str = "", timeout: float = 600.0):
+    def __init__(self, platform: str = "cpu", xla_flags: str = "", timeout: float = 600.0, name: str | None = None):
         self.platform_name, self.xla_flags, self.timeout = platform, " ".join(xla_flags.split()), timeout
-        self.name = f"{platform} (XLA_FLAGS={self.xla_flags})" if self.xla_flags else platform
+        self.name = name or (f"{platform} (XLA_FLAGS={self.xla_flags})" if self.xla_flags else platform)
         # JAX_PLATFORMS: the child starts the platform it runs, whatever order its parent's lists
         self._child = ChildProcess(f"{__package__}.jax_child", {"XLA_FLAGS": self.xla_flags, "JAX_PLATFORMS": platform})
 

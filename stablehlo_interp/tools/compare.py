@@ -369,28 +369,38 @@ def compare_call(call: Call, backend: Any = "cpu", tolerance: Any = None, window
         comparison.note = (f"the program lowered for {run_backend.name} is not op for op the interpreter's "
                            "(beyond its host callbacks): no search for the first divergent op")
         return comparison
-    backend_values = {}
     isolated = _isolated(run_backend, 1) if run_theirs is run_backend else None   # (a child: no host callbacks)
     try:
-        for window in _windows(recorder.ops, window_bytes):
-            comparison.compiled_prefixes += _backend_window(window, their_text, values, isolated or run_theirs,
-                                                            backend_values)
+        return _search(comparison, call, program, recorder.ops, text, their_text, isolated or run_theirs,
+                       isolated or run_backend, ours, theirs, tolerance, window_bytes)
+    finally:
+        if isolated is not None:
+            isolated.close()
+
+
+def _search(comparison: Comparison, call: Call, program, ops: list, text: str, their_text: str, run_theirs,
+            run_backend, ours: list, theirs: list, tolerance: Any, window_bytes: int) -> Comparison:
+    """The search for the first divergent op (module docstring): the backend shows each
+    window's values (``run_theirs`` runs a prefix), each op is judged, and a divergent
+    loop or conditional is stepped on ``run_backend``."""
+    values = call.arguments
+    backend_values: dict = {}
+    try:
+        for window in _windows(ops, window_bytes):
+            comparison.compiled_prefixes += _backend_window(window, their_text, values, run_theirs, backend_values)
     except BackendError as error:
         said = error.message.strip()
         comparison.note = (f"no search for the first divergent op: {run_backend.name} cannot run a prefix of the "
                            f"program ({said.splitlines()[0] if said else type(error).__name__})")
         return comparison
-    finally:
-        if isolated is not None:
-            isolated.close()
     with numpy_warnings_off():   # NaN, inf and overflow are values here, as in a run
-        _classify(comparison, program, recorder.ops, values, backend_values, ours, theirs)
+        _classify(comparison, program, ops, values, backend_values, ours, theirs)
     divergence = comparison.divergence
     if divergence is not None and divergence.kind == UNBOUNDED and their_text == text:
-        step, _, results = recorder.ops[divergence.position]
+        step, _, results = ops[divergence.position]
 
         def captured(op, result):   # the backend's value of an op's result (op None: an argument)
-            return values[result] if op is None else backend_values.get((op, result), recorder.ops[op][2][result])
+            return values[result] if op is None else backend_values.get((op, result), ops[op][2][result])
 
         divergence.stepping = step_control_flow(
             step, text, divergence.operands, captured, [backend_values.get((step.index, r)) for r in range(len(results))],
@@ -562,13 +572,14 @@ def _device_divergence(comparison: PerDeviceComparison, local, ops: list, argume
 
 def _isolated(run_backend, count: int) -> JaxChildBackend | None:
     """XLA's CPU in a child process of its own for the programs the search writes (the
-    prefixes of the global search, the per-device programs: a program JAX never handed
-    XLA may abort it: the child dies, not this process), with ``count`` host devices and
-    this process's other XLA flags; None for another backend (a subclass's runs are its
-    own; an accelerator's chip is held by this process)."""
+    prefixes of the global search, the regions a loop's stepping runs, the per-device
+    programs: a program JAX never handed XLA may abort it: the child dies, not this
+    process), with ``count`` host devices and this process's other XLA flags, named as
+    ``run_backend``; None for another backend (a subclass's runs are its own; an
+    accelerator's chip is held by this process)."""
     if type(run_backend) is not JaxBackend or run_backend.platform != "cpu":
         return None
-    return JaxChildBackend("cpu", with_host_devices(os.environ.get("XLA_FLAGS", ""), count))
+    return JaxChildBackend("cpu", with_host_devices(os.environ.get("XLA_FLAGS", ""), count), name=run_backend.name)
 
 
 def _run_on_devices(run_backend, shards: list, count: int):
