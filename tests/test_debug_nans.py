@@ -621,3 +621,35 @@ def test_a_donated_state_of_every_kind_is_replayed_from_the_copies_the_program_m
         assert np.asarray(replayed[name]).dtype == expected[name].dtype
         np.testing.assert_array_equal(replayed[name], expected[name])
     np.testing.assert_array_equal(jax.random.key_data(replayed["key"]), jax.random.key_data(expected["key"]))
+
+
+def test_a_step_compiled_ahead_of_time():
+    """``jax.jit(step).lower(...).compile()``: its calls are checked (by a program of its
+    own after each call); compiled inside the block, its NaN is replayed (donated
+    arguments from host copies made before each call); compiled before the block, the
+    error says why it cannot be replayed."""
+    xs, ys = data()
+    params = initial_params()
+    inside_error, outside_error = None, None
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans() as guard:
+        compiled = jax.jit(sgd(poisson_loss), donate_argnums=0).lower(params, xs[0], ys[0]).compile()
+        for index in range(60):
+            params, _ = compiled(params, -xs[index] if index == 40 else xs[index], ys[index])
+    inside_error = caught.value
+    assert inside_error.call == 41 and inside_error.name == "step (compiled ahead of time)"
+    assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in str(inside_error)
+    expected = initial_params()
+    plain = jax.jit(sgd(poisson_loss))
+    for index in range(40):
+        expected, _ = plain(expected, xs[index], ys[index])
+    for name in expected:
+        np.testing.assert_array_equal(inside_error.arguments[0][name], expected[name])
+    assert guard.calls == {compiled: 41}
+
+    before = jax.jit(sgd(poisson_loss)).lower(initial_params(), xs[0], ys[0]).compile()
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(10):
+            before(initial_params(), -xs[index] if index == 5 else xs[index], ys[index])
+    outside_error = caught.value
+    assert outside_error.call == 6 and outside_error.report is None
+    assert "it cannot be replayed: it was compiled ahead of time outside si.debug_nans()" in str(outside_error)

@@ -56,6 +56,9 @@ donate them): by its program on XLA CPU, to the host on an accelerator; so is ev
 call under the environment form checked at once, which has no block's end.
 Functions JAX itself jits (``jnp`` functions, single primitives applied outside
 ``jit``) are not checked: an ``-inf`` that eager code writes on purpose is no alarm.
+A function compiled ahead of time (``stages.Compiled``, whose calls the guard wraps)
+is checked by a program of its own after the call, and replayed from the ``Lowered``
+the guard keeps of what is compiled inside it.
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ class DebugNans:
         """Count the call of ``wrapped``, check its ``output`` (``flag``: the boolean its
         program computed, where it did; ``kept``: the copies of its results it made, where
         it did, a :class:`_JoinedCopies`); on a NaN or inf, raise the error with ``replay()``'s answer: ``(lowered,
-        args, kwargs)`` of the interpreter's replay, or None where a donated input is lost.
+        args, kwargs)`` of the interpreter's replay, or why it cannot be (a donated input lost).
         Where the call ``donates`` arguments, keep copies of the results (a later call may
         be given them: the program's, else host copies), and read the check at once.
         Otherwise the check is read one call behind (``behind``): it is dispatched now and
@@ -188,7 +191,7 @@ class DebugNans:
         :class:`DivergentCall` where a result differs beyond rounding noise."""
         with _guard_at_work():
             inputs = replay()
-            if inputs is None:   # a donated input no copy holds: this call is not compared
+            if isinstance(inputs, str):   # (why it cannot be replayed: this call is not compared)
                 return
             platform = next(iter(where.sharding.device_set)).platform if where is not None else "cpu"
             comparison = compare(inputs[0], *inputs[1], backend=platform, **inputs[2])
@@ -203,18 +206,14 @@ class DebugNans:
         try:
             with _guard_at_work():
                 inputs = replay()
-                report = None if inputs is None else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
+                report = None if isinstance(inputs, str) else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
         except Exception as failure:  # noqa: BLE001 - the backend's NaN is still the news, with why no replay
             error = NonFiniteCall(f"{heading}; the interpreter could not replay it: {type(failure).__name__}: "
                                   f"{failure}", name, number, None, None)
             error.__cause__ = failure
             return error
-        if inputs is None:
-            message = (f"{heading}; it cannot be replayed: a donated argument was deleted by the call and no "
-                       "earlier call inside si.debug_nans() made it (the guard keeps the results of calls with "
-                       f"donated arguments). Enter the block before the call that made the argument, or jit {name} "
-                       "without donate_argnums")
-            return NonFiniteCall(message, name, number, None, None)
+        if isinstance(inputs, str):
+            return NonFiniteCall(f"{heading}; it cannot be replayed: {inputs}", name, number, None, None)
         if report is None:
             message = (f"{heading}; the interpreter's replay of the same program on the same inputs is finite: "
                        "the backend made the value, not the program. Next: si.passes(error.lowered, *error.arguments, "
@@ -227,7 +226,7 @@ class DebugNans:
     def _replay(self, function, args: tuple, kwargs: dict):
         """A fast-path call's replay: the jitted function's lowering for the call (JAX's
         cached one: the module it compiled), and its dynamic arguments, each deleted
-        (donated) array replaced by the host copy kept of it; None when one has none."""
+        (donated) array replaced by the host copy kept of it; why not, where one has none."""
         import jax
 
         copies = {id(reference()): (kept, index) for references, kept in self._kept.values()
@@ -245,7 +244,10 @@ class DebugNans:
 
         replay_args, replay_kwargs = jax.tree.map(restored, (tuple(args), dict(kwargs)))
         if missing:
-            return None
+            name = _name(function._fun)
+            return ("a donated argument was deleted by the call and no earlier call inside si.debug_nans() made it "
+                    "(the guard keeps the results of calls with donated arguments). Enter the block before the call "
+                    f"that made the argument, or jit {name} without donate_argnums")
         static = set(function._jit_info.static_argnums)
         dynamic = [value for index, value in enumerate(replay_args) if index not in static]
         return function.lower(*args, **kwargs), dynamic, replay_kwargs
@@ -516,6 +518,56 @@ def _replay_flat(p, args_flat, before):
     return traced.lower(), replay_args, replay_kwargs
 
 
+def _compiled_call(compiled, *args, **kwargs):
+    """JAX's ``stages.Compiled.__call__`` checked: a call of a function compiled ahead of
+    time (``jax.jit(f).lower(...).compile()``), whose program is JAX's, not one with the
+    check: its float results are checked by a program of its own after the call (as a
+    sharded program's are). Donated arguments are copied to the host before the call.
+    Its replay needs the program's StableHLO, which a ``Compiled`` does not keep: the
+    guard keeps the ``Lowered`` of each function compiled inside a guard."""
+    import jax
+
+    guard = _guard()
+    original = _jax_own(type(compiled), "__call__")
+    if guard is None or _busy():
+        return original(compiled, *args, **kwargs)
+    donated = [info.donated for info in jax.tree.leaves(compiled.args_info, is_leaf=_is_arg_info)]
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    before = [_host_copy(leaf) if donated_here and isinstance(leaf, jax.Array) else leaf
+              for leaf, donated_here in zip(leaves, donated)] if len(donated) == len(leaves) and any(donated) else None
+    output = original(compiled, *args, **kwargs)
+
+    def replay():
+        lowered = _LOWERED.get(compiled)
+        if lowered is None:
+            return ("it was compiled ahead of time outside si.debug_nans(), and a jax.stages.Compiled keeps no "
+                    "StableHLO to replay: compile it inside the block (or call the jitted function)")
+        replay_args, replay_kwargs = (args, kwargs) if before is None else jax.tree.unflatten(tree, before)
+        return lowered, list(replay_args), replay_kwargs
+
+    guard.after_call(compiled, output, False, replay)
+    if before is not None:
+        guard.settle()   # (the host copies of its inputs are not kept beyond the call)
+    return output
+
+
+def _is_arg_info(value) -> bool:
+    from jax._src.stages import ArgInfo
+
+    return isinstance(value, ArgInfo)
+
+
+def _compile_kept(lowered, *args, **kwargs):
+    """JAX's ``stages.Lowered.compile``, the ``Lowered`` kept for the replay of the
+    ``Compiled``'s calls."""
+    compiled = _jax_own(type(lowered), "compile")(lowered, *args, **kwargs)
+    _LOWERED[compiled] = lowered
+    return compiled
+
+
+_LOWERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # a Compiled made inside a guard -> its Lowered
+
+
 def _original_run_python_pjit(*arguments):
     from jax._src import pjit
 
@@ -672,7 +724,14 @@ def _platforms(array) -> str:
 def _name(wrapped) -> str:
     """The jitted Python function's name, and where it is defined: ``step (train.py:12)``;
     the name alone for a library's wrapper that took the user's function's name (Equinox's
-    ``filter_jit`` jits a function of its own named as the user's: its code is not theirs)."""
+    ``filter_jit`` jits a function of its own named as the user's: its code is not theirs);
+    for a function compiled ahead of time, the name JAX gave its program."""
+    from jax._src.stages import Compiled
+
+    if isinstance(wrapped, Compiled):
+        call = getattr(wrapped._executable, "unsafe_call", None)   # a MeshExecutable's, named "jit(step)"
+        program = call.name.removeprefix("jit(").removesuffix(")") if call is not None else "a function"
+        return f"{program} (compiled ahead of time)"
     name = getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", None) or repr(wrapped)
     code = getattr(wrapped, "__code__", None)
     if code is None or code.co_name != getattr(wrapped, "__name__", code.co_name):
@@ -792,10 +851,12 @@ def _then(jax_hook, ours):
 
 def _replacements():
     """What a guard replaces while one is on: (JAX's module or option, attribute, ours)."""
-    from jax._src import config, pjit
+    from jax._src import config, pjit, stages
 
     yield pjit, "_run_python_pjit", _run_python_pjit
     yield pjit, "_get_fastpath_data", _get_fastpath_data
+    yield stages.Compiled, "__call__", _compiled_call
+    yield stages.Lowered, "compile", _compile_kept
     for option in (config.debug_nans, config.debug_infs):   # (their hooks set JAX's post-call hook)
         yield option, "_update_thread_local_hook", _then(option._update_thread_local_hook, _keep_block_guard)
         yield option, "_update_global_hook", _then(option._update_global_hook, _keep_process_guard)
