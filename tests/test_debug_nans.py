@@ -653,3 +653,36 @@ def test_a_step_compiled_ahead_of_time():
     outside_error = caught.value
     assert outside_error.call == 6 and outside_error.report is None
     assert "it cannot be replayed: it was compiled ahead of time outside si.debug_nans()" in str(outside_error)
+
+
+def test_a_nan_made_inside_a_shard_map_step_is_named_at_its_op_on_its_device():
+    """A step whose loss is computed in ``jax.shard_map`` over 4 devices (each device its
+    rows, a ``psum`` of the partial losses): the NaN brought in by device 3's rows at
+    call 31 is named at the body's log, on device 3."""
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,), devices=jax.devices("cpu")[:4])
+
+    def local_loss(params, x, y):
+        rate = x @ params["w"] + params["b"]
+        return jax.lax.psum(jnp.sum(rate - y * jnp.log(rate)), "data")  # sharded log
+
+    loss = jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=P())
+    step = jax.jit(sgd(loss))
+    rows = NamedSharding(mesh, P("data"))
+    xs, ys = data()
+    params = initial_params()
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for index in range(40):
+            x = xs[index].copy()
+            if index == 30:
+                x[7] = -x[7]          # row 7: device 3's block of 8 rows over 4 devices
+            params, _ = step(params, jax.device_put(x, rows), jax.device_put(ys[index], rows))
+    text = str(caught.value)
+    assert caught.value.call == 31
+    inside = text[text.index("inside sdy.manual_computation, run per device:"):]
+    # the psum gives every device the NaN: each names the log that made it, on device 3
+    for device in range(4):
+        answer = caught.value.report.inside_manual.devices[device].origins[0]
+        assert (answer.op, answer.process) == ("stablehlo.log", 3)
+    assert f"NaN made by stablehlo.log at {line_of('sharded log')}" in inside and "on device 3" in inside

@@ -438,3 +438,31 @@ def test_compress_chain():
     many = [ChainLink(f"op{index}", None, ()) for index in range(20)]
     assert compress_chain(many) == [f"op{index}" for index in range(6)] + ["… 8 more …"] + \
         [f"op{index}" for index in range(14, 20)]
+
+
+def test_a_nan_made_inside_shard_map_is_followed_into_each_devices_body():
+    """The global run sees ``jax.shard_map``'s manual computation make the NaN as a whole;
+    the answer also runs the program per device and names the body's op, its line and the
+    device whose block it is (device 2 holds row 2 of the 4 rows over 4 devices)."""
+    from jax.sharding import AxisType, PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("rows",), axis_types=(AxisType.Auto,), devices=jax.devices("cpu")[:4])
+
+    def body(block):
+        doubled = block * 2
+        return jnp.log(doubled)  # body log
+
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("rows"), out_specs=P("rows")))
+    x = np.ones((4, 3), np.float32)
+    x[2, 1] = -1.0
+    assert np.isnan(np.asarray(step(x))[2, 1])
+    report = si.find_nonfinite(step, x)
+    assert report.op == "sdy.manual_computation"
+    assert list(report.inside_manual.devices) == [2]
+    inside = report.inside_manual.devices[2].origins[0]
+    assert inside.op == "stablehlo.log" and inside.location.frame.line == body.__code__.co_firstlineno + 2
+    assert "inside sdy.manual_computation, run per device:\n  device 2:" in str(report)
+    assert f"NaN made by stablehlo.log at test_tools_nonfinite.py:{body.__code__.co_firstlineno + 2}" in str(report)
+
+    finite = si.find_nonfinite(step, np.abs(x))
+    assert finite is None

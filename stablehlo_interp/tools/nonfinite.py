@@ -36,7 +36,11 @@ every max and min reduction); a NaN constant is.
 partitioned program on its shards (sharding/per_device.py), and gives either answer
 for each device whose results (its shards) hold a NaN or inf, on that device's
 program and values (:class:`PerDeviceNonFinite`). Where Shardy cannot partition the
-program, a ``PerDeviceWarning`` says why and the global program answers.
+program, a ``PerDeviceWarning`` says why and the global program answers. Where an
+origin of the global program's answer is a manual computation (``jax.shard_map``'s
+``sdy.manual_computation``: its body runs on each device's block, so the global run
+sees the whole op make the value), the program is also run per device, and the
+answer says which op of the body made it on which device (``inside_manual``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Any
 
 import math
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,12 +57,13 @@ import numpy as np
 from ..engine.grid import COLLECTIVES
 from ..engine.registry import ELEMENTWISE_OPS
 from ..engine.run import Listener, numpy_warnings_off
-from ..errors import StopExecution
+from ..errors import InterpreterError, StopExecution
 from ..ir.locations import SourceLocation, describe_location
 from ..engine.process_groups import contributors
 from ..ops.lapack import failure
 from ..program import prepare
 from .per_device import prepare_checked
+from ..sharding.per_device import PerDeviceWarning
 from .region_calls import RegionCall, describe_stack, op_heading, op_label, region_calls, region_name
 from ..judge.summary import ValueSummary, is_float_dtype, summarize, widened
 
@@ -237,6 +243,7 @@ class NonFiniteOrigins:
     nonfinite_results: list
     origins: list[NonFiniteOrigin] = field(default_factory=list)
     labels: dict = field(default_factory=dict)   # result index -> its name (result['loss']), where it has one
+    inside_manual: PerDeviceNonFinite | None = None   # where an origin is manual code: each device's own origins
 
     def _first(self, name: str):
         return getattr(self.origins[0], name) if self.origins else None
@@ -256,6 +263,9 @@ class NonFiniteOrigins:
             lines += origin.lines()
         if not self.origins:
             lines.append("no origin found: the values were followed back to ops this search does not enter")
+        if self.inside_manual is not None:
+            lines.append(f"inside {MANUAL}, run per device:")
+            lines += ["  " + line for line in str(self.inside_manual).splitlines()]
         return "\n".join(lines)
 
 
@@ -1033,7 +1043,10 @@ def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: s
         found = {device: by_device[device] for device in range(call.partitioned.num_devices) if device in by_device}
         return PerDeviceNonFinite(found) if found else None
     if mode == "origins":
-        return run_traced(call, [])[1]
+        origins = run_traced(call, [])[1]
+        if origins is not None and any(origin.op == MANUAL for origin in origins.origins):
+            origins.inside_manual = _inside_manual_code(target, args, kwargs, function)
+        return origins
     finder = NonFiniteFinder(stop=True, mode="first")
     try:
         call.run([finder])
@@ -1041,6 +1054,24 @@ def find_nonfinite(target: Any, *args: Any, function: str | None = None, mode: s
         if stopped.values is not finder.report:
             raise
     return finder.report
+
+
+MANUAL = "sdy.manual_computation"
+
+
+def _inside_manual_code(target, args: tuple, kwargs: dict, function: str | None) -> PerDeviceNonFinite | None:
+    """Each device's origins of the program run per device (:func:`run_traced_per_device`),
+    for an answer whose origin is a manual computation; None where Shardy cannot
+    partition the program (the global answer stands: no warning, none was asked for)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PerDeviceWarning)
+            call = prepare_checked(target, args, kwargs, function)
+        if call.partitioned is None:
+            return None
+        return run_traced_per_device(call, [])[1]
+    except InterpreterError:   # (the global answer stands)
+        return None
 
 
 def run_traced(call, listeners) -> tuple[list, NonFiniteOrigins | None]:
