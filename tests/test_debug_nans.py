@@ -686,3 +686,31 @@ def test_a_nan_made_inside_a_shard_map_step_is_named_at_its_op_on_its_device():
         answer = caught.value.report.inside_manual.devices[device].origins[0]
         assert (answer.op, answer.process) == ("stablehlo.log", 3)
     assert f"NaN made by stablehlo.log at {line_of('sharded log')}" in inside and "on device 3" in inside
+
+
+def test_a_pmapped_step():
+    """``jax.pmap`` (JAX 0.10: jit of a ``shard_map`` of a body of pmap's own) is checked
+    as the user's function: a data-parallel step over 4 devices (gradients averaged with
+    ``pmean``) whose device 2 gets the bad batch at call 21 is named, with the log that
+    made the NaN on device 2."""
+
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(poisson_loss)(params, x, y)
+        grads = jax.lax.pmean(grads, "devices")
+        return jax.tree.map(lambda p, g: p - RATE * g, params, grads), loss
+
+    parallel = jax.pmap(step, axis_name="devices", devices=jax.devices("cpu")[:4])
+    xs, ys = data()
+    params = jax.tree.map(lambda p: jnp.stack([p] * 4), initial_params())
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans() as guard:
+        for index in range(30):
+            x = np.stack([xs[(4 * index + d) % STEPS] for d in range(4)])
+            if index == 20:
+                x[2] = -x[2]
+            params, _ = parallel(params, x, np.stack([ys[(4 * index + d) % STEPS] for d in range(4)]))
+    error = caught.value
+    assert error.call == 21 and error.name == "step (pmap)"
+    assert {origin.process for answer in error.report.inside_manual.devices.values() for origin in answer.origins} \
+        == {2}
+    assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in str(error)
+    assert list(guard.calls.values()) == [22]   # (read one call behind: the error at the next call)

@@ -585,10 +585,24 @@ _ORIGINAL: dict = {}   # (JAX's module or option, attribute) -> JAX's, while our
 def _checked(wrapped) -> bool:
     """Whether the guard checks a call of the jitted Python function ``wrapped``: one
     jitted outside JAX (a ``jnp`` function or a primitive applied outside ``jit`` is JAX's
-    own)."""
+    own), or the body ``jax.pmap`` jits for the user's function (:func:`_pmapped`)."""
     if getattr(wrapped, "_apply_primitive", False):
         return False
-    return not (getattr(wrapped, "__module__", None) or "").startswith(("jax.", "jax._src"))
+    return (not (getattr(wrapped, "__module__", None) or "").startswith(("jax.", "jax._src"))
+            or _pmapped(wrapped) is not None)
+
+
+def _pmapped(wrapped):
+    """The user's function of the body ``jax.pmap`` jits (JAX 0.10: a ``shard_map`` of a
+    function of pmap's own, ``_cached_shard_map``'s ``_fun``, that calls it); None for
+    any other function."""
+    if getattr(wrapped, "__module__", None) != "jax._src.pmap":
+        return None
+    body = getattr(wrapped, "__wrapped__", wrapped)   # (shard_map's wrapper of it)
+    code = getattr(body, "__code__", None)
+    if code is None or code.co_qualname != "_cached_shard_map.<locals>._fun" or "fun" not in code.co_freevars:
+        return None
+    return body.__closure__[code.co_freevars.index("fun")].cell_contents
 
 
 def _donates(jit_info) -> bool:
@@ -732,6 +746,9 @@ def _name(wrapped) -> str:
         call = getattr(wrapped._executable, "unsafe_call", None)   # a MeshExecutable's, named "jit(step)"
         program = call.name.removeprefix("jit(").removesuffix(")") if call is not None else "a function"
         return f"{program} (compiled ahead of time)"
+    pmapped = _pmapped(wrapped)
+    if pmapped is not None:
+        return f"{_name(pmapped)} (pmap)"
     name = getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", None) or repr(wrapped)
     code = getattr(wrapped, "__code__", None)
     if code is None or code.co_name != getattr(wrapped, "__name__", code.co_name):
