@@ -204,6 +204,19 @@ def test_a_donated_argument_made_outside_the_block_on_the_first_call():
     assert params["w"].is_deleted()                   # the argument was donated
     assert caught.value.call == 1 and "stablehlo.log" in str(caught.value)
     np.testing.assert_array_equal(caught.value.arguments[0]["w"], initial_params()["w"])
+    # on the fast path (its second call in the block), given arguments made outside the block:
+    # replayed from the copies its program made of them
+    from jax._src import test_util as jtu
+
+    first, second = (jax.tree.map(lambda value: value + shift, initial_params()) for shift in (0, 1))
+    fresh = jax.jit(sgd(poisson_loss), donate_argnums=0)
+    with pytest.raises(FloatingPointError) as caught, si.debug_nans():
+        fresh(first, xs[1], ys[1])
+        with jtu.count_pjit_cpp_cache_miss() as python_path:
+            fresh(second, -xs[2], ys[2])
+    assert python_path() == 0 and second["w"].is_deleted()
+    assert caught.value.call == 2 and "stablehlo.log" in str(caught.value)
+    np.testing.assert_array_equal(caught.value.arguments[0]["w"], initial_params()["w"] + 1)
 
 
 def test_a_scan_inside_jit():
@@ -589,7 +602,7 @@ def partial_out(shardings):
 
 
 def test_a_donated_state_of_every_kind_is_replayed_from_the_copies_the_program_made():
-    """On XLA CPU a donating step's program also copies its results (each dtype's joined
+    """A donating step's program also copies its donated arguments (each dtype's joined
     into one vector, a PRNG key a copy of its own): the state a late call was given, f32
     weights, an int32 counter, f16 and bf16 moments and a PRNG key, is replayed exactly as
     the loop made it (recomputed here without donation)."""

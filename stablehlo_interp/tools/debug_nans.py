@@ -136,31 +136,34 @@ class DebugNans:
         wrapped = function._fun
         if not _checked(wrapped):
             return
-        self.after_call(wrapped, output, _donates(function._jit_info), lambda: self._replay(function, args, kwargs),
-                        *checked)
+        flag, kept = checked or (None, None)
+        self.after_call(wrapped, output, _donates(function._jit_info),
+                        lambda: self._replay(function, args, kwargs, kept), flag, kept)
 
     def after_call(self, wrapped, output, donates: bool, replay, flag: Any = None, kept: Any = None) -> None:
         """Count the call of ``wrapped``, check its ``output`` (``flag``: the boolean its
-        program computed, where it did; ``kept``: the copies of its results it made, where
-        it did, a :class:`_JoinedCopies`); on a NaN or inf, raise the error with ``replay()``'s answer: ``(lowered,
-        args, kwargs)`` of the interpreter's replay, or why it cannot be (a donated input lost).
-        Where the call ``donates`` arguments, keep copies of the results (a later call may
-        be given them: the program's, else host copies), and read the check at once.
-        Otherwise the check is read one call behind (``behind``): it is dispatched now and
-        read at the next call or the block's end (:meth:`settle`)."""
+        program computed, where it did; ``kept``: the copies of its donated arguments it
+        made, where it did, a :class:`_JoinedCopies`); on a NaN or inf, raise the error
+        with ``replay()``'s answer: ``(lowered, args, kwargs)`` of the interpreter's
+        replay, or why it cannot be (a donated input lost). Where the call ``donates``
+        arguments, read the check at once (its copies are kept no longer than that), and
+        where its program made no copies, keep host copies of its results (a later call
+        may be given them). Otherwise the check is read one call behind (``behind``): it is
+        dispatched now and read at the next call or the block's end (:meth:`settle`)."""
         import jax
 
         number = self.calls[wrapped] = self.calls.get(wrapped, 0) + 1
         compared = bool(self.compare_every) and number % self.compare_every == 0
-        leaves = [] if flag is not None and not (donates or compared) else \
+        copied_here = donates and kept is None   # (its results copied to the host for a later call's replay)
+        leaves = [] if flag is not None and not (copied_here or compared) else \
             [leaf for leaf in jax.tree.leaves(output) if isinstance(leaf, jax.Array)]
-        if donates:
-            copies = kept if kept is not None else [_host_copy(leaf) for leaf in leaves]
+        if copied_here:
+            copies = [_host_copy(leaf) for leaf in leaves]
         if flag is not None:
             verdict = flag
             if self.behind and not donates:
                 flag.copy_to_host_async()
-        elif donates:
+        elif copied_here:
             elsewhere = [leaf for leaf, copy in zip(leaves, copies) if copy is None]   # (other processes' shards)
             verdict = not any(_nonfinite(copy) for copy in copies if copy is not None) and _all_finite(elsewhere)
         else:
@@ -172,7 +175,7 @@ class DebugNans:
             self.settle()
         if compared:
             self._compare(_name(wrapped), number, where, replay)
-        if donates:
+        if copied_here:
             self._kept[wrapped] = ([weakref.ref(leaf) for leaf in leaves], copies)
 
     def settle(self) -> None:
@@ -223,11 +226,20 @@ class DebugNans:
             message = f"{heading}; the interpreter replayed it on the same inputs:\n{report}"
         return NonFiniteCall(message, name, number, inputs, report)
 
-    def _replay(self, function, args: tuple, kwargs: dict):
+    def _replay(self, function, args: tuple, kwargs: dict, kept: _JoinedCopies | None = None):
         """A fast-path call's replay: the jitted function's lowering for the call (JAX's
-        cached one: the module it compiled), and its dynamic arguments, each deleted
-        (donated) array replaced by the host copy kept of it; why not, where one has none."""
+        cached one: the module it compiled), and its dynamic arguments, each donated one
+        replaced by the copy its program made (``kept``), else each deleted (donated)
+        array by the host copy kept of it; why not, where one has none."""
         import jax
+
+        info = function._jit_info
+        dynamic = [value for index, value in enumerate(args) if index not in set(info.static_argnums)]
+        if kept is not None:   # (flat as JAX flattens a call's dynamic arguments)
+            named = {name: value for name, value in kwargs.items() if name not in set(info.static_argnames)}
+            leaves, tree = jax.tree.flatten((dynamic, named))
+            dynamic, named = jax.tree.unflatten(tree, kept.restored(leaves))
+            return function.lower(*args, **kwargs), dynamic, {**kwargs, **named}
 
         copies = {id(reference()): (kept, index) for references, kept in self._kept.values()
                   for index, reference in enumerate(references) if reference() is not None}
@@ -242,15 +254,13 @@ class DebugNans:
             kept, index = copies[id(leaf)]
             return kept[index]
 
-        replay_args, replay_kwargs = jax.tree.map(restored, (tuple(args), dict(kwargs)))
+        replay_args, replay_kwargs = jax.tree.map(restored, (dynamic, dict(kwargs)))
         if missing:
             name = _name(function._fun)
             return ("a donated argument was deleted by the call and no earlier call inside si.debug_nans() made it "
                     "(the guard keeps the results of calls with donated arguments). Enter the block before the call "
                     f"that made the argument, or jit {name} without donate_argnums")
-        static = set(function._jit_info.static_argnums)
-        dynamic = [value for index, value in enumerate(replay_args) if index not in static]
-        return function.lower(*args, **kwargs), dynamic, replay_kwargs
+        return function.lower(*args, **kwargs), replay_args, replay_kwargs
 
 
 def _guard() -> DebugNans | None:
@@ -281,12 +291,12 @@ def _with_check(p, args_flat):
     """The parameters of a call whose program also computes its check (``p`` with the
     check's boolean as one more result, and a result tree that takes it off again), or
     None where the check is a program of its own: a sharded program, one without float
-    results, one JAX runs by a path of its own. A program on XLA's CPU that donates
-    arguments also copies its results (the copies a later call's replay may need, in
-    the memory a host copy would take: the results of each dtype joined into one vector,
-    one loop of XLA's for all, where a NumPy copy per result cost 3 to 7 us each and a
-    copy per result in the program a kernel each); on an accelerator they are host
-    copies (its memory is the scarce one)."""
+    results, one JAX runs by a path of its own. A program that donates arguments also
+    copies them, before its results reuse their buffers (its replay's inputs, kept until
+    the check says the call is finite: one call's donated inputs; the arguments of each
+    dtype joined into one vector, one loop of XLA's for all, where a host copy per result
+    cost 3 to 7 us each on XLA's CPU and a synchronous transfer each on a TPU, 23x the
+    step, and a copy per result in the program a kernel each)."""
     from jax._src import config, core
 
     params = p.params
@@ -294,10 +304,9 @@ def _with_check(p, args_flat):
     if (closed.jaxpr.is_high or config.debug_key_reuse.value or not core.trace_state_clean()
             or not any(_inexact(aval.dtype) for aval in closed.out_avals)):
         return None
-    platform = _platform_of_one_device(params, args_flat)
-    if platform is None:
+    if _platform_of_one_device(params, args_flat) is None:
         return None
-    jaxpr, layout = _checked_jaxpr(closed, copied=platform == "cpu" and any(params["donated_invars"]))
+    jaxpr, layout = _checked_jaxpr(closed, tuple(params["donated_invars"]))
     added = len(jaxpr.out_avals) - len(closed.out_avals)   # (the copies' vectors, the boolean)
     checked = dict(params, jaxpr=jaxpr, out_shardings=(*params["out_shardings"], *[_unspecified()] * added),
                    out_layouts=(*params["out_layouts"], *[None] * added))
@@ -331,29 +340,32 @@ def _platform_of_one_device(params, args_flat) -> str | None:
 _CHECKED_JAXPRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # JAX's jaxpr -> {copied: with the check}
 
 
-def _checked_jaxpr(closed, copied: bool) -> tuple:
+def _checked_jaxpr(closed, donated: tuple) -> tuple:
     """``closed`` (a call's ClosedJaxpr, JAX's cached one) with more results, its equations
-    appended: where ``copied``, copies of its results (:func:`_joined_copies`), then the
+    appended: copies of the arguments ``donated`` flags (:func:`_joined_copies`: XLA
+    reads an argument before the results that reuse its buffer overwrite it), then the
     check of its float results (:func:`_finite_flag`); and the copies' layout (None
-    without). One per jaxpr, so that JAX's caches of lowerings and executables, keyed by
-    the jaxpr, hold it."""
+    without). One per jaxpr and donation, so that JAX's caches of lowerings and
+    executables, keyed by the jaxpr, hold it."""
     import jax
     from jax._src import core
 
     made = _CHECKED_JAXPRS.setdefault(closed, {})
-    if copied in made:
-        return made[copied]
+    if donated in made:
+        return made[donated]
     jaxpr = closed.jaxpr
-    layout = _copies_layout(closed.out_avals) if copied else None
+    copied = [index for index, flag in enumerate(donated) if flag]
+    layout = _copies_layout([closed.in_avals[index] for index in copied], copied) if copied else None
+    results = len(jaxpr.outvars)
 
     def copies_and_check(*values):
-        copies = _joined_copies(values, layout) if copied else []
-        return (*copies, _finite_flag([value for value in values if _inexact(value.dtype)], []))
+        copies = _joined_copies(values[results:], layout) if copied else []
+        return (*copies, _finite_flag([value for value in values[:results] if _inexact(value.dtype)], []))
 
     with _guard_at_work():
-        added = jax.make_jaxpr(copies_and_check)(*[jax.ShapeDtypeStruct(aval.shape, aval.dtype)
-                                                   for aval in closed.out_avals])
-    given = dict(zip(added.jaxpr.invars, jaxpr.outvars))
+        added = jax.make_jaxpr(copies_and_check)(*[jax.ShapeDtypeStruct(aval.shape, aval.dtype) for aval in
+                                                   [*closed.out_avals, *(closed.in_avals[i] for i in copied)]])
+    given = dict(zip(added.jaxpr.invars, [*jaxpr.outvars, *(jaxpr.invars[index] for index in copied)]))
 
     def outer(var):
         return given.get(var, var) if isinstance(var, core.Var) else var
@@ -367,21 +379,22 @@ def _checked_jaxpr(closed, copied: bool) -> tuple:
                            debug_info=jaxpr.debug_info._replace(result_paths=(
                                *paths, *[f"si.debug_nans's copies {index}" for index in range(copies)],
                                "si.debug_nans's check")))
-    made[copied] = checked = (core.ClosedJaxpr(joined, [*closed.consts, *added.consts]), layout)
+    made[donated] = checked = (core.ClosedJaxpr(joined, [*closed.consts, *added.consts]), layout)
     return checked
 
 
-def _copies_layout(avals) -> tuple:
-    """Where the copy of each result lies among the copies: ``(copy, start, shape)``, the
-    results of a dtype joined into one vector (``start`` in it), a result of an extended
+def _copies_layout(avals, arguments) -> tuple:
+    """Where the copy of each donated argument lies among the copies: ``(argument, copy,
+    start, shape)``, ``argument`` its index among the call's flat arguments, the
+    arguments of a dtype joined into one vector (``start`` in it), one of an extended
     dtype (a PRNG key) a copy of its own (``start`` None)."""
-    copies: dict = {}   # a dtype (or an extended result's index) -> (its copy's number, elements so far)
+    copies: dict = {}   # a dtype (or an extended argument's index) -> (its copy's number, elements so far)
     layout = []
-    for index, aval in enumerate(avals):
+    for index, (argument, aval) in enumerate(zip(arguments, avals)):
         key = index if _extended(aval.dtype) else aval.dtype
         copy, start = copies.setdefault(key, (len(copies), 0))
         copies[key] = (copy, start + math.prod(aval.shape))
-        layout.append((copy, None if key == index else start, aval.shape))
+        layout.append((argument, copy, None if key == index else start, aval.shape))
     return tuple(layout)
 
 
@@ -391,7 +404,7 @@ def _joined_copies(values, layout) -> list:
 
     groups: dict = {}
     own = set()   # the copies of one result each (an extended dtype's)
-    for value, (copy, start, _) in zip(values, layout):
+    for value, (_, copy, start, _) in zip(values, layout):
         if start is None:
             own.add(copy)
         groups.setdefault(copy, []).append(value if start is None else jnp.ravel(value))
@@ -405,18 +418,19 @@ def _extended(dtype) -> bool:
 
 
 class _JoinedCopies:
-    """The copies a call's program made of its results (:func:`_copies_layout`):
-    ``self[index]`` the copy of result ``index``."""
+    """The copies a call's program made of its donated arguments (:func:`_copies_layout`)."""
 
     def __init__(self, vectors: tuple, layout: tuple) -> None:
         self.vectors, self.layout = vectors, layout
 
-    def __getitem__(self, index: int):
-        copy, start, shape = self.layout[index]
-        vector = self.vectors[copy]
-        if start is None:
-            return vector
-        return np.asarray(vector)[start:start + math.prod(shape)].reshape(shape)
+    def restored(self, arguments: list) -> list:
+        """The call's flat arguments, each donated one replaced by its copy."""
+        restored = list(arguments)
+        for argument, copy, start, shape in self.layout:
+            vector = self.vectors[copy]
+            restored[argument] = vector if start is None else \
+                np.asarray(vector)[start:start + math.prod(shape)].reshape(shape)
+        return restored
 
 
 class _Checked:
