@@ -503,7 +503,7 @@ def test_results_of_every_kind_pass_through_the_check_unchanged():
                 "half": x.astype(jnp.float16) ** power, "brain": x.astype(jnp.bfloat16)}
 
     counting = jax.jit(lambda n: n * 2)
-    x = jnp.arange(3.0)
+    x = jnp.arange(3.0, dtype=jnp.float32)   # (f64 times 1j is complex128, which XLA's TPU compiler aborts on)
     expected = kinds(x, 2, count=jnp.int32(7))
     with si.debug_nans() as guard:
         for _ in range(30):
