@@ -24,10 +24,11 @@ Two hooks, both JAX's own paths of a jitted call:
   the one ``jax_debug_nans`` uses (``_post_hook_state``, jax/_src/api.py), with the
   function, its arguments and its results: the guard is that hook, so calls keep
   the fast path. Called after the call, it cannot copy inputs before it: a donated
-  argument is deleted by then. For a function with donated arguments the guard
-  keeps a copy of each call's results (below), and a donated argument that one of
-  them is (a training loop's state, made by the previous step) is replayed from its
-  copy; one that no call inside the block made cannot be, and the error says so.
+  argument is deleted by then: a program with donated arguments copies them itself
+  (below); for one checked by a program of its own (a sharded one) the guard keeps a
+  host copy of each call's results, and a donated argument that one of them is (a
+  training loop's state, made by the previous step) is replayed from its copy; one
+  that no call inside the block made cannot be, and the error says so.
   JAX resets this hook where a ``jax_debug_nans`` or ``jax_debug_infs`` setting
   changes (``jnp.var`` traces under ``config.debug_nans(False)``): the guard wraps
   those settings' hooks and puts itself back.
@@ -50,10 +51,11 @@ at the next checked call or at the block's end, so the backend's queue stays ful
 no call waits for a round trip to the host; the error of a call is raised at the next
 call (naming the call that made the value) or at the block's end. A sharded program
 (several devices: joining its results would move them between devices) is checked by
-a program of its own after the call, each result reduced where its blocks live. A call
-with donated arguments is checked at once, and its results copied (a later call may
-donate them): by its program on XLA CPU, to the host on an accelerator; so is every
-call under the environment form checked at once, which has no block's end.
+a program of its own after the call, each result reduced where its blocks live. A
+program with donated arguments also copies them (one vector per dtype) before its
+results reuse their buffers: the replay's inputs, kept until the check is read, which
+is at once for such a call (no second call's copies held); so is every call under the
+environment form checked at once, which has no block's end.
 Functions JAX itself jits (``jnp`` functions, single primitives applied outside
 ``jit``) are not checked: an ``-inf`` that eager code writes on purpose is no alarm.
 A function compiled ahead of time (``stages.Compiled``, whose calls the guard wraps)
