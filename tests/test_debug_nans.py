@@ -727,3 +727,33 @@ def test_a_pmapped_step():
         == {2}
     assert f"NaN made by stablehlo.log at {line_of('log of a negative')}" in str(error)
     assert list(guard.calls.values()) == [22]   # (read one call behind: the error at the next call)
+
+
+def test_a_program_the_interpreter_cannot_run_for_its_platform_is_replayed_as_lowered_for_the_cpu(monkeypatch):
+    """A TPU's lowering of a host callback passes its operands over transfer channels the
+    interpreter cannot receive (found on the TPU: "nothing to receive on channel 3"). Made
+    here by a platform that says it is a TPU and a first replay that fails so: the
+    function lowered for the CPU is replayed instead, and the error says so."""
+    from stablehlo_interp.tools import debug_nans
+
+    replays = []
+
+    def first_fails(lowered, *args, **kwargs):
+        replays.append(lowered)
+        if len(replays) == 1:
+            raise ValueError("nothing to receive on channel 3")
+        return si.find_nonfinite(lowered, *args, **kwargs)
+
+    monkeypatch.setattr(debug_nans, "find_nonfinite", first_fails)
+    monkeypatch.setattr(debug_nans, "_platforms", lambda where: "tpu")
+    step = jax.jit(lambda x: jnp.log(x))
+    with pytest.raises(NonFiniteCall) as caught, si.debug_nans():
+        for value in (1.0, 2.0, -1.0, 3.0):
+            step(np.float32(value))
+    text = str(caught.value)
+    assert caught.value.call == 3 and len(replays) == 2
+    assert text.startswith(f"call 3 of {step._fun.__qualname__} (")
+    assert ("returned a NaN or inf on tpu; the interpreter could not run its program for tpu (ValueError: nothing to "
+            "receive on channel 3), so it replayed the function lowered for the CPU; the interpreter replayed it on "
+            "the same inputs:\n") in text
+    assert "NaN made by stablehlo.log" in text and caught.value.report is not None

@@ -140,7 +140,7 @@ class DebugNans:
             return
         flag, kept = checked or (None, None)
         self.after_call(wrapped, output, _donates(function._jit_info),
-                        lambda: self._replay(function, args, kwargs, kept), flag, kept)
+                        lambda platforms=None: self._replay(function, args, kwargs, kept, platforms), flag, kept)
 
     def after_call(self, wrapped, output, donates: bool, replay, flag: Any = None, kept: Any = None) -> None:
         """Count the call of ``wrapped``, check its ``output`` (``flag``: the boolean its
@@ -206,17 +206,26 @@ class DebugNans:
                                 f"the same inputs beyond rounding noise:\n{comparison}", name, number, comparison)
 
     def _error(self, name: str, number: int, platforms: str, replay) -> NonFiniteCall:
-        """The error of call ``number`` of ``name``, with the interpreter's replay."""
+        """The error of call ``number`` of ``name``, with the interpreter's replay. Where the
+        interpreter cannot run the program lowered for another platform (a TPU's passes
+        host callbacks' operands over transfer channels), the function lowered for the CPU
+        is replayed instead, and the error says so."""
         heading = f"call {number} of {name} returned a NaN or inf on {platforms}"
         try:
-            with _guard_at_work():
-                inputs = replay()
-                report = None if isinstance(inputs, str) else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
+            inputs, report = _replayed(replay)
         except Exception as failure:  # noqa: BLE001 - the backend's NaN is still the news, with why no replay
-            error = NonFiniteCall(f"{heading}; the interpreter could not replay it: {type(failure).__name__}: "
-                                  f"{failure}", name, number, None, None)
-            error.__cause__ = failure
-            return error
+            said = f"{type(failure).__name__}: {failure}"
+            try:
+                inputs, report = (None, None) if platforms == "cpu" else _replayed(lambda: replay(("cpu",)))
+            except Exception:  # noqa: BLE001 - the first failure is the one to tell
+                inputs = None
+            if inputs is None:
+                error = NonFiniteCall(f"{heading}; the interpreter could not replay it: {said}", name, number, None,
+                                      None)
+                error.__cause__ = failure
+                return error
+            heading += (f"; the interpreter could not run its program for {platforms} ({said.splitlines()[0]}), "
+                        "so it replayed the function lowered for the CPU")
         if isinstance(inputs, str):
             return NonFiniteCall(f"{heading}; it cannot be replayed: {inputs}", name, number, None, None)
         if report is None:
@@ -228,12 +237,19 @@ class DebugNans:
             message = f"{heading}; the interpreter replayed it on the same inputs:\n{report}"
         return NonFiniteCall(message, name, number, inputs, report)
 
-    def _replay(self, function, args: tuple, kwargs: dict, kept: _JoinedCopies | None = None):
+    def _replay(self, function, args: tuple, kwargs: dict, kept: _JoinedCopies | None = None,
+                platforms: tuple | None = None):
         """A fast-path call's replay: the jitted function's lowering for the call (JAX's
-        cached one: the module it compiled), and its dynamic arguments, each donated one
-        replaced by the copy its program made (``kept``), else each deleted (donated)
-        array by the host copy kept of it; why not, where one has none."""
+        cached one: the module it compiled; for ``platforms`` where given), and its
+        dynamic arguments, each donated one replaced by the copy its program made
+        (``kept``), else each deleted (donated) array by the host copy kept of it; why
+        not, where one has none."""
         import jax
+
+        def lowered():
+            if platforms is None:
+                return function.lower(*args, **kwargs)
+            return function.trace(*args, **kwargs).lower(lowering_platforms=platforms)
 
         info = function._jit_info
         dynamic = [value for index, value in enumerate(args) if index not in set(info.static_argnums)]
@@ -241,7 +257,7 @@ class DebugNans:
             named = {name: value for name, value in kwargs.items() if name not in set(info.static_argnames)}
             leaves, tree = jax.tree.flatten((dynamic, named))
             dynamic, named = jax.tree.unflatten(tree, kept.restored(leaves))
-            return function.lower(*args, **kwargs), dynamic, {**kwargs, **named}
+            return lowered(), dynamic, {**kwargs, **named}
 
         copies = {id(reference()): (kept, index) for references, kept in self._kept.values()
                   for index, reference in enumerate(references) if reference() is not None}
@@ -262,7 +278,7 @@ class DebugNans:
             return ("a donated argument was deleted by the call and no earlier call inside si.debug_nans() made it "
                     "(the guard keeps the results of calls with donated arguments). Enter the block before the call "
                     f"that made the argument, or jit {name} without donate_argnums")
-        return function.lower(*args, **kwargs), replay_args, replay_kwargs
+        return lowered(), replay_args, replay_kwargs
 
 
 def _guard() -> DebugNans | None:
@@ -285,7 +301,8 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
     result = _original_run_python_pjit(checking or p, args_flat, fun, args, kwargs)
     checked = _take_checked()   # (put aside by the results' tree as JAX put them together)
     if result[5] is not None:   # the executable: a call that ran (not one traced inside another)
-        guard.after_call(fun, result[0], any(donated), lambda: _replay_flat(p, args_flat, before), *checked)
+        guard.after_call(fun, result[0], any(donated),
+                         lambda platforms=None: _replay_flat(p, args_flat, before, platforms), *checked)
     return result
 
 
@@ -523,15 +540,24 @@ def _unspecified():
     return UNSPECIFIED
 
 
-def _replay_flat(p, args_flat, before):
-    """A Python-path call's replay: its lowering (JAX's cached one), its dynamic arguments
-    as copied before the call."""
+def _replay_flat(p, args_flat, before, platforms: tuple | None = None):
+    """A Python-path call's replay: its lowering (JAX's cached one; for ``platforms``
+    where given), its dynamic arguments as copied before the call."""
     from jax._src import pjit, stages
 
     traced = stages.Traced(list(map(pjit.convert_to_metaty, args_flat)), p.params, p.in_tree, p.out_tree,
                            p.consts)
     replay_args, replay_kwargs = p.in_tree.unflatten(before)
-    return traced.lower(), replay_args, replay_kwargs
+    return (traced.lower() if platforms is None else traced.lower(lowering_platforms=platforms)), replay_args, \
+        replay_kwargs
+
+
+def _replayed(replay) -> tuple:
+    """``(inputs, report)``: ``replay()``'s answer (or why there is none) and
+    :func:`find_nonfinite`'s report on it."""
+    with _guard_at_work():
+        inputs = replay()
+        return inputs, None if isinstance(inputs, str) else find_nonfinite(inputs[0], *inputs[1], **inputs[2])
 
 
 def _compiled_call(compiled, *args, **kwargs):
@@ -553,7 +579,7 @@ def _compiled_call(compiled, *args, **kwargs):
               for leaf, donated_here in zip(leaves, donated)] if len(donated) == len(leaves) and any(donated) else None
     output = original(compiled, *args, **kwargs)
 
-    def replay():
+    def replay(platforms=None):   # (a Compiled's program: its own platform's only)
         lowered = _LOWERED.get(compiled)
         if lowered is None:
             return ("it was compiled ahead of time outside si.debug_nans(), and a jax.stages.Compiled keeps no "
