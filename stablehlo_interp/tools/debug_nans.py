@@ -77,7 +77,7 @@ import weakref
 
 import numpy as np
 
-from ..program.calls import _hide_our_frames
+from ..program.calls import _hide_our_frames, lower_for
 from ..errors import InterpreterError
 from .compare import compare
 from .nonfinite import _nonfinite, find_nonfinite
@@ -140,7 +140,7 @@ class DebugNans:
             return
         flag, kept = checked or (None, None)
         self.after_call(wrapped, output, _donates(function._jit_info),
-                        lambda platforms=None: self._replay(function, args, kwargs, kept, platforms), flag, kept)
+                        lambda platform=None: self._replay(function, args, kwargs, kept, platform), flag, kept)
 
     def after_call(self, wrapped, output, donates: bool, replay, flag: Any = None, kept: Any = None) -> None:
         """Count the call of ``wrapped``, check its ``output`` (``flag``: the boolean its
@@ -216,7 +216,7 @@ class DebugNans:
         except Exception as failure:  # noqa: BLE001 - the backend's NaN is still the news, with why no replay
             said = f"{type(failure).__name__}: {failure}"
             try:
-                inputs, report = (None, None) if platforms == "cpu" else _replayed(lambda: replay(("cpu",)))
+                inputs, report = (None, None) if platforms == "cpu" else _replayed(lambda: replay("cpu"))
             except Exception:  # noqa: BLE001 - the first failure is the one to tell
                 inputs = None
             if inputs is None:
@@ -238,18 +238,18 @@ class DebugNans:
         return NonFiniteCall(message, name, number, inputs, report)
 
     def _replay(self, function, args: tuple, kwargs: dict, kept: _JoinedCopies | None = None,
-                platforms: tuple | None = None):
+                platform: str | None = None):
         """A fast-path call's replay: the jitted function's lowering for the call (JAX's
-        cached one: the module it compiled; for ``platforms`` where given), and its
+        cached one: the module it compiled; for ``platform`` where given), and its
         dynamic arguments, each donated one replaced by the copy its program made
         (``kept``), else each deleted (donated) array by the host copy kept of it; why
         not, where one has none."""
         import jax
 
         def lowered():
-            if platforms is None:
+            if platform is None:
                 return function.lower(*args, **kwargs)
-            return function.trace(*args, **kwargs).lower(lowering_platforms=platforms)
+            return lower_for(function.trace(*args, **kwargs), platform)
 
         info = function._jit_info
         dynamic = [value for index, value in enumerate(args) if index not in set(info.static_argnums)]
@@ -302,7 +302,7 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
     checked = _take_checked()   # (put aside by the results' tree as JAX put them together)
     if result[5] is not None:   # the executable: a call that ran (not one traced inside another)
         guard.after_call(fun, result[0], any(donated),
-                         lambda platforms=None: _replay_flat(p, args_flat, before, platforms), *checked)
+                         lambda platform=None: _replay_flat(p, args_flat, before, platform), *checked)
     return result
 
 
@@ -540,16 +540,15 @@ def _unspecified():
     return UNSPECIFIED
 
 
-def _replay_flat(p, args_flat, before, platforms: tuple | None = None):
-    """A Python-path call's replay: its lowering (JAX's cached one; for ``platforms``
+def _replay_flat(p, args_flat, before, platform: str | None = None):
+    """A Python-path call's replay: its lowering (JAX's cached one; for ``platform``
     where given), its dynamic arguments as copied before the call."""
     from jax._src import pjit, stages
 
     traced = stages.Traced(list(map(pjit.convert_to_metaty, args_flat)), p.params, p.in_tree, p.out_tree,
                            p.consts)
     replay_args, replay_kwargs = p.in_tree.unflatten(before)
-    return (traced.lower() if platforms is None else traced.lower(lowering_platforms=platforms)), replay_args, \
-        replay_kwargs
+    return (traced.lower() if platform is None else lower_for(traced, platform)), replay_args, replay_kwargs
 
 
 def _replayed(replay) -> tuple:
@@ -579,7 +578,7 @@ def _compiled_call(compiled, *args, **kwargs):
               for leaf, donated_here in zip(leaves, donated)] if len(donated) == len(leaves) and any(donated) else None
     output = original(compiled, *args, **kwargs)
 
-    def replay(platforms=None):   # (a Compiled's program: its own platform's only)
+    def replay(platform=None):   # (a Compiled's program: its own platform's only)
         lowered = _LOWERED.get(compiled)
         if lowered is None:
             return ("it was compiled ahead of time outside si.debug_nans(), and a jax.stages.Compiled keeps no "
