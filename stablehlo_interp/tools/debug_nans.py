@@ -323,7 +323,7 @@ def _with_check(p, args_flat):
     if (closed.jaxpr.is_high or config.debug_key_reuse.value or not core.trace_state_clean()
             or not any(_inexact(aval.dtype) for aval in closed.out_avals)):
         return None
-    if _platform_of_one_device(params, args_flat) is None:
+    if not _on_one_device(params, args_flat):
         return None
     jaxpr, layout = _checked_jaxpr(closed, tuple(params["donated_invars"]))
     added = len(jaxpr.out_avals) - len(closed.out_avals)   # (the copies' vectors, the boolean)
@@ -335,15 +335,14 @@ def _with_check(p, args_flat):
     return p._replace(params=checked, out_tree=tree)
 
 
-def _platform_of_one_device(params, args_flat) -> str | None:
-    """The platform of the call's program where it runs on one device (no mesh around
-    it, no sharding over several devices asked for, no argument on several); None where
-    it does not."""
+def _on_one_device(params, args_flat) -> bool:
+    """Whether the call's program runs on one device: no mesh around it, no sharding over
+    several devices asked for, no argument on several."""
     import jax
     from jax._src.sharding_impls import UnspecifiedValue
 
     if not params["ctx_mesh"].empty:
-        return None
+        return False
     devices = set()
     for sharding in (*params["in_shardings"], *params["out_shardings"]):
         if not isinstance(sharding, UnspecifiedValue):
@@ -351,12 +350,10 @@ def _platform_of_one_device(params, args_flat) -> str | None:
     for value in args_flat:
         if isinstance(value, jax.Array):
             devices |= value.sharding.device_set
-    if len(devices) > 1 or None in devices:
-        return None
-    return next(iter(devices)).platform if devices else jax.default_backend()
+    return len(devices) <= 1 and None not in devices
 
 
-_CHECKED_JAXPRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # JAX's jaxpr -> {copied: with the check}
+_CHECKED_JAXPRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # JAX's jaxpr -> {donated: with the check}
 
 
 def _checked_jaxpr(closed, donated: tuple) -> tuple:
